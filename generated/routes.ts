@@ -119,14 +119,12 @@ export const routes = [
       {
         "name": "project_id",
         "in": "path",
-        "key": "project_id",
         "type": "string",
         "required": true
       },
       {
         "name": "app_id",
         "in": "path",
-        "key": "app_id",
         "type": "string",
         "required": true
       }
@@ -203,35 +201,30 @@ export const routes = [
       {
         "name": "project_id",
         "in": "path",
-        "key": "project_id",
         "type": "string",
         "required": true
       },
       {
         "name": "app_id",
         "in": "path",
-        "key": "app_id",
         "type": "string",
         "required": true
       },
       {
         "name": "status",
         "in": "query",
-        "key": "status",
         "type": "string",
         "required": false
       },
       {
         "name": "limit",
         "in": "query",
-        "key": "limit",
         "type": "integer",
         "required": false
       },
       {
         "name": "cursor",
         "in": "query",
-        "key": "cursor",
         "type": "string",
         "required": false
       }
@@ -297,21 +290,18 @@ export const routes = [
       {
         "name": "project_id",
         "in": "path",
-        "key": "project_id",
         "type": "string",
         "required": true
       },
       {
         "name": "app_id",
         "in": "path",
-        "key": "app_id",
         "type": "string",
         "required": true
       },
       {
         "name": "run_id",
         "in": "path",
-        "key": "run_id",
         "type": "string",
         "required": true
       }
@@ -377,21 +367,18 @@ export const routes = [
       {
         "name": "project_id",
         "in": "path",
-        "key": "project_id",
         "type": "string",
         "required": true
       },
       {
         "name": "app_id",
         "in": "path",
-        "key": "app_id",
         "type": "string",
         "required": true
       },
       {
         "name": "run_id",
         "in": "path",
-        "key": "run_id",
         "type": "string",
         "required": true
       }
@@ -463,35 +450,30 @@ export const routes = [
       {
         "name": "project_id",
         "in": "path",
-        "key": "project_id",
         "type": "string",
         "required": true
       },
       {
         "name": "owner",
         "in": "path",
-        "key": "owner",
         "type": "string",
         "required": true
       },
       {
         "name": "repo",
         "in": "path",
-        "key": "repo",
         "type": "string",
         "required": true
       },
       {
         "name": "ref",
         "in": "query",
-        "key": "ref",
         "type": "string",
         "required": false
       },
       {
         "name": "If-None-Match",
         "in": "header",
-        "key": "if-none-match",
         "type": "string",
         "required": false
       }
@@ -567,56 +549,48 @@ export const routes = [
       {
         "name": "project_id",
         "in": "path",
-        "key": "project_id",
         "type": "string",
         "required": true
       },
       {
         "name": "app_name",
         "in": "path",
-        "key": "app_name",
         "type": "string",
         "required": true
       },
       {
         "name": "function_name",
         "in": "path",
-        "key": "function_name",
         "type": "string",
         "required": true
       },
       {
         "name": "async",
         "in": "query",
-        "key": "async",
         "type": "boolean",
         "required": false
       },
       {
         "name": "webhookEndpoint",
         "in": "query",
-        "key": "webhookEndpoint",
         "type": "string",
         "required": false
       },
       {
         "name": "X-Webhook-Secret",
         "in": "header",
-        "key": "x-webhook-secret",
         "type": "string",
         "required": false
       },
       {
         "name": "Idempotency-Key",
         "in": "header",
-        "key": "idempotency-key",
         "type": "string",
         "required": false
       },
       {
         "name": "accept",
         "in": "header",
-        "key": "accept",
         "type": "string",
         "required": false
       }

@@ -9806,7 +9806,7 @@ return errors === 0;
 validate177.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_params = validate178;
-const schema197 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"if-none-match":{"type":"string","maxLength":512}}}}};
+const schema197 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
 
 function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10022,11 +10022,11 @@ errors++;
 if(data.header !== undefined){
 let data6 = data.header;
 if(data6 && typeof data6 == "object" && !Array.isArray(data6)){
-if(data6["if-none-match"] !== undefined){
-let data7 = data6["if-none-match"];
+if(data6["If-None-Match"] !== undefined){
+let data7 = data6["If-None-Match"];
 if(typeof data7 === "string"){
 if(func1(data7) > 512){
-const err17 = {instancePath:instancePath+"/header/if-none-match",schemaPath:"#/properties/header/properties/if-none-match/maxLength",keyword:"maxLength",params:{limit: 512},message:"must NOT have more than 512 characters"};
+const err17 = {instancePath:instancePath+"/header/If-None-Match",schemaPath:"#/properties/header/properties/If-None-Match/maxLength",keyword:"maxLength",params:{limit: 512},message:"must NOT have more than 512 characters"};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -10037,7 +10037,7 @@ errors++;
 }
 }
 else {
-const err18 = {instancePath:instancePath+"/header/if-none-match",schemaPath:"#/properties/header/properties/if-none-match/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err18 = {instancePath:instancePath+"/header/If-None-Match",schemaPath:"#/properties/header/properties/If-None-Match/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -10811,7 +10811,7 @@ return errors === 0;
 validate203.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_params = validate204;
-const schema218 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"}}},"header":{"type":"object","properties":{"x-webhook-secret":{"type":"string","minLength":1,"maxLength":512},"idempotency-key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
+const schema218 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
 
 function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -11029,11 +11029,11 @@ errors++;
 if(data.header !== undefined){
 let data7 = data.header;
 if(data7 && typeof data7 == "object" && !Array.isArray(data7)){
-if(data7["x-webhook-secret"] !== undefined){
-let data8 = data7["x-webhook-secret"];
+if(data7["X-Webhook-Secret"] !== undefined){
+let data8 = data7["X-Webhook-Secret"];
 if(typeof data8 === "string"){
 if(func1(data8) > 512){
-const err17 = {instancePath:instancePath+"/header/x-webhook-secret",schemaPath:"#/properties/header/properties/x-webhook-secret/maxLength",keyword:"maxLength",params:{limit: 512},message:"must NOT have more than 512 characters"};
+const err17 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/maxLength",keyword:"maxLength",params:{limit: 512},message:"must NOT have more than 512 characters"};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -11043,7 +11043,7 @@ vErrors.push(err17);
 errors++;
 }
 if(func1(data8) < 1){
-const err18 = {instancePath:instancePath+"/header/x-webhook-secret",schemaPath:"#/properties/header/properties/x-webhook-secret/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+const err18 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -11054,7 +11054,7 @@ errors++;
 }
 }
 else {
-const err19 = {instancePath:instancePath+"/header/x-webhook-secret",schemaPath:"#/properties/header/properties/x-webhook-secret/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err19 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -11064,11 +11064,11 @@ vErrors.push(err19);
 errors++;
 }
 }
-if(data7["idempotency-key"] !== undefined){
-let data9 = data7["idempotency-key"];
+if(data7["Idempotency-Key"] !== undefined){
+let data9 = data7["Idempotency-Key"];
 if(typeof data9 === "string"){
 if(func1(data9) > 255){
-const err20 = {instancePath:instancePath+"/header/idempotency-key",schemaPath:"#/properties/header/properties/idempotency-key/maxLength",keyword:"maxLength",params:{limit: 255},message:"must NOT have more than 255 characters"};
+const err20 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/maxLength",keyword:"maxLength",params:{limit: 255},message:"must NOT have more than 255 characters"};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -11078,7 +11078,7 @@ vErrors.push(err20);
 errors++;
 }
 if(func1(data9) < 1){
-const err21 = {instancePath:instancePath+"/header/idempotency-key",schemaPath:"#/properties/header/properties/idempotency-key/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+const err21 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -11089,7 +11089,7 @@ errors++;
 }
 }
 else {
-const err22 = {instancePath:instancePath+"/header/idempotency-key",schemaPath:"#/properties/header/properties/idempotency-key/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err22 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err22];
 }

@@ -9,7 +9,7 @@ export interface OperationSchemas {
   method: (typeof HTTP_METHODS)[number];
   path: string;
   operation: OpenApiOperation;
-  /** `{path, query, header}` objects; header names lowercased. */
+  /** `{path, query, header}` objects, each keyed by the parameters' names as the spec spells them. */
   params: JsonSchema;
   /** The `application/json` request body schema, when the operation takes one. */
   body: JsonSchema | null;
@@ -52,9 +52,8 @@ function objectOf(parameters: OpenApiParameter[]): JsonSchema {
   const properties: Record<string, JsonSchema> = {};
   const required: string[] = [];
   for (const p of parameters) {
-    const key = p.in === "header" ? p.name.toLowerCase() : p.name;
-    properties[key] = rebaseRefs(p.schema);
-    if (p.required) required.push(key);
+    properties[p.name] = rebaseRefs(p.schema);
+    if (p.required) required.push(p.name);
   }
   return { type: "object", properties, ...(required.length ? { required } : {}) };
 }

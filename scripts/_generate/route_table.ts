@@ -34,7 +34,6 @@ export function buildRouteTable(
           return {
             name: p.name,
             in: p.in,
-            key: p.in === "header" ? p.name.toLowerCase() : p.name,
             type,
             required: p.required === true,
           };

@@ -1,0 +1,103 @@
+import { parseArgs } from "node:util";
+import {
+  createServiceAccount,
+  listServiceAccounts,
+  loadOrCreateSigningKey,
+  parseExpiry,
+  parseScopes,
+  revokeServiceAccount,
+} from "../../server/auth/mod.ts";
+import { openStore } from "../../server/store/mod.ts";
+import { type CommandIo, UsageError } from "./usage.ts";
+
+/** Help of `runplane service-account`. */
+export const SERVICE_ACCOUNT_HELP = `Usage:
+  runplane service-account create --project <id> --name <name> --expires <ISO date | 30d> [--scope rest,run]
+  runplane service-account list --project <id> [--json]
+  runplane service-account revoke <service-account-id>
+
+Works on the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane), whether the server runs or
+not. create prints only the token on stdout; it is shown once and never stored. A new project is created.`;
+
+const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+/** `runplane service-account create|list|revoke`. */
+export async function serviceAccountCommand(io: CommandIo): Promise<number> {
+  const [sub, ...rest] = io.args;
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: {
+      project: { type: "string" },
+      name: { type: "string" },
+      expires: { type: "string" },
+      scope: { type: "string", default: "rest,run" },
+      "data-dir": { type: "string" },
+      json: { type: "boolean", default: false },
+    },
+  });
+  const dataDir = values["data-dir"] ?? io.env.RUNPLANE_DATA_DIR ?? "./.runplane";
+  if (sub === "create") {
+    if (!values.project || !values.name || !values.expires) {
+      throw new UsageError("service-account create needs --project, --name and --expires");
+    }
+    if (!PROJECT_ID.test(values.project)) {
+      throw new UsageError(`Invalid project id "${values.project}": use lowercase letters, digits and dashes`);
+    }
+    let expiresAt: number;
+    let scopes;
+    try {
+      expiresAt = parseExpiry(values.expires);
+      scopes = parseScopes(values.scope);
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
+    const store = await openStore(dataDir);
+    try {
+      const key = await loadOrCreateSigningKey(dataDir);
+      const { account, token } = await createServiceAccount(
+        { db: store.db, key },
+        { projectId: values.project, name: values.name, scopes, expiresAt },
+      );
+      io.stdout.write(values.json ? `${JSON.stringify({ id: account.id, token })}\n` : `${token}\n`);
+      io.stderr.write(`Created service account ${account.id} for project ${account.projectId}, expires ${account.expiresAt.toISOString()}\n`);
+    } finally {
+      await store.close();
+    }
+    return 0;
+  }
+  if (sub === "list") {
+    if (!values.project) throw new UsageError("service-account list needs --project");
+    const store = await openStore(dataDir);
+    try {
+      const accounts = await listServiceAccounts(store.db, values.project);
+      if (values.json) {
+        io.stdout.write(`${JSON.stringify(accounts, null, 2)}\n`);
+      } else {
+        for (const a of accounts) {
+          const state = a.revokedAt ? "revoked" : a.expiresAt.getTime() < Date.now() ? "expired" : "active";
+          io.stdout.write(`${a.id}\t${a.name}\t${a.scopes.join(",")}\t${state}\texpires ${a.expiresAt.toISOString()}\n`);
+        }
+      }
+    } finally {
+      await store.close();
+    }
+    return 0;
+  }
+  if (sub === "revoke") {
+    const id = positionals[0];
+    if (!id) throw new UsageError("service-account revoke needs the service account's id (see service-account list)");
+    const store = await openStore(dataDir);
+    try {
+      if (!(await revokeServiceAccount(store.db, id))) {
+        io.stderr.write(`No service account ${id}\n`);
+        return 1;
+      }
+      io.stderr.write(`Revoked ${id}\n`);
+    } finally {
+      await store.close();
+    }
+    return 0;
+  }
+  throw new UsageError(sub ? `Unknown subcommand "${sub}"` : "Name a subcommand: create, list or revoke");
+}

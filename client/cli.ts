@@ -1,0 +1,53 @@
+/**
+ * `runplane`: the command-line client. Exit codes: 0 success, 1 the run or request failed, 2 usage
+ * error.
+ */
+import { serveCommand, serveHelp } from "./_commands/serve.ts";
+import { SERVICE_ACCOUNT_HELP, serviceAccountCommand } from "./_commands/service_account.ts";
+import { type Command, type CommandIo, UsageError } from "./_commands/usage.ts";
+
+const COMMANDS: Record<string, { run: Command; help: () => string; summary: string }> = {
+  serve: { run: serveCommand, help: serveHelp, summary: "Run the server" },
+  "service-account": { run: serviceAccountCommand, help: () => SERVICE_ACCOUNT_HELP, summary: "Create, list and revoke service-account tokens" },
+};
+
+function mainHelp(): string {
+  const rows = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(18)} ${c.summary}`);
+  return `Usage: runplane <command> [flags]\n\nCommands:\n${rows.join("\n")}\n\nRun runplane <command> --help for a command's flags.`;
+}
+
+/** Runs the CLI with `argv` (without node and script); resolves with the exit code. */
+export async function main(argv: string[], io: Omit<CommandIo, "args"> = {
+  stdout: process.stdout,
+  stderr: process.stderr,
+  env: process.env,
+}): Promise<number> {
+  const [name, ...args] = argv;
+  if (!name || name === "--help" || name === "-h" || name === "help") {
+    io.stdout.write(`${mainHelp()}\n`);
+    return name ? 0 : 2;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    io.stderr.write(`runplane: unknown command "${name}"\n\n${mainHelp()}\n`);
+    return 2;
+  }
+  if (args.includes("--help") || args.includes("-h")) {
+    io.stdout.write(`${command.help()}\n`);
+    return 0;
+  }
+  try {
+    return await command.run({ ...io, args });
+  } catch (error) {
+    if (error instanceof UsageError || (error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")) {
+      io.stderr.write(`runplane ${name}: ${(error as Error).message}\n\n${command.help()}\n`);
+      return 2;
+    }
+    io.stderr.write(`runplane ${name}: ${(error as Error).message}\n`);
+    return 1;
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  process.exitCode = await main(process.argv.slice(2));
+}

@@ -1,0 +1,46 @@
+/**
+ * `npm run check`: fails when generated/ differs from what spec/ produces, when `tsc --noEmit` fails,
+ * or when Redocly's lint reports an error on the OpenAPI document.
+ */
+import { spawnSync } from "node:child_process";
+import { readdir, readFile } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { generateArtifacts, ROOT } from "./generate.ts";
+
+/** Lists the generated files that differ from the spec's output (missing, stale or extra). */
+export async function staleGenerated(generatedDir = join(ROOT, "generated")): Promise<string[]> {
+  const artifacts = await generateArtifacts();
+  const stale: string[] = [];
+  for (const [name, contents] of artifacts) {
+    const current = await readFile(join(generatedDir, name), "utf8").catch(() => null);
+    if (current !== contents) stale.push(name);
+  }
+  for (const name of await readdir(generatedDir).catch(() => [] as string[])) {
+    if (!artifacts.has(name)) stale.push(name);
+  }
+  return stale;
+}
+
+function runStep(name: string, command: string, args: string[]): boolean {
+  process.stdout.write(`check: ${name}\n`);
+  const result = spawnSync(command, args, { cwd: ROOT, stdio: "inherit", env: { ...process.env, REDOCLY_TELEMETRY: "off", REDOCLY_SUPPRESS_UPDATE_NOTICE: "true" } });
+  if (result.status !== 0) process.stdout.write(`check: ${name} failed\n`);
+  return result.status === 0;
+}
+
+if (process.argv[1]?.endsWith("check.ts")) {
+  const require = createRequire(import.meta.url);
+  let ok = true;
+  process.stdout.write("check: generated/ matches spec/\n");
+  const stale = await staleGenerated();
+  if (stale.length) {
+    ok = false;
+    process.stdout.write(`check: generated/ is out of date (${stale.join(", ")}): run npm run generate and commit the result\n`);
+  }
+  ok = runStep("tsc --noEmit", process.execPath, [require.resolve("typescript/bin/tsc"), "-p", ".", "--noEmit"]) && ok;
+  const redocly = join(ROOT, "node_modules", "@redocly", "cli", "bin", "cli.js");
+  ok = runStep("redocly lint", process.execPath, [redocly, "lint", "generated/openapi.json", "--format=summary"]) && ok;
+  process.stdout.write(ok ? "check: all passed\n" : "check: failed\n");
+  process.exit(ok ? 0 : 1);
+}

@@ -1,0 +1,13 @@
+/** Service-account auth: Ed25519-signed JWTs, their verification, and the accounts behind them. */
+export { parseExpiry } from "./expiry.ts";
+export { parseScopes, type Scope, SCOPES } from "./scopes.ts";
+export {
+  createServiceAccount,
+  type CreateServiceAccountOptions,
+  listServiceAccounts,
+  revokeServiceAccount,
+  type ServiceAccount,
+  TOKEN_ISSUER,
+} from "./service_accounts.ts";
+export { loadOrCreateSigningKey, type SigningKey } from "./signing_key.ts";
+export { createTokenVerifier, type Principal, type TokenVerifier } from "./token_verifier.ts";

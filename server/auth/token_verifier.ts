@@ -1,0 +1,84 @@
+import { errors as joseErrors, jwtVerify } from "jose";
+import type { Kysely } from "kysely";
+import { ProblemError } from "../problems/mod.ts";
+import type { Database } from "../store/schema.ts";
+import type { Scope } from "./scopes.ts";
+import { TOKEN_ISSUER } from "./service_accounts.ts";
+import type { SigningKey } from "./signing_key.ts";
+
+/** Who is calling: the verified claims of a service-account token. */
+export interface Principal {
+  serviceAccountId: string;
+  projectId: string;
+  scopes: Scope[];
+  tokenId: string;
+  /** Unix seconds. */
+  expiresAt: number;
+}
+
+/** Checks bearer tokens: signature, expiry, and that the service account is not revoked. */
+export interface TokenVerifier {
+  /** Returns the principal, or throws a 401 `ProblemError` saying what was wrong. */
+  verify(token: string): Promise<Principal>;
+}
+
+const CACHE_LIMIT = 10_000;
+
+function unauthorized(detail: string, description: string): ProblemError {
+  return new ProblemError("unauthorized", detail, {
+    headers: { "WWW-Authenticate": `Bearer realm="runplane", error="invalid_token", error_description="${description}"` },
+  });
+}
+
+/**
+ * Creates a verifier for tokens signed with `key`. Signature checks are cached per token until it
+ * expires; revocation is read from the store on every call, so `service-account revoke` takes effect at
+ * once, even from another process.
+ */
+export function createTokenVerifier(deps: { db: Kysely<Database>; key: SigningKey }): TokenVerifier {
+  const verified = new Map<string, Principal>();
+  async function checkSignature(token: string): Promise<Principal> {
+    const cached = verified.get(token);
+    if (cached) return cached;
+    try {
+      const { payload } = await jwtVerify(token, deps.key.publicKey, {
+        issuer: TOKEN_ISSUER,
+        algorithms: ["EdDSA"],
+        requiredClaims: ["sub", "jti", "exp", "project_id", "scope"],
+      });
+      const principal: Principal = {
+        serviceAccountId: String(payload.sub),
+        projectId: String(payload.project_id),
+        scopes: String(payload.scope).split(" ").filter(Boolean) as Scope[],
+        tokenId: String(payload.jti),
+        expiresAt: Number(payload.exp),
+      };
+      if (verified.size >= CACHE_LIMIT) verified.delete(verified.keys().next().value as string);
+      verified.set(token, principal);
+      return principal;
+    } catch (error) {
+      if (error instanceof joseErrors.JWTExpired) {
+        throw unauthorized("The token has expired: create a new one with `runplane service-account create`", "expired");
+      }
+      if (error instanceof joseErrors.JWSSignatureVerificationFailed) {
+        throw unauthorized("The token's signature is not valid for this server", "bad signature");
+      }
+      throw unauthorized("The token is malformed: send a service-account token as `Authorization: Bearer <token>`", "malformed");
+    }
+  }
+  return {
+    async verify(token) {
+      const principal = await checkSignature(token);
+      if (principal.expiresAt * 1000 <= Date.now()) {
+        verified.delete(token);
+        throw unauthorized("The token has expired: create a new one with `runplane service-account create`", "expired");
+      }
+      const account = await deps.db.selectFrom("service_accounts").select(["revoked_at", "id"])
+        .where("token_id", "=", principal.tokenId).executeTakeFirst();
+      if (!account || account.revoked_at !== null || account.id !== principal.serviceAccountId) {
+        throw unauthorized("The token was revoked: create a new one with `runplane service-account create`", "revoked");
+      }
+      return principal;
+    },
+  };
+}

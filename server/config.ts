@@ -1,0 +1,135 @@
+/**
+ * Every server setting: where it comes from (environment variable, `runplane serve` flag), its default,
+ * and how it is validated. `loadConfig` reports every problem at once.
+ */
+import { accessSync, constants, mkdirSync } from "node:fs";
+import { resolve } from "node:path";
+
+/** The server's validated settings. */
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  appsDir: string;
+  bodyLimitBytes: number;
+  logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
+  /** Check every response against the contract and fail loudly on a mismatch. */
+  responseCheck: boolean;
+}
+
+/** One setting: its variable, flag, default and parser. */
+export interface SettingSpec {
+  key: keyof Config;
+  env: string;
+  flag: string;
+  default: string;
+  description: string;
+  /** Returns the value, or throws an Error whose message says what is expected. */
+  parse(raw: string, env: Record<string, string | undefined>): unknown;
+}
+
+/** Raised when settings are invalid; `problems` lists every one. */
+export class ConfigError extends Error {
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    super(`Invalid configuration:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.name = "ConfigError";
+    this.problems = problems;
+  }
+}
+
+function integer(min: number, max: number) {
+  return (raw: string): number => {
+    if (!/^\d+$/.test(raw.trim())) throw new Error(`must be a whole number from ${min} to ${max}`);
+    const value = Number(raw);
+    if (value < min || value > max) throw new Error(`must be a whole number from ${min} to ${max}`);
+    return value;
+  };
+}
+
+const SIZE_UNITS: Record<string, number> = { "": 1, b: 1, kb: 1024, kib: 1024, mb: 1024 ** 2, mib: 1024 ** 2, gb: 1024 ** 3, gib: 1024 ** 3 };
+
+/** Parses `10mb`, `512kb`, `1048576` into bytes. */
+export function parseSize(raw: string): number {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(raw);
+  const unit = match ? SIZE_UNITS[match[2].toLowerCase()] : undefined;
+  if (!match || unit === undefined) throw new Error("must be a size such as 10mb, 512kb or a number of bytes");
+  return Math.floor(Number(match[1]) * unit);
+}
+
+function boolean(raw: string): boolean {
+  if (/^(1|true|yes|on)$/i.test(raw)) return true;
+  if (/^(0|false|no|off)$/i.test(raw)) return false;
+  throw new Error("must be true or false (or 1 or 0)");
+}
+
+function writableDir(raw: string): string {
+  const path = resolve(raw);
+  try {
+    mkdirSync(path, { recursive: true });
+    accessSync(path, constants.W_OK | constants.R_OK);
+  } catch (error) {
+    throw new Error(`${path} is not a writable folder (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+  }
+  return path;
+}
+
+const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
+
+/** Every setting, in the order `runplane serve --help` and the README list them. */
+export const SETTINGS: SettingSpec[] = [
+  { key: "host", env: "HOST", flag: "--host", default: "127.0.0.1", description: "Address to listen on (0.0.0.0 for every interface)", parse: (raw) => raw.trim() || (() => { throw new Error("must not be empty"); })() },
+  { key: "port", env: "PORT", flag: "--port", default: "8080", description: "TCP port to listen on (0 picks a free one)", parse: integer(0, 65535) },
+  { key: "dataDir", env: "RUNPLANE_DATA_DIR", flag: "--data-dir", default: "./.runplane", description: "Folder of the SQLite store, signing key and local repositories", parse: writableDir },
+  { key: "appsDir", env: "RUNPLANE_APPS_DIR", flag: "--apps-dir", default: "examples/apps", description: "Folder of deployed apps: <project_id>/<app_name>/runplane.toml", parse: (raw) => resolve(raw) },
+  { key: "bodyLimitBytes", env: "RUNPLANE_BODY_LIMIT", flag: "--body-limit", default: "10mb", description: "Largest accepted request body (413 above it)", parse: parseSize },
+  {
+    key: "logLevel",
+    env: "RUNPLANE_LOG_LEVEL",
+    flag: "--log-level",
+    default: "info",
+    description: `Log level: ${LOG_LEVELS.join(", ")}`,
+    parse: (raw) => {
+      if (!LOG_LEVELS.includes(raw)) throw new Error(`must be one of ${LOG_LEVELS.join(", ")}`);
+      return raw;
+    },
+  },
+  {
+    key: "responseCheck",
+    env: "RUNPLANE_RESPONSE_CHECK",
+    flag: "--response-check",
+    default: "on unless NODE_ENV=production",
+    description: "Check every response against the contract; a mismatch becomes a loud 500",
+    parse: boolean,
+  },
+];
+
+/** Defaults that depend on other variables. */
+function defaultFor(setting: SettingSpec, env: Record<string, string | undefined>): string {
+  if (setting.key === "responseCheck") return env.NODE_ENV === "production" ? "false" : "true";
+  return setting.default;
+}
+
+/**
+ * Reads and validates every setting from `env`, with `overrides` (flag values, by setting key) taking
+ * precedence. Throws a `ConfigError` listing every invalid value.
+ */
+export function loadConfig(
+  env: Record<string, string | undefined> = process.env,
+  overrides: Partial<Record<keyof Config, string>> = {},
+): Config {
+  const problems: string[] = [];
+  const out: Record<string, unknown> = {};
+  for (const setting of SETTINGS) {
+    const fromFlag = overrides[setting.key];
+    const raw = fromFlag ?? env[setting.env] ?? defaultFor(setting, env);
+    try {
+      out[setting.key] = setting.parse(raw, env);
+    } catch (error) {
+      const source = fromFlag !== undefined ? setting.flag : setting.env;
+      problems.push(`${source}=${JSON.stringify(raw)}: ${(error as Error).message}`);
+    }
+  }
+  if (problems.length) throw new ConfigError(problems);
+  return out as unknown as Config;
+}

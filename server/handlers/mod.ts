@@ -1,0 +1,17 @@
+/** The handler of every operation, one map checked against the contract with `satisfies`. */
+import type { ServerContext } from "../context.ts";
+import type { Handlers } from "../http/mod.ts";
+import { buildHandlers } from "./builds.ts";
+import { integrationHandlers } from "./integrations.ts";
+import { runHandlers } from "./runs.ts";
+import { systemHandlers } from "./system.ts";
+
+/** Creates the handlers; a missing or mistyped one is a compile error. */
+export function createHandlers(context: ServerContext): Handlers {
+  return {
+    ...runHandlers(context),
+    ...buildHandlers(context),
+    ...integrationHandlers(context),
+    ...systemHandlers(context),
+  } satisfies Handlers;
+}

@@ -1,0 +1,76 @@
+/**
+ * Handler types derived from the generated `operations`: a handler map typed with `satisfies Handlers`
+ * fails to compile when a handler is missing or returns something the contract does not allow.
+ */
+import type { operations } from "../../generated/api.d.ts";
+import type { OperationId as RoutedOperationId } from "../../generated/routes.ts";
+import type { Principal } from "../auth/mod.ts";
+
+/** An operation id of the contract's paths (webhooks are sent, not served). */
+export type OperationId = RoutedOperationId & keyof operations;
+
+type Parameters<K extends OperationId> = operations[K]["parameters"];
+type Part<P, F extends string> = F extends keyof P ? ([NonNullable<P[F]>] extends [never] ? Record<never, never> : NonNullable<P[F]>)
+  : Record<never, never>;
+type RequestBodyOf<K extends OperationId> = operations[K] extends { requestBody?: infer B }
+  ? [NonNullable<B>] extends [never] ? undefined
+  : NonNullable<B> extends { content: { "application/json": infer J } } ? J | undefined
+  : undefined
+  : undefined;
+
+/** A server-sent-event stream body: chunks of already-framed SSE text, written as they come. */
+export type EventStreamBody = AsyncIterable<string | Uint8Array>;
+
+/** What a handler receives: decoded and validated parameters and body, and the caller. */
+export interface HandlerInput<K extends OperationId> {
+  path: Part<Parameters<K>, "path">;
+  query: Part<Parameters<K>, "query">;
+  header: Part<Parameters<K>, "header">;
+  body: RequestBodyOf<K>;
+  /** The verified caller; null on operations without auth. */
+  principal: Principal | null;
+  /** The request id (sent back as `X-Request-Id`). */
+  requestId: string;
+  /** Replaces the request id, e.g. with the run id once a run exists. */
+  setRequestId(id: string): void;
+  /** Aborted when the client goes away before the response is complete. */
+  signal: AbortSignal;
+  /** The request path, for problem documents' `instance`. */
+  instance: string;
+}
+
+/** Status codes a handler returns; errors are thrown as `ProblemError` instead. */
+type SuccessStatus = 200 | 201 | 202 | 204 | 304;
+
+type BodyOf<CT, T> = CT extends "text/event-stream" ? EventStreamBody : T;
+
+type Variant<S, R> = R extends { content: infer C } ? {
+    [CT in keyof C & string]: {
+      status: S;
+      contentType: CT;
+      body: BodyOf<CT, C[CT]>;
+      headers?: Record<string, string>;
+    };
+  }[keyof C & string]
+  : { status: S; headers?: Record<string, string>; body?: undefined; contentType?: undefined };
+
+type Responses<K extends OperationId> = operations[K]["responses"];
+
+/** What a handler may return for operation `K`: one of its success responses. */
+export type HandlerResult<K extends OperationId> = {
+  [S in keyof Responses<K> & SuccessStatus]: Variant<S, Responses<K>[S]>;
+}[keyof Responses<K> & SuccessStatus];
+
+/** The handler of operation `K`. */
+export type Handler<K extends OperationId> = (input: HandlerInput<K>) => Promise<HandlerResult<K>>;
+
+/** One handler per operation of the contract. */
+export type Handlers = { [K in OperationId]: Handler<K> };
+
+/** Any handler, as the router calls it. */
+export type AnyHandlerResult = {
+  status: number;
+  contentType?: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+};

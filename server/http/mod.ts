@@ -1,0 +1,164 @@
+/**
+ * The Koa app: request ids, problem documents, auth, body limits and validation, all driven by the
+ * generated route table; handlers are plain functions from `server/handlers`.
+ */
+import { randomBytes } from "node:crypto";
+import { Router } from "@koa/router";
+import Koa, { type Context } from "koa";
+import { routes, type RouteSpec } from "../../generated/routes.ts";
+import type { TokenVerifier } from "../auth/mod.ts";
+import type { Logger } from "../log.ts";
+import { isProblemError, ProblemError } from "../problems/mod.ts";
+import { authenticate } from "./authenticate.ts";
+import type { AnyHandlerResult, HandlerInput, Handlers, OperationId } from "./handler_types.ts";
+import { createBodyReader } from "./read_body.ts";
+import { decodeRequest } from "./request_decoding.ts";
+import { checkResponse } from "./response_check.ts";
+import { writeResult } from "./response_writer.ts";
+
+export type { EventStreamBody, Handler, HandlerInput, HandlerResult, Handlers, OperationId } from "./handler_types.ts";
+export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
+
+/** What the HTTP layer needs. */
+export interface HttpAppOptions {
+  handlers: Handlers;
+  verifier: TokenVerifier;
+  logger: Logger;
+  bodyLimitBytes: number;
+  /** Check every response against the contract (development and tests). */
+  responseCheck: boolean;
+}
+
+interface State {
+  requestId: string;
+  route?: RouteSpec;
+  startedAt: number;
+}
+
+/** A new request id: `req_` and 20 random base32 characters. */
+export function newRequestId(): string {
+  return `req_${randomBytes(12).toString("base64url")}`;
+}
+
+function renderProblem(ctx: Context, error: ProblemError, logger: Logger): void {
+  ctx.status = error.status;
+  for (const [name, value] of Object.entries(error.options.headers ?? {})) ctx.set(name, value);
+  ctx.type = "application/problem+json";
+  ctx.body = JSON.stringify(error.toDocument(ctx.path));
+  if (error.status >= 500) logger.warn({ req_id: (ctx.state as State).requestId, problem: error.kind, detail: error.message }, "request failed");
+}
+
+function asProblem(error: unknown, logger: Logger, requestId: string): ProblemError {
+  if (isProblemError(error)) return error;
+  const status = (error as { status?: number; expose?: boolean }).status;
+  if (status === 404) return new ProblemError("not-found", "No such resource");
+  logger.error({ req_id: requestId, err: error }, "unhandled error");
+  return new ProblemError("internal", `An internal error occurred; quote request id ${requestId} when reporting it`);
+}
+
+function snapshot(ctx: Context) {
+  const type = ctx.response.type || undefined;
+  let body: unknown;
+  if (typeof ctx.body === "string" && type?.endsWith("json")) body = JSON.parse(ctx.body);
+  else if (typeof ctx.body === "string") body = ctx.body;
+  return { status: ctx.status, headers: ctx.response.headers as Record<string, string>, contentType: type, body };
+}
+
+/** Creates the Koa app serving every operation of the route table. */
+export function createHttpApp(options: HttpAppOptions): Koa {
+  const { logger } = options;
+  const app = new Koa();
+  const router = new Router();
+  const readBody = createBodyReader(options.bodyLimitBytes);
+
+  app.use(async (ctx, next) => {
+    const state = ctx.state as State;
+    state.requestId = newRequestId();
+    state.startedAt = performance.now();
+    ctx.set("X-Request-Id", state.requestId);
+    try {
+      await next();
+      if (ctx.status === 404 && ctx.body === undefined) {
+        const match = router.match(ctx.path, ctx.method);
+        const methods = [...new Set(match.path.flatMap((layer) => layer.methods))].filter((m) => m !== "HEAD");
+        if (methods.length) {
+          ctx.set("Allow", methods.join(", "));
+          throw new ProblemError("method-not-allowed", `${ctx.method} is not allowed here; use ${methods.join(" or ")}`);
+        }
+        throw new ProblemError("not-found", `No operation at ${ctx.method} ${ctx.path}; see the API reference`);
+      }
+    } catch (error) {
+      if (ctx.headerSent) {
+        logger.error({ req_id: state.requestId, err: error }, "error after the response started");
+        return;
+      }
+      renderProblem(ctx, asProblem(error, logger, state.requestId), logger);
+    }
+    if (options.responseCheck && state.route && !ctx.headerSent) {
+      const mismatches = checkResponse(state.route, snapshot(ctx));
+      if (mismatches.length) {
+        logger.error({ req_id: state.requestId, operationId: state.route.operationId, mismatches }, "response does not match the contract");
+        const error = new ProblemError("internal", `Response of ${state.route.operationId} does not match the contract: ${mismatches.join("; ")}`);
+        renderProblem(ctx, error, logger);
+      }
+    }
+    const routeId = state.route?.operationId ?? null;
+    ctx.res.once("finish", () => {
+      logger.info({
+        req_id: ctx.response.get("X-Request-Id"),
+        operationId: routeId,
+        method: ctx.method,
+        path: ctx.path,
+        status: ctx.status,
+        duration_ms: Math.round((performance.now() - state.startedAt) * 100) / 100,
+      }, "request");
+    });
+  });
+
+  for (const route of routes) {
+    const handler = options.handlers[route.operationId as OperationId] as unknown as (
+      input: HandlerInput<OperationId>,
+    ) => Promise<AnyHandlerResult>;
+    const method = route.method.toLowerCase() as "get" | "post" | "delete";
+    router[method](route.koaPath, async (ctx: Context) => {
+      const state = ctx.state as State;
+      state.route = route;
+      const principal = route.auth === "bearer"
+        ? await authenticate(options.verifier, {
+          route,
+          authorization: ctx.get("Authorization") || undefined,
+          projectId: ctx.params.project_id,
+        })
+        : null;
+      const body = route.body ? await readBody(ctx, route.body.contentTypes) : undefined;
+      const decoded = decodeRequest(route, {
+        params: ctx.params,
+        query: ctx.query,
+        header: (name) => ctx.req.headers[name.toLowerCase()] as string | undefined,
+        body,
+      });
+      const abort = new AbortController();
+      ctx.res.once("close", () => {
+        if (!ctx.res.writableFinished) abort.abort(new Error("The client disconnected"));
+      });
+      const result = await handler({
+        ...(decoded as Pick<HandlerInput<OperationId>, "path" | "query" | "header" | "body">),
+        principal,
+        requestId: state.requestId,
+        setRequestId(id) {
+          state.requestId = id;
+          ctx.set("X-Request-Id", id);
+        },
+        signal: abort.signal,
+        instance: ctx.path,
+      });
+      writeResult(ctx, result);
+    });
+  }
+  app.use(router.routes());
+  app.on("error", (error: Error & { code?: string }) => {
+    if (error.code === "ECONNRESET" || error.code === "EPIPE" || error.code === "ERR_STREAM_PREMATURE_CLOSE") return;
+    logger.warn({ err: error }, "connection error");
+  });
+  return app;
+}

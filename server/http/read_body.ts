@@ -1,0 +1,52 @@
+import type { Context } from "koa";
+import { koaBody } from "koa-body";
+import { ProblemError } from "../problems/mod.ts";
+
+/** Reads JSON request bodies with a size limit; every failure becomes a problem. */
+export type BodyReader = (ctx: Context, contentTypes: readonly string[]) => Promise<unknown>;
+
+function hasBody(ctx: Context): boolean {
+  const length = ctx.request.length;
+  return (length !== undefined && length > 0) || ctx.get("Transfer-Encoding") !== "";
+}
+
+/**
+ * Creates a body reader: undefined for a request without a body, else the parsed JSON. 415 for
+ * another media type, 413 above `limitBytes`, 400 for malformed JSON.
+ */
+export function createBodyReader(limitBytes: number): BodyReader {
+  const parse = koaBody({
+    json: true,
+    jsonStrict: true,
+    jsonLimit: limitBytes,
+    urlencoded: false,
+    text: false,
+    multipart: false,
+    parsedMethods: ["POST", "PUT", "PATCH", "DELETE"] as never,
+    onError(error) {
+      throw error;
+    },
+  });
+  return async function readBody(ctx, contentTypes) {
+    if (!hasBody(ctx)) return undefined;
+    if (!ctx.is(...contentTypes)) {
+      throw new ProblemError("unsupported-media-type", `Send the body as ${contentTypes.join(" or ")}, not ${ctx.get("Content-Type") || "no content type"}`);
+    }
+    if (ctx.request.length !== undefined && ctx.request.length > limitBytes) {
+      throw new ProblemError("content-too-large", `The body is ${ctx.request.length} bytes; the limit is ${limitBytes}`);
+    }
+    try {
+      await parse(ctx as never, () => Promise.resolve());
+    } catch (error) {
+      const e = error as { status?: number; type?: string; message?: string };
+      if (e.status === 413 || e.type === "entity.too.large") {
+        throw new ProblemError("content-too-large", `The body is larger than the limit of ${limitBytes} bytes`);
+      }
+      if (e.status === 415 || e.type === "charset.unsupported" || e.type === "encoding.unsupported") {
+        throw new ProblemError("unsupported-media-type", e.message ?? "Unsupported body encoding: send UTF-8 JSON");
+      }
+      throw new ProblemError("malformed-json", `The body is not valid JSON: ${e.message ?? "parse error"}`);
+    }
+    return ctx.request.body;
+  };
+}

@@ -1,0 +1,62 @@
+/**
+ * Decodes a request's raw parameters by the route table (query and path strings to the types the
+ * contract declares) and validates them and the body with the generated validators. Free of Koa.
+ */
+import type { RouteSpec } from "../../generated/routes.ts";
+import { ProblemError } from "../problems/mod.ts";
+import { fieldErrors, validator } from "./validators.ts";
+
+/** A request's raw parts, as the HTTP layer read them. */
+export interface RawRequest {
+  params: Record<string, string>;
+  query: Record<string, string | string[] | undefined>;
+  /** Header lookup by name, case-insensitive. */
+  header(name: string): string | undefined;
+  /** The parsed JSON body, or undefined when the request had none. */
+  body: unknown;
+}
+
+/** Decoded, validated parameters and body. */
+export interface DecodedRequest {
+  path: Record<string, unknown>;
+  query: Record<string, unknown>;
+  header: Record<string, unknown>;
+  body: unknown;
+}
+
+function coerce(type: string, value: string | string[]): unknown {
+  if (Array.isArray(value)) return value;
+  if (type === "boolean") return value === "true" ? true : value === "false" ? false : value;
+  if (type === "integer" && /^-?\d{1,15}$/.test(value)) return Number(value);
+  if (type === "number" && value.trim() !== "" && Number.isFinite(Number(value))) return Number(value);
+  return value;
+}
+
+/** Decodes and validates; throws a 400 `validation` problem listing every failing field. */
+export function decodeRequest(route: RouteSpec, raw: RawRequest): DecodedRequest {
+  const decoded: DecodedRequest = { path: {}, query: {}, header: {}, body: raw.body };
+  for (const param of route.params) {
+    const value = param.in === "path"
+      ? raw.params[param.name]
+      : param.in === "query"
+      ? raw.query[param.name]
+      : raw.header(param.name);
+    if (value === undefined) continue;
+    decoded[param.in][param.name] = coerce(param.type, value);
+  }
+  const paramsValid = validator(route.validators.params);
+  const errors = paramsValid(decoded) ? [] : fieldErrors(paramsValid.errors, "");
+  if (route.body) {
+    if (raw.body === undefined) {
+      if (route.body.required) errors.push({ path: "body", message: "is required: send a JSON object" });
+    } else if (route.validators.body) {
+      const bodyValid = validator(route.validators.body);
+      if (!bodyValid(raw.body)) errors.push(...fieldErrors(bodyValid.errors, "body"));
+    }
+  }
+  if (errors.length) {
+    const summary = errors.slice(0, 5).map((e) => `${e.path} ${e.message}`).join("; ");
+    throw new ProblemError("validation", `${summary}${errors.length > 5 ? `; and ${errors.length - 5} more` : ""}`, { errors });
+  }
+  return decoded;
+}

@@ -1,0 +1,40 @@
+/** The server's logger: pino JSON lines, with every path that could carry a secret redacted. */
+import { pino, type Logger } from "pino";
+
+export type { Logger } from "pino";
+
+/** Paths whose values never reach a log line, whatever a caller logs. */
+export const REDACTED_PATHS = [
+  "token",
+  "secret",
+  "webhookSecret",
+  "authorization",
+  "*.token",
+  "*.secret",
+  "*.webhookSecret",
+  "*.authorization",
+  "*.Authorization",
+  'headers["x-webhook-secret"]',
+  "*.headers.authorization",
+  '*.headers["x-webhook-secret"]',
+];
+
+/** Options of `createLogger`. */
+export interface LoggerOptions {
+  level?: string;
+  /** Where lines go (default stdout). */
+  destination?: NodeJS.WritableStream;
+}
+
+/** Creates the root logger. */
+export function createLogger(options: LoggerOptions = {}): Logger {
+  return pino(
+    {
+      level: options.level ?? "info",
+      base: { service: "runplane" },
+      redact: { paths: REDACTED_PATHS, censor: "[redacted]" },
+      timestamp: pino.stdTimeFunctions.isoTime,
+    },
+    options.destination ?? process.stdout,
+  );
+}

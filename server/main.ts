@@ -1,0 +1,56 @@
+/** `npm start` / `runplane serve`: validated settings, a demo project on a fresh data dir, and a clean stop. */
+import { createServiceAccount } from "./auth/mod.ts";
+import { type Config, ConfigError, loadConfig } from "./config.ts";
+import { createServer } from "./mod.ts";
+
+/** The project `npm start` creates on a fresh data dir. */
+export const DEMO_PROJECT = "p-demo";
+
+/** Starts the server with `overrides` (flag values) over the environment; resolves once listening. */
+export async function serve(overrides: Partial<Record<keyof Config, string>> = {}): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig(process.env, overrides);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`runplane: ${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const server = await createServer(config);
+  const url = await server.listen();
+  if (server.freshDataDir) {
+    const { token } = await createServiceAccount(
+      { db: server.context.store.db, key: server.context.key },
+      { projectId: DEMO_PROJECT, name: "demo", scopes: ["rest", "run"], expiresAt: Date.now() + 30 * 86_400_000 },
+    );
+    process.stdout.write(
+      [
+        "",
+        `Runplane is serving ${config.appsDir} at ${url}`,
+        `Fresh data dir ${config.dataDir}: created project ${DEMO_PROJECT} and a 30-day demo token:`,
+        "",
+        `  export RUNPLANE_TOKEN=${token}`,
+        "",
+        "Try it:",
+        "",
+        `  curl -s -X POST ${url}/v4/${DEMO_PROJECT}/hello/run -H "Authorization: Bearer $RUNPLANE_TOKEN" -H 'Content-Type: application/json' -d '{"name":"world"}'`,
+        "",
+        "",
+      ].join("\n"),
+    );
+  }
+  let stopping = false;
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      stopping = true;
+      server.close().then(() => process.exit(0), () => process.exit(1));
+    });
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  await serve();
+}

@@ -1,0 +1,95 @@
+/**
+ * The Runplane server: create it from a `Config`, `listen()`, and `close()` it. Everything a handler
+ * needs is wired here and nowhere else.
+ */
+import { existsSync } from "node:fs";
+import type { Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import { collectDefaultMetrics, Registry } from "prom-client";
+import { createTokenVerifier, loadOrCreateSigningKey } from "./auth/mod.ts";
+import type { Config } from "./config.ts";
+import type { Readiness, ServerContext } from "./context.ts";
+import { createHandlers } from "./handlers/mod.ts";
+import { createHttpApp } from "./http/mod.ts";
+import { createLogger, type Logger } from "./log.ts";
+import { migrationsApplied, openStore } from "./store/mod.ts";
+
+export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
+
+/** A running (or ready to run) server. */
+export interface RunplaneServer {
+  context: ServerContext;
+  /** True when the data dir had no store before this server opened it. */
+  freshDataDir: boolean;
+  /** Starts listening on the configured host and port; resolves with the base URL. */
+  listen(): Promise<string>;
+  /** The base URL, once listening. */
+  readonly url: string;
+  /** Stops accepting connections, ends open ones, and closes the store. */
+  close(): Promise<void>;
+}
+
+/** Options of `createServer`. */
+export interface CreateServerOptions {
+  logger?: Logger;
+}
+
+/** Creates a server from validated settings: opens the store, loads the signing key, builds the app. */
+export async function createServer(config: Config, options: CreateServerOptions = {}): Promise<RunplaneServer> {
+  const logger = options.logger ?? createLogger({ level: config.logLevel });
+  const freshDataDir = !existsSync(join(config.dataDir, "runplane.sqlite3"));
+  const store = await openStore(config.dataDir);
+  const key = await loadOrCreateSigningKey(config.dataDir);
+  const metrics = new Registry();
+  collectDefaultMetrics({ register: metrics });
+  const readiness: Readiness = {
+    async reasons() {
+      try {
+        return (await migrationsApplied(store.db)) ? [] : ["store migrations are not applied"];
+      } catch (error) {
+        return [`store unreachable: ${(error as Error).message}`];
+      }
+    },
+  };
+  const context: ServerContext = { config, store, key, logger, readiness, metrics };
+  const app = createHttpApp({
+    handlers: createHandlers(context),
+    verifier: createTokenVerifier({ db: store.db, key }),
+    logger,
+    bodyLimitBytes: config.bodyLimitBytes,
+    responseCheck: config.responseCheck,
+  });
+  let server: Server | undefined;
+  let url = "";
+  return {
+    context,
+    freshDataDir,
+    get url() {
+      return url;
+    },
+    listen() {
+      return new Promise((resolve, reject) => {
+        server = app.listen(config.port, config.host);
+        server.once("error", reject);
+        server.once("listening", () => {
+          const address = server!.address() as AddressInfo;
+          const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
+          url = `http://${host === "0.0.0.0" ? "127.0.0.1" : host}:${address.port}`;
+          server!.keepAliveTimeout = 65_000;
+          logger.info({ url }, "listening");
+          resolve(url);
+        });
+      });
+    },
+    async close() {
+      if (server) {
+        await new Promise<void>((resolve) => {
+          server!.close(() => resolve());
+          server!.closeIdleConnections();
+        });
+      }
+      await store.close();
+    },
+  };
+}

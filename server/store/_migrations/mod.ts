@@ -1,0 +1,7 @@
+import type { Migration } from "kysely";
+import * as spine from "./0001_spine.ts";
+
+/** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
+export const MIGRATIONS: Record<string, Migration> = {
+  "0001_spine": spine,
+};

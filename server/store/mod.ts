@@ -1,0 +1,78 @@
+/**
+ * The store: one Kysely layer over SQLite (better-sqlite3, WAL) in the data dir. Queries are written
+ * with Kysely's portable builders so a PostgreSQL dialect can be added without rewriting them.
+ */
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import BetterSqlite3 from "better-sqlite3";
+import { Kysely, type MigrationProvider, Migrator, SqliteDialect } from "kysely";
+import { MIGRATIONS } from "./_migrations/mod.ts";
+import type { Database } from "./schema.ts";
+
+export type { Database } from "./schema.ts";
+
+/** An open store. */
+export interface Store {
+  db: Kysely<Database>;
+  /** The SQLite file's path. */
+  path: string;
+  /** Closes the connection; pending statements finish first. */
+  close(): Promise<void>;
+}
+
+/** Options of `openStore`. */
+export interface OpenStoreOptions {
+  /** Apply pending migrations (default true). */
+  migrate?: boolean;
+}
+
+/**
+ * Opens (creating if needed) the store in `dataDir/runplane.sqlite3` and applies pending migrations.
+ * Throws when a migration fails, naming it.
+ */
+export async function openStore(dataDir: string, options: OpenStoreOptions = {}): Promise<Store> {
+  mkdirSync(dataDir, { recursive: true });
+  const path = join(dataDir, "runplane.sqlite3");
+  const sqlite = new BetterSqlite3(path);
+  sqlite.pragma("journal_mode = WAL");
+  sqlite.pragma("synchronous = NORMAL");
+  sqlite.pragma("busy_timeout = 5000");
+  sqlite.pragma("foreign_keys = ON");
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  if (options.migrate !== false) await migrate(db);
+  return {
+    db,
+    path,
+    async close() {
+      await db.destroy();
+    },
+  };
+}
+
+/** Applies pending migrations; throws with the failing migration's name and error. */
+export async function migrate(db: Kysely<Database>): Promise<void> {
+  const provider: MigrationProvider = { getMigrations: () => Promise.resolve(MIGRATIONS) };
+  const migrator = new Migrator({ db, provider, migrationTableName: "runplane_migrations" });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) {
+    const failed = results?.find((r) => r.status === "Error")?.migrationName ?? "unknown";
+    throw new Error(`Store migration ${failed} failed: ${(error as Error).message ?? error}`, { cause: error });
+  }
+}
+
+/** Whether every known migration has been applied. */
+export async function migrationsApplied(db: Kysely<Database>): Promise<boolean> {
+  const provider: MigrationProvider = { getMigrations: () => Promise.resolve(MIGRATIONS) };
+  const migrator = new Migrator({ db, provider, migrationTableName: "runplane_migrations" });
+  const all = await migrator.getMigrations();
+  return all.every((m) => m.executedAt !== undefined);
+}
+
+/** Creates the project if it does not exist yet. */
+export async function ensureProject(db: Kysely<Database>, projectId: string): Promise<void> {
+  await db
+    .insertInto("projects")
+    .values({ id: projectId, created_at: Date.now() })
+    .onConflict((oc) => oc.column("id").doNothing())
+    .execute();
+}

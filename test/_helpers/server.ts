@@ -1,0 +1,97 @@
+/**
+ * Starts a real server for a test: a temporary data dir, a free loopback port, a log captured in
+ * memory, and a service-account token for project `p-test`.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { createServiceAccount, type Scope } from "../../server/auth/mod.ts";
+import { type Config, loadConfig } from "../../server/config.ts";
+import { createLogger } from "../../server/log.ts";
+import { createServer, type RunplaneServer } from "../../server/mod.ts";
+import { createTestClient, type TestClient } from "./client.ts";
+
+/** The project every test server's default token belongs to. */
+export const TEST_PROJECT = "p-test";
+
+/** A started test server. */
+export interface TestServer {
+  url: string;
+  dataDir: string;
+  server: RunplaneServer;
+  /** A `rest run` token for `p-test`, valid for a day. */
+  token: string;
+  /** The validating client, authenticated with `token`. */
+  client: TestClient;
+  /** Every log line so far, parsed. */
+  logs: Array<Record<string, unknown>>;
+  /** Every log line so far, as written. */
+  rawLogs(): string;
+  /** Mints another token. */
+  mintToken(options?: { projectId?: string; scopes?: Scope[]; expiresAt?: number }): Promise<{ token: string; id: string }>;
+  close(): Promise<void>;
+}
+
+/** Options of `startTestServer`. */
+export interface TestServerOptions {
+  /** Environment variables over the defaults (`PORT=0`, a temporary `RUNPLANE_DATA_DIR`, …). */
+  env?: Record<string, string>;
+  /** Keep this data dir (e.g. to restart on it) instead of making a new one. */
+  dataDir?: string;
+}
+
+/** Starts a server on 127.0.0.1 with a free port; close it in `after`. */
+export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
+  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "runplane-test-")));
+  const config: Config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    RUNPLANE_DATA_DIR: dataDir,
+    RUNPLANE_APPS_DIR: join(dataDir, "apps"),
+    RUNPLANE_LOG_LEVEL: "debug",
+    RUNPLANE_RESPONSE_CHECK: "1",
+    ...options.env,
+  });
+  const lines: string[] = [];
+  const logs: Array<Record<string, unknown>> = [];
+  const destination = new Writable({
+    write(chunk, _encoding, done) {
+      for (const line of String(chunk).split("\n")) {
+        if (!line) continue;
+        lines.push(line);
+        logs.push(JSON.parse(line) as Record<string, unknown>);
+      }
+      done();
+    },
+  });
+  const server = await createServer(config, { logger: createLogger({ level: config.logLevel, destination }) });
+  const url = await server.listen();
+  async function mintToken(mint: { projectId?: string; scopes?: Scope[]; expiresAt?: number } = {}) {
+    const { token, account } = await createServiceAccount(
+      { db: server.context.store.db, key: server.context.key },
+      {
+        projectId: mint.projectId ?? TEST_PROJECT,
+        name: "test",
+        scopes: mint.scopes ?? ["rest", "run"],
+        expiresAt: mint.expiresAt ?? Date.now() + 86_400_000,
+      },
+    );
+    return { token, id: account.id };
+  }
+  const { token } = await mintToken();
+  return {
+    url,
+    dataDir,
+    server,
+    token,
+    client: createTestClient(url, token),
+    logs,
+    rawLogs: () => lines.join("\n"),
+    mintToken,
+    async close() {
+      await server.close();
+      if (!options.dataDir) await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
