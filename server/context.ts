@@ -3,6 +3,7 @@ import type { Registry } from "prom-client";
 import type { SigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { Logger } from "./log.ts";
+import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
 /** Why the server is not ready, if it is not. */
@@ -19,4 +20,6 @@ export interface ServerContext {
   logger: Logger;
   readiness: Readiness;
   metrics: Registry;
+  /** Seals secrets kept at rest (webhook secrets, GitHub tokens). */
+  secrets: SecretBox;
 }

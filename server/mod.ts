@@ -13,6 +13,7 @@ import type { Readiness, ServerContext } from "./context.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { createHttpApp } from "./http/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
+import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
@@ -41,6 +42,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const freshDataDir = !existsSync(join(config.dataDir, "runplane.sqlite3"));
   const store = await openStore(config.dataDir);
   const key = await loadOrCreateSigningKey(config.dataDir);
+  const secrets = await loadSecretBox(config.dataDir);
   const metrics = new Registry();
   collectDefaultMetrics({ register: metrics });
   const readiness: Readiness = {
@@ -52,7 +54,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       }
     },
   };
-  const context: ServerContext = { config, store, key, logger, readiness, metrics };
+  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets };
   const app = createHttpApp({
     handlers: createHandlers(context),
     verifier: createTokenVerifier({ db: store.db, key }),
