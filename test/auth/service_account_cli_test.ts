@@ -1,0 +1,68 @@
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { promisify } from "node:util";
+import { ROOT } from "../../scripts/generate.ts";
+import { createTestClient } from "../_helpers/client.ts";
+import { startTestServer } from "../_helpers/server.ts";
+
+const run = promisify(execFile);
+const CLI = join(ROOT, "client", "runplane.mjs");
+
+function cli(args: string[], env: Record<string, string> = {}) {
+  return run(process.execPath, [CLI, ...args], { env: { ...process.env, ...env } })
+    .then((r) => ({ ...r, code: 0 }), (e: { stdout: string; stderr: string; code: number }) => e);
+}
+
+describe("runplane service-account", () => {
+  it("creates a token against the data dir that the server accepts, lists it, and revokes it", async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), "runplane-cli-"));
+    try {
+      const created = await cli(["service-account", "create", "--project", "p-cli", "--name", "deployer", "--expires", "30d", "--scope", "rest", "--data-dir", dataDir]);
+      assert.equal(created.code, 0, created.stderr);
+      const token = created.stdout.trim();
+      assert.match(token, /^[\w-]+\.[\w-]+\.[\w-]+$/, "stdout holds only the token");
+
+      const files = await readdir(dataDir, { recursive: true });
+      for (const file of files) {
+        const text = await readFile(join(dataDir, String(file))).catch(() => Buffer.alloc(0));
+        assert.ok(!text.includes(token), `the token is not stored in ${file}`);
+      }
+
+      const t = await startTestServer({ dataDir });
+      try {
+        const client = createTestClient(t.url, token);
+        const call = () =>
+          client.POST("/v3/projects/{project_id}/apps/{app_id}/base-image", {
+            params: { path: { project_id: "p-cli", app_id: "a" } },
+            body: {},
+          });
+        assert.equal((await call()).response.status, 200);
+
+        const listed = await cli(["service-account", "list", "--project", "p-cli", "--json", "--data-dir", dataDir]);
+        const accounts = JSON.parse(listed.stdout) as Array<{ id: string; name: string; scopes: string[] }>;
+        assert.equal(accounts.length, 1);
+        assert.equal(accounts[0].name, "deployer");
+        assert.deepEqual(accounts[0].scopes, ["rest"]);
+        assert.ok(!listed.stdout.includes(token));
+
+        const revoked = await cli(["service-account", "revoke", accounts[0].id, "--data-dir", dataDir]);
+        assert.equal(revoked.code, 0, revoked.stderr);
+        assert.equal((await call()).response.status, 401);
+      } finally {
+        await t.close();
+      }
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it("exits 2 with a clear message for a bad expiry", async () => {
+    const result = await cli(["service-account", "create", "--project", "p-cli", "--name", "x", "--expires", "someday", "--data-dir", join(tmpdir(), "runplane-unused")]);
+    assert.equal(result.code, 2);
+    assert.match(result.stderr, /Invalid expiry "someday"/);
+  });
+});

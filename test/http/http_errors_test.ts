@@ -1,0 +1,88 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { checkedFetch } from "../_helpers/contract.ts";
+import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
+
+describe("HTTP layer problems", () => {
+  let t: TestServer;
+  let url: string;
+  before(async () => {
+    t = await startTestServer({ env: { RUNPLANE_BODY_LIMIT: "1kb" } });
+    url = `${t.url}/v3/projects/${TEST_PROJECT}/apps/a/base-image`;
+  });
+  after(() => t.close());
+
+  function post(body: string, contentType = "application/json") {
+    return checkedFetch(url, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${t.token}`, "Content-Type": contentType },
+      body,
+    });
+  }
+
+  async function problem(response: Response) {
+    assert.equal(response.headers.get("content-type"), "application/problem+json");
+    assert.match(response.headers.get("x-request-id") ?? "", /^req_/);
+    return (await response.json()) as { type: string; status: number; detail: string; errors?: unknown[] };
+  }
+
+  it("answers 400 for malformed JSON", async () => {
+    const response = await post("{bad");
+    assert.equal(response.status, 400);
+    const body = await problem(response);
+    assert.equal(body.type, "https://runplane.dev/problems/malformed-json");
+  });
+
+  it("answers 413 for a body over the limit", async () => {
+    const response = await post(JSON.stringify({ aptPackages: ["x".repeat(2000)] }));
+    assert.equal(response.status, 413);
+    assert.match((await problem(response)).detail, /limit/);
+  });
+
+  it("answers 415 for another content type", async () => {
+    const response = await post("aptPackages=x", "application/x-www-form-urlencoded");
+    assert.equal(response.status, 415);
+    assert.match((await problem(response)).detail, /application\/json/);
+  });
+
+  it("answers 400 when a required body is absent", async () => {
+    const response = await checkedFetch(url, { method: "POST", headers: { Authorization: `Bearer ${t.token}` } });
+    assert.equal(response.status, 400);
+    assert.deepEqual((await problem(response)).errors, [{ path: "body", message: "is required: send a JSON object" }]);
+  });
+
+  it("lists every failing parameter", async () => {
+    const response = await checkedFetch(`${t.url}/v4/projects/${TEST_PROJECT}/apps/a/runs?limit=0&status=bogus`, {
+      headers: { Authorization: `Bearer ${t.token}` },
+    });
+    assert.equal(response.status, 400);
+    const paths = ((await problem(response)).errors as Array<{ path: string }>).map((e) => e.path).sort();
+    assert.deepEqual(paths, ["query.limit", "query.status"]);
+  });
+
+  it("answers 400 for a path parameter outside its pattern", async () => {
+    const response = await checkedFetch(`${t.url}/v3/projects/NOT_VALID/apps/a/base-image`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${t.token}`, "Content-Type": "application/json" },
+      body: "{}",
+    });
+    // The token's project is checked first: a foreign project id is 403 whatever its spelling.
+    assert.equal(response.status, 403);
+  });
+
+  it("answers 404 for an unknown route and 405 for a wrong method", async () => {
+    const missing = await checkedFetch(`${t.url}/v9/nothing`);
+    assert.equal(missing.status, 404);
+    assert.equal((await problem(missing)).type, "https://runplane.dev/problems/not-found");
+    const wrong = await checkedFetch(url, { method: "GET" });
+    assert.equal(wrong.status, 405);
+    assert.equal(wrong.headers.get("allow"), "POST");
+    await problem(wrong);
+  });
+
+  it("sends X-Request-Id on success too", async () => {
+    const response = await checkedFetch(`${t.url}/healthz`);
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get("x-request-id") ?? "", /^req_/);
+  });
+});
