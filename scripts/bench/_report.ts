@@ -1,0 +1,84 @@
+import { readFile, writeFile } from "node:fs/promises";
+import type { MachineInfo } from "./_machine.ts";
+
+/** One line of the benchmark table. */
+export interface BenchRow {
+  scenario: string;
+  subject: string;
+  /** Throughput figure and its unit, e.g. 5321 and `req/s`. */
+  throughput: number | null;
+  unit: string;
+  p50Ms: number | null;
+  p99Ms: number | null;
+  peakRssMiB: number | null;
+  /** This row's throughput over the scenario's baseline row, measured in the same run. */
+  ratio: number | null;
+  target: string;
+  met: boolean | null;
+  note: string;
+}
+
+/** A whole run. */
+export interface BenchReport {
+  date: string;
+  machine: MachineInfo;
+  rows: BenchRow[];
+}
+
+function fmt(value: number | null, digits = 1): string {
+  if (value === null || Number.isNaN(value)) return "–";
+  return value >= 100 ? Math.round(value).toLocaleString("en-US") : value.toFixed(digits);
+}
+
+/** The report as a Markdown table with the machine and date. */
+export function markdownReport(report: BenchReport): string {
+  const m = report.machine;
+  const lines = [
+    `Measured ${report.date} on ${m.cores} cores (${m.cpuModel}), ${m.memoryGiB} GiB, Node ${m.node}, ${m.platform},`,
+    "by `npm run bench` (server, peers and the autocannon load generator each in their own process, on",
+    "loopback). Ratios are against the scenario's baseline measured in the same run. Peak RSS is the",
+    "server process's high-water mark so far in the run (worker processes not included).",
+    "",
+    "| Scenario | Subject | Throughput | p50 ms | p99 ms | Peak RSS MiB | Ratio | Target | Met | Note |",
+    "|---|---|---:|---:|---:|---:|---:|---|---|---|",
+  ];
+  for (const r of report.rows) {
+    lines.push(
+      `| ${r.scenario} | ${r.subject} | ${r.throughput === null ? "–" : `${fmt(r.throughput)} ${r.unit}`} | ${fmt(r.p50Ms, 2)} | ${fmt(r.p99Ms, 2)} | ${fmt(r.peakRssMiB)} | ${r.ratio === null ? "–" : `${r.ratio.toFixed(2)}×`} | ${r.target || "–"} | ${r.met === null ? "–" : r.met ? "yes" : "**no**"} | ${r.note} |`,
+    );
+  }
+  return lines.join("\n");
+}
+
+/** A fixed-width table for the terminal. */
+export function textReport(report: BenchReport): string {
+  const header = ["scenario", "subject", "throughput", "p50", "p99", "peakRSS", "ratio", "target", "met"];
+  const rows = report.rows.map((r) => [
+    r.scenario,
+    r.subject,
+    r.throughput === null ? "-" : `${fmt(r.throughput)} ${r.unit}`,
+    fmt(r.p50Ms, 2),
+    fmt(r.p99Ms, 2),
+    fmt(r.peakRssMiB),
+    r.ratio === null ? "-" : `${r.ratio.toFixed(2)}x`,
+    r.target,
+    r.met === null ? "-" : r.met ? "yes" : "NO",
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i])).join("  ");
+  const notes = report.rows.filter((r) => r.note).map((r) => `  ${r.scenario} / ${r.subject}: ${r.note}`);
+  return [line(header), ...rows.map(line), ...(notes.length ? ["", "notes:", ...notes] : [])].join("\n");
+}
+
+/** Replaces the README's Performance section (up to the next `<!-- section:` marker or the end). */
+export async function writeReadmeSection(readmePath: string, markdown: string): Promise<void> {
+  const readme = await readFile(readmePath, "utf8");
+  const marker = "<!-- section: performance -->";
+  const start = readme.indexOf(marker);
+  if (start < 0) throw new Error(`README has no ${marker} marker`);
+  const rest = readme.slice(start + marker.length);
+  const next = rest.indexOf("<!-- section:");
+  const tail = next < 0 ? "" : rest.slice(next);
+  const body = `${marker}\n## Performance\n\n${markdown}\n\n`;
+  await writeFile(readmePath, readme.slice(0, start) + body + tail);
+}

@@ -1,0 +1,37 @@
+import { type BenchContext, row } from "../_context.ts";
+import { loadTest } from "../_load.ts";
+import { memoryOf } from "../_processes.ts";
+import type { BenchRow } from "../_report.ts";
+import { BENCH_PROJECT } from "../_runplane.ts";
+
+/** 2. `async=true` calls answered 202 with their durable record. */
+export async function asyncAcceptScenario(context: BenchContext): Promise<BenchRow[]> {
+  const scenario = "2. Async accept";
+  const { runplane, bareKoa, durationSeconds } = context;
+  const body = JSON.stringify({ name: "bench" });
+  context.log("async accept: bare Koa");
+  const koa = await loadTest(`${bareKoa.url}/accept`, { method: "POST", headers: { "Content-Type": "application/json" }, body, durationSeconds });
+  context.log("async accept: runplane");
+  const ours = await loadTest(`${runplane.url}/v4/${BENCH_PROJECT}/echo/run?async=true`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${runplane.token}`, "Content-Type": "application/json" },
+    body,
+    durationSeconds,
+  });
+  const met = ours.requestsPerSecond >= 5000 && ours.p99Ms < 10 && ours.non2xx === 0;
+  return [
+    row({ scenario, subject: "bare Koa 202 (baseline)", throughput: koa.requestsPerSecond, p50Ms: koa.p50Ms, p99Ms: koa.p99Ms }),
+    row({
+      scenario,
+      subject: "runplane",
+      throughput: ours.requestsPerSecond,
+      p50Ms: ours.p50Ms,
+      p99Ms: ours.p99Ms,
+      peakRssMiB: (await memoryOf(runplane.child.pid!)).peakRssMiB,
+      ratio: ours.requestsPerSecond / koa.requestsPerSecond,
+      target: "≥ 5,000/s, p99 < 10 ms",
+      met,
+      note: ours.non2xx ? `${ours.non2xx} non-2xx` : "",
+    }),
+  ];
+}

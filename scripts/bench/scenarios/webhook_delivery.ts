@@ -1,0 +1,68 @@
+import { createHmac } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { type BenchContext, row } from "../_context.ts";
+import { loadTest } from "../_load.ts";
+import { memoryOf } from "../_processes.ts";
+import type { BenchRow } from "../_report.ts";
+import { BENCH_PROJECT } from "../_runplane.ts";
+
+const DELIVERIES = 5000;
+
+/** 4. Signed webhook deliveries, recorded and sent to a local receiver. */
+export async function webhookDeliveryScenario(context: BenchContext): Promise<BenchRow[]> {
+  const scenario = "4. Webhook delivery";
+  const { runplane } = context;
+  let received = 0;
+  let lastAt = 0;
+  let signed = 0;
+  const receiver = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      received++;
+      lastAt = performance.now();
+      if (req.headers["x-runplane-webhook-signature"]) signed++;
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+  try {
+    context.log("webhook: direct POSTs to the receiver (baseline)");
+    const body = JSON.stringify({ run_id: "run_00000000000000000000000000", status: "success", result: { hello: "bench" }, error: null, run_time_ms: 0.1, timestamp: new Date().toISOString() });
+    const signature = `v1,${createHmac("sha256", "bench-secret").update(`run_x.1.${body}`).digest("hex")}`;
+    const direct = await loadTest(hook, { method: "POST", headers: { "Content-Type": "application/json", "X-Runplane-Webhook-Signature": signature }, body, amount: DELIVERIES, connections: 32 });
+    received = 0;
+    signed = 0;
+
+    context.log(`webhook: ${DELIVERIES} signed deliveries through runplane`);
+    const started = performance.now();
+    const calls = await loadTest(`${runplane.url}/v4/${BENCH_PROJECT}/echo/run?webhookEndpoint=${encodeURIComponent(hook)}`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${runplane.token}`, "Content-Type": "application/json", "X-Webhook-Secret": "bench-secret" },
+      body: JSON.stringify({ name: "bench" }),
+      amount: DELIVERIES,
+      connections: 32,
+    });
+    const deadline = Date.now() + 120_000;
+    while (received < DELIVERIES - calls.non2xx && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const seconds = (lastAt - started) / 1000;
+    const rate = received / seconds;
+    return [
+      row({ scenario, subject: "direct POSTs (baseline)", throughput: direct.requestsPerSecond, p50Ms: direct.p50Ms, p99Ms: direct.p99Ms }),
+      row({
+        scenario,
+        subject: "runplane deliveries",
+        throughput: rate,
+        unit: "deliveries/s",
+        peakRssMiB: (await memoryOf(runplane.child.pid!)).peakRssMiB,
+        ratio: rate / direct.requestsPerSecond,
+        target: "≥ 3,000/s",
+        met: rate >= 3000 && signed === received && received === DELIVERIES,
+        note: `${received} of ${DELIVERIES} delivered, ${signed} signed; includes running the functions`,
+      }),
+    ];
+  } finally {
+    await new Promise((r) => receiver.close(r));
+  }
+}
