@@ -5,7 +5,7 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
-import { Kysely, type MigrationProvider, Migrator, SqliteDialect } from "kysely";
+import { Kysely, type MigrationProvider, Migrator, type SqliteDatabase, SqliteDialect } from "kysely";
 import { MIGRATIONS } from "./_migrations/mod.ts";
 import type { Database } from "./schema.ts";
 
@@ -38,13 +38,35 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
   sqlite.pragma("synchronous = NORMAL");
   sqlite.pragma("busy_timeout = 5000");
   sqlite.pragma("foreign_keys = ON");
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
   if (options.migrate !== false) await migrate(db);
   return {
     db,
     path,
     async close() {
       await db.destroy();
+    },
+  };
+}
+
+const STATEMENT_CACHE_LIMIT = 500;
+
+/**
+ * Kysely prepares every statement anew; compiling SQL is a large share of a small query's cost, so
+ * prepared statements are reused by their SQL text (bounded; parameters are bound per call).
+ */
+function cachingStatements(sqlite: BetterSqlite3.Database): SqliteDatabase {
+  const cache = new Map<string, BetterSqlite3.Statement>();
+  return {
+    close: () => sqlite.close(),
+    prepare(sql) {
+      let statement = cache.get(sql);
+      if (!statement) {
+        statement = sqlite.prepare(sql);
+        if (cache.size >= STATEMENT_CACHE_LIMIT) cache.delete(cache.keys().next().value as string);
+        cache.set(sql, statement);
+      }
+      return statement as unknown as ReturnType<SqliteDatabase["prepare"]>;
     },
   };
 }
