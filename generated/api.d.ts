@@ -544,7 +544,10 @@ export interface operations {
     getMetrics: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description `Bearer <RUNPLANE_METRICS_TOKEN>` when the server sets one. */
+                authorization?: string;
+            };
             path?: never;
             cookie?: never;
         };

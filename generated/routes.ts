@@ -59,7 +59,14 @@ export const routes = [
     "koaPath": "/metrics",
     "auth": "none",
     "scope": null,
-    "params": [],
+    "params": [
+      {
+        "name": "authorization",
+        "in": "header",
+        "type": "string",
+        "required": false
+      }
+    ],
     "body": null,
     "validators": {
       "params": "getMetrics_params",

@@ -5939,7 +5939,7 @@ return errors === 0;
 validate69.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getMetrics_params = validate70;
-const schema110 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema110 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
 
 function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6010,8 +6010,10 @@ errors++;
 }
 if(data.header !== undefined){
 let data2 = data.header;
-if(!(data2 && typeof data2 == "object" && !Array.isArray(data2))){
-const err5 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data2 && typeof data2 == "object" && !Array.isArray(data2)){
+if(data2.authorization !== undefined){
+if(typeof data2.authorization !== "string"){
+const err5 = {instancePath:instancePath+"/header/authorization",schemaPath:"#/properties/header/properties/authorization/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -6023,12 +6025,24 @@ errors++;
 }
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err6 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err6];
 }
 else {
 vErrors.push(err6);
+}
+errors++;
+}
+}
+}
+else {
+const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
 }
 errors++;
 }

@@ -15,6 +15,8 @@ export interface Config {
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** Check every response against the contract and fail loudly on a mismatch. */
   responseCheck: boolean;
+  /** When set, `GET /metrics` needs it as a bearer token. */
+  metricsToken: string | null;
 }
 
 /** One setting: its variable, flag, default and parser. */
@@ -101,6 +103,14 @@ export const SETTINGS: SettingSpec[] = [
     default: "on unless NODE_ENV=production",
     description: "Check every response against the contract; a mismatch becomes a loud 500",
     parse: boolean,
+  },
+  {
+    key: "metricsToken",
+    env: "RUNPLANE_METRICS_TOKEN",
+    flag: "--metrics-token",
+    default: "",
+    description: "When set, GET /metrics requires it as a bearer token",
+    parse: (raw) => raw || null,
   },
 ];
 

@@ -1,8 +1,8 @@
 /** What the handlers share: the server's settings and its domain services. */
-import type { Registry } from "prom-client";
 import type { SigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { Logger } from "./log.ts";
+import type { Metrics } from "./metrics/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
@@ -19,7 +19,7 @@ export interface ServerContext {
   key: SigningKey;
   logger: Logger;
   readiness: Readiness;
-  metrics: Registry;
+  metrics: Metrics;
   /** Seals secrets kept at rest (webhook secrets, GitHub tokens). */
   secrets: SecretBox;
 }

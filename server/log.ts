@@ -1,5 +1,6 @@
 /** The server's logger: pino JSON lines, with every path that could carry a secret redacted. */
 import { pino, type Logger } from "pino";
+import pretty from "pino-pretty";
 
 export type { Logger } from "pino";
 
@@ -26,8 +27,10 @@ export interface LoggerOptions {
   destination?: NodeJS.WritableStream;
 }
 
-/** Creates the root logger. */
+/** Creates the root logger: JSON lines, or pretty lines when it writes to a terminal. */
 export function createLogger(options: LoggerOptions = {}): Logger {
+  const destination = options.destination ??
+    (process.stdout.isTTY ? pretty({ colorize: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname,service" }) : process.stdout);
   return pino(
     {
       level: options.level ?? "info",
@@ -35,6 +38,6 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       redact: { paths: REDACTED_PATHS, censor: "[redacted]" },
       timestamp: pino.stdTimeFunctions.isoTime,
     },
-    options.destination ?? process.stdout,
+    destination,
   );
 }

@@ -6,13 +6,13 @@ import { existsSync } from "node:fs";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { collectDefaultMetrics, Registry } from "prom-client";
 import { createTokenVerifier, loadOrCreateSigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { createHttpApp } from "./http/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
+import { createMetrics } from "./metrics/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 
@@ -43,8 +43,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const store = await openStore(config.dataDir);
   const key = await loadOrCreateSigningKey(config.dataDir);
   const secrets = await loadSecretBox(config.dataDir);
-  const metrics = new Registry();
-  collectDefaultMetrics({ register: metrics });
+  const metrics = createMetrics();
   const readiness: Readiness = {
     async reasons() {
       try {
@@ -61,6 +60,12 @@ export async function createServer(config: Config, options: CreateServerOptions 
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
     responseCheck: config.responseCheck,
+    onRequestFinished(request) {
+      metrics.httpRequestDuration.observe(
+        { operation_id: request.operationId ?? "unmatched", method: request.method, status: String(request.status) },
+        request.durationMs / 1000,
+      );
+    },
   });
   let server: Server | undefined;
   let url = "";

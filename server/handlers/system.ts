@@ -1,6 +1,13 @@
+import { createHash, timingSafeEqual } from "node:crypto";
 import type { Handlers } from "../http/mod.ts";
 import type { ServerContext } from "../context.ts";
 import { ProblemError } from "../problems/mod.ts";
+
+/** Compares two secrets in constant time (over their digests, so lengths do not leak either). */
+function sameSecret(given: string, expected: string): boolean {
+  const digest = (text: string) => createHash("sha256").update(text).digest();
+  return timingSafeEqual(digest(given), digest(expected));
+}
 
 type SystemHandlers = Pick<Handlers, "getJwks" | "getHealth" | "getReadiness" | "getMetrics">;
 
@@ -25,8 +32,14 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
       }
       return { status: 200, contentType: "application/json", body: { status: "ready" } };
     },
-    async getMetrics() {
-      return { status: 200, contentType: "text/plain", headers: { "Content-Type": context.metrics.contentType }, body: await context.metrics.metrics() };
+    async getMetrics({ header }) {
+      const expected = context.config.metricsToken;
+      if (expected !== null && !sameSecret(header.authorization ?? "", `Bearer ${expected}`)) {
+        throw new ProblemError("unauthorized", "Send the metrics token as `Authorization: Bearer <RUNPLANE_METRICS_TOKEN>`", {
+          headers: { "WWW-Authenticate": 'Bearer realm="runplane-metrics"' },
+        });
+      }
+      return { status: 200, contentType: "text/plain", headers: { "Content-Type": context.metrics.registry.contentType }, body: await context.metrics.registry.metrics() };
     },
   };
 }

@@ -27,6 +27,16 @@ export interface HttpAppOptions {
   bodyLimitBytes: number;
   /** Check every response against the contract (development and tests). */
   responseCheck: boolean;
+  /** Called once per request when its response has been sent (metrics). */
+  onRequestFinished?(request: FinishedRequest): void;
+}
+
+/** What is known of a request once its response has been sent. */
+export interface FinishedRequest {
+  operationId: string | null;
+  method: string;
+  status: number;
+  durationMs: number;
 }
 
 interface State {
@@ -104,14 +114,16 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     }
     const routeId = state.route?.operationId ?? null;
     ctx.res.once("finish", () => {
+      const durationMs = performance.now() - state.startedAt;
       logger.info({
         req_id: ctx.response.get("X-Request-Id"),
         operationId: routeId,
         method: ctx.method,
         path: ctx.path,
         status: ctx.status,
-        duration_ms: Math.round((performance.now() - state.startedAt) * 100) / 100,
+        duration_ms: Math.round(durationMs * 100) / 100,
       }, "request");
+      options.onRequestFinished?.({ operationId: routeId, method: ctx.method, status: ctx.status, durationMs });
     });
   });
 
