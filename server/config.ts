@@ -15,6 +15,8 @@ export interface Config {
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** Check every response against the contract and fail loudly on a mismatch. */
   responseCheck: boolean;
+  /** The most repository-tree paths kept in memory, across every cached commit. */
+  treeCacheEntries: number;
 }
 
 /** One setting: its variable, flag, default and parser. */
@@ -101,6 +103,14 @@ export const SETTINGS: SettingSpec[] = [
     default: "on unless NODE_ENV=production",
     description: "Check every response against the contract; a mismatch becomes a loud 500",
     parse: boolean,
+  },
+  {
+    key: "treeCacheEntries",
+    env: "RUNPLANE_TREE_CACHE_ENTRIES",
+    flag: "--tree-cache-entries",
+    default: "500000",
+    description: "Most repository-tree paths cached in memory across commits (0 turns the cache off)",
+    parse: integer(0, 100_000_000),
   },
 ];
 
