@@ -2,6 +2,8 @@
  * `runplane`: the command-line client. Exit codes: 0 success, 1 the run or request failed, 2 usage
  * error.
  */
+import { INTEGRATION_HELP, integrationCommand } from "./_commands/integration.ts";
+import { REPO_HELP, repoCommand } from "./_commands/repo.ts";
 import { serveCommand, serveHelp } from "./_commands/serve.ts";
 import { SERVICE_ACCOUNT_HELP, serviceAccountCommand } from "./_commands/service_account.ts";
 import { type Command, type CommandIo, UsageError } from "./_commands/usage.ts";
@@ -9,6 +11,8 @@ import { type Command, type CommandIo, UsageError } from "./_commands/usage.ts";
 const COMMANDS: Record<string, { run: Command; help: () => string; summary: string }> = {
   serve: { run: serveCommand, help: serveHelp, summary: "Run the server" },
   "service-account": { run: serviceAccountCommand, help: () => SERVICE_ACCOUNT_HELP, summary: "Create, list and revoke service-account tokens" },
+  repo: { run: repoCommand, help: () => REPO_HELP, summary: "Mirror a git repository into a project's local repos" },
+  integration: { run: integrationCommand, help: () => INTEGRATION_HELP, summary: "Choose a project's repository provider: github or local" },
 };
 
 function mainHelp(): string {

@@ -17,6 +17,8 @@ export interface Config {
   responseCheck: boolean;
   /** When set, `GET /metrics` needs it as a bearer token. */
   metricsToken: string | null;
+  /** The most repository-tree paths kept in memory, across every cached commit. */
+  treeCacheEntries: number;
 }
 
 /** One setting: its variable, flag, default and parser. */
@@ -111,6 +113,14 @@ export const SETTINGS: SettingSpec[] = [
     default: "",
     description: "When set, GET /metrics requires it as a bearer token",
     parse: (raw) => raw || null,
+  },
+  {
+    key: "treeCacheEntries",
+    env: "RUNPLANE_TREE_CACHE_ENTRIES",
+    flag: "--tree-cache-entries",
+    default: "500000",
+    description: "Most repository-tree paths cached in memory across commits (0 turns the cache off)",
+    parse: integer(0, 100_000_000),
   },
 ];
 

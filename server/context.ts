@@ -1,6 +1,7 @@
 /** What the handlers share: the server's settings and its domain services. */
 import type { SigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
+import type { RepositoryTrees } from "./integrations/mod.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
@@ -22,4 +23,6 @@ export interface ServerContext {
   metrics: Metrics;
   /** Seals secrets kept at rest (webhook secrets, GitHub tokens). */
   secrets: SecretBox;
+  /** Repository file trees from each project's provider, cached by commit. */
+  trees: RepositoryTrees;
 }

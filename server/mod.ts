@@ -11,6 +11,7 @@ import type { Config } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { createHttpApp } from "./http/mod.ts";
+import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
@@ -53,7 +54,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
       }
     },
   };
-  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets };
+  const trees = createRepositoryTrees({ dataDir: config.dataDir, store: { db: store.db, secrets }, logger, metrics, cacheEntries: config.treeCacheEntries });
+  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees };
   const app = createHttpApp({
     handlers: createHandlers(context),
     verifier: createTokenVerifier({ db: store.db, key }),

@@ -14,7 +14,7 @@ import type { AnyHandlerResult, HandlerInput, Handlers, OperationId } from "./ha
 import { createBodyReader } from "./read_body.ts";
 import { decodeRequest } from "./request_decoding.ts";
 import { checkResponse } from "./response_check.ts";
-import { writeResult } from "./response_writer.ts";
+import { writeResult, type WrittenJson } from "./response_writer.ts";
 
 export type { EventStreamBody, Handler, HandlerInput, HandlerResult, Handlers, OperationId } from "./handler_types.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
@@ -71,6 +71,8 @@ function snapshot(ctx: Context) {
   let body: unknown;
   if (typeof ctx.body === "string" && type?.endsWith("json")) body = JSON.parse(ctx.body);
   else if (typeof ctx.body === "string") body = ctx.body;
+  // A streamed JSON body is checked from the value it is being encoded from.
+  else if (type?.endsWith("json")) body = (ctx.state as WrittenJson).jsonValue;
   return { status: ctx.status, headers: ctx.response.headers as Record<string, string>, contentType: type, body };
 }
 

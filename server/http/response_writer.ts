@@ -1,8 +1,18 @@
 import { Readable } from "node:stream";
 import type { Context } from "koa";
 import type { AnyHandlerResult, EventStreamBody } from "./handler_types.ts";
+import { jsonChunks } from "./json_stream.ts";
 
-/** Writes a handler's result to the Koa context: JSON serialised once, SSE streamed as it comes. */
+/** Where `writeResult` leaves a JSON body's value, so the contract check can validate a streamed body. */
+export interface WrittenJson {
+  jsonValue?: unknown;
+}
+
+/**
+ * Writes a handler's result to the Koa context. JSON that fits in one chunk is sent whole (with a
+ * Content-Length); a larger value is encoded and written chunk by chunk, never held as one string. SSE
+ * is streamed as it comes.
+ */
 export function writeResult(ctx: Context, result: AnyHandlerResult): void {
   ctx.status = result.status;
   for (const [name, value] of Object.entries(result.headers ?? {})) ctx.set(name, value);
@@ -22,10 +32,23 @@ export function writeResult(ctx: Context, result: AnyHandlerResult): void {
   }
   if (result.contentType.endsWith("json")) {
     ctx.type = result.contentType === "application/json" ? "application/json; charset=utf-8" : result.contentType;
-    ctx.body = JSON.stringify(result.body);
+    (ctx.state as WrittenJson).jsonValue = result.body;
+    const chunks = jsonChunks(result.body);
+    const first = chunks.next();
+    const second = first.done ? first : chunks.next();
+    if (second.done) {
+      ctx.body = first.done ? "null" : first.value;
+      return;
+    }
+    ctx.body = Readable.from(prepend([first.value as string, second.value], chunks), { objectMode: false });
     return;
   }
   // A handler may name a more precise type (Prometheus: `text/plain; version=0.0.4; charset=utf-8`).
   if (!ctx.response.get("Content-Type").startsWith(result.contentType)) ctx.type = `${result.contentType}; charset=utf-8`;
   ctx.body = String(result.body);
+}
+
+function* prepend(head: string[], rest: Iterator<string, void, undefined>): Generator<string, void, undefined> {
+  yield* head;
+  for (let next = rest.next(); !next.done; next = rest.next()) yield next.value;
 }

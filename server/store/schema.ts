@@ -31,9 +31,20 @@ export interface BaseImageDigestTable {
   seen_count: Generated<number>;
 }
 
+/** A project's repository provider; a project without a row uses the local git folder. */
+export interface ProjectIntegrationTable {
+  project_id: string;
+  provider: "local" | "github";
+  github_api_url: string | null;
+  /** The GitHub token sealed by the SecretBox; never the plaintext. */
+  github_token_sealed: string | null;
+  updated_at: number;
+}
+
 /** Every table of the store. */
 export interface Database {
   projects: ProjectTable;
   service_accounts: ServiceAccountTable;
   base_image_digests: BaseImageDigestTable;
+  project_integrations: ProjectIntegrationTable;
 }

@@ -1,0 +1,58 @@
+import { parseArgs } from "node:util";
+import { GITHUB_API_URL, normalizeGithubApiUrl, saveProjectIntegration } from "../../server/integrations/mod.ts";
+import { loadSecretBox } from "../../server/secrets/mod.ts";
+import { openStore } from "../../server/store/mod.ts";
+import { dataDirOf, requireProjectId } from "./project_id.ts";
+import { type CommandIo, UsageError } from "./usage.ts";
+
+/** Help of `runplane integration`. */
+export const INTEGRATION_HELP = `Usage:
+  runplane integration github --project <id> --token <token | -> [--api-url <url>] [--data-dir <dir>]
+  runplane integration local --project <id> [--data-dir <dir>]
+
+github makes the project read repository trees from GitHub with the token (--token - reads it from
+stdin); the token is stored encrypted and never shown again. For GitHub Enterprise Server pass
+--api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data dir's
+repos folder (see runplane repo add).`;
+
+async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
+  let text = "";
+  for await (const chunk of stream) text += String(chunk);
+  return text.trim();
+}
+
+/** `runplane integration github|local`. */
+export async function integrationCommand(io: CommandIo & { stdin?: NodeJS.ReadableStream }): Promise<number> {
+  const [sub, ...rest] = io.args;
+  if (sub !== "github" && sub !== "local") throw new UsageError(sub ? `Unknown provider "${sub}": use github or local` : "Name a provider: github or local");
+  const { values } = parseArgs({
+    args: rest,
+    options: { project: { type: "string" }, token: { type: "string" }, "api-url": { type: "string" }, "data-dir": { type: "string" } },
+  });
+  const projectId = requireProjectId(values.project, `integration ${sub}`);
+  let integration: Parameters<typeof saveProjectIntegration>[1]["integration"] = { provider: "local" };
+  if (sub === "github") {
+    const token = values.token === "-" ? await readStdin(io.stdin ?? process.stdin) : values.token;
+    if (!token) throw new UsageError("integration github needs --token <token> (or --token - to read it from stdin)");
+    let apiUrl: string;
+    try {
+      apiUrl = normalizeGithubApiUrl(values["api-url"] ?? GITHUB_API_URL);
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
+    integration = { provider: "github", apiUrl, token };
+  }
+  const dataDir = dataDirOf(values["data-dir"], io.env);
+  const store = await openStore(dataDir);
+  try {
+    await saveProjectIntegration({ db: store.db, secrets: await loadSecretBox(dataDir) }, { projectId, integration });
+  } finally {
+    await store.close();
+  }
+  io.stderr.write(
+    integration.provider === "github"
+      ? `Project ${projectId} now reads repositories from GitHub at ${integration.apiUrl}; the token is stored encrypted\n`
+      : `Project ${projectId} now reads repositories from the data dir's repos folder\n`,
+  );
+  return 0;
+}

@@ -1,0 +1,71 @@
+/**
+ * Serialises a JSON value as a sequence of text chunks, so a large answer (a 100,000-entry tree) is
+ * written while it is encoded instead of first becoming one giant string.
+ */
+
+/** Options of `jsonChunks`. */
+export interface JsonChunksOptions {
+  /** Roughly how many characters each chunk holds (default 64 KiB). */
+  chunkChars?: number;
+}
+
+type Json = unknown;
+
+function resolved(key: string, value: Json): Json {
+  const toJSON = (value as { toJSON?: (key: string) => Json } | null)?.toJSON;
+  return typeof toJSON === "function" ? toJSON.call(value, key) : value;
+}
+
+function isSkipped(value: Json): boolean {
+  return value === undefined || typeof value === "function" || typeof value === "symbol";
+}
+
+/**
+ * Yields `value` as JSON text in chunks whose concatenation equals `JSON.stringify(value)`. Arrays
+ * are encoded one element at a time, and objects one member at a time unless they sit inside an array
+ * (a record in a list is small, and encoding it whole is faster).
+ */
+export function* jsonChunks(value: Json, options: JsonChunksOptions = {}): Generator<string, void, undefined> {
+  const limit = options.chunkChars ?? 65_536;
+  let parts: string[] = [];
+  let size = 0;
+  function* push(text: string): Generator<string, void, undefined> {
+    parts.push(text);
+    size += text.length;
+    if (size >= limit) {
+      yield parts.join("");
+      parts = [];
+      size = 0;
+    }
+  }
+  function* encode(item: Json, inArray: boolean): Generator<string, void, undefined> {
+    if (Array.isArray(item)) {
+      yield* push("[");
+      for (let i = 0; i < item.length; i++) {
+        if (i > 0) yield* push(",");
+        const element = resolved(String(i), item[i]);
+        if (isSkipped(element)) yield* push("null");
+        else if (Array.isArray(element)) yield* encode(element, true);
+        else yield* push(JSON.stringify(element));
+      }
+      yield* push("]");
+      return;
+    }
+    if (item !== null && typeof item === "object" && !inArray) {
+      yield* push("{");
+      let first = true;
+      for (const [name, member] of Object.entries(item)) {
+        const memberValue = resolved(name, member);
+        if (isSkipped(memberValue)) continue;
+        yield* push(`${first ? "" : ","}${JSON.stringify(name)}:`);
+        first = false;
+        yield* encode(memberValue, false);
+      }
+      yield* push("}");
+      return;
+    }
+    yield* push(JSON.stringify(item) ?? "null");
+  }
+  yield* encode(resolved("", value), false);
+  if (parts.length) yield parts.join("");
+}

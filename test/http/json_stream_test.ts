@@ -1,0 +1,42 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { jsonChunks } from "../../server/http/json_stream.ts";
+
+describe("jsonChunks", () => {
+  it("joins to exactly JSON.stringify's text for every kind of value", () => {
+    const values: unknown[] = [
+      null,
+      0,
+      -1.5,
+      "quote \" and \u2028 line separator",
+      true,
+      [],
+      {},
+      [1, undefined, () => 1, [2, [3]], { a: undefined, b: null }],
+      { a: 1, skip: undefined, fn: () => 1, nested: { list: [{ x: "y" }], when: new Date(0) }, "we\"ird": [null] },
+      { toJSON: () => ({ replaced: true }) },
+      new Date(1_700_000_000_000),
+    ];
+    for (const value of values) {
+      assert.equal([...jsonChunks(value, { chunkChars: 4 })].join(""), JSON.stringify(value), JSON.stringify(value));
+    }
+  });
+
+  it("cuts a large array into chunks near the requested size, none holding the whole text", () => {
+    const entries = Array.from({ length: 20_000 }, (_, i) => ({ path: `src/f${i}.txt`, type: "file", mode: "100644", sha: "a".repeat(40), size: i }));
+    const value = { owner: "acme", entries };
+    const chunks = [...jsonChunks(value, { chunkChars: 16_384 })];
+    const whole = JSON.stringify(value);
+    assert.equal(chunks.join(""), whole);
+    assert.ok(chunks.length > whole.length / 20_000, `${chunks.length} chunks`);
+    assert.ok(chunks.every((chunk) => chunk.length < 16_384 + 200), "each chunk stays near the limit");
+  });
+
+  it("encodes lazily: nothing past the first chunk is encoded until asked for", () => {
+    let encoded = 0;
+    const items = Array.from({ length: 1_000 }, (_, i) => ({ toJSON: () => (encoded++, { i }) }));
+    const chunks = jsonChunks(items, { chunkChars: 100 });
+    chunks.next();
+    assert.ok(encoded < 50, `encoded ${encoded} of 1000 items for the first chunk`);
+  });
+});
