@@ -54,7 +54,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       }
     },
   };
-  const trees = createRepositoryTrees({ dataDir: config.dataDir, store: { db: store.db, secrets }, logger, metrics, cacheEntries: config.treeCacheEntries });
+  const trees = createRepositoryTrees({ dataDir: config.dataDir, store: { db: store.db, secrets }, logger, metrics: metrics.registry, cacheEntries: config.treeCacheEntries });
   const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees };
   const app = createHttpApp({
     handlers: createHandlers(context),

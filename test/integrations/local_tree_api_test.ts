@@ -167,7 +167,7 @@ describe("getRepositoryTree from local git repositories", () => {
     assert.equal(changed.response.status, 200);
     assert.notEqual(changed.response.headers.get("etag"), etag);
     assert.ok(changed.data?.entries.some((e) => e.path === "new.txt"));
-    const metric = await t.server.context.metrics.getSingleMetric("runplane_repository_tree_cache_total")!.get();
+    const metric = await t.server.context.metrics.registry.getSingleMetric("runplane_repository_tree_cache_total")!.get();
     const hits = metric.values.find((v) => v.labels.result === "hit")?.value ?? 0;
     assert.ok(hits >= 1, `the cache counter shows hits: ${JSON.stringify(metric.values)}`);
   });
