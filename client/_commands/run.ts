@@ -1,0 +1,111 @@
+import { readFile } from "node:fs/promises";
+import { parseArgs } from "node:util";
+import { type RunOptions, TERMINAL_STATUSES } from "../mod.ts";
+import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { formatRun } from "./runs.ts";
+import { clearProgress, showProgress, writeJson } from "./output.ts";
+import { type CommandIo, UsageError } from "./usage.ts";
+
+/** Help of `runplane run`. */
+export const RUN_HELP = `Usage: runplane run <project>/<app>[/<function>] [--data JSON | --data @file.json]
+                    [--async [--wait]] [--stream] [--webhook URL [--webhook-secret S]] [--idempotency-key K]
+
+Calls a function (default: run) with the JSON object's members as its arguments and prints the result.
+  --stream   print each item as it arrives (text as is, other values as JSON)
+  --async    queue the run and print its id; with --wait, poll until it ends and print the outcome
+             (progress on a terminal)
+Exit code 1 when the call or the run failed.
+
+${CONNECTION_HELP}`;
+
+async function readInput(data: string | undefined): Promise<Record<string, unknown>> {
+  if (data === undefined) return {};
+  let text = data;
+  if (data.startsWith("@")) {
+    try {
+      text = await readFile(data.slice(1), "utf8");
+    } catch (error) {
+      throw new UsageError(`Cannot read ${data.slice(1)} (${(error as NodeJS.ErrnoException).code}): give --data @<path to a JSON file>`);
+    }
+  }
+  let input: unknown;
+  try {
+    input = JSON.parse(text);
+  } catch (error) {
+    throw new UsageError(`--data is not JSON (${(error as Error).message}): give an object such as '{"name": "Ada"}'`);
+  }
+  if (typeof input !== "object" || input === null || Array.isArray(input)) {
+    throw new UsageError("--data must be a JSON object: its members are the function's arguments");
+  }
+  return input as Record<string, unknown>;
+}
+
+/** `runplane run`: calls a function synchronously, asynchronously or as a stream. */
+export async function runCommand(io: CommandIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: io.args,
+    allowPositionals: true,
+    options: {
+      ...CONNECTION_OPTIONS,
+      data: { type: "string" },
+      async: { type: "boolean", default: false },
+      wait: { type: "boolean", default: false },
+      stream: { type: "boolean", default: false },
+      webhook: { type: "string" },
+      "webhook-secret": { type: "string" },
+      "idempotency-key": { type: "string" },
+    },
+  });
+  const target = positionals[0];
+  if (!target || positionals.length > 1 || !/^[^/]+\/[^/]+(\/[^/]+)?$/.test(target)) {
+    throw new UsageError("run needs one <project>/<app>[/<function>]");
+  }
+  if (values.stream && values.async) throw new UsageError("--stream and --async do not go together: a stream answers as the run goes");
+  if (values.wait && !values.async) throw new UsageError("--wait waits for an --async run: add --async");
+  if (values["webhook-secret"] && !values.webhook) throw new UsageError("--webhook-secret signs webhook deliveries: add --webhook URL");
+  const input = await readInput(values.data);
+  const client = connect(values, io.env);
+  const controller = new AbortController();
+  const interrupt = () => controller.abort(new Error("Interrupted"));
+  process.once("SIGINT", interrupt);
+  const options: RunOptions = {
+    webhookEndpoint: values.webhook,
+    webhookSecret: values["webhook-secret"],
+    idempotencyKey: values["idempotency-key"],
+    signal: controller.signal,
+  };
+  try {
+    if (values.stream) {
+      for await (const item of client.stream(target, input, options)) {
+        io.stdout.write(`${typeof item === "string" && !values.json ? item : JSON.stringify(item)}\n`);
+      }
+      return 0;
+    }
+    if (!values.async) {
+      const answer = await client.run(target, input, options);
+      if (values.json) writeJson(io, answer);
+      else io.stdout.write(`${JSON.stringify(answer.result, null, 2)}\n`);
+      return 0;
+    }
+    const runId = await client.runAsync(target, input, options);
+    if (!values.wait) {
+      if (values.json) writeJson(io, { run_id: runId });
+      else io.stdout.write(`${runId}\n`);
+      return 0;
+    }
+    const started = Date.now();
+    const run = await client.waitForRun(target, runId, {
+      signal: controller.signal,
+      onPoll(record) {
+        if (!TERMINAL_STATUSES.includes(record.status)) showProgress(io, `${runId} ${record.status} ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      },
+    });
+    clearProgress(io);
+    if (values.json) writeJson(io, run);
+    else if (run.status === "success") io.stdout.write(`${JSON.stringify(run.result, null, 2)}\n`);
+    else io.stderr.write(`${formatRun(run)}\n`);
+    return run.status === "success" ? 0 : 1;
+  } finally {
+    process.removeListener("SIGINT", interrupt);
+  }
+}

@@ -1,0 +1,350 @@
+/**
+ * The typed Runplane client for other services: openapi-fetch over the generated `paths`, plus what
+ * openapi-fetch cannot do by itself — stream iteration, polling a run to its end, webhook verification.
+ *
+ * ```ts
+ * const runplane = createRunplaneClient({ baseUrl: "https://run.example.com", apiUrl: "https://api.example.com", token });
+ * const { result } = await runplane.run("p-demo/hello", { name: "Ada" });
+ * for await (const item of runplane.stream("p-demo/counter", { n: 3 })) console.log(item);
+ * ```
+ *
+ * Every failed call throws a `RunplaneError` carrying the problem document, the status and the run id.
+ */
+import createClient, { type Client } from "openapi-fetch";
+import type { components, paths } from "../generated/api.d.ts";
+import { type AppRef, resolveAppRef } from "./app_ref.ts";
+import { readEventStream } from "./event_stream.ts";
+import { errorFromResponse, RunplaneError, runIdFrom } from "./runplane_error.ts";
+
+export { type AppLocation, type AppRef, DEFAULT_FUNCTION, resolveAppRef } from "./app_ref.ts";
+export { parseStreamItem, readEventStream } from "./event_stream.ts";
+export { errorFromResponse, isRunplaneError, type Problem, RunplaneError } from "./runplane_error.ts";
+export {
+  verifyWebhook,
+  type VerifyWebhookOptions,
+  type WebhookHeaders,
+  type WebhookVerification,
+} from "./webhook_verifier.ts";
+export type { components, paths } from "../generated/api.d.ts";
+
+type Schemas = components["schemas"];
+/** A run's record. */
+export type Run = Schemas["Run"];
+/** A run's status; `success`, `failure` and `cancelled` are terminal. */
+export type RunStatus = Schemas["RunStatus"];
+/** A synchronous call's answer. */
+export type RunResult = Schemas["RunResult"];
+/** A page of runs, newest first. */
+export type RunPage = Schemas["RunPage"];
+/** The dependencies and commands a base-image digest covers. */
+export type BaseImageRequest = Schemas["BaseImageRequest"];
+/** A base-image digest and whether the project had seen it. */
+export type BaseImageHash = Schemas["BaseImageHash"];
+/** A repository's tree at one commit. */
+export type RepositoryTree = Schemas["RepositoryTree"];
+/** The public keys that verify service-account tokens. */
+export type JsonWebKeySet = Schemas["JsonWebKeySet"];
+
+/** A `fetch` as openapi-fetch calls it: always with a `Request`. */
+export type RunplaneFetch = (request: Request) => Promise<Response>;
+
+/** Options of `createRunplaneClient`. At least one of `baseUrl` and `apiUrl`; one may serve both. */
+export interface RunplaneClientOptions {
+  /** The run API (`/v4/{project}/{app}/{function}`); `apiUrl` when absent. */
+  baseUrl?: string;
+  /** The REST API (`/v3/...`, `/v4/projects/...`, `/healthz`, ...); `baseUrl` when absent. */
+  apiUrl?: string;
+  /** A service-account token, sent as `Authorization: Bearer`. */
+  token?: string;
+  /** Replaces `globalThis.fetch` (e.g. to add tracing or to check answers). */
+  fetch?: RunplaneFetch;
+}
+
+/** Options of `run`, `runAsync` and `stream`. */
+export interface RunOptions {
+  /** An http(s) URL that receives the result after the run ends. */
+  webhookEndpoint?: string;
+  /** Signs the webhook deliveries (HMAC-SHA256); check them with `verifyWebhook`. */
+  webhookSecret?: string;
+  /** Makes the call safe to retry: the same key and body within 24 h return the original run. */
+  idempotencyKey?: string;
+  /** Aborts the call (for `stream`, stops reading and closes the connection). */
+  signal?: AbortSignal;
+}
+
+/** Options of `waitForRun`. */
+export interface WaitForRunOptions {
+  /** Stops waiting (rejects with the signal's reason). */
+  signal?: AbortSignal;
+  /** Gives up after this long with a `RunplaneError` of status 504 (default: wait forever). */
+  timeoutMs?: number;
+  /** The first delay between polls (default 200 ms); it grows by half each poll. */
+  initialDelayMs?: number;
+  /** The longest delay between polls (default 2000 ms). */
+  maxDelayMs?: number;
+  /** Called with every record fetched, terminal or not (for progress output). */
+  onPoll?: (run: Run) => void;
+}
+
+/** Options of `listRuns`. */
+export interface ListRunsOptions {
+  status?: RunStatus;
+  /** Page size, 1 to 200 (the server's default is 50). */
+  limit?: number;
+  /** `next_cursor` of the previous page. */
+  cursor?: string;
+  signal?: AbortSignal;
+}
+
+/** Options of `repositoryTree`. */
+export interface RepositoryTreeOptions {
+  /** A branch, tag or commit sha; the default branch when absent. */
+  ref?: string;
+  /** The `etag` of an earlier answer: an unchanged tree then answers `{ notModified: true }`. */
+  ifNoneMatch?: string;
+  signal?: AbortSignal;
+}
+
+/** `repositoryTree`'s answer: the tree and its ETag, or only the ETag when unchanged. */
+export type RepositoryTreeResult =
+  | { notModified: false; etag: string; tree: RepositoryTree }
+  | { notModified: true; etag: string };
+
+/** A stream of a run's items; `runId` is known once the server has answered. */
+export interface RunStream extends AsyncIterable<unknown> {
+  readonly runId: string | undefined;
+}
+
+/** The run statuses after which a run never changes. */
+export const TERMINAL_STATUSES: readonly RunStatus[] = ["success", "failure", "cancelled"];
+
+/** The client `createRunplaneClient` returns. */
+export interface RunplaneClient {
+  /** openapi-fetch on the REST API, for calls this wrapper does not cover. */
+  readonly api: Client<paths>;
+  /** openapi-fetch on the run API. */
+  readonly runApi: Client<paths>;
+  /** Calls a function and resolves with its result (a streaming function's items are collected). */
+  run(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): Promise<RunResult>;
+  /** Queues a run and resolves with its id at once. */
+  runAsync(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): Promise<string>;
+  /** Calls a function and yields its items as they arrive; an `event: error` throws. */
+  stream(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): RunStream;
+  /** A run's record. */
+  getRun(app: AppRef, runId: string, options?: { signal?: AbortSignal }): Promise<Run>;
+  /** Polls a run with backoff until it is terminal; resolves with the final record. */
+  waitForRun(app: AppRef, runId: string, options?: WaitForRunOptions): Promise<Run>;
+  /** A page of an app's runs, newest first. */
+  listRuns(app: AppRef, options?: ListRunsOptions): Promise<RunPage>;
+  /** Cancels a queued or running run; resolves with its record. */
+  cancelRun(app: AppRef, runId: string, options?: { signal?: AbortSignal }): Promise<Run>;
+  /** The digest of an app's build dependencies and whether the project had seen it. */
+  baseImageHash(app: AppRef, request: BaseImageRequest, options?: { signal?: AbortSignal }): Promise<BaseImageHash>;
+  /** A repository's tree (`"owner/repo"`) through a project's git integration. */
+  repositoryTree(project: string, repository: string, options?: RepositoryTreeOptions): Promise<RepositoryTreeResult>;
+  /** The public keys that verify service-account tokens. */
+  jwks(): Promise<JsonWebKeySet>;
+  /** Liveness. */
+  health(): Promise<{ status: "ok" }>;
+  /** Readiness; a server that is not ready throws a 503 `RunplaneError`. */
+  readiness(): Promise<{ status: "ready" }>;
+  /** The Prometheus metrics text. */
+  metrics(): Promise<string>;
+}
+
+/** The result of an openapi-fetch call, reduced to what `unwrap` needs. */
+interface FetchOutcome<T> {
+  data?: T;
+  error?: unknown;
+  response: Response;
+}
+
+async function unwrap<T>(call: Promise<FetchOutcome<T>>): Promise<T> {
+  const { data, error, response } = await call;
+  if (!response.ok) throw await errorFromResponse(response, error);
+  return data as T;
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(done, ms);
+    function done() {
+      signal?.removeEventListener("abort", aborted);
+      resolve();
+    }
+    function aborted() {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    }
+    signal?.addEventListener("abort", aborted, { once: true });
+  });
+}
+
+/**
+ * Creates a client. Throws a `TypeError` when neither `baseUrl` nor `apiUrl` is given. The token is
+ * sent on every call; calls that need none (`health`, `jwks`, ...) ignore it.
+ */
+export function createRunplaneClient(options: RunplaneClientOptions): RunplaneClient {
+  const runUrl = options.baseUrl ?? options.apiUrl;
+  const restUrl = options.apiUrl ?? options.baseUrl;
+  if (!runUrl || !restUrl) throw new TypeError("Give the client a baseUrl (run API) or an apiUrl (REST API), or both");
+  const headers: Record<string, string> = options.token ? { Authorization: `Bearer ${options.token}` } : {};
+  const api = createClient<paths>({ baseUrl: restUrl, headers, fetch: options.fetch });
+  const runApi = createClient<paths>({ baseUrl: runUrl, headers, fetch: options.fetch });
+
+  function callFunction(app: AppRef, input: Record<string, unknown> | undefined, options: RunOptions, call: { async?: boolean; accept?: string }) {
+    const ref = resolveAppRef(app);
+    return runApi.POST("/v4/{project_id}/{app_name}/{function_name}", {
+      params: {
+        path: { project_id: ref.project, app_name: ref.app, function_name: ref.function },
+        query: {
+          ...(call.async ? { async: true } : {}),
+          ...(options.webhookEndpoint ? { webhookEndpoint: options.webhookEndpoint } : {}),
+        },
+        header: {
+          ...(call.accept ? { accept: call.accept } : {}),
+          ...(options.webhookSecret ? { "X-Webhook-Secret": options.webhookSecret } : {}),
+          ...(options.idempotencyKey ? { "Idempotency-Key": options.idempotencyKey } : {}),
+        },
+      },
+      // The generated RunInput is Record<string, never> (openapi-typescript does not read the schema's
+      // `unevaluatedProperties: {}`); any JSON object is a valid input.
+      body: (input ?? {}) as Schemas["RunInput"],
+      parseAs: "stream",
+      signal: options.signal,
+    });
+  }
+
+  function isEventStream(response: Response): boolean {
+    return (response.headers.get("content-type") ?? "").startsWith("text/event-stream");
+  }
+
+  async function run(app: AppRef, input?: Record<string, unknown>, runOptions: RunOptions = {}): Promise<RunResult> {
+    const started = performance.now();
+    const { response, error } = await callFunction(app, input, runOptions, {});
+    if (!response.ok) throw await errorFromResponse(response, error);
+    if (!isEventStream(response) || !response.body) return (await response.json()) as RunResult;
+    const runId = runIdFrom(response.headers.get("x-request-id"));
+    const items: unknown[] = [];
+    for await (const item of readEventStream(response.body, { runId })) items.push(item);
+    // A stream's answer has no run_time_ms; the client's own wall time is the closest honest figure.
+    return { run_id: runId ?? "", run_time_ms: performance.now() - started, result: items };
+  }
+
+  async function runAsync(app: AppRef, input?: Record<string, unknown>, runOptions: RunOptions = {}): Promise<string> {
+    const { response, error } = await callFunction(app, input, runOptions, { async: true });
+    if (!response.ok) throw await errorFromResponse(response, error);
+    const body = (await response.json()) as { run_id: string };
+    return body.run_id;
+  }
+
+  function stream(app: AppRef, input?: Record<string, unknown>, runOptions: RunOptions = {}): RunStream {
+    let runId: string | undefined;
+    async function* items(): AsyncGenerator<unknown, void, undefined> {
+      const { response, error } = await callFunction(app, input, runOptions, { accept: "text/event-stream" });
+      runId = runIdFrom(response.headers.get("x-request-id"));
+      if (!response.ok) throw await errorFromResponse(response, error);
+      if (!isEventStream(response) || !response.body) {
+        // The function returned a plain value: it is the stream's only item.
+        yield ((await response.json()) as RunResult).result;
+        return;
+      }
+      yield* readEventStream(response.body, { runId });
+    }
+    return {
+      get runId() {
+        return runId;
+      },
+      [Symbol.asyncIterator]: () => items(),
+    };
+  }
+
+  function runPath(app: AppRef, runId: string) {
+    const ref = resolveAppRef(app);
+    return { path: { project_id: ref.project, app_id: ref.app, run_id: runId } };
+  }
+
+  function getRun(app: AppRef, runId: string, callOptions: { signal?: AbortSignal } = {}): Promise<Run> {
+    return unwrap(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: runPath(app, runId), signal: callOptions.signal }));
+  }
+
+  async function waitForRun(app: AppRef, runId: string, waitOptions: WaitForRunOptions = {}): Promise<Run> {
+    const deadline = waitOptions.timeoutMs === undefined ? Infinity : Date.now() + waitOptions.timeoutMs;
+    let delay = waitOptions.initialDelayMs ?? 200;
+    const maxDelay = waitOptions.maxDelayMs ?? 2000;
+    while (true) {
+      const record = await getRun(app, runId, { signal: waitOptions.signal });
+      waitOptions.onPoll?.(record);
+      if (TERMINAL_STATUSES.includes(record.status)) return record;
+      if (Date.now() + delay > deadline) {
+        throw new RunplaneError({
+          type: "about:blank",
+          title: "Gave up waiting for the run",
+          status: 504,
+          detail: `Run ${runId} was still ${record.status} after ${waitOptions.timeoutMs} ms; wait longer or check it later with getRun`,
+          run_id: runId,
+        });
+      }
+      await sleep(delay, waitOptions.signal);
+      delay = Math.min(maxDelay, delay * 1.5);
+    }
+  }
+
+  function listRuns(app: AppRef, listOptions: ListRunsOptions = {}): Promise<RunPage> {
+    const ref = resolveAppRef(app);
+    const { signal, ...query } = listOptions;
+    return unwrap(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs", {
+      params: { path: { project_id: ref.project, app_id: ref.app }, query },
+      signal,
+    }));
+  }
+
+  function cancelRun(app: AppRef, runId: string, callOptions: { signal?: AbortSignal } = {}): Promise<Run> {
+    return unwrap(api.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: runPath(app, runId), signal: callOptions.signal }));
+  }
+
+  function baseImageHash(app: AppRef, request: BaseImageRequest, callOptions: { signal?: AbortSignal } = {}): Promise<BaseImageHash> {
+    const ref = resolveAppRef(app);
+    return unwrap(api.POST("/v3/projects/{project_id}/apps/{app_id}/base-image", {
+      params: { path: { project_id: ref.project, app_id: ref.app } },
+      body: request,
+      signal: callOptions.signal,
+    }));
+  }
+
+  async function repositoryTree(project: string, repository: string, treeOptions: RepositoryTreeOptions = {}): Promise<RepositoryTreeResult> {
+    const [owner, repo, ...rest] = repository.split("/");
+    if (!owner || !repo || rest.length) throw new TypeError(`Invalid repository "${repository}": write <owner>/<repo>`);
+    const { data, error, response } = await api.GET("/v4/projects/{project_id}/integrations/github/repos/{owner}/{repo}/tree", {
+      params: {
+        path: { project_id: project, owner, repo },
+        query: treeOptions.ref ? { ref: treeOptions.ref } : {},
+        header: treeOptions.ifNoneMatch ? { "If-None-Match": treeOptions.ifNoneMatch } : {},
+      },
+      signal: treeOptions.signal,
+    });
+    const etag = response.headers.get("etag") ?? "";
+    if (response.status === 304) return { notModified: true, etag };
+    if (!response.ok || !data) throw await errorFromResponse(response, error);
+    return { notModified: false, etag, tree: data };
+  }
+
+  return {
+    api,
+    runApi,
+    run,
+    runAsync,
+    stream,
+    getRun,
+    waitForRun,
+    listRuns,
+    cancelRun,
+    baseImageHash,
+    repositoryTree,
+    jwks: () => unwrap(api.GET("/.well-known/jwks.json")),
+    health: () => unwrap(api.GET("/healthz")),
+    readiness: () => unwrap(api.GET("/readyz")),
+    metrics: () => unwrap(api.GET("/metrics", { parseAs: "text" })),
+  };
+}
