@@ -70,7 +70,6 @@ describe("createRunplaneClient against a real server", () => {
       ["getRun", () => client.waitForRun(app, RUN_ID)],
       ["listRuns", () => client.listRuns(app, { status: "success", limit: 10 })],
       ["cancelRun", () => client.cancelRun(app, RUN_ID)],
-      ["getRepositoryTree", () => client.repositoryTree(TEST_PROJECT, "octo/hello", { ref: "main" })],
     ];
     for (const [operation, call] of calls) {
       const error = await rejection(call());
