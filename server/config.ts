@@ -15,6 +15,10 @@ export interface Config {
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** Check every response against the contract and fail loudly on a mismatch. */
   responseCheck: boolean;
+  /** Calls that may wait for a slot per app before new ones get 429. */
+  appQueueLimit: number;
+  /** Silence on an event stream after which a `: ping` comment is sent. */
+  sseHeartbeatMs: number;
 }
 
 /** One setting: its variable, flag, default and parser. */
@@ -74,6 +78,14 @@ function writableDir(raw: string): string {
   return path;
 }
 
+function seconds(min: number, max: number) {
+  return (raw: string): number => {
+    const value = Number(raw.trim().replace(/s$/, ""));
+    if (!raw.trim() || !Number.isFinite(value) || value < min || value > max) throw new Error(`must be a number of seconds from ${min} to ${max}`);
+    return Math.round(value * 1000);
+  };
+}
+
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
 
 /** Every setting, in the order `runplane serve --help` and the README list them. */
@@ -101,6 +113,22 @@ export const SETTINGS: SettingSpec[] = [
     default: "on unless NODE_ENV=production",
     description: "Check every response against the contract; a mismatch becomes a loud 500",
     parse: boolean,
+  },
+  {
+    key: "appQueueLimit",
+    env: "RUNPLANE_APP_QUEUE_LIMIT",
+    flag: "--app-queue-limit",
+    default: "100",
+    description: "Calls that may wait for a free replica slot per app; past it calls get 429 with Retry-After",
+    parse: integer(0, 100_000),
+  },
+  {
+    key: "sseHeartbeatMs",
+    env: "RUNPLANE_SSE_HEARTBEAT",
+    flag: "--sse-heartbeat",
+    default: "15",
+    description: "Seconds of silence on an event stream after which a `: ping` comment is sent",
+    parse: seconds(0.05, 3600),
   },
 ];
 

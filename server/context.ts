@@ -3,6 +3,7 @@ import type { Registry } from "prom-client";
 import type { SigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { Logger } from "./log.ts";
+import type { Runtime } from "./runtime/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
@@ -22,4 +23,6 @@ export interface ServerContext {
   metrics: Registry;
   /** Seals secrets kept at rest (webhook secrets, GitHub tokens). */
   secrets: SecretBox;
+  /** Deployed apps and their replicas: runs functions. */
+  runtime: Runtime;
 }

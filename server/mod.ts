@@ -13,6 +13,7 @@ import type { Readiness, ServerContext } from "./context.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { createHttpApp } from "./http/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
+import { createRuntime } from "./runtime/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 
@@ -27,7 +28,7 @@ export interface RunplaneServer {
   listen(): Promise<string>;
   /** The base URL, once listening. */
   readonly url: string;
-  /** Stops accepting connections, ends open ones, and closes the store. */
+  /** Stops accepting connections, stops every app replica, ends open connections, and closes the store. */
   close(): Promise<void>;
 }
 
@@ -54,7 +55,9 @@ export async function createServer(config: Config, options: CreateServerOptions 
       }
     },
   };
-  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets };
+  const runtime = createRuntime(config.appsDir, { logger, queueLimit: config.appQueueLimit });
+  await runtime.start();
+  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, runtime };
   const app = createHttpApp({
     handlers: createHandlers(context),
     verifier: createTokenVerifier({ db: store.db, key }),
@@ -85,12 +88,15 @@ export async function createServer(config: Config, options: CreateServerOptions 
       });
     },
     async close() {
-      if (server) {
-        await new Promise<void>((resolve) => {
+      const closed = server
+        ? new Promise<void>((resolve) => {
           server!.close(() => resolve());
           server!.closeIdleConnections();
-        });
-      }
+        })
+        : Promise.resolve();
+      // Stopping the replicas ends the calls (and streams) still open, so the connections can finish.
+      await runtime.close();
+      await closed;
       await store.close();
     },
   };

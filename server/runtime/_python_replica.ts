@@ -48,6 +48,8 @@ interface Pending {
   stream?: ItemQueue<StreamItem>;
   failed?: RunFailure;
   cancelTimer?: ReturnType<typeof setTimeout>;
+  /** Output not yet logged because its line is not complete. */
+  partial: Record<string, string>;
 }
 
 type Message = { op: string; id?: string; [key: string]: unknown };
@@ -119,6 +121,7 @@ export class PythonReplica implements Replica {
       const pending: Pending = {
         call,
         startedAt: performance.now(),
+        partial: {},
         resolve,
         reject,
         settle: () => {
@@ -128,6 +131,7 @@ export class PythonReplica implements Replica {
           clearTimeout(pending.cancelTimer);
           call.signal?.removeEventListener("abort", onAbort);
           this.#pending.delete(call.runId);
+          for (const [stream, text] of Object.entries(pending.partial)) if (text) this.#logOutput(call.runId, stream, text);
           call.onSettled();
         },
       };
@@ -202,9 +206,14 @@ export class PythonReplica implements Replica {
     if (!pending) return;
     const { runId } = pending.call;
     switch (message.op) {
-      case "log":
-        this.#options.logger.info({ run_id: runId, app: this.#options.label, stream: message.stream, text: message.text }, "function output");
+      case "log": {
+        // One log line per line of output, whatever the chunks the function wrote.
+        const stream = message.stream as string;
+        const lines = ((pending.partial[stream] ?? "") + (message.text as string)).split("\n");
+        pending.partial[stream] = lines.pop()!;
+        for (const line of lines) this.#logOutput(runId, stream, line);
         return;
+      }
       case "result":
         if (!pending.failed) pending.resolve({ kind: "result", result: message.value, runTimeMs: performance.now() - pending.startedAt });
         return pending.settle();
@@ -239,6 +248,10 @@ export class PythonReplica implements Replica {
         return this.#fail(pending, failure);
       }
     }
+  }
+
+  #logOutput(runId: string, stream: string, text: string): void {
+    this.#options.logger.info({ run_id: runId, app: this.#options.label, stream, text }, "function output");
   }
 
   #failWith(pending: Pending, error: ProblemError): void {

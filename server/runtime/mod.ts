@@ -163,7 +163,7 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
 
   function live(projectId: string, app: string): LiveApp & { pool: ReplicaPool<AnyReplica>; version: { config: NonNullable<AppVersion["config"]> } } {
     const found = apps.get(`${projectId}/${app}`);
-    if (!found) throw new ProblemError("not-found", `Project ${projectId} has no app named ${app}; deploy it to ${appsDir}/${projectId}/${app}`);
+    if (!found) throw new ProblemError("not-found", `Project ${projectId} has no app named ${app}; check the name or deploy the app first`);
     if (found.version.error !== undefined || !found.pool) {
       throw new ProblemError("app-unavailable", `App ${projectId}/${app} failed to load: ${found.version.error ?? "the server is closing"}`);
     }
