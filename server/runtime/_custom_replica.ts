@@ -72,6 +72,7 @@ export class CustomProcessReplica implements Upstream {
   readonly ready: Promise<void>;
   readonly exited: Promise<void>;
   wasReady = false;
+  usable = true;
   baseUrl = "";
   #child: ChildProcess | undefined;
   #resolveExited!: () => void;
@@ -112,6 +113,7 @@ export class CustomProcessReplica implements Upstream {
       });
     });
     void exited.then(() => {
+      this.usable = false;
       clearInterval(this.#health);
       this.#resolveExited();
     });
@@ -143,6 +145,7 @@ export class CustomProcessReplica implements Upstream {
       checking = false;
       if (failures >= 2 && !this.#stopped) {
         this.#options.logger.warn({ app: this.#options.label, pid: this.pid }, "custom runtime failed its health check; restarting it");
+        this.usable = false;
         this.#child?.kill("SIGKILL");
       }
     }, HEALTH_INTERVAL_MS);
@@ -167,6 +170,7 @@ export class UrlUpstream implements Upstream {
   readonly pid = undefined;
   readonly ready = Promise.resolve();
   readonly wasReady = true;
+  readonly usable = true;
   readonly exited: Promise<void>;
   #stop!: () => void;
 

@@ -59,6 +59,7 @@ export class PythonReplica implements Replica {
   readonly ready: Promise<void>;
   readonly exited: Promise<void>;
   wasReady = false;
+  usable = true;
   readonly #child: ChildProcess;
   readonly #options: PythonReplicaOptions;
   readonly #pending = new Map<string, Pending>();
@@ -75,6 +76,7 @@ export class PythonReplica implements Replica {
     this.exited = new Promise((resolve) => {
       this.#child.once("close", (code, signal) => {
         this.#exitCode = signal ? `signal ${signal}` : `exit code ${code}`;
+        this.usable = false;
         this.#onExit();
         resolve();
       });
@@ -138,7 +140,7 @@ export class PythonReplica implements Replica {
       const timer = setTimeout(() => {
         const seconds = call.graceMs / 1000;
         this.#fail(pending, new RunFailure("timeout", `The function ran longer than the app's response_grace_period (${seconds} s); its worker was killed`, { runId: call.runId }));
-        this.#child.kill("SIGKILL");
+        this.#kill();
       }, call.graceMs);
       const onAbort = () => this.#cancel(pending);
       this.#pending.set(call.runId, pending);
@@ -156,6 +158,11 @@ export class PythonReplica implements Replica {
     clearTimeout(timer);
   }
 
+  #kill(): void {
+    this.usable = false;
+    this.#child.kill("SIGKILL");
+  }
+
   #send(message: Message): void {
     const pipe = this.#child.stdio[3] as Writable;
     if (pipe.writable) pipe.write(`${JSON.stringify(message)}\n`);
@@ -168,7 +175,7 @@ export class PythonReplica implements Replica {
     // interrupted costs the worker.
     pending.cancelTimer = setTimeout(() => {
       this.#options.logger.warn({ app: this.#options.label, run_id: pending.call.runId, pid: this.pid }, "cancelled call did not stop; killing its worker");
-      this.#child.kill("SIGKILL");
+      this.#kill();
     }, CANCEL_GRACE_MS);
   }
 

@@ -16,6 +16,8 @@ export interface Replica {
   readonly exited: Promise<void>;
   /** Whether it became ready before exiting. */
   readonly wasReady: boolean;
+  /** False once it is being killed: no new call may go to it. */
+  readonly usable: boolean;
   /** Stops it: gently, then by force. */
   stop(): Promise<void>;
 }
@@ -85,7 +87,7 @@ export class ReplicaPool<R extends Replica> {
       busy: this.#busy,
       queued: this.#waiters.length,
       queueLimit: this.#options.queueLimit,
-      replicas: this.#entries.filter((e) => !e.stopping).length,
+      replicas: this.#entries.filter((e) => !e.stopping && e.replica.usable).length,
     };
   }
 
@@ -144,7 +146,7 @@ export class ReplicaPool<R extends Replica> {
 
   #grant(): Lease<R> {
     this.#busy++;
-    const live = this.#entries.filter((e) => !e.stopping && e.active < this.#options.slotsPerReplica);
+    const live = this.#entries.filter((e) => !e.stopping && e.replica.usable && e.active < this.#options.slotsPerReplica);
     let entry = live.sort((a, b) => a.active - b.active)[0];
     if (!entry) entry = this.#start("cold start");
     clearTimeout(entry.cooldown);
