@@ -169,6 +169,7 @@ class Worker:
         send({"op": "item", "id": call_id, "text": text, "json": not isinstance(value, str)})
 
     async def stream_sync(self, call_id, iterator):
+        asyncio.current_task().runplane_async = False
         send({"op": "stream", "id": call_id})
         done = object()
 
@@ -189,12 +190,15 @@ class Worker:
         send({"op": "end", "id": call_id})
 
     async def stream_async(self, call_id, iterator):
+        # A cancelled stream is closed at its next yield (GeneratorExit), never by cancelling the task,
+        # which would raise CancelledError inside the generator instead.
+        asyncio.current_task().runplane_async = False
         send({"op": "stream", "id": call_id})
         try:
             async for item in iterator:
-                self.send_item(call_id, item)
                 if call_id in self.cancelled:
                     raise Cancelled()
+                self.send_item(call_id, item)
         except (asyncio.CancelledError, Cancelled):
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None:
