@@ -112,7 +112,7 @@ class Reader {
     for (const [name, version] of Object.entries(value)) {
       if (typeof version !== "string") throw new AppConfigError(`${this.name(key)}.${name} must be a version string such as "*" or "==1.2"`);
     }
-    return value as Record<string, string>;
+    return { ...value } as Record<string, string>;
   }
 }
 
