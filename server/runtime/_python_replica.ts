@@ -174,7 +174,14 @@ export class PythonReplica implements Replica {
     // The worker acknowledges with `cancelled` (or a last result); a call stuck in code that cannot be
     // interrupted costs the worker.
     pending.cancelTimer = setTimeout(() => {
-      this.#options.logger.warn({ app: this.#options.label, run_id: pending.call.runId, pid: this.pid }, "cancelled call did not stop; killing its worker");
+      const log = { app: this.#options.label, run_id: pending.call.runId, pid: this.pid };
+      if (this.#pending.size > 1) {
+        // Killing the worker would fail its other calls: let this one run out (its grace period still
+        // applies) and discard its result.
+        this.#options.logger.warn(log, "cancelled call did not stop; it runs until it ends and its result is discarded");
+        return;
+      }
+      this.#options.logger.warn(log, "cancelled call did not stop; killing its worker");
       this.#kill();
     }, CANCEL_GRACE_MS);
   }
