@@ -28,7 +28,12 @@ _real_stderr = sys.stderr
 
 
 def send(message):
-    data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
+    write_line(json.dumps(message, separators=(",", ":")))
+
+
+def write_line(text):
+    """Writes one protocol line whole, even from several threads at once."""
+    data = (text + "\n").encode("utf-8")
     with _write_lock:
         view = memoryview(data)
         while view:
@@ -86,7 +91,6 @@ class Worker:
         self.loop = loop
         self.cancelled = set()
         self.tasks = {}
-        self.semaphore = threading.BoundedSemaphore(executor_size)
         from concurrent.futures import ThreadPoolExecutor
 
         self.executor = ThreadPoolExecutor(max_workers=executor_size)
@@ -215,12 +219,7 @@ def close_iterator(iterator):
 
 def send_raw_result(call_id, text):
     # The result is already JSON text; splice it in so it is not encoded twice.
-    data = ('{"op":"result","id":' + json.dumps(call_id) + ',"value":' + text + "}\n").encode("utf-8")
-    with _write_lock:
-        view = memoryview(data)
-        while view:
-            written = os.write(MESSAGES_FD, view)
-            view = view[written:]
+    write_line('{"op":"result","id":' + json.dumps(call_id) + ',"value":' + text + "}")
 
 
 def read_requests(loop, worker):
