@@ -19,6 +19,10 @@ export interface Config {
   metricsToken: string | null;
   /** The most repository-tree paths kept in memory, across every cached commit. */
   treeCacheEntries: number;
+  /** Calls that may wait for a slot per app before new ones get 429. */
+  appQueueLimit: number;
+  /** Silence on an event stream after which a `: ping` comment is sent. */
+  sseHeartbeatMs: number;
 }
 
 /** One setting: its variable, flag, default and parser. */
@@ -78,6 +82,14 @@ function writableDir(raw: string): string {
   return path;
 }
 
+function seconds(min: number, max: number) {
+  return (raw: string): number => {
+    const value = Number(raw.trim().replace(/s$/, ""));
+    if (!raw.trim() || !Number.isFinite(value) || value < min || value > max) throw new Error(`must be a number of seconds from ${min} to ${max}`);
+    return Math.round(value * 1000);
+  };
+}
+
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
 
 /** Every setting, in the order `runplane serve --help` and the README list them. */
@@ -121,6 +133,22 @@ export const SETTINGS: SettingSpec[] = [
     default: "500000",
     description: "Most repository-tree paths cached in memory across commits (0 turns the cache off)",
     parse: integer(0, 100_000_000),
+  },
+  {
+    key: "appQueueLimit",
+    env: "RUNPLANE_APP_QUEUE_LIMIT",
+    flag: "--app-queue-limit",
+    default: "100",
+    description: "Calls that may wait for a free replica slot per app; past it calls get 429 with Retry-After",
+    parse: integer(0, 100_000),
+  },
+  {
+    key: "sseHeartbeatMs",
+    env: "RUNPLANE_SSE_HEARTBEAT",
+    flag: "--sse-heartbeat",
+    default: "15",
+    description: "Seconds of silence on an event stream after which a `: ping` comment is sent",
+    parse: seconds(0.05, 3600),
   },
 ];
 

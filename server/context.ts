@@ -4,6 +4,7 @@ import type { Config } from "./config.ts";
 import type { RepositoryTrees } from "./integrations/mod.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/mod.ts";
+import type { Runtime } from "./runtime/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
@@ -25,4 +26,6 @@ export interface ServerContext {
   secrets: SecretBox;
   /** Repository file trees from each project's provider, cached by commit. */
   trees: RepositoryTrees;
+  /** Deployed apps and their replicas: runs functions. */
+  runtime: Runtime;
 }

@@ -14,6 +14,7 @@ import { createHttpApp } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
+import { createRuntime } from "./runtime/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 
@@ -28,7 +29,7 @@ export interface RunplaneServer {
   listen(): Promise<string>;
   /** The base URL, once listening. */
   readonly url: string;
-  /** Stops accepting connections, ends open ones, and closes the store. */
+  /** Stops accepting connections, stops every app replica, ends open connections, and closes the store. */
   close(): Promise<void>;
 }
 
@@ -55,7 +56,9 @@ export async function createServer(config: Config, options: CreateServerOptions 
     },
   };
   const trees = createRepositoryTrees({ dataDir: config.dataDir, store: { db: store.db, secrets }, logger, metrics: metrics.registry, cacheEntries: config.treeCacheEntries });
-  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees };
+  const runtime = createRuntime(config.appsDir, { logger, queueLimit: config.appQueueLimit });
+  await runtime.start();
+  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees, runtime };
   const app = createHttpApp({
     handlers: createHandlers(context),
     verifier: createTokenVerifier({ db: store.db, key }),
@@ -92,12 +95,15 @@ export async function createServer(config: Config, options: CreateServerOptions 
       });
     },
     async close() {
-      if (server) {
-        await new Promise<void>((resolve) => {
+      const closed = server
+        ? new Promise<void>((resolve) => {
           server!.close(() => resolve());
           server!.closeIdleConnections();
-        });
-      }
+        })
+        : Promise.resolve();
+      // Stopping the replicas ends the calls (and streams) still open, so the connections can finish.
+      await runtime.close();
+      await closed;
       await store.close();
     },
   };

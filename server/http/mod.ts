@@ -18,6 +18,7 @@ import { writeResult, type WrittenJson } from "./response_writer.ts";
 
 export type { EventStreamBody, Handler, HandlerInput, HandlerResult, Handlers, OperationId } from "./handler_types.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
+export { type FrameOptions, frameEvent, type HeartbeatOptions, SSE_PING, withHeartbeat } from "./sse.ts";
 
 /** What the HTTP layer needs. */
 export interface HttpAppOptions {

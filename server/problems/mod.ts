@@ -47,6 +47,7 @@ export const PROBLEM_KINDS = {
   "not-found": { status: 404, title: "Not found" },
   "method-not-allowed": { status: 405, title: "Method not allowed" },
   "conflict": { status: 409, title: "Conflict" },
+  "interrupted": { status: 409, title: "The run was interrupted" },
   "content-too-large": { status: 413, title: "Request body too large" },
   "unsupported-media-type": { status: 415, title: "Unsupported media type" },
   "unprocessable": { status: 422, title: "Unprocessable request" },

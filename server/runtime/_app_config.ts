@@ -1,0 +1,189 @@
+/**
+ * `runplane.toml`: parsed with a real TOML parser and checked key by key, so an unknown key or an
+ * out-of-range value is a load error that names the key.
+ */
+import { isAbsolute, resolve } from "node:path";
+import { parse } from "smol-toml";
+
+/** The largest `response_grace_period`: 12 hours. */
+export const MAX_GRACE_PERIOD_SECONDS = 43_200;
+
+/** How an app's custom runtime is reached. */
+export type CustomRuntime =
+  | { kind: "process"; entrypoint: string[]; port?: number; healthcheckEndpoint?: string }
+  | { kind: "url"; url: string };
+
+/** An app's validated settings, with defaults applied. */
+export interface AppConfig {
+  name: string;
+  runtime: "python" | "custom";
+  /** The Python interpreter (an absolute path when the file gave a relative path). */
+  python: string;
+  minReplicas: number;
+  maxReplicas: number;
+  replicaConcurrency: number;
+  cooldownMs: number;
+  responseGracePeriodMs: number;
+  dependencies: { pip: Record<string, string>; apt: Record<string, string>; conda: Record<string, string> };
+  build: { baseImage?: string; shellCommands: string[]; preBuildCommands: string[] };
+  custom?: CustomRuntime;
+}
+
+/** A `runplane.toml` that cannot be served; the message names the file and the key. */
+export class AppConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "AppConfigError";
+  }
+}
+
+type Table = Record<string, unknown>;
+
+function isTable(value: unknown): value is Table {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date);
+}
+
+class Reader {
+  constructor(readonly table: Table, readonly path: string, allowed: string[]) {
+    for (const key of Object.keys(table)) {
+      if (!allowed.includes(key)) {
+        throw new AppConfigError(`unknown key ${this.name(key)}; remove it or use one of ${allowed.join(", ")}`);
+      }
+    }
+  }
+
+  name(key: string): string {
+    return this.path ? `${this.path}.${key}` : key;
+  }
+
+  section(key: string, allowed: string[]): Reader {
+    const value = this.table[key] ?? {};
+    if (!isTable(value)) throw new AppConfigError(`${this.name(key)} must be a table ([${this.name(key)}])`);
+    return new Reader(value, this.name(key), allowed);
+  }
+
+  string(key: string, fallback: string): string;
+  string(key: string): string | undefined;
+  string(key: string, fallback?: string): string | undefined {
+    const value = this.table[key];
+    if (value === undefined) return fallback;
+    if (typeof value !== "string" || value === "") throw new AppConfigError(`${this.name(key)} must be a non-empty string`);
+    return value;
+  }
+
+  oneOf<T extends string>(key: string, choices: readonly T[], fallback: T): T {
+    const value = this.string(key, fallback);
+    if (!choices.includes(value as T)) {
+      throw new AppConfigError(`${this.name(key)} must be one of ${choices.join(", ")}, got ${JSON.stringify(value)}`);
+    }
+    return value as T;
+  }
+
+  integer(key: string, fallback: number | undefined, min: number, max: number): number | undefined {
+    const value = this.table[key];
+    if (value === undefined) return fallback;
+    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+      throw new AppConfigError(`${this.name(key)} must be a whole number from ${min} to ${max}, got ${JSON.stringify(value)}`);
+    }
+    return value;
+  }
+
+  seconds(key: string, fallback: number, min: number, max: number): number {
+    const value = this.table[key];
+    if (value === undefined) return fallback;
+    if (typeof value !== "number" || !Number.isFinite(value) || value < min || value > max) {
+      throw new AppConfigError(`${this.name(key)} must be a number of seconds from ${min} to ${max}, got ${JSON.stringify(value)}`);
+    }
+    return value;
+  }
+
+  strings(key: string): string[] | undefined {
+    const value = this.table[key];
+    if (value === undefined) return undefined;
+    if (!Array.isArray(value) || value.some((item) => typeof item !== "string")) {
+      throw new AppConfigError(`${this.name(key)} must be an array of strings`);
+    }
+    return value as string[];
+  }
+
+  versions(key: string): Record<string, string> {
+    const value = this.table[key] ?? {};
+    if (!isTable(value)) throw new AppConfigError(`${this.name(key)} must be a table of package = "version"`);
+    for (const [name, version] of Object.entries(value)) {
+      if (typeof version !== "string") throw new AppConfigError(`${this.name(key)}.${name} must be a version string such as "*" or "==1.2"`);
+    }
+    return { ...value } as Record<string, string>;
+  }
+}
+
+function customRuntime(runtime: Reader): CustomRuntime | undefined {
+  if (runtime.table.custom === undefined) return undefined;
+  const custom = runtime.section("custom", ["entrypoint", "port", "healthcheck_endpoint", "url"]);
+  const entrypoint = custom.strings("entrypoint");
+  const url = custom.string("url");
+  if ((entrypoint === undefined) === (url === undefined)) {
+    throw new AppConfigError("runtime.custom needs exactly one of entrypoint (a command to start) or url (an upstream to call)");
+  }
+  if (url !== undefined) {
+    if (!/^https?:\/\/[^/]/.test(url) || !URL.canParse(url)) throw new AppConfigError(`runtime.custom.url must be an http(s) URL, got ${JSON.stringify(url)}`);
+    for (const key of ["port", "healthcheck_endpoint"]) {
+      if (custom.table[key] !== undefined) throw new AppConfigError(`runtime.custom.${key} only applies with entrypoint; remove it or use entrypoint`);
+    }
+    return { kind: "url", url: url.replace(/\/+$/, "") };
+  }
+  if (entrypoint!.length === 0) throw new AppConfigError("runtime.custom.entrypoint must name a command, e.g. [\"python3\", \"server.py\"]");
+  const healthcheckEndpoint = custom.string("healthcheck_endpoint");
+  if (healthcheckEndpoint !== undefined && !healthcheckEndpoint.startsWith("/")) {
+    throw new AppConfigError(`runtime.custom.healthcheck_endpoint must be a path starting with /, got ${JSON.stringify(healthcheckEndpoint)}`);
+  }
+  return { kind: "process", entrypoint: entrypoint!, port: custom.integer("port", undefined, 1, 65535), healthcheckEndpoint };
+}
+
+/**
+ * Parses and validates the text of an app's `runplane.toml`. `appDir` resolves a relative interpreter
+ * path (a virtualenv in the app folder). Throws `AppConfigError` naming the offending key.
+ */
+export function parseAppConfig(text: string, appDir: string): AppConfig {
+  let raw: Table;
+  try {
+    raw = parse(text) as Table;
+  } catch (error) {
+    throw new AppConfigError(`runplane.toml is not valid TOML: ${(error as Error).message.split("\n")[0]}`);
+  }
+  const root = new Reader(raw, "", ["deployment", "scaling", "dependencies", "build", "runtime"]);
+  const deployment = root.section("deployment", ["name", "runtime", "python"]);
+  const scaling = root.section("scaling", ["min_replicas", "max_replicas", "replica_concurrency", "cooldown", "response_grace_period"]);
+  const dependencies = root.section("dependencies", ["pip", "apt", "conda"]);
+  const build = root.section("build", ["base_image", "shell_commands", "pre_build_commands"]);
+  const runtimeSection = root.section("runtime", ["custom"]);
+  const runtime = deployment.oneOf("runtime", ["python", "custom"] as const, "python");
+  const python = deployment.string("python", "python3");
+  const minReplicas = scaling.integer("min_replicas", 0, 0, 100)!;
+  const maxReplicas = scaling.integer("max_replicas", 1, 1, 100)!;
+  if (minReplicas > maxReplicas) {
+    throw new AppConfigError(`scaling.min_replicas (${minReplicas}) must not exceed scaling.max_replicas (${maxReplicas})`);
+  }
+  const custom = customRuntime(runtimeSection);
+  if (runtime === "custom" && !custom) throw new AppConfigError("deployment.runtime = \"custom\" needs a [runtime.custom] table with entrypoint or url");
+  if (runtime === "python" && custom) throw new AppConfigError("[runtime.custom] needs deployment.runtime = \"custom\"");
+  if (custom?.kind === "process" && custom.port !== undefined && maxReplicas > 1) {
+    throw new AppConfigError("runtime.custom.port fixes one port, so scaling.max_replicas must be 1; remove port to get a free port per replica");
+  }
+  return {
+    name: deployment.string("name", ""),
+    runtime,
+    python: python.includes("/") && !isAbsolute(python) ? resolve(appDir, python) : python,
+    minReplicas,
+    maxReplicas,
+    replicaConcurrency: scaling.integer("replica_concurrency", 1, 1, 1000)!,
+    cooldownMs: Math.round(scaling.seconds("cooldown", 30, 0, 86_400) * 1000),
+    responseGracePeriodMs: Math.round(scaling.seconds("response_grace_period", 900, 0.001, MAX_GRACE_PERIOD_SECONDS) * 1000),
+    dependencies: { pip: dependencies.versions("pip"), apt: dependencies.versions("apt"), conda: dependencies.versions("conda") },
+    build: {
+      baseImage: build.string("base_image"),
+      shellCommands: build.strings("shell_commands") ?? [],
+      preBuildCommands: build.strings("pre_build_commands") ?? [],
+    },
+    custom,
+  };
+}

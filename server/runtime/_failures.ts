@@ -1,0 +1,62 @@
+/** Typed run failures: what went wrong (`errorType`), for the run record and for the HTTP answer. */
+import { ProblemError, type ProblemKind } from "../problems/mod.ts";
+
+/**
+ * How a run failed: the Python exception's type name, or one of the fixed kinds below (the contract's
+ * `RunError.type`).
+ */
+export type RunErrorType =
+  | "timeout"
+  | "interrupted"
+  | "worker_crashed"
+  | "invalid_arguments"
+  | "not_serializable"
+  | "upstream_error"
+  | (string & Record<never, never>);
+
+const KIND_OF: Record<string, ProblemKind> = {
+  timeout: "gateway-timeout",
+  interrupted: "interrupted",
+  worker_crashed: "worker-crashed",
+  invalid_arguments: "unprocessable",
+  not_serializable: "function-error",
+  upstream_error: "bad-gateway",
+};
+
+/** Options of `RunFailure`. */
+export interface RunFailureOptions {
+  runId: string;
+  /** The exception's traceback, for a raised exception. */
+  traceback?: string;
+  /** True when `errorType` is an exception's type name rather than a fixed kind. */
+  exception?: boolean;
+}
+
+/**
+ * A run that started and failed. It is a `ProblemError`, so a handler may just let it propagate: the
+ * status follows the kind (500 exception, 504 timeout, 502 crash/upstream, 422 bad arguments).
+ */
+export class RunFailure extends ProblemError {
+  /** The contract's `RunError.type`: exception type name or a fixed kind such as `timeout`. */
+  readonly errorType: RunErrorType;
+  readonly traceback: string | undefined;
+  readonly runId: string;
+
+  constructor(errorType: RunErrorType, message: string, options: RunFailureOptions) {
+    const kind = options.exception ? "function-error" : (KIND_OF[errorType] ?? "function-error");
+    super(kind, message, {
+      runId: options.runId,
+      exceptionType: options.exception ? errorType : undefined,
+      traceback: options.traceback,
+    });
+    this.name = "RunFailure";
+    this.errorType = errorType;
+    this.traceback = options.traceback;
+    this.runId = options.runId;
+  }
+
+  /** The failure as the contract's `RunError`. */
+  toRunError(): { type: string; message: string; traceback: string | null } {
+    return { type: this.errorType, message: this.message, traceback: this.traceback ?? null };
+  }
+}

@@ -1,0 +1,253 @@
+/**
+ * The runtime: deployed apps and their warm replicas. `invoke` runs one call of an app's function and
+ * resolves with a JSON result or a stream of items; failures are typed (`RunFailure`, or a
+ * `ProblemError` for a missing app or function, a full queue, an app that failed to load). Free of HTTP,
+ * so the synchronous handler and a durable async dispatcher call it the same way.
+ */
+import type { Logger } from "../log.ts";
+import { ProblemError } from "../problems/mod.ts";
+import { type AppVersion, loadApp, scanApps } from "./_app_registry.ts";
+import { CustomProcessReplica, type Upstream, UrlUpstream } from "./_custom_replica.ts";
+import { RunFailure } from "./_failures.ts";
+import type { CallOutcome } from "./_outcome.ts";
+import { proxyCall } from "./_proxy.ts";
+import { PythonReplica } from "./_python_replica.ts";
+import { type Capacity, type Lease, ReplicaPool } from "./_replica_pool.ts";
+
+export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
+export { RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
+export type { CallOutcome, StreamItem } from "./_outcome.ts";
+export type { Capacity } from "./_replica_pool.ts";
+export { newRunId } from "./_run_id.ts";
+
+type AnyReplica = PythonReplica | Upstream;
+
+/** A slot reserved with `tryAcquireSlot`: pass it to `invoke`, or `release()` it if unused. */
+export type SlotLease = Lease<AnyReplica>;
+
+/** One call to run. */
+export interface InvokeRequest {
+  projectId: string;
+  app: string;
+  functionName: string;
+  /** The function's keyword arguments (the request body). */
+  input: Record<string, unknown>;
+  /** The run's id, from `newRunId()`; passed to a `run_id` parameter and sent as `X-Request-Id` upstream. */
+  runId: string;
+  /** Aborting interrupts the call: it is cancelled in the worker, whose process is replaced if it cannot stop. */
+  signal?: AbortSignal;
+  /** A slot reserved with `tryAcquireSlot`; without it the call waits in the app's queue. */
+  lease?: SlotLease;
+}
+
+/** What a caller may know about an app before calling it. */
+export interface AppSettings {
+  runtime: "python" | "custom";
+  /** How long one call may run before it fails with `timeout` (the app's `response_grace_period`). */
+  responseGracePeriodMs: number;
+  maxReplicas: number;
+  replicaConcurrency: number;
+}
+
+/** Options of `createRuntime`. */
+export interface RuntimeOptions {
+  logger: Logger;
+  /** Calls that may wait per app before 429. */
+  queueLimit: number;
+  /** How often app folders are checked for changes. */
+  pollIntervalMs?: number;
+}
+
+/** Deployed apps and their replicas. */
+export interface Runtime {
+  /** Loads every app and starts watching the apps folder. */
+  start(): Promise<void>;
+  /**
+   * Runs a call. Resolves once the function answered with a result, or once it started a stream (read
+   * `items` to the end, or stop reading to close the generator). Rejects with `RunFailure` when the run
+   * failed, or a `ProblemError` when it could not run (404, 429, 503).
+   */
+  invoke(request: InvokeRequest): Promise<CallOutcome>;
+  /** Reserves a slot of the app without queueing; null when every slot is busy. */
+  tryAcquireSlot(projectId: string, app: string): SlotLease | null;
+  /** The app's slots and queue. */
+  capacity(projectId: string, app: string): Capacity;
+  /** The app's runtime and limits; throws like `invoke` for a missing or broken app. */
+  appSettings(projectId: string, app: string): AppSettings;
+  /** Re-reads the apps folder now (it is also polled). */
+  reload(): Promise<void>;
+  /** Stops watching and stops every replica. */
+  close(): Promise<void>;
+}
+
+interface LiveApp {
+  version: AppVersion;
+  pool?: ReplicaPool<AnyReplica>;
+}
+
+function label(version: AppVersion): string {
+  return `${version.projectId}/${version.name}`;
+}
+
+function createPool(version: AppVersion, options: RuntimeOptions): ReplicaPool<AnyReplica> | undefined {
+  const { config } = version;
+  if (!config) return undefined;
+  const name = label(version);
+  const logger = options.logger;
+  function spawn(): AnyReplica {
+    const custom = config!.custom;
+    if (!custom) {
+      return new PythonReplica({ appDir: version.dir, label: name, python: config!.python, concurrency: config!.replicaConcurrency, logger });
+    }
+    if (custom.kind === "url") return new UrlUpstream(custom.url);
+    return new CustomProcessReplica({ appDir: version.dir, label: name, logger, ...custom });
+  }
+  return new ReplicaPool<AnyReplica>({
+    label: name,
+    minReplicas: config.minReplicas,
+    maxReplicas: config.maxReplicas,
+    slotsPerReplica: config.replicaConcurrency,
+    cooldownMs: config.cooldownMs,
+    queueLimit: options.queueLimit,
+    spawn,
+    logger,
+  });
+}
+
+/** Creates the runtime over `appsDir`; call `start()` before serving. */
+export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime {
+  const apps = new Map<string, LiveApp>();
+  const retired = new Set<ReplicaPool<AnyReplica>>();
+  const logger = options.logger;
+  let timer: ReturnType<typeof setInterval> | undefined;
+  let polling: Promise<void> | undefined;
+  let closed = false;
+
+  function install(version: AppVersion): LiveApp {
+    if (version.error) logger.error({ app: label(version), error: version.error }, "app failed to load");
+    else logger.info({ app: label(version), runtime: version.config?.runtime }, "app loaded");
+    const live = { version, pool: closed ? undefined : createPool(version, options) };
+    apps.set(label(version), live);
+    return live;
+  }
+
+  function retire(live: LiveApp): void {
+    if (!live.pool) return;
+    live.pool.drain();
+    retired.add(live.pool);
+  }
+
+  async function reload(): Promise<void> {
+    const found = await scanApps(appsDir);
+    if (closed) return;
+    const seen = new Set<string>();
+    for (const version of found) {
+      const key = label(version);
+      seen.add(key);
+      const live = apps.get(key);
+      if (live?.version.fingerprint === version.fingerprint) continue;
+      if (live) {
+        logger.info({ app: key }, "app changed; new calls go to new replicas");
+        retire(live);
+      }
+      install(version);
+    }
+    for (const [key, live] of apps) {
+      if (seen.has(key)) continue;
+      logger.info({ app: key }, "app removed");
+      apps.delete(key);
+      retire(live);
+    }
+    for (const pool of retired) if (pool.capacity().replicas === 0 && pool.capacity().busy === 0) retired.delete(pool);
+  }
+
+  function live(projectId: string, app: string): LiveApp & { pool: ReplicaPool<AnyReplica>; version: { config: NonNullable<AppVersion["config"]> } } {
+    const found = apps.get(`${projectId}/${app}`);
+    if (!found) throw new ProblemError("not-found", `Project ${projectId} has no app named ${app}; check the name or deploy the app first`);
+    if (found.version.error !== undefined || !found.pool) {
+      throw new ProblemError("app-unavailable", `App ${projectId}/${app} failed to load: ${found.version.error ?? "the server is closing"}`);
+    }
+    return found as ReturnType<typeof live>;
+  }
+
+  async function liveOrLoad(projectId: string, app: string) {
+    // An app deployed since the last poll is served at once.
+    if (!apps.has(`${projectId}/${app}`) && !closed) {
+      const version = await loadApp(appsDir, projectId, app);
+      if (version && !apps.has(label(version))) install(version);
+    }
+    return live(projectId, app);
+  }
+
+  return {
+    async start() {
+      await reload();
+      timer = setInterval(() => {
+        polling ??= reload().catch((error) => logger.error({ err: error }, "reloading apps failed")).finally(() => (polling = undefined));
+      }, options.pollIntervalMs ?? 500);
+      timer.unref();
+    },
+    reload,
+    async invoke(request) {
+      const app = await liveOrLoad(request.projectId, request.app);
+      const { config } = app.version;
+      let lease: SlotLease;
+      try {
+        lease = request.lease ?? (await app.pool.acquire(request.signal));
+      } catch (error) {
+        if (request.signal?.aborted) throw new RunFailure("interrupted", "The run was interrupted while it waited for a slot", { runId: request.runId });
+        throw error;
+      }
+      try {
+        await lease.replica.ready;
+      } catch (error) {
+        lease.release();
+        if (error instanceof ProblemError) throw new ProblemError(error.kind, error.message, { runId: request.runId });
+        throw error;
+      }
+      const replica = lease.replica;
+      if (replica instanceof PythonReplica) {
+        return replica.call({
+          runId: request.runId,
+          functionName: request.functionName,
+          kwargs: request.input,
+          graceMs: config.responseGracePeriodMs,
+          signal: request.signal,
+          onSettled: () => lease.release(),
+        });
+      }
+      return proxyCall(replica.baseUrl, {
+        runId: request.runId,
+        path: request.functionName,
+        input: request.input,
+        graceMs: config.responseGracePeriodMs,
+        signal: request.signal,
+        onSettled: () => lease.release(),
+      });
+    },
+    tryAcquireSlot(projectId, app) {
+      return live(projectId, app).pool.tryAcquire();
+    },
+    capacity(projectId, app) {
+      return live(projectId, app).pool.capacity();
+    },
+    appSettings(projectId, app) {
+      const { config } = live(projectId, app).version;
+      return {
+        runtime: config.runtime,
+        responseGracePeriodMs: config.responseGracePeriodMs,
+        maxReplicas: config.maxReplicas,
+        replicaConcurrency: config.replicaConcurrency,
+      };
+    },
+    async close() {
+      closed = true;
+      clearInterval(timer);
+      await polling;
+      const pools = [...[...apps.values()].flatMap((a) => (a.pool ? [a.pool] : [])), ...retired];
+      apps.clear();
+      retired.clear();
+      await Promise.all(pools.map((pool) => pool.close()));
+    },
+  };
+}

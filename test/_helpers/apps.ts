@@ -1,0 +1,58 @@
+/** Deploys test apps: writes `<appsDir>/<project>/<app>/runplane.toml` and its files. */
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { components } from "../../generated/api.d.ts";
+import { TEST_PROJECT, type TestServer } from "./server.ts";
+
+/** Options of `deployApp`. */
+export interface DeployOptions {
+  /** The text of `runplane.toml`. */
+  toml: string;
+  /** Other files by name, e.g. `{ "main.py": "def run(): return 1" }`. */
+  files?: Record<string, string>;
+  project?: string;
+}
+
+/** Writes an app folder under the test server's apps dir; returns its path. */
+export async function deployApp(t: TestServer, name: string, options: DeployOptions): Promise<string> {
+  const dir = join(t.server.context.config.appsDir, options.project ?? TEST_PROJECT, name);
+  await mkdir(dir, { recursive: true });
+  for (const [file, text] of Object.entries({ ...options.files, "runplane.toml": options.toml })) {
+    await writeFile(join(dir, file), text);
+  }
+  await t.server.context.runtime.reload();
+  return dir;
+}
+
+/** Polls `check` until it returns true, failing after `timeoutMs`. */
+export async function waitFor(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+/** Whether a process with this id is alive. */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A synchronous call's body, per the contract. */
+export type RunResult = components["schemas"]["RunResult"];
+
+/** Calls `fn` of `app` (in `p-test`) through the validating client, typed as a synchronous call. */
+export async function callFunction(t: TestServer, app: string, fn: string, body: Record<string, unknown> = {}) {
+  const answer = await t.client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+    params: { path: { project_id: TEST_PROJECT, app_name: app, function_name: fn } },
+    // The generated type of a free-form object is `Record<string, never>`.
+    body: body as Record<string, never>,
+  });
+  return { ...answer, data: answer.data as RunResult | undefined };
+}
