@@ -368,7 +368,7 @@ export interface components {
         /** @description A run's id: `run_` followed by a time-ordered, 26-character lowercase identifier. */
         RunId: string;
         /** @description The app's function's named parameters. */
-        RunInput: Record<string, never>;
+        RunInput: Record<string, unknown>;
         /**
          * @description How a run was called.
          * @enum {string}
