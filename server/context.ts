@@ -3,6 +3,7 @@ import type { Registry } from "prom-client";
 import type { SigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { Logger } from "./log.ts";
+import type { RunService } from "./runs/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
@@ -22,4 +23,6 @@ export interface ServerContext {
   metrics: Registry;
   /** Seals secrets kept at rest (webhook secrets, GitHub tokens). */
   secrets: SecretBox;
+  /** Run records, submitting calls, the async dispatcher, cancel. */
+  runs: RunService;
 }

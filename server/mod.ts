@@ -13,8 +13,10 @@ import type { Readiness, ServerContext } from "./context.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { createHttpApp } from "./http/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
+import { createRunService, type RunExecutor } from "./runs/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
+import { startDeliveryWorker } from "./webhooks/mod.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
 
@@ -34,6 +36,8 @@ export interface RunplaneServer {
 /** Options of `createServer`. */
 export interface CreateServerOptions {
   logger?: Logger;
+  /** Runs queued async runs; without one they stay queued until a server with one picks them up. */
+  executor?: RunExecutor;
 }
 
 /** Creates a server from validated settings: opens the store, loads the signing key, builds the app. */
@@ -54,7 +58,17 @@ export async function createServer(config: Config, options: CreateServerOptions 
       }
     },
   };
-  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets };
+  const deliveries = startDeliveryWorker({
+    db: store.db,
+    secrets,
+    logger,
+    headerVendor: config.webhookHeaderVendor,
+    timeoutMs: config.webhookTimeoutMs,
+    retryDelayMs: config.webhookRetryDelayMs,
+    guard: { allowPrivate: config.webhookAllowPrivate },
+  });
+  const runs = createRunService({ db: store.db, secrets, logger, config, executor: options.executor, onDeliveries: deliveries.wake });
+  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, runs };
   const app = createHttpApp({
     handlers: createHandlers(context),
     verifier: createTokenVerifier({ db: store.db, key }),
@@ -91,6 +105,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
           server!.closeIdleConnections();
         });
       }
+      await runs.stop();
+      await deliveries.stop();
       await store.close();
     },
   };

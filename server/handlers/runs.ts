@@ -9,11 +9,25 @@ function notYet(operation: string): never {
 }
 
 /** The run API: calling functions and inspecting runs. */
-export function runHandlers(_context: ServerContext): RunHandlers {
+export function runHandlers(context: ServerContext): RunHandlers {
+  const { runs } = context;
   return {
     runFunction: () => Promise.resolve(notYet("runFunction")),
-    getRun: () => Promise.resolve(notYet("getRun")),
-    cancelRun: () => Promise.resolve(notYet("cancelRun")),
-    listRuns: () => Promise.resolve(notYet("listRuns")),
+    async getRun({ path }) {
+      const run = await runs.getRun({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });
+      return { status: 200, contentType: "application/json", body: run };
+    },
+    async cancelRun({ path }) {
+      const run = await runs.cancelRun({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });
+      return { status: 200, contentType: "application/json", body: run };
+    },
+    async listRuns({ path, query }) {
+      const page = await runs.listRuns({ projectId: path.project_id, appId: path.app_id }, {
+        status: query.status,
+        limit: query.limit,
+        cursor: query.cursor,
+      });
+      return { status: 200, contentType: "application/json", body: page };
+    },
   };
 }

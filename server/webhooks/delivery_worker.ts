@@ -7,6 +7,7 @@ import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import type { SecretBox } from "../secrets/mod.ts";
 import type { Database } from "../store/mod.ts";
+import { startTicker } from "../ticker/mod.ts";
 import type { GuardOptions } from "./destination_guard.ts";
 import { claimDueDeliveries, type ClaimedDelivery, recordAttempt } from "./outbox.ts";
 import { postOnce } from "./_post.ts";
@@ -42,11 +43,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const owner = `dw_${randomBytes(8).toString("hex")}`;
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
-  const inFlight = new Set<Promise<void>>();
   const stopping = new AbortController();
-  let timer: NodeJS.Timeout | undefined;
-  let ticking: Promise<void> | undefined;
-  let again = false;
 
   function headersFor(delivery: ClaimedDelivery, now: number): Record<string, string> {
     const headers: Record<string, string> = {
@@ -92,52 +89,26 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     if (status === "failed") options.logger.warn(detail, "webhook delivery failed");
     else if (status === "delivered") options.logger.info(detail, "webhook delivered");
     else options.logger.info(detail, "webhook attempt failed; retrying");
-    if (status === "pending") schedule(options.retryDelayMs);
+    if (status === "pending") ticker.wakeAfter(options.retryDelayMs);
   }
 
   async function tick(): Promise<void> {
     const claimed = await claimDueDeliveries(options.db, { owner, now: Date.now(), leaseMs, limit: 32 });
     for (const delivery of claimed) {
-      const running: Promise<void> = attempt(delivery)
-        .catch((error) => options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded"))
-        .finally(() => inFlight.delete(running));
-      inFlight.add(running);
+      attempt(delivery).catch((error) => options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded"));
     }
   }
 
-  function run(): void {
-    if (stopping.signal.aborted) return;
-    if (ticking) {
-      again = true;
-      return;
-    }
-    ticking = tick()
-      .catch((error) => options.logger.error({ err: error }, "webhook outbox poll failed"))
-      .finally(() => {
-        ticking = undefined;
-        if (again) {
-          again = false;
-          run();
-        }
-      });
-  }
-
-  function schedule(delayMs: number): void {
-    if (stopping.signal.aborted) return;
-    setTimeout(run, delayMs).unref();
-  }
-
-  timer = setInterval(run, options.pollMs ?? 500);
-  timer.unref();
-  run();
+  const ticker = startTicker(tick, {
+    intervalMs: options.pollMs ?? 500,
+    onError: (error) => options.logger.error({ err: error }, "webhook outbox poll failed"),
+  });
 
   return {
-    wake: run,
+    wake: ticker.wake,
     async stop() {
       stopping.abort();
-      clearInterval(timer);
-      timer = undefined;
-      await ticking;
+      await ticker.stop();
     },
   };
 }
