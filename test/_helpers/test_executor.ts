@@ -31,6 +31,7 @@ export interface TestExecutor {
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(resolve, ms);
+    timer.unref();
     signal.addEventListener("abort", () => {
       clearTimeout(timer);
       reject(signal.reason);
