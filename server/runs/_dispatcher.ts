@@ -66,6 +66,8 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
     running.catch(() => {});
     const graceMs = Math.min((await executor.gracePeriodMs(target)) ?? DEFAULT_GRACE_MS, MAX_GRACE_MS);
     const timer = setTimeout(() => controller.abort(new RunTimedOut(graceMs)), graceMs);
+    // The worker keeps a live server busy; the deadline alone must not hold a stopping process open.
+    timer.unref();
     let outcome: RunOutcome;
     try {
       const value = await untilAborted(running, controller.signal);
