@@ -23,6 +23,18 @@ export interface Config {
   appQueueLimit: number;
   /** Silence on an event stream after which a `: ping` comment is sent. */
   sseHeartbeatMs: number;
+  /** How long a finished run keeps its result, in milliseconds. */
+  resultTtlMs: number;
+  /** How long a run's claim lasts without renewal before another process may end it, in milliseconds. */
+  runLeaseMs: number;
+  /** The vendor word in the webhook signature header names (`X-<vendor>-Webhook-Signature`). */
+  webhookHeaderVendor: string;
+  /** Lets webhooks reach loopback, private and link-local addresses (local development only). */
+  webhookAllowPrivate: boolean;
+  /** The longest one webhook delivery attempt may take, in milliseconds. */
+  webhookTimeoutMs: number;
+  /** The pause between two attempts of a webhook delivery, in milliseconds (at most 5 s). */
+  webhookRetryDelayMs: number;
 }
 
 /** One setting: its variable, flag, default and parser. */
@@ -63,6 +75,23 @@ export function parseSize(raw: string): number {
   const unit = match ? SIZE_UNITS[match[2].toLowerCase()] : undefined;
   if (!match || unit === undefined) throw new Error("must be a size such as 10mb, 512kb or a number of bytes");
   return Math.floor(Number(match[1]) * unit);
+}
+
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** Parses `24h`, `90s`, `500ms` or a number of milliseconds into milliseconds. */
+export function parseDuration(raw: string): number {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/i.exec(raw);
+  if (!match) throw new Error("must be a duration such as 24h, 90s, 500ms or a number of milliseconds");
+  return Math.round(Number(match[1]) * DURATION_UNITS[(match[2] ?? "ms").toLowerCase()]);
+}
+
+function duration(minMs: number, maxMs: number, bounds: string) {
+  return (raw: string): number => {
+    const value = parseDuration(raw);
+    if (value < minMs || value > maxMs) throw new Error(`must be a duration from ${bounds}`);
+    return value;
+  };
 }
 
 function boolean(raw: string): boolean {
@@ -150,6 +179,22 @@ export const SETTINGS: SettingSpec[] = [
     description: "Seconds of silence on an event stream after which a `: ping` comment is sent",
     parse: seconds(0.05, 3600),
   },
+  { key: "resultTtlMs", env: "RUNPLANE_RESULT_TTL", flag: "--result-ttl", default: "24h", description: "How long a finished run keeps its result (then `result_expired`)", parse: duration(1000, 3650 * 86_400_000, "1s to 3650d") },
+  { key: "runLeaseMs", env: "RUNPLANE_RUN_LEASE", flag: "--run-lease", default: "30s", description: "How long a claimed run stays owned without renewal; a crashed process's runs end `interrupted` after it", parse: duration(500, 3_600_000, "500ms to 1h") },
+  {
+    key: "webhookHeaderVendor",
+    env: "RUNPLANE_WEBHOOK_HEADER_VENDOR",
+    flag: "--webhook-header-vendor",
+    default: "Runplane",
+    description: "Vendor word in `X-<vendor>-Webhook-Timestamp` and `X-<vendor>-Webhook-Signature`",
+    parse: (raw) => {
+      if (!/^[A-Za-z0-9]{1,32}$/.test(raw)) throw new Error("must be 1 to 32 letters or digits");
+      return raw;
+    },
+  },
+  { key: "webhookAllowPrivate", env: "RUNPLANE_WEBHOOK_ALLOW_PRIVATE", flag: "--webhook-allow-private", default: "false", description: "Let webhooks reach loopback, private, link-local and metadata addresses (local development only)", parse: boolean },
+  { key: "webhookTimeoutMs", env: "RUNPLANE_WEBHOOK_TIMEOUT", flag: "--webhook-timeout", default: "10s", description: "Longest one webhook delivery attempt may take", parse: duration(100, 120_000, "100ms to 120s") },
+  { key: "webhookRetryDelayMs", env: "RUNPLANE_WEBHOOK_RETRY_DELAY", flag: "--webhook-retry-delay", default: "2s", description: "Pause between webhook delivery attempts", parse: duration(0, 5000, "0s to 5s") },
 ];
 
 /** Defaults that depend on other variables. */

@@ -5,6 +5,7 @@ import type { RepositoryTrees } from "./integrations/mod.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/mod.ts";
 import type { Runtime } from "./runtime/mod.ts";
+import type { RunService } from "./runs/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
@@ -28,4 +29,6 @@ export interface ServerContext {
   trees: RepositoryTrees;
   /** Deployed apps and their replicas: runs functions. */
   runtime: Runtime;
+  /** Run records, submitting calls, the async dispatcher, cancel. */
+  runs: RunService;
 }

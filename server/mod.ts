@@ -14,9 +14,11 @@ import { createHttpApp } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
-import { createRuntime } from "./runtime/mod.ts";
+import { createRuntime, runtimeExecutor } from "./runtime/mod.ts";
+import { createRunService, type RunExecutor } from "./runs/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
+import { startDeliveryWorker } from "./webhooks/mod.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
 
@@ -36,6 +38,8 @@ export interface RunplaneServer {
 /** Options of `createServer`. */
 export interface CreateServerOptions {
   logger?: Logger;
+  /** Runs queued async runs; without one they stay queued until a server with one picks them up. */
+  executor?: RunExecutor;
 }
 
 /** Creates a server from validated settings: opens the store, loads the signing key, builds the app. */
@@ -58,7 +62,17 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const trees = createRepositoryTrees({ dataDir: config.dataDir, store: { db: store.db, secrets }, logger, metrics: metrics.registry, cacheEntries: config.treeCacheEntries });
   const runtime = createRuntime(config.appsDir, { logger, queueLimit: config.appQueueLimit });
   await runtime.start();
-  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees, runtime };
+  const deliveries = startDeliveryWorker({
+    db: store.db,
+    secrets,
+    logger,
+    headerVendor: config.webhookHeaderVendor,
+    timeoutMs: config.webhookTimeoutMs,
+    retryDelayMs: config.webhookRetryDelayMs,
+    guard: { allowPrivate: config.webhookAllowPrivate },
+  });
+  const runs = createRunService({ db: store.db, secrets, logger, config, executor: options.executor ?? runtimeExecutor(runtime), onDeliveries: deliveries.wake });
+  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees, runtime, runs };
   const app = createHttpApp({
     handlers: createHandlers(context),
     verifier: createTokenVerifier({ db: store.db, key }),
@@ -101,9 +115,12 @@ export async function createServer(config: Config, options: CreateServerOptions 
           server!.closeIdleConnections();
         })
         : Promise.resolve();
-      // Stopping the replicas ends the calls (and streams) still open, so the connections can finish.
+      // Stopping the dispatcher first keeps it from starting runs on replicas that are going away;
+      // stopping the replicas ends the calls (and streams) still open, so the connections can finish.
+      await runs.stop();
       await runtime.close();
       await closed;
+      await deliveries.stop();
       await store.close();
     },
   };

@@ -1,61 +1,113 @@
 import type { ServerContext } from "../context.ts";
 import { frameEvent, type Handlers, withHeartbeat } from "../http/mod.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
-import { newRunId, type StreamItem } from "../runtime/mod.ts";
+import type { LiveRun, Run } from "../runs/mod.ts";
+import { failureFromRunError, type StreamItem } from "../runtime/mod.ts";
 
 type RunHandlers = Pick<Handlers, "runFunction" | "getRun" | "cancelRun" | "listRuns">;
 
-function notYet(operation: string): never {
-  throw new ProblemError("not-implemented", `${operation} is not implemented on this server yet`);
-}
-
-/** Options of `eventStream`. */
-interface EventStreamOptions {
-  runId: string;
+/** Options of `frames`. */
+interface FrameOptions {
+  run: LiveRun;
   instance: string;
 }
 
-async function* frames(items: AsyncIterable<StreamItem>, options: EventStreamOptions): AsyncGenerator<string> {
+/**
+ * Frames each item as one server-sent event as it arrives and reports it to the run record. A failure
+ * becomes the stream's last event (the status line is gone already); a client that goes away ends the
+ * run `cancelled`.
+ */
+async function* frames(items: AsyncIterable<StreamItem>, options: FrameOptions): AsyncGenerator<string> {
+  const { run } = options;
+  let finished = false;
   try {
     for await (const item of items) {
+      run.item(item.value);
       yield frameEvent(typeof item.value === "string" ? item.value : JSON.stringify(item.value), { event: item.event });
     }
+    finished = true;
+    run.succeed();
   } catch (error) {
-    // The status line is gone already: the failure becomes the stream's last event.
+    finished = true;
+    run.fail(error);
     const problem = isProblemError(error)
       ? error
-      : new ProblemError("internal", `The stream failed; quote run id ${options.runId} when reporting it`, { runId: options.runId });
+      : new ProblemError("internal", `The stream failed; quote run id ${run.runId} when reporting it`, { runId: run.runId });
     yield frameEvent(JSON.stringify(problem.toDocument(options.instance)), { event: "error" });
+  } finally {
+    if (!finished) run.fail({ errorType: "cancelled", message: "The client disconnected before the stream ended", traceback: null });
   }
+}
+
+/** The answer a finished run gave, for an idempotent replay of a sync call. */
+function replayAnswer(run: Run) {
+  if (run.status === "success") {
+    return { run_id: run.run_id, run_time_ms: run.run_time_ms ?? 0, result: run.result ?? null };
+  }
+  if (run.error) throw failureFromRunError(run.run_id, run.error);
+  throw new ProblemError("conflict", `Run ${run.run_id} ended ${run.status}; send a new Idempotency-Key to call again`, { runId: run.run_id });
 }
 
 /** The run API: calling functions and inspecting runs. */
 export function runHandlers(context: ServerContext): RunHandlers {
-  const { runtime, config } = context;
+  const { runtime, runs, config } = context;
   return {
-    async runFunction({ path, query, body, signal, setRequestId, instance }) {
-      if (query.async) notYet("An asynchronous run (async=true)");
-      const runId = newRunId();
-      setRequestId(runId);
-      const headers = { "X-Request-Id": runId };
-      // Record the run's start here (and its end below) once runs are stored.
-      const outcome = await runtime.invoke({
-        projectId: path.project_id,
-        app: path.app_name,
-        functionName: path.function_name,
-        input: body ?? {},
-        runId,
-        signal,
-      });
-      if (outcome.kind === "result") {
-        const runTimeMs = Math.round(outcome.runTimeMs * 1000) / 1000;
-        return { status: 200, contentType: "application/json", headers, body: { run_id: runId, run_time_ms: runTimeMs, result: outcome.result } };
+    async runFunction({ path, query, header, body, signal, setRequestId, instance }) {
+      const target = { projectId: path.project_id, app: path.app_name };
+      // Unknown and broken apps, and private functions, are refused before a run exists.
+      runtime.appSettings(target.projectId, target.app);
+      if (path.function_name.startsWith("_")) {
+        throw new ProblemError("not-found", `Function ${path.function_name} is private: names starting with _ cannot be called`);
       }
-      const stream = frames(outcome.items, { runId, instance });
-      return { status: 200, contentType: "text/event-stream", headers, body: withHeartbeat(stream, { intervalMs: config.sseHeartbeatMs }) };
+      const submission = await runs.submit({
+        ...target,
+        functionName: path.function_name,
+        mode: query.async ? "async" : "sync",
+        input: body ?? {},
+        webhook: query.webhookEndpoint ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] } : undefined,
+        idempotencyKey: header["Idempotency-Key"],
+      });
+      if (submission.kind === "accepted") {
+        setRequestId(submission.runId);
+        return { status: 202, contentType: "application/json", body: { run_id: submission.runId } };
+      }
+      if (submission.kind === "replay") {
+        setRequestId(submission.run.run_id);
+        return { status: 200, contentType: "application/json", body: replayAnswer(submission.run) };
+      }
+      const run = submission.run;
+      setRequestId(run.runId);
+      let outcome;
+      try {
+        outcome = await runtime.invoke({ ...target, functionName: path.function_name, input: body ?? {}, runId: run.runId, signal: AbortSignal.any([signal, run.signal]) });
+      } catch (error) {
+        run.fail(error);
+        throw error;
+      }
+      if (outcome.kind === "result") {
+        run.succeed(outcome.result);
+        const runTimeMs = Math.round(outcome.runTimeMs * 1000) / 1000;
+        return { status: 200, contentType: "application/json", body: { run_id: run.runId, run_time_ms: runTimeMs, result: outcome.result } };
+      }
+      run.streaming();
+      const stream = frames(outcome.items, { run, instance });
+      return { status: 200, contentType: "text/event-stream", body: withHeartbeat(stream, { intervalMs: config.sseHeartbeatMs }) };
     },
-    getRun: () => Promise.resolve(notYet("getRun")),
-    cancelRun: () => Promise.resolve(notYet("cancelRun")),
-    listRuns: () => Promise.resolve(notYet("listRuns")),
+    async getRun({ path }) {
+      const run = await runs.getRun({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });
+      return { status: 200, contentType: "application/json", body: run };
+    },
+    async cancelRun({ path }) {
+      const run = await runs.cancelRun({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });
+      return { status: 200, contentType: "application/json", body: run };
+    },
+    async listRuns({ path, query }) {
+      const page = await runs.listRuns({ projectId: path.project_id, appId: path.app_id }, {
+        status: query.status,
+        limit: query.limit,
+        cursor: query.cursor,
+      });
+      return { status: 200, contentType: "application/json", body: page };
+    },
   };
 }

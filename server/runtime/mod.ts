@@ -15,10 +15,12 @@ import { PythonReplica } from "./_python_replica.ts";
 import { type Capacity, type Lease, ReplicaPool } from "./_replica_pool.ts";
 
 export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
-export { RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
+export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
+export { runtimeExecutor } from "./run_executor.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export type { Capacity } from "./_replica_pool.ts";
-export { newRunId } from "./_run_id.ts";
+// Run ids are made by the runs module; re-exported for callers of the runtime alone.
+export { newRunId } from "../runs/run_id.ts";
 
 type AnyReplica = PythonReplica | Upstream;
 

@@ -41,10 +41,80 @@ export interface ProjectIntegrationTable {
   updated_at: number;
 }
 
+/** A run: its call, its state and outcome; `input_json` and `webhook_secret` (sealed) only until it ends. */
+export interface RunTable {
+  run_id: string;
+  project_id: string;
+  app_id: string;
+  function_name: string;
+  /** `sync`, `async` or `stream`. */
+  mode: string;
+  /** `queued`, `running`, `success`, `failure` or `cancelled`. */
+  status: string;
+  created_at: number;
+  started_at: number | null;
+  completed_at: number | null;
+  queue_time_ms: number | null;
+  run_time_ms: number | null;
+  input_json: string | null;
+  result_json: string | null;
+  /** 1 once the result was removed after the result TTL. */
+  result_expired: Generated<number>;
+  error_type: string | null;
+  error_message: string | null;
+  error_traceback: string | null;
+  webhook_endpoint: string | null;
+  /** The webhook secret sealed with the secret box, until the delivery takes it over. */
+  webhook_secret: string | null;
+  /** The process that owns the running run, and until when unless renewed. */
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  /** 1 when a cancel was asked for while another process ran it. */
+  cancel_requested: Generated<number>;
+}
+
+/** The webhook outbox: one delivery per run, its exact body and (sealed) secret until it is settled. */
+export interface WebhookDeliveryTable {
+  run_id: string;
+  endpoint: string;
+  body: string;
+  secret: string | null;
+  /** `pending`, `delivered` or `failed`. */
+  status: string;
+  attempts: Generated<number>;
+  next_attempt_at: number;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  created_at: number;
+}
+
+/** One attempt of a webhook delivery. */
+export interface WebhookAttemptTable {
+  run_id: string;
+  attempt: number;
+  at: number;
+  status_code: number | null;
+  error: string | null;
+  duration_ms: number;
+}
+
+/** An `Idempotency-Key` seen for a project: the request's fingerprint and the run it made. */
+export interface IdempotencyKeyTable {
+  project_id: string;
+  key: string;
+  fingerprint: string;
+  run_id: string;
+  created_at: number;
+}
+
 /** Every table of the store. */
 export interface Database {
   projects: ProjectTable;
   service_accounts: ServiceAccountTable;
   base_image_digests: BaseImageDigestTable;
   project_integrations: ProjectIntegrationTable;
+  runs: RunTable;
+  webhook_deliveries: WebhookDeliveryTable;
+  webhook_attempts: WebhookAttemptTable;
+  idempotency_keys: IdempotencyKeyTable;
 }

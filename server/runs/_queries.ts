@@ -1,0 +1,196 @@
+/** The run records' store queries: portable Kysely builders, every state change a conditional UPDATE. */
+import type { Kysely, Transaction, Updateable } from "kysely";
+import type { Database } from "../store/mod.ts";
+import type { RunTable } from "../store/schema.ts";
+import { enqueueDelivery, webhookBody } from "../webhooks/mod.ts";
+import type { RunErrorInfo } from "./executor.ts";
+import type { RunRow } from "./_view.ts";
+
+type Db = Kysely<Database> | Transaction<Database>;
+
+/** The statuses a run ends in. */
+export const TERMINAL_STATUSES = ["success", "failure", "cancelled"] as const;
+
+/** How a run ended. */
+export type RunOutcome =
+  | { status: "success"; result: unknown }
+  | { status: "failure"; error: RunErrorInfo }
+  | { status: "cancelled" };
+
+/** Reads one run of an app, or undefined. */
+export function selectRun(db: Db, where: { projectId: string; appId: string; runId: string }): Promise<RunRow | undefined> {
+  return db
+    .selectFrom("runs")
+    .selectAll()
+    .where("run_id", "=", where.runId)
+    .where("project_id", "=", where.projectId)
+    .where("app_id", "=", where.appId)
+    .executeTakeFirst() as Promise<RunRow | undefined>;
+}
+
+/** Reads a run by id alone, or undefined. */
+export function selectRunById(db: Db, runId: string): Promise<RunRow | undefined> {
+  return db.selectFrom("runs").selectAll().where("run_id", "=", runId).executeTakeFirst() as Promise<RunRow | undefined>;
+}
+
+/** One page of an app's runs, newest first, starting after `before` (a run id). */
+export function selectRunPage(
+  db: Db,
+  options: { projectId: string; appId: string; status?: string; before?: string; limit: number },
+): Promise<RunRow[]> {
+  let query = db
+    .selectFrom("runs")
+    .selectAll()
+    .where("project_id", "=", options.projectId)
+    .where("app_id", "=", options.appId);
+  if (options.status) query = query.where("status", "=", options.status);
+  if (options.before) query = query.where("run_id", "<", options.before);
+  return query.orderBy("run_id", "desc").limit(options.limit).execute() as Promise<RunRow[]>;
+}
+
+/** The columns a run's outcome sets. */
+export function outcomeColumns(outcome: RunOutcome, timing: { startedAt: number; completedAt: number }): Updateable<RunTable> {
+  return {
+    status: outcome.status,
+    completed_at: timing.completedAt,
+    run_time_ms: Math.max(0, timing.completedAt - timing.startedAt),
+    result_json: outcome.status === "success" ? JSON.stringify(outcome.result ?? null) : null,
+    error_type: outcome.status === "failure" ? outcome.error.type : null,
+    error_message: outcome.status === "failure" ? outcome.error.message : null,
+    error_traceback: outcome.status === "failure" ? outcome.error.traceback : null,
+    input_json: null,
+    webhook_secret: null,
+    lease_owner: null,
+    lease_expires_at: null,
+  };
+}
+
+/** The webhook body of a finished run. */
+export function deliveryBodyFor(runId: string, outcome: RunOutcome, runTimeMs: number | null, now: number): string {
+  return webhookBody({
+    run_id: runId,
+    status: outcome.status,
+    result: outcome.status === "success" ? outcome.result ?? null : null,
+    error: outcome.status === "failure" ? outcome.error : null,
+    run_time_ms: runTimeMs,
+  }, now);
+}
+
+/**
+ * Ends a run that is still in one of `from` (and, when given, owned by `owner`): writes its outcome and,
+ * in the same transaction, its webhook delivery, so the final state is stored before any webhook leaves.
+ * Returns false when the run was no longer in that state (another process ended it first).
+ */
+export async function finishRun(
+  db: Kysely<Database>,
+  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret"> & { started_at: number | null; created_at: number },
+  options: { outcome: RunOutcome; from: string[]; owner?: string; now?: number; staleBefore?: number },
+): Promise<boolean> {
+  const now = options.now ?? Date.now();
+  const startedAt = run.started_at ?? now;
+  const columns = outcomeColumns(options.outcome, { startedAt, completedAt: now });
+  if (run.started_at === null) columns.run_time_ms = null;
+  return await db.transaction().execute(async (trx) => {
+    let update = trx.updateTable("runs").set(columns).where("run_id", "=", run.run_id).where("status", "in", options.from);
+    if (options.owner) update = update.where("lease_owner", "=", options.owner);
+    if (options.staleBefore !== undefined) update = update.where("lease_expires_at", "<", options.staleBefore);
+    const result = await update.executeTakeFirst();
+    if (Number(result.numUpdatedRows) !== 1) return false;
+    if (run.webhook_endpoint) {
+      const body = deliveryBodyFor(run.run_id, options.outcome, columns.run_time_ms ?? null, now);
+      await enqueueDelivery(trx, { runId: run.run_id, endpoint: run.webhook_endpoint, body, sealedSecret: run.webhook_secret }, now);
+    }
+    return true;
+  });
+}
+
+/** Apps with queued runs, in the order their oldest queued run arrived. */
+export async function appsWithQueuedRuns(db: Db): Promise<Array<{ project_id: string; app_id: string }>> {
+  const rows = await db
+    .selectFrom("runs")
+    .select(["project_id", "app_id", (eb) => eb.fn.min("run_id").as("oldest")])
+    .where("status", "=", "queued")
+    .groupBy(["project_id", "app_id"])
+    .execute();
+  return rows.sort((a, b) => (String(a.oldest) < String(b.oldest) ? -1 : 1)).map(({ project_id, app_id }) => ({ project_id, app_id }));
+}
+
+/**
+ * Claims up to `limit` of an app's queued runs, oldest first, for `owner`. Each claim is one conditional
+ * UPDATE (`status = 'queued'`), so when several processes share the store each run goes to one of them.
+ */
+export async function claimQueuedRuns(
+  db: Kysely<Database>,
+  options: { projectId: string; appId: string; owner: string; leaseMs: number; limit: number },
+): Promise<RunRow[]> {
+  const candidates = await db
+    .selectFrom("runs")
+    .select(["run_id", "created_at"])
+    .where("status", "=", "queued")
+    .where("project_id", "=", options.projectId)
+    .where("app_id", "=", options.appId)
+    .orderBy("run_id")
+    .limit(options.limit)
+    .execute();
+  const claimed: RunRow[] = [];
+  for (const { run_id, created_at } of candidates) {
+    const now = Date.now();
+    const result = await db
+      .updateTable("runs")
+      .set({
+        status: "running",
+        started_at: now,
+        queue_time_ms: Math.max(0, now - Number(created_at)),
+        lease_owner: options.owner,
+        lease_expires_at: now + options.leaseMs,
+      })
+      .where("run_id", "=", run_id)
+      .where("status", "=", "queued")
+      .executeTakeFirst();
+    if (Number(result.numUpdatedRows) !== 1) continue;
+    const row = await selectRunById(db, run_id);
+    if (row) claimed.push(row);
+  }
+  return claimed;
+}
+
+/** Extends the leases of `owner`'s running runs; returns the ids among them whose cancel was asked for. */
+export async function renewLeases(db: Kysely<Database>, options: { owner: string; leaseMs: number }): Promise<string[]> {
+  await db
+    .updateTable("runs")
+    .set({ lease_expires_at: Date.now() + options.leaseMs })
+    .where("lease_owner", "=", options.owner)
+    .where("status", "=", "running")
+    .execute();
+  const cancels = await db
+    .selectFrom("runs")
+    .select("run_id")
+    .where("lease_owner", "=", options.owner)
+    .where("status", "=", "running")
+    .where("cancel_requested", "=", 1)
+    .execute();
+  return cancels.map((r) => r.run_id);
+}
+
+/** Running runs whose lease ran out: their process died (or stalled past the lease). */
+export function selectStaleRuns(db: Db, now: number): Promise<RunRow[]> {
+  return db
+    .selectFrom("runs")
+    .selectAll()
+    .where("status", "=", "running")
+    .where("lease_expires_at", "<", now)
+    .limit(500)
+    .execute() as Promise<RunRow[]>;
+}
+
+/** Removes results older than the TTL, marking them expired; returns how many. */
+export async function expireResults(db: Db, options: { resultTtlMs: number; now: number }): Promise<number> {
+  const result = await db
+    .updateTable("runs")
+    .set({ result_json: null, result_expired: 1 })
+    .where("result_expired", "=", 0)
+    .where("status", "=", "success")
+    .where("completed_at", "<=", options.now - options.resultTtlMs)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}

@@ -1,0 +1,71 @@
+/**
+ * Deferred, batched writes of sync and stream run records, so recording a run never adds a store write
+ * to a sync call's path. Writes of the same run coalesce (a call that ends within the batch window is
+ * written once, in its final state); one transaction per batch. A run already ended by someone else
+ * (e.g. marked `interrupted`) is not overwritten.
+ */
+import type { Insertable, Kysely } from "kysely";
+import type { Database } from "../store/mod.ts";
+import type { RunTable } from "../store/schema.ts";
+import { enqueueDelivery, type NewDelivery } from "../webhooks/mod.ts";
+
+/** The write-behind buffer. */
+export interface WriteBehind {
+  /** Buffers the run's full row (and its webhook delivery, for a final state); replaces an earlier one. */
+  put(row: Insertable<RunTable>, delivery?: NewDelivery): void;
+  /** Writes everything buffered now; resolves once it is committed. */
+  flush(): Promise<void>;
+}
+
+/** Options of `createWriteBehind`. */
+export interface WriteBehindOptions {
+  /** The batch window (default 25 ms). */
+  delayMs?: number;
+  /** Called after a batch holding deliveries was committed. */
+  onDeliveries(): void;
+  onError(error: unknown): void;
+}
+
+/** Creates the buffer over `db`. */
+export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOptions): WriteBehind {
+  let rows = new Map<string, Insertable<RunTable>>();
+  let deliveries = new Map<string, NewDelivery>();
+  let timer: NodeJS.Timeout | undefined;
+  let chain: Promise<void> = Promise.resolve();
+
+  async function write(batch: Map<string, Insertable<RunTable>>, outbox: Map<string, NewDelivery>): Promise<void> {
+    await db.transaction().execute(async (trx) => {
+      for (const row of batch.values()) {
+        const { run_id: _id, ...columns } = row;
+        await trx
+          .insertInto("runs")
+          .values(row)
+          .onConflict((oc) => oc.column("run_id").doUpdateSet(columns).where("runs.status", "in", ["queued", "running"]))
+          .execute();
+      }
+      for (const delivery of outbox.values()) await enqueueDelivery(trx, delivery);
+    });
+    if (outbox.size) options.onDeliveries();
+  }
+
+  function flush(): Promise<void> {
+    if (timer) clearTimeout(timer);
+    timer = undefined;
+    if (rows.size === 0) return chain;
+    const batch = rows;
+    const outbox = deliveries;
+    rows = new Map();
+    deliveries = new Map();
+    chain = chain.then(() => write(batch, outbox)).catch(options.onError);
+    return chain;
+  }
+
+  return {
+    put(row, delivery) {
+      rows.set(row.run_id, row);
+      if (delivery) deliveries.set(delivery.runId, delivery);
+      timer ??= setTimeout(flush, options.delayMs ?? 25);
+    },
+    flush,
+  };
+}

@@ -1,0 +1,70 @@
+/**
+ * What the runs module needs from a runtime, and nothing more: `server/runs` never imports the runtime;
+ * `createServer` hands it an object of this shape.
+ */
+
+/** The app a run belongs to. */
+export interface AppTarget {
+  projectId: string;
+  app: string;
+}
+
+/** One invocation of a function. */
+export interface ExecuteRequest extends AppTarget {
+  functionName: string;
+  /** The call's JSON body: the function's named parameters. */
+  input: Record<string, unknown>;
+  runId: string;
+  /** Aborted on timeout (`response_grace_period`) or cancel: stop the worker. */
+  signal: AbortSignal;
+}
+
+/** Runs functions for the async dispatcher. */
+export interface RunExecutor {
+  /**
+   * Slots the app can take now. Must count every `execute` call that has not settled, so a dispatcher
+   * that calls `execute` right after asking never overfills the app. 0 when the app is full or not ready.
+   */
+  freeSlots(target: AppTarget): number | Promise<number>;
+  /** The app's `response_grace_period` in milliseconds; undefined → 900 s. Capped at 12 h. */
+  gracePeriodMs(target: AppTarget): number | undefined | Promise<number | undefined>;
+  /**
+   * Runs the function. Resolves with its JSON result, or with an async iterable of items for a
+   * streaming function (collected into a list). Rejects with an error carrying `errorType`, `message`
+   * and `traceback` (see `toRunError`) when the function failed.
+   */
+  execute(request: ExecuteRequest): Promise<unknown>;
+}
+
+/** Why a run failed, as the contract's `RunError` says. */
+export interface RunErrorInfo {
+  type: string;
+  message: string;
+  traceback: string | null;
+}
+
+/** A failure an executor can throw when it has no error class of its own. */
+export class RunFailure extends Error {
+  readonly errorType: string;
+  readonly traceback: string | null;
+  constructor(errorType: string, message: string, traceback: string | null = null) {
+    super(message);
+    this.name = "RunFailure";
+    this.errorType = errorType;
+    this.traceback = traceback;
+  }
+}
+
+/**
+ * The `RunError` for anything an executor threw: an object with `errorType` (or `type`), `message` and
+ * `traceback` keeps them; any other error becomes `upstream_error` with its message.
+ */
+export function toRunError(error: unknown): RunErrorInfo {
+  const e = (error ?? {}) as { errorType?: unknown; type?: unknown; message?: unknown; traceback?: unknown };
+  const type = typeof e.errorType === "string" ? e.errorType : typeof e.type === "string" && !(error instanceof Error) ? e.type : "upstream_error";
+  return {
+    type,
+    message: typeof e.message === "string" ? e.message : String(error),
+    traceback: typeof e.traceback === "string" ? e.traceback : null,
+  };
+}

@@ -1,0 +1,21 @@
+/**
+ * Runs: durable run records, submitting calls (sync, stream, async), the async dispatcher, cancel,
+ * result expiry, restart recovery and `Idempotency-Key`. The runtime is reached only through the
+ * `RunExecutor` it is given.
+ */
+export { type AppTarget, type ExecuteRequest, type RunErrorInfo, type RunExecutor, RunFailure, toRunError } from "./executor.ts";
+export { isRunId, newRunId } from "./run_id.ts";
+export {
+  createRunService,
+  type ListRunsOptions,
+  type LiveRun,
+  type RunCall,
+  type RunMode,
+  type RunPage,
+  type RunRef,
+  type RunService,
+  type RunServiceOptions,
+  type Submission,
+} from "./service.ts";
+export { DEFAULT_GRACE_MS, MAX_GRACE_MS } from "./_dispatcher.ts";
+export type { Run } from "./_view.ts";

@@ -1,0 +1,330 @@
+/**
+ * The run service: submits runs (sync, stream, async) with their webhooks and idempotency keys, serves
+ * run records, cancels runs, and — when given an executor — dispatches queued async runs.
+ */
+import { randomBytes } from "node:crypto";
+import type { Insertable, Kysely } from "kysely";
+import type { components } from "../../generated/api.d.ts";
+import type { Config } from "../config.ts";
+import type { Logger } from "../log.ts";
+import { ProblemError } from "../problems/mod.ts";
+import type { SecretBox } from "../secrets/mod.ts";
+import type { Database } from "../store/mod.ts";
+import type { RunTable } from "../store/schema.ts";
+import type { Ticker } from "../ticker/mod.ts";
+import { checkEndpointUrl, DestinationRefusedError, webhookViews } from "../webhooks/mod.ts";
+import { type RunExecutor, toRunError } from "./executor.ts";
+import { decodeCursor, encodeCursor } from "./_cursor.ts";
+import { startDispatcher } from "./_dispatcher.ts";
+import { fingerprint, reserveKey } from "./_idempotency.ts";
+import { type LocalRuns, RunCancelled } from "./_local_runs.ts";
+import { startMaintenance } from "./_maintenance.ts";
+import { deliveryBodyFor, finishRun, outcomeColumns, type RunOutcome, selectRun, selectRunById, selectRunPage, TERMINAL_STATUSES } from "./_queries.ts";
+import { type Run, type RunRow, toRun } from "./_view.ts";
+import { createWriteBehind } from "./_write_behind.ts";
+import { newRunId } from "./run_id.ts";
+
+/** The contract's `RunPage`. */
+export type RunPage = components["schemas"]["RunPage"];
+
+/** How a run is called. */
+export type RunMode = "sync" | "async" | "stream";
+
+/** A call to submit. */
+export interface RunCall {
+  projectId: string;
+  app: string;
+  functionName: string;
+  mode: RunMode;
+  /** The JSON body: the function's named parameters. */
+  input: Record<string, unknown>;
+  /** `webhookEndpoint` and `X-Webhook-Secret`, when the call has them. */
+  webhook?: { endpoint: string; secret?: string };
+  /** `Idempotency-Key`, when the call has one. */
+  idempotencyKey?: string;
+}
+
+/** A sync or stream run the caller executes itself and reports on. */
+export interface LiveRun {
+  runId: string;
+  /** Aborted when the run is cancelled (`cancelRun`): stop the worker. */
+  signal: AbortSignal;
+  /** Marks a sync call whose function turned out to stream: recorded with mode `stream`. */
+  streaming(): void;
+  /** Adds one streamed item; `succeed()` without a value then records the list. */
+  item(value: unknown): void;
+  /** Records success with `result` (for a stream, default: the items so far). */
+  succeed(result?: unknown): void;
+  /** Records failure; `error` is read by `toRunError` (`errorType`, `message`, `traceback`). */
+  fail(error: unknown): void;
+}
+
+/** What `submit` did. */
+export type Submission =
+  /** An async run was queued and committed (or an idempotent retry found the original one). */
+  | { kind: "accepted"; runId: string; replayed: boolean }
+  /** An idempotent retry of a finished sync or stream call: answer from the stored run. */
+  | { kind: "replay"; run: Run }
+  /** A sync or stream run to execute now. */
+  | { kind: "live"; run: LiveRun };
+
+/** Which run. */
+export interface RunRef {
+  projectId: string;
+  appId: string;
+  runId: string;
+}
+
+/** Options of `listRuns`. */
+export interface ListRunsOptions {
+  status?: Run["status"];
+  limit?: number;
+  cursor?: string;
+}
+
+/** The run service. */
+export interface RunService {
+  /**
+   * Submits a call. Checks the webhook endpoint (400 problem when malformed, not http(s) or a literal
+   * private address), seals the webhook secret, and applies `Idempotency-Key` (422 problem when the key
+   * was used with another request, 409 while the first sync call still runs).
+   *
+   * - `async`: the `queued` record is committed before this resolves with `accepted`; the dispatcher
+   *   runs it when the app has a free slot. Answer 202 with `X-Request-Id` = run id.
+   * - `sync`/`stream`: resolves with `live` at once (no store write on the way unless an idempotency key
+   *   asks for one): call the function with `run.signal`, then `item()`/`succeed()` or `fail()` exactly
+   *   once. The record is written behind, in batches; the webhook leaves after the final state is stored.
+   * - `replay`: a finished idempotent sync call; answer from `run` (its `result` or `error`).
+   */
+  submit(call: RunCall): Promise<Submission>;
+  /** One run; a 404 problem when the app has no such run. */
+  getRun(ref: RunRef): Promise<Run>;
+  /** An app's runs, newest first; a 400 problem for a cursor this server did not make. */
+  listRuns(app: { projectId: string; appId: string }, options?: ListRunsOptions): Promise<RunPage>;
+  /**
+   * Cancels a run: queued → `cancelled` at once; running here → interrupted and `cancelled`; running in
+   * another process → asked to stop (it ends `cancelled` within a lease period). 404 / 409 problems.
+   */
+  cancelRun(ref: RunRef): Promise<Run>;
+  /** Writes buffered sync records now. */
+  flush(): Promise<void>;
+  /** Stops dispatching and upkeep, writes buffered records. Runs in flight end as `interrupted` later. */
+  stop(): Promise<void>;
+}
+
+/** What the run service needs. */
+export interface RunServiceOptions {
+  db: Kysely<Database>;
+  secrets: SecretBox;
+  logger: Logger;
+  config: Pick<Config, "resultTtlMs" | "runLeaseMs" | "webhookAllowPrivate">;
+  /** Runs queued async runs; without one, async runs stay queued (e.g. a submit-only process). */
+  executor?: RunExecutor;
+  /** Called when deliveries were added to the outbox: wake the delivery worker. */
+  onDeliveries?(): void;
+  /** Dispatcher poll interval when nothing woke it (default 250 ms). */
+  pollMs?: number;
+}
+
+/** Creates the service and starts its dispatcher (when it has an executor) and upkeep. */
+export function createRunService(options: RunServiceOptions): RunService {
+  const { db, secrets, logger, config } = options;
+  const owner = `rp_${randomBytes(8).toString("hex")}`;
+  const local: LocalRuns = new Map();
+  const onDeliveries = options.onDeliveries ?? (() => {});
+  const writer = createWriteBehind(db, {
+    onDeliveries,
+    onError: (error) => logger.error({ err: error }, "writing run records failed"),
+  });
+  const loops: Ticker[] = [];
+  let dispatcher: Ticker | undefined;
+  if (options.executor) {
+    dispatcher = startDispatcher({
+      db,
+      executor: options.executor,
+      logger,
+      owner,
+      leaseMs: config.runLeaseMs,
+      local,
+      pollMs: options.pollMs ?? 250,
+      onFinished() {
+        onDeliveries();
+        dispatcher?.wake();
+      },
+    });
+    loops.push(dispatcher);
+  }
+  loops.push(startMaintenance({ db, logger, owner, leaseMs: config.runLeaseMs, resultTtlMs: config.resultTtlMs, local, onDeliveries }));
+
+  function checkWebhook(call: RunCall): { endpoint: string; sealed: string | null } | null {
+    if (!call.webhook) return null;
+    try {
+      const url = checkEndpointUrl(call.webhook.endpoint, { allowPrivate: config.webhookAllowPrivate });
+      return { endpoint: url.href, sealed: call.webhook.secret ? secrets.seal(call.webhook.secret) : null };
+    } catch (error) {
+      if (!(error instanceof DestinationRefusedError)) throw error;
+      throw new ProblemError("validation", error.message, { errors: [{ path: "query.webhookEndpoint", message: error.message }] });
+    }
+  }
+
+  async function view(row: RunRow): Promise<Run> {
+    const webhooks = row.webhook_endpoint ? await webhookViews(db, [row.run_id]) : new Map();
+    return toRun(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now: Date.now() });
+  }
+
+  async function existingRun(call: RunCall, runId: string): Promise<Submission> {
+    await writer.flush();
+    const row = await selectRunById(db, runId);
+    if (row?.mode === "async") return { kind: "accepted", runId, replayed: true };
+    if (!row || !(TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
+      throw new ProblemError("conflict", "A call with this Idempotency-Key is still running; retry after it has finished", { runId });
+    }
+    if (row.project_id !== call.projectId || row.app_id !== call.app) throw new Error(`Idempotency key bound to run ${runId} of another app`);
+    return { kind: "replay", run: await view(row) };
+  }
+
+  function liveRun(call: RunCall, row: Insertable<RunTable>, webhook: { endpoint: string; sealed: string | null } | null): LiveRun {
+    const controller = new AbortController();
+    const items: unknown[] = [];
+    const startedAt = Number(row.started_at);
+    let stream = call.mode === "stream";
+    let ended = false;
+    let resolveDone = () => {};
+    const done = new Promise<void>((resolve) => (resolveDone = resolve));
+    function end(outcome: RunOutcome): void {
+      if (ended) return;
+      ended = true;
+      const now = Date.now();
+      const columns = outcomeColumns(outcome, { startedAt, completedAt: now });
+      const delivery = webhook
+        ? { runId: row.run_id, endpoint: webhook.endpoint, body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now), sealedSecret: webhook.sealed }
+        : undefined;
+      writer.put({ ...row, mode: stream ? "stream" : row.mode, ...columns } as Insertable<RunTable>, delivery);
+      local.delete(row.run_id);
+      resolveDone();
+    }
+    local.set(row.run_id, {
+      cancel() {
+        controller.abort(new RunCancelled());
+        end({ status: "cancelled" });
+      },
+      done,
+    });
+    return {
+      runId: row.run_id,
+      signal: controller.signal,
+      streaming: () => void (stream = true),
+      item: (value) => void items.push(value),
+      succeed: (...args: unknown[]) => end({ status: "success", result: args.length ? args[0] : stream ? items : null }),
+      fail: (error) => end({ status: "failure", error: toRunError(error) }),
+    };
+  }
+
+  async function submit(call: RunCall): Promise<Submission> {
+    const webhook = checkWebhook(call);
+    const now = Date.now();
+    const runId = newRunId(now);
+    const running = call.mode !== "async";
+    const row: Insertable<RunTable> = {
+      run_id: runId,
+      project_id: call.projectId,
+      app_id: call.app,
+      function_name: call.functionName,
+      mode: call.mode,
+      status: running ? "running" : "queued",
+      created_at: now,
+      started_at: running ? now : null,
+      queue_time_ms: running ? 0 : null,
+      input_json: running ? null : JSON.stringify(call.input),
+      webhook_endpoint: webhook?.endpoint ?? null,
+      webhook_secret: running ? null : webhook?.sealed ?? null,
+      lease_owner: running ? owner : null,
+      lease_expires_at: running ? now + config.runLeaseMs : null,
+    };
+    if (call.idempotencyKey !== undefined || !running) {
+      const key = call.idempotencyKey;
+      const print = fingerprint({ app: call.app, function: call.functionName, mode: call.mode, input: call.input, webhook: webhook?.endpoint ?? null });
+      const reservation = await db.transaction().execute(async (trx) => {
+        const found = key === undefined ? { fresh: true as const } : await reserveKey(trx, { projectId: call.projectId, key, fingerprint: print, runId, now });
+        if (found.fresh) await trx.insertInto("runs").values(row).execute();
+        return found;
+      });
+      if (!reservation.fresh) {
+        if (reservation.fingerprint !== print) {
+          throw new ProblemError("unprocessable", "This Idempotency-Key was used with a different request; use a new key for a new request", {
+            runId: reservation.runId,
+          });
+        }
+        return await existingRun(call, reservation.runId);
+      }
+      if (!running) {
+        dispatcher?.wake();
+        return { kind: "accepted", runId, replayed: false };
+      }
+    }
+    // Buffered, not awaited: a call that ends within the batch window is written once, finished.
+    if (call.idempotencyKey === undefined) writer.put(row);
+    return { kind: "live", run: liveRun(call, row, webhook) };
+  }
+
+  async function findRun(ref: RunRef): Promise<RunRow> {
+    await writer.flush();
+    const row = await selectRun(db, ref);
+    if (!row) throw new ProblemError("not-found", `No run ${ref.runId} in app ${ref.appId}; check the run id and app name`);
+    return row;
+  }
+
+  async function cancelRun(ref: RunRef): Promise<Run> {
+    const row = await findRun(ref);
+    if ((TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
+      throw new ProblemError("conflict", `Run ${ref.runId} already ended with status ${row.status}; only queued or running runs can be cancelled`, {
+        runId: ref.runId,
+      });
+    }
+    const here = local.get(ref.runId);
+    if (here) {
+      here.cancel();
+      await here.done;
+    } else if (row.status === "queued") {
+      const ended = await finishRun(db, row, { outcome: { status: "cancelled" }, from: ["queued"] });
+      if (ended) onDeliveries();
+      else return await cancelRun(ref);
+    } else {
+      await db.updateTable("runs").set({ cancel_requested: 1 }).where("run_id", "=", ref.runId).where("status", "=", "running").execute();
+    }
+    logger.info({ run_id: ref.runId, was: row.status }, "run cancelled");
+    return await view(await findRun(ref));
+  }
+
+  return {
+    submit,
+    async getRun(ref) {
+      return await view(await findRun(ref));
+    },
+    async listRuns(app, listOptions = {}) {
+      await writer.flush();
+      const limit = listOptions.limit ?? 50;
+      const rows = await selectRunPage(db, {
+        projectId: app.projectId,
+        appId: app.appId,
+        status: listOptions.status,
+        before: listOptions.cursor === undefined ? undefined : decodeCursor(listOptions.cursor),
+        limit: limit + 1,
+      });
+      const page = rows.slice(0, limit);
+      const withWebhook = page.filter((r) => r.webhook_endpoint).map((r) => r.run_id);
+      const webhooks = await webhookViews(db, withWebhook);
+      const now = Date.now();
+      return {
+        runs: page.map((row) => toRun(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })),
+        next_cursor: rows.length > limit ? encodeCursor(page[page.length - 1].run_id) : null,
+      };
+    },
+    cancelRun,
+    flush: () => writer.flush(),
+    async stop() {
+      await Promise.all(loops.map((loop) => loop.stop()));
+      await writer.flush();
+    },
+  };
+}

@@ -1,0 +1,77 @@
+/** One webhook POST: pinned to the checked address, no redirects followed, bounded by a timeout. */
+import { request as httpRequest, type IncomingMessage } from "node:http";
+import { request as httpsRequest } from "node:https";
+import type { LookupFunction } from "node:net";
+import type { AttemptOutcome } from "./retry_policy.ts";
+import { DestinationRefusedError, type GuardOptions, resolveDestination, type ResolvedDestination } from "./destination_guard.ts";
+
+/** What one attempt sends. */
+export interface PostRequest {
+  url: URL;
+  body: string;
+  headers: Record<string, string>;
+  timeoutMs: number;
+  guard: GuardOptions;
+  /** Ends the attempt early (the worker is stopping). */
+  signal?: AbortSignal;
+}
+
+function pinnedLookup(destination: ResolvedDestination): LookupFunction {
+  return (_hostname, options, callback) => {
+    if ((options as { all?: boolean }).all) {
+      (callback as unknown as (err: null, addresses: Array<{ address: string; family: number }>) => void)(null, [destination]);
+    } else {
+      callback(null, destination.address, destination.family);
+    }
+  };
+}
+
+function describe(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  const message = (error as Error).message ?? String(error);
+  return code && !message.includes(code) ? `${code}: ${message}` : message;
+}
+
+/** Posts once and says how it ended; never throws. */
+export async function postOnce(request: PostRequest): Promise<AttemptOutcome> {
+  const deadline = AbortSignal.any([AbortSignal.timeout(request.timeoutMs), ...(request.signal ? [request.signal] : [])]);
+  let destination: ResolvedDestination;
+  try {
+    destination = await Promise.race([
+      resolveDestination(request.url, request.guard),
+      new Promise<never>((_, reject) => deadline.addEventListener("abort", () => reject(deadline.reason), { once: true })),
+    ]);
+  } catch (error) {
+    if (error instanceof DestinationRefusedError) return { error: error.message, refused: true };
+    if (deadline.aborted) return { error: `timed out after ${request.timeoutMs} ms resolving the host` };
+    return { error: describe(error) };
+  }
+  const send = request.url.protocol === "https:" ? httpsRequest : httpRequest;
+  return await new Promise<AttemptOutcome>((resolve) => {
+    let settled = false;
+    function settle(outcome: AttemptOutcome) {
+      if (settled) return;
+      settled = true;
+      resolve(outcome);
+    }
+    const req = send(request.url, {
+      method: "POST",
+      headers: { ...request.headers, "Content-Length": String(Buffer.byteLength(request.body)) },
+      lookup: pinnedLookup(destination),
+      signal: deadline,
+      agent: false,
+    });
+    req.once("response", (res: IncomingMessage) => {
+      // Drain the answer so the attempt ends only when the receiver has finished it.
+      res.resume();
+      res.once("end", () => settle({ statusCode: res.statusCode ?? 0 }));
+      res.once("error", () => {
+        settle(deadline.aborted ? { error: `timed out after ${request.timeoutMs} ms reading the answer` } : { statusCode: res.statusCode ?? 0 });
+      });
+    });
+    req.once("error", (error) => {
+      settle(deadline.aborted ? { error: `timed out after ${request.timeoutMs} ms` } : { error: describe(error) });
+    });
+    req.end(request.body);
+  });
+}

@@ -1,0 +1,114 @@
+/**
+ * The delivery worker: claims due deliveries from the outbox, posts them (signed when they carry a
+ * secret), records every attempt and applies the retry table. Several processes may run one each.
+ */
+import { randomBytes } from "node:crypto";
+import type { Kysely } from "kysely";
+import type { Logger } from "../log.ts";
+import type { SecretBox } from "../secrets/mod.ts";
+import type { Database } from "../store/mod.ts";
+import { startTicker } from "../ticker/mod.ts";
+import type { GuardOptions } from "./destination_guard.ts";
+import { claimDueDeliveries, type ClaimedDelivery, recordAttempt } from "./outbox.ts";
+import { postOnce } from "./_post.ts";
+import { judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
+import { signWebhook, webhookHeaderNames } from "./signer.ts";
+
+/** What the worker needs. */
+export interface DeliveryWorkerOptions {
+  db: Kysely<Database>;
+  secrets: SecretBox;
+  logger: Logger;
+  /** `RUNPLANE_WEBHOOK_HEADER_VENDOR`. */
+  headerVendor: string;
+  /** Per-attempt timeout. */
+  timeoutMs: number;
+  /** Pause between attempts (at most 5 s). */
+  retryDelayMs: number;
+  guard: GuardOptions;
+  /** How often the outbox is polled when nothing woke the worker (default 500 ms). */
+  pollMs?: number;
+}
+
+/** A running delivery worker. */
+export interface DeliveryWorker {
+  /** Looks at the outbox now (call after enqueuing a delivery). */
+  wake(): void;
+  /** Stops claiming; attempts in flight are abandoned unrecorded and retried once their lease ends. */
+  stop(): Promise<void>;
+}
+
+/** Starts a worker that runs until `stop()`. */
+export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWorker {
+  const owner = `dw_${randomBytes(8).toString("hex")}`;
+  const names = webhookHeaderNames(options.headerVendor);
+  const leaseMs = options.timeoutMs + 10_000;
+  const stopping = new AbortController();
+
+  function headersFor(delivery: ClaimedDelivery, now: number): Record<string, string> {
+    const headers: Record<string, string> = {
+      "Content-Type": "application/json",
+      "User-Agent": "Runplane-Webhook/1",
+      "X-Request-Id": delivery.run_id,
+    };
+    if (delivery.secret !== null) {
+      const timestamp = Math.floor(now / 1000);
+      const secret = options.secrets.open(delivery.secret);
+      headers[names.timestamp] = String(timestamp);
+      headers[names.signature] = signWebhook(secret, { runId: delivery.run_id, timestamp, body: delivery.body });
+    }
+    return headers;
+  }
+
+  async function attempt(delivery: ClaimedDelivery): Promise<void> {
+    const number = delivery.attempts + 1;
+    const at = Date.now();
+    const started = performance.now();
+    const outcome = await postOnce({
+      url: new URL(delivery.endpoint),
+      body: delivery.body,
+      headers: headersFor(delivery, at),
+      timeoutMs: options.timeoutMs,
+      guard: options.guard,
+      signal: stopping.signal,
+    });
+    if (stopping.signal.aborted) return;
+    const durationMs = Math.round((performance.now() - started) * 100) / 100;
+    const verdict = judgeAttempt(outcome);
+    const status = await recordAttempt(options.db, {
+      runId: delivery.run_id,
+      attempt: number,
+      at,
+      durationMs,
+      outcome,
+      verdict,
+      nextAttemptAt: Date.now() + options.retryDelayMs,
+      maxAttempts: MAX_ATTEMPTS,
+    });
+    const detail = { run_id: delivery.run_id, attempt: number, ...outcome, duration_ms: durationMs };
+    if (status === "failed") options.logger.warn(detail, "webhook delivery failed");
+    else if (status === "delivered") options.logger.info(detail, "webhook delivered");
+    else options.logger.info(detail, "webhook attempt failed; retrying");
+    if (status === "pending") ticker.wakeAfter(options.retryDelayMs);
+  }
+
+  async function tick(): Promise<void> {
+    const claimed = await claimDueDeliveries(options.db, { owner, now: Date.now(), leaseMs, limit: 32 });
+    for (const delivery of claimed) {
+      attempt(delivery).catch((error) => options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded"));
+    }
+  }
+
+  const ticker = startTicker(tick, {
+    intervalMs: options.pollMs ?? 500,
+    onError: (error) => options.logger.error({ err: error }, "webhook outbox poll failed"),
+  });
+
+  return {
+    wake: ticker.wake,
+    async stop() {
+      stopping.abort();
+      await ticker.stop();
+    },
+  };
+}
