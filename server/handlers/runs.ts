@@ -55,7 +55,7 @@ export function runHandlers(context: ServerContext): RunHandlers {
     async runFunction({ path, query, header, body, signal, setRequestId, instance }) {
       const target = { projectId: path.project_id, app: path.app_name };
       // Unknown and broken apps, and private functions, are refused before a run exists.
-      runtime.appSettings(target.projectId, target.app);
+      await runtime.findApp(target.projectId, target.app);
       if (path.function_name.startsWith("_")) {
         throw new ProblemError("not-found", `Function ${path.function_name} is private: names starting with _ cannot be called`);
       }

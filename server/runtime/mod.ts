@@ -76,6 +76,8 @@ export interface Runtime {
   capacity(projectId: string, app: string): Capacity;
   /** The app's runtime and limits; throws like `invoke` for a missing or broken app. */
   appSettings(projectId: string, app: string): AppSettings;
+  /** Like `appSettings`, but first loads an app deployed since the last poll, as `invoke` does. */
+  findApp(projectId: string, app: string): Promise<AppSettings>;
   /** Re-reads the apps folder now (it is also polled). */
   reload(): Promise<void>;
   /** Stops watching and stops every replica. */
@@ -232,6 +234,10 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
     },
     capacity(projectId, app) {
       return live(projectId, app).pool.capacity();
+    },
+    async findApp(projectId, app) {
+      await liveOrLoad(projectId, app);
+      return this.appSettings(projectId, app);
     },
     appSettings(projectId, app) {
       const { config } = live(projectId, app).version;
