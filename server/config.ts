@@ -17,6 +17,8 @@ export interface Config {
   responseCheck: boolean;
   /** When set, `GET /metrics` needs it as a bearer token. */
   metricsToken: string | null;
+  /** How long a graceful stop waits for in-flight calls and runs, in milliseconds. */
+  drainTimeoutMs: number;
   /** The most repository-tree paths kept in memory, across every cached commit. */
   treeCacheEntries: number;
   /** Calls that may wait for a slot per app before new ones get 429. */
@@ -154,6 +156,14 @@ export const SETTINGS: SettingSpec[] = [
     default: "",
     description: "When set, GET /metrics requires it as a bearer token",
     parse: (raw) => raw || null,
+  },
+  {
+    key: "drainTimeoutMs",
+    env: "RUNPLANE_DRAIN_TIMEOUT",
+    flag: "--drain-timeout",
+    default: "30s",
+    description: "On SIGTERM/SIGINT, how long in-flight calls, streams and async runs may finish before they are stopped",
+    parse: duration(0, 3_600_000, "0s to 1h"),
   },
   {
     key: "treeCacheEntries",

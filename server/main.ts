@@ -19,7 +19,14 @@ export async function serve(overrides: Partial<Record<keyof Config, string>> = {
     throw error;
   }
   const server = await createServer(config);
-  const url = await server.listen();
+  let url: string;
+  try {
+    url = await server.listen();
+  } catch (error) {
+    process.stderr.write(`runplane: cannot listen on ${config.host}:${config.port}: ${(error as Error).message}\n`);
+    await server.close();
+    process.exit(1);
+  }
   if (server.freshDataDir) {
     const { token } = await createServiceAccount(
       { db: server.context.store.db, key: server.context.key },
@@ -46,7 +53,10 @@ export async function serve(overrides: Partial<Record<keyof Config, string>> = {
     process.on(signal, () => {
       if (stopping) return;
       stopping = true;
-      server.close().then(() => process.exit(0), () => process.exit(1));
+      server.drain().then(() => process.exit(0), (error) => {
+        process.stderr.write(`runplane: stopping failed: ${(error as Error).stack}\n`);
+        process.exit(1);
+      });
     });
   }
 }

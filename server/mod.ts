@@ -10,7 +10,7 @@ import { createTokenVerifier, loadOrCreateSigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { createHandlers } from "./handlers/mod.ts";
-import { createHttpApp } from "./http/mod.ts";
+import { createDrainGate, createHttpApp } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
@@ -31,6 +31,12 @@ export interface RunplaneServer {
   listen(): Promise<string>;
   /** The base URL, once listening. */
   readonly url: string;
+  /**
+   * Graceful stop: new calls get 503, in-flight calls, streams and async runs may finish within
+   * `timeoutMs` (default `RUNPLANE_DRAIN_TIMEOUT`); what still runs then is recorded `interrupted`;
+   * then `close()`.
+   */
+  drain(timeoutMs?: number): Promise<void>;
   /** Stops accepting connections, stops every app replica, ends open connections, and closes the store. */
   close(): Promise<void>;
 }
@@ -50,18 +56,33 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const key = await loadOrCreateSigningKey(config.dataDir);
   const secrets = await loadSecretBox(config.dataDir);
   const metrics = createMetrics();
+  const gate = createDrainGate();
+  let appsLoaded = false;
   const readiness: Readiness = {
     async reasons() {
+      const reasons: string[] = [];
+      if (gate.draining) reasons.push("the server is draining");
+      if (!appsLoaded) reasons.push("apps are loading (min_replicas warming up)");
       try {
-        return (await migrationsApplied(store.db)) ? [] : ["store migrations are not applied"];
+        if (!(await migrationsApplied(store.db))) reasons.push("store migrations are not applied");
       } catch (error) {
-        return [`store unreachable: ${(error as Error).message}`];
+        reasons.push(`store unreachable: ${(error as Error).message}`);
       }
+      return reasons;
     },
   };
   const trees = createRepositoryTrees({ dataDir: config.dataDir, store: { db: store.db, secrets }, logger, metrics: metrics.registry, cacheEntries: config.treeCacheEntries });
   const runtime = createRuntime(config.appsDir, { logger, queueLimit: config.appQueueLimit });
-  await runtime.start();
+  // Calls load an app on demand, so the server listens while apps load; readiness says when they have.
+  const loading = runtime.start().then(() => runtime.warm()).then(
+    () => void (appsLoaded = true),
+    (error) => logger.error({ err: error }, "loading apps failed"),
+  );
+  metrics.setReplicasSource(() =>
+    runtime.replicaStates().flatMap(({ app, ...states }) =>
+      Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value }))
+    )
+  );
   const deliveries = startDeliveryWorker({
     db: store.db,
     secrets,
@@ -79,6 +100,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
     responseCheck: config.responseCheck,
+    gate,
     onRequestFinished(request) {
       metrics.httpRequestDuration.observe(
         { operation_id: request.operationId ?? "unmatched", method: request.method, status: String(request.status) },
@@ -88,6 +110,47 @@ export async function createServer(config: Config, options: CreateServerOptions 
   });
   let server: Server | undefined;
   let url = "";
+  let listening: Promise<void> = Promise.resolve();
+  let closing: Promise<void> | undefined;
+
+  /** Stops accepting connections (once); resolves when the open ones have ended. */
+  function stopListening(): Promise<void> {
+    if (server?.listening) {
+      listening = new Promise<void>((resolve) => server!.close(() => resolve()));
+      server.closeIdleConnections();
+    }
+    return listening;
+  }
+
+  function close(): Promise<void> {
+    closing ??= (async () => {
+      await loading;
+      const connectionsEnded = stopListening();
+      // Stopping the dispatcher first keeps it from starting runs on replicas that are going away;
+      // stopping the replicas ends the calls (and streams) still open, so the connections can finish.
+      await runs.stop();
+      await runtime.close();
+      await connectionsEnded;
+      await deliveries.stop();
+      await store.close();
+    })();
+    return closing;
+  }
+
+  async function drain(timeoutMs = config.drainTimeoutMs): Promise<void> {
+    gate.close();
+    logger.info({ timeout_ms: timeoutMs }, "draining: new calls get 503; in-flight calls, streams and runs may finish");
+    void stopListening();
+    await runs.stopDispatching();
+    const [requests, running] = await Promise.all([gate.idle(timeoutMs), runs.settled(timeoutMs)]);
+    if (requests > 0 || running > 0) {
+      const interrupted = await runs.abandon();
+      logger.warn({ requests, runs: running, interrupted }, "drain timeout reached; stopping what still runs");
+    }
+    await close();
+    logger.info("drained");
+  }
+
   return {
     context,
     freshDataDir,
@@ -108,20 +171,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
         });
       });
     },
-    async close() {
-      const closed = server
-        ? new Promise<void>((resolve) => {
-          server!.close(() => resolve());
-          server!.closeIdleConnections();
-        })
-        : Promise.resolve();
-      // Stopping the dispatcher first keeps it from starting runs on replicas that are going away;
-      // stopping the replicas ends the calls (and streams) still open, so the connections can finish.
-      await runs.stop();
-      await runtime.close();
-      await closed;
-      await deliveries.stop();
-      await store.close();
-    },
+    drain,
+    close,
   };
 }

@@ -12,12 +12,14 @@ import { isProblemError, ProblemError } from "../problems/mod.ts";
 import { authenticate } from "./authenticate.ts";
 import type { AnyHandlerResult, HandlerInput, Handlers, OperationId } from "./handler_types.ts";
 import { createBodyReader } from "./read_body.ts";
+import type { DrainGate } from "./drain_gate.ts";
 import { decodeRequest } from "./request_decoding.ts";
 import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
 
 export type { EventStreamBody, Handler, HandlerInput, HandlerResult, Handlers, OperationId } from "./handler_types.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
+export { createDrainGate, type DrainGate } from "./drain_gate.ts";
 export { type FrameOptions, frameEvent, type HeartbeatOptions, SSE_PING, withHeartbeat } from "./sse.ts";
 
 /** What the HTTP layer needs. */
@@ -28,6 +30,8 @@ export interface HttpAppOptions {
   bodyLimitBytes: number;
   /** Check every response against the contract (development and tests). */
   responseCheck: boolean;
+  /** Counts requests in flight and turns new calls away while the server drains. */
+  gate?: DrainGate;
   /** Called once per request when its response has been sent (metrics). */
   onRequestFinished?(request: FinishedRequest): void;
 }
@@ -89,7 +93,14 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     state.requestId = newRequestId();
     state.startedAt = performance.now();
     ctx.set("X-Request-Id", state.requestId);
+    options.gate?.track(new Promise((resolve) => ctx.res.once("close", resolve)));
     try {
+      if (options.gate?.refuses(ctx.path)) {
+        state.route = routeFor(ctx.method, ctx.path);
+        throw new ProblemError("service-unavailable", "The server is shutting down; retry the call on another server", {
+          headers: { "Retry-After": "5", Connection: "close" },
+        });
+      }
       await next();
       if (ctx.status === 404 && ctx.body === undefined) {
         const match = router.match(ctx.path, ctx.method);
@@ -169,6 +180,11 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       });
       writeResult(ctx, result);
     });
+  }
+  /** The route of a request turned away before routing, so its problem is checked against it too. */
+  function routeFor(method: string, path: string): RouteSpec | undefined {
+    const layer = router.match(path, method).pathAndMethod[0];
+    return routes.find((r) => r.koaPath === layer?.path && r.method === method.toUpperCase());
   }
   app.use(router.routes());
   app.on("error", (error: Error & { code?: string }) => {

@@ -23,7 +23,8 @@ export interface MaintenanceOptions {
   onDeliveries(): void;
 }
 
-const INTERRUPTED = {
+/** The error of a run whose process stopped while it ran. */
+export const INTERRUPTED = {
   type: "interrupted",
   message: "The server process running this run stopped before it finished; it was not run again because functions may have side effects",
   traceback: null,

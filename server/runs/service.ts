@@ -18,7 +18,7 @@ import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import { type LocalRuns, RunCancelled } from "./_local_runs.ts";
-import { startMaintenance } from "./_maintenance.ts";
+import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
 import { deliveryBodyFor, finishRun, outcomeColumns, type RunOutcome, selectRun, selectRunById, selectRunPage, TERMINAL_STATUSES } from "./_queries.ts";
 import { type Run, type RunRow, toRun } from "./_view.ts";
 import { createWriteBehind } from "./_write_behind.ts";
@@ -108,6 +108,16 @@ export interface RunService {
   cancelRun(ref: RunRef): Promise<Run>;
   /** Writes buffered sync records now. */
   flush(): Promise<void>;
+  /** Stops claiming queued runs (draining); runs already executing here go on. */
+  stopDispatching(): Promise<void>;
+  /** Resolves with 0 once no run executes in this process, or with how many still do after `timeoutMs`. */
+  settled(timeoutMs: number): Promise<number>;
+  /**
+   * Ends every run this process still runs as `failure`/`interrupted` (with its webhook queued), as a
+   * restart would, so that a stop past the drain timeout loses nothing. Later outcomes of those runs
+   * are ignored.
+   */
+  abandon(): Promise<number>;
   /** Stops dispatching and upkeep, writes buffered records. Runs in flight end as `interrupted` later. */
   stop(): Promise<void>;
 }
@@ -322,6 +332,25 @@ export function createRunService(options: RunServiceOptions): RunService {
     },
     cancelRun,
     flush: () => writer.flush(),
+    async stopDispatching() {
+      await dispatcher?.stop();
+    },
+    async settled(timeoutMs) {
+      const deadline = Date.now() + timeoutMs;
+      while (local.size > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+      return local.size;
+    },
+    async abandon() {
+      await writer.flush();
+      const rows = await db.selectFrom("runs").selectAll().where("lease_owner", "=", owner).where("status", "=", "running").execute();
+      let ended = 0;
+      for (const row of rows) {
+        if (await finishRun(db, row, { outcome: { status: "failure", error: INTERRUPTED }, from: ["running"], owner })) ended++;
+        logger.warn({ run_id: row.run_id, app: `${row.project_id}/${row.app_id}` }, "run interrupted: the server stopped before it finished");
+      }
+      if (ended) onDeliveries();
+      return ended;
+    },
     async stop() {
       await Promise.all(loops.map((loop) => loop.stop()));
       await writer.flush();

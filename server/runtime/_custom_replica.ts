@@ -6,6 +6,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createServer, connect } from "node:net";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
+import { orphanGuarded } from "./_orphan_guard.ts";
 import type { Replica } from "./_replica_pool.ts";
 
 const START_TIMEOUT_MS = 30_000;
@@ -94,11 +95,12 @@ export class CustomProcessReplica implements Upstream {
     const { label, logger } = this.#options;
     const port = this.#options.port ?? (await freePort());
     this.baseUrl = `http://127.0.0.1:${port}`;
-    const [command, ...args] = this.#options.entrypoint;
+    const [entry, ...entryArgs] = this.#options.entrypoint;
+    const { command, args, env } = orphanGuarded(entry, entryArgs);
     const child = spawn(command, args, {
       cwd: this.#options.appDir,
       stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, PORT: String(port), PYTHONUNBUFFERED: "1" },
+      env: { ...process.env, ...env, PORT: String(port), PYTHONUNBUFFERED: "1" },
     });
     this.#child = child;
     let exitReason = "";

@@ -135,6 +135,23 @@ export class ReplicaPool<R extends Replica> {
     for (const entry of this.#entries) if (entry.active === 0) this.#stopEntry(entry, "drained");
   }
 
+  /** Settles once every replica started so far is ready or has failed to start (min_replicas warm-up). */
+  async warm(): Promise<void> {
+    await Promise.allSettled(this.#entries.map((entry) => entry.replica.ready));
+  }
+
+  /** Replicas by state: `starting` (not ready yet), `busy` (running a call) and `idle`. */
+  states(): { starting: number; idle: number; busy: number } {
+    const counts = { starting: 0, idle: 0, busy: 0 };
+    for (const entry of this.#entries) {
+      if (entry.stopping) continue;
+      if (!entry.replica.wasReady) counts.starting++;
+      else if (entry.active > 0) counts.busy++;
+      else counts.idle++;
+    }
+    return counts;
+  }
+
   /** Stops every replica now; queued calls fail with 503. */
   async close(): Promise<void> {
     this.#draining = true;

@@ -78,6 +78,10 @@ export interface Runtime {
   appSettings(projectId: string, app: string): AppSettings;
   /** Like `appSettings`, but first loads an app deployed since the last poll, as `invoke` does. */
   findApp(projectId: string, app: string): Promise<AppSettings>;
+  /** Settles once every app's `min_replicas` replicas are ready or failed to start. */
+  warm(): Promise<void>;
+  /** Replicas per app by state, for metrics. */
+  replicaStates(): Array<{ app: string; starting: number; idle: number; busy: number }>;
   /** Re-reads the apps folder now (it is also polled). */
   reload(): Promise<void>;
   /** Stops watching and stops every replica. */
@@ -234,6 +238,12 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
     },
     capacity(projectId, app) {
       return live(projectId, app).pool.capacity();
+    },
+    async warm() {
+      await Promise.all([...apps.values()].map((live) => live.pool?.warm()));
+    },
+    replicaStates() {
+      return [...apps.entries()].filter(([, live]) => live.pool).map(([app, live]) => ({ app, ...live.pool!.states() }));
     },
     async findApp(projectId, app) {
       await liveOrLoad(projectId, app);
