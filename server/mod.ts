@@ -115,10 +115,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
 
   /** Stops accepting connections (once); resolves when the open ones have ended. */
   function stopListening(): Promise<void> {
-    if (server?.listening) {
-      listening = new Promise<void>((resolve) => server!.close(() => resolve()));
-      server.closeIdleConnections();
-    }
+    if (server?.listening) listening = new Promise<void>((resolve) => server!.close(() => resolve()));
     return listening;
   }
 
@@ -126,6 +123,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     closing ??= (async () => {
       await loading;
       const connectionsEnded = stopListening();
+      server?.closeIdleConnections();
       // Stopping the dispatcher first keeps it from starting runs on replicas that are going away;
       // stopping the replicas ends the calls (and streams) still open, so the connections can finish.
       await runs.stop();
@@ -140,7 +138,9 @@ export async function createServer(config: Config, options: CreateServerOptions 
   async function drain(timeoutMs = config.drainTimeoutMs): Promise<void> {
     gate.close();
     logger.info({ timeout_ms: timeoutMs }, "draining: new calls get 503; in-flight calls, streams and runs may finish");
-    void stopListening();
+    // The listener stays open while draining: a call that still arrives gets a 503 problem with
+    // Retry-After and `Connection: close`, and probes see /readyz fail, instead of a refused connection
+    // that a load balancer might retry blindly.
     await runs.stopDispatching();
     const [requests, running] = await Promise.all([gate.idle(timeoutMs), runs.settled(timeoutMs)]);
     if (requests > 0 || running > 0) {

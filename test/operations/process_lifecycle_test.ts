@@ -1,0 +1,156 @@
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { promisify } from "node:util";
+import { openStore } from "../../server/store/mod.ts";
+import { alive, waitFor } from "../_helpers/apps.ts";
+import { createTestClient } from "../_helpers/client.ts";
+import { TEST_PROJECT } from "../_helpers/server.ts";
+import { prepareDataDir, startServerProcess } from "../_helpers/server_process.ts";
+
+const run = promisify(execFile);
+const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
+
+const WORKER_APP = `import os, time
+
+def pid():
+    return os.getpid()
+
+def slow(seconds=3):
+    time.sleep(seconds)
+    return {"slept": seconds, "pid": os.getpid()}
+
+def ticks(n=6, pause=0.5):
+    for i in range(n):
+        yield i
+        time.sleep(pause)
+`;
+
+const CUSTOM_SERVER = `import http.server, json, os
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def do_POST(self):
+        body = json.dumps({"pid": os.getpid()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+`;
+
+async function deploy(appsDir: string, name: string, files: Record<string, string>): Promise<void> {
+  const dir = join(appsDir, TEST_PROJECT, name);
+  await mkdir(dir, { recursive: true });
+  for (const [file, text] of Object.entries(files)) await writeFile(join(dir, file), text);
+}
+
+describe("the server process", () => {
+  it("on SIGTERM finishes a 3 s sync call, a stream and an async run, exits 0 and leaves nothing running", async () => {
+    const prepared = await prepareDataDir();
+    await deploy(prepared.appsDir, "work", { "runplane.toml": "[scaling]\nmax_replicas = 3\n", "main.py": WORKER_APP });
+    const server = await startServerProcess(prepared);
+    try {
+      const client = createTestClient(server.url, server.token);
+      const path = (fn: string) => ({ path: { project_id: TEST_PROJECT, app_name: "work", function_name: fn } });
+      const workerPid = (await client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("pid"), body: {} })).data as { result: number };
+
+      const sync = client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("slow"), body: { seconds: 3 } });
+      const stream = client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("ticks"), body: {}, parseAs: "text" });
+      const accepted = await client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+        params: { ...path("slow"), query: { async: true } },
+        body: { seconds: 3 },
+      });
+      assert.equal(accepted.response.status, 202);
+      const runId = (accepted.data as { run_id: string }).run_id;
+      // Let all three start, then ask the server to stop.
+      await waitFor(async () => {
+        const run = await client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
+          params: { path: { project_id: TEST_PROJECT, app_id: "work", run_id: runId } },
+        });
+        return run.data?.status === "running";
+      }, "the async run to start", 20_000);
+      server.child.kill("SIGTERM");
+
+      const syncDone = await sync;
+      assert.equal(syncDone.response.status, 200);
+      assert.deepEqual((syncDone.data as { result: { slept: number } }).result.slept, 3);
+      const streamDone = await stream;
+      assert.equal(streamDone.response.status, 200);
+      assert.equal((streamDone.data as unknown as string).match(/^data: /gm)?.length, 6, "every event arrived");
+      const exit = await server.exited;
+      assert.deepEqual(exit, { code: 0, signal: null }, server.output());
+
+      const store = await openStore(prepared.dataDir);
+      try {
+        const row = await store.db.selectFrom("runs").select(["status"]).where("run_id", "=", runId).executeTakeFirstOrThrow();
+        assert.equal(row.status, "success", "the async run finished during the drain");
+      } finally {
+        await store.close();
+      }
+      assert.equal(alive(workerPid.result), false, "no worker outlives the server");
+    } finally {
+      if (server.child.exitCode === null) server.child.kill("SIGKILL");
+      await rm(prepared.dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it("after kill -9 leaves no Python worker and no custom-runtime process behind within 5 s", async () => {
+    const prepared = await prepareDataDir();
+    await deploy(prepared.appsDir, "work", { "runplane.toml": "", "main.py": WORKER_APP });
+    await deploy(prepared.appsDir, "web", {
+      "runplane.toml": '[deployment]\nruntime = "custom"\n\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
+      "server.py": CUSTOM_SERVER,
+    });
+    const server = await startServerProcess(prepared);
+    try {
+      const client = createTestClient(server.url, server.token);
+      const call = async (app: string, fn: string) =>
+        (await client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+          params: { path: { project_id: TEST_PROJECT, app_name: app, function_name: fn } },
+          body: {},
+        })).data as { result: unknown };
+      const python = (await call("work", "pid")).result as number;
+      const custom = ((await call("web", "run")).result as { pid: number }).pid;
+      assert.ok(alive(python) && alive(custom));
+      server.child.kill("SIGKILL");
+      await server.exited;
+      await waitFor(() => !alive(python) && !alive(custom), "the workers to exit after their server died", 5_000);
+    } finally {
+      await rm(prepared.dataDir, { recursive: true, force: true });
+    }
+  });
+
+  for (const [name, env, message] of [
+    ["a bad PORT", { PORT: "eighty" }, /PORT="eighty": must be a whole number from 0 to 65535/],
+    ["an unknown log level", { RUNPLANE_LOG_LEVEL: "chatty" }, /RUNPLANE_LOG_LEVEL="chatty": must be one of fatal, error, warn, info, debug, trace, silent/],
+    // A folder under a regular file cannot be made, even by root.
+    ["an unwritable data dir", { RUNPLANE_DATA_DIR: "/etc/hostname/data" }, /RUNPLANE_DATA_DIR="\/etc\/hostname\/data": \/etc\/hostname\/data is not a writable folder \(ENOTDIR\)/],
+  ] as const) {
+    it(`refuses to start with ${name}, saying what is wrong`, async () => {
+      const dataDir = await mkdtemp(join(tmpdir(), "runplane-badstart-"));
+      try {
+        const outcome = await run(process.execPath, ["--import", "tsx", MAIN], {
+          env: { ...process.env, RUNPLANE_DATA_DIR: dataDir, ...env, PORT: "PORT" in env ? env.PORT : "0" },
+          timeout: 30_000,
+        }).then(() => ({ code: 0, stderr: "" }), (error: { code: number; stderr: string }) => error);
+        assert.equal(outcome.code, 2);
+        assert.match(outcome.stderr, /^runplane: Invalid configuration:\n/);
+        assert.match(outcome.stderr, message);
+        assert.ok(!outcome.stderr.includes("    at "), "no stack trace");
+      } finally {
+        await rm(dataDir, { recursive: true, force: true });
+      }
+    });
+  }
+});
+
