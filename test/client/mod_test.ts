@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,49 +13,8 @@ import { contractCheckedFetch, createCheckedRunplaneClient } from "../_helpers/r
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const RUN_ID = "run_0123456789abcdefghijklmnop";
-
 /** The Python app every test here calls (`p-test/py`). */
-const MAIN = `
-import os, time
-
-def run(name="world"):
-    return {"message": f"Hello, {name}!"}
-
-def add(a, b):
-    return a + b
-
-def boom():
-    raise ValueError("bad value here")
-
-def sleepy(seconds, started=None, finished=None):
-    if started:
-        open(started, "w").close()
-    time.sleep(seconds)
-    if finished:
-        open(finished, "w").close()
-    return {"slept": seconds}
-
-def ticks(n, pause, done):
-    for i in range(n):
-        yield {"i": i}
-        time.sleep(pause)
-    yield "last tick"
-    open(done, "w").close()
-
-def endless(marker):
-    try:
-        i = 0
-        while True:
-            yield i
-            i += 1
-            time.sleep(0.2)
-    finally:
-        open(marker, "w").close()
-
-def breaks():
-    yield "ok"
-    raise RuntimeError("went wrong mid-stream")
-`;
+const MAIN = readFileSync(join(import.meta.dirname, "_fixtures", "client_app.py"), "utf8");
 
 async function rejection(promise: Promise<unknown>): Promise<RunplaneError> {
   try {
