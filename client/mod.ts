@@ -12,7 +12,7 @@
  */
 import createClient, { type Client } from "openapi-fetch";
 import type { components, paths } from "../generated/api.d.ts";
-import { type AppRef, resolveAppRef } from "./app_ref.ts";
+import { type AppLocation, type AppRef, resolveAppRef } from "./app_ref.ts";
 import { readEventStream } from "./event_stream.ts";
 import { errorFromResponse, RunplaneError, runIdFrom } from "./runplane_error.ts";
 
@@ -86,6 +86,11 @@ export interface WaitForRunOptions {
   onPoll?: (run: Run) => void;
 }
 
+/** Options of `getRun` and `cancelRun`. */
+export interface RunCallOptions {
+  signal?: AbortSignal;
+}
+
 /** Options of `listRuns`. */
 export interface ListRunsOptions {
   status?: RunStatus;
@@ -115,6 +120,9 @@ export interface RunStream extends AsyncIterable<unknown> {
   readonly runId: string | undefined;
 }
 
+/** How many run ids (and their apps) a client remembers for `getRun(runId)`. */
+const MAX_KNOWN_RUNS = 10_000;
+
 /** The run statuses after which a run never changes. */
 export const TERMINAL_STATUSES: readonly RunStatus[] = ["success", "failure", "cancelled"];
 
@@ -130,14 +138,23 @@ export interface RunplaneClient {
   runAsync(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): Promise<string>;
   /** Calls a function and yields its items as they arrive; an `event: error` throws. */
   stream(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): RunStream;
-  /** A run's record. */
-  getRun(app: AppRef, runId: string, options?: { signal?: AbortSignal }): Promise<Run>;
-  /** Polls a run with backoff until it is terminal; resolves with the final record. */
+  /**
+   * A run's record. `getRun(runId)` works for a run this client started or listed (it remembers the
+   * app of the last 10,000 run ids it saw); any other run needs its app: `getRun(app, runId)`.
+   */
+  getRun(runId: string, options?: RunCallOptions): Promise<Run>;
+  getRun(app: AppRef, runId: string, options?: RunCallOptions): Promise<Run>;
+  /**
+   * Polls a run with backoff until it is terminal; resolves with the final record. Takes the run id
+   * alone for a run this client started, like `getRun`.
+   */
+  waitForRun(runId: string, options?: WaitForRunOptions): Promise<Run>;
   waitForRun(app: AppRef, runId: string, options?: WaitForRunOptions): Promise<Run>;
   /** A page of an app's runs, newest first. */
   listRuns(app: AppRef, options?: ListRunsOptions): Promise<RunPage>;
-  /** Cancels a queued or running run; resolves with its record. */
-  cancelRun(app: AppRef, runId: string, options?: { signal?: AbortSignal }): Promise<Run>;
+  /** Cancels a queued or running run; resolves with its record. Takes the run id alone like `getRun`. */
+  cancelRun(runId: string, options?: RunCallOptions): Promise<Run>;
+  cancelRun(app: AppRef, runId: string, options?: RunCallOptions): Promise<Run>;
   /** The digest of an app's build dependencies and whether the project had seen it. */
   baseImageHash(app: AppRef, request: BaseImageRequest, options?: { signal?: AbortSignal }): Promise<BaseImageHash>;
   /** A repository's tree (`"owner/repo"`) through a project's git integration. */
@@ -193,6 +210,23 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
   const api = createClient<paths>({ baseUrl: restUrl, headers, fetch: options.fetch });
   const runApi = createClient<paths>({ baseUrl: runUrl, headers, fetch: options.fetch });
 
+  // The app of each run id this client saw, so `getRun(runId)` works without the app. Oldest first
+  // (a Map keeps insertion order), capped so a long-lived service does not grow it without bound.
+  const knownRuns = new Map<string, AppLocation>();
+  function remember(runId: string | undefined, app: AppRef): void {
+    if (!runId) return;
+    const { project, app: name } = resolveAppRef(app);
+    knownRuns.delete(runId);
+    knownRuns.set(runId, { project, app: name });
+    if (knownRuns.size > MAX_KNOWN_RUNS) knownRuns.delete(knownRuns.keys().next().value!);
+  }
+
+  /** Remembers the run a failed call created (a function that raised has one) and returns the error. */
+  function failed(app: AppRef, error: RunplaneError): RunplaneError {
+    remember(error.runId, app);
+    return error;
+  }
+
   function callFunction(app: AppRef, input: Record<string, unknown> | undefined, options: RunOptions, call: { async?: boolean; accept?: string }) {
     const ref = resolveAppRef(app);
     return runApi.POST("/v4/{project_id}/{app_name}/{function_name}", {
@@ -223,9 +257,14 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
   async function run(app: AppRef, input?: Record<string, unknown>, runOptions: RunOptions = {}): Promise<RunResult> {
     const started = performance.now();
     const { response, error } = await callFunction(app, input, runOptions, {});
-    if (!response.ok) throw await errorFromResponse(response, error);
-    if (!isEventStream(response) || !response.body) return (await response.json()) as RunResult;
+    if (!response.ok) throw failed(app, await errorFromResponse(response, error));
+    if (!isEventStream(response) || !response.body) {
+      const answer = (await response.json()) as RunResult;
+      remember(answer.run_id, app);
+      return answer;
+    }
     const runId = runIdFrom(response.headers.get("x-request-id"));
+    remember(runId, app);
     const items: unknown[] = [];
     for await (const item of readEventStream(response.body, { runId })) items.push(item);
     // A stream's answer has no run_time_ms; the client's own wall time is the closest honest figure.
@@ -234,8 +273,9 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
 
   async function runAsync(app: AppRef, input?: Record<string, unknown>, runOptions: RunOptions = {}): Promise<string> {
     const { response, error } = await callFunction(app, input, runOptions, { async: true });
-    if (!response.ok) throw await errorFromResponse(response, error);
+    if (!response.ok) throw failed(app, await errorFromResponse(response, error));
     const body = (await response.json()) as { run_id: string };
+    remember(body.run_id, app);
     return body.run_id;
   }
 
@@ -244,6 +284,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     async function* items(): AsyncGenerator<unknown, void, undefined> {
       const { response, error } = await callFunction(app, input, runOptions, { accept: "text/event-stream" });
       runId = runIdFrom(response.headers.get("x-request-id"));
+      remember(runId, app);
       if (!response.ok) throw await errorFromResponse(response, error);
       if (!isEventStream(response) || !response.body) {
         // The function returned a plain value: it is the stream's only item.
@@ -260,16 +301,29 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     };
   }
 
+  /** Sorts a call's arguments out: `(runId, options?)` or `(app, runId, options?)`. */
+  function runTarget<O extends object>(method: string, first: AppRef, second: string | O | undefined, third: O | undefined) {
+    if (typeof second === "string") return { app: first, runId: second, options: third ?? ({} as O) };
+    if (typeof first !== "string") throw new TypeError(`${method} needs the run id: ${method}(runId) or ${method}(app, runId)`);
+    const app = knownRuns.get(first);
+    if (!app) {
+      throw new TypeError(`This client did not start run ${first}, so it does not know its app: call ${method}("<project>/<app>", "${first}")`);
+    }
+    return { app: app as AppRef, runId: first, options: second ?? ({} as O) };
+  }
+
   function runPath(app: AppRef, runId: string) {
     const ref = resolveAppRef(app);
     return { path: { project_id: ref.project, app_id: ref.app, run_id: runId } };
   }
 
-  function getRun(app: AppRef, runId: string, callOptions: { signal?: AbortSignal } = {}): Promise<Run> {
-    return unwrap(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: runPath(app, runId), signal: callOptions.signal }));
+  async function getRun(first: AppRef, second?: string | RunCallOptions, third?: RunCallOptions): Promise<Run> {
+    const { app, runId, options: callOptions } = runTarget("getRun", first, second, third);
+    return await unwrap(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: runPath(app, runId), signal: callOptions.signal }));
   }
 
-  async function waitForRun(app: AppRef, runId: string, waitOptions: WaitForRunOptions = {}): Promise<Run> {
+  async function waitForRun(first: AppRef, second?: string | WaitForRunOptions, third?: WaitForRunOptions): Promise<Run> {
+    const { app, runId, options: waitOptions } = runTarget("waitForRun", first, second, third);
     const deadline = waitOptions.timeoutMs === undefined ? Infinity : Date.now() + waitOptions.timeoutMs;
     let delay = waitOptions.initialDelayMs ?? 200;
     const maxDelay = waitOptions.maxDelayMs ?? 2000;
@@ -291,17 +345,20 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     }
   }
 
-  function listRuns(app: AppRef, listOptions: ListRunsOptions = {}): Promise<RunPage> {
+  async function listRuns(app: AppRef, listOptions: ListRunsOptions = {}): Promise<RunPage> {
     const ref = resolveAppRef(app);
     const { signal, ...query } = listOptions;
-    return unwrap(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs", {
+    const page = await unwrap(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs", {
       params: { path: { project_id: ref.project, app_id: ref.app }, query },
       signal,
     }));
+    for (const record of page.runs) remember(record.run_id, { project: record.project_id, app: record.app_id });
+    return page;
   }
 
-  function cancelRun(app: AppRef, runId: string, callOptions: { signal?: AbortSignal } = {}): Promise<Run> {
-    return unwrap(api.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: runPath(app, runId), signal: callOptions.signal }));
+  async function cancelRun(first: AppRef, second?: string | RunCallOptions, third?: RunCallOptions): Promise<Run> {
+    const { app, runId, options: callOptions } = runTarget("cancelRun", first, second, third);
+    return await unwrap(api.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: runPath(app, runId), signal: callOptions.signal }));
   }
 
   function baseImageHash(app: AppRef, request: BaseImageRequest, callOptions: { signal?: AbortSignal } = {}): Promise<BaseImageHash> {

@@ -24,7 +24,11 @@ export function formatRun(run: Run): string {
     `${run.run_id} ${run.status} (${run.project_id}/${run.app_id}/${run.function_name}, ${run.mode})`,
     `created ${run.created_at}, queued ${milliseconds(run.queue_time_ms)}, ran ${milliseconds(run.run_time_ms)}`,
   ];
-  if (run.error) lines.push(`error: ${run.error.type}: ${run.error.message}`, ...(run.error.traceback ? [run.error.traceback] : []));
+  if (run.error) {
+    const { type, message, traceback } = run.error;
+    // The Python runtime's messages already start with the exception's type ("ValueError: ...").
+    lines.push(`error: ${message.startsWith(`${type}: `) ? message : `${type}: ${message}`}`, ...(traceback ? [traceback] : []));
+  }
   if (run.status === "success") lines.push(run.result_expired ? "result: expired" : `result: ${JSON.stringify(run.result, null, 2)}`);
   if (run.webhook) lines.push(`webhook: ${run.webhook.status} (${run.webhook.attempts.length} attempts) ${run.webhook.endpoint}`);
   return lines.join("\n");

@@ -1,15 +1,24 @@
 import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
 import { createHmac } from "node:crypto";
 import { once } from "node:events";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
-import { runCli, spawnCli } from "../_helpers/cli.ts";
+import { deployApp, waitFor } from "../_helpers/apps.ts";
+import { CLI, runCli, spawnCli } from "../_helpers/cli.ts";
+import { createFixtureRepo, type FixtureRepo } from "../_helpers/git_repos.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
+import { eventually } from "../_helpers/webhook_receiver.ts";
 
 const APPS_DIR = join(import.meta.dirname, "_fixtures", "apps");
+const ROOT = join(import.meta.dirname, "..", "..");
+const PY_APP = readFileSync(join(import.meta.dirname, "_fixtures", "client_app.py"), "utf8");
+const RUN_ID_PATTERN = /^run_[0-9a-z]{26}$/;
 const b64 = (text: string) => Buffer.from(text).toString("base64");
 
 /** The request the fixture's runplane.toml describes, written out by hand. */
@@ -25,14 +34,60 @@ function assertNoStackTrace(text: string) {
   assert.doesNotMatch(text, /^\s+at /m, `a stack trace was printed:\n${text}`);
 }
 
-describe("runplane CLI as a subprocess", { timeout: 120_000 }, () => {
+/** A loopback port that was free a moment ago. */
+async function freePort(): Promise<number> {
+  const probe = createServer().listen(0, "127.0.0.1");
+  await once(probe, "listening");
+  const { port } = probe.address() as AddressInfo;
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
+
+const HAS_SCRIPT = (() => {
+  try {
+    execFileSync("script", ["--version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/**
+ * Runs `runplane ...args` on a pseudo-terminal (util-linux `script`), as a person at a terminal does;
+ * stdout and stderr arrive merged, as the terminal shows them.
+ */
+function runCliOnTerminal(args: string[], env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  const quote = (word: string) => `'${word.replaceAll("'", "'\\''")}'`;
+  const command = [process.execPath, CLI, ...args].map(quote).join(" ");
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
+  const child = spawn("script", ["-qec", command, "/dev/null"], { env: { ...clean, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, output })));
+}
+
+describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   let t: TestServer;
   let env: Record<string, string>;
+  let dir: string;
   before(async () => {
-    t = await startTestServer();
+    t = await startTestServer({ env: { RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" } });
     env = { RUNPLANE_API_URL: t.url, RUNPLANE_TOKEN: t.token, RUNPLANE_APPS_DIR: APPS_DIR };
+    dir = await deployApp(t, "py", {
+      toml: "[scaling]\nmax_replicas = 2\nreplica_concurrency = 4\nresponse_grace_period = 60\n",
+      files: { "main.py": PY_APP },
+    });
   });
   after(() => t.close());
+
+  /** A run's record through the validating client. */
+  async function record(runId: string) {
+    const { data } = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
+      params: { path: { project_id: TEST_PROJECT, app_id: "py", run_id: runId } },
+    });
+    assert.ok(data, `no record of ${runId}`);
+    return data;
+  }
 
   it("base-image reads the app's runplane.toml and prints the digest, new then cached", async () => {
     const first = await runCli(["base-image", "--project", TEST_PROJECT, "--app", "demo"], { env });
@@ -85,16 +140,205 @@ describe("runplane CLI as a subprocess", { timeout: 120_000 }, () => {
     assertNoStackTrace(outcome.stderr);
   });
 
-  it("prints the server's problem for calls it cannot serve yet (501), as JSON with --json", async () => {
-    for (const args of [["run", `${TEST_PROJECT}/demo`, "--data", '{"name":"Ada"}'], ["run", `${TEST_PROJECT}/demo/counter`, "--stream"], ["runs", "get", `${TEST_PROJECT}/demo`, "run_0123456789abcdefghijklmnop"]]) {
-      const outcome = await runCli(args, { env });
-      assert.equal(outcome.code, 1, args.join(" "));
-      assert.match(outcome.stderr, /: Not implemented: \w+ is not implemented on this server yet\n$/);
-      assertNoStackTrace(outcome.stderr);
-    }
-    const json = await runCli(["run", `${TEST_PROJECT}/demo`, "--async", "--json"], { env });
+  it("base-image reads an example app's runplane.toml from the default apps folder", async () => {
+    const { token } = await t.mintToken({ projectId: "p-demo" });
+    const outcome = await runCli(["base-image", "--project", "p-demo", "--app", "hello", "--json"], { env: { RUNPLANE_API_URL: t.url, RUNPLANE_TOKEN: token }, cwd: ROOT });
+    assert.equal(outcome.code, 0, outcome.stderr);
+    const { digest, status } = JSON.parse(outcome.stdout) as { digest: string; status: string };
+    assert.equal(status, "new");
+    // examples/apps/p-demo/hello/runplane.toml has [build] base_image and no dependencies.
+    const byHand = await runCli(["base-image", "--config", join(ROOT, "examples/apps/p-demo/hello/runplane.toml"), "--project", TEST_PROJECT, "--app", "hello"], { env });
+    assert.equal(byHand.stdout, `${digest} new\n`);
+    const { data } = await t.client.POST("/v3/projects/{project_id}/apps/{app_id}/base-image", {
+      params: { path: { project_id: TEST_PROJECT, app_id: "hello" } },
+      body: { baseImageUri: "python:3.12-slim" },
+    });
+    assert.deepEqual(data, { digest, status: "cached" });
+  });
+
+  it("run prints a sync call's result, exit 0; --json prints the whole answer", async () => {
+    const outcome = await runCli(["run", `${TEST_PROJECT}/py`, "--data", '{"name":"Ada"}'], { env });
+    assert.equal(outcome.code, 0, outcome.stderr);
+    assert.equal(outcome.stdout, `${JSON.stringify({ message: "Hello, Ada!" }, null, 2)}\n`);
+    assert.equal(outcome.stderr, "");
+    const input = join(dir, "input.json");
+    await writeFile(input, '{"a": 2, "b": 3}');
+    const json = await runCli(["run", `${TEST_PROJECT}/py/add`, "--data", `@${input}`, "--json"], { env });
+    assert.equal(json.code, 0, json.stderr);
+    const answer = JSON.parse(json.stdout) as { run_id: string; result: unknown };
+    assert.equal(answer.result, 5);
+    assert.equal((await record(answer.run_id)).status, "success");
+  });
+
+  it("run prints a raising function's problem without a stack trace, exit 1", async () => {
+    const outcome = await runCli(["run", `${TEST_PROJECT}/py/boom`], { env });
+    assert.equal(outcome.code, 1);
+    assert.match(outcome.stderr, /^runplane run: The function raised an exception: .*bad value here.* \(run run_[0-9a-z]{26}\)\n$/);
+    assertNoStackTrace(outcome.stderr);
+    const json = await runCli(["run", `${TEST_PROJECT}/py/boom`, "--json"], { env });
     assert.equal(json.code, 1);
-    assert.equal(JSON.parse(json.stdout).status, 501);
+    const problem = JSON.parse(json.stdout) as { status: number; exception_type: string; traceback: string };
+    assert.equal(problem.status, 500);
+    assert.equal(problem.exception_type, "ValueError");
+    assert.match(problem.traceback, /ValueError: bad value here/);
+    const missing = await runCli(["run", `${TEST_PROJECT}/no-such-app`], { env });
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /^runplane run: Not found: Project p-test has no app named no-such-app/);
+  });
+
+  it("run --async prints the run id at once", async () => {
+    const outcome = await runCli(["run", `${TEST_PROJECT}/py`, "--async", "--data", '{"name":"Bo"}'], { env });
+    assert.equal(outcome.code, 0, outcome.stderr);
+    const runId = outcome.stdout.trim();
+    assert.match(runId, RUN_ID_PATTERN);
+    assert.equal((await record(runId)).mode, "async");
+  });
+
+  it("run --async --wait waits and prints the result, quiet on stderr when piped; --json prints the final run", async () => {
+    const outcome = await runCli(["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--wait", "--data", '{"seconds":1.5}'], { env });
+    assert.equal(outcome.code, 0, outcome.stderr);
+    assert.equal(outcome.stdout, `${JSON.stringify({ slept: 1.5 }, null, 2)}\n`);
+    assert.equal(outcome.stderr, "", "no progress when stderr is not a terminal");
+    const json = await runCli(["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--wait", "--json", "--data", '{"seconds":0.5}'], { env });
+    assert.equal(json.code, 0, json.stderr);
+    const run = JSON.parse(json.stdout) as { run_id: string; status: string; mode: string; result: unknown };
+    assert.deepEqual([run.status, run.mode, run.result], ["success", "async", { slept: 0.5 }]);
+    assert.deepEqual(await record(run.run_id), run);
+  });
+
+  it("run --async --wait shows progress on a terminal", { skip: !HAS_SCRIPT && "needs util-linux script for a pseudo-terminal" }, async () => {
+    const outcome = await runCliOnTerminal(["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--wait", "--data", '{"seconds":2}'], env);
+    assert.equal(outcome.code, 0, outcome.output);
+    const progress = /\r\x1b\[K(run_[0-9a-z]{26}) (queued|running) \d+\.\d s/.exec(outcome.output);
+    assert.ok(progress, `no progress line in ${JSON.stringify(outcome.output)}`);
+    // The progress line is cleared before the result.
+    assert.ok(outcome.output.endsWith(`\r\x1b[K${JSON.stringify({ slept: 2 }, null, 2).replaceAll("\n", "\r\n")}\r\n`), JSON.stringify(outcome.output));
+    assert.equal((await record(progress[1])).status, "success");
+  });
+
+  it("run --async --wait of a failing function prints the failed run, exit 1", async () => {
+    const outcome = await runCli(["run", `${TEST_PROJECT}/py/boom`, "--async", "--wait"], { env });
+    assert.equal(outcome.code, 1);
+    assert.equal(outcome.stdout, "");
+    assert.match(outcome.stderr, /^run_[0-9a-z]{26} failure \(p-test\/py\/boom, async\)\n/);
+    assert.match(outcome.stderr, /\nerror: ValueError: bad value here\nTraceback/);
+  });
+
+  it("run --stream prints each item as it arrives", async () => {
+    const done = join(dir, "cli-ticks.done");
+    const child = spawnCli(["run", `${TEST_PROJECT}/py/ticks`, "--stream", "--data", JSON.stringify({ n: 3, pause: 1, done })], { env });
+    const exited = once(child, "exit");
+    const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+    assert.deepEqual(await lines.next(), { done: false, value: '{"i":0}' });
+    assert.equal(existsSync(done), false, "the first item was printed while the generator still ran");
+    const rest = [];
+    for (let line = await lines.next(); !line.done; line = await lines.next()) rest.push(line.value);
+    assert.deepEqual(rest, ['{"i":1}', '{"i":2}', "last tick"]);
+    assert.deepEqual(await exited, [0, null]);
+    assert.equal(existsSync(done), true);
+  });
+
+  it("run --stream exits 1 with the problem of an event: error", async () => {
+    const outcome = await runCli(["run", `${TEST_PROJECT}/py/breaks`, "--stream"], { env });
+    assert.equal(outcome.code, 1);
+    assert.equal(outcome.stdout, "ok\n");
+    assert.match(outcome.stderr, /^runplane run: The function raised an exception: .*went wrong mid-stream.* \(run run_[0-9a-z]{26}\)\n$/);
+  });
+
+  it("runs cancel cancels a running run; runs get and runs list show it; a second cancel exits 1", async () => {
+    const started = join(dir, "cli-cancel.started");
+    const queued = await runCli(["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--data", JSON.stringify({ seconds: 5, started })], { env });
+    const runId = queued.stdout.trim();
+    assert.match(runId, RUN_ID_PATTERN);
+    await waitFor(() => existsSync(started), "the function to start", 30_000);
+    const cancelled = await runCli(["runs", "cancel", `${TEST_PROJECT}/py`, runId], { env });
+    assert.equal(cancelled.code, 0, cancelled.stderr);
+    assert.match(cancelled.stdout, new RegExp(`^${runId} cancelled \\(p-test/py/sleepy, async\\)\\n`));
+    const got = await runCli(["runs", "get", `${TEST_PROJECT}/py`, runId, "--json"], { env });
+    assert.equal(got.code, 0, got.stderr);
+    assert.deepEqual(JSON.parse(got.stdout), await record(runId));
+    const listed = await runCli(["runs", "list", `${TEST_PROJECT}/py`, "--status", "cancelled"], { env });
+    assert.equal(listed.code, 0, listed.stderr);
+    assert.match(listed.stdout, new RegExp(`^${runId}\\tcancelled\\tsleepy\\t`, "m"));
+    const listedJson = JSON.parse((await runCli(["runs", "list", `${TEST_PROJECT}/py`, "--limit", "1", "--json"], { env })).stdout) as { runs: unknown[] };
+    assert.equal(listedJson.runs.length, 1);
+    const again = await runCli(["runs", "cancel", `${TEST_PROJECT}/py`, runId], { env });
+    assert.equal(again.code, 1);
+    assert.match(again.stderr, /^runplane runs: Conflict: /);
+    assertNoStackTrace(again.stderr);
+  });
+
+  it("webhook listen --port N --secret S prints a real delivery from the server as valid", async () => {
+    const secret = "whsec_listen";
+    const port = await freePort();
+    const child = spawnCli(["webhook", "listen", "--port", String(port), "--secret", secret]);
+    try {
+      let stderr = "";
+      child.stderr.setEncoding("utf8");
+      while (!stderr.includes("Listening")) stderr += ((await once(child.stderr, "data")) as [string])[0];
+      assert.match(stderr, new RegExp(`Listening for webhook deliveries on http://127\\.0\\.0\\.1:${port}/`));
+      let stdout = "";
+      child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+      const queued = await runCli(["run", `${TEST_PROJECT}/py`, "--async", "--data", '{"name":"Hook"}', "--webhook", `http://127.0.0.1:${port}/hook`, "--webhook-secret", secret], { env });
+      assert.equal(queued.code, 0, queued.stderr);
+      const runId = queued.stdout.trim();
+      await waitFor(() => stdout.includes("\n}\n"), "the listener to print the delivery", 60_000);
+      assert.match(stdout, new RegExp(`^POST /hook run ${runId} signature valid \\(run ${runId}, signed \\d{4}-\\d\\d-\\d\\dT`));
+      const body = JSON.parse(stdout.slice(stdout.indexOf("\n") + 1)) as { run_id: string; status: string; result: unknown };
+      assert.deepEqual([body.run_id, body.status, body.result], [runId, "success", { message: "Hello, Hook!" }]);
+      // The listener answered 200: the server records the delivery as delivered.
+      const webhook = await eventually(async () => {
+        const { webhook } = await record(runId);
+        return webhook && webhook.status !== "pending" ? webhook : undefined;
+      }, 30_000, "the webhook to settle");
+      assert.equal(webhook.status, "delivered");
+    } finally {
+      child.kill("SIGINT");
+      const [code] = await once(child, "exit");
+      assert.equal(code, 0);
+    }
+  });
+
+  it("tree prints a mirrored repository as an indented view, and the server's answer with --json", async () => {
+    const work = await mkdtemp(join(tmpdir(), "runplane-cli-repo-"));
+    const fixture: FixtureRepo = await createFixtureRepo(join(work, "widgets"));
+    try {
+      const added = await runCli(["repo", "add", fixture.path, "--project", TEST_PROJECT, "--as", "acme/widgets", "--data-dir", t.dataDir]);
+      assert.equal(added.code, 0, added.stderr);
+    } finally {
+      await rm(work, { recursive: true, force: true });
+    }
+    const outcome = await runCli(["tree", "acme/widgets", "--project", TEST_PROJECT], { env });
+    assert.equal(outcome.code, 0, outcome.stderr);
+    assert.equal(outcome.stdout, [
+      `acme/widgets @ main (${fixture.main.slice(0, 7)})`,
+      "README.md",
+      "bin/",
+      "  run.sh",
+      "docs/",
+      "  guide.md",
+      "latest@",
+      "src/",
+      "  lib/",
+      "    deep/",
+      "      nested/",
+      "        leaf.txt",
+      "    util.py",
+      "  main.py",
+      "vendor/",
+      "  dep -> 1234567",
+      "",
+    ].join("\n"));
+    const json = await runCli(["tree", "acme/widgets", "--project", TEST_PROJECT, "--ref", "feature", "--json"], { env });
+    assert.equal(json.code, 0, json.stderr);
+    const { data } = await t.client.GET("/v4/projects/{project_id}/integrations/github/repos/{owner}/{repo}/tree", {
+      params: { path: { project_id: TEST_PROJECT, owner: "acme", repo: "widgets" }, query: { ref: "feature" } },
+    });
+    assert.equal(data?.sha, fixture.feature);
+    assert.deepEqual(JSON.parse(json.stdout), data);
+    const unknown = await runCli(["tree", "acme/nothing", "--project", TEST_PROJECT], { env });
+    assert.equal(unknown.code, 1);
+    assert.match(unknown.stderr, /^runplane tree: Not found: /);
   });
 
   it("says how to fix an unreachable server", async () => {

@@ -55,6 +55,7 @@ describe("the packed client", { timeout: 240_000 }, () => {
     await writeFile(join(dir, "check.ts"), `
       import { createRunplaneClient, RunplaneError, type Run } from "runplane/client";
       const client = createRunplaneClient({ baseUrl: "http://127.0.0.1:9", token: "t" });
+      export const waited: Promise<Run> = client.waitForRun("run_0123456789abcdefghijklmnop", { timeoutMs: 1000 });
       export async function status(): Promise<Run["status"]> {
         try {
           return (await client.getRun("p/a", "run_0123456789abcdefghijklmnop")).status;

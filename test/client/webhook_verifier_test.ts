@@ -3,8 +3,12 @@ import { createHmac } from "node:crypto";
 import { once } from "node:events";
 import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
-import { describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 import { verifyWebhook } from "../../client/webhook_verifier.ts";
+import { deployApp } from "../_helpers/apps.ts";
+import { createCheckedRunplaneClient } from "../_helpers/runplane_client.ts";
+import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
+import { type ReceivedRequest, startWebhookReceiver, type WebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
 const SECRET = "whsec_test_secret";
 const RUN_ID = "run_0123456789abcdefghijklmnop";
@@ -104,5 +108,62 @@ describe("verifyWebhook", () => {
     const headers = delivery();
     const rotated = { ...headers, "X-Runplane-Webhook-Signature": `${sign("old", RUN_ID, Number(headers["X-Runplane-Webhook-Timestamp"]), BODY)} ${headers["X-Runplane-Webhook-Signature"]}` };
     assert.equal((await verifyWebhook({ secret: SECRET, headers: rotated, body: BODY })).valid, true);
+  });
+});
+
+describe("verifyWebhook on a real delivery from the server", { timeout: 120_000 }, () => {
+  const secret = "whsec_real_delivery";
+  let t: TestServer;
+  let receiver: WebhookReceiver;
+  let delivery: ReceivedRequest;
+  let runId: string;
+  before(async () => {
+    t = await startTestServer({ env: { RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" } });
+    receiver = await startWebhookReceiver();
+    await deployApp(t, "hooked", {
+      toml: "[scaling]\nmax_replicas = 1\nresponse_grace_period = 60\n",
+      files: { "main.py": 'def run(name):\n    return {"greeting": f"Hello, {name}!"}\n' },
+    });
+    const client = createCheckedRunplaneClient(t.url, t.token);
+    runId = await client.runAsync(`${TEST_PROJECT}/hooked`, { name: "Ada" }, { webhookEndpoint: receiver.url, webhookSecret: secret });
+    await receiver.waitFor(1, 60_000);
+    delivery = receiver.requests[0];
+  });
+  after(async () => {
+    await receiver.close();
+    await t.close();
+  });
+
+  it("accepts the delivery as received: headers and raw body", async () => {
+    const outcome = await verifyWebhook({ secret, headers: delivery.headers, body: delivery.body });
+    assert.deepEqual(outcome, { valid: true, runId, timestamp: Number(delivery.headers["x-runplane-webhook-timestamp"]) });
+    const body = JSON.parse(delivery.body.toString("utf8")) as { run_id: string; status: string; result: unknown };
+    assert.deepEqual([body.run_id, body.status, body.result], [runId, "success", { greeting: "Hello, Ada!" }]);
+  });
+
+  it("accepts the delivery rebuilt as a web Request", async () => {
+    const request = new Request(`http://127.0.0.1${delivery.url}`, { method: "POST", headers: delivery.headers as Record<string, string>, body: new Uint8Array(delivery.body) });
+    assert.equal((await verifyWebhook({ secret, request })).valid, true);
+  });
+
+  it("rejects the same delivery with a changed body", async () => {
+    const changed = Buffer.from(delivery.body.toString("utf8").replace("Ada", "Eve"));
+    assert.notDeepEqual(changed, delivery.body);
+    const outcome = await verifyWebhook({ secret, headers: delivery.headers, body: changed });
+    assert.equal(outcome.valid, false);
+    assert.match(outcome.valid ? "" : outcome.reason, /does not match/);
+  });
+
+  it("rejects the same delivery with a wrong secret", async () => {
+    const outcome = await verifyWebhook({ secret: "not-the-secret", headers: delivery.headers, body: delivery.body });
+    assert.equal(outcome.valid, false);
+    assert.match(outcome.valid ? "" : outcome.reason, /does not match/);
+  });
+
+  it("rejects the same delivery replayed after the tolerance", async () => {
+    const signedAt = Number(delivery.headers["x-runplane-webhook-timestamp"]) * 1000;
+    const outcome = await verifyWebhook({ secret, headers: delivery.headers, body: delivery.body, now: signedAt + 301_000 });
+    assert.equal(outcome.valid, false);
+    assert.match(outcome.valid ? "" : outcome.reason, /301 s old, beyond the 300 s tolerance/);
   });
 });
