@@ -15,7 +15,7 @@ import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
 import { createRuntime, runtimeExecutor } from "./runtime/mod.ts";
-import { createRunService, type RunExecutor } from "./runs/mod.ts";
+import { createRunService } from "./runs/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
@@ -38,8 +38,6 @@ export interface RunplaneServer {
 /** Options of `createServer`. */
 export interface CreateServerOptions {
   logger?: Logger;
-  /** Runs queued async runs; without one they stay queued until a server with one picks them up. */
-  executor?: RunExecutor;
 }
 
 /** Creates a server from validated settings: opens the store, loads the signing key, builds the app. */
@@ -70,8 +68,22 @@ export async function createServer(config: Config, options: CreateServerOptions 
     timeoutMs: config.webhookTimeoutMs,
     retryDelayMs: config.webhookRetryDelayMs,
     guard: { allowPrivate: config.webhookAllowPrivate },
+    metrics,
   });
-  const runs = createRunService({ db: store.db, secrets, logger, config, executor: options.executor ?? runtimeExecutor(runtime), onDeliveries: deliveries.wake });
+  const runs = createRunService({
+    db: store.db,
+    secrets,
+    logger,
+    config,
+    executor: runtimeExecutor(runtime),
+    metrics,
+    ownersDir: join(config.dataDir, "run-owners"),
+    onDeliveries: deliveries.wake,
+  });
+  metrics.setQueuedRunsSource(async () => (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count })));
+  metrics.setReplicasSource(() =>
+    runtime.replicaStates().flatMap(({ app, ...states }) => Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value })))
+  );
   const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees, runtime, runs };
   const app = createHttpApp({
     handlers: createHandlers(context),

@@ -42,6 +42,13 @@ export interface Capacity {
   replicas: number;
 }
 
+/** How many of a pool's replicas are starting, idle and busy. */
+export interface ReplicaStates {
+  starting: number;
+  idle: number;
+  busy: number;
+}
+
 /** Options of `ReplicaPool`. */
 export interface ReplicaPoolOptions<R extends Replica> {
   label: string;
@@ -89,6 +96,23 @@ export class ReplicaPool<R extends Replica> {
       queueLimit: this.#options.queueLimit,
       replicas: this.#entries.filter((e) => !e.stopping && e.replica.usable).length,
     };
+  }
+
+  /** The app version's label (`project/app`). */
+  get label(): string {
+    return this.#options.label;
+  }
+
+  /** Live replicas by state: not ready yet, ready with no call, ready with at least one call. */
+  states(): ReplicaStates {
+    const states = { starting: 0, idle: 0, busy: 0 };
+    for (const entry of this.#entries) {
+      if (entry.stopping || !entry.replica.usable) continue;
+      if (!entry.replica.wasReady) states.starting++;
+      else if (entry.active > 0) states.busy++;
+      else states.idle++;
+    }
+    return states;
   }
 
   /** A slot now, or null when every slot is busy (never queues). */

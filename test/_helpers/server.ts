@@ -39,7 +39,7 @@ export interface TestServerOptions {
   env?: Record<string, string>;
   /** Keep this data dir (e.g. to restart on it) instead of making a new one. */
   dataDir?: string;
-  /** Passed to `createServer` (e.g. an `executor`). */
+  /** Passed to `createServer`. */
   serverOptions?: Omit<CreateServerOptions, "logger">;
 }
 
