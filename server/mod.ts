@@ -2,6 +2,7 @@
  * The Runplane server: create it from a `Config`, `listen()`, and `close()` it. Everything a handler
  * needs is wired here and nowhere else.
  */
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -60,7 +61,10 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const trees = createRepositoryTrees({ dataDir: config.dataDir, store: { db: store.db, secrets }, logger, metrics: metrics.registry, cacheEntries: config.treeCacheEntries });
   const runtime = createRuntime(config.appsDir, { logger, queueLimit: config.appQueueLimit });
   await runtime.start();
+  // One lease owner id for this process's runs and deliveries, recorded in the data dir with its pid.
+  const owner = `rp_${randomBytes(8).toString("hex")}`;
   const deliveries = startDeliveryWorker({
+    owner,
     db: store.db,
     secrets,
     logger,
@@ -77,6 +81,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     config,
     executor: runtimeExecutor(runtime),
     metrics,
+    owner,
     ownersDir: join(config.dataDir, "run-owners"),
     onDeliveries: deliveries.wake,
   });

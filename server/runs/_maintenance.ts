@@ -5,6 +5,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
+import { releaseDeliveryLeases } from "../webhooks/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { startTicker, type Ticker } from "../ticker/mod.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "./_idempotency.ts";
@@ -43,7 +44,7 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
       options.local.get(runId)?.cancel();
     }
     const now = Date.now();
-    let interrupted = 0;
+    let interrupted = 0; // runs ended (or deliveries freed) that the delivery worker must look at
     async function interrupt(row: RunRow, where: { staleBefore?: number; owner?: string }): Promise<void> {
       const ended = await finishRun(db, { ...row, started_at: null }, { outcome: { status: "failure", error: INTERRUPTED }, from: ["running"], now, ...where });
       if (!ended) return;
@@ -58,9 +59,11 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
         errorType: INTERRUPTED.type,
       });
     }
-    // A process of this host that is gone cannot renew: end its runs now rather than after their lease.
+    // A process of this host that is gone cannot renew: end its runs, and free the webhook deliveries it
+    // was attempting, now rather than after their leases.
     for (const owner of options.ownersDir ? deadOwners(options.ownersDir, options.owner) : []) {
       for (const row of await selectRunsOf(db, owner)) await interrupt(row, { owner });
+      if (await releaseDeliveryLeases(db, owner)) interrupted++;
       forgetOwner(options.ownersDir!, owner);
     }
     for (const row of await selectStaleRuns(db, now)) await interrupt(row, { staleBefore: now });

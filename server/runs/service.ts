@@ -65,10 +65,14 @@ export interface LiveRun {
   streaming(): void;
   /** Adds one streamed item; `succeed()` without a value then records the list. */
   item(value: unknown): void;
-  /** Records success with `result` (for a stream, default: the items so far). */
-  succeed(result?: unknown): void;
-  /** Records failure; `error` is read by `toRunError` (`errorType`, `message`, `traceback`). */
-  fail(error: unknown): void;
+  /**
+   * Records success with `result` (for a stream, default: the items so far). Resolves once the record is
+   * durable enough to answer: at once, or — for a call with a webhook — once the final state and its
+   * delivery are committed, so a crash after the answer cannot lose the webhook. Await it before answering.
+   */
+  succeed(result?: unknown): Promise<void>;
+  /** Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`); resolves like `succeed`. */
+  fail(error: unknown): Promise<void>;
 }
 
 /** What `submit` did. */
@@ -138,6 +142,8 @@ export interface RunServiceOptions {
   metrics?: RunMetrics;
   /** Called when deliveries were added to the outbox: wake the delivery worker. */
   onDeliveries?(): void;
+  /** This process's lease owner id; give the delivery worker the same one so its leases are freed with the runs'. */
+  owner?: string;
   /**
    * A folder in the data dir where this process records its lease owner id and pid, so that a restart
    * ends the runs of a dead process of this host at once instead of after their lease.
@@ -150,7 +156,7 @@ export interface RunServiceOptions {
 /** Creates the service and starts its dispatcher (when it has an executor) and upkeep. */
 export function createRunService(options: RunServiceOptions): RunService {
   const { db, secrets, logger, config } = options;
-  const owner = `rp_${randomBytes(8).toString("hex")}`;
+  const owner = options.owner ?? `rp_${randomBytes(8).toString("hex")}`;
   const local: LocalRuns = new Map();
   const onDeliveries = options.onDeliveries ?? (() => {});
   const events = createRunEvents(logger, options.metrics);
@@ -216,8 +222,8 @@ export function createRunService(options: RunServiceOptions): RunService {
     let ended = false;
     let resolveDone = () => {};
     const done = new Promise<void>((resolve) => (resolveDone = resolve));
-    function end(outcome: RunOutcome): void {
-      if (ended) return;
+    function end(outcome: RunOutcome): Promise<void> {
+      if (ended) return Promise.resolve();
       ended = true;
       const now = Date.now();
       const columns = outcomeColumns(outcome, { startedAt, completedAt: now });
@@ -226,9 +232,6 @@ export function createRunService(options: RunServiceOptions): RunService {
         : undefined;
       const mode = stream ? "stream" : row.mode;
       writer.put({ ...row, mode, ...columns } as Insertable<RunTable>, delivery);
-      // A webhook must survive a crash right after the caller got the answer: write it on the next turn
-      // of the event loop (after the response is handed to the socket) instead of in the next batch.
-      if (delivery) setImmediate(() => void writer.flush());
       local.delete(row.run_id);
       events.finished({
         runId: row.run_id,
@@ -240,12 +243,15 @@ export function createRunService(options: RunServiceOptions): RunService {
         errorType: columns.error_type,
       });
       resolveDone();
+      // A webhook must survive a crash right after the caller got the answer, so its record is committed
+      // now (one small transaction, about a millisecond) rather than in the next batch.
+      return delivery ? writer.flush() : Promise.resolve();
     }
     events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: 0 });
     local.set(row.run_id, {
       cancel() {
         controller.abort(new RunCancelled());
-        end({ status: "cancelled" });
+        void end({ status: "cancelled" });
       },
       done,
     });

@@ -29,6 +29,8 @@ export interface DeliveryWorkerOptions {
   guard: GuardOptions;
   /** Where attempts (by outcome: delivered, retry, failed, refused) and delivery latency are recorded. */
   metrics?: Pick<Metrics, "webhookAttempts" | "webhookDeliveryLatency">;
+  /** This process's lease owner id (shared with the run service, so a restart can free a dead process's leases). */
+  owner?: string;
   /** How often the outbox is polled when nothing woke the worker (default 500 ms). */
   pollMs?: number;
 }
@@ -43,7 +45,7 @@ export interface DeliveryWorker {
 
 /** Starts a worker that runs until `stop()`. */
 export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWorker {
-  const owner = `dw_${randomBytes(8).toString("hex")}`;
+  const owner = options.owner ?? `dw_${randomBytes(8).toString("hex")}`;
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
   const stopping = new AbortController();

@@ -87,6 +87,17 @@ export async function claimDueDeliveries(
   return claimed;
 }
 
+/** Frees the deliveries `owner` holds (its process is gone): they are due again at once. */
+export async function releaseDeliveryLeases(db: Db, owner: string): Promise<number> {
+  const result = await db
+    .updateTable("webhook_deliveries")
+    .set({ lease_owner: null, lease_expires_at: null })
+    .where("lease_owner", "=", owner)
+    .where("status", "=", "pending")
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
 /** One finished attempt and what follows it. */
 export interface AttemptRecord {
   runId: string;

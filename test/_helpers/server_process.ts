@@ -1,0 +1,69 @@
+/**
+ * The server as a child process (`node --import tsx server/main.ts`), for crash tests: started on a data
+ * dir, killed with SIGKILL, restarted on the same data dir.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { createTestClient, type TestClient } from "./client.ts";
+
+const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
+
+/** A running server process. */
+export interface ServerProcess {
+  child: ChildProcess;
+  url: string;
+  /** The demo token printed on a fresh data dir, or the one passed in. */
+  token: string;
+  client: TestClient;
+  /** Every JSON log line so far. */
+  logs: Array<Record<string, unknown>>;
+  /** SIGKILL, and resolves once the process is gone. */
+  kill(): Promise<void>;
+}
+
+/** Starts the server with `env` (data and apps dirs, lease, …) over a clean environment; resolves once it listens. */
+export async function startServerProcess(env: Record<string, string>, options: { token?: string } = {}): Promise<ServerProcess> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
+  const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
+    env: { ...base, PORT: "0", HOST: "127.0.0.1", RUNPLANE_LOG_LEVEL: "info", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const logs: Array<Record<string, unknown>> = [];
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  let stderr = "";
+  child.stderr!.on("data", (chunk) => (stderr += String(chunk)));
+  const started = new Promise<{ url: string; token: string }>((resolve, reject) => {
+    let url = "";
+    let token = options.token ?? "";
+    const lines = createInterface({ input: child.stdout! });
+    const done = () => {
+      if (url && token) resolve({ url, token });
+    };
+    lines.on("line", (line) => {
+      if (line.startsWith("{")) {
+        const entry = JSON.parse(line) as Record<string, unknown>;
+        logs.push(entry);
+        if (entry.msg === "listening") url = String(entry.url);
+        done();
+        return;
+      }
+      const match = /export RUNPLANE_TOKEN=(\S+)/.exec(line);
+      if (match) token = match[1];
+      done();
+    });
+    void exited.then(() => reject(new Error(`The server process exited before it listened: ${stderr}`)));
+  });
+  const { url, token } = await started;
+  return {
+    child,
+    url,
+    token,
+    client: createTestClient(url, token),
+    logs,
+    async kill() {
+      child.kill("SIGKILL");
+      await exited;
+    },
+  };
+}
