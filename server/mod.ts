@@ -2,6 +2,7 @@
  * The Runplane server: create it from a `Config`, `listen()`, and `close()` it. Everything a handler
  * needs is wired here and nowhere else.
  */
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -15,7 +16,7 @@ import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
 import { createRuntime, runtimeExecutor } from "./runtime/mod.ts";
-import { createRunService, type RunExecutor } from "./runs/mod.ts";
+import { createRunService } from "./runs/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
@@ -44,8 +45,6 @@ export interface RunplaneServer {
 /** Options of `createServer`. */
 export interface CreateServerOptions {
   logger?: Logger;
-  /** Runs queued async runs; without one they stay queued until a server with one picks them up. */
-  executor?: RunExecutor;
 }
 
 /** Creates a server from validated settings: opens the store, loads the signing key, builds the app. */
@@ -78,12 +77,10 @@ export async function createServer(config: Config, options: CreateServerOptions 
     () => void (appsLoaded = true),
     (error) => logger.error({ err: error }, "loading apps failed"),
   );
-  metrics.setReplicasSource(() =>
-    runtime.replicaStates().flatMap(({ app, ...states }) =>
-      Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value }))
-    )
-  );
+  // One lease owner id for this process's runs and deliveries, recorded in the data dir with its pid.
+  const owner = `rp_${randomBytes(8).toString("hex")}`;
   const deliveries = startDeliveryWorker({
+    owner,
     db: store.db,
     secrets,
     logger,
@@ -91,8 +88,23 @@ export async function createServer(config: Config, options: CreateServerOptions 
     timeoutMs: config.webhookTimeoutMs,
     retryDelayMs: config.webhookRetryDelayMs,
     guard: { allowPrivate: config.webhookAllowPrivate },
+    metrics,
   });
-  const runs = createRunService({ db: store.db, secrets, logger, config, executor: options.executor ?? runtimeExecutor(runtime), onDeliveries: deliveries.wake });
+  const runs = createRunService({
+    db: store.db,
+    secrets,
+    logger,
+    config,
+    executor: runtimeExecutor(runtime),
+    metrics,
+    owner,
+    ownersDir: join(config.dataDir, "run-owners"),
+    onDeliveries: deliveries.wake,
+  });
+  metrics.setQueuedRunsSource(async () => (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count })));
+  metrics.setReplicasSource(() =>
+    runtime.replicaStates().flatMap(({ app, ...states }) => Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value })))
+  );
   const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees, runtime, runs };
   const app = createHttpApp({
     handlers: createHandlers(context),

@@ -26,16 +26,16 @@ async function* frames(items: AsyncIterable<StreamItem>, options: FrameOptions):
       yield frameEvent(typeof item.value === "string" ? item.value : JSON.stringify(item.value), { event: item.event });
     }
     finished = true;
-    run.succeed();
+    await run.succeed();
   } catch (error) {
     finished = true;
-    run.fail(error);
+    await run.fail(error);
     const problem = isProblemError(error)
       ? error
       : new ProblemError("internal", `The stream failed; quote run id ${run.runId} when reporting it`, { runId: run.runId });
     yield frameEvent(JSON.stringify(problem.toDocument(options.instance)), { event: "error" });
   } finally {
-    if (!finished) run.fail({ errorType: "cancelled", message: "The client disconnected before the stream ended", traceback: null });
+    if (!finished) void run.fail({ errorType: "cancelled", message: "The client disconnected before the stream ended", traceback: null });
   }
 }
 
@@ -81,11 +81,11 @@ export function runHandlers(context: ServerContext): RunHandlers {
       try {
         outcome = await runtime.invoke({ ...target, functionName: path.function_name, input: body ?? {}, runId: run.runId, signal: AbortSignal.any([signal, run.signal]) });
       } catch (error) {
-        run.fail(error);
+        await run.fail(error);
         throw error;
       }
       if (outcome.kind === "result") {
-        run.succeed(outcome.result);
+        await run.succeed(outcome.result);
         const runTimeMs = Math.round(outcome.runTimeMs * 1000) / 1000;
         return { status: 200, contentType: "application/json", body: { run_id: run.runId, run_time_ms: runTimeMs, result: outcome.result } };
       }

@@ -10,6 +10,7 @@ import { startTicker, type Ticker } from "../ticker/mod.ts";
 import { type RunExecutor, toRunError } from "./executor.ts";
 import { type LocalRuns, RunCancelled, RunTimedOut, untilAborted } from "./_local_runs.ts";
 import { appsWithQueuedRuns, claimQueuedRuns, finishRun, type RunOutcome } from "./_queries.ts";
+import type { RunEvents } from "./_run_events.ts";
 import type { RunRow } from "./_view.ts";
 
 /** The default `response_grace_period`, and the most any app may set. */
@@ -25,6 +26,7 @@ export interface DispatcherOptions {
   owner: string;
   leaseMs: number;
   local: LocalRuns;
+  events: RunEvents;
   pollMs: number;
   /** Called after a run's final state (and delivery) was committed. */
   onFinished(): void;
@@ -78,9 +80,21 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
     } finally {
       clearTimeout(timer);
     }
-    const written = await finishRun(db, row, { outcome, from: ["running"], owner: options.owner });
-    if (!written) logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
-    logger.info({ run_id: row.run_id, status: outcome.status }, "async run finished");
+    const now = Date.now();
+    const written = await finishRun(db, row, { outcome, from: ["running"], owner: options.owner, now });
+    if (!written) {
+      logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
+      return;
+    }
+    options.events.finished({
+      runId: row.run_id,
+      projectId: row.project_id,
+      appId: row.app_id,
+      mode: row.mode,
+      status: outcome.status,
+      runTimeMs: Math.max(0, now - Number(row.started_at ?? now)),
+      errorType: outcome.status === "failure" ? outcome.error.type : null,
+    });
   }
 
   function start(row: RunRow): void {
@@ -106,7 +120,7 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
         limit: Math.floor(free),
       });
       for (const row of claimed) {
-        logger.info({ run_id: row.run_id, queue_time_ms: row.queue_time_ms }, "async run started");
+        options.events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: Number(row.queue_time_ms ?? 0) });
         start(row);
       }
     }

@@ -5,19 +5,26 @@
  */
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
+import { releaseDeliveryLeases } from "../webhooks/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { startTicker, type Ticker } from "../ticker/mod.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "./_idempotency.ts";
 import type { LocalRuns } from "./_local_runs.ts";
-import { expireResults, finishRun, renewLeases, selectStaleRuns } from "./_queries.ts";
+import type { RunEvents } from "./_run_events.ts";
+import { deadOwners, forgetOwner } from "./_owners.ts";
+import { expireResults, finishRun, renewLeases, selectRunsOf, selectStaleRuns } from "./_queries.ts";
+import type { RunRow } from "./_view.ts";
 
 /** What upkeep needs. */
 export interface MaintenanceOptions {
   db: Kysely<Database>;
   logger: Logger;
+  events: RunEvents;
   owner: string;
   leaseMs: number;
   resultTtlMs: number;
+  /** Where lease owners record their pid (see `_owners.ts`); without it dead processes are found by lease alone. */
+  ownersDir?: string;
   local: LocalRuns;
   /** Called when deliveries were added to the outbox. */
   onDeliveries(): void;
@@ -38,18 +45,29 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
       options.local.get(runId)?.cancel();
     }
     const now = Date.now();
-    let interrupted = 0;
-    for (const row of await selectStaleRuns(db, now)) {
-      const ended = await finishRun(db, { ...row, started_at: null }, {
-        outcome: { status: "failure", error: INTERRUPTED },
-        from: ["running"],
-        staleBefore: now,
-        now,
-      });
-      if (!ended) continue;
+    let interrupted = 0; // runs ended (or deliveries freed) that the delivery worker must look at
+    async function interrupt(row: RunRow, where: { staleBefore?: number; owner?: string }): Promise<void> {
+      const ended = await finishRun(db, { ...row, started_at: null }, { outcome: { status: "failure", error: INTERRUPTED }, from: ["running"], now, ...where });
+      if (!ended) return;
       interrupted++;
-      logger.warn({ run_id: row.run_id, lease_owner: row.lease_owner }, "run interrupted: its process stopped while it ran");
+      options.events.finished({
+        runId: row.run_id,
+        projectId: row.project_id,
+        appId: row.app_id,
+        mode: row.mode,
+        status: "failure",
+        runTimeMs: null,
+        errorType: INTERRUPTED.type,
+      });
     }
+    // A process of this host that is gone cannot renew: end its runs, and free the webhook deliveries it
+    // was attempting, now rather than after their leases.
+    for (const owner of options.ownersDir ? deadOwners(options.ownersDir, options.owner) : []) {
+      for (const row of await selectRunsOf(db, owner)) await interrupt(row, { owner });
+      if (await releaseDeliveryLeases(db, owner)) interrupted++;
+      forgetOwner(options.ownersDir!, owner);
+    }
+    for (const row of await selectStaleRuns(db, now)) await interrupt(row, { staleBefore: now });
     if (interrupted) options.onDeliveries();
     await expireResults(db, { resultTtlMs: options.resultTtlMs, now });
     await db.deleteFrom("idempotency_keys").where("created_at", "<=", now - IDEMPOTENCY_WINDOW_MS).execute();

@@ -115,6 +115,17 @@ export async function appsWithQueuedRuns(db: Db): Promise<Array<{ project_id: st
   return rows.sort((a, b) => (String(a.oldest) < String(b.oldest) ? -1 : 1)).map(({ project_id, app_id }) => ({ project_id, app_id }));
 }
 
+/** How many runs each app has queued. */
+export async function queuedRunsByApp(db: Db): Promise<Array<{ projectId: string; appId: string; count: number }>> {
+  const rows = await db
+    .selectFrom("runs")
+    .select(["project_id", "app_id", (eb) => eb.fn.countAll().as("count")])
+    .where("status", "=", "queued")
+    .groupBy(["project_id", "app_id"])
+    .execute();
+  return rows.map((r) => ({ projectId: r.project_id, appId: r.app_id, count: Number(r.count) }));
+}
+
 /**
  * Claims up to `limit` of an app's queued runs, oldest first, for `owner`. Each claim is one conditional
  * UPDATE (`status = 'queued'`), so when several processes share the store each run goes to one of them.
@@ -181,6 +192,11 @@ export function selectStaleRuns(db: Db, now: number): Promise<RunRow[]> {
     .where("lease_expires_at", "<", now)
     .limit(500)
     .execute() as Promise<RunRow[]>;
+}
+
+/** Running runs held by `owner`. */
+export function selectRunsOf(db: Db, owner: string): Promise<RunRow[]> {
+  return db.selectFrom("runs").selectAll().where("status", "=", "running").where("lease_owner", "=", owner).execute() as Promise<RunRow[]>;
 }
 
 /** Removes results older than the TTL, marking them expired; returns how many. */

@@ -19,8 +19,20 @@ import { startDispatcher } from "./_dispatcher.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import { type LocalRuns, RunCancelled } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
-import { deliveryBodyFor, finishRun, outcomeColumns, type RunOutcome, selectRun, selectRunById, selectRunPage, TERMINAL_STATUSES } from "./_queries.ts";
+import {
+  deliveryBodyFor,
+  finishRun,
+  outcomeColumns,
+  queuedRunsByApp,
+  type RunOutcome,
+  selectRun,
+  selectRunById,
+  selectRunPage,
+  TERMINAL_STATUSES,
+} from "./_queries.ts";
 import { type Run, type RunRow, toRun } from "./_view.ts";
+import { registerOwner } from "./_owners.ts";
+import { createRunEvents, type RunMetrics } from "./_run_events.ts";
 import { createWriteBehind } from "./_write_behind.ts";
 import { newRunId } from "./run_id.ts";
 
@@ -53,10 +65,14 @@ export interface LiveRun {
   streaming(): void;
   /** Adds one streamed item; `succeed()` without a value then records the list. */
   item(value: unknown): void;
-  /** Records success with `result` (for a stream, default: the items so far). */
-  succeed(result?: unknown): void;
-  /** Records failure; `error` is read by `toRunError` (`errorType`, `message`, `traceback`). */
-  fail(error: unknown): void;
+  /**
+   * Records success with `result` (for a stream, default: the items so far). Resolves once the record is
+   * durable enough to answer: at once, or — for a call with a webhook — once the final state and its
+   * delivery are committed, so a crash after the answer cannot lose the webhook. Await it before answering.
+   */
+  succeed(result?: unknown): Promise<void>;
+  /** Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`); resolves like `succeed`. */
+  fail(error: unknown): Promise<void>;
 }
 
 /** What `submit` did. */
@@ -106,6 +122,8 @@ export interface RunService {
    * another process → asked to stop (it ends `cancelled` within a lease period). 404 / 409 problems.
    */
   cancelRun(ref: RunRef): Promise<Run>;
+  /** Queued runs per app, from the store (for the `runplane_runs_queued` gauge). */
+  queuedByApp(): Promise<Array<{ projectId: string; appId: string; count: number }>>;
   /** Writes buffered sync records now. */
   flush(): Promise<void>;
   /** Stops claiming queued runs (draining); runs already executing here go on. */
@@ -130,8 +148,17 @@ export interface RunServiceOptions {
   config: Pick<Config, "resultTtlMs" | "runLeaseMs" | "webhookAllowPrivate">;
   /** Runs queued async runs; without one, async runs stay queued (e.g. a submit-only process). */
   executor?: RunExecutor;
+  /** Where run starts and ends are counted; without it they are only logged. */
+  metrics?: RunMetrics;
   /** Called when deliveries were added to the outbox: wake the delivery worker. */
   onDeliveries?(): void;
+  /** This process's lease owner id; give the delivery worker the same one so its leases are freed with the runs'. */
+  owner?: string;
+  /**
+   * A folder in the data dir where this process records its lease owner id and pid, so that a restart
+   * ends the runs of a dead process of this host at once instead of after their lease.
+   */
+  ownersDir?: string;
   /** Dispatcher poll interval when nothing woke it (default 250 ms). */
   pollMs?: number;
 }
@@ -139,9 +166,12 @@ export interface RunServiceOptions {
 /** Creates the service and starts its dispatcher (when it has an executor) and upkeep. */
 export function createRunService(options: RunServiceOptions): RunService {
   const { db, secrets, logger, config } = options;
-  const owner = `rp_${randomBytes(8).toString("hex")}`;
+  const owner = options.owner ?? `rp_${randomBytes(8).toString("hex")}`;
   const local: LocalRuns = new Map();
   const onDeliveries = options.onDeliveries ?? (() => {});
+  const events = createRunEvents(logger, options.metrics);
+  // Kept after a clean stop too: the next start sees the process is gone and ends what it left running.
+  if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
     onDeliveries,
     onError: (error) => logger.error({ err: error }, "writing run records failed"),
@@ -156,6 +186,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       owner,
       leaseMs: config.runLeaseMs,
       local,
+      events,
       pollMs: options.pollMs ?? 250,
       onFinished() {
         onDeliveries();
@@ -164,7 +195,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     });
     loops.push(dispatcher);
   }
-  loops.push(startMaintenance({ db, logger, owner, leaseMs: config.runLeaseMs, resultTtlMs: config.resultTtlMs, local, onDeliveries }));
+  loops.push(startMaintenance({ db, logger, events, owner, ownersDir: options.ownersDir, leaseMs: config.runLeaseMs, resultTtlMs: config.resultTtlMs, local, onDeliveries }));
 
   function checkWebhook(call: RunCall): { endpoint: string; sealed: string | null } | null {
     if (!call.webhook) return null;
@@ -201,22 +232,36 @@ export function createRunService(options: RunServiceOptions): RunService {
     let ended = false;
     let resolveDone = () => {};
     const done = new Promise<void>((resolve) => (resolveDone = resolve));
-    function end(outcome: RunOutcome): void {
-      if (ended) return;
+    function end(outcome: RunOutcome): Promise<void> {
+      if (ended) return Promise.resolve();
       ended = true;
       const now = Date.now();
       const columns = outcomeColumns(outcome, { startedAt, completedAt: now });
       const delivery = webhook
         ? { runId: row.run_id, endpoint: webhook.endpoint, body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now), sealedSecret: webhook.sealed }
         : undefined;
-      writer.put({ ...row, mode: stream ? "stream" : row.mode, ...columns } as Insertable<RunTable>, delivery);
+      const mode = stream ? "stream" : row.mode;
+      writer.put({ ...row, mode, ...columns } as Insertable<RunTable>, delivery);
       local.delete(row.run_id);
+      events.finished({
+        runId: row.run_id,
+        projectId: row.project_id,
+        appId: row.app_id,
+        mode,
+        status: outcome.status,
+        runTimeMs: columns.run_time_ms ?? null,
+        errorType: columns.error_type,
+      });
       resolveDone();
+      // A webhook must survive a crash right after the caller got the answer, so its record is committed
+      // now (one small transaction, about a millisecond) rather than in the next batch.
+      return delivery ? writer.flush() : Promise.resolve();
     }
+    events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: 0 });
     local.set(row.run_id, {
       cancel() {
         controller.abort(new RunCancelled());
-        end({ status: "cancelled" });
+        void end({ status: "cancelled" });
       },
       done,
     });
@@ -297,8 +342,9 @@ export function createRunService(options: RunServiceOptions): RunService {
       await here.done;
     } else if (row.status === "queued") {
       const ended = await finishRun(db, row, { outcome: { status: "cancelled" }, from: ["queued"] });
-      if (ended) onDeliveries();
-      else return await cancelRun(ref);
+      if (!ended) return await cancelRun(ref);
+      onDeliveries();
+      events.finished({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, status: "cancelled", runTimeMs: null });
     } else {
       await db.updateTable("runs").set({ cancel_requested: 1 }).where("run_id", "=", ref.runId).where("status", "=", "running").execute();
     }
@@ -331,6 +377,9 @@ export function createRunService(options: RunServiceOptions): RunService {
       };
     },
     cancelRun,
+    async queuedByApp() {
+      return await queuedRunsByApp(db);
+    },
     flush: () => writer.flush(),
     async stopDispatching() {
       await dispatcher?.stop();

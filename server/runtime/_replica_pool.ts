@@ -42,6 +42,13 @@ export interface Capacity {
   replicas: number;
 }
 
+/** How many of a pool's replicas are starting, idle and busy. */
+export interface ReplicaStates {
+  starting: number;
+  idle: number;
+  busy: number;
+}
+
 /** Options of `ReplicaPool`. */
 export interface ReplicaPoolOptions<R extends Replica> {
   label: string;
@@ -91,6 +98,23 @@ export class ReplicaPool<R extends Replica> {
     };
   }
 
+  /** The app version's label (`project/app`). */
+  get label(): string {
+    return this.#options.label;
+  }
+
+  /** Live replicas by state: not ready yet, ready with no call, ready with at least one call. */
+  states(): ReplicaStates {
+    const states = { starting: 0, idle: 0, busy: 0 };
+    for (const entry of this.#entries) {
+      if (entry.stopping || !entry.replica.usable) continue;
+      if (!entry.replica.wasReady) states.starting++;
+      else if (entry.active > 0) states.busy++;
+      else states.idle++;
+    }
+    return states;
+  }
+
   /** A slot now, or null when every slot is busy (never queues). */
   tryAcquire(): Lease<R> | null {
     if (this.#draining || this.#busy >= this.capacity().slots) return null;
@@ -138,18 +162,6 @@ export class ReplicaPool<R extends Replica> {
   /** Settles once every replica started so far is ready or has failed to start (min_replicas warm-up). */
   async warm(): Promise<void> {
     await Promise.allSettled(this.#entries.map((entry) => entry.replica.ready));
-  }
-
-  /** Replicas by state: `starting` (not ready yet), `busy` (running a call) and `idle`. */
-  states(): { starting: number; idle: number; busy: number } {
-    const counts = { starting: 0, idle: 0, busy: 0 };
-    for (const entry of this.#entries) {
-      if (entry.stopping) continue;
-      if (!entry.replica.wasReady) counts.starting++;
-      else if (entry.active > 0) counts.busy++;
-      else counts.idle++;
-    }
-    return counts;
   }
 
   /** Stops every replica now; queued calls fail with 503. */

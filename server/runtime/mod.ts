@@ -12,13 +12,13 @@ import { RunFailure } from "./_failures.ts";
 import type { CallOutcome } from "./_outcome.ts";
 import { proxyCall } from "./_proxy.ts";
 import { PythonReplica } from "./_python_replica.ts";
-import { type Capacity, type Lease, ReplicaPool } from "./_replica_pool.ts";
+import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
 
 export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export { runtimeExecutor } from "./run_executor.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
-export type { Capacity } from "./_replica_pool.ts";
+export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 // Run ids are made by the runs module; re-exported for callers of the runtime alone.
 export { newRunId } from "../runs/run_id.ts";
 
@@ -80,8 +80,8 @@ export interface Runtime {
   findApp(projectId: string, app: string): Promise<AppSettings>;
   /** Settles once every app's `min_replicas` replicas are ready or failed to start. */
   warm(): Promise<void>;
-  /** Replicas per app by state, for metrics. */
-  replicaStates(): Array<{ app: string; starting: number; idle: number; busy: number }>;
+  /** Replicas per app (`project/app`) by state, retired versions still finishing calls included. */
+  replicaStates(): Array<{ app: string } & ReplicaStates>;
   /** Re-reads the apps folder now (it is also polled). */
   reload(): Promise<void>;
   /** Stops watching and stops every replica. */
@@ -242,9 +242,6 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
     async warm() {
       await Promise.all([...apps.values()].map((live) => live.pool?.warm()));
     },
-    replicaStates() {
-      return [...apps.entries()].filter(([, live]) => live.pool).map(([app, live]) => ({ app, ...live.pool!.states() }));
-    },
     async findApp(projectId, app) {
       await liveOrLoad(projectId, app);
       return this.appSettings(projectId, app);
@@ -257,6 +254,16 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
         maxReplicas: config.maxReplicas,
         replicaConcurrency: config.replicaConcurrency,
       };
+    },
+    replicaStates() {
+      const byApp = new Map<string, ReplicaStates>();
+      const pools = [...[...apps.values()].flatMap((a) => (a.pool ? [[label(a.version), a.pool] as const] : [])), ...[...retired].map((p) => [p.label, p] as const)];
+      for (const [app, pool] of pools) {
+        const total = byApp.get(app) ?? { starting: 0, idle: 0, busy: 0 };
+        const states = pool.states();
+        byApp.set(app, { starting: total.starting + states.starting, idle: total.idle + states.idle, busy: total.busy + states.busy });
+      }
+      return [...byApp].map(([app, states]) => ({ app, ...states }));
     },
     async close() {
       closed = true;

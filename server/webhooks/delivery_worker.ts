@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
+import type { Metrics } from "../metrics/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { startTicker } from "../ticker/mod.ts";
@@ -26,6 +27,10 @@ export interface DeliveryWorkerOptions {
   /** Pause between attempts (at most 5 s). */
   retryDelayMs: number;
   guard: GuardOptions;
+  /** Where attempts (by outcome: delivered, retry, failed, refused) and delivery latency are recorded. */
+  metrics?: Pick<Metrics, "webhookAttempts" | "webhookDeliveryLatency">;
+  /** This process's lease owner id (shared with the run service, so a restart can free a dead process's leases). */
+  owner?: string;
   /** How often the outbox is polled when nothing woke the worker (default 500 ms). */
   pollMs?: number;
 }
@@ -40,7 +45,7 @@ export interface DeliveryWorker {
 
 /** Starts a worker that runs until `stop()`. */
 export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWorker {
-  const owner = `dw_${randomBytes(8).toString("hex")}`;
+  const owner = options.owner ?? `dw_${randomBytes(8).toString("hex")}`;
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
   const stopping = new AbortController();
@@ -85,7 +90,11 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       nextAttemptAt: Date.now() + options.retryDelayMs,
       maxAttempts: MAX_ATTEMPTS,
     });
-    const detail = { run_id: delivery.run_id, attempt: number, ...outcome, duration_ms: durationMs };
+    const label = status === "pending" ? "retry" : "refused" in outcome && outcome.refused ? "refused" : status;
+    options.metrics?.webhookAttempts.inc({ outcome: label });
+    // Latency: from the run's end (the delivery was enqueued with its final state) to the final outcome.
+    if (status !== "pending") options.metrics?.webhookDeliveryLatency.observe({ outcome: status }, Math.max(0, Date.now() - delivery.created_at) / 1000);
+    const detail = { run_id: delivery.run_id, attempt: number, outcome: label, ...outcome, duration_ms: durationMs };
     if (status === "failed") options.logger.warn(detail, "webhook delivery failed");
     else if (status === "delivered") options.logger.info(detail, "webhook delivered");
     else options.logger.info(detail, "webhook attempt failed; retrying");

@@ -4,6 +4,6 @@
  */
 export { checkEndpointUrl, DestinationRefusedError, forbiddenAddressReason, type GuardOptions, resolveDestination } from "./destination_guard.ts";
 export { type DeliveryWorker, type DeliveryWorkerOptions, startDeliveryWorker } from "./delivery_worker.ts";
-export { enqueueDelivery, type NewDelivery, type WebhookBody, webhookBody, webhookViews, type WebhookView } from "./outbox.ts";
+export { enqueueDelivery, type NewDelivery, releaseDeliveryLeases, type WebhookBody, webhookBody, webhookViews, type WebhookView } from "./outbox.ts";
 export { type AttemptOutcome, type AttemptVerdict, judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
 export { signWebhook, type SignedParts, webhookHeaderNames, type WebhookHeaderNames } from "./signer.ts";

@@ -52,7 +52,7 @@ export async function enqueueDelivery(db: Db, delivery: NewDelivery, now: number
 }
 
 /** A delivery this process holds the lease of. */
-export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & { attempts: number };
+export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & { attempts: number; created_at: number };
 
 /**
  * Claims up to `limit` due deliveries for `owner` until `now + leaseMs`. Each claim is one conditional
@@ -65,7 +65,7 @@ export async function claimDueDeliveries(
   const { owner, now, leaseMs, limit } = options;
   const due = await db
     .selectFrom("webhook_deliveries")
-    .select(["run_id", "endpoint", "body", "secret", "attempts"])
+    .select(["run_id", "endpoint", "body", "secret", "attempts", "created_at"])
     .where("status", "=", "pending")
     .where("next_attempt_at", "<=", now)
     .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<", now)]))
@@ -82,9 +82,20 @@ export async function claimDueDeliveries(
       .where("attempts", "=", row.attempts)
       .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<", now)]))
       .executeTakeFirst();
-    if (Number(result.numUpdatedRows) === 1) claimed.push({ ...row, attempts: Number(row.attempts) });
+    if (Number(result.numUpdatedRows) === 1) claimed.push({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) });
   }
   return claimed;
+}
+
+/** Frees the deliveries `owner` holds (its process is gone): they are due again at once. */
+export async function releaseDeliveryLeases(db: Db, owner: string): Promise<number> {
+  const result = await db
+    .updateTable("webhook_deliveries")
+    .set({ lease_owner: null, lease_expires_at: null })
+    .where("lease_owner", "=", owner)
+    .where("status", "=", "pending")
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
 }
 
 /** One finished attempt and what follows it. */

@@ -9,7 +9,7 @@ import { Writable } from "node:stream";
 import { createServiceAccount, type Scope } from "../../server/auth/mod.ts";
 import { type Config, loadConfig } from "../../server/config.ts";
 import { createLogger } from "../../server/log.ts";
-import { createServer, type CreateServerOptions, type RunplaneServer } from "../../server/mod.ts";
+import { createServer, type RunplaneServer } from "../../server/mod.ts";
 import { createTestClient, type TestClient } from "./client.ts";
 
 /** The project every test server's default token belongs to. */
@@ -39,8 +39,6 @@ export interface TestServerOptions {
   env?: Record<string, string>;
   /** Keep this data dir (e.g. to restart on it) instead of making a new one. */
   dataDir?: string;
-  /** Passed to `createServer` (e.g. an `executor`). */
-  serverOptions?: Omit<CreateServerOptions, "logger">;
 }
 
 /** Starts a server on 127.0.0.1 with a free port; close it in `after`. */
@@ -67,7 +65,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
       done();
     },
   });
-  const server = await createServer(config, { ...options.serverOptions, logger: createLogger({ level: config.logLevel, destination }) });
+  const server = await createServer(config, { logger: createLogger({ level: config.logLevel, destination }) });
   const url = await server.listen();
   async function mintToken(mint: { projectId?: string; scopes?: Scope[]; expiresAt?: number } = {}) {
     const { token, account } = await createServiceAccount(

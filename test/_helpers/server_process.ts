@@ -1,88 +1,77 @@
 /**
- * Runs `server/main.ts` as its own process, as `npm start` does, for tests that signal or kill it.
+ * The server as a child process (`node --import tsx server/main.ts`), for crash tests: started on a data
+ * dir, killed with SIGKILL, restarted on the same data dir.
  */
-import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
-import { mkdir, mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
-import { createServiceAccount, loadOrCreateSigningKey } from "../../server/auth/mod.ts";
-import { openStore } from "../../server/store/mod.ts";
-import { TEST_PROJECT } from "./server.ts";
+import { createInterface } from "node:readline";
+import { createTestClient, type TestClient } from "./client.ts";
 
 const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
 
-/** A server process and what a test needs to call it. */
+/** A running server process. */
 export interface ServerProcess {
-  child: ChildProcessWithoutNullStreams;
+  child: ChildProcess;
   url: string;
+  /** The demo token printed on a fresh data dir, or the one passed in. */
   token: string;
-  dataDir: string;
-  appsDir: string;
-  /** Everything the process wrote so far. */
-  output(): string;
+  client: TestClient;
+  /** Every JSON log line so far. */
+  logs: Array<Record<string, unknown>>;
+  /** SIGKILL, and resolves once the process is gone. */
+  kill(): Promise<void>;
   /** Resolves with the exit code (or signal) once the process has exited. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** What the process wrote to stderr so far. */
+  stderr(): string;
 }
 
-/** Makes a data dir with an apps folder and a `p-test` token, to start servers on. */
-export async function prepareDataDir(dataDir?: string): Promise<{ dataDir: string; appsDir: string; token: string }> {
-  const dir = dataDir ?? (await mkdtemp(join(tmpdir(), "runplane-proc-")));
-  const appsDir = join(dir, "apps");
-  await mkdir(join(appsDir, TEST_PROJECT), { recursive: true });
-  const store = await openStore(dir);
-  try {
-    const key = await loadOrCreateSigningKey(dir);
-    const { token } = await createServiceAccount({ db: store.db, key }, {
-      projectId: TEST_PROJECT,
-      name: "process-test",
-      scopes: ["rest", "run"],
-      expiresAt: Date.now() + 86_400_000,
-    });
-    return { dataDir: dir, appsDir, token };
-  } finally {
-    await store.close();
-  }
-}
-
-/**
- * Starts the server process on a free port with `env` over the defaults and resolves once it listens.
- * Rejects with its output when it exits first.
- */
-export async function startServerProcess(
-  prepared: { dataDir: string; appsDir: string; token: string },
-  env: Record<string, string> = {},
-): Promise<ServerProcess> {
+/** Starts the server with `env` (data and apps dirs, lease, …) over a clean environment; resolves once it listens. */
+export async function startServerProcess(env: Record<string, string>, options: { token?: string } = {}): Promise<ServerProcess> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
   const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
-    env: {
-      ...process.env,
-      PORT: "0",
-      HOST: "127.0.0.1",
-      RUNPLANE_DATA_DIR: prepared.dataDir,
-      RUNPLANE_APPS_DIR: prepared.appsDir,
-      RUNPLANE_LOG_LEVEL: "info",
-      ...env,
-    },
+    env: { ...base, PORT: "0", HOST: "127.0.0.1", RUNPLANE_LOG_LEVEL: "info", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
   });
-  let output = "";
-  child.stdout.on("data", (chunk) => (output += chunk));
-  child.stderr.on("data", (chunk) => (output += chunk));
+  const logs: Array<Record<string, unknown>> = [];
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once("exit", (code, signal) => resolve({ code, signal }))
   );
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`The server did not start within 30 s:\n${output}`)), 30_000);
-    const onData = () => {
-      const match = /"url":"(http:\/\/[^"]+)"/.exec(output);
-      if (match) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
+  let stderr = "";
+  child.stderr!.on("data", (chunk) => (stderr += String(chunk)));
+  const started = new Promise<{ url: string; token: string }>((resolve, reject) => {
+    let url = "";
+    let token = options.token ?? "";
+    const lines = createInterface({ input: child.stdout! });
+    const done = () => {
+      if (url && token) resolve({ url, token });
     };
-    child.stdout.on("data", onData);
-    void exited.then(({ code }) => {
-      clearTimeout(timer);
-      reject(new Error(`The server exited with ${code} before it listened:\n${output}`));
+    lines.on("line", (line) => {
+      if (line.startsWith("{")) {
+        const entry = JSON.parse(line) as Record<string, unknown>;
+        logs.push(entry);
+        if (entry.msg === "listening") url = String(entry.url);
+        done();
+        return;
+      }
+      const match = /export RUNPLANE_TOKEN=(\S+)/.exec(line);
+      if (match) token = match[1];
+      done();
     });
+    void exited.then(() => reject(new Error(`The server process exited before it listened: ${stderr}`)));
   });
-  return { child, url, token: prepared.token, dataDir: prepared.dataDir, appsDir: prepared.appsDir, output: () => output, exited };
+  const { url, token } = await started;
+  return {
+    child,
+    url,
+    token,
+    client: createTestClient(url, token),
+    logs,
+    exited,
+    stderr: () => stderr,
+    async kill() {
+      child.kill("SIGKILL");
+      await exited;
+    },
+  };
 }

@@ -7,9 +7,10 @@ import { describe, it } from "node:test";
 import { promisify } from "node:util";
 import { openStore } from "../../server/store/mod.ts";
 import { alive, waitFor } from "../_helpers/apps.ts";
-import { createTestClient } from "../_helpers/client.ts";
-import { TEST_PROJECT } from "../_helpers/server.ts";
-import { prepareDataDir, startServerProcess } from "../_helpers/server_process.ts";
+import { startServerProcess } from "../_helpers/server_process.ts";
+
+/** The project whose token a fresh data dir prints; the apps live there. */
+const PROJECT = "p-demo";
 
 const run = promisify(execFile);
 const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
@@ -49,19 +50,27 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
 `;
 
 async function deploy(appsDir: string, name: string, files: Record<string, string>): Promise<void> {
-  const dir = join(appsDir, TEST_PROJECT, name);
+  const dir = join(appsDir, PROJECT, name);
   await mkdir(dir, { recursive: true });
   for (const [file, text] of Object.entries(files)) await writeFile(join(dir, file), text);
 }
 
+/** A fresh data dir with an apps folder, and the environment to serve it. */
+async function freshDirs(): Promise<{ dataDir: string; appsDir: string; env: Record<string, string> }> {
+  const dataDir = await mkdtemp(join(tmpdir(), "runplane-proc-"));
+  const appsDir = join(dataDir, "apps");
+  await mkdir(join(appsDir, PROJECT), { recursive: true });
+  return { dataDir, appsDir, env: { RUNPLANE_DATA_DIR: dataDir, RUNPLANE_APPS_DIR: appsDir } };
+}
+
 describe("the server process", () => {
   it("on SIGTERM finishes a 3 s sync call, a stream and an async run, exits 0 and leaves nothing running", async () => {
-    const prepared = await prepareDataDir();
+    const prepared = await freshDirs();
     await deploy(prepared.appsDir, "work", { "runplane.toml": "[scaling]\nmax_replicas = 3\n", "main.py": WORKER_APP });
-    const server = await startServerProcess(prepared);
+    const server = await startServerProcess(prepared.env);
     try {
-      const client = createTestClient(server.url, server.token);
-      const path = (fn: string) => ({ path: { project_id: TEST_PROJECT, app_name: "work", function_name: fn } });
+      const client = server.client;
+      const path = (fn: string) => ({ path: { project_id: PROJECT, app_name: "work", function_name: fn } });
       const workerPid = (await client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("pid"), body: {} })).data as { result: number };
 
       const sync = client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("slow"), body: { seconds: 3 } });
@@ -75,7 +84,7 @@ describe("the server process", () => {
       // Let all three start, then ask the server to stop.
       await waitFor(async () => {
         const run = await client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
-          params: { path: { project_id: TEST_PROJECT, app_id: "work", run_id: runId } },
+          params: { path: { project_id: PROJECT, app_id: "work", run_id: runId } },
         });
         return run.data?.status === "running";
       }, "the async run to start", 20_000);
@@ -88,7 +97,7 @@ describe("the server process", () => {
       assert.equal(streamDone.response.status, 200);
       assert.equal((streamDone.data as unknown as string).match(/^data: /gm)?.length, 6, "every event arrived");
       const exit = await server.exited;
-      assert.deepEqual(exit, { code: 0, signal: null }, server.output());
+      assert.deepEqual(exit, { code: 0, signal: null }, server.stderr());
 
       const store = await openStore(prepared.dataDir);
       try {
@@ -105,25 +114,24 @@ describe("the server process", () => {
   });
 
   it("after kill -9 leaves no Python worker and no custom-runtime process behind within 5 s", async () => {
-    const prepared = await prepareDataDir();
+    const prepared = await freshDirs();
     await deploy(prepared.appsDir, "work", { "runplane.toml": "", "main.py": WORKER_APP });
     await deploy(prepared.appsDir, "web", {
       "runplane.toml": '[deployment]\nruntime = "custom"\n\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
       "server.py": CUSTOM_SERVER,
     });
-    const server = await startServerProcess(prepared);
+    const server = await startServerProcess(prepared.env);
     try {
-      const client = createTestClient(server.url, server.token);
+      const client = server.client;
       const call = async (app: string, fn: string) =>
         (await client.POST("/v4/{project_id}/{app_name}/{function_name}", {
-          params: { path: { project_id: TEST_PROJECT, app_name: app, function_name: fn } },
+          params: { path: { project_id: PROJECT, app_name: app, function_name: fn } },
           body: {},
         })).data as { result: unknown };
       const python = (await call("work", "pid")).result as number;
       const custom = ((await call("web", "run")).result as { pid: number }).pid;
       assert.ok(alive(python) && alive(custom));
-      server.child.kill("SIGKILL");
-      await server.exited;
+      await server.kill();
       await waitFor(() => !alive(python) && !alive(custom), "the workers to exit after their server died", 5_000);
     } finally {
       await rm(prepared.dataDir, { recursive: true, force: true });

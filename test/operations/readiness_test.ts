@@ -81,7 +81,7 @@ describe("GET /readyz", () => {
     assert.equal(refused.headers.get("connection"), "close");
     const finished = await inFlight;
     assert.equal(finished.response.status, 200, "the in-flight call finished");
-    assert.equal(finished.data && "result" in finished.data ? finished.data.result : null, "slept");
+    assert.equal((finished.data as { result: unknown }).result, "slept");
     await drained;
   });
 });

@@ -1,52 +1,45 @@
 import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, it } from "node:test";
-import { createLogger } from "../../server/log.ts";
-import { createRunService, type RunService } from "../../server/runs/mod.ts";
-import { createSecretBox } from "../../server/secrets/mod.ts";
-import { openStore, type Store } from "../../server/store/mod.ts";
-import { createTestExecutor } from "../_helpers/test_executor.ts";
-import { eventually } from "../_helpers/webhook_receiver.ts";
+import { deployApp } from "../_helpers/apps.ts";
+import { type AppRef, submitAsync, waitForStatus } from "../_helpers/runs.ts";
+import { startTestServer, TEST_PROJECT } from "../_helpers/server.ts";
 
-const config = { resultTtlMs: 86_400_000, runLeaseMs: 5_000, webhookAllowPrivate: false };
-
-it("two dispatchers on one store file never run the same run twice", async () => {
+it("two servers on one data dir (one SQLite file, their own dispatchers and Python workers) run each run exactly once", async () => {
   const dataDir = await mkdtemp(join(tmpdir(), "runplane-dispatch-"));
-  const logger = createLogger({ level: "silent" });
-  const secrets = createSecretBox(new Uint8Array(32));
-  const stores: Store[] = [];
-  const services: RunService[] = [];
+  const marks = await mkdtemp(join(tmpdir(), "runplane-marks-"));
+  const a = await startTestServer({ dataDir });
+  const b = await startTestServer({ dataDir });
   after(async () => {
-    for (const service of services) await service.stop();
-    for (const store of stores) await store.close();
+    await a.close();
+    await b.close();
     await rm(dataDir, { recursive: true, force: true });
+    await rm(marks, { recursive: true, force: true });
   });
-  // Each service has its own connection to the same SQLite file, as separate processes would.
-  const open = async () => {
-    const store = await openStore(dataDir);
-    stores.push(store);
-    return store;
-  };
-  const submitter = createRunService({ db: (await open()).db, secrets, logger, config });
-  services.push(submitter);
-  const ids: string[] = [];
-  for (let i = 0; i < 40; i++) {
-    const submitted = await submitter.submit({ projectId: "p", app: `app${i % 4}`, functionName: "echo", mode: "async", input: { sleep_ms: 20 } });
-    assert.equal(submitted.kind, "accepted");
-    ids.push((submitted as { runId: string }).runId);
+  const main = `import os, time\n\ndef work(run_id):\n    with open(os.path.join(${JSON.stringify(marks)}, run_id), "a") as f:\n        f.write("ran\\n")\n    time.sleep(0.2)\n    return run_id\n`;
+  const toml = `[deployment]\nname = "x"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = 2\n`;
+  for (const app of ["w0", "w1", "w2"]) await deployApp(a, app, { toml, files: { "main.py": main } });
+  await b.server.context.runtime.reload();
+
+  const ids: Array<{ ref: AppRef; runId: string }> = [];
+  for (let i = 0; i < 30; i++) {
+    // Half the calls arrive at each server; either may claim any of them.
+    const t = i % 2 ? a : b;
+    const ref = { client: t.client, project: TEST_PROJECT, app: `w${i % 3}` };
+    ids.push({ ref, runId: await submitAsync(ref, "work") });
   }
-  const a = createTestExecutor({ slots: 3 });
-  const b = createTestExecutor({ slots: 3 });
-  services.push(createRunService({ db: (await open()).db, secrets, logger, config, executor: a.executor, pollMs: 20 }));
-  services.push(createRunService({ db: (await open()).db, secrets, logger, config, executor: b.executor, pollMs: 20 }));
-  await eventually(async () => {
-    const rows = await stores[0].db.selectFrom("runs").select("status").where("status", "=", "success").execute();
-    return rows.length === 40 ? true : undefined;
-  }, 30_000, "all 40 runs to succeed");
-  const all = [...a.started, ...b.started];
-  assert.equal(all.length, 40, "each run executed exactly once");
-  assert.deepEqual([...new Set(all)].sort(), [...ids].sort());
-  assert.ok(a.started.length > 0 && b.started.length > 0, `both dispatchers claimed runs (${a.started.length}/${b.started.length})`);
+  for (const { ref, runId } of ids) assert.equal((await waitForStatus(ref, runId, ["success"], 60_000)).result, runId);
+
+  const files = readdirSync(marks);
+  assert.equal(files.length, 30);
+  for (const file of files) assert.equal(readFileSync(join(marks, file), "utf8"), "ran\n", `${file} ran exactly once`);
+  const startedBy = (logs: Array<Record<string, unknown>>) => logs.filter((l) => l.msg === "run started" && l.mode === "async").map((l) => String(l.run_id));
+  const byA = startedBy(a.logs);
+  const byB = startedBy(b.logs);
+  assert.equal(byA.length + byB.length, 30, "each run was started by one server");
+  assert.deepEqual([...new Set([...byA, ...byB])].sort(), ids.map((r) => r.runId).sort());
+  assert.ok(byA.length > 0 && byB.length > 0, `both servers claimed runs (${byA.length}/${byB.length})`);
 });

@@ -1,16 +1,42 @@
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { existsSync, readFileSync } from "node:fs";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, it } from "node:test";
-import { startTestServer, TEST_PROJECT } from "../_helpers/server.ts";
-import { createTestExecutor } from "../_helpers/test_executor.ts";
+import { alive, waitFor } from "../_helpers/apps.ts";
+import { type AppRef, callRun, getRun, submitAsync, TERMINAL, waitForStatus } from "../_helpers/runs.ts";
+import { type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 import { eventually, startWebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
-it("after a restart on the same data dir: queued runs run, a running one ends interrupted, pending webhooks are delivered", async () => {
-  const dataDir = await mkdtemp(join(tmpdir(), "runplane-restart-"));
-  after(() => rm(dataDir, { recursive: true, force: true }));
-  // The first attempt of every delivery answers 404 so deliveries are pending when the server stops.
+const PROJECT = "p-demo";
+
+/** A data dir, an apps dir with one app, and a marker dir its function writes to (one line per execution). */
+async function setUp(app: string, options: { slots: number }) {
+  const root = await mkdtemp(join(tmpdir(), "runplane-crash-"));
+  after(() => rm(root, { recursive: true, force: true }));
+  const marks = join(root, "marks");
+  const appDir = join(root, "apps", PROJECT, app);
+  await mkdir(marks, { recursive: true });
+  await mkdir(appDir, { recursive: true });
+  await writeFile(join(appDir, "runplane.toml"), `[deployment]\nname = "${app}"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = ${options.slots}\n`);
+  await writeFile(
+    join(appDir, "main.py"),
+    `import os, time\n\ndef _mark(run_id):\n    with open(os.path.join(${JSON.stringify(marks)}, run_id), "a") as f:\n        f.write("%d\\n" % os.getpid())\n\n` +
+      `def slow(run_id, seconds=0.4):\n    _mark(run_id)\n    time.sleep(seconds)\n    return "done"\n\ndef quick(run_id):\n    _mark(run_id)\n    return "quick"\n`,
+  );
+  const markOf = (runId: string) => (existsSync(join(marks, runId)) ? readFileSync(join(marks, runId), "utf8").trim().split("\n") : []);
+  return { env: { RUNPLANE_DATA_DIR: join(root, "data"), RUNPLANE_APPS_DIR: join(root, "apps"), RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" }, markOf };
+}
+
+function track(server: ServerProcess): ServerProcess {
+  after(() => server.kill());
+  return server;
+}
+
+it("kill -9 with 20 queued async runs and pending deliveries: after a restart all 20 end, every webhook is attempted, none runs twice, no worker survives", async () => {
+  const { env: dirs, markOf } = await setUp("q", { slots: 1 });
+  // Every delivery's first attempt answers 404, so deliveries are pending when the server dies.
   const seen = new Map<string, number>();
   const receiver = await startWebhookReceiver((_n, request) => {
     const runId = String(request.headers["x-request-id"]);
@@ -18,37 +44,83 @@ it("after a restart on the same data dir: queued runs run, a running one ends in
     return seen.get(runId) === 1 ? 404 : 200;
   });
   after(() => receiver.close());
-  const env = { RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1", RUNPLANE_RUN_LEASE: "1s", RUNPLANE_WEBHOOK_RETRY_DELAY: "5s" };
+  const env = { ...dirs, RUNPLANE_RUN_LEASE: "2s", RUNPLANE_WEBHOOK_RETRY_DELAY: "5s", RUNPLANE_WEBHOOK_TIMEOUT: "1s" };
 
-  const first = createTestExecutor({ slots: 1 });
-  const a = await startTestServer({ dataDir, env, serverOptions: { executor: first.executor } });
-  const submit = (functionName: string) => a.server.context.runs.submit({
-    projectId: TEST_PROJECT, app: "r", functionName, mode: "async", input: {}, webhook: { endpoint: receiver.url },
-  });
-  const done = (await submit("echo")) as { runId: string };
-  await eventually(async () => (seen.get(done.runId) === 1 ? true : undefined), 10_000, "the first delivery's first attempt");
-  const hanging = (await submit("hang")) as { runId: string };
-  await eventually(async () => (first.started.includes(hanging.runId) ? true : undefined), 10_000, "the hanging run to start");
-  const queued: string[] = [];
-  for (let i = 0; i < 5; i++) queued.push(((await submit("echo")) as { runId: string }).runId);
-  await a.close();
-  assert.equal(first.started.length, 2, "only the first two runs started before the stop");
+  const first = track(await startServerProcess(env));
+  let ref: AppRef = { client: first.client, project: PROJECT, app: "q" };
+  const ids: string[] = [];
+  for (let i = 0; i < 20; i++) ids.push(await submitAsync(ref, "slow", { webhookEndpoint: receiver.url }));
+  await eventually(async () => (seen.size >= 2 ? true : undefined), 30_000, "two runs' first webhook attempts");
+  const workerPids = new Set(ids.flatMap(markOf).map(Number));
+  assert.ok(workerPids.size > 0);
+  await first.kill();
+  await waitFor(() => [...workerPids].every((pid) => !alive(pid)), "the Python worker to exit after the server was killed", 5_000);
+  const ranBefore = ids.filter((id) => markOf(id).length > 0);
+  assert.ok(ranBefore.length < 20, "runs were still queued at the kill");
 
-  const second = createTestExecutor({ slots: 1 });
-  const b = await startTestServer({ dataDir, env, serverOptions: { executor: second.executor } });
-  after(() => b.close());
-  const get = (runId: string) => b.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
-    params: { path: { project_id: TEST_PROJECT, app_id: "r", run_id: runId } },
-  });
-  for (const runId of [done.runId, hanging.runId, ...queued]) {
-    await eventually(async () => ((await get(runId)).data?.webhook?.status === "delivered" ? true : undefined), 30_000, `${runId}'s webhook`);
+  const second = track(await startServerProcess(env, { token: first.token }));
+  ref = { client: second.client, project: PROJECT, app: "q" };
+  const ended = [];
+  for (const runId of ids) ended.push(await waitForStatus(ref, runId, TERMINAL, 90_000));
+  for (const runId of ids) {
+    assert.equal(markOf(runId).length <= 1, true, `${runId} ran at most once`);
+    await eventually(async () => (seen.has(runId) ? true : undefined), 30_000, `${runId}'s webhook to be attempted`);
   }
-  const interrupted = (await get(hanging.runId)).data;
-  assert.equal(interrupted?.status, "failure");
-  assert.equal(interrupted?.error?.type, "interrupted");
-  assert.deepEqual(second.started, queued, "queued runs ran after the restart, in order; the interrupted one did not run again");
-  for (const runId of queued) assert.equal((await get(runId)).data?.status, "success");
-  assert.equal((await get(done.runId)).data?.webhook?.attempts.length, 2, "the delivery pending at the stop was attempted after the restart");
-  const bodies = receiver.requests.filter((r) => r.headers["x-request-id"] === hanging.runId).map((r) => JSON.parse(r.body.toString()));
-  assert.equal(bodies.at(-1).error.type, "interrupted");
+  const notStartedBefore = ids.filter((id) => !ranBefore.includes(id));
+  for (const runId of notStartedBefore) {
+    assert.equal(markOf(runId).length, 1, `${runId}, queued at the kill, ran once after the restart`);
+    assert.equal(ended[ids.indexOf(runId)].status, "success");
+  }
+  for (const run of ended) {
+    if (run.status === "failure") assert.equal(run.error?.type, "interrupted", `${run.run_id} failed for another reason: ${run.error?.message}`);
+  }
+  // The deliveries pending (404 first) at the kill were attempted again after the restart.
+  for (const runId of ids.slice(0, 2)) {
+    const run = await eventually(async () => {
+      const { data } = await getRun(ref, runId);
+      return data?.webhook?.status === "delivered" ? data : undefined;
+    }, 30_000, `${runId}'s webhook to be delivered`);
+    assert.ok((run.webhook?.attempts.length ?? 0) >= 2);
+  }
+});
+
+it("kill -9 while a run is running: after a restart it ends failure/interrupted promptly (not after the 30 s lease), never re-runs, its webhook and a just-answered sync call's webhook are delivered", async () => {
+  const { env: dirs, markOf } = await setUp("r", { slots: 2 });
+  const receiver = await startWebhookReceiver();
+  after(() => receiver.close());
+  const env = { ...dirs, RUNPLANE_RUN_LEASE: "30s" };
+
+  const first = track(await startServerProcess(env));
+  let ref: AppRef = { client: first.client, project: PROJECT, app: "r" };
+  const running = await submitAsync(ref, "slow", { body: { seconds: 3600 }, webhookEndpoint: receiver.url });
+  await waitForStatus(ref, running, ["running"]);
+  await waitFor(() => markOf(running).length === 1, "the function to start", 20_000);
+  const workerPid = Number(markOf(running)[0]);
+  // A sync call with a webhook, then the kill as soon as the caller has the answer.
+  const sync = await callRun(ref, "quick", { webhookEndpoint: receiver.url });
+  assert.equal(sync.response.status, 200);
+  await first.kill();
+  const syncRunId = (sync.data as { run_id: string }).run_id;
+  await waitFor(() => !alive(workerPid), "the Python worker to exit after the server was killed", 5_000);
+
+  const restartedAt = performance.now();
+  const second = track(await startServerProcess(env, { token: first.token }));
+  ref = { client: second.client, project: PROJECT, app: "r" };
+  const ended = await waitForStatus(ref, running, ["failure"], 20_000);
+  assert.ok(performance.now() - restartedAt < 15_000, "ended well before the 30 s lease");
+  assert.equal(ended.error?.type, "interrupted");
+  const delivered = await eventually(async () => {
+    const { data } = await getRun(ref, running);
+    return data?.webhook?.status === "delivered" ? data : undefined;
+  }, 20_000, "the interrupted run's webhook");
+  assert.equal(delivered.webhook?.attempts.length, 1);
+  const body = JSON.parse(receiver.requests.find((r) => r.headers["x-request-id"] === running)!.body.toString());
+  assert.equal(body.status, "failure");
+  assert.equal(body.error.type, "interrupted");
+  await eventually(async () => (receiver.requests.some((r) => r.headers["x-request-id"] === syncRunId) ? true : undefined), 20_000, "the sync call's webhook");
+  const syncRun = (await getRun(ref, syncRunId)).data;
+  assert.equal(syncRun?.status, "success");
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  assert.equal(markOf(running).length, 1, "the interrupted run was not run again");
+  assert.equal(markOf(syncRunId).length, 1);
 });

@@ -1,194 +1,244 @@
 import assert from "node:assert/strict";
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { after, before, describe, it } from "node:test";
-import { ProblemError } from "../../server/problems/mod.ts";
-import type { RunCall } from "../../server/runs/mod.ts";
+import { deployApp } from "../_helpers/apps.ts";
+import { type AppRef, callRun, cancelRun, getRun, listRuns, submitAsync, waitForStatus } from "../_helpers/runs.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
-import { createTestExecutor, type TestExecutor } from "../_helpers/test_executor.ts";
 import { eventually } from "../_helpers/webhook_receiver.ts";
 
-describe("runs: records, dispatcher, cancel, idempotency", () => {
+/** Every function leaves a marker file per run (a side effect the test reads back). */
+function mainPy(marks: string): string {
+  return `
+import json, os, time
+
+MARKS = ${JSON.stringify(marks)}
+
+def _mark(run_id, text):
+    with open(os.path.join(MARKS, run_id), "a") as f:
+        f.write(text + "\\n")
+
+def echo(run_id, seconds=0, **kw):
+    _mark(run_id, "start %f" % time.time())
+    time.sleep(seconds)
+    _mark(run_id, "end %f" % time.time())
+    return kw
+
+def boom(run_id):
+    _mark(run_id, "start")
+    raise ValueError("bad value")
+
+def items(run_id, n):
+    _mark(run_id, "start")
+    for i in range(n):
+        yield {"i": i}
+
+def hang(run_id):
+    _mark(run_id, "start %d" % os.getpid())
+    while True:
+        with open(os.path.join(MARKS, run_id + ".beat"), "a") as f:
+            f.write(".")
+        time.sleep(0.05)
+`;
+}
+
+function toml(options: { replicas?: number; concurrency?: number; grace?: number } = {}): string {
+  return `[deployment]\nname = "x"\n\n[scaling]\nmax_replicas = ${options.replicas ?? 2}\nreplica_concurrency = ${options.concurrency ?? 1}\nresponse_grace_period = ${options.grace ?? 60}\n`;
+}
+
+describe("runs over HTTP on the Python runtime: records, dispatcher, cancel, idempotency, TTL", () => {
   let t: TestServer;
-  let ex: TestExecutor;
+  let marks: string;
+  const ref = (app: string): AppRef => ({ client: t.client, project: TEST_PROJECT, app });
+  const mark = (runId: string) => (existsSync(join(marks, runId)) ? readFileSync(join(marks, runId), "utf8").trim().split("\n") : []);
+  const beats = (runId: string) => (existsSync(join(marks, `${runId}.beat`)) ? statSync(join(marks, `${runId}.beat`)).size : 0);
+
   before(async () => {
-    ex = createTestExecutor({ slots: 2, slotsByApp: { blocked: 0 }, graceByApp: { slow: 400 } });
-    t = await startTestServer({ env: { RUNPLANE_RESULT_TTL: "2s" }, serverOptions: { executor: ex.executor } });
+    marks = await mkdtemp(join(tmpdir(), "runplane-marks-"));
+    t = await startTestServer({ env: { RUNPLANE_RESULT_TTL: "2s" } });
+    const files = { "main.py": mainPy(marks) };
+    await deployApp(t, "a1", { toml: toml(), files });
+    await deployApp(t, "solo", { toml: toml({ replicas: 1 }), files });
+    await deployApp(t, "slow", { toml: toml({ grace: 1 }), files });
+    await deployApp(t, "order", { toml: toml({ replicas: 1, concurrency: 2 }), files });
   });
-  after(() => t.close());
-
-  const call = (app: string, functionName: string, input: Record<string, unknown> = {}, extra: Partial<RunCall> = {}): RunCall => ({
-    projectId: TEST_PROJECT,
-    app,
-    functionName,
-    mode: "async",
-    input,
-    ...extra,
+  after(async () => {
+    await t.close();
+    await rm(marks, { recursive: true, force: true });
   });
 
-  async function accepted(c: RunCall): Promise<string> {
-    const submitted = await t.server.context.runs.submit(c);
-    assert.equal(submitted.kind, "accepted");
-    return (submitted as { runId: string }).runId;
+  /** Ends a hanging run so it frees its slot. */
+  async function stop(app: string, runId: string): Promise<void> {
+    await cancelRun(ref(app), runId);
+    await waitForStatus(ref(app), runId, ["cancelled", "failure", "success"]);
   }
 
-  function getRun(app: string, runId: string) {
-    return t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: { path: { project_id: TEST_PROJECT, app_id: app, run_id: runId } } });
-  }
-
-  function waitStatus(app: string, runId: string, statuses: string[]) {
-    return eventually(async () => {
-      const { data } = await getRun(app, runId);
-      return data && statuses.includes(data.status) ? data : undefined;
-    }, 20_000, `${runId} to reach ${statuses.join("/")}`);
-  }
-
-  it("accepts an async run at once and takes it queued → running → success", async () => {
+  it("answers a 10 s function called async with 202 at once; the run goes queued → running → success", async () => {
+    // The app's one slot is busy, so the run is seen queued before it runs.
+    const blocker = await submitAsync(ref("solo"), "hang");
+    await waitForStatus(ref("solo"), blocker, ["running"]);
     const started = performance.now();
-    const runId = await accepted(call("a1", "echo", { sleep_ms: 1500, x: 1 }));
-    assert.ok(performance.now() - started < 500, "submit must not wait for the function");
-    assert.match(runId, /^run_[0-9a-z]{26}$/);
-    const running = await waitStatus("a1", runId, ["running"]);
+    const { data, response } = await callRun(ref("solo"), "echo", { async: true, body: { seconds: 10, x: 1 } });
+    const elapsed = performance.now() - started;
+    assert.equal(response.status, 202);
+    assert.ok(elapsed < 500, `202 after ${elapsed} ms`);
+    const runId = (data as { run_id: string }).run_id;
+    assert.equal(response.headers.get("x-request-id"), runId);
+    assert.equal((await getRun(ref("solo"), runId)).data?.status, "queued");
+    await stop("solo", blocker);
+    const running = await waitForStatus(ref("solo"), runId, ["running"]);
     assert.equal(running.result, null);
     assert.ok(running.started_at);
-    const done = await waitStatus("a1", runId, ["success"]);
-    assert.deepEqual(done.result, { sleep_ms: 1500, x: 1 });
+    const done = await waitForStatus(ref("solo"), runId, ["success"], 40_000);
+    assert.deepEqual(done.result, { x: 1 });
     assert.equal(done.mode, "async");
-    assert.ok((done.run_time_ms ?? 0) >= 1400, `run_time_ms ${done.run_time_ms}`);
-    assert.ok((done.queue_time_ms ?? -1) >= 0);
-    assert.equal(done.error, null);
+    assert.ok((done.run_time_ms ?? 0) >= 10_000, `run_time_ms ${done.run_time_ms}`);
+    assert.ok((done.queue_time_ms ?? 0) > 0);
+    assert.equal(mark(runId).length, 2, "ran once, start to end");
   });
 
   it("records a raised exception's type, message and traceback", async () => {
-    const runId = await accepted(call("a1", "fail"));
-    const done = await waitStatus("a1", runId, ["failure"]);
-    assert.deepEqual(done.error, { type: "ValueError", message: "bad value", traceback: "Traceback (most recent call last):\n  ValueError: bad value" });
+    const runId = await submitAsync(ref("a1"), "boom");
+    const done = await waitForStatus(ref("a1"), runId, ["failure"]);
+    assert.equal(done.error?.type, "ValueError");
+    assert.match(done.error?.message ?? "", /bad value/);
+    assert.match(done.error?.traceback ?? "", /Traceback \(most recent call last\)[\s\S]*raise ValueError\("bad value"\)/);
   });
 
   it("collects a streaming function called async into a list", async () => {
-    const runId = await accepted(call("a1", "stream", { items: ["a", { b: 2 }, 3] }));
-    const done = await waitStatus("a1", runId, ["success"]);
-    assert.deepEqual(done.result, ["a", { b: 2 }, 3]);
+    const runId = await submitAsync(ref("a1"), "items", { body: { n: 3 } });
+    const done = await waitForStatus(ref("a1"), runId, ["success"]);
+    assert.deepEqual(done.result, [{ i: 0 }, { i: 1 }, { i: 2 }]);
   });
 
   it("ends a run past its app's grace period as failure/timeout and stops the worker", async () => {
-    const runId = await accepted(call("slow", "hang"));
-    const done = await waitStatus("slow", runId, ["failure"]);
+    const runId = await submitAsync(ref("slow"), "hang");
+    const done = await waitForStatus(ref("slow"), runId, ["failure"]);
     assert.equal(done.error?.type, "timeout");
-    assert.ok(ex.aborted.includes(runId));
+    await sleep(1000);
+    const size = beats(runId);
+    assert.ok(size > 0, "the function ran");
+    await sleep(1000);
+    assert.equal(beats(runId), size, "the function no longer runs");
   });
 
-  it("runs an app's queued runs in arrival order, never more at once than its slots", async () => {
+  it("starts an app's queued runs in arrival order, never more at once than its slots", async () => {
     const ids: string[] = [];
-    for (let i = 0; i < 6; i++) ids.push(await accepted(call("order", "echo", { sleep_ms: 150 })));
-    for (const id of ids) await waitStatus("order", id, ["success"]);
-    assert.deepEqual(ex.started.filter((id) => ids.includes(id)), ids);
-    assert.equal(ex.peak.get("order"), 2, "the app has 2 slots");
+    for (let i = 0; i < 6; i++) ids.push(await submitAsync(ref("order"), "echo", { body: { seconds: 0.4 } }));
+    const runs = [];
+    for (const id of ids) runs.push(await waitForStatus(ref("order"), id, ["success"]));
+    const starts = runs.map((r) => Date.parse(r.started_at!));
+    for (let i = 1; i < starts.length; i++) assert.ok(starts[i] >= starts[i - 1], `run ${i} started before run ${i - 1}`);
+    // Overlap of the functions' own start/end times: the app has 1 replica × 2 slots.
+    const spans = ids.map((id) => mark(id).map((line) => Number(line.split(" ")[1])));
+    let peak = 0;
+    for (const [start] of spans) peak = Math.max(peak, spans.filter(([s, e]) => s <= start && start < e).length);
+    assert.equal(peak, 2, "two at once, never three");
   });
 
   it("lists runs newest first with an opaque cursor and a status filter", async () => {
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) {
-      const submitted = await t.server.context.runs.submit(call("list", "run", {}, { mode: "sync" }));
-      if (submitted.kind !== "live") throw new Error("expected a live run");
-      if (i === 2) submitted.run.fail({ errorType: "KeyError", message: "k" });
-      else submitted.run.succeed(i);
-      ids.push(submitted.run.runId);
+      const { data } = await callRun(ref("a1"), i === 2 ? "boom" : "echo", { body: { i } });
+      ids.push((data as { run_id?: string } | undefined)?.run_id ?? "");
     }
+    assert.ok(ids[0] && ids[1] && ids[3]);
     const seen: string[] = [];
     let cursor: string | undefined;
-    let pages = 0;
     do {
-      const { data } = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs", {
-        params: { path: { project_id: TEST_PROJECT, app_id: "list" }, query: { limit: 2, cursor } },
-      });
-      assert.ok(data);
-      assert.ok(data.runs.length <= 2);
+      const { data } = await listRuns(ref("a1"), { limit: 2, cursor });
+      assert.ok(data && data.runs.length <= 2);
       seen.push(...data.runs.map((r) => r.run_id));
       cursor = data.next_cursor ?? undefined;
-      pages++;
-    } while (cursor);
-    assert.equal(pages, 3);
-    assert.deepEqual(seen, [...ids].reverse());
-    const { data: failures } = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs", {
-      params: { path: { project_id: TEST_PROJECT, app_id: "list" }, query: { status: "failure" } },
-    });
-    assert.deepEqual(failures?.runs.map((r) => r.run_id), [ids[2]]);
-    assert.equal(failures?.next_cursor, null);
-    const bad = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs", {
-      params: { path: { project_id: TEST_PROJECT, app_id: "list" }, query: { cursor: "not-a-cursor" } },
-    });
+    } while (cursor && seen.length < 5);
+    const syncIds = ids.filter((id) => id !== "");
+    assert.deepEqual(seen.filter((id) => syncIds.includes(id)), [...syncIds].reverse().slice(0, seen.filter((id) => syncIds.includes(id)).length));
+    const { data: failures } = await listRuns(ref("a1"), { status: "failure" });
+    assert.ok(failures?.runs.every((r) => r.status === "failure"));
+    assert.ok(failures?.runs.some((r) => r.function_name === "boom" && r.mode === "sync"));
+    const bad = await listRuns(ref("a1"), { cursor: "not-a-cursor" });
     assert.equal(bad.response.status, 400);
   });
 
   it("answers 404 for a run of another app or an unknown run", async () => {
-    const runId = await accepted(call("a1", "echo"));
-    assert.equal((await getRun("other-app", runId)).response.status, 404);
-    assert.equal((await getRun("a1", "run_0000000000aaaaaaaaaaaaaaaa")).response.status, 404);
+    const runId = await submitAsync(ref("a1"), "echo");
+    assert.equal((await getRun(ref("order"), runId)).response.status, 404);
+    assert.equal((await getRun(ref("a1"), "run_0000000000aaaaaaaaaaaaaaaa")).response.status, 404);
   });
 
-  it("cancels a queued run at once, and answers 409 for a finished one", async () => {
-    const runId = await accepted(call("blocked", "echo"));
-    const path = { project_id: TEST_PROJECT, app_id: "blocked", run_id: runId };
-    const { data } = await t.client.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: { path } });
+  it("cancels a queued run at once (it never runs), and answers 409 for a finished one", async () => {
+    const blocker = await submitAsync(ref("solo"), "hang");
+    await waitForStatus(ref("solo"), blocker, ["running"]);
+    const runId = await submitAsync(ref("solo"), "echo");
+    const { data } = await cancelRun(ref("solo"), runId);
     assert.equal(data?.status, "cancelled");
     assert.ok(data?.completed_at);
-    const again = await t.client.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: { path } });
+    const again = await cancelRun(ref("solo"), runId);
     assert.equal(again.response.status, 409);
     assert.equal(again.error?.run_id, runId);
-    assert.ok(!ex.started.includes(runId), "a cancelled queued run never starts");
+    await stop("solo", blocker);
+    await sleep(500);
+    assert.deepEqual(mark(runId), [], "a cancelled queued run never starts");
   });
 
-  it("cancels a running run: the worker is interrupted and the run ends cancelled", async () => {
-    const runId = await accepted(call("a1", "hang"));
-    await waitStatus("a1", runId, ["running"]);
-    const { data } = await t.client.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
-      params: { path: { project_id: TEST_PROJECT, app_id: "a1", run_id: runId } },
-    });
+  it("cancels a running run: the Python function stops and the run ends cancelled", async () => {
+    const runId = await submitAsync(ref("a1"), "hang");
+    await waitForStatus(ref("a1"), runId, ["running"]);
+    await eventually(async () => (beats(runId) > 0 ? true : undefined), 20_000, "the function to run");
+    const { data } = await cancelRun(ref("a1"), runId);
     assert.equal(data?.status, "cancelled");
-    assert.ok(ex.aborted.includes(runId));
+    await sleep(1000);
+    const size = beats(runId);
+    await sleep(1000);
+    assert.equal(beats(runId), size, "the function no longer runs");
   });
 
-  it("replays an async call with the same Idempotency-Key and body, and refuses another body with 422", async () => {
-    const first = await accepted(call("idem", "echo", { v: 1 }, { idempotencyKey: "key-1" }));
-    const second = await t.server.context.runs.submit(call("idem", "echo", { v: 1 }, { idempotencyKey: "key-1" }));
-    assert.deepEqual(second, { kind: "accepted", runId: first, replayed: true });
-    await assert.rejects(t.server.context.runs.submit(call("idem", "echo", { v: 2 }, { idempotencyKey: "key-1" })), (error: unknown) => {
-      assert.ok(error instanceof ProblemError);
-      assert.equal(error.status, 422);
-      return true;
-    });
+  it("replays an async call with the same Idempotency-Key and body (202, same run), and refuses another body with 422", async () => {
+    const first = await submitAsync(ref("a1"), "echo", { body: { v: 1 }, idempotencyKey: "key-async" });
+    const second = await callRun(ref("a1"), "echo", { async: true, body: { v: 1 }, idempotencyKey: "key-async" });
+    assert.equal(second.response.status, 202);
+    assert.equal((second.data as { run_id: string }).run_id, first);
+    const other = await callRun(ref("a1"), "echo", { async: true, body: { v: 2 }, idempotencyKey: "key-async" });
+    assert.equal(other.response.status, 422);
+    await waitForStatus(ref("a1"), first, ["success"]);
+    assert.equal(mark(first).length, 2, "the replay did not run the function again");
   });
 
   it("answers 409 while the first sync call with a key runs, then replays its stored result", async () => {
-    const sync = call("idem", "echo", { v: 3 }, { mode: "sync", idempotencyKey: "key-sync" });
-    const first = await t.server.context.runs.submit(sync);
-    if (first.kind !== "live") throw new Error("expected a live run");
-    await assert.rejects(t.server.context.runs.submit(sync), (error: unknown) => error instanceof ProblemError && error.status === 409);
-    first.run.succeed({ out: 3 });
-    const replay = await t.server.context.runs.submit(sync);
-    assert.equal(replay.kind, "replay");
-    if (replay.kind === "replay") {
-      assert.equal(replay.run.run_id, first.run.runId);
-      assert.deepEqual(replay.run.result, { out: 3 });
-    }
+    const options = { body: { seconds: 1.5, v: 3 }, idempotencyKey: "key-sync" };
+    const firstCall = callRun(ref("a1"), "echo", options);
+    await sleep(400);
+    const conflict = await callRun(ref("a1"), "echo", options);
+    assert.equal(conflict.response.status, 409);
+    const first = await firstCall;
+    assert.equal(first.response.status, 200);
+    const runId = (first.data as { run_id: string }).run_id;
+    const replay = await callRun(ref("a1"), "echo", options);
+    assert.equal(replay.response.status, 200);
+    // The stored run time is whole milliseconds measured by the run service; run id and result are the same.
+    const { run_id, result } = first.data as { run_id: string; result: unknown };
+    assert.deepEqual({ run_id: (replay.data as { run_id: string }).run_id, result: (replay.data as { result: unknown }).result }, { run_id, result });
+    assert.equal(mark(runId).length, 2, "the function ran once");
   });
 
   it("removes a result after RUNPLANE_RESULT_TTL and keeps status and timestamps", async () => {
-    const submitted = await t.server.context.runs.submit(call("ttl", "run", {}, { mode: "sync" }));
-    if (submitted.kind !== "live") throw new Error("expected a live run");
-    submitted.run.succeed({ keep: "briefly" });
-    const fresh = (await getRun("ttl", submitted.run.runId)).data;
+    const { data: answer } = await callRun(ref("a1"), "echo", { body: { keep: "briefly" } });
+    const runId = (answer as { run_id: string }).run_id;
+    const fresh = (await getRun(ref("a1"), runId)).data;
     assert.deepEqual(fresh?.result, { keep: "briefly" });
     assert.equal(fresh?.result_expired, false);
     const expired = await eventually(async () => {
-      const { data } = await getRun("ttl", submitted.run.runId);
+      const { data } = await getRun(ref("a1"), runId);
       return data?.result_expired ? data : undefined;
     }, 10_000, "the result to expire");
     assert.equal(expired.result, null);
     assert.equal(expired.status, "success");
     assert.equal(expired.completed_at, fresh?.completed_at);
-    // The upkeep loop removes it from the store too.
     const row = await eventually(async () => {
-      const r = await t.server.context.store.db.selectFrom("runs").select(["result_json", "result_expired"]).where("run_id", "=", submitted.run.runId).executeTakeFirst();
+      const r = await t.server.context.store.db.selectFrom("runs").select(["result_json", "result_expired"]).where("run_id", "=", runId).executeTakeFirst();
       return r?.result_expired === 1 ? r : undefined;
     }, 15_000, "the stored result to be removed");
     assert.equal(row.result_json, null);
