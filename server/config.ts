@@ -236,3 +236,12 @@ export function loadConfig(
   if (problems.length) throw new ConfigError(problems);
   return out as unknown as Config;
 }
+
+/** The settings as the README's Markdown table (kept equal to it by a test). */
+export function settingsMarkdown(): string {
+  const cell = (text: string) => text.replace(/\|/g, "\\|");
+  const rows = SETTINGS.map((s) =>
+    `| \`${s.env}\` | \`${s.flag}\` | ${s.default === "" ? "(none)" : `\`${s.default}\``} | ${cell(s.description)} |`
+  );
+  return ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|", ...rows].join("\n");
+}

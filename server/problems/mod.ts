@@ -54,7 +54,6 @@ export const PROBLEM_KINDS = {
   "too-many-requests": { status: 429, title: "Too many requests" },
   "internal": { status: 500, title: "Internal server error" },
   "function-error": { status: 500, title: "The function raised an exception" },
-  "not-implemented": { status: 501, title: "Not implemented" },
   "bad-gateway": { status: 502, title: "Bad gateway" },
   "worker-crashed": { status: 502, title: "The worker process died during the call" },
   "service-unavailable": { status: 503, title: "Service unavailable" },
