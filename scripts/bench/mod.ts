@@ -14,6 +14,7 @@ import { startRunplane } from "./_runplane.ts";
 import { asyncAcceptScenario } from "./scenarios/async_accept.ts";
 import { baseImageScenario } from "./scenarios/base_image.ts";
 import { idleRssScenario } from "./scenarios/idle_rss.ts";
+import { repositoryTreeScenario } from "./scenarios/repository_tree.ts";
 import { streamingScenario } from "./scenarios/streaming.ts";
 import { syncRunScenario } from "./scenarios/sync_run.ts";
 import { webhookDeliveryScenario } from "./scenarios/webhook_delivery.ts";
@@ -26,6 +27,7 @@ const SCENARIOS: Array<[string, Scenario]> = [
   ["3", streamingScenario],
   ["4", webhookDeliveryScenario],
   ["5", baseImageScenario],
+  ["6", repositoryTreeScenario],
 ];
 
 const only = process.argv.slice(2);
