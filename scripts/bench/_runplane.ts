@@ -16,8 +16,8 @@ export interface BenchServer extends BenchProcess {
 }
 
 /**
- * Starts `npm start`'s server as its own process, in production mode (no response check), on a
- * temporary data dir with the benchmark apps, and mints a token for `p-bench`.
+ * Starts the built server (`dist/server/main.js`) as its own process, in production mode (no response
+ * check), on a temporary data dir with the benchmark apps, and mints a token for `p-bench`.
  */
 export async function startRunplane(env: Record<string, string> = {}): Promise<BenchServer> {
   const dataDir = await mkdtemp(join(tmpdir(), "runplane-bench-"));
@@ -31,7 +31,8 @@ export async function startRunplane(env: Record<string, string> = {}): Promise<B
   });
   await store.close();
   const server = await startProcess(process.execPath, {
-    args: ["--import", "tsx", join(ROOT, "server", "main.ts")],
+    // The built server, as production runs it (`npm run build` first; mod.ts does).
+    args: [join(ROOT, "dist", "server", "main.js")],
     cwd: ROOT,
     env: {
       NODE_ENV: "production",

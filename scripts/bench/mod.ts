@@ -3,6 +3,7 @@
  * autocannon, prints one table, and writes it as JSON (scripts/bench/results.json) and as the README's
  * Performance section. `npm run bench -- 1 5` runs only scenarios 1 and 5.
  */
+import { execFileSync } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ROOT } from "../generate.ts";
@@ -33,6 +34,8 @@ const SCENARIOS: Array<[string, Scenario]> = [
 const only = process.argv.slice(2);
 const started = Date.now();
 const log = (message: string) => process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${message}\n`);
+log("building the server (npm run build)");
+execFileSync(process.execPath, [join(ROOT, "node_modules", "tsx", "dist", "cli.mjs"), join(ROOT, "scripts", "build.ts")], { cwd: ROOT, stdio: "inherit" });
 const runplane = await startRunplane({ RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" });
 const bareKoa = await startProcess(process.execPath, { args: ["--import", "tsx", join(ROOT, "scripts", "bench", "peers", "bare_koa.ts")], cwd: ROOT });
 const context: BenchContext = { runplane, bareKoa, durationSeconds: Number(process.env.BENCH_SECONDS ?? 8), log };
