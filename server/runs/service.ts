@@ -16,6 +16,7 @@ import { checkEndpointUrl, DestinationRefusedError, webhookViews } from "../webh
 import { type RunExecutor, toRunError } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
+import { createGroupCommit } from "./_group_commit.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import { type LocalRuns, RunCancelled } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
@@ -197,6 +198,8 @@ export function createRunService(options: RunServiceOptions): RunService {
   }
   loops.push(startMaintenance({ db, logger, events, owner, ownersDir: options.ownersDir, leaseMs: config.runLeaseMs, resultTtlMs: config.resultTtlMs, local, onDeliveries }));
 
+  const queued = createGroupCommit(db);
+
   function checkWebhook(call: RunCall): { endpoint: string; sealed: string | null } | null {
     if (!call.webhook) return null;
     try {
@@ -296,6 +299,11 @@ export function createRunService(options: RunServiceOptions): RunService {
       lease_owner: running ? owner : null,
       lease_expires_at: running ? now + config.runLeaseMs : null,
     };
+    if (call.idempotencyKey === undefined && !running) {
+      await queued.insert(row);
+      if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) dispatcher.wake();
+      return { kind: "accepted", runId, replayed: false };
+    }
     if (call.idempotencyKey !== undefined || !running) {
       const key = call.idempotencyKey;
       const print = fingerprint({ app: call.app, function: call.functionName, mode: call.mode, input: call.input, webhook: webhook?.endpoint ?? null });
@@ -313,7 +321,9 @@ export function createRunService(options: RunServiceOptions): RunService {
         return await existingRun(call, reservation.runId);
       }
       if (!running) {
-        dispatcher?.wake();
+        // Waking the dispatcher scans the queue; when the app has no free slot, the run waits for
+        // the slot's release (which wakes the dispatcher) or the next poll anyway.
+        if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) dispatcher.wake();
         return { kind: "accepted", runId, replayed: false };
       }
     }

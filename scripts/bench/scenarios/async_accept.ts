@@ -12,7 +12,7 @@ export async function asyncAcceptScenario(context: BenchContext): Promise<BenchR
   context.log("async accept: bare Koa");
   const koa = await loadTest(`${bareKoa.url}/accept`, { method: "POST", headers: { "Content-Type": "application/json" }, body, durationSeconds });
   context.log("async accept: runplane");
-  const ours = await loadTest(`${runplane.url}/v4/${BENCH_PROJECT}/echo/run?async=true`, {
+  const ours = await loadTest(`${runplane.url}/v4/${BENCH_PROJECT}/queue/run?async=true`, {
     method: "POST",
     headers: { Authorization: `Bearer ${runplane.token}`, "Content-Type": "application/json" },
     body,
