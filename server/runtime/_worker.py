@@ -175,19 +175,19 @@ class Worker:
     async def stream_sync(self, call_id, iterator):
         asyncio.current_task().runplane_async = False
         send({"op": "stream", "id": call_id})
-        done = object()
 
-        def step():
+        def pump():
+            # The whole iteration runs in one worker thread and writes each item as it is yielded: a
+            # thread hop per item would cost more than most items take to make.
+            for item in iterator:
+                if call_id in self.cancelled:
+                    raise Cancelled()
+                self.send_item(call_id, item)
             if call_id in self.cancelled:
                 raise Cancelled()
-            return next(iterator, done)
 
         try:
-            while True:
-                item = await self.in_thread(call_id, step)
-                if item is done:
-                    break
-                self.send_item(call_id, item)
+            await self.in_thread(call_id, pump)
         except Cancelled:
             await self.in_thread(call_id, close_iterator, iterator)
             raise
