@@ -238,8 +238,7 @@ export class PythonReplica implements Replica {
         return;
       }
       case "item": {
-        const text = message.text as string;
-        pending.stream?.push({ value: message.json ? JSON.parse(text) : text });
+        pending.stream?.push({ value: message.value });
         return;
       }
       case "end":

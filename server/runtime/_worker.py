@@ -170,7 +170,10 @@ class Worker:
             text = value if isinstance(value, str) else encode(value)
         except (TypeError, ValueError) as error:
             raise TypeError(f"a yielded item is not JSON-serialisable: {error}") from None
-        send({"op": "item", "id": call_id, "text": text, "json": not isinstance(value, str)})
+        # The item's JSON text is spliced into the message so it is encoded once; a string item travels
+        # as a JSON string and arrives as a string.
+        value_json = json.dumps(text) if isinstance(value, str) else text
+        write_line('{"op":"item","id":' + json.dumps(call_id) + ',"value":' + value_json + "}")
 
     async def stream_sync(self, call_id, iterator):
         asyncio.current_task().runplane_async = False
