@@ -15,6 +15,11 @@ export interface WriteBehind {
   put(row: Insertable<RunTable>, delivery?: NewDelivery): void;
   /** Writes everything buffered now; resolves once it is committed. */
   flush(): Promise<void>;
+  /**
+   * Writes what is buffered at the end of this event-loop turn: every caller in the turn shares one
+   * transaction; resolves once it has committed.
+   */
+  flushSoon(): Promise<void>;
 }
 
 /** Options of `createWriteBehind`. */
@@ -60,7 +65,19 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     return chain;
   }
 
+  let soon: Promise<void> | undefined;
+  function flushSoon(): Promise<void> {
+    soon ??= new Promise<void>((resolve) =>
+      setImmediate(() => {
+        soon = undefined;
+        void flush().then(resolve);
+      })
+    );
+    return soon;
+  }
+
   return {
+    flushSoon,
     put(row, delivery) {
       rows.set(row.run_id, row);
       if (delivery) deliveries.set(delivery.runId, delivery);

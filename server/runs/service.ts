@@ -258,7 +258,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       resolveDone();
       // A webhook must survive a crash right after the caller got the answer, so its record is committed
       // now (one small transaction, about a millisecond) rather than in the next batch.
-      return delivery ? writer.flush() : Promise.resolve();
+      return delivery ? writer.flushSoon() : Promise.resolve();
     }
     events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: 0 });
     local.set(row.run_id, {

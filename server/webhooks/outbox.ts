@@ -73,8 +73,11 @@ export async function claimDueDeliveries(
     .limit(limit)
     .execute();
   const claimed: ClaimedDelivery[] = [];
-  for (const row of due) {
-    const result = await db
+  if (due.length === 0) return claimed;
+  // One transaction for the whole batch: one commit instead of one per delivery.
+  await db.transaction().execute(async (trx) => {
+    for (const row of due) {
+      const result = await trx
       .updateTable("webhook_deliveries")
       .set({ lease_owner: owner, lease_expires_at: now + leaseMs })
       .where("run_id", "=", row.run_id)
@@ -82,8 +85,9 @@ export async function claimDueDeliveries(
       .where("attempts", "=", row.attempts)
       .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<", now)]))
       .executeTakeFirst();
-    if (Number(result.numUpdatedRows) === 1) claimed.push({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) });
-  }
+      if (Number(result.numUpdatedRows) === 1) claimed.push({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) });
+    }
+  });
   return claimed;
 }
 
