@@ -20,7 +20,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
-        if self.path == "/echo":
+        if self.path in ("/run", "/echo"):  # run is the default function name
             result = {"echo": body, "pid": os.getpid(), "request_id": self.headers.get("X-Request-Id")}
             self.answer(200, "application/json", json.dumps(result).encode())
         elif self.path == "/events":
