@@ -5,7 +5,7 @@
  * ```ts
  * const runplane = createRunplaneClient({ baseUrl: "https://run.example.com", apiUrl: "https://api.example.com", token });
  * const { result } = await runplane.run("p-demo/hello", { name: "Ada" });
- * for await (const item of runplane.stream("p-demo/counter", { n: 3 })) console.log(item);
+ * for await (const item of runplane.stream("p-demo/stream", { count: 3 })) console.log(item);
  * ```
  *
  * Every failed call throws a `RunplaneError` carrying the problem document, the status and the run id.
