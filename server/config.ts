@@ -81,16 +81,19 @@ export function parseSize(raw: string): number {
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
-/** Parses `24h`, `90s`, `500ms` or a number of milliseconds into milliseconds. */
-export function parseDuration(raw: string): number {
+/**
+ * Parses `24h`, `90s`, `500ms`, or a bare number in `bareUnit` (milliseconds unless said otherwise),
+ * into milliseconds.
+ */
+export function parseDuration(raw: string, bareUnit: "ms" | "s" = "ms"): number {
   const match = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/i.exec(raw);
-  if (!match) throw new Error("must be a duration such as 24h, 90s, 500ms or a number of milliseconds");
-  return Math.round(Number(match[1]) * DURATION_UNITS[(match[2] ?? "ms").toLowerCase()]);
+  if (!match) throw new Error(`must be a duration such as 24h, 90s, 500ms or a number of ${bareUnit === "s" ? "seconds" : "milliseconds"}`);
+  return Math.round(Number(match[1]) * DURATION_UNITS[(match[2] ?? bareUnit).toLowerCase()]);
 }
 
-function duration(minMs: number, maxMs: number, bounds: string) {
+function duration(minMs: number, maxMs: number, bounds: string, bareUnit: "ms" | "s" = "ms") {
   return (raw: string): number => {
-    const value = parseDuration(raw);
+    const value = parseDuration(raw, bareUnit);
     if (value < minMs || value > maxMs) throw new Error(`must be a duration from ${bounds}`);
     return value;
   };
@@ -111,14 +114,6 @@ function writableDir(raw: string): string {
     throw new Error(`${path} is not a writable folder (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
   }
   return path;
-}
-
-function seconds(min: number, max: number) {
-  return (raw: string): number => {
-    const value = Number(raw.trim().replace(/s$/, ""));
-    if (!raw.trim() || !Number.isFinite(value) || value < min || value > max) throw new Error(`must be a number of seconds from ${min} to ${max}`);
-    return Math.round(value * 1000);
-  };
 }
 
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
@@ -187,7 +182,7 @@ export const SETTINGS: SettingSpec[] = [
     flag: "--sse-heartbeat",
     default: "15",
     description: "Seconds of silence on an event stream after which a `: ping` comment is sent",
-    parse: seconds(0.05, 3600),
+    parse: duration(50, 3_600_000, "0.05s to 3600s", "s"),
   },
   { key: "resultTtlMs", env: "RUNPLANE_RESULT_TTL", flag: "--result-ttl", default: "24h", description: "How long a finished run keeps its result (then `result_expired`)", parse: duration(1000, 3650 * 86_400_000, "1s to 3650d") },
   { key: "runLeaseMs", env: "RUNPLANE_RUN_LEASE", flag: "--run-lease", default: "30s", description: "How long a claimed run stays owned without renewal; a crashed process's runs end `interrupted` after it", parse: duration(500, 3_600_000, "500ms to 1h") },

@@ -1,18 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFile } from "node:fs/promises";
-import { createServer } from "node:net";
 
-/** A free loopback TCP port. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from "../../server/runtime/free_port.ts";
 
 /** Resident and peak resident memory of a process, in MiB, from /proc. */
 export async function memoryOf(pid: number): Promise<{ rssMiB: number; peakRssMiB: number }> {

@@ -3,9 +3,10 @@
  * its health check, or an external URL. Calls are forwarded by `proxyCall`.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { createServer, connect } from "node:net";
+import { connect } from "node:net";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
+import { freePort } from "./free_port.ts";
 import { orphanGuarded } from "./_orphan_guard.ts";
 import type { Replica } from "./_replica_pool.ts";
 
@@ -28,17 +29,6 @@ export interface CustomProcessOptions {
 export interface Upstream extends Replica {
   /** The base URL, without a trailing slash; known once `ready` resolved. */
   readonly baseUrl: string;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function tcpReachable(port: number): Promise<boolean> {
