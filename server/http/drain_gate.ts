@@ -15,8 +15,10 @@ export interface DrainGate {
   close(): void;
   /** Whether a request for `path` is turned away. */
   refuses(path: string): boolean;
-  /** Counts a request until `done` settles. */
-  track(done: Promise<unknown>): void;
+  /** Counts a request in; call `leave` (unbound is fine) once its response is over. */
+  enter(): void;
+  /** Counts a request out. */
+  leave(): void;
   /** Resolves with 0 once no request is in flight, or with how many still are after `timeoutMs`. */
   idle(timeoutMs: number): Promise<number>;
 }
@@ -39,12 +41,12 @@ export function createDrainGate(): DrainGate {
     refuses(path) {
       return draining && !ALWAYS_OPEN.has(path);
     },
-    track(done) {
+    enter() {
       active++;
-      void done.finally(() => {
-        active--;
-        if (active === 0) wake();
-      });
+    },
+    leave() {
+      active--;
+      if (active === 0) wake();
     },
     async idle(timeoutMs) {
       if (active === 0) return 0;

@@ -69,3 +69,36 @@ export function* jsonChunks(value: Json, options: JsonChunksOptions = {}): Gener
   yield* encode(resolved("", value), false);
   if (parts.length) yield parts.join("");
 }
+
+/**
+ * Roughly how many characters `value` encodes to, counting only until `limit` is passed (so a huge value
+ * costs no more to measure than a small one). Strings count their length, every other node a few.
+ */
+function sizeUpTo(value: Json, limit: number): number {
+  let size = 0;
+  const stack: Json[] = [value];
+  while (stack.length && size <= limit) {
+    const item = stack.pop();
+    if (typeof item === "string") size += item.length + 2;
+    else if (Array.isArray(item)) {
+      size += 2 + item.length;
+      for (let i = 0; i < item.length && size <= limit; i++) stack.push(item[i]);
+    } else if (item !== null && typeof item === "object") {
+      for (const [name, member] of Object.entries(item)) {
+        size += name.length + 4;
+        stack.push(member);
+        if (size > limit) break;
+      }
+    } else size += 8;
+  }
+  return size;
+}
+
+/**
+ * The JSON text of `value` in one string when it is small (about `limit` characters or fewer, default
+ * 64 KiB) — one `JSON.stringify`, the fast path of every ordinary answer — else undefined: encode it with
+ * `jsonChunks`.
+ */
+export function encodeIfSmall(value: Json, limit = 65_536): string | undefined {
+  return sizeUpTo(value, limit) <= limit ? (JSON.stringify(value) ?? "null") : undefined;
+}

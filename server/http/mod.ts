@@ -2,13 +2,13 @@
  * The Koa app: request ids, problem documents, auth, body limits and validation, all driven by the
  * generated route table; handlers are plain functions from `server/handlers`.
  */
-import { randomBytes } from "node:crypto";
 import { Router } from "@koa/router";
 import Koa, { type Context } from "koa";
 import { routes, type RouteSpec } from "../../generated/routes.ts";
 import type { TokenVerifier } from "../auth/mod.ts";
 import type { Logger } from "../log.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
+import { randomBytesPooled } from "../random/mod.ts";
 import { authenticate } from "./authenticate.ts";
 import type { AnyHandlerResult, HandlerInput, Handlers, OperationId } from "./handler_types.ts";
 import { createBodyReader } from "./read_body.ts";
@@ -50,9 +50,9 @@ interface State {
   startedAt: number;
 }
 
-/** A new request id: `req_` and 20 random base32 characters. */
+/** A new request id: `req_` and 16 random base64url characters. */
 export function newRequestId(): string {
-  return `req_${randomBytes(12).toString("base64url")}`;
+  return `req_${randomBytesPooled(12).toString("base64url")}`;
 }
 
 function renderProblem(ctx: Context, error: ProblemError, logger: Logger): void {
@@ -87,13 +87,17 @@ export function createHttpApp(options: HttpAppOptions): Koa {
   const app = new Koa();
   const router = new Router();
   const readBody = createBodyReader(options.bodyLimitBytes);
+  const logsRequests = logger.isLevelEnabled("info");
 
   app.use(async (ctx, next) => {
     const state = ctx.state as State;
     state.requestId = newRequestId();
     state.startedAt = performance.now();
     ctx.set("X-Request-Id", state.requestId);
-    options.gate?.track(new Promise((resolve) => ctx.res.once("close", resolve)));
+    if (options.gate) {
+      options.gate.enter();
+      ctx.res.once("close", options.gate.leave);
+    }
     try {
       if (options.gate?.refuses(ctx.path)) {
         state.route = routeFor(ctx.method, ctx.path);
@@ -129,7 +133,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     const routeId = state.route?.operationId ?? null;
     ctx.res.once("finish", () => {
       const durationMs = performance.now() - state.startedAt;
-      logger.info({
+      if (logsRequests) logger.info({
         req_id: ctx.response.get("X-Request-Id"),
         operationId: routeId,
         method: ctx.method,

@@ -1,7 +1,7 @@
 import { Readable } from "node:stream";
 import type { Context } from "koa";
 import type { AnyHandlerResult, EventStreamBody } from "./handler_types.ts";
-import { jsonChunks } from "./json_stream.ts";
+import { encodeIfSmall, jsonChunks } from "./json_stream.ts";
 
 /** Where `writeResult` leaves a JSON body's value, so the contract check can validate a streamed body. */
 export interface WrittenJson {
@@ -33,6 +33,11 @@ export function writeResult(ctx: Context, result: AnyHandlerResult): void {
   if (result.contentType.endsWith("json")) {
     ctx.type = result.contentType === "application/json" ? "application/json; charset=utf-8" : result.contentType;
     (ctx.state as WrittenJson).jsonValue = result.body;
+    const whole = encodeIfSmall(result.body);
+    if (whole !== undefined) {
+      ctx.body = whole;
+      return;
+    }
     const chunks = jsonChunks(result.body);
     const first = chunks.next();
     const second = first.done ? first : chunks.next();

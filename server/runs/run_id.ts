@@ -2,7 +2,7 @@
  * Run ids: `run_` + 26 lowercase base32 characters, 10 of time (ms) then 16 of randomness, so ids sort
  * by creation time (ids made in the same millisecond by this process keep their order too).
  */
-import { randomBytes } from "node:crypto";
+import { randomBytesPooled } from "../random/mod.ts";
 
 const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz";
 
@@ -10,7 +10,10 @@ let lastTime = -1;
 let lastRandom: number[] = [];
 
 function randomDigits(): number[] {
-  return [...randomBytes(16)].map((byte) => byte & 31);
+  const bytes = randomBytesPooled(16);
+  const digits = new Array<number>(16);
+  for (let i = 0; i < 16; i++) digits[i] = bytes[i] & 31;
+  return digits;
 }
 
 function increment(digits: number[]): number[] {
@@ -35,7 +38,9 @@ export function newRunId(now: number = Date.now()): string {
     head = ALPHABET[time % 32] + head;
     time = Math.floor(time / 32);
   }
-  return `run_${head}${lastRandom.map((d) => ALPHABET[d]).join("")}`;
+  let tail = "";
+  for (const digit of lastRandom) tail += ALPHABET[digit];
+  return `run_${head}${tail}`;
 }
 
 /** Whether `value` has the shape of a run id. */

@@ -4,6 +4,10 @@ Dependency-free (standard library only). The server talks to it over two dedicat
 stdout/stderr: fd 3 carries newline-delimited JSON requests from the server, fd 4 carries
 newline-delimited JSON messages back. When fd 3 closes (the server went away) the worker exits.
 
+Calls of plain `def` functions never touch the event loop: the reader thread checks the arguments and
+hands the call to a pool thread, which runs it and writes the answer itself. `async def` functions (and
+whatever returns an awaitable or an async iterator) run on the asyncio loop.
+
 Usage: python3 _worker.py <app_dir> <max_concurrency>
 """
 
@@ -14,6 +18,7 @@ import importlib.util
 import inspect
 import json
 import os
+import queue
 import sys
 import threading
 import traceback
@@ -25,20 +30,23 @@ _write_lock = threading.Lock()
 _current_call = contextvars.ContextVar("runplane_call", default=None)
 _real_stdout = sys.stdout
 _real_stderr = sys.stderr
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_encode_strict = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 
 def send(message):
-    write_line(json.dumps(message, separators=(",", ":")))
+    write_line(_dumps(message))
 
 
 def write_line(text):
     """Writes one protocol line whole, even from several threads at once."""
     data = (text + "\n").encode("utf-8")
     with _write_lock:
-        view = memoryview(data)
-        while view:
-            written = os.write(MESSAGES_FD, view)
-            view = view[written:]
+        written = os.write(MESSAGES_FD, data)
+        if written < len(data):
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(MESSAGES_FD, view):]
 
 
 class RunOutput:
@@ -82,119 +90,201 @@ def describe(error):
 
 def encode(value):
     """The JSON text of a value, or raises TypeError/ValueError when it is not JSON-serialisable."""
-    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    return _encode_strict(value)
+
+
+class Function:
+    """A public function of main.py, with what a call needs to know about it, worked out once."""
+
+    def __init__(self, name, fn):
+        self.name = name
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+        try:
+            self.signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self.signature = None
+        parameters = self.signature.parameters if self.signature else {}
+        self.wants_run_id = "run_id" in parameters
+        # The common signature (named parameters only) is checked with two set operations; anything
+        # else goes through Signature.bind.
+        kinds = {p.kind for p in parameters.values()}
+        simple = self.signature is not None and kinds <= {
+            inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}
+        self.names = frozenset(parameters) if simple else None
+        self.required = frozenset(n for n, p in parameters.items() if p.default is p.empty) if simple else None
+
+    def arguments_error(self, kwargs):
+        """Why `kwargs` cannot be passed, or None when they can."""
+        if self.signature is None:
+            return None
+        if self.names is not None:
+            keys = kwargs.keys()
+            if keys <= self.names and self.required <= keys:
+                return None
+        try:
+            self.signature.bind(**kwargs)
+        except TypeError as error:
+            return f"{self.name}() {error}"
+        return None
+
+
+def send_fail(call_id, kind, error_type, message):
+    send({"op": "fail", "id": call_id, "kind": kind, "type": error_type, "message": message})
 
 
 class Worker:
-    def __init__(self, module, loop, executor_size):
+    def __init__(self, module, loop, concurrency):
         self.module = module
         self.loop = loop
+        self.concurrency = concurrency
         self.cancelled = set()
         self.tasks = {}
-        from concurrent.futures import ThreadPoolExecutor
+        self.functions = {}
+        # The pool of threads for `def` functions, started as calls need them (never more than the
+        # replica's concurrency, which the server already enforces).
+        self.jobs = queue.SimpleQueue()
+        self.pool_lock = threading.Lock()
+        self.threads = 0
+        self.idle = 0
 
-        self.executor = ThreadPoolExecutor(max_workers=executor_size)
+    def function(self, name):
+        entry = self.functions.get(name)
+        if entry is None and name not in self.functions:
+            fn = None if name.startswith("_") else getattr(self.module, name, None)
+            entry = None if fn is None or not callable(fn) or inspect.isclass(fn) else Function(name, fn)
+            self.functions[name] = entry
+        return entry
 
     def handle(self, message):
+        """Called on the reader thread for every request."""
         op = message.get("op")
         if op == "call":
-            task = self.loop.create_task(self.call(message))
-            self.tasks[message["id"]] = task
-            task.add_done_callback(lambda _t, call_id=message["id"]: self.tasks.pop(call_id, None))
+            self.start_call(message)
         elif op == "cancel":
-            call_id = message["id"]
-            self.cancelled.add(call_id)
-            task = self.tasks.get(call_id)
-            if task is not None and getattr(task, "runplane_async", False):
-                task.cancel()
+            self.cancelled.add(message["id"])
+            self.loop.call_soon_threadsafe(self.cancel_task, message["id"])
 
-    def in_thread(self, call_id, fn, *args):
-        context = contextvars.copy_context()
-        context.run(_current_call.set, call_id)
-        return self.loop.run_in_executor(self.executor, context.run, fn, *args)
-
-    async def call(self, message):
+    def start_call(self, message):
         call_id = message["id"]
-        _current_call.set(call_id)
         name = message["fn"]
+        function = self.function(name)
+        if function is None:
+            send_fail(call_id, "not_found", "LookupError",
+                      f"main.py has no public function named {name}; check the name in the URL")
+            return
         kwargs = message.get("kwargs") or {}
-        fn = None if name.startswith("_") else getattr(self.module, name, None)
-        if fn is None or not callable(fn) or inspect.isclass(fn):
-            send({"op": "fail", "id": call_id, "kind": "not_found", "type": "LookupError",
-                  "message": f"main.py has no public function named {name}; check the name in the URL"})
+        if function.wants_run_id:
+            kwargs = {**kwargs, "run_id": message["run_id"]}
+        problem = function.arguments_error(kwargs)
+        if problem is not None:
+            send_fail(call_id, "invalid_arguments", "TypeError", problem)
             return
+        if function.is_async:
+            self.loop.call_soon_threadsafe(self.start_task, call_id, self.call_async(call_id, function, kwargs))
+        else:
+            self.submit((call_id, function, kwargs))
+
+    # --- `def` functions, on pool threads -------------------------------------------------------
+
+    def submit(self, job):
+        with self.pool_lock:
+            start = self.idle == 0 and self.threads < self.concurrency
+            if start:
+                self.threads += 1
+            elif self.idle > 0:
+                self.idle -= 1
+        if start:
+            threading.Thread(target=self.serve_jobs, args=(job,), daemon=True).start()
+        else:
+            self.jobs.put(job)
+
+    def serve_jobs(self, job):
+        while True:
+            self.call_in_thread(*job)
+            with self.pool_lock:
+                self.idle += 1
+            job = self.jobs.get()
+
+    def call_in_thread(self, call_id, function, kwargs):
+        token = _current_call.set(call_id)
         try:
-            signature = inspect.signature(fn)
-            if "run_id" in signature.parameters:
-                kwargs = {**kwargs, "run_id": message["run_id"]}
-            signature.bind(**kwargs)
-        except TypeError as error:
-            send({"op": "fail", "id": call_id, "kind": "invalid_arguments", "type": "TypeError",
-                  "message": f"{name}() {error}"})
-            return
-        except ValueError:
-            pass
-        try:
-            if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-                asyncio.current_task().runplane_async = True
-                result = fn(**kwargs)
+            result = function.fn(**kwargs)
+            if inspect.isawaitable(result) or isinstance(result, collections.abc.AsyncIterator):
+                # A `def` that hands back a coroutine or an async iterator: finish it on the loop.
+                self.loop.call_soon_threadsafe(self.start_task, call_id, self.finish_async(call_id, function, result))
+                return
+            if isinstance(result, collections.abc.Iterator) and not isinstance(result, (str, bytes, dict, list)):
+                self.stream_in_thread(call_id, result)
             else:
-                result = await self.in_thread(call_id, lambda: fn(**kwargs))
-            if inspect.isawaitable(result):
-                asyncio.current_task().runplane_async = True
-                result = await result
-            if isinstance(result, collections.abc.AsyncIterator):
-                await self.stream_async(call_id, result)
-            elif isinstance(result, collections.abc.Iterator) and not isinstance(result, (str, bytes, dict, list)):
-                await self.stream_sync(call_id, result)
-            else:
-                try:
-                    text = encode(result)
-                except (TypeError, ValueError) as error:
-                    send({"op": "fail", "id": call_id, "kind": "not_serializable", "type": type(error).__name__,
-                          "message": f"{name}() returned a value that is not JSON-serialisable: {error}; return "
-                                     "dicts, lists, strings, numbers, booleans or None"})
-                    return
-                send_raw_result(call_id, text)
-        except asyncio.CancelledError:
-            send({"op": "cancelled", "id": call_id})
+                self.send_result(call_id, function, result)
         except Cancelled:
             send({"op": "cancelled", "id": call_id})
         except BaseException as error:  # noqa: BLE001 - the function's failure is the run's failure
             send({"op": "fail", "id": call_id, "kind": "exception", **describe(error)})
         finally:
+            _current_call.reset(token)
             self.cancelled.discard(call_id)
 
-    def send_item(self, call_id, value):
-        try:
-            text = value if isinstance(value, str) else encode(value)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"a yielded item is not JSON-serialisable: {error}") from None
-        # The item's JSON text is spliced into the message so it is encoded once; a string item travels
-        # as a JSON string and arrives as a string.
-        value_json = json.dumps(text) if isinstance(value, str) else text
-        write_line('{"op":"item","id":' + json.dumps(call_id) + ',"value":' + value_json + "}")
-
-    async def stream_sync(self, call_id, iterator):
-        asyncio.current_task().runplane_async = False
+    def stream_in_thread(self, call_id, iterator):
         send({"op": "stream", "id": call_id})
-
-        def pump():
-            # The whole iteration runs in one worker thread and writes each item as it is yielded: a
-            # thread hop per item would cost more than most items take to make.
+        try:
+            # Each item is written as it is yielded, from this thread: a hop per item would cost more
+            # than most items take to make.
             for item in iterator:
                 if call_id in self.cancelled:
                     raise Cancelled()
                 self.send_item(call_id, item)
             if call_id in self.cancelled:
                 raise Cancelled()
-
-        try:
-            await self.in_thread(call_id, pump)
         except Cancelled:
-            await self.in_thread(call_id, close_iterator, iterator)
+            close_iterator(iterator)
             raise
         send({"op": "end", "id": call_id})
+
+    # --- `async def` functions, on the loop ------------------------------------------------------
+
+    def start_task(self, call_id, coroutine):
+        task = self.loop.create_task(coroutine)
+        task.runplane_async = True
+        self.tasks[call_id] = task
+        task.add_done_callback(lambda _t: self.tasks.pop(call_id, None))
+        if call_id in self.cancelled:
+            task.cancel()
+
+    def cancel_task(self, call_id):
+        task = self.tasks.get(call_id)
+        if task is not None and task.runplane_async:
+            task.cancel()
+
+    async def call_async(self, call_id, function, kwargs):
+        _current_call.set(call_id)
+        await self.guarded(call_id, function, lambda: function.fn(**kwargs))
+
+    async def finish_async(self, call_id, function, result):
+        _current_call.set(call_id)
+        await self.guarded(call_id, function, lambda: result)
+
+    async def guarded(self, call_id, function, start):
+        try:
+            result = start()
+            if inspect.isawaitable(result):
+                result = await result
+            if isinstance(result, collections.abc.AsyncIterator):
+                await self.stream_async(call_id, result)
+            elif isinstance(result, collections.abc.Iterator) and not isinstance(result, (str, bytes, dict, list)):
+                # An async function that returned a plain generator: iterate it off the loop.
+                asyncio.current_task().runplane_async = False
+                context = contextvars.copy_context()
+                await self.loop.run_in_executor(None, context.run, self.stream_in_thread, call_id, result)
+            else:
+                self.send_result(call_id, function, result)
+        except (asyncio.CancelledError, Cancelled):
+            send({"op": "cancelled", "id": call_id})
+        except BaseException as error:  # noqa: BLE001 - the function's failure is the run's failure
+            send({"op": "fail", "id": call_id, "kind": "exception", **describe(error)})
+        finally:
+            self.cancelled.discard(call_id)
 
     async def stream_async(self, call_id, iterator):
         # A cancelled stream is closed at its next yield (GeneratorExit), never by cancelling the task,
@@ -213,6 +303,29 @@ class Worker:
             raise
         send({"op": "end", "id": call_id})
 
+    # --- answers ---------------------------------------------------------------------------------
+
+    def send_result(self, call_id, function, result):
+        try:
+            text = encode(result)
+        except (TypeError, ValueError) as error:
+            send_fail(call_id, "not_serializable", type(error).__name__,
+                      f"{function.name}() returned a value that is not JSON-serialisable: {error}; return "
+                      "dicts, lists, strings, numbers, booleans or None")
+            return
+        # The result is already JSON text; splice it in so it is not encoded twice.
+        write_line('{"op":"result","id":' + _dumps(call_id) + ',"value":' + text + "}")
+
+    def send_item(self, call_id, value):
+        try:
+            text = value if isinstance(value, str) else encode(value)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"a yielded item is not JSON-serialisable: {error}") from None
+        # The item's JSON text is spliced into the message so it is encoded once; a string item travels
+        # as a JSON string and arrives as a string.
+        value_json = _dumps(text) if isinstance(value, str) else text
+        write_line('{"op":"item","id":' + _dumps(call_id) + ',"value":' + value_json + "}")
+
 
 def close_iterator(iterator):
     close = getattr(iterator, "close", None)
@@ -220,23 +333,19 @@ def close_iterator(iterator):
         close()
 
 
-def send_raw_result(call_id, text):
-    # The result is already JSON text; splice it in so it is not encoded twice.
-    write_line('{"op":"result","id":' + json.dumps(call_id) + ',"value":' + text + "}")
-
-
-def read_requests(loop, worker):
+def read_requests(worker):
+    loads = json.loads
     with os.fdopen(REQUESTS_FD, "rb", buffering=0) as pipe:
-        buffer = b""
+        rest = b""
         while True:
             chunk = pipe.read(65536)
             if not chunk:
                 break
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                if line.strip():
-                    loop.call_soon_threadsafe(worker.handle, json.loads(line))
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                if line:
+                    worker.handle(loads(line))
     # The server went away: leave no orphan behind.
     os._exit(0)
 
@@ -265,7 +374,7 @@ def main():
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     worker = Worker(module, loop, concurrency)
-    threading.Thread(target=read_requests, args=(loop, worker), daemon=True).start()
+    threading.Thread(target=read_requests, args=(worker,), daemon=True).start()
     send({"op": "ready", "pid": os.getpid()})
     loop.run_forever()
 
