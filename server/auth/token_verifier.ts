@@ -1,6 +1,7 @@
 import { errors as joseErrors, jwtVerify } from "jose";
 import type { Kysely } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
+import { rawStatement } from "../store/mod.ts";
 import type { Database } from "../store/schema.ts";
 import type { Scope } from "./scopes.ts";
 import { TOKEN_ISSUER } from "./service_accounts.ts";
@@ -23,6 +24,10 @@ export interface TokenVerifier {
 }
 
 const CACHE_LIMIT = 10_000;
+// Read on every call: precompiled, as the one store read of every authenticated request.
+const selectAccount = rawStatement<{ revoked_at: number | null; id: string }>(
+  `select "revoked_at", "id" from "service_accounts" where "token_id" = ?`,
+);
 
 function unauthorized(detail: string, description: string): ProblemError {
   return new ProblemError("unauthorized", detail, {
@@ -73,8 +78,7 @@ export function createTokenVerifier(deps: { db: Kysely<Database>; key: SigningKe
         verified.delete(token);
         throw unauthorized("The token has expired: create a new one with `runplane service-account create`", "expired");
       }
-      const account = await deps.db.selectFrom("service_accounts").select(["revoked_at", "id"])
-        .where("token_id", "=", principal.tokenId).executeTakeFirst();
+      const account = (await selectAccount(deps.db, [principal.tokenId])).rows[0];
       if (!account || account.revoked_at !== null || account.id !== principal.serviceAccountId) {
         throw unauthorized("The token was revoked: create a new one with `runplane service-account create`", "revoked");
       }

@@ -66,6 +66,7 @@ export function runHandlers(context: ServerContext): RunHandlers {
         input: body ?? {},
         webhook: query.webhookEndpoint ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] } : undefined,
         idempotencyKey: header["Idempotency-Key"],
+        signal,
       });
       if (submission.kind === "accepted") {
         setRequestId(submission.runId);
@@ -79,7 +80,7 @@ export function runHandlers(context: ServerContext): RunHandlers {
       setRequestId(run.runId);
       let outcome;
       try {
-        outcome = await runtime.invoke({ ...target, functionName: path.function_name, input: body ?? {}, runId: run.runId, signal: AbortSignal.any([signal, run.signal]) });
+        outcome = await runtime.invoke({ ...target, functionName: path.function_name, input: body ?? {}, runId: run.runId, signal: run.signal });
       } catch (error) {
         await run.fail(error);
         throw error;

@@ -2,6 +2,7 @@
  * The GitHub REST provider: resolves refs with `GET /repos/{o}/{r}` and `GET /repos/{o}/{r}/commits/{ref}`,
  * reads `GET /repos/{o}/{r}/git/trees/{sha}?recursive=1`, and walks subtrees when GitHub truncates.
  */
+import { startDeadline } from "../deadline/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { assertRepoCoordinates } from "./_repo_names.ts";
 import { entryTypeOfMode, type RepoCoordinates, type TreeEntry, type TreeProvider } from "./_tree_types.ts";
@@ -72,21 +73,26 @@ export function createGithubProvider(options: GithubProviderOptions): TreeProvid
   };
 
   async function get<T>(path: string, missing: Missing, signal?: AbortSignal): Promise<T> {
-    const timeout = AbortSignal.timeout(options.timeoutMs ?? 30_000);
+    const deadline = startDeadline(options.timeoutMs ?? 30_000, { signal });
     let response: Response;
     try {
-      response = await fetch(`${apiUrl}${path}`, { headers, signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
+      response = await fetch(`${apiUrl}${path}`, { headers, signal: deadline.signal });
     } catch (error) {
-      const reason = timeout.aborted ? "it did not answer in time" : ((error as Error).cause as Error | undefined)?.message ?? (error as Error).message;
+      deadline.clear();
+      const reason = deadline.timedOut ? "it did not answer in time" : ((error as Error).cause as Error | undefined)?.message ?? (error as Error).message;
       throw new ProblemError("bad-gateway", `Could not reach GitHub at ${host}: ${reason}; try again later`);
     }
     if (response.ok) {
       try {
         return (await response.json()) as T;
       } catch {
-        throw new ProblemError("bad-gateway", `GitHub at ${host} answered ${path.split("?")[0]} with malformed JSON; try again later`);
+        const reason = deadline.timedOut ? "did not finish its answer in time" : "answered with malformed JSON";
+        throw new ProblemError("bad-gateway", `GitHub at ${host} ${reason} for ${path.split("?")[0]}; try again later`);
+      } finally {
+        deadline.clear();
       }
     }
+    deadline.clear();
     await response.body?.cancel();
     if (isRateLimited(response)) {
       const seconds = retryAfterSeconds(response.headers);

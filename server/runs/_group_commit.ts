@@ -5,6 +5,7 @@
  */
 import type { Insertable, Kysely } from "kysely";
 import type { Database, RunTable } from "../store/schema.ts";
+import { insertRun } from "./_run_rows.ts";
 
 /** The most rows one transaction takes; more wait for the next one. */
 const BATCH_LIMIT = 256;
@@ -32,7 +33,7 @@ export function createGroupCommit(db: Kysely<Database>): GroupCommit {
     if (pending.length) schedule();
     try {
       await db.transaction().execute(async (trx) => {
-        for (const { row } of batch) await trx.insertInto("runs").values(row).execute();
+        for (const { row } of batch) await insertRun(trx, row);
       });
       for (const entry of batch) entry.resolve();
     } catch (error) {

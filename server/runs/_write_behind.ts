@@ -8,6 +8,7 @@ import type { Insertable, Kysely } from "kysely";
 import type { Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { enqueueDelivery, type NewDelivery } from "../webhooks/mod.ts";
+import { upsertRun } from "./_run_rows.ts";
 
 /** The write-behind buffer. */
 export interface WriteBehind {
@@ -40,14 +41,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
 
   async function write(batch: Map<string, Insertable<RunTable>>, outbox: Map<string, NewDelivery>): Promise<void> {
     await db.transaction().execute(async (trx) => {
-      for (const row of batch.values()) {
-        const { run_id: _id, ...columns } = row;
-        await trx
-          .insertInto("runs")
-          .values(row)
-          .onConflict((oc) => oc.column("run_id").doUpdateSet(columns).where("runs.status", "in", ["queued", "running"]))
-          .execute();
-      }
+      for (const row of batch.values()) await upsertRun(trx, row);
       for (const delivery of outbox.values()) await enqueueDelivery(trx, delivery);
     });
     if (outbox.size) options.onDeliveries();

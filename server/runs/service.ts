@@ -55,12 +55,14 @@ export interface RunCall {
   webhook?: { endpoint: string; secret?: string };
   /** `Idempotency-Key`, when the call has one. */
   idempotencyKey?: string;
+  /** For a sync or stream call: the caller's connection; when it aborts, so does the run's `signal`. */
+  signal?: AbortSignal;
 }
 
 /** A sync or stream run the caller executes itself and reports on. */
 export interface LiveRun {
   runId: string;
-  /** Aborted when the run is cancelled (`cancelRun`): stop the worker. */
+  /** Aborted when the run is cancelled (`cancelRun`) or the call's `signal` aborts: stop the worker. */
   signal: AbortSignal;
   /** Marks a sync call whose function turned out to stream: recorded with mode `stream`. */
   streaming(): void;
@@ -229,6 +231,9 @@ export function createRunService(options: RunServiceOptions): RunService {
 
   function liveRun(call: RunCall, row: Insertable<RunTable>, webhook: { endpoint: string; sealed: string | null } | null): LiveRun {
     const controller = new AbortController();
+    // One listener instead of AbortSignal.any, which costs a signal and weak references per call.
+    if (call.signal?.aborted) controller.abort(call.signal.reason);
+    else call.signal?.addEventListener("abort", () => controller.abort(call.signal!.reason), { once: true });
     const items: unknown[] = [];
     const startedAt = Number(row.started_at);
     let stream = call.mode === "stream";

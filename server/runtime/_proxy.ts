@@ -1,5 +1,6 @@
 /** Forwards a call to a custom runtime over HTTP and turns its answer into a call outcome. */
 import { EventSourceParserStream } from "eventsource-parser/stream";
+import { type Deadline, startDeadline } from "../deadline/mod.ts";
 import { RunFailure } from "./_failures.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
 
@@ -15,9 +16,9 @@ export interface ProxyCall {
   onSettled(): void;
 }
 
-function failureFor(error: unknown, call: ProxyCall, timeout: AbortSignal): RunFailure {
+function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFailure {
   if (error instanceof RunFailure) return error;
-  if (timeout.aborted) {
+  if (deadline.timedOut) {
     return new RunFailure("timeout", `The app did not answer within its response_grace_period (${call.graceMs / 1000} s)`, { runId: call.runId });
   }
   if (call.signal?.aborted) return new RunFailure("interrupted", "The run was interrupted before it finished", { runId: call.runId });
@@ -39,11 +40,11 @@ async function* events(body: ReadableStream<Uint8Array>): AsyncGenerator<StreamI
   }
 }
 
-async function* guarded(items: AsyncIterable<StreamItem>, call: ProxyCall, timeout: AbortSignal, done: () => void): AsyncGenerator<StreamItem> {
+async function* guarded(items: AsyncIterable<StreamItem>, call: ProxyCall, deadline: Deadline, done: () => void): AsyncGenerator<StreamItem> {
   try {
     for await (const item of items) yield item;
   } catch (error) {
-    throw failureFor(error, call, timeout);
+    throw failureFor(error, call, deadline);
   } finally {
     done();
   }
@@ -56,12 +57,14 @@ async function* guarded(items: AsyncIterable<StreamItem>, call: ProxyCall, timeo
  */
 export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallOutcome> {
   const startedAt = performance.now();
-  const timeout = AbortSignal.timeout(call.graceMs);
-  const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
+  const deadline = startDeadline(call.graceMs, { signal: call.signal });
+  const signal = deadline.signal;
   let settled = false;
   const done = () => {
-    if (!settled) call.onSettled();
+    if (settled) return;
     settled = true;
+    deadline.clear();
+    call.onSettled();
   };
   try {
     const response = await fetch(`${baseUrl}/${call.path}`, {
@@ -81,7 +84,7 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
         void response.body?.cancel().catch(() => undefined);
         done();
       }, { once: true });
-      return { kind: "stream", items: guarded(events(response.body), call, timeout, done), startedAt };
+      return { kind: "stream", items: guarded(events(response.body), call, deadline, done), startedAt };
     }
     const text = await response.text();
     let result: unknown = text;
@@ -96,6 +99,6 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
     return { kind: "result", result, runTimeMs: performance.now() - startedAt };
   } catch (error) {
     done();
-    throw failureFor(error, call, timeout);
+    throw failureFor(error, call, deadline);
   }
 }

@@ -5,7 +5,7 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
-import { Kysely, type MigrationProvider, Migrator, type SqliteDatabase, SqliteDialect } from "kysely";
+import { CompiledQuery, Kysely, type MigrationProvider, Migrator, type QueryResult, type SqliteDatabase, SqliteDialect, type Transaction } from "kysely";
 import { MIGRATIONS } from "./_migrations/mod.ts";
 import type { Database } from "./schema.ts";
 
@@ -97,4 +97,16 @@ export async function ensureProject(db: Kysely<Database>, projectId: string): Pr
     .values({ id: projectId, created_at: Date.now() })
     .onConflict((oc) => oc.column("id").doNothing())
     .execute();
+}
+
+/** Something queries run on: the database or a transaction. */
+export type Queryable = Kysely<Database> | Transaction<Database>;
+
+/**
+ * A statement written once as SQL text with `?` placeholders, for the few statements on a per-request
+ * path: building and compiling a Kysely query costs more than SQLite takes to run a small one. Keep
+ * the SQL portable (standard SQL that PostgreSQL accepts too).
+ */
+export function rawStatement<Row = unknown>(sqlText: string): (db: Queryable, parameters: readonly unknown[]) => Promise<QueryResult<Row>> {
+  return (db, parameters) => db.executeQuery<Row>(CompiledQuery.raw(sqlText, parameters as unknown[]));
 }

@@ -4,6 +4,7 @@ import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import type { AttemptOutcome } from "./retry_policy.ts";
 import { DestinationRefusedError, type GuardOptions, resolveDestination, type ResolvedDestination } from "./destination_guard.ts";
+import { startDeadline } from "../deadline/mod.ts";
 
 /** What one attempt sends. */
 export interface PostRequest {
@@ -34,7 +35,15 @@ function describe(error: unknown): string {
 
 /** Posts once and says how it ended; never throws. */
 export async function postOnce(request: PostRequest): Promise<AttemptOutcome> {
-  const deadline = AbortSignal.any([AbortSignal.timeout(request.timeoutMs), ...(request.signal ? [request.signal] : [])]);
+  const timer = startDeadline(request.timeoutMs, { signal: request.signal });
+  try {
+    return await post(request, timer.signal);
+  } finally {
+    timer.clear();
+  }
+}
+
+async function post(request: PostRequest, deadline: AbortSignal): Promise<AttemptOutcome> {
   let destination: ResolvedDestination;
   try {
     destination = await Promise.race([

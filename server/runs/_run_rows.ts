@@ -1,0 +1,54 @@
+/**
+ * Whole run rows written by the hot paths (async accept, sync and stream records) with precompiled
+ * statements: one column list, a missing column is written as NULL.
+ */
+import type { Insertable } from "kysely";
+import { type Queryable, rawStatement } from "../store/mod.ts";
+import type { RunTable } from "../store/schema.ts";
+
+const COLUMNS = [
+  "run_id",
+  "project_id",
+  "app_id",
+  "function_name",
+  "mode",
+  "status",
+  "created_at",
+  "started_at",
+  "completed_at",
+  "queue_time_ms",
+  "run_time_ms",
+  "input_json",
+  "result_json",
+  "error_type",
+  "error_message",
+  "error_traceback",
+  "webhook_endpoint",
+  "webhook_secret",
+  "lease_owner",
+  "lease_expires_at",
+] as const satisfies ReadonlyArray<keyof RunTable>;
+
+const INSERT = `insert into "runs" (${COLUMNS.map((c) => `"${c}"`).join(", ")}) values (${COLUMNS.map(() => "?").join(", ")})`;
+const insert = rawStatement(INSERT);
+// A run another process already ended (e.g. marked interrupted) keeps its final state.
+const upsert = rawStatement(
+  `${INSERT} on conflict ("run_id") do update set ${COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")}` +
+    ` where "runs"."status" in ('queued', 'running')`,
+);
+
+function parameters(row: Insertable<RunTable>): unknown[] {
+  const values = new Array<unknown>(COLUMNS.length);
+  for (let i = 0; i < COLUMNS.length; i++) values[i] = row[COLUMNS[i]] ?? null;
+  return values;
+}
+
+/** Inserts a new run. */
+export async function insertRun(db: Queryable, row: Insertable<RunTable>): Promise<void> {
+  await insert(db, parameters(row));
+}
+
+/** Inserts a run or, while the stored one is still queued or running, replaces it with `row`. */
+export async function upsertRun(db: Queryable, row: Insertable<RunTable>): Promise<void> {
+  await upsert(db, parameters(row));
+}
