@@ -52,7 +52,8 @@ function replayAnswer(run: Run) {
 export function runHandlers(context: ServerContext): RunHandlers {
   const { runtime, runs, config } = context;
   return {
-    async runFunction({ path, query, header, body, signal, setRequestId, instance }) {
+    async runFunction(input) {
+      const { path, query, header, body, setRequestId, instance } = input;
       const target = { projectId: path.project_id, app: path.app_name };
       // Unknown and broken apps, and private functions, are refused before a run exists.
       await runtime.findApp(target.projectId, target.app);
@@ -66,7 +67,8 @@ export function runHandlers(context: ServerContext): RunHandlers {
         input: body ?? {},
         webhook: query.webhookEndpoint ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] } : undefined,
         idempotencyKey: header["Idempotency-Key"],
-        signal,
+        // An async run outlives its request: only a sync or stream call stops with its caller.
+        signal: query.async ? undefined : input.signal,
       });
       if (submission.kind === "accepted") {
         setRequestId(submission.runId);

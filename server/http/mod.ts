@@ -167,9 +167,13 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         header: (name) => ctx.req.headers[name.toLowerCase()] as string | undefined,
         body,
       });
-      const abort = new AbortController();
+      // Made on first use: most handlers never look at it, and a signal costs microseconds to make.
+      let abort: AbortController | undefined;
+      let disconnected = false;
       ctx.res.once("close", () => {
-        if (!ctx.res.writableFinished) abort.abort(new Error("The client disconnected"));
+        if (ctx.res.writableFinished) return;
+        disconnected = true;
+        abort?.abort(new Error("The client disconnected"));
       });
       const result = await handler({
         ...(decoded as Pick<HandlerInput<OperationId>, "path" | "query" | "header" | "body">),
@@ -179,7 +183,13 @@ export function createHttpApp(options: HttpAppOptions): Koa {
           state.requestId = id;
           ctx.set("X-Request-Id", id);
         },
-        signal: abort.signal,
+        get signal() {
+          if (!abort) {
+            abort = new AbortController();
+            if (disconnected) abort.abort(new Error("The client disconnected"));
+          }
+          return abort.signal;
+        },
         instance: ctx.path,
       });
       writeResult(ctx, result);

@@ -1,6 +1,6 @@
-/** The run records' store queries: portable Kysely builders, every state change a conditional UPDATE. */
+/** The run records' store queries: portable Kysely builders, and portable SQL compiled once on the hot paths; every state change a conditional UPDATE. */
 import type { Kysely, Transaction, Updateable } from "kysely";
-import type { Database } from "../store/mod.ts";
+import { type Database, rawStatement } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { enqueueDelivery, webhookBody } from "../webhooks/mod.ts";
 import type { RunErrorInfo } from "./executor.ts";
@@ -104,15 +104,31 @@ export async function finishRun(
   });
 }
 
-/** Apps with queued runs, in the order their oldest queued run arrived. */
+const firstQueuedAppOfLaterProject = rawStatement<{ project_id: string; app_id: string }>(
+  `select "project_id", "app_id" from "runs" where "status" = 'queued' and "project_id" > ? order by "project_id", "app_id" limit 1`,
+);
+const nextQueuedAppOfProject = rawStatement<{ app_id: string }>(
+  `select "app_id" from "runs" where "status" = 'queued' and "project_id" = ? and "app_id" > ? order by "app_id" limit 1`,
+);
+const oldestQueuedRun = rawStatement<{ oldest: string }>(
+  `select min("run_id") as "oldest" from "runs" where "status" = 'queued' and "project_id" = ? and "app_id" = ?`,
+);
+
+/**
+ * Apps with queued runs, in the order their oldest queued run arrived. Walks the status index from app
+ * to app (a loose index scan: a few indexed lookups per app), so the dispatcher's poll costs the same
+ * with a million queued runs as with ten; a GROUP BY would read every queued run.
+ */
 export async function appsWithQueuedRuns(db: Db): Promise<Array<{ project_id: string; app_id: string }>> {
-  const rows = await db
-    .selectFrom("runs")
-    .select(["project_id", "app_id", (eb) => eb.fn.min("run_id").as("oldest")])
-    .where("status", "=", "queued")
-    .groupBy(["project_id", "app_id"])
-    .execute();
-  return rows.sort((a, b) => (String(a.oldest) < String(b.oldest) ? -1 : 1)).map(({ project_id, app_id }) => ({ project_id, app_id }));
+  const apps: Array<{ project_id: string; app_id: string; oldest: string }> = [];
+  let app = (await firstQueuedAppOfLaterProject(db, [""])).rows[0];
+  while (app) {
+    const { project_id, app_id } = app;
+    apps.push({ project_id, app_id, oldest: (await oldestQueuedRun(db, [project_id, app_id])).rows[0]?.oldest ?? "" });
+    const next = (await nextQueuedAppOfProject(db, [project_id, app_id])).rows[0];
+    app = next ? { project_id, app_id: next.app_id } : (await firstQueuedAppOfLaterProject(db, [project_id])).rows[0];
+  }
+  return apps.sort((a, b) => (a.oldest < b.oldest ? -1 : 1)).map(({ project_id, app_id }) => ({ project_id, app_id }));
 }
 
 /** How many runs each app has queued. */

@@ -9,14 +9,13 @@ import type { Config } from "../config.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
-import type { Database } from "../store/mod.ts";
+import { createGroupCommit, type Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import type { Ticker } from "../ticker/mod.ts";
 import { checkEndpointUrl, DestinationRefusedError, webhookViews } from "../webhooks/mod.ts";
 import { type RunExecutor, toRunError } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
-import { createGroupCommit } from "./_group_commit.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import { type LocalRuns, RunCancelled } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
@@ -34,6 +33,7 @@ import {
 import { type Run, type RunRow, toRun } from "./_view.ts";
 import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
+import { insertRun } from "./_run_rows.ts";
 import { createWriteBehind } from "./_write_behind.ts";
 import { newRunId } from "./run_id.ts";
 
@@ -200,7 +200,13 @@ export function createRunService(options: RunServiceOptions): RunService {
   }
   loops.push(startMaintenance({ db, logger, events, owner, ownersDir: options.ownersDir, leaseMs: config.runLeaseMs, resultTtlMs: config.resultTtlMs, local, onDeliveries }));
 
-  const queued = createGroupCommit(db);
+  // Accepted async runs: the 202 follows the commit of the run's record, and the records of calls
+  // accepted in the same turn of the event loop share one commit.
+  const queued = createGroupCommit<Insertable<RunTable>>((rows) =>
+    db.transaction().execute(async (trx) => {
+      for (const row of rows) await insertRun(trx, row);
+    })
+  );
 
   function checkWebhook(call: RunCall): { endpoint: string; sealed: string | null } | null {
     if (!call.webhook) return null;
@@ -305,7 +311,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       lease_expires_at: running ? now + config.runLeaseMs : null,
     };
     if (call.idempotencyKey === undefined && !running) {
-      await queued.insert(row);
+      await queued.add(row);
       if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) dispatcher.wake();
       return { kind: "accepted", runId, replayed: false };
     }

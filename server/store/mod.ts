@@ -10,6 +10,7 @@ import { MIGRATIONS } from "./_migrations/mod.ts";
 import type { Database } from "./schema.ts";
 
 export type { Database } from "./schema.ts";
+export { createGroupCommit, type GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 
 /** An open store. */
 export interface Store {

@@ -7,10 +7,10 @@ import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
-import type { Database } from "../store/mod.ts";
+import { createGroupCommit, type Database } from "../store/mod.ts";
 import { startTicker } from "../ticker/mod.ts";
 import type { GuardOptions } from "./destination_guard.ts";
-import { claimDueDeliveries, type ClaimedDelivery, recordAttempt } from "./outbox.ts";
+import { type AttemptRecord, claimDueDeliveries, type ClaimedDelivery, recordAttempts, statusAfter } from "./outbox.ts";
 import { postOnce } from "./_post.ts";
 import { judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
 import { signWebhook, webhookHeaderNames } from "./signer.ts";
@@ -49,6 +49,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
   const stopping = new AbortController();
+  // Attempts that end in the same turn of the event loop are recorded in one transaction.
+  const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch));
 
   function headersFor(delivery: ClaimedDelivery, now: number): Record<string, string> {
     const headers: Record<string, string> = {
@@ -80,7 +82,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     if (stopping.signal.aborted) return;
     const durationMs = Math.round((performance.now() - started) * 100) / 100;
     const verdict = judgeAttempt(outcome);
-    const status = await recordAttempt(options.db, {
+    const record: AttemptRecord = {
       runId: delivery.run_id,
       attempt: number,
       at,
@@ -89,7 +91,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       verdict,
       nextAttemptAt: Date.now() + options.retryDelayMs,
       maxAttempts: MAX_ATTEMPTS,
-    });
+    };
+    await records.add(record);
+    const status = statusAfter(record);
     const label = status === "pending" ? "retry" : "refused" in outcome && outcome.refused ? "refused" : status;
     options.metrics?.webhookAttempts.inc({ outcome: label });
     // Latency: from the run's end (the delivery was enqueued with its final state) to the final outcome.

@@ -4,7 +4,7 @@
  */
 import type { Kysely, Transaction } from "kysely";
 import type { components } from "../../generated/api.d.ts";
-import type { Database } from "../store/mod.ts";
+import { type Database, rawStatement } from "../store/mod.ts";
 import type { WebhookDeliveryTable } from "../store/schema.ts";
 import type { AttemptOutcome, AttemptVerdict } from "./retry_policy.ts";
 
@@ -32,24 +32,20 @@ export function webhookBody(body: Omit<WebhookBody, "timestamp">, now: number = 
   return JSON.stringify(full);
 }
 
+const insertDelivery = rawStatement(
+  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")` +
+    ` values (?, ?, ?, ?, 'pending', ?, null, null, ?) on conflict ("run_id") do nothing`,
+);
+
 /** Adds a delivery, due now; a second one for the same run is ignored. Call inside the run's final write. */
 export async function enqueueDelivery(db: Db, delivery: NewDelivery, now: number = Date.now()): Promise<void> {
-  await db
-    .insertInto("webhook_deliveries")
-    .values({
-      run_id: delivery.runId,
-      endpoint: delivery.endpoint,
-      body: delivery.body,
-      secret: delivery.sealedSecret,
-      status: "pending",
-      next_attempt_at: now,
-      lease_owner: null,
-      lease_expires_at: null,
-      created_at: now,
-    })
-    .onConflict((oc) => oc.column("run_id").doNothing())
-    .execute();
+  await insertDelivery(db, [delivery.runId, delivery.endpoint, delivery.body, delivery.sealedSecret, now, now]);
 }
+
+const claimDelivery = rawStatement(
+  `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?` +
+    ` where "run_id" = ? and "status" = 'pending' and "attempts" = ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`,
+);
 
 /** A delivery this process holds the lease of. */
 export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & { attempts: number; created_at: number };
@@ -77,15 +73,8 @@ export async function claimDueDeliveries(
   // One transaction for the whole batch: one commit instead of one per delivery.
   await db.transaction().execute(async (trx) => {
     for (const row of due) {
-      const result = await trx
-      .updateTable("webhook_deliveries")
-      .set({ lease_owner: owner, lease_expires_at: now + leaseMs })
-      .where("run_id", "=", row.run_id)
-      .where("status", "=", "pending")
-      .where("attempts", "=", row.attempts)
-      .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<", now)]))
-      .executeTakeFirst();
-      if (Number(result.numUpdatedRows) === 1) claimed.push({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) });
+      const result = await claimDelivery(trx, [owner, now + leaseMs, row.run_id, row.attempts, now]);
+      if (Number(result.numAffectedRows) === 1) claimed.push({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) });
     }
   });
   return claimed;
@@ -116,43 +105,45 @@ export interface AttemptRecord {
   maxAttempts: number;
 }
 
+/** The delivery's status after `record`. */
+export function statusAfter(record: AttemptRecord): "pending" | "delivered" | "failed" {
+  if (record.verdict === "delivered") return "delivered";
+  return record.verdict === "permanent" || record.attempt >= record.maxAttempts ? "failed" : "pending";
+}
+
+const insertAttempt = rawStatement(
+  `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, ?, ?, ?)` +
+    ` on conflict ("run_id", "attempt") do nothing`,
+);
+const moveOnPending = rawStatement(
+  `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
+);
+// A settled delivery drops its secret.
+const settle = rawStatement(
+  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null, "secret" = null where "run_id" = ?`,
+);
+
 /**
- * Records an attempt and moves the delivery on: delivered, failed, or due again. A settled delivery
- * drops its secret. Returns the delivery's status after the attempt.
+ * Records attempts (one transaction for all of them) and moves each delivery on: delivered, failed
+ * (`statusAfter`), or due again at `nextAttemptAt`. A settled delivery drops its secret.
  */
-export async function recordAttempt(db: Kysely<Database>, record: AttemptRecord): Promise<"pending" | "delivered" | "failed"> {
-  const status = record.verdict === "delivered"
-    ? "delivered"
-    : record.verdict === "permanent" || record.attempt >= record.maxAttempts
-    ? "failed"
-    : "pending";
+export async function recordAttempts(db: Kysely<Database>, records: readonly AttemptRecord[]): Promise<void> {
   await db.transaction().execute(async (trx) => {
-    await trx
-      .insertInto("webhook_attempts")
-      .values({
-        run_id: record.runId,
-        attempt: record.attempt,
-        at: record.at,
-        status_code: "statusCode" in record.outcome ? record.outcome.statusCode : null,
-        error: "error" in record.outcome ? record.outcome.error : null,
-        duration_ms: record.durationMs,
-      })
-      .onConflict((oc) => oc.columns(["run_id", "attempt"]).doNothing())
-      .execute();
-    await trx
-      .updateTable("webhook_deliveries")
-      .set({
-        status,
-        attempts: record.attempt,
-        next_attempt_at: record.nextAttemptAt,
-        lease_owner: null,
-        lease_expires_at: null,
-        ...(status === "pending" ? {} : { secret: null }),
-      })
-      .where("run_id", "=", record.runId)
-      .execute();
+    for (const record of records) {
+      const { outcome } = record;
+      await insertAttempt(trx, [
+        record.runId,
+        record.attempt,
+        record.at,
+        "statusCode" in outcome ? outcome.statusCode : null,
+        "error" in outcome ? outcome.error : null,
+        record.durationMs,
+      ]);
+      const status = statusAfter(record);
+      if (status === "pending") await moveOnPending(trx, [record.attempt, record.nextAttemptAt, record.runId]);
+      else await settle(trx, [status, record.attempt, record.nextAttemptAt, record.runId]);
+    }
   });
-  return status;
 }
 
 /** The webhook state of each of `runIds` that has a delivery. */

@@ -1,0 +1,57 @@
+/**
+ * Group commit: writes submitted in the same turn of the event loop are made by one `write(batch)` call
+ * (one transaction, one commit), and each submitter's promise settles once that batch has committed.
+ * Nobody waits for a timer: the batch is whatever arrived before the event loop came round.
+ */
+
+/** Adds writes to the next shared commit. */
+export interface GroupCommit<T> {
+  /** Resolves once `item` is committed; rejects when its batch failed. */
+  add(item: T): Promise<void>;
+}
+
+/** Options of `createGroupCommit`. */
+export interface GroupCommitOptions {
+  /** The most items one batch takes; more wait for the next one (default 256). */
+  batchLimit?: number;
+}
+
+interface Pending<T> {
+  item: T;
+  resolve(): void;
+  reject(error: unknown): void;
+}
+
+/** Creates a group committer that writes batches with `write` (which should commit them in one transaction). */
+export function createGroupCommit<T>(write: (batch: T[]) => Promise<void>, options: GroupCommitOptions = {}): GroupCommit<T> {
+  const limit = options.batchLimit ?? 256;
+  let pending: Array<Pending<T>> = [];
+  let scheduled = false;
+
+  async function commit(): Promise<void> {
+    scheduled = false;
+    const batch = pending.splice(0, limit);
+    if (pending.length) schedule();
+    try {
+      await write(batch.map((entry) => entry.item));
+      for (const entry of batch) entry.resolve();
+    } catch (error) {
+      for (const entry of batch) entry.reject(error);
+    }
+  }
+
+  function schedule(): void {
+    if (scheduled) return;
+    scheduled = true;
+    setImmediate(() => void commit());
+  }
+
+  return {
+    add(item) {
+      return new Promise((resolve, reject) => {
+        pending.push({ item, resolve, reject });
+        schedule();
+      });
+    },
+  };
+}
