@@ -38,11 +38,15 @@ async function fingerprint(dir: string): Promise<string | undefined> {
   return parts.join("|");
 }
 
-/** Reads one app folder; undefined when it holds no `runplane.toml`. */
-export async function loadApp(appsDir: string, projectId: string, name: string): Promise<AppVersion | undefined> {
+/**
+ * Reads one app folder; undefined when it holds no `runplane.toml`. `known`, the version read before,
+ * is returned as it is when the folder has not changed since (its configuration is not read again).
+ */
+export async function loadApp(appsDir: string, projectId: string, name: string, known?: AppVersion): Promise<AppVersion | undefined> {
   const dir = join(appsDir, projectId, name);
   const print = await fingerprint(dir);
   if (print === undefined) return undefined;
+  if (known?.dir === dir && known.fingerprint === print) return known;
   const base = { projectId, name, dir, fingerprint: print };
   try {
     const config = parseAppConfig(await readFile(join(dir, "runplane.toml"), "utf8"), dir);
@@ -56,12 +60,12 @@ export async function loadApp(appsDir: string, projectId: string, name: string):
   }
 }
 
-/** Every app folder under `appsDir`, loaded. */
-export async function scanApps(appsDir: string): Promise<AppVersion[]> {
+/** Every app folder under `appsDir`, loaded; `known` names the version read before, kept while its folder is unchanged. */
+export async function scanApps(appsDir: string, known?: (projectId: string, name: string) => AppVersion | undefined): Promise<AppVersion[]> {
   const found: AppVersion[] = [];
   for (const projectId of await entries(appsDir)) {
     for (const name of await entries(join(appsDir, projectId))) {
-      const app = await loadApp(appsDir, projectId, name);
+      const app = await loadApp(appsDir, projectId, name, known?.(projectId, name));
       if (app) found.push(app);
     }
   }

@@ -146,7 +146,8 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
   }
 
   async function reload(): Promise<void> {
-    const found = await scanApps(appsDir);
+    // Unchanged folders (by name, size and time of their files) are not read again.
+    const found = await scanApps(appsDir, (projectId, name) => apps.get(`${projectId}/${name}`)?.version);
     if (closed) return;
     const seen = new Set<string>();
     for (const version of found) {
