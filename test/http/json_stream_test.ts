@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { jsonChunks } from "../../server/http/json_stream.ts";
+import { encodeIfSmall, jsonChunks } from "../../server/http/json_stream.ts";
 
 describe("jsonChunks", () => {
   it("joins to exactly JSON.stringify's text for every kind of value", () => {
@@ -38,5 +38,22 @@ describe("jsonChunks", () => {
     const chunks = jsonChunks(items, { chunkChars: 100 });
     chunks.next();
     assert.ok(encoded < 50, `encoded ${encoded} of 1000 items for the first chunk`);
+  });
+});
+
+describe("encodeIfSmall", () => {
+  it("gives JSON.stringify's text for a small value, toJSON included", () => {
+    for (const value of [null, 1, "x", [1, { a: [2] }], { when: new Date(0), n: { toJSON: () => "replaced" } }]) {
+      assert.equal(encodeIfSmall(value), JSON.stringify(value));
+    }
+  });
+
+  it("declines a large value without encoding it, however it is large", () => {
+    let encoded = 0;
+    const many = Array.from({ length: 100_000 }, (_, i) => ({ toJSON: () => (encoded++, i) }));
+    assert.equal(encodeIfSmall(many), undefined);
+    assert.equal(encoded, 0, "sizing must not encode");
+    assert.equal(encodeIfSmall({ text: "a".repeat(70_000) }), undefined);
+    assert.equal(encodeIfSmall({ text: "a".repeat(1_000) }, 500), undefined);
   });
 });
