@@ -320,7 +320,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       const print = fingerprint({ app: call.app, function: call.functionName, mode: call.mode, input: call.input, webhook: webhook?.endpoint ?? null });
       const reservation = await db.transaction().execute(async (trx) => {
         const found = key === undefined ? { fresh: true as const } : await reserveKey(trx, { projectId: call.projectId, key, fingerprint: print, runId, now });
-        if (found.fresh) await trx.insertInto("runs").values(row).execute();
+        if (found.fresh) await insertRun(trx, row);
         return found;
       });
       if (!reservation.fresh) {

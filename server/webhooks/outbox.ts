@@ -119,7 +119,7 @@ const moveOnPending = rawStatement(
   `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
 );
 // A settled delivery drops its secret.
-const settle = rawStatement(
+const settleDelivery = rawStatement(
   `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null, "secret" = null where "run_id" = ?`,
 );
 
@@ -141,7 +141,7 @@ export async function recordAttempts(db: Kysely<Database>, records: readonly Att
       ]);
       const status = statusAfter(record);
       if (status === "pending") await moveOnPending(trx, [record.attempt, record.nextAttemptAt, record.runId]);
-      else await settle(trx, [status, record.attempt, record.nextAttemptAt, record.runId]);
+      else await settleDelivery(trx, [status, record.attempt, record.nextAttemptAt, record.runId]);
     }
   });
 }
