@@ -53,7 +53,7 @@ export function runHandlers(context: ServerContext): RunHandlers {
   const { runtime, runs, config } = context;
   return {
     async runFunction(input) {
-      const { path, query, header, body, setRequestId, instance } = input;
+      const { path, query, header, body, instance } = input;
       const target = { projectId: path.project_id, app: path.app_name };
       // Unknown and broken apps, and private functions, are refused before a run exists.
       await runtime.findApp(target.projectId, target.app);
@@ -71,15 +71,15 @@ export function runHandlers(context: ServerContext): RunHandlers {
         signal: query.async ? undefined : input.signal,
       });
       if (submission.kind === "accepted") {
-        setRequestId(submission.runId);
+        input.setRequestId(submission.runId);
         return { status: 202, contentType: "application/json", body: { run_id: submission.runId } };
       }
       if (submission.kind === "replay") {
-        setRequestId(submission.run.run_id);
+        input.setRequestId(submission.run.run_id);
         return { status: 200, contentType: "application/json", body: replayAnswer(submission.run) };
       }
       const run = submission.run;
-      setRequestId(run.runId);
+      input.setRequestId(run.runId);
       let outcome;
       try {
         outcome = await runtime.invoke({ ...target, functionName: path.function_name, input: body ?? {}, runId: run.runId, signal: run.signal });

@@ -31,7 +31,7 @@ export interface HandlerInput<K extends OperationId> {
   principal: Principal | null;
   /** The request id (sent back as `X-Request-Id`). */
   requestId: string;
-  /** Replaces the request id, e.g. with the run id once a run exists. */
+  /** Replaces the request id, e.g. with the run id once a run exists (a method: call it on the input). */
   setRequestId(id: string): void;
   /** Aborted when the client goes away before the response is complete. */
   signal: AbortSignal;

@@ -3,6 +3,7 @@
  * generated route table; handlers are plain functions from `server/handlers`.
  */
 import { Router } from "@koa/router";
+import type { ServerResponse } from "node:http";
 import Koa, { type Context } from "koa";
 import { routes, type RouteSpec } from "../../generated/routes.ts";
 import type { TokenVerifier } from "../auth/mod.ts";
@@ -14,6 +15,7 @@ import type { AnyHandlerResult, HandlerInput, Handlers, OperationId } from "./ha
 import { createBodyReader } from "./read_body.ts";
 import type { DrainGate } from "./drain_gate.ts";
 import { decodeRequest } from "./request_decoding.ts";
+import { RequestInput } from "./request_input.ts";
 import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
 
@@ -48,6 +50,14 @@ interface State {
   requestId: string;
   route?: RouteSpec;
   startedAt: number;
+}
+
+const INPUT = Symbol("runplane.requestInput");
+type ResponseWithInput = ServerResponse & { [INPUT]?: RequestInput };
+
+/** One listener for every response (no closure per request): tells the handler's input its client left. */
+function onResponseClose(this: ResponseWithInput): void {
+  if (!this.writableFinished) this[INPUT]?.disconnect();
 }
 
 /** A new request id: `req_` and 16 random base64url characters. */
@@ -96,7 +106,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     ctx.set("X-Request-Id", state.requestId);
     if (options.gate) {
       options.gate.enter();
-      ctx.res.once("close", options.gate.leave);
+      ctx.res.on("close", options.gate.leave);
     }
     try {
       if (options.gate?.refuses(ctx.path)) {
@@ -122,6 +132,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       }
       renderProblem(ctx, asProblem(error, logger, state.requestId), logger);
     }
+    // A handler may have replaced the id (with a run id); headers leave only after this middleware.
+    if (!ctx.headerSent) ctx.set("X-Request-Id", state.requestId);
     if (options.responseCheck && state.route && !ctx.headerSent) {
       const mismatches = checkResponse(state.route, snapshot(ctx));
       if (mismatches.length) {
@@ -167,31 +179,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         header: (name) => ctx.req.headers[name.toLowerCase()] as string | undefined,
         body,
       });
-      // Made on first use: most handlers never look at it, and a signal costs microseconds to make.
-      let abort: AbortController | undefined;
-      let disconnected = false;
-      ctx.res.once("close", () => {
-        if (ctx.res.writableFinished) return;
-        disconnected = true;
-        abort?.abort(new Error("The client disconnected"));
-      });
-      const result = await handler({
-        ...(decoded as Pick<HandlerInput<OperationId>, "path" | "query" | "header" | "body">),
-        principal,
-        requestId: state.requestId,
-        setRequestId(id) {
-          state.requestId = id;
-          ctx.set("X-Request-Id", id);
-        },
-        get signal() {
-          if (!abort) {
-            abort = new AbortController();
-            if (disconnected) abort.abort(new Error("The client disconnected"));
-          }
-          return abort.signal;
-        },
-        instance: ctx.path,
-      });
+      const input = new RequestInput(decoded, { principal, ids: state, instance: ctx.path });
+      (ctx.res as ResponseWithInput)[INPUT] = input;
+      ctx.res.on("close", onResponseClose);
+      const result = await handler(input);
       writeResult(ctx, result);
     });
   }
