@@ -3,6 +3,7 @@
  * secret), records every attempt and applies the retry table. Several processes may run one each.
  */
 import { randomBytes } from "node:crypto";
+import { setMaxListeners } from "node:events";
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
@@ -33,6 +34,8 @@ export interface DeliveryWorkerOptions {
   owner?: string;
   /** How often the outbox is polled when nothing woke the worker (default 500 ms). */
   pollMs?: number;
+  /** Most attempts in flight at once (default 64). */
+  maxInFlight?: number;
 }
 
 /** A running delivery worker. */
@@ -48,7 +51,13 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const owner = options.owner ?? `dw_${randomBytes(8).toString("hex")}`;
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
+  const maxInFlight = options.maxInFlight ?? 64;
   const stopping = new AbortController();
+  // Every attempt in flight listens to it (through its deadline).
+  setMaxListeners(maxInFlight + 8, stopping.signal);
+  let inFlight = 0;
+  // The last claim filled the window: more deliveries may be due, so a finished attempt claims again.
+  let backlog = false;
   // Attempts that end in the same turn of the event loop are recorded in one transaction.
   const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch));
 
@@ -106,9 +115,18 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   }
 
   async function tick(): Promise<void> {
-    const claimed = await claimDueDeliveries(options.db, { owner, now: Date.now(), leaseMs, limit: 32 });
+    const room = maxInFlight - inFlight;
+    if (room <= 0) return;
+    const claimed = await claimDueDeliveries(options.db, { owner, now: Date.now(), leaseMs, limit: Math.min(room, 32) });
+    backlog = claimed.length === Math.min(room, 32);
     for (const delivery of claimed) {
-      attempt(delivery).catch((error) => options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded"));
+      inFlight++;
+      attempt(delivery)
+        .catch((error) => options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded"))
+        .finally(() => {
+          inFlight--;
+          if (backlog) ticker.wake();
+        });
     }
   }
 
