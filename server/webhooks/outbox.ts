@@ -42,42 +42,27 @@ export async function enqueueDelivery(db: Db, delivery: NewDelivery, now: number
   await insertDelivery(db, [delivery.runId, delivery.endpoint, delivery.body, delivery.sealedSecret, now, now]);
 }
 
-const claimDelivery = rawStatement(
+// One statement claims a batch: SQLite runs it under its single writer lock (and PostgreSQL under row
+// locks), so a delivery is held by one process at a time; an expired lease (a dead process) frees it.
+const claimDue = rawStatement<ClaimedDelivery>(
   `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?` +
-    ` where "run_id" = ? and "status" = 'pending' and "attempts" = ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`,
+    ` where "run_id" in (select "run_id" from "webhook_deliveries"` +
+    ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)` +
+    ` order by "next_attempt_at" limit ?)` +
+    ` returning "run_id", "endpoint", "body", "secret", "attempts", "created_at"`,
 );
 
 /** A delivery this process holds the lease of. */
 export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & { attempts: number; created_at: number };
 
-/**
- * Claims up to `limit` due deliveries for `owner` until `now + leaseMs`. Each claim is one conditional
- * UPDATE, so a delivery is held by one process at a time; an expired lease (a dead process) frees it.
- */
+/** Claims up to `limit` of the longest-due deliveries for `owner` until `now + leaseMs`. */
 export async function claimDueDeliveries(
   db: Kysely<Database>,
   options: { owner: string; now: number; leaseMs: number; limit: number },
 ): Promise<ClaimedDelivery[]> {
   const { owner, now, leaseMs, limit } = options;
-  const due = await db
-    .selectFrom("webhook_deliveries")
-    .select(["run_id", "endpoint", "body", "secret", "attempts", "created_at"])
-    .where("status", "=", "pending")
-    .where("next_attempt_at", "<=", now)
-    .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<", now)]))
-    .orderBy("next_attempt_at")
-    .limit(limit)
-    .execute();
-  const claimed: ClaimedDelivery[] = [];
-  if (due.length === 0) return claimed;
-  // One transaction for the whole batch: one commit instead of one per delivery.
-  await db.transaction().execute(async (trx) => {
-    for (const row of due) {
-      const result = await claimDelivery(trx, [owner, now + leaseMs, row.run_id, row.attempts, now]);
-      if (Number(result.numAffectedRows) === 1) claimed.push({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) });
-    }
-  });
-  return claimed;
+  const { rows } = await claimDue(db, [owner, now + leaseMs, now, now, limit]);
+  return rows.map((row) => ({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) }));
 }
 
 /** Frees the deliveries `owner` holds (its process is gone): they are due again at once. */
