@@ -3,7 +3,7 @@ import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import type { AttemptOutcome } from "./retry_policy.ts";
-import { DestinationRefusedError, type GuardOptions, resolveDestination, type ResolvedDestination } from "./destination_guard.ts";
+import { DestinationRefusedError, type GuardOptions, literalDestination, resolveDestination, type ResolvedDestination } from "./destination_guard.ts";
 import { startDeadline } from "../deadline/mod.ts";
 
 /** What one attempt sends. */
@@ -54,7 +54,7 @@ export async function postOnce(request: PostRequest): Promise<AttemptOutcome> {
 async function post(request: PostRequest, deadline: AbortSignal): Promise<AttemptOutcome> {
   let destination: ResolvedDestination;
   try {
-    destination = await Promise.race([
+    destination = literalDestination(request.url, request.guard) ?? await Promise.race([
       resolveDestination(request.url, request.guard),
       new Promise<never>((_, reject) => deadline.addEventListener("abort", () => reject(deadline.reason), { once: true })),
     ]);

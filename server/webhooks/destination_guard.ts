@@ -77,24 +77,38 @@ export interface ResolvedDestination {
   family: 4 | 6;
 }
 
+function checkAddresses(host: string, addresses: ReadonlyArray<{ address: string }>, options: GuardOptions): void {
+  if (options.allowPrivate) return;
+  for (const { address } of addresses) {
+    const reason = forbiddenAddressReason(address);
+    if (reason) throw new DestinationRefusedError(`destination refused: ${host} resolves to ${address}, which ${reason}`);
+  }
+}
+
+/**
+ * The destination of a URL whose host is an IP literal, checked (throws `DestinationRefusedError`), or
+ * null when the host is a name to resolve: no DNS and no promise on a delivery's hot path.
+ */
+export function literalDestination(url: URL, options: GuardOptions): ResolvedDestination | null {
+  const host = hostOf(url);
+  const family = isIP(host);
+  if (!family) return null;
+  checkAddresses(host, [{ address: host }], options);
+  return { address: host, family: family === 6 ? 6 : 4 };
+}
+
 /**
  * Resolves `url`'s host and checks every address it has; throws `DestinationRefusedError` when any is
  * forbidden (a name must not mix public and private addresses). The caller connects to the returned
  * address only, so a second DNS answer cannot swap the destination.
  */
 export async function resolveDestination(url: URL, options: GuardOptions): Promise<ResolvedDestination> {
+  const literal = literalDestination(url, options);
+  if (literal) return literal;
   const host = hostOf(url);
-  const literal = isIP(host);
-  const addresses = literal
-    ? [{ address: host, family: literal }]
-    : await lookup(host, { all: true, verbatim: true });
+  const addresses = await lookup(host, { all: true, verbatim: true });
   if (addresses.length === 0) throw new Error(`${host} has no address`);
-  if (!options.allowPrivate) {
-    for (const { address } of addresses) {
-      const reason = forbiddenAddressReason(address);
-      if (reason) throw new DestinationRefusedError(`destination refused: ${host} resolves to ${address}, which ${reason}`);
-    }
-  }
+  checkAddresses(host, addresses, options);
   const first = addresses[0];
   return { address: first.address, family: first.family === 6 ? 6 : 4 };
 }
