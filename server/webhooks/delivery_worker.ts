@@ -116,7 +116,11 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
 
   async function tick(): Promise<void> {
     const room = maxInFlight - inFlight;
-    if (room <= 0) return;
+    if (room <= 0) {
+      // Woken with a full window: look again as soon as an attempt finishes.
+      backlog = true;
+      return;
+    }
     const claimed = await claimDueDeliveries(options.db, { owner, now: Date.now(), leaseMs, limit: Math.min(room, 32) });
     backlog = claimed.length === Math.min(room, 32);
     for (const delivery of claimed) {
