@@ -100,6 +100,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     owner,
     ownersDir: join(config.dataDir, "run-owners"),
     onDeliveries: deliveries.wake,
+    deliveryHandOff: deliveries.handOff,
   });
   metrics.setQueuedRunsSource(async () => (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count })));
   metrics.setReplicasSource(() =>

@@ -98,7 +98,7 @@ export async function finishRun(
     if (Number(result.numUpdatedRows) !== 1) return false;
     if (run.webhook_endpoint) {
       const body = deliveryBodyFor(run.run_id, options.outcome, columns.run_time_ms ?? null, now);
-      await enqueueDelivery(trx, { runId: run.run_id, endpoint: run.webhook_endpoint, body, sealedSecret: run.webhook_secret }, now);
+      await enqueueDelivery(trx, { runId: run.run_id, endpoint: run.webhook_endpoint, body, sealedSecret: run.webhook_secret }, { now });
     }
     return true;
   });

@@ -7,7 +7,7 @@
 import type { Insertable, Kysely } from "kysely";
 import type { Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
-import { enqueueDelivery, type NewDelivery } from "../webhooks/mod.ts";
+import { type ClaimedDelivery, type DeliveryHandOff, enqueueDelivery, type NewDelivery } from "../webhooks/mod.ts";
 import { upsertRun } from "./_run_rows.ts";
 
 /** The write-behind buffer. */
@@ -27,8 +27,10 @@ export interface WriteBehind {
 export interface WriteBehindOptions {
   /** The batch window (default 25 ms). */
   delayMs?: number;
-  /** Called after a batch holding deliveries was committed. */
+  /** Called after a batch holding deliveries for the outbox (not handed off) was committed. */
   onDeliveries(): void;
+  /** This process's delivery worker: deliveries are stored leased to it and handed to it after the commit. */
+  handOff?: DeliveryHandOff;
   onError(error: unknown): void;
 }
 
@@ -40,11 +42,20 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
   let chain: Promise<void> = Promise.resolve();
 
   async function write(batch: Map<string, Insertable<RunTable>>, outbox: Map<string, NewDelivery>): Promise<void> {
+    const handed: ClaimedDelivery[] = [];
+    let stored = 0;
     await db.transaction().execute(async (trx) => {
       for (const row of batch.values()) await upsertRun(trx, row);
-      for (const delivery of outbox.values()) await enqueueDelivery(trx, delivery);
+      const now = Date.now();
+      for (const delivery of outbox.values()) {
+        const lease = options.handOff?.lease(now) ?? undefined;
+        if (!(await enqueueDelivery(trx, delivery, { now, lease }))) continue;
+        if (lease) handed.push({ run_id: delivery.runId, endpoint: delivery.endpoint, body: delivery.body, secret: delivery.sealedSecret, attempts: 0, created_at: now });
+        else stored++;
+      }
     });
-    if (outbox.size) options.onDeliveries();
+    if (handed.length) options.handOff!.take(handed);
+    if (stored) options.onDeliveries();
   }
 
   function flush(): Promise<void> {

@@ -12,7 +12,7 @@ import type { SecretBox } from "../secrets/mod.ts";
 import { createGroupCommit, type Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import type { Ticker } from "../ticker/mod.ts";
-import { checkEndpointUrl, DestinationRefusedError, webhookViews } from "../webhooks/mod.ts";
+import { checkEndpointUrl, type DeliveryHandOff, DestinationRefusedError, webhookViews } from "../webhooks/mod.ts";
 import { type RunExecutor, toRunError } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
@@ -155,6 +155,8 @@ export interface RunServiceOptions {
   metrics?: RunMetrics;
   /** Called when deliveries were added to the outbox: wake the delivery worker. */
   onDeliveries?(): void;
+  /** The delivery worker's hand-off: deliveries of sync and stream runs go to it without a claim. */
+  deliveryHandOff?: DeliveryHandOff;
   /** This process's lease owner id; give the delivery worker the same one so its leases are freed with the runs'. */
   owner?: string;
   /**
@@ -177,6 +179,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
     onDeliveries,
+    handOff: options.deliveryHandOff,
     onError: (error) => logger.error({ err: error }, "writing run records failed"),
   });
   const loops: Ticker[] = [];

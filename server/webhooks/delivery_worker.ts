@@ -1,6 +1,9 @@
 /**
  * The delivery worker: claims due deliveries from the outbox, posts them (signed when they carry a
  * secret), records every attempt and applies the retry table. Several processes may run one each.
+ *
+ * Deliveries of runs that end in this process skip the claim: they are inserted already leased to this
+ * worker (`handOff.lease`) and given to it once committed (`handOff.take`).
  */
 import { randomBytes } from "node:crypto";
 import { setMaxListeners } from "node:events";
@@ -11,7 +14,7 @@ import type { SecretBox } from "../secrets/mod.ts";
 import { createGroupCommit, type Database } from "../store/mod.ts";
 import { startTicker } from "../ticker/mod.ts";
 import type { GuardOptions } from "./destination_guard.ts";
-import { type AttemptRecord, claimDueDeliveries, type ClaimedDelivery, recordAttempts, statusAfter } from "./outbox.ts";
+import { type AttemptRecord, claimDueDeliveries, type ClaimedDelivery, type DeliveryLease, recordAttempts, statusAfter } from "./outbox.ts";
 import { postOnce } from "./_post.ts";
 import { judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
 import { signWebhook, webhookHeaderNames } from "./signer.ts";
@@ -38,10 +41,22 @@ export interface DeliveryWorkerOptions {
   maxInFlight?: number;
 }
 
+/**
+ * Deliveries handed to the worker of this process straight from the transaction that stored them. The
+ * worker's queue is bounded: when `lease` says no, store the delivery unleased and `wake()` the worker.
+ */
+export interface DeliveryHandOff {
+  /** A lease to insert one more delivery with, or null when the worker's queue is full. */
+  lease(now: number): DeliveryLease | null;
+  /** Attempts deliveries that were committed with a lease from `lease()`. */
+  take(deliveries: readonly ClaimedDelivery[]): void;
+}
+
 /** A running delivery worker. */
 export interface DeliveryWorker {
   /** Looks at the outbox now (call after enqueuing a delivery). */
   wake(): void;
+  handOff: DeliveryHandOff;
   /** Stops claiming; attempts in flight are abandoned unrecorded and retried once their lease ends. */
   stop(): Promise<void>;
 }
@@ -52,6 +67,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
   const maxInFlight = options.maxInFlight ?? 64;
+  // Handed-off deliveries waiting for the window; past it, new ones stay in the outbox to be claimed.
+  const maxReady = maxInFlight * 4;
   const stopping = new AbortController();
   // Every attempt in flight listens to it (through its deadline).
   setMaxListeners(maxInFlight + 8, stopping.signal);
@@ -114,25 +131,48 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     if (status === "pending") ticker.wakeAfter(options.retryDelayMs);
   }
 
-  async function tick(): Promise<void> {
-    const room = maxInFlight - inFlight;
-    if (room <= 0) {
-      // Woken with a full window: look again as soon as an attempt finishes.
-      backlog = true;
-      return;
-    }
-    const claimed = await claimDueDeliveries(options.db, { owner, now: Date.now(), leaseMs, limit: Math.min(room, 32) });
-    backlog = claimed.length === Math.min(room, 32);
-    for (const delivery of claimed) {
+  // Claimed and handed-off deliveries wait here for room in the window, with their lease's end.
+  const ready: Array<{ delivery: ClaimedDelivery; leaseEnds: number }> = [];
+
+  function pump(): void {
+    while (inFlight < maxInFlight && ready.length > 0 && !stopping.signal.aborted) {
+      const { delivery, leaseEnds } = ready.shift()!;
+      // Too close to its lease's end, another process may claim it as well: leave it to the outbox.
+      if (Date.now() + options.timeoutMs >= leaseEnds) continue;
       inFlight++;
       attempt(delivery)
         .catch((error) => options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded"))
         .finally(() => {
           inFlight--;
+          pump();
           if (backlog) ticker.wake();
         });
     }
   }
+
+  async function tick(): Promise<void> {
+    const room = maxInFlight - inFlight - ready.length;
+    if (room <= 0) {
+      // Woken with a full window: look again as soon as an attempt finishes.
+      backlog = true;
+      return;
+    }
+    const now = Date.now();
+    const claimed = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit: Math.min(room, 32) });
+    backlog = claimed.length === Math.min(room, 32);
+    for (const delivery of claimed) ready.push({ delivery, leaseEnds: now + leaseMs });
+    pump();
+  }
+
+  const handOff: DeliveryHandOff = {
+    lease(now) {
+      return ready.length < maxReady && !stopping.signal.aborted ? { owner, expiresAt: now + leaseMs } : null;
+    },
+    take(deliveries) {
+      for (const delivery of deliveries) ready.push({ delivery, leaseEnds: delivery.created_at + leaseMs });
+      pump();
+    },
+  };
 
   const ticker = startTicker(tick, {
     intervalMs: options.pollMs ?? 500,
@@ -141,6 +181,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
 
   return {
     wake: ticker.wake,
+    handOff,
     async stop() {
       stopping.abort();
       await ticker.stop();

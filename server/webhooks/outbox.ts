@@ -34,12 +34,33 @@ export function webhookBody(body: Omit<WebhookBody, "timestamp">, now: number = 
 
 const insertDelivery = rawStatement(
   `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")` +
-    ` values (?, ?, ?, ?, 'pending', ?, null, null, ?) on conflict ("run_id") do nothing`,
+    ` values (?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
 );
 
-/** Adds a delivery, due now; a second one for the same run is ignored. Call inside the run's final write. */
-export async function enqueueDelivery(db: Db, delivery: NewDelivery, now: number = Date.now()): Promise<void> {
-  await insertDelivery(db, [delivery.runId, delivery.endpoint, delivery.body, delivery.sealedSecret, now, now]);
+/** A lease a delivery is inserted with: it is handed to that owner's worker instead of being claimed. */
+export interface DeliveryLease {
+  owner: string;
+  expiresAt: number;
+}
+
+/**
+ * Adds a delivery, due now; a second one for the same run is ignored. Call inside the run's final write.
+ * With `lease`, the delivery is held by that owner from the start. Resolves with whether it was added.
+ */
+export async function enqueueDelivery(db: Db, delivery: NewDelivery, options: { now?: number; lease?: DeliveryLease } = {}): Promise<boolean> {
+  const now = options.now ?? Date.now();
+  const { lease } = options;
+  const result = await insertDelivery(db, [
+    delivery.runId,
+    delivery.endpoint,
+    delivery.body,
+    delivery.sealedSecret,
+    now,
+    lease?.owner ?? null,
+    lease?.expiresAt ?? null,
+    now,
+  ]);
+  return Number(result.numAffectedRows ?? 0n) > 0;
 }
 
 // One statement claims a batch: SQLite runs it under its single writer lock (and PostgreSQL under row
