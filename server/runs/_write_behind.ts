@@ -17,8 +17,9 @@ export interface WriteBehind {
   /** Writes everything buffered now; resolves once it is committed. */
   flush(): Promise<void>;
   /**
-   * Writes what is buffered at the end of this event-loop turn: every caller in the turn shares one
-   * transaction; resolves once it has committed.
+   * Writes the final states with deliveries buffered at the end of this event-loop turn (other rows
+   * keep waiting for the batch window): every caller in the turn shares one transaction; resolves once
+   * it has committed.
    */
   flushSoon(): Promise<void>;
 }
@@ -70,12 +71,26 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     return chain;
   }
 
+  /** Writes the buffered final states that carry deliveries; other rows wait for the batch window. */
+  function flushDeliveries(): Promise<void> {
+    if (deliveries.size === 0) return chain;
+    const outbox = deliveries;
+    deliveries = new Map();
+    const batch = new Map<string, Insertable<RunTable>>();
+    for (const runId of outbox.keys()) {
+      batch.set(runId, rows.get(runId)!);
+      rows.delete(runId);
+    }
+    chain = chain.then(() => write(batch, outbox)).catch(options.onError);
+    return chain;
+  }
+
   let soon: Promise<void> | undefined;
   function flushSoon(): Promise<void> {
     soon ??= new Promise<void>((resolve) =>
       setImmediate(() => {
         soon = undefined;
-        void flush().then(resolve);
+        void flushDeliveries().then(resolve);
       })
     );
     return soon;

@@ -1,7 +1,8 @@
 /**
  * Group commit: writes submitted in the same turn of the event loop are made by one `write(batch)` call
  * (one transaction, one commit), and each submitter's promise settles once that batch has committed.
- * Nobody waits for a timer: the batch is whatever arrived before the event loop came round.
+ * By default nobody waits for a timer: the batch is whatever arrived before the event loop came round;
+ * with `delayMs`, a batch collects for that long (for writes nobody answers a caller on).
  */
 
 /** Adds writes to the next shared commit. */
@@ -14,6 +15,8 @@ export interface GroupCommit<T> {
 export interface GroupCommitOptions {
   /** The most items one batch takes; more wait for the next one (default 256). */
   batchLimit?: number;
+  /** How long a batch collects before it is written (default 0: at the end of the event-loop turn). */
+  delayMs?: number;
 }
 
 interface Pending<T> {
@@ -25,6 +28,7 @@ interface Pending<T> {
 /** Creates a group committer that writes batches with `write` (which should commit them in one transaction). */
 export function createGroupCommit<T>(write: (batch: T[]) => Promise<void>, options: GroupCommitOptions = {}): GroupCommit<T> {
   const limit = options.batchLimit ?? 256;
+  const delayMs = options.delayMs ?? 0;
   let pending: Array<Pending<T>> = [];
   let scheduled = false;
 
@@ -43,7 +47,8 @@ export function createGroupCommit<T>(write: (batch: T[]) => Promise<void>, optio
   function schedule(): void {
     if (scheduled) return;
     scheduled = true;
-    setImmediate(() => void commit());
+    if (delayMs > 0) setTimeout(() => void commit(), delayMs);
+    else setImmediate(() => void commit());
   }
 
   return {

@@ -75,8 +75,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   let inFlight = 0;
   // The last claim filled the window: more deliveries may be due, so a finished attempt claims again.
   let backlog = false;
-  // Attempts that end in the same turn of the event loop are recorded in one transaction.
-  const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch));
+  // Attempts that end within 10 ms of each other are recorded in one transaction. Until it commits, the
+  // delivery's lease holds it: a crash in between means one more attempt, never a lost one.
+  const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch), { delayMs: 10 });
 
   function headersFor(delivery: ClaimedDelivery, now: number): Record<string, string> {
     const headers: Record<string, string> = {
