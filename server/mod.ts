@@ -51,7 +51,10 @@ export interface CreateServerOptions {
 export async function createServer(config: Config, options: CreateServerOptions = {}): Promise<RunplaneServer> {
   const logger = options.logger ?? createLogger({ level: config.logLevel });
   const freshDataDir = !existsSync(join(config.dataDir, "runplane.sqlite3"));
-  const store = await openStore(config.dataDir);
+  const store = await openStore(config.dataDir, {
+    checkpoints: "background",
+    onCheckpointerLost: (error) => logger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
+  });
   const key = await loadOrCreateSigningKey(config.dataDir);
   const secrets = await loadSecretBox(config.dataDir);
   const metrics = createMetrics();

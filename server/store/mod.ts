@@ -6,6 +6,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { CompiledQuery, Kysely, type MigrationProvider, Migrator, type QueryResult, type SqliteDatabase, SqliteDialect, type Transaction } from "kysely";
+import { type Checkpointer, startCheckpointer } from "./checkpointer.ts";
 import { MIGRATIONS } from "./_migrations/mod.ts";
 import type { Database } from "./schema.ts";
 
@@ -25,6 +26,13 @@ export interface Store {
 export interface OpenStoreOptions {
   /** Apply pending migrations (default true). */
   migrate?: boolean;
+  /**
+   * Where WAL checkpoints run: `commit` (SQLite's default: inside the commit that fills the WAL) or
+   * `background` (a worker thread; for a server, whose event loop must not stall). Default `commit`.
+   */
+  checkpoints?: "commit" | "background";
+  /** Called when the background checkpointer failed; checkpoints are then made in commits again. */
+  onCheckpointerLost?(error: unknown): void;
 }
 
 /**
@@ -41,10 +49,22 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
   sqlite.pragma("foreign_keys = ON");
   const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
   if (options.migrate !== false) await migrate(db);
+  let checkpointer: Checkpointer | undefined;
+  if (options.checkpoints === "background") {
+    const automatic = sqlite.pragma("wal_autocheckpoint", { simple: true });
+    checkpointer = startCheckpointer(path, {
+      onLost(error) {
+        if (sqlite.open) sqlite.pragma(`wal_autocheckpoint = ${Number(automatic)}`);
+        options.onCheckpointerLost?.(error);
+      },
+    });
+    sqlite.pragma("wal_autocheckpoint = 0");
+  }
   return {
     db,
     path,
     async close() {
+      await checkpointer?.stop();
       await db.destroy();
     },
   };
