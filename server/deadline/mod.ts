@@ -4,6 +4,7 @@
  * it fires, so a hanging peer is never timed out (nodejs/node#57736). Here the timer holds the
  * controller strongly until `clear()`.
  */
+import type { AbortSignalLike } from "../abort/mod.ts";
 
 /** A running deadline. */
 export interface Deadline {
@@ -16,7 +17,7 @@ export interface Deadline {
 }
 
 /** Starts a deadline of `timeoutMs`, also ended by `options.signal`. */
-export function startDeadline(timeoutMs: number, options: { signal?: AbortSignal } = {}): Deadline {
+export function startDeadline(timeoutMs: number, options: { signal?: AbortSignalLike } = {}): Deadline {
   const controller = new AbortController();
   const parent = options.signal;
   let timedOut = false;

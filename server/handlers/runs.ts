@@ -67,8 +67,6 @@ export function runHandlers(context: ServerContext): RunHandlers {
         input: body ?? {},
         webhook: query.webhookEndpoint ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] } : undefined,
         idempotencyKey: header["Idempotency-Key"],
-        // An async run outlives its request: only a sync or stream call stops with its caller.
-        signal: query.async ? undefined : input.signal,
       });
       if (submission.kind === "accepted") {
         input.setRequestId(submission.runId);
@@ -80,6 +78,8 @@ export function runHandlers(context: ServerContext): RunHandlers {
       }
       const run = submission.run;
       input.setRequestId(run.runId);
+      // A sync or stream call stops with its caller (an async run outlives its request).
+      input.abortOnDisconnect(run);
       let outcome;
       try {
         outcome = await runtime.invoke({ ...target, functionName: path.function_name, input: body ?? {}, runId: run.runId, signal: run.signal });

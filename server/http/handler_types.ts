@@ -21,6 +21,11 @@ type RequestBodyOf<K extends OperationId> = operations[K] extends { requestBody?
 /** A server-sent-event stream body: chunks of already-framed SSE text, written as they come. */
 export type EventStreamBody = AsyncIterable<string | Uint8Array>;
 
+/** Something `abortOnDisconnect` can abort: an `AbortController`, a run. */
+export interface Abortable {
+  abort(reason: unknown): void;
+}
+
 /** What a handler receives: decoded and validated parameters and body, and the caller. */
 export interface HandlerInput<K extends OperationId> {
   path: Part<Parameters<K>, "path">;
@@ -35,6 +40,11 @@ export interface HandlerInput<K extends OperationId> {
   setRequestId(id: string): void;
   /** Aborted when the client goes away before the response is complete. */
   signal: AbortSignal;
+  /**
+   * Aborts `target` when the client goes away before the response is complete (at once if it has
+   * already): for a single consumer, cheaper than `signal` (see server/abort/mod.ts).
+   */
+  abortOnDisconnect(target: Abortable): void;
   /** The request path, for problem documents' `instance`. */
   instance: string;
 }

@@ -5,7 +5,7 @@
  * mark-compacts every second): half of /healthz's CPU went to the garbage collector.
  */
 import type { Principal } from "../auth/mod.ts";
-import type { HandlerInput, OperationId } from "./handler_types.ts";
+import type { Abortable, HandlerInput, OperationId } from "./handler_types.ts";
 import type { DecodedRequest } from "./request_decoding.ts";
 
 /** Where a request's id lives; `setRequestId` replaces it there (the HTTP layer sends it as `X-Request-Id`). */
@@ -35,6 +35,7 @@ export class RequestInput implements HandlerInput<OperationId> {
   instance: string;
   #ids: RequestIdHolder;
   #abort: AbortController | undefined = undefined;
+  #target: Abortable | undefined = undefined;
   #disconnected = false;
 
   constructor(decoded: DecodedRequest, options: RequestInputOptions) {
@@ -64,9 +65,16 @@ export class RequestInput implements HandlerInput<OperationId> {
     return this.#abort.signal;
   }
 
+  /** Aborts `target` when the client goes away before the response is complete (at once if it has). */
+  abortOnDisconnect(target: Abortable): void {
+    if (this.#disconnected) target.abort(new Error("The client disconnected"));
+    else this.#target = target;
+  }
+
   /** The client went away before the response was complete. */
   disconnect(): void {
     this.#disconnected = true;
     this.#abort?.abort(new Error("The client disconnected"));
+    this.#target?.abort(new Error("The client disconnected"));
   }
 }

@@ -1,4 +1,5 @@
 /** The runs executing in this process, so a cancel can reach them. */
+import type { AbortSignalLike } from "../abort/mod.ts";
 
 /** A run executing here. */
 export interface LocalRun {
@@ -28,7 +29,7 @@ export class RunTimedOut extends Error {
 }
 
 /** Settles with `promise`, or rejects with the signal's reason as soon as it aborts. */
-export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+export function untilAborted<T>(promise: Promise<T>, signal: AbortSignalLike): Promise<T> {
   if (signal.aborted) return Promise.reject(signal.reason);
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);

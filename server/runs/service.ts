@@ -3,6 +3,7 @@
  * run records, cancels runs, and — when given an executor — dispatches queued async runs.
  */
 import { randomBytes } from "node:crypto";
+import { type AbortSignalLike, LightAbortController } from "../abort/mod.ts";
 import type { Insertable, Kysely } from "kysely";
 import type { components } from "../../generated/api.d.ts";
 import type { Config } from "../config.ts";
@@ -55,15 +56,17 @@ export interface RunCall {
   webhook?: { endpoint: string; secret?: string };
   /** `Idempotency-Key`, when the call has one. */
   idempotencyKey?: string;
-  /** For a sync or stream call: the caller's connection; when it aborts, so does the run's `signal`. */
-  signal?: AbortSignal;
+  /** For a sync or stream call: when it aborts, so does the run's `signal` (or call the run's `abort`). */
+  signal?: AbortSignalLike;
 }
 
 /** A sync or stream run the caller executes itself and reports on. */
 export interface LiveRun {
   runId: string;
-  /** Aborted when the run is cancelled (`cancelRun`) or the call's `signal` aborts: stop the worker. */
-  signal: AbortSignal;
+  /** Aborted when the run is cancelled (`cancelRun`), by `abort`, or when the call's `signal` aborts: stop the worker. */
+  signal: AbortSignalLike;
+  /** Interrupts the run (e.g. its caller went away): aborts `signal` with `reason`. */
+  abort(reason: unknown): void;
   /** Marks a sync call whose function turned out to stream: recorded with mode `stream`. */
   streaming(): void;
   /** Adds one streamed item; `succeed()` without a value then records the list. */
@@ -239,7 +242,8 @@ export function createRunService(options: RunServiceOptions): RunService {
   }
 
   function liveRun(call: RunCall, row: Insertable<RunTable>, webhook: { endpoint: string; sealed: string | null } | null): LiveRun {
-    const controller = new AbortController();
+    // Not an AbortController: see ../abort/mod.ts.
+    const controller = new LightAbortController();
     // One listener instead of AbortSignal.any, which costs a signal and weak references per call.
     if (call.signal?.aborted) controller.abort(call.signal.reason);
     else call.signal?.addEventListener("abort", () => controller.abort(call.signal!.reason), { once: true });
@@ -285,6 +289,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     return {
       runId: row.run_id,
       signal: controller.signal,
+      abort: (reason) => controller.abort(reason),
       streaming: () => void (stream = true),
       item: (value) => void items.push(value),
       succeed: (...args: unknown[]) => end({ status: "success", result: args.length ? args[0] : stream ? items : null }),

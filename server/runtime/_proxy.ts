@@ -1,5 +1,6 @@
 /** Forwards a call to a custom runtime over HTTP and turns its answer into a call outcome. */
 import { EventSourceParserStream } from "eventsource-parser/stream";
+import type { AbortSignalLike } from "../abort/mod.ts";
 import { type Deadline, startDeadline } from "../deadline/mod.ts";
 import { RunFailure } from "./_failures.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
@@ -11,7 +12,7 @@ export interface ProxyCall {
   path: string;
   input: unknown;
   graceMs: number;
-  signal?: AbortSignal;
+  signal?: AbortSignalLike;
   /** Called once when the upstream exchange is over (answer read, failed or aborted). */
   onSettled(): void;
 }

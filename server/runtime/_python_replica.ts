@@ -6,6 +6,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
+import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { RunFailure } from "./_failures.ts";
@@ -34,7 +35,7 @@ export interface PythonCall {
   functionName: string;
   kwargs: Record<string, unknown>;
   graceMs: number;
-  signal?: AbortSignal;
+  signal?: AbortSignalLike;
   /** Called once when the call is over in the worker (result, failure, stream end, cancel or crash). */
   onSettled(): void;
 }

@@ -3,6 +3,7 @@
  * wait in a bounded queue, replicas start on demand, `minReplicas` stay warm, idle ones stop after the
  * cooldown. Independent of what a replica runs (Python worker, custom server, remote URL).
  */
+import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 
@@ -125,7 +126,7 @@ export class ReplicaPool<R extends Replica> {
    * A slot: now, or after waiting in the queue. Throws a 429 `ProblemError` (with `Retry-After`) when
    * the queue is full; rejects with the signal's reason when it aborts while waiting.
    */
-  acquire(signal?: AbortSignal): Promise<Lease<R>> {
+  acquire(signal?: AbortSignalLike): Promise<Lease<R>> {
     const lease = this.tryAcquire();
     if (lease) return Promise.resolve(lease);
     if (this.#waiters.length >= this.#options.queueLimit) {

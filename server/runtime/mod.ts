@@ -4,6 +4,7 @@
  * `ProblemError` for a missing app or function, a full queue, an app that failed to load). Free of HTTP,
  * so the synchronous handler and a durable async dispatcher call it the same way.
  */
+import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { type AppVersion, loadApp, scanApps } from "./_app_registry.ts";
@@ -37,7 +38,7 @@ export interface InvokeRequest {
   /** The run's id, from `newRunId()`; passed to a `run_id` parameter and sent as `X-Request-Id` upstream. */
   runId: string;
   /** Aborting interrupts the call: it is cancelled in the worker, whose process is replaced if it cannot stop. */
-  signal?: AbortSignal;
+  signal?: AbortSignalLike;
   /** A slot reserved with `tryAcquireSlot`; without it the call waits in the app's queue. */
   lease?: SlotLease;
 }

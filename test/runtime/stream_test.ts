@@ -117,6 +117,29 @@ describe("streaming calls", () => {
     assert.equal(t.server.context.runtime.capacity(TEST_PROJECT, "gen").busy, 0);
   });
 
+  it("stops a sync call's function when its client disconnects, and frees the slot", async () => {
+    // An app of its own: the other tests write marker files into gen's folder, which redeploys it.
+    await deployApp(t, "napper", {
+      toml: "[scaling]\nmax_replicas = 1\nreplica_concurrency = 1\n",
+      files: { "main.py": "import asyncio\n\nasync def nap(seconds):\n    await asyncio.sleep(seconds)\n    return 'late'\n" },
+    });
+    const busy = () => t.server.context.runtime.capacity(TEST_PROJECT, "napper").busy;
+    assert.equal((await callFunction(t, "napper", "nap", { seconds: 0 })).data?.result, "late");
+    const abort = new AbortController();
+    const call = checkedFetch(`${t.url}/v4/${TEST_PROJECT}/napper/nap`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${t.token}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ seconds: 30 }),
+      signal: abort.signal,
+    }).catch((error: unknown) => error);
+    await waitFor(() => busy() === 1, "the call to start", 10_000);
+    abort.abort();
+    assert.equal(((await call) as Error).name, "AbortError");
+    // The function would hold the only slot for 30 s; the disconnect cancels it in the worker.
+    await waitFor(() => busy() === 0, "the slot to be free", 5_000);
+    assert.equal((await callFunction(t, "napper", "nap", { seconds: 0 })).data?.result, "late");
+  });
+
   it("raises GeneratorExit in an async generator when the client disconnects", async () => {
     const marker = join(dir, "aendless.exit");
     const abort = new AbortController();
