@@ -4,7 +4,8 @@ import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import type { AttemptOutcome } from "./retry_policy.ts";
 import { DestinationRefusedError, type GuardOptions, literalDestination, resolveDestination, type ResolvedDestination } from "./destination_guard.ts";
-import { startDeadline } from "../deadline/mod.ts";
+import type { AbortSignalLike } from "../abort/mod.ts";
+import { startLightDeadline } from "../deadline/mod.ts";
 
 /** What one attempt sends. */
 export interface PostRequest {
@@ -14,7 +15,7 @@ export interface PostRequest {
   timeoutMs: number;
   guard: GuardOptions;
   /** Ends the attempt early (the worker is stopping). */
-  signal?: AbortSignal;
+  signal?: AbortSignalLike;
 }
 
 // Connections to a receiver are kept alive and reused: a delivery costs a request, not a TCP (and TLS)
@@ -41,9 +42,12 @@ function describe(error: unknown): string {
   return code && !message.includes(code) ? `${code}: ${message}` : message;
 }
 
-/** Posts once and says how it ended; never throws. */
+/**
+ * Posts once and says how it ended; never throws. The deadline is a light one (no `AbortSignal` per
+ * attempt, see ../abort/mod.ts): when it ends, the request is destroyed.
+ */
 export async function postOnce(request: PostRequest): Promise<AttemptOutcome> {
-  const timer = startDeadline(request.timeoutMs, { signal: request.signal });
+  const timer = startLightDeadline(request.timeoutMs, { signal: request.signal });
   try {
     return await post(request, timer.signal);
   } finally {
@@ -51,7 +55,7 @@ export async function postOnce(request: PostRequest): Promise<AttemptOutcome> {
   }
 }
 
-async function post(request: PostRequest, deadline: AbortSignal): Promise<AttemptOutcome> {
+async function post(request: PostRequest, deadline: AbortSignalLike): Promise<AttemptOutcome> {
   let destination: ResolvedDestination;
   try {
     destination = literalDestination(request.url, request.guard) ?? await Promise.race([
@@ -70,15 +74,20 @@ async function post(request: PostRequest, deadline: AbortSignal): Promise<Attemp
     function settle(outcome: AttemptOutcome) {
       if (settled) return;
       settled = true;
+      deadline.removeEventListener("abort", onDeadline);
       resolve(outcome);
     }
     const req = send(request.url, {
       method: "POST",
       headers: { ...request.headers, "Content-Length": String(Buffer.byteLength(request.body)) },
       lookup: pinnedLookup(destination),
-      signal: deadline,
       agent: https ? httpsAgent : httpAgent,
     });
+    function onDeadline() {
+      req.destroy(deadline.reason instanceof Error ? deadline.reason : new Error(String(deadline.reason)));
+    }
+    if (deadline.aborted) onDeadline();
+    else deadline.addEventListener("abort", onDeadline, { once: true });
     req.once("response", (res: IncomingMessage) => {
       // Drain the answer so the attempt ends only when the receiver has finished it.
       res.resume();

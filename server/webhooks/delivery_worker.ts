@@ -6,8 +6,8 @@
  * worker (`handOff.lease`) and given to it once committed (`handOff.take`).
  */
 import { randomBytes } from "node:crypto";
-import { setMaxListeners } from "node:events";
 import type { Kysely } from "kysely";
+import { LightAbortController } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
@@ -69,9 +69,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const maxInFlight = options.maxInFlight ?? 64;
   // Handed-off deliveries waiting for the window; past it, new ones stay in the outbox to be claimed.
   const maxReady = maxInFlight * 4;
-  const stopping = new AbortController();
-  // Every attempt in flight listens to it (through its deadline).
-  setMaxListeners(maxInFlight + 8, stopping.signal);
+  // Every attempt in flight listens to it (through its deadline): a light one, no listener limit.
+  const stopping = new LightAbortController();
   let inFlight = 0;
   // The last claim filled the window: more deliveries may be due, so a finished attempt claims again.
   let backlog = false;
