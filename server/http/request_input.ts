@@ -22,9 +22,10 @@ export interface RequestInputOptions {
 }
 
 /**
- * A handler's input: decoded parameters and body, the caller, and a signal made on first use. It holds
- * no per-request functions: a closure stored on it (even one never called) kept the whole request
- * reachable to the scavenger as well.
+ * A handler's input: decoded parameters and body, the caller, and a signal made on first use (or one
+ * target to abort on disconnect, which costs no `AbortSignal`). It holds no per-request functions of its
+ * own: a closure stored on it (even one never called) kept the whole request reachable to the scavenger
+ * as well.
  */
 export class RequestInput implements HandlerInput<OperationId> {
   path: HandlerInput<OperationId>["path"];

@@ -56,6 +56,7 @@ export interface DeliveryHandOff {
 export interface DeliveryWorker {
   /** Looks at the outbox now (call after enqueuing a delivery). */
   wake(): void;
+  /** Where the run service hands this process's deliveries (see `DeliveryHandOff`). */
   handOff: DeliveryHandOff;
   /** Stops claiming; attempts in flight are abandoned unrecorded and retried once their lease ends. */
   stop(): Promise<void>;
