@@ -3,7 +3,7 @@
  * run records, cancels runs, and — when given an executor — dispatches queued async runs.
  */
 import { randomBytes } from "node:crypto";
-import { type AbortSignalLike, LightAbortController } from "../abort/mod.ts";
+import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Insertable, Kysely } from "kysely";
 import type { components } from "../../generated/api.d.ts";
 import type { Config } from "../config.ts";
@@ -14,24 +14,15 @@ import { createGroupCommit, type Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import type { Ticker } from "../ticker/mod.ts";
 import { checkEndpointUrl, type DeliveryHandOff, DestinationRefusedError, webhookViews } from "../webhooks/mod.ts";
-import { type RunExecutor, toRunError } from "./executor.ts";
+import type { RunExecutor } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
-import { type LocalRuns, RunCancelled } from "./_local_runs.ts";
+import type { LocalRuns } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
-import {
-  deliveryBodyFor,
-  finishRun,
-  outcomeColumns,
-  queuedRunsByApp,
-  type RunOutcome,
-  selectRun,
-  selectRunById,
-  selectRunPage,
-  TERMINAL_STATUSES,
-} from "./_queries.ts";
+import { finishRun, queuedRunsByApp, selectRun, selectRunById, selectRunPage, TERMINAL_STATUSES } from "./_queries.ts";
 import { type Run, type RunRow, toRun } from "./_view.ts";
+import { type CheckedWebhook, LiveRunRecord } from "./_live_run.ts";
 import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
 import { insertRun } from "./_run_rows.ts";
@@ -185,6 +176,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     handOff: options.deliveryHandOff,
     onError: (error) => logger.error({ err: error }, "writing run records failed"),
   });
+  const liveRunDeps = { writer, local, events };
   const loops: Ticker[] = [];
   let dispatcher: Ticker | undefined;
   if (options.executor) {
@@ -214,7 +206,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     })
   );
 
-  function checkWebhook(call: RunCall): { endpoint: string; sealed: string | null } | null {
+  function checkWebhook(call: RunCall): CheckedWebhook | null {
     if (!call.webhook) return null;
     try {
       const url = checkEndpointUrl(call.webhook.endpoint, { allowPrivate: config.webhookAllowPrivate });
@@ -239,62 +231,6 @@ export function createRunService(options: RunServiceOptions): RunService {
     }
     if (row.project_id !== call.projectId || row.app_id !== call.app) throw new Error(`Idempotency key bound to run ${runId} of another app`);
     return { kind: "replay", run: await view(row) };
-  }
-
-  function liveRun(call: RunCall, row: Insertable<RunTable>, webhook: { endpoint: string; sealed: string | null } | null): LiveRun {
-    // Not an AbortController: see ../abort/mod.ts.
-    const controller = new LightAbortController();
-    // One listener instead of AbortSignal.any, which costs a signal and weak references per call.
-    if (call.signal?.aborted) controller.abort(call.signal.reason);
-    else call.signal?.addEventListener("abort", () => controller.abort(call.signal!.reason), { once: true });
-    const items: unknown[] = [];
-    const startedAt = Number(row.started_at);
-    let stream = call.mode === "stream";
-    let ended = false;
-    let resolveDone = () => {};
-    const done = new Promise<void>((resolve) => (resolveDone = resolve));
-    function end(outcome: RunOutcome): Promise<void> {
-      if (ended) return Promise.resolve();
-      ended = true;
-      const now = Date.now();
-      const columns = outcomeColumns(outcome, { startedAt, completedAt: now });
-      const delivery = webhook
-        ? { runId: row.run_id, endpoint: webhook.endpoint, body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now), sealedSecret: webhook.sealed }
-        : undefined;
-      const mode = stream ? "stream" : row.mode;
-      writer.put({ ...row, mode, ...columns } as Insertable<RunTable>, delivery);
-      local.delete(row.run_id);
-      events.finished({
-        runId: row.run_id,
-        projectId: row.project_id,
-        appId: row.app_id,
-        mode,
-        status: outcome.status,
-        runTimeMs: columns.run_time_ms ?? null,
-        errorType: columns.error_type,
-      });
-      resolveDone();
-      // A webhook must survive a crash right after the caller got the answer, so its record is committed
-      // now (one small transaction, about a millisecond) rather than in the next batch.
-      return delivery ? writer.flushSoon() : Promise.resolve();
-    }
-    events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: 0 });
-    local.set(row.run_id, {
-      cancel() {
-        controller.abort(new RunCancelled());
-        void end({ status: "cancelled" });
-      },
-      done,
-    });
-    return {
-      runId: row.run_id,
-      signal: controller.signal,
-      abort: (reason) => controller.abort(reason),
-      streaming: () => void (stream = true),
-      item: (value) => void items.push(value),
-      succeed: (...args: unknown[]) => end({ status: "success", result: args.length ? args[0] : stream ? items : null }),
-      fail: (error) => end({ status: "failure", error: toRunError(error) }),
-    };
   }
 
   async function submit(call: RunCall): Promise<Submission> {
@@ -348,7 +284,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     }
     // Buffered, not awaited: a call that ends within the batch window is written once, finished.
     if (call.idempotencyKey === undefined) writer.put(row);
-    return { kind: "live", run: liveRun(call, row, webhook) };
+    return { kind: "live", run: new LiveRunRecord(liveRunDeps, call, row, webhook) };
   }
 
   async function findRun(ref: RunRef): Promise<RunRow> {

@@ -1,0 +1,121 @@
+/**
+ * A sync or stream run that its caller executes: its abort source, its streamed items, and its one
+ * final report (record, webhook delivery, events). Every call makes one, so it is a class (one shape,
+ * methods shared) and makes its `done` promise only when someone waits for it.
+ */
+import type { Insertable } from "kysely";
+import { LightAbortController } from "../abort/mod.ts";
+import type { RunTable } from "../store/schema.ts";
+import { toRunError } from "./executor.ts";
+import { type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
+import { deliveryBodyFor, outcomeColumns, type RunOutcome } from "./_queries.ts";
+import type { RunEvents } from "./_run_events.ts";
+import type { WriteBehind } from "./_write_behind.ts";
+import type { LiveRun, RunCall } from "./service.ts";
+
+/** What a live run reports to. */
+export interface LiveRunDeps {
+  writer: WriteBehind;
+  local: LocalRuns;
+  events: RunEvents;
+}
+
+/** The webhook of a call: its checked endpoint and sealed secret. */
+export interface CheckedWebhook {
+  endpoint: string;
+  sealed: string | null;
+}
+
+/** A live run, registered in `deps.local` (so `cancelRun` reaches it) until it ends. */
+export class LiveRunRecord implements LiveRun, LocalRun {
+  readonly runId: string;
+  readonly #deps: LiveRunDeps;
+  readonly #row: Insertable<RunTable>;
+  readonly #webhook: CheckedWebhook | null;
+  // Not an AbortController: see ../abort/mod.ts.
+  readonly #controller = new LightAbortController();
+  #items: unknown[] | undefined = undefined;
+  #stream: boolean;
+  #ended = false;
+  #done: Promise<void> | undefined = undefined;
+  #resolveDone: (() => void) | undefined = undefined;
+
+  constructor(deps: LiveRunDeps, call: RunCall, row: Insertable<RunTable>, webhook: CheckedWebhook | null) {
+    this.runId = row.run_id;
+    this.#deps = deps;
+    this.#row = row;
+    this.#webhook = webhook;
+    this.#stream = call.mode === "stream";
+    const signal = call.signal;
+    // One listener instead of AbortSignal.any, which costs a signal and weak references per call.
+    if (signal?.aborted) this.#controller.abort(signal.reason);
+    else signal?.addEventListener("abort", () => this.#controller.abort(signal.reason), { once: true });
+    deps.events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: 0 });
+    deps.local.set(row.run_id, this);
+  }
+
+  get signal(): LightAbortController {
+    return this.#controller;
+  }
+
+  /** Settles once the run's final state is buffered (made on first use). */
+  get done(): Promise<void> {
+    if (this.#ended) return Promise.resolve();
+    this.#done ??= new Promise<void>((resolve) => (this.#resolveDone = resolve));
+    return this.#done;
+  }
+
+  abort(reason: unknown): void {
+    this.#controller.abort(reason);
+  }
+
+  cancel(): void {
+    this.#controller.abort(new RunCancelled());
+    void this.#end({ status: "cancelled" });
+  }
+
+  streaming(): void {
+    this.#stream = true;
+  }
+
+  item(value: unknown): void {
+    (this.#items ??= []).push(value);
+  }
+
+  succeed(...args: unknown[]): Promise<void> {
+    return this.#end({ status: "success", result: args.length ? args[0] : this.#stream ? (this.#items ?? []) : null });
+  }
+
+  fail(error: unknown): Promise<void> {
+    return this.#end({ status: "failure", error: toRunError(error) });
+  }
+
+  #end(outcome: RunOutcome): Promise<void> {
+    if (this.#ended) return Promise.resolve();
+    this.#ended = true;
+    const row = this.#row;
+    const webhook = this.#webhook;
+    const { writer, local, events } = this.#deps;
+    const now = Date.now();
+    const columns = outcomeColumns(outcome, { startedAt: Number(row.started_at), completedAt: now });
+    const delivery = webhook
+      ? { runId: row.run_id, endpoint: webhook.endpoint, body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now), sealedSecret: webhook.sealed }
+      : undefined;
+    const mode = this.#stream ? "stream" : row.mode;
+    writer.put({ ...row, mode, ...columns } as Insertable<RunTable>, delivery);
+    local.delete(row.run_id);
+    events.finished({
+      runId: row.run_id,
+      projectId: row.project_id,
+      appId: row.app_id,
+      mode,
+      status: outcome.status,
+      runTimeMs: columns.run_time_ms ?? null,
+      errorType: columns.error_type,
+    });
+    this.#resolveDone?.();
+    // A webhook must survive a crash right after the caller got the answer, so its record is committed
+    // now (one small transaction, about a millisecond) rather than in the next batch.
+    return delivery ? writer.flushSoon() : Promise.resolve();
+  }
+}
