@@ -46,10 +46,6 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     this.#row = row;
     this.#webhook = webhook;
     this.#stream = call.mode === "stream";
-    const signal = call.signal;
-    // One listener instead of AbortSignal.any, which costs a signal and weak references per call.
-    if (signal?.aborted) this.#controller.abort(signal.reason);
-    else signal?.addEventListener("abort", () => this.#controller.abort(signal.reason), { once: true });
     deps.events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: 0 });
     deps.local.set(row.run_id, this);
   }

@@ -47,14 +47,12 @@ export interface RunCall {
   webhook?: { endpoint: string; secret?: string };
   /** `Idempotency-Key`, when the call has one. */
   idempotencyKey?: string;
-  /** For a sync or stream call: when it aborts, so does the run's `signal` (or call the run's `abort`). */
-  signal?: AbortSignalLike;
 }
 
 /** A sync or stream run the caller executes itself and reports on. */
 export interface LiveRun {
   runId: string;
-  /** Aborted when the run is cancelled (`cancelRun`), by `abort`, or when the call's `signal` aborts: stop the worker. */
+  /** Aborted when the run is cancelled (`cancelRun`) or by `abort` (e.g. the caller went away): stop the worker. */
   signal: AbortSignalLike;
   /** Interrupts the run (e.g. its caller went away): aborts `signal` with `reason`. */
   abort(reason: unknown): void;

@@ -8,7 +8,7 @@ import type { Kysely } from "kysely";
 import { createLogger } from "../../server/log.ts";
 import { createSecretBox } from "../../server/secrets/mod.ts";
 import { createRunService } from "../../server/runs/mod.ts";
-import { type Database, ensureProject, openStore } from "../../server/store/mod.ts";
+import { type Database, ensureProject, openStore, type Store } from "../../server/store/mod.ts";
 import { type DeliveryWorker, type DeliveryWorkerOptions, enqueueDelivery, startDeliveryWorker } from "../../server/webhooks/mod.ts";
 import { eventually, startWebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
@@ -27,9 +27,22 @@ function startTestWorker(db: Kysely<Database>, options: Partial<DeliveryWorkerOp
   });
 }
 
-it("works through a backlog bigger than one claim without waiting for the next poll", async () => {
+/** A store in a fresh temporary data dir; `close()` closes it and removes the dir. */
+async function openScratchStore(): Promise<{ store: Store; close(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), "runplane-outbox-"));
   const store = await openStore(dir);
+  return {
+    store,
+    async close() {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+it("works through a backlog bigger than one claim without waiting for the next poll", async () => {
+  const scratch = await openScratchStore();
+  const { store } = scratch;
   const receiver = await startWebhookReceiver();
   // A backlog, as after a restart or a receiver outage: nothing wakes the worker for these.
   const count = 300;
@@ -49,14 +62,13 @@ it("works through a backlog bigger than one claim without waiting for the next p
   } finally {
     await worker.stop();
     await receiver.close();
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
+    await scratch.close();
   }
 });
 
 it("sends a sync run's delivery handed over by the run's final write, with no claim and no wake", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "runplane-handoff-"));
-  const store = await openStore(dir);
+  const scratch = await openScratchStore();
+  const { store } = scratch;
   const receiver = await startWebhookReceiver();
   const secrets = createSecretBox(randomBytes(32));
   const logger = createLogger({ level: "silent" });
@@ -98,14 +110,13 @@ it("sends a sync run's delivery handed over by the run's final write, with no cl
     await runs.stop();
     await worker.stop();
     await receiver.close();
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
+    await scratch.close();
   }
 });
 
 it("bounds the hand-off queue: past it, deliveries are left to the outbox", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "runplane-handoff-"));
-  const store = await openStore(dir);
+  const scratch = await openScratchStore();
+  const { store } = scratch;
   const receiver = await startWebhookReceiver(() => "hang");
   const worker = startTestWorker(store.db, { timeoutMs: 60_000, maxInFlight: 1 });
   try {
@@ -126,7 +137,6 @@ it("bounds the hand-off queue: past it, deliveries are left to the outbox", asyn
   } finally {
     await worker.stop();
     await receiver.close();
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
+    await scratch.close();
   }
 });
