@@ -18,7 +18,9 @@ export const DEFAULT_FUNCTION = "run";
  * reference does not have two or three non-empty `/`-separated parts.
  */
 export function resolveAppRef(ref: AppRef): Required<AppLocation> {
-  if (typeof ref !== "string") return { project: ref.project, app: ref.app, function: ref.function ?? DEFAULT_FUNCTION };
+  if (typeof ref !== "string") {
+    return { project: ref.project, app: ref.app, function: ref.function ?? DEFAULT_FUNCTION };
+  }
   const parts = ref.split("/");
   if ((parts.length !== 2 && parts.length !== 3) || parts.some((p) => p === "")) {
     throw new TypeError(`Invalid app reference "${ref}": write <project>/<app> or <project>/<app>/<function>`);

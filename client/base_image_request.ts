@@ -16,7 +16,8 @@ function isAny(version: string): boolean {
 
 /** How each package manager writes "name at version". */
 const SPEC_WRITERS: Record<"pip" | "apt" | "conda", (name: string, version: string) => string> = {
-  pip: (name, version) => isAny(version) ? name : PIP_OPERATOR.test(version) ? `${name}${version}` : `${name}==${version}`,
+  pip: (name, version) =>
+    isAny(version) ? name : PIP_OPERATOR.test(version) ? `${name}${version}` : `${name}==${version}`,
   apt: (name, version) => isAny(version) ? name : `${name}=${version}`,
   conda: (name, version) => isAny(version) ? name : `${name}=${version}`,
 };

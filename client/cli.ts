@@ -16,19 +16,33 @@ import { WEBHOOK_HELP, webhookCommand } from "./_commands/webhook.ts";
 
 const COMMANDS: Record<string, { run: Command; help: () => string; summary: string }> = {
   serve: { run: serveCommand, help: serveHelp, summary: "Run the server" },
-  "service-account": { run: serviceAccountCommand, help: () => SERVICE_ACCOUNT_HELP, summary: "Create, list and revoke service-account tokens" },
+  "service-account": {
+    run: serviceAccountCommand,
+    help: () => SERVICE_ACCOUNT_HELP,
+    summary: "Create, list and revoke service-account tokens",
+  },
   repo: { run: repoCommand, help: () => REPO_HELP, summary: "Mirror a git repository into a project's local repos" },
-  integration: { run: integrationCommand, help: () => INTEGRATION_HELP, summary: "Choose a project's repository provider: github or local" },
+  integration: {
+    run: integrationCommand,
+    help: () => INTEGRATION_HELP,
+    summary: "Choose a project's repository provider: github or local",
+  },
   run: { run: runCommand, help: () => RUN_HELP, summary: "Call an app's function (sync, async, stream)" },
   runs: { run: runsCommand, help: () => RUNS_HELP, summary: "Get, list and cancel runs" },
   "base-image": { run: baseImageCommand, help: () => BASE_IMAGE_HELP, summary: "Hash an app's build dependencies" },
   tree: { run: treeCommand, help: () => TREE_HELP, summary: "Show a repository's file tree" },
-  webhook: { run: webhookCommand, help: () => WEBHOOK_HELP, summary: "Verify a webhook delivery, or receive deliveries locally" },
+  webhook: {
+    run: webhookCommand,
+    help: () => WEBHOOK_HELP,
+    summary: "Verify a webhook delivery, or receive deliveries locally",
+  },
 };
 
 function mainHelp(): string {
   const rows = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(18)} ${c.summary}`);
-  return `Usage: runplane <command> [flags]\n\nCommands:\n${rows.join("\n")}\n\nRun runplane <command> --help for a command's flags.`;
+  return `Usage: runplane <command> [flags]\n\nCommands:\n${
+    rows.join("\n")
+  }\n\nRun runplane <command> --help for a command's flags.`;
 }
 
 /** Runs the CLI with `argv` (without node and script); resolves with the exit code. */

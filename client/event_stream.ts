@@ -19,7 +19,10 @@ export function parseStreamItem(data: string): unknown {
  * request's signal) cancels the body, which closes the connection and so the server's generator.
  * `runId` is put on the error of an `event: error` that carries none.
  */
-export async function* readEventStream(body: ReadableStream<Uint8Array>, options: { runId?: string } = {}): AsyncGenerator<unknown, void, undefined> {
+export async function* readEventStream(
+  body: ReadableStream<Uint8Array>,
+  options: { runId?: string } = {},
+): AsyncGenerator<unknown, void, undefined> {
   const decoder = new TextDecoderStream() as unknown as ReadableWritablePair<string, Uint8Array>;
   const events = body.pipeThrough(decoder).pipeThrough(new EventSourceParserStream());
   const reader = events.getReader();
@@ -28,7 +31,9 @@ export async function* readEventStream(body: ReadableStream<Uint8Array>, options
       const { done, value } = await reader.read();
       if (done) return;
       if (value.event === "error") throw streamError(value.data, options.runId);
-      if (value.event === undefined || value.event === "message" || value.event === "data") yield parseStreamItem(value.data);
+      if (value.event === undefined || value.event === "message" || value.event === "data") {
+        yield parseStreamItem(value.data);
+      }
     }
   } finally {
     await reader.cancel().catch(() => {});

@@ -16,6 +16,7 @@ import { type AppLocation, type AppRef, resolveAppRef } from "./app_ref.ts";
 import { readEventStream } from "./event_stream.ts";
 import { errorFromResponse, RunplaneError, runIdFrom } from "./runplane_error.ts";
 
+export type { components, paths } from "../generated/api.d.ts";
 export { type AppLocation, type AppRef, DEFAULT_FUNCTION, resolveAppRef } from "./app_ref.ts";
 export { parseStreamItem, readEventStream } from "./event_stream.ts";
 export { errorFromResponse, isRunplaneError, type Problem, RunplaneError } from "./runplane_error.ts";
@@ -25,7 +26,6 @@ export {
   type WebhookHeaders,
   type WebhookVerification,
 } from "./webhook_verifier.ts";
-export type { components, paths } from "../generated/api.d.ts";
 
 type Schemas = components["schemas"];
 /** A run's record. */
@@ -227,7 +227,12 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     return error;
   }
 
-  function callFunction(app: AppRef, input: Record<string, unknown> | undefined, options: RunOptions, call: { async?: boolean; accept?: string }) {
+  function callFunction(
+    app: AppRef,
+    input: Record<string, unknown> | undefined,
+    options: RunOptions,
+    call: { async?: boolean; accept?: string },
+  ) {
     const ref = resolveAppRef(app);
     return runApi.POST("/v4/{project_id}/{app_name}/{function_name}", {
       params: {
@@ -302,12 +307,21 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
   }
 
   /** Sorts a call's arguments out: `(runId, options?)` or `(app, runId, options?)`. */
-  function runTarget<O extends object>(method: string, first: AppRef, second: string | O | undefined, third: O | undefined) {
+  function runTarget<O extends object>(
+    method: string,
+    first: AppRef,
+    second: string | O | undefined,
+    third: O | undefined,
+  ) {
     if (typeof second === "string") return { app: first, runId: second, options: third ?? ({} as O) };
-    if (typeof first !== "string") throw new TypeError(`${method} needs the run id: ${method}(runId) or ${method}(app, runId)`);
+    if (typeof first !== "string") {
+      throw new TypeError(`${method} needs the run id: ${method}(runId) or ${method}(app, runId)`);
+    }
     const app = knownRuns.get(first);
     if (!app) {
-      throw new TypeError(`This client did not start run ${first}, so it does not know its app: call ${method}("<project>/<app>", "${first}")`);
+      throw new TypeError(
+        `This client did not start run ${first}, so it does not know its app: call ${method}("<project>/<app>", "${first}")`,
+      );
     }
     return { app: app as AppRef, runId: first, options: second ?? ({} as O) };
   }
@@ -319,10 +333,19 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
 
   async function getRun(first: AppRef, second?: string | RunCallOptions, third?: RunCallOptions): Promise<Run> {
     const { app, runId, options: callOptions } = runTarget("getRun", first, second, third);
-    return await unwrap(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: runPath(app, runId), signal: callOptions.signal }));
+    return await unwrap(
+      api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
+        params: runPath(app, runId),
+        signal: callOptions.signal,
+      }),
+    );
   }
 
-  async function waitForRun(first: AppRef, second?: string | WaitForRunOptions, third?: WaitForRunOptions): Promise<Run> {
+  async function waitForRun(
+    first: AppRef,
+    second?: string | WaitForRunOptions,
+    third?: WaitForRunOptions,
+  ): Promise<Run> {
     const { app, runId, options: waitOptions } = runTarget("waitForRun", first, second, third);
     const deadline = waitOptions.timeoutMs === undefined ? Infinity : Date.now() + waitOptions.timeoutMs;
     let delay = waitOptions.initialDelayMs ?? 200;
@@ -336,7 +359,8 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
           type: "about:blank",
           title: "Gave up waiting for the run",
           status: 504,
-          detail: `Run ${runId} was still ${record.status} after ${waitOptions.timeoutMs} ms; wait longer or check it later with getRun`,
+          detail:
+            `Run ${runId} was still ${record.status} after ${waitOptions.timeoutMs} ms; wait longer or check it later with getRun`,
           run_id: runId,
         });
       }
@@ -358,10 +382,19 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
 
   async function cancelRun(first: AppRef, second?: string | RunCallOptions, third?: RunCallOptions): Promise<Run> {
     const { app, runId, options: callOptions } = runTarget("cancelRun", first, second, third);
-    return await unwrap(api.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: runPath(app, runId), signal: callOptions.signal }));
+    return await unwrap(
+      api.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
+        params: runPath(app, runId),
+        signal: callOptions.signal,
+      }),
+    );
   }
 
-  function baseImageHash(app: AppRef, request: BaseImageRequest, callOptions: { signal?: AbortSignal } = {}): Promise<BaseImageHash> {
+  function baseImageHash(
+    app: AppRef,
+    request: BaseImageRequest,
+    callOptions: { signal?: AbortSignal } = {},
+  ): Promise<BaseImageHash> {
     const ref = resolveAppRef(app);
     return unwrap(api.POST("/v3/projects/{project_id}/apps/{app_id}/base-image", {
       params: { path: { project_id: ref.project, app_id: ref.app } },
@@ -370,17 +403,24 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     }));
   }
 
-  async function repositoryTree(project: string, repository: string, treeOptions: RepositoryTreeOptions = {}): Promise<RepositoryTreeResult> {
+  async function repositoryTree(
+    project: string,
+    repository: string,
+    treeOptions: RepositoryTreeOptions = {},
+  ): Promise<RepositoryTreeResult> {
     const [owner, repo, ...rest] = repository.split("/");
     if (!owner || !repo || rest.length) throw new TypeError(`Invalid repository "${repository}": write <owner>/<repo>`);
-    const { data, error, response } = await api.GET("/v4/projects/{project_id}/integrations/github/repos/{owner}/{repo}/tree", {
-      params: {
-        path: { project_id: project, owner, repo },
-        query: treeOptions.ref ? { ref: treeOptions.ref } : {},
-        header: treeOptions.ifNoneMatch ? { "If-None-Match": treeOptions.ifNoneMatch } : {},
+    const { data, error, response } = await api.GET(
+      "/v4/projects/{project_id}/integrations/github/repos/{owner}/{repo}/tree",
+      {
+        params: {
+          path: { project_id: project, owner, repo },
+          query: treeOptions.ref ? { ref: treeOptions.ref } : {},
+          header: treeOptions.ifNoneMatch ? { "If-None-Match": treeOptions.ifNoneMatch } : {},
+        },
+        signal: treeOptions.signal,
       },
-      signal: treeOptions.signal,
-    });
+    );
     const etag = response.headers.get("etag") ?? "";
     if (response.status === 304) return { notModified: true, etag };
     if (!response.ok || !data) throw await errorFromResponse(response, error);

@@ -35,8 +35,8 @@ export function isRunplaneError(value: unknown): value is RunplaneError {
 
 function isProblem(value: unknown): value is Problem {
   const v = value as Record<string, unknown> | null;
-  return typeof v === "object" && v !== null && typeof v.title === "string" && typeof v.type === "string" &&
-    typeof v.status === "number";
+  return typeof v === "object" && v !== null && typeof v.title === "string" && typeof v.type === "string"
+    && typeof v.status === "number";
 }
 
 /**

@@ -88,17 +88,37 @@ export async function verifyWebhook(options: VerifyWebhookOptions): Promise<Webh
   }
   const age = (options.now ?? Date.now()) / 1000 - timestamp;
   if (Math.abs(age) > tolerance) {
-    return { valid: false, runId, timestamp, reason: `The timestamp is ${Math.round(Math.abs(age))} s ${age > 0 ? "old" : "in the future"}, beyond the ${tolerance} s tolerance` };
+    return {
+      valid: false,
+      runId,
+      timestamp,
+      reason: `The timestamp is ${Math.round(Math.abs(age))} s ${
+        age > 0 ? "old" : "in the future"
+      }, beyond the ${tolerance} s tolerance`,
+    };
   }
   const encoder = new TextEncoder();
-  const key = await crypto.subtle.importKey("raw", encoder.encode(options.secret), { name: "HMAC", hash: "SHA-256" }, false, ["verify"]);
+  const key = await crypto.subtle.importKey(
+    "raw",
+    encoder.encode(options.secret),
+    { name: "HMAC", hash: "SHA-256" },
+    false,
+    ["verify"],
+  );
   const prefix = encoder.encode(`${runId}.${timestamp}.`);
   const signed = new Uint8Array(prefix.length + body.length);
   signed.set(prefix);
   signed.set(body, prefix.length);
   for (const candidate of candidates) {
     // crypto.subtle.verify compares in constant time.
-    if (candidate && (await crypto.subtle.verify("HMAC", key, candidate, signed))) return { valid: true, runId, timestamp };
+    if (candidate && (await crypto.subtle.verify("HMAC", key, candidate, signed))) {
+      return { valid: true, runId, timestamp };
+    }
   }
-  return { valid: false, runId, timestamp, reason: "The signature does not match: a wrong secret, or the body was changed" };
+  return {
+    valid: false,
+    runId,
+    timestamp,
+    reason: "The signature does not match: a wrong secret, or the body was changed",
+  };
 }

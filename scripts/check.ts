@@ -1,6 +1,6 @@
 /**
  * `npm run check`: fails when generated/ differs from what spec/ produces, when `tsc --noEmit` fails,
- * or when Redocly's lint reports an error on the OpenAPI document.
+ * when a file is not formatted as `npm run fmt` would, or when Redocly's lint reports an error on the OpenAPI document.
  */
 import { spawnSync } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
@@ -24,7 +24,11 @@ export async function staleGenerated(generatedDir = join(ROOT, "generated")): Pr
 
 function runStep(name: string, command: string, args: string[]): boolean {
   process.stdout.write(`check: ${name}\n`);
-  const result = spawnSync(command, args, { cwd: ROOT, stdio: "inherit", env: { ...process.env, REDOCLY_TELEMETRY: "off", REDOCLY_SUPPRESS_UPDATE_NOTICE: "true" } });
+  const result = spawnSync(command, args, {
+    cwd: ROOT,
+    stdio: "inherit",
+    env: { ...process.env, REDOCLY_TELEMETRY: "off", REDOCLY_SUPPRESS_UPDATE_NOTICE: "true" },
+  });
   if (result.status !== 0) process.stdout.write(`check: ${name} failed\n`);
   return result.status === 0;
 }
@@ -36,9 +40,13 @@ if (process.argv[1]?.endsWith("check.ts")) {
   const stale = await staleGenerated();
   if (stale.length) {
     ok = false;
-    process.stdout.write(`check: generated/ is out of date (${stale.join(", ")}): run npm run generate and commit the result\n`);
+    process.stdout.write(
+      `check: generated/ is out of date (${stale.join(", ")}): run npm run generate and commit the result\n`,
+    );
   }
   ok = runStep("tsc --noEmit", process.execPath, [require.resolve("typescript/bin/tsc"), "-p", ".", "--noEmit"]) && ok;
+  const tsx = join(ROOT, "node_modules", "tsx", "dist", "cli.mjs");
+  ok = runStep("formatting (npm run fmt fixes it)", process.execPath, [tsx, "scripts/fmt.ts", "--check"]) && ok;
   const redocly = join(ROOT, "node_modules", "@redocly", "cli", "bin", "cli.js");
   ok = runStep("redocly lint", process.execPath, [redocly, "lint", "generated/openapi.json", "--format=summary"]) && ok;
   process.stdout.write(ok ? "check: all passed\n" : "check: failed\n");

@@ -69,7 +69,16 @@ function integer(min: number, max: number) {
   };
 }
 
-const SIZE_UNITS: Record<string, number> = { "": 1, b: 1, kb: 1024, kib: 1024, mb: 1024 ** 2, mib: 1024 ** 2, gb: 1024 ** 3, gib: 1024 ** 3 };
+const SIZE_UNITS: Record<string, number> = {
+  "": 1,
+  b: 1,
+  kb: 1024,
+  kib: 1024,
+  mb: 1024 ** 2,
+  mib: 1024 ** 2,
+  gb: 1024 ** 3,
+  gib: 1024 ** 3,
+};
 
 /** Parses `10mb`, `512kb`, `1048576` into bytes. */
 export function parseSize(raw: string): number {
@@ -87,7 +96,11 @@ const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3
  */
 export function parseDuration(raw: string, bareUnit: "ms" | "s" = "ms"): number {
   const match = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/i.exec(raw);
-  if (!match) throw new Error(`must be a duration such as 24h, 90s, 500ms or a number of ${bareUnit === "s" ? "seconds" : "milliseconds"}`);
+  if (!match) {
+    throw new Error(
+      `must be a duration such as 24h, 90s, 500ms or a number of ${bareUnit === "s" ? "seconds" : "milliseconds"}`,
+    );
+  }
   return Math.round(Number(match[1]) * DURATION_UNITS[(match[2] ?? bareUnit).toLowerCase()]);
 }
 
@@ -111,7 +124,9 @@ function writableDir(raw: string): string {
     mkdirSync(path, { recursive: true });
     accessSync(path, constants.W_OK | constants.R_OK);
   } catch (error) {
-    throw new Error(`${path} is not a writable folder (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+    throw new Error(
+      `${path} is not a writable folder (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`,
+    );
   }
   return path;
 }
@@ -120,11 +135,49 @@ const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"
 
 /** Every setting, in the order `runplane serve --help` and the README list them. */
 export const SETTINGS: SettingSpec[] = [
-  { key: "host", env: "HOST", flag: "--host", default: "127.0.0.1", description: "Address to listen on (0.0.0.0 for every interface)", parse: (raw) => raw.trim() || (() => { throw new Error("must not be empty"); })() },
-  { key: "port", env: "PORT", flag: "--port", default: "8080", description: "TCP port to listen on (0 picks a free one)", parse: integer(0, 65535) },
-  { key: "dataDir", env: "RUNPLANE_DATA_DIR", flag: "--data-dir", default: "./.runplane", description: "Folder of the SQLite store, signing key and local repositories", parse: writableDir },
-  { key: "appsDir", env: "RUNPLANE_APPS_DIR", flag: "--apps-dir", default: "examples/apps", description: "Folder of deployed apps: <project_id>/<app_name>/runplane.toml", parse: (raw) => resolve(raw) },
-  { key: "bodyLimitBytes", env: "RUNPLANE_BODY_LIMIT", flag: "--body-limit", default: "10mb", description: "Largest accepted request body (413 above it)", parse: parseSize },
+  {
+    key: "host",
+    env: "HOST",
+    flag: "--host",
+    default: "127.0.0.1",
+    description: "Address to listen on (0.0.0.0 for every interface)",
+    parse: (raw) =>
+      raw.trim() || (() => {
+        throw new Error("must not be empty");
+      })(),
+  },
+  {
+    key: "port",
+    env: "PORT",
+    flag: "--port",
+    default: "8080",
+    description: "TCP port to listen on (0 picks a free one)",
+    parse: integer(0, 65535),
+  },
+  {
+    key: "dataDir",
+    env: "RUNPLANE_DATA_DIR",
+    flag: "--data-dir",
+    default: "./.runplane",
+    description: "Folder of the SQLite store, signing key and local repositories",
+    parse: writableDir,
+  },
+  {
+    key: "appsDir",
+    env: "RUNPLANE_APPS_DIR",
+    flag: "--apps-dir",
+    default: "examples/apps",
+    description: "Folder of deployed apps: <project_id>/<app_name>/runplane.toml",
+    parse: (raw) => resolve(raw),
+  },
+  {
+    key: "bodyLimitBytes",
+    env: "RUNPLANE_BODY_LIMIT",
+    flag: "--body-limit",
+    default: "10mb",
+    description: "Largest accepted request body (413 above it)",
+    parse: parseSize,
+  },
   {
     key: "logLevel",
     env: "RUNPLANE_LOG_LEVEL",
@@ -157,7 +210,8 @@ export const SETTINGS: SettingSpec[] = [
     env: "RUNPLANE_DRAIN_TIMEOUT",
     flag: "--drain-timeout",
     default: "30s",
-    description: "On SIGTERM/SIGINT, how long in-flight calls, streams and async runs may finish before they are stopped",
+    description:
+      "On SIGTERM/SIGINT, how long in-flight calls, streams and async runs may finish before they are stopped",
     parse: duration(0, 3_600_000, "0s to 1h"),
   },
   {
@@ -184,8 +238,23 @@ export const SETTINGS: SettingSpec[] = [
     description: "Seconds of silence on an event stream after which a `: ping` comment is sent",
     parse: duration(50, 3_600_000, "0.05s to 3600s", "s"),
   },
-  { key: "resultTtlMs", env: "RUNPLANE_RESULT_TTL", flag: "--result-ttl", default: "24h", description: "How long a finished run keeps its result (then `result_expired`)", parse: duration(1000, 3650 * 86_400_000, "1s to 3650d") },
-  { key: "runLeaseMs", env: "RUNPLANE_RUN_LEASE", flag: "--run-lease", default: "30s", description: "How long a claimed run stays owned without renewal; a crashed process's runs end `interrupted` after it", parse: duration(500, 3_600_000, "500ms to 1h") },
+  {
+    key: "resultTtlMs",
+    env: "RUNPLANE_RESULT_TTL",
+    flag: "--result-ttl",
+    default: "24h",
+    description: "How long a finished run keeps its result (then `result_expired`)",
+    parse: duration(1000, 3650 * 86_400_000, "1s to 3650d"),
+  },
+  {
+    key: "runLeaseMs",
+    env: "RUNPLANE_RUN_LEASE",
+    flag: "--run-lease",
+    default: "30s",
+    description:
+      "How long a claimed run stays owned without renewal; a crashed process's runs end `interrupted` after it",
+    parse: duration(500, 3_600_000, "500ms to 1h"),
+  },
   {
     key: "webhookHeaderVendor",
     env: "RUNPLANE_WEBHOOK_HEADER_VENDOR",
@@ -197,9 +266,30 @@ export const SETTINGS: SettingSpec[] = [
       return raw;
     },
   },
-  { key: "webhookAllowPrivate", env: "RUNPLANE_WEBHOOK_ALLOW_PRIVATE", flag: "--webhook-allow-private", default: "false", description: "Let webhooks reach loopback, private, link-local and metadata addresses (local development only)", parse: boolean },
-  { key: "webhookTimeoutMs", env: "RUNPLANE_WEBHOOK_TIMEOUT", flag: "--webhook-timeout", default: "10s", description: "Longest one webhook delivery attempt may take", parse: duration(100, 120_000, "100ms to 120s") },
-  { key: "webhookRetryDelayMs", env: "RUNPLANE_WEBHOOK_RETRY_DELAY", flag: "--webhook-retry-delay", default: "2s", description: "Pause between webhook delivery attempts", parse: duration(0, 5000, "0s to 5s") },
+  {
+    key: "webhookAllowPrivate",
+    env: "RUNPLANE_WEBHOOK_ALLOW_PRIVATE",
+    flag: "--webhook-allow-private",
+    default: "false",
+    description: "Let webhooks reach loopback, private, link-local and metadata addresses (local development only)",
+    parse: boolean,
+  },
+  {
+    key: "webhookTimeoutMs",
+    env: "RUNPLANE_WEBHOOK_TIMEOUT",
+    flag: "--webhook-timeout",
+    default: "10s",
+    description: "Longest one webhook delivery attempt may take",
+    parse: duration(100, 120_000, "100ms to 120s"),
+  },
+  {
+    key: "webhookRetryDelayMs",
+    env: "RUNPLANE_WEBHOOK_RETRY_DELAY",
+    flag: "--webhook-retry-delay",
+    default: "2s",
+    description: "Pause between webhook delivery attempts",
+    parse: duration(0, 5000, "0s to 5s"),
+  },
 ];
 
 /** Defaults that depend on other variables. */

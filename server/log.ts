@@ -29,8 +29,10 @@ export interface LoggerOptions {
 
 /** Creates the root logger: JSON lines, or pretty lines when it writes to a terminal. */
 export function createLogger(options: LoggerOptions = {}): Logger {
-  const destination = options.destination ??
-    (process.stdout.isTTY ? pretty({ colorize: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname,service" }) : process.stdout);
+  const destination = options.destination
+    ?? (process.stdout.isTTY
+      ? pretty({ colorize: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname,service" })
+      : process.stdout);
   return pino(
     {
       level: options.level ?? "info",

@@ -53,7 +53,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const freshDataDir = !existsSync(join(config.dataDir, "runplane.sqlite3"));
   const store = await openStore(config.dataDir, {
     checkpoints: "background",
-    onCheckpointerLost: (error) => logger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
+    onCheckpointerLost: (error) =>
+      logger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
   });
   const key = await loadOrCreateSigningKey(config.dataDir);
   const secrets = await loadSecretBox(config.dataDir);
@@ -73,7 +74,13 @@ export async function createServer(config: Config, options: CreateServerOptions 
       return reasons;
     },
   };
-  const trees = createRepositoryTrees({ dataDir: config.dataDir, store: { db: store.db, secrets }, logger, metrics: metrics.registry, cacheEntries: config.treeCacheEntries });
+  const trees = createRepositoryTrees({
+    dataDir: config.dataDir,
+    store: { db: store.db, secrets },
+    logger,
+    metrics: metrics.registry,
+    cacheEntries: config.treeCacheEntries,
+  });
   const runtime = createRuntime(config.appsDir, { logger, queueLimit: config.appQueueLimit });
   // Calls load an app on demand, so the server listens while apps load; readiness says when they have.
   const loading = runtime.start().then(() => runtime.warm()).then(
@@ -105,9 +112,13 @@ export async function createServer(config: Config, options: CreateServerOptions 
     onDeliveries: deliveries.wake,
     deliveryHandOff: deliveries.handOff,
   });
-  metrics.setQueuedRunsSource(async () => (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count })));
+  metrics.setQueuedRunsSource(async () =>
+    (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count }))
+  );
   metrics.setReplicasSource(() =>
-    runtime.replicaStates().flatMap(({ app, ...states }) => Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value })))
+    runtime.replicaStates().flatMap(({ app, ...states }) =>
+      Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value }))
+    )
   );
   const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees, runtime, runs };
   const app = createHttpApp({

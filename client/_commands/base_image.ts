@@ -20,15 +20,23 @@ ${CONNECTION_HELP}`;
 export async function baseImageCommand(io: CommandIo): Promise<number> {
   const { values } = parseArgs({
     args: io.args,
-    options: { ...CONNECTION_OPTIONS, project: { type: "string" }, app: { type: "string" }, config: { type: "string" } },
+    options: {
+      ...CONNECTION_OPTIONS,
+      project: { type: "string" },
+      app: { type: "string" },
+      config: { type: "string" },
+    },
   });
   if (!values.project || !values.app) throw new UsageError("base-image needs --project and --app");
-  const path = values.config ?? join(io.env.RUNPLANE_APPS_DIR ?? "examples/apps", values.project, values.app, "runplane.toml");
+  const path = values.config
+    ?? join(io.env.RUNPLANE_APPS_DIR ?? "examples/apps", values.project, values.app, "runplane.toml");
   let text: string;
   try {
     text = await readFile(path, "utf8");
   } catch (error) {
-    throw new Error(`Cannot read ${path} (${(error as NodeJS.ErrnoException).code}): pass the app's config with --config`);
+    throw new Error(
+      `Cannot read ${path} (${(error as NodeJS.ErrnoException).code}): pass the app's config with --config`,
+    );
   }
   let request;
   try {

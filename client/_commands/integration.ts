@@ -24,10 +24,17 @@ async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
 /** `runplane integration github|local`. */
 export async function integrationCommand(io: CommandIo & { stdin?: NodeJS.ReadableStream }): Promise<number> {
   const [sub, ...rest] = io.args;
-  if (sub !== "github" && sub !== "local") throw new UsageError(sub ? `Unknown provider "${sub}": use github or local` : "Name a provider: github or local");
+  if (sub !== "github" && sub !== "local") {
+    throw new UsageError(sub ? `Unknown provider "${sub}": use github or local` : "Name a provider: github or local");
+  }
   const { values } = parseArgs({
     args: rest,
-    options: { project: { type: "string" }, token: { type: "string" }, "api-url": { type: "string" }, "data-dir": { type: "string" } },
+    options: {
+      project: { type: "string" },
+      token: { type: "string" },
+      "api-url": { type: "string" },
+      "data-dir": { type: "string" },
+    },
   });
   const projectId = requireProjectId(values.project, `integration ${sub}`);
   let integration: Parameters<typeof saveProjectIntegration>[1]["integration"] = { provider: "local" };

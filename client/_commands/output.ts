@@ -33,7 +33,9 @@ export function describeError(error: unknown): string {
   }
   const cause = (error as { cause?: { code?: string; message?: string } }).cause;
   if (error instanceof TypeError && error.message === "fetch failed") {
-    return `Cannot reach the server (${cause?.code ?? cause?.message ?? "network error"}): check --api-url/--base-url or RUNPLANE_API_URL/RUNPLANE_BASE_URL`;
+    return `Cannot reach the server (${
+      cause?.code ?? cause?.message ?? "network error"
+    }): check --api-url/--base-url or RUNPLANE_API_URL/RUNPLANE_BASE_URL`;
   }
   return (error as Error).message ?? String(error);
 }

@@ -5,7 +5,9 @@ const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 /** The `--project` value of `command`, checked; throws a `UsageError` when missing or malformed. */
 export function requireProjectId(value: string | undefined, command: string): string {
   if (!value) throw new UsageError(`${command} needs --project <id>`);
-  if (!PROJECT_ID.test(value)) throw new UsageError(`Invalid project id "${value}": use lowercase letters, digits and dashes`);
+  if (!PROJECT_ID.test(value)) {
+    throw new UsageError(`Invalid project id "${value}": use lowercase letters, digits and dashes`);
+  }
   return value;
 }
 

@@ -29,7 +29,12 @@ export async function repoCommand(io: CommandIo): Promise<number> {
   } catch (error) {
     throw new UsageError(`Invalid --as ${values.as}: ${(error as Error).message}`);
   }
-  const path = await mirrorRepository(source, { dataDir: dataDirOf(values["data-dir"], io.env), projectId, owner: name[1], repo: name[2] });
+  const path = await mirrorRepository(source, {
+    dataDir: dataDirOf(values["data-dir"], io.env),
+    projectId,
+    owner: name[1],
+    repo: name[2],
+  });
   io.stdout.write(`${path}\n`);
   io.stderr.write(`Mirrored ${source} as ${name[1]}/${name[2]} in project ${projectId}\n`);
   return 0;

@@ -25,7 +25,9 @@ async function readInput(data: string | undefined): Promise<Record<string, unkno
     try {
       text = await readFile(data.slice(1), "utf8");
     } catch (error) {
-      throw new UsageError(`Cannot read ${data.slice(1)} (${(error as NodeJS.ErrnoException).code}): give --data @<path to a JSON file>`);
+      throw new UsageError(
+        `Cannot read ${data.slice(1)} (${(error as NodeJS.ErrnoException).code}): give --data @<path to a JSON file>`,
+      );
     }
   }
   let input: unknown;
@@ -60,9 +62,13 @@ export async function runCommand(io: CommandIo): Promise<number> {
   if (!target || positionals.length > 1 || !/^[^/]+\/[^/]+(\/[^/]+)?$/.test(target)) {
     throw new UsageError("run needs one <project>/<app>[/<function>]");
   }
-  if (values.stream && values.async) throw new UsageError("--stream and --async do not go together: a stream answers as the run goes");
+  if (values.stream && values.async) {
+    throw new UsageError("--stream and --async do not go together: a stream answers as the run goes");
+  }
   if (values.wait && !values.async) throw new UsageError("--wait waits for an --async run: add --async");
-  if (values["webhook-secret"] && !values.webhook) throw new UsageError("--webhook-secret signs webhook deliveries: add --webhook URL");
+  if (values["webhook-secret"] && !values.webhook) {
+    throw new UsageError("--webhook-secret signs webhook deliveries: add --webhook URL");
+  }
   const input = await readInput(values.data);
   const client = connect(values, io.env);
   const controller = new AbortController();
@@ -97,7 +103,9 @@ export async function runCommand(io: CommandIo): Promise<number> {
     const run = await client.waitForRun(target, runId, {
       signal: controller.signal,
       onPoll(record) {
-        if (!TERMINAL_STATUSES.includes(record.status)) showProgress(io, `${runId} ${record.status} ${((Date.now() - started) / 1000).toFixed(1)} s`);
+        if (!TERMINAL_STATUSES.includes(record.status)) {
+          showProgress(io, `${runId} ${record.status} ${((Date.now() - started) / 1000).toFixed(1)} s`);
+        }
       },
     });
     clearProgress(io);

@@ -27,10 +27,17 @@ export function formatRun(run: Run): string {
   if (run.error) {
     const { type, message, traceback } = run.error;
     // The Python runtime's messages already start with the exception's type ("ValueError: ...").
-    lines.push(`error: ${message.startsWith(`${type}: `) ? message : `${type}: ${message}`}`, ...(traceback ? [traceback] : []));
+    lines.push(
+      `error: ${message.startsWith(`${type}: `) ? message : `${type}: ${message}`}`,
+      ...(traceback ? [traceback] : []),
+    );
   }
-  if (run.status === "success") lines.push(run.result_expired ? "result: expired" : `result: ${JSON.stringify(run.result, null, 2)}`);
-  if (run.webhook) lines.push(`webhook: ${run.webhook.status} (${run.webhook.attempts.length} attempts) ${run.webhook.endpoint}`);
+  if (run.status === "success") {
+    lines.push(run.result_expired ? "result: expired" : `result: ${JSON.stringify(run.result, null, 2)}`);
+  }
+  if (run.webhook) {
+    lines.push(`webhook: ${run.webhook.status} (${run.webhook.attempts.length} attempts) ${run.webhook.endpoint}`);
+  }
   return lines.join("\n");
 }
 
@@ -40,17 +47,28 @@ export async function runsCommand(io: CommandIo): Promise<number> {
   const { values, positionals } = parseArgs({
     args: rest,
     allowPositionals: true,
-    options: { ...CONNECTION_OPTIONS, status: { type: "string" }, limit: { type: "string" }, cursor: { type: "string" } },
+    options: {
+      ...CONNECTION_OPTIONS,
+      status: { type: "string" },
+      limit: { type: "string" },
+      cursor: { type: "string" },
+    },
   });
   const [app, runId] = positionals;
   if (sub !== "get" && sub !== "list" && sub !== "cancel") {
-    throw new UsageError(sub ? `Unknown subcommand "${sub}": use get, list or cancel` : "Name a subcommand: get, list or cancel");
+    throw new UsageError(
+      sub ? `Unknown subcommand "${sub}": use get, list or cancel` : "Name a subcommand: get, list or cancel",
+    );
   }
   if (!app || !/^[^/]+\/[^/]+$/.test(app)) throw new UsageError(`runs ${sub} needs <project>/<app>`);
   const client = connect(values, io.env);
   if (sub === "list") {
-    if (values.status && !STATUSES.includes(values.status as RunStatus)) throw new UsageError(`--status must be one of ${STATUSES.join(", ")}`);
-    if (values.limit && !/^\d+$/.test(values.limit)) throw new UsageError("--limit must be a whole number from 1 to 200");
+    if (values.status && !STATUSES.includes(values.status as RunStatus)) {
+      throw new UsageError(`--status must be one of ${STATUSES.join(", ")}`);
+    }
+    if (values.limit && !/^\d+$/.test(values.limit)) {
+      throw new UsageError("--limit must be a whole number from 1 to 200");
+    }
     const page = await client.listRuns(app, {
       status: values.status as RunStatus | undefined,
       limit: values.limit ? Number(values.limit) : undefined,
@@ -58,7 +76,9 @@ export async function runsCommand(io: CommandIo): Promise<number> {
     });
     if (values.json) return (writeJson(io, page), 0);
     for (const run of page.runs) {
-      io.stdout.write(`${run.run_id}\t${run.status}\t${run.function_name}\t${run.created_at}\t${milliseconds(run.run_time_ms)}\n`);
+      io.stdout.write(
+        `${run.run_id}\t${run.status}\t${run.function_name}\t${run.created_at}\t${milliseconds(run.run_time_ms)}\n`,
+      );
     }
     if (page.next_cursor) io.stderr.write(`More runs: add --cursor ${page.next_cursor}\n`);
     return 0;

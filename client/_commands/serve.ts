@@ -5,8 +5,12 @@ import type { CommandIo } from "./usage.ts";
 
 /** Help of `runplane serve`, listing every setting with its variable and default. */
 export function serveHelp(): string {
-  const rows = SETTINGS.map((s) => `  ${s.flag.padEnd(18)} ${s.env.padEnd(32)} ${s.description} (default: ${s.default})`);
-  return `Usage: runplane serve [flags]\n\nEvery setting comes from its flag, else its environment variable, else its default:\n\n${rows.join("\n")}`;
+  const rows = SETTINGS.map((s) =>
+    `  ${s.flag.padEnd(18)} ${s.env.padEnd(32)} ${s.description} (default: ${s.default})`
+  );
+  return `Usage: runplane serve [flags]\n\nEvery setting comes from its flag, else its environment variable, else its default:\n\n${
+    rows.join("\n")
+  }`;
 }
 
 /** `runplane serve`: runs the server until SIGINT or SIGTERM. */

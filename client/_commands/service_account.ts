@@ -60,7 +60,9 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
         { projectId: values.project, name: values.name, scopes, expiresAt },
       );
       io.stdout.write(values.json ? `${JSON.stringify({ id: account.id, token })}\n` : `${token}\n`);
-      io.stderr.write(`Created service account ${account.id} for project ${account.projectId}, expires ${account.expiresAt.toISOString()}\n`);
+      io.stderr.write(
+        `Created service account ${account.id} for project ${account.projectId}, expires ${account.expiresAt.toISOString()}\n`,
+      );
     } finally {
       await store.close();
     }
@@ -76,7 +78,9 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
       } else {
         for (const a of accounts) {
           const state = a.revokedAt ? "revoked" : a.expiresAt.getTime() < Date.now() ? "expired" : "active";
-          io.stdout.write(`${a.id}\t${a.name}\t${a.scopes.join(",")}\t${state}\texpires ${a.expiresAt.toISOString()}\n`);
+          io.stdout.write(
+            `${a.id}\t${a.name}\t${a.scopes.join(",")}\t${state}\texpires ${a.expiresAt.toISOString()}\n`,
+          );
         }
       }
     } finally {

@@ -23,7 +23,13 @@ export function formatTree(tree: RepositoryTree): string {
     const segments = entry.path.split("/");
     const name = segments[segments.length - 1];
     const indent = "  ".repeat(segments.length - 1);
-    const suffix = entry.type === "directory" ? "/" : entry.type === "symlink" ? "@" : entry.type === "submodule" ? ` -> ${entry.sha.slice(0, 7)}` : "";
+    const suffix = entry.type === "directory"
+      ? "/"
+      : entry.type === "symlink"
+      ? "@"
+      : entry.type === "submodule"
+      ? ` -> ${entry.sha.slice(0, 7)}`
+      : "";
     lines.push(`${indent}${name}${suffix}`);
   }
   return lines.join("\n");

@@ -45,7 +45,9 @@ async function headersFrom(files: string | undefined, lines: string[]): Promise<
   if (files) {
     const text = await readFile(files, "utf8");
     if (text.trimStart().startsWith("{")) {
-      for (const [name, value] of Object.entries(JSON.parse(text) as Record<string, unknown>)) headers[name.toLowerCase()] = String(value);
+      for (const [name, value] of Object.entries(JSON.parse(text) as Record<string, unknown>)) {
+        headers[name.toLowerCase()] = String(value);
+      }
     } else {
       parseHeaderLines(text.split(/\r?\n/), headers);
     }
@@ -68,10 +70,18 @@ function describeVerification(outcome: WebhookVerification): string {
 
 async function verify(io: CommandIo, values: ReturnType<typeof parse>["values"]): Promise<number> {
   if (!values.secret || !values.body) throw new UsageError("webhook verify needs --secret and --body");
-  if (!values.header?.length && !values.headers) throw new UsageError("webhook verify needs the delivery's headers: --header or --headers");
+  if (!values.header?.length && !values.headers) {
+    throw new UsageError("webhook verify needs the delivery's headers: --header or --headers");
+  }
   const body = new Uint8Array(await readFile(values.body));
   const headers = await headersFrom(values.headers, values.header ?? []);
-  const outcome = await verifyWebhook({ secret: values.secret, headers, body, toleranceSeconds: tolerance(values.tolerance), vendor: values.vendor });
+  const outcome = await verifyWebhook({
+    secret: values.secret,
+    headers,
+    body,
+    toleranceSeconds: tolerance(values.tolerance),
+    vendor: values.vendor,
+  });
   if (values.json) io.stdout.write(`${JSON.stringify(outcome)}\n`);
   else io.stdout.write(`Signature ${describeVerification(outcome)}\n`);
   return outcome.valid ? 0 : 1;
@@ -100,15 +110,36 @@ async function listen(io: CommandIo, values: ReturnType<typeof parse>["values"])
   const server = createServer(async (request, response) => {
     const body = await readBody(request);
     const outcome = values.secret
-      ? await verifyWebhook({ secret: values.secret, headers: request.headers, body, toleranceSeconds, vendor: values.vendor })
+      ? await verifyWebhook({
+        secret: values.secret,
+        headers: request.headers,
+        body,
+        toleranceSeconds,
+        vendor: values.vendor,
+      })
       : undefined;
     const runId = request.headers["x-request-id"] ?? "-";
     const signature = outcome ? (outcome.valid ? "valid" : "invalid") : "not checked (no --secret)";
     if (values.json) {
       const reason = outcome && !outcome.valid ? { reason: outcome.reason } : {};
-      io.stdout.write(`${JSON.stringify({ method: request.method, path: request.url, run_id: runId, signature, ...reason, body: bodyForDisplay(body) })}\n`);
+      io.stdout.write(
+        `${
+          JSON.stringify({
+            method: request.method,
+            path: request.url,
+            run_id: runId,
+            signature,
+            ...reason,
+            body: bodyForDisplay(body),
+          })
+        }\n`,
+      );
     } else {
-      io.stdout.write(`${request.method} ${request.url} run ${runId} signature ${outcome ? describeVerification(outcome) : signature}\n`);
+      io.stdout.write(
+        `${request.method} ${request.url} run ${runId} signature ${
+          outcome ? describeVerification(outcome) : signature
+        }\n`,
+      );
       io.stdout.write(`${JSON.stringify(bodyForDisplay(body), null, 2)}\n`);
     }
     response.writeHead(outcome && !outcome.valid ? 401 : 200, { "content-type": "application/json" });
@@ -138,5 +169,7 @@ export async function webhookCommand(io: CommandIo): Promise<number> {
   const [sub, ...rest] = io.args;
   if (sub === "verify") return verify(io, parse(rest).values);
   if (sub === "listen") return listen(io, parse(rest).values);
-  throw new UsageError(sub ? `Unknown subcommand "${sub}": use verify or listen` : "Name a subcommand: verify or listen");
+  throw new UsageError(
+    sub ? `Unknown subcommand "${sub}": use verify or listen` : "Name a subcommand: verify or listen",
+  );
 }

@@ -49,7 +49,14 @@ export interface OpenApiResponse {
 export async function compileSpec(specDir: string): Promise<OpenApiDocument> {
   const require = createRequire(import.meta.url);
   const entry = require.resolve("@typespec/compiler");
-  const tsp = join(entry.slice(0, entry.lastIndexOf("node_modules")), "node_modules", "@typespec", "compiler", "cmd", "tsp.js");
+  const tsp = join(
+    entry.slice(0, entry.lastIndexOf("node_modules")),
+    "node_modules",
+    "@typespec",
+    "compiler",
+    "cmd",
+    "tsp.js",
+  );
   const outDir = await mkdtemp(join(tmpdir(), "runplane-tsp-"));
   try {
     await run(process.execPath, [

@@ -44,7 +44,11 @@ export function markdownReport(report: BenchReport): string {
   ];
   for (const r of report.rows) {
     lines.push(
-      `| ${r.scenario} | ${r.subject} | ${r.throughput === null ? "–" : `${fmt(r.throughput)} ${r.unit}`} | ${fmt(r.p50Ms, 2)} | ${fmt(r.p99Ms, 2)} | ${fmt(r.peakRssMiB)} | ${r.ratio === null ? "–" : `${r.ratio.toFixed(2)}×`} | ${r.target || "–"} | ${r.met === null ? "–" : r.met ? "yes" : "**no**"} | ${r.note} |`,
+      `| ${r.scenario} | ${r.subject} | ${r.throughput === null ? "–" : `${fmt(r.throughput)} ${r.unit}`} | ${
+        fmt(r.p50Ms, 2)
+      } | ${fmt(r.p99Ms, 2)} | ${fmt(r.peakRssMiB)} | ${r.ratio === null ? "–" : `${r.ratio.toFixed(2)}×`} | ${
+        r.target || "–"
+      } | ${r.met === null ? "–" : r.met ? "yes" : "**no**"} | ${r.note} |`,
     );
   }
   return lines.join("\n");

@@ -35,7 +35,11 @@ export async function createLargeRepo(path: string, options: LargeRepoOptions = 
   await mkdir(path, { recursive: true });
   const env = { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null" };
   await runQuiet(["init", "--quiet", "--bare", `--initial-branch=${branch}`, path], env);
-  const child = spawn("git", ["fast-import", "--quiet", "--done"], { cwd: path, env, stdio: ["pipe", "ignore", "pipe"] });
+  const child = spawn("git", ["fast-import", "--quiet", "--done"], {
+    cwd: path,
+    env,
+    stdio: ["pipe", "ignore", "pipe"],
+  });
   let stderr = "";
   child.stderr.on("data", (chunk: Buffer) => (stderr += chunk));
   const exited = once(child, "close");
@@ -45,14 +49,18 @@ export async function createLargeRepo(path: string, options: LargeRepoOptions = 
   const folders = new Set<string>();
   const lines: string[] = [];
   for (let i = 0; i < files; i++) {
-    const folder = `src/m${String(Math.floor(i / (perFolder * 10))).padStart(3, "0")}/d${String(Math.floor(i / perFolder) % 10).padStart(2, "0")}`;
+    const folder = `src/m${String(Math.floor(i / (perFolder * 10))).padStart(3, "0")}/d${
+      String(Math.floor(i / perFolder) % 10).padStart(2, "0")
+    }`;
     folders.add(folder).add(folder.slice(0, folder.lastIndexOf("/")));
     const content = `file ${i}\n`;
     await write(`blob\nmark :${i + 1}\ndata ${Buffer.byteLength(content)}\n${content}\n`);
     lines.push(`M 100644 :${i + 1} ${folder}/f${String(i).padStart(6, "0")}.txt\n`);
   }
   const message = `${files} files\n`;
-  await write(`commit refs/heads/${branch}\ncommitter Bench <bench@example.com> 1700000000 +0000\ndata ${message.length}\n${message}`);
+  await write(
+    `commit refs/heads/${branch}\ncommitter Bench <bench@example.com> 1700000000 +0000\ndata ${message.length}\n${message}`,
+  );
   for (const line of lines) await write(line);
   await write("\ndone\n");
   child.stdin.end();

@@ -33,11 +33,18 @@ const SCENARIOS: Array<[string, Scenario]> = [
 
 const only = process.argv.slice(2);
 const started = Date.now();
-const log = (message: string) => process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${message}\n`);
+const log = (message: string) =>
+  process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${message}\n`);
 log("building the server (npm run build)");
-execFileSync(process.execPath, [join(ROOT, "node_modules", "tsx", "dist", "cli.mjs"), join(ROOT, "scripts", "build.ts")], { cwd: ROOT, stdio: "inherit" });
+execFileSync(process.execPath, [
+  join(ROOT, "node_modules", "tsx", "dist", "cli.mjs"),
+  join(ROOT, "scripts", "build.ts"),
+], { cwd: ROOT, stdio: "inherit" });
 const runplane = await startRunplane({ RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" });
-const bareKoa = await startProcess(process.execPath, { args: ["--import", "tsx", join(ROOT, "scripts", "bench", "peers", "bare_koa.ts")], cwd: ROOT });
+const bareKoa = await startProcess(process.execPath, {
+  args: ["--import", "tsx", join(ROOT, "scripts", "bench", "peers", "bare_koa.ts")],
+  cwd: ROOT,
+});
 const context: BenchContext = { runplane, bareKoa, durationSeconds: Number(process.env.BENCH_SECONDS ?? 8), log };
 const report: BenchReport = { date: new Date().toISOString().slice(0, 10), machine: machineInfo(), rows: [] };
 try {
@@ -47,7 +54,19 @@ try {
       report.rows.push(...(await scenario(context)));
     } catch (error) {
       log(`scenario ${id} failed: ${(error as Error).stack}`);
-      report.rows.push({ scenario: `${id}.`, subject: "runplane", throughput: null, unit: "", p50Ms: null, p99Ms: null, peakRssMiB: null, ratio: null, target: "", met: false, note: `failed: ${(error as Error).message.split("\n")[0]}` });
+      report.rows.push({
+        scenario: `${id}.`,
+        subject: "runplane",
+        throughput: null,
+        unit: "",
+        p50Ms: null,
+        p99Ms: null,
+        peakRssMiB: null,
+        ratio: null,
+        target: "",
+        met: false,
+        note: `failed: ${(error as Error).message.split("\n")[0]}`,
+      });
     }
   }
 } finally {

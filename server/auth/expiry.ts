@@ -15,7 +15,9 @@ export function parseExpiry(text: string, now = Date.now()): number {
     at = Number.NaN;
   }
   if (!Number.isFinite(at)) {
-    throw new Error(`Invalid expiry "${text}": use a duration such as 30d, 12h, 90m, or an ISO date such as 2027-01-31`);
+    throw new Error(
+      `Invalid expiry "${text}": use a duration such as 30d, 12h, 90m, or an ISO date such as 2027-01-31`,
+    );
   }
   if (at <= now) throw new Error(`Expiry "${text}" is in the past: choose a later date`);
   return at;

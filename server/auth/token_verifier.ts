@@ -31,7 +31,9 @@ const selectAccount = rawStatement<{ revoked_at: number | null; id: string }>(
 
 function unauthorized(detail: string, description: string): ProblemError {
   return new ProblemError("unauthorized", detail, {
-    headers: { "WWW-Authenticate": `Bearer realm="runplane", error="invalid_token", error_description="${description}"` },
+    headers: {
+      "WWW-Authenticate": `Bearer realm="runplane", error="invalid_token", error_description="${description}"`,
+    },
   });
 }
 
@@ -68,7 +70,10 @@ export function createTokenVerifier(deps: { db: Kysely<Database>; key: SigningKe
       if (error instanceof joseErrors.JWSSignatureVerificationFailed) {
         throw unauthorized("The token's signature is not valid for this server", "bad signature");
       }
-      throw unauthorized("The token is malformed: send a service-account token as `Authorization: Bearer <token>`", "malformed");
+      throw unauthorized(
+        "The token is malformed: send a service-account token as `Authorization: Bearer <token>`",
+        "malformed",
+      );
     }
   }
   return {

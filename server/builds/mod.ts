@@ -33,7 +33,11 @@ export async function hashBaseImage(
   const insert = () =>
     db.insertInto("base_image_digests")
       .values({ project_id: input.projectId, digest, created_at: Date.now() })
-      .onConflict((oc) => oc.columns(["project_id", "digest"]).doUpdateSet((eb) => ({ seen_count: eb("base_image_digests.seen_count", "+", 1) })))
+      .onConflict((oc) =>
+        oc.columns(["project_id", "digest"]).doUpdateSet((eb) => ({
+          seen_count: eb("base_image_digests.seen_count", "+", 1),
+        }))
+      )
       .returning("seen_count")
       .executeTakeFirstOrThrow();
   let row;

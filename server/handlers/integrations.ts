@@ -16,7 +16,12 @@ function matchesETag(ifNoneMatch: string | undefined, tag: string): boolean {
 export function integrationHandlers(context: ServerContext): IntegrationHandlers {
   return {
     async getRepositoryTree({ path, query, header, signal }) {
-      const found = await context.trees.resolve(path.project_id, { owner: path.owner, repo: path.repo, ref: query.ref, signal });
+      const found = await context.trees.resolve(path.project_id, {
+        owner: path.owner,
+        repo: path.repo,
+        ref: query.ref,
+        signal,
+      });
       const headers = { ETag: `"${found.tree}"` };
       if (matchesETag(header["If-None-Match"], found.tree)) return { status: 304, headers };
       const entries = await found.entries();

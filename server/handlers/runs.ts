@@ -32,10 +32,18 @@ async function* frames(items: AsyncIterable<StreamItem>, options: FrameOptions):
     await run.fail(error);
     const problem = isProblemError(error)
       ? error
-      : new ProblemError("internal", `The stream failed; quote run id ${run.runId} when reporting it`, { runId: run.runId });
+      : new ProblemError("internal", `The stream failed; quote run id ${run.runId} when reporting it`, {
+        runId: run.runId,
+      });
     yield frameEvent(JSON.stringify(problem.toDocument(options.instance)), { event: "error" });
   } finally {
-    if (!finished) void run.fail({ errorType: "cancelled", message: "The client disconnected before the stream ended", traceback: null });
+    if (!finished) {
+      void run.fail({
+        errorType: "cancelled",
+        message: "The client disconnected before the stream ended",
+        traceback: null,
+      });
+    }
   }
 }
 
@@ -45,7 +53,11 @@ function replayAnswer(run: Run) {
     return { run_id: run.run_id, run_time_ms: run.run_time_ms ?? 0, result: run.result ?? null };
   }
   if (run.error) throw failureFromRunError(run.run_id, run.error);
-  throw new ProblemError("conflict", `Run ${run.run_id} ended ${run.status}; send a new Idempotency-Key to call again`, { runId: run.run_id });
+  throw new ProblemError(
+    "conflict",
+    `Run ${run.run_id} ended ${run.status}; send a new Idempotency-Key to call again`,
+    { runId: run.run_id },
+  );
 }
 
 /** The run API: calling functions and inspecting runs. */
@@ -58,14 +70,19 @@ export function runHandlers(context: ServerContext): RunHandlers {
       // Unknown and broken apps, and private functions, are refused before a run exists.
       await runtime.findApp(target.projectId, target.app);
       if (path.function_name.startsWith("_")) {
-        throw new ProblemError("not-found", `Function ${path.function_name} is private: names starting with _ cannot be called`);
+        throw new ProblemError(
+          "not-found",
+          `Function ${path.function_name} is private: names starting with _ cannot be called`,
+        );
       }
       const submission = await runs.submit({
         ...target,
         functionName: path.function_name,
         mode: query.async ? "async" : "sync",
         input: body ?? {},
-        webhook: query.webhookEndpoint ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] } : undefined,
+        webhook: query.webhookEndpoint
+          ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] }
+          : undefined,
         idempotencyKey: header["Idempotency-Key"],
       });
       if (submission.kind === "accepted") {
@@ -82,7 +99,13 @@ export function runHandlers(context: ServerContext): RunHandlers {
       input.abortOnDisconnect(run);
       let outcome;
       try {
-        outcome = await runtime.invoke({ ...target, functionName: path.function_name, input: body ?? {}, runId: run.runId, signal: run.signal });
+        outcome = await runtime.invoke({
+          ...target,
+          functionName: path.function_name,
+          input: body ?? {},
+          runId: run.runId,
+          signal: run.signal,
+        });
       } catch (error) {
         await run.fail(error);
         throw error;
@@ -90,11 +113,19 @@ export function runHandlers(context: ServerContext): RunHandlers {
       if (outcome.kind === "result") {
         await run.succeed(outcome.result);
         const runTimeMs = Math.round(outcome.runTimeMs * 1000) / 1000;
-        return { status: 200, contentType: "application/json", body: { run_id: run.runId, run_time_ms: runTimeMs, result: outcome.result } };
+        return {
+          status: 200,
+          contentType: "application/json",
+          body: { run_id: run.runId, run_time_ms: runTimeMs, result: outcome.result },
+        };
       }
       run.streaming();
       const stream = frames(outcome.items, { run, instance });
-      return { status: 200, contentType: "text/event-stream", body: withHeartbeat(stream, { intervalMs: config.sseHeartbeatMs }) };
+      return {
+        status: 200,
+        contentType: "text/event-stream",
+        body: withHeartbeat(stream, { intervalMs: config.sseHeartbeatMs }),
+      };
     },
     async getRun({ path }) {
       const run = await runs.getRun({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });

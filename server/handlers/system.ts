@@ -19,7 +19,11 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
         status: 200,
         contentType: "application/json",
         headers: { "Cache-Control": "public, max-age=300" },
-        body: { keys: [context.key.publicJwk as { kty: "OKP"; crv: "Ed25519"; x: string; kid: string; alg: "EdDSA"; use: "sig" }] },
+        body: {
+          keys: [
+            context.key.publicJwk as { kty: "OKP"; crv: "Ed25519"; x: string; kid: string; alg: "EdDSA"; use: "sig" },
+          ],
+        },
       });
     },
     getHealth() {
@@ -28,18 +32,29 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
     async getReadiness() {
       const reasons = await context.readiness.reasons();
       if (reasons.length) {
-        throw new ProblemError("service-unavailable", `Not ready: ${reasons.join("; ")}`, { headers: { "Retry-After": "1" } });
+        throw new ProblemError("service-unavailable", `Not ready: ${reasons.join("; ")}`, {
+          headers: { "Retry-After": "1" },
+        });
       }
       return { status: 200, contentType: "application/json", body: { status: "ready" } };
     },
     async getMetrics({ header }) {
       const expected = context.config.metricsToken;
       if (expected !== null && !sameSecret(header.authorization ?? "", `Bearer ${expected}`)) {
-        throw new ProblemError("unauthorized", "Send the metrics token as `Authorization: Bearer <RUNPLANE_METRICS_TOKEN>`", {
-          headers: { "WWW-Authenticate": 'Bearer realm="runplane-metrics"' },
-        });
+        throw new ProblemError(
+          "unauthorized",
+          "Send the metrics token as `Authorization: Bearer <RUNPLANE_METRICS_TOKEN>`",
+          {
+            headers: { "WWW-Authenticate": 'Bearer realm="runplane-metrics"' },
+          },
+        );
       }
-      return { status: 200, contentType: "text/plain", headers: { "Content-Type": context.metrics.registry.contentType }, body: await context.metrics.registry.metrics() };
+      return {
+        status: 200,
+        contentType: "text/plain",
+        headers: { "Content-Type": context.metrics.registry.contentType },
+        body: await context.metrics.registry.metrics(),
+      };
     },
   };
 }

@@ -14,7 +14,9 @@ export async function authenticate(
 ): Promise<Principal> {
   const match = /^Bearer[ ]+([A-Za-z0-9._~+/-]+=*)\s*$/i.exec(call.authorization ?? "");
   if (!call.authorization) {
-    throw new ProblemError("unauthorized", "Send a service-account token as `Authorization: Bearer <token>`", { headers: CHALLENGE });
+    throw new ProblemError("unauthorized", "Send a service-account token as `Authorization: Bearer <token>`", {
+      headers: CHALLENGE,
+    });
   }
   if (!match) {
     throw new ProblemError("unauthorized", "The Authorization header must be `Bearer <token>`", {
@@ -26,7 +28,10 @@ export async function authenticate(
     throw new ProblemError("forbidden", `This token belongs to project ${principal.projectId}, not ${call.projectId}`);
   }
   if (call.route.scope && !principal.scopes.includes(call.route.scope as Principal["scopes"][number])) {
-    throw new ProblemError("forbidden", `This token lacks the "${call.route.scope}" scope: create one with --scope ${call.route.scope}`);
+    throw new ProblemError(
+      "forbidden",
+      `This token lacks the "${call.route.scope}" scope: create one with --scope ${call.route.scope}`,
+    );
   }
   return principal;
 }

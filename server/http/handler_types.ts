@@ -10,7 +10,8 @@ import type { Principal } from "../auth/mod.ts";
 export type OperationId = RoutedOperationId & keyof operations;
 
 type Parameters<K extends OperationId> = operations[K]["parameters"];
-type Part<P, F extends string> = F extends keyof P ? ([NonNullable<P[F]>] extends [never] ? Record<never, never> : NonNullable<P[F]>)
+type Part<P, F extends string> = F extends keyof P
+  ? ([NonNullable<P[F]>] extends [never] ? Record<never, never> : NonNullable<P[F]>)
   : Record<never, never>;
 type RequestBodyOf<K extends OperationId> = operations[K] extends { requestBody?: infer B }
   ? [NonNullable<B>] extends [never] ? undefined

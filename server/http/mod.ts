@@ -19,9 +19,9 @@ import { RequestInput } from "./request_input.ts";
 import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
 
+export { createDrainGate, type DrainGate } from "./drain_gate.ts";
 export type { EventStreamBody, Handler, HandlerInput, HandlerResult, Handlers, OperationId } from "./handler_types.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
-export { createDrainGate, type DrainGate } from "./drain_gate.ts";
 export { type FrameOptions, frameEvent, type HeartbeatOptions, SSE_PING, withHeartbeat } from "./sse.ts";
 
 /** What the HTTP layer needs. */
@@ -70,7 +70,12 @@ function renderProblem(ctx: Context, error: ProblemError, logger: Logger): void 
   for (const [name, value] of Object.entries(error.options.headers ?? {})) ctx.set(name, value);
   ctx.type = "application/problem+json";
   ctx.body = JSON.stringify(error.toDocument(ctx.path));
-  if (error.status >= 500) logger.warn({ req_id: (ctx.state as State).requestId, problem: error.kind, detail: error.message }, "request failed");
+  if (error.status >= 500) {
+    logger.warn(
+      { req_id: (ctx.state as State).requestId, problem: error.kind, detail: error.message },
+      "request failed",
+    );
+  }
 }
 
 function asProblem(error: unknown, logger: Logger, requestId: string): ProblemError {
@@ -121,7 +126,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         const methods = [...new Set(match.path.flatMap((layer) => layer.methods))].filter((m) => m !== "HEAD");
         if (methods.length) {
           ctx.set("Allow", methods.join(", "));
-          throw new ProblemError("method-not-allowed", `${ctx.method} is not allowed here; use ${methods.join(" or ")}`);
+          throw new ProblemError(
+            "method-not-allowed",
+            `${ctx.method} is not allowed here; use ${methods.join(" or ")}`,
+          );
         }
         throw new ProblemError("not-found", `No operation at ${ctx.method} ${ctx.path}; see the API reference`);
       }
@@ -137,22 +145,30 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     if (options.responseCheck && state.route && !ctx.headerSent) {
       const mismatches = checkResponse(state.route, snapshot(ctx));
       if (mismatches.length) {
-        logger.error({ req_id: state.requestId, operationId: state.route.operationId, mismatches }, "response does not match the contract");
-        const error = new ProblemError("internal", `Response of ${state.route.operationId} does not match the contract: ${mismatches.join("; ")}`);
+        logger.error(
+          { req_id: state.requestId, operationId: state.route.operationId, mismatches },
+          "response does not match the contract",
+        );
+        const error = new ProblemError(
+          "internal",
+          `Response of ${state.route.operationId} does not match the contract: ${mismatches.join("; ")}`,
+        );
         renderProblem(ctx, error, logger);
       }
     }
     const routeId = state.route?.operationId ?? null;
     ctx.res.once("finish", () => {
       const durationMs = performance.now() - state.startedAt;
-      if (logsRequests) logger.info({
-        req_id: ctx.response.get("X-Request-Id"),
-        operationId: routeId,
-        method: ctx.method,
-        path: ctx.path,
-        status: ctx.status,
-        duration_ms: Math.round(durationMs * 100) / 100,
-      }, "request");
+      if (logsRequests) {
+        logger.info({
+          req_id: ctx.response.get("X-Request-Id"),
+          operationId: routeId,
+          method: ctx.method,
+          path: ctx.path,
+          status: ctx.status,
+          duration_ms: Math.round(durationMs * 100) / 100,
+        }, "request");
+      }
       options.onRequestFinished?.({ operationId: routeId, method: ctx.method, status: ctx.status, durationMs });
     });
   });

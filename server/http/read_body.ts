@@ -30,10 +30,16 @@ export function createBodyReader(limitBytes: number): BodyReader {
   return async function readBody(ctx, contentTypes) {
     if (!hasBody(ctx)) return undefined;
     if (!ctx.is(...contentTypes)) {
-      throw new ProblemError("unsupported-media-type", `Send the body as ${contentTypes.join(" or ")}, not ${ctx.get("Content-Type") || "no content type"}`);
+      throw new ProblemError(
+        "unsupported-media-type",
+        `Send the body as ${contentTypes.join(" or ")}, not ${ctx.get("Content-Type") || "no content type"}`,
+      );
     }
     if (ctx.request.length !== undefined && ctx.request.length > limitBytes) {
-      throw new ProblemError("content-too-large", `The body is ${ctx.request.length} bytes; the limit is ${limitBytes}`);
+      throw new ProblemError(
+        "content-too-large",
+        `The body is ${ctx.request.length} bytes; the limit is ${limitBytes}`,
+      );
     }
     try {
       await parse(ctx as never, () => Promise.resolve());

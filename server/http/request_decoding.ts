@@ -56,7 +56,9 @@ export function decodeRequest(route: RouteSpec, raw: RawRequest): DecodedRequest
   }
   if (errors.length) {
     const summary = errors.slice(0, 5).map((e) => `${e.path} ${e.message}`).join("; ");
-    throw new ProblemError("validation", `${summary}${errors.length > 5 ? `; and ${errors.length - 5} more` : ""}`, { errors });
+    throw new ProblemError("validation", `${summary}${errors.length > 5 ? `; and ${errors.length - 5} more` : ""}`, {
+      errors,
+    });
   }
   return decoded;
 }

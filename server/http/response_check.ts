@@ -20,9 +20,10 @@ export interface ResponseSnapshot {
  * Returns what is wrong with the response, or an empty list.
  */
 export function checkResponse(route: RouteSpec, response: ResponseSnapshot): string[] {
-  const declared = (route.validators.responses as Record<string, { headers: string; content: Record<string, string | null> }>)[
-    String(response.status)
-  ];
+  const declared =
+    (route.validators.responses as Record<string, { headers: string; content: Record<string, string | null> }>)[
+      String(response.status)
+    ];
   if (!declared) {
     return [`status ${response.status} is not declared for ${route.operationId}`];
   }
@@ -37,7 +38,9 @@ export function checkResponse(route: RouteSpec, response: ResponseSnapshot): str
   }
   const headersValid = validator(declared.headers);
   if (!headersValid(headers)) {
-    for (const e of headersValid.errors ?? []) problems.push(`header ${e.instancePath || ""} ${e.message} ${JSON.stringify(e.params)}`);
+    for (const e of headersValid.errors ?? []) {
+      problems.push(`header ${e.instancePath || ""} ${e.message} ${JSON.stringify(e.params)}`);
+    }
   }
   const contentTypes = Object.keys(declared.content);
   if (contentTypes.length === 0) {
@@ -52,7 +55,9 @@ export function checkResponse(route: RouteSpec, response: ResponseSnapshot): str
   if (bodyValidator && response.body !== undefined) {
     const bodyValid = validator(bodyValidator);
     if (!bodyValid(response.body)) {
-      for (const e of bodyValid.errors ?? []) problems.push(`body${e.instancePath} ${e.message} ${JSON.stringify(e.params)}`);
+      for (const e of bodyValid.errors ?? []) {
+        problems.push(`body${e.instancePath} ${e.message} ${JSON.stringify(e.params)}`);
+      }
     }
   }
   return problems;

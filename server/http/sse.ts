@@ -14,7 +14,9 @@ export interface FrameOptions {
 
 /** Frames `data` as one event: every line of it a `data:` line, then a blank line. */
 export function frameEvent(data: string, options: FrameOptions = {}): string {
-  if (options.event !== undefined && /[\r\n]/.test(options.event)) throw new TypeError("An SSE event name cannot contain a line break");
+  if (options.event !== undefined && /[\r\n]/.test(options.event)) {
+    throw new TypeError("An SSE event name cannot contain a line break");
+  }
   const head = options.event ? `event: ${options.event}\n` : "";
   return `${head}${data.split(/\r\n|\r|\n/).map((line) => `data: ${line}`).join("\n")}\n\n`;
 }

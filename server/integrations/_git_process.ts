@@ -26,7 +26,9 @@ export interface GitOptions {
 
 function gitEnv(cwd: string): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
-  for (const name of ["PATH", "HOME", "TMPDIR", "SYSTEMROOT"]) if (process.env[name] !== undefined) env[name] = process.env[name];
+  for (const name of ["PATH", "HOME", "TMPDIR", "SYSTEMROOT"]) {
+    if (process.env[name] !== undefined) env[name] = process.env[name];
+  }
   return {
     ...env,
     LC_ALL: "C",

@@ -53,11 +53,14 @@ function retryAfterSeconds(headers: Headers): number {
 
 function isRateLimited(response: Response): boolean {
   if (response.status === 429) return true;
-  return response.status === 403 && (response.headers.has("retry-after") || response.headers.get("x-ratelimit-remaining") === "0");
+  return response.status === 403
+    && (response.headers.has("retry-after") || response.headers.get("x-ratelimit-remaining") === "0");
 }
 
 function objectId(value: unknown, what: string): string {
-  if (typeof value !== "string" || !OBJECT_ID.test(value)) throw new ProblemError("bad-gateway", `GitHub answered without a valid ${what} sha`);
+  if (typeof value !== "string" || !OBJECT_ID.test(value)) {
+    throw new ProblemError("bad-gateway", `GitHub answered without a valid ${what} sha`);
+  }
   return value;
 }
 
@@ -79,7 +82,9 @@ export function createGithubProvider(options: GithubProviderOptions): TreeProvid
       response = await fetch(`${apiUrl}${path}`, { headers, signal: deadline.signal });
     } catch (error) {
       deadline.clear();
-      const reason = deadline.timedOut ? "it did not answer in time" : ((error as Error).cause as Error | undefined)?.message ?? (error as Error).message;
+      const reason = deadline.timedOut
+        ? "it did not answer in time"
+        : ((error as Error).cause as Error | undefined)?.message ?? (error as Error).message;
       throw new ProblemError("bad-gateway", `Could not reach GitHub at ${host}: ${reason}; try again later`);
     }
     if (response.ok) {
@@ -96,15 +101,22 @@ export function createGithubProvider(options: GithubProviderOptions): TreeProvid
     await response.body?.cancel();
     if (isRateLimited(response)) {
       const seconds = retryAfterSeconds(response.headers);
-      throw new ProblemError("service-unavailable", `GitHub's rate limit for this project's token is exhausted; try again in ${seconds} seconds`, {
-        headers: { "Retry-After": String(seconds) },
-      });
+      throw new ProblemError(
+        "service-unavailable",
+        `GitHub's rate limit for this project's token is exhausted; try again in ${seconds} seconds`,
+        {
+          headers: { "Retry-After": String(seconds) },
+        },
+      );
     }
     if (response.status === 404) throw new ProblemError("not-found", missing.notFound);
     if (response.status === 422 && missing.unprocessable) throw new ProblemError("not-found", missing.unprocessable);
     if (response.status === 409 && missing.conflict) throw new ProblemError("not-found", missing.conflict);
     if (response.status === 401) {
-      throw new ProblemError("bad-gateway", `GitHub at ${host} rejected the project's token (401): set a valid one with runplane integration github`);
+      throw new ProblemError(
+        "bad-gateway",
+        `GitHub at ${host} rejected the project's token (401): set a valid one with runplane integration github`,
+      );
     }
     throw new ProblemError("bad-gateway", `GitHub at ${host} answered ${response.status}; try again later`);
   }
@@ -132,19 +144,36 @@ export function createGithubProvider(options: GithubProviderOptions): TreeProvid
       const encodedRef = resolvedRef.split("/").map(encodeURIComponent).join("/");
       const commit = await get<{ sha?: unknown; commit?: { tree?: { sha?: unknown } } }>(
         `${base}/commits/${encodedRef}`,
-        { notFound: ref === undefined ? noRepo : `${noRef}, or no repository ${name}`, unprocessable: noRef, conflict: `The repository ${name} is empty: push a commit to it first` },
+        {
+          notFound: ref === undefined ? noRepo : `${noRef}, or no repository ${name}`,
+          unprocessable: noRef,
+          conflict: `The repository ${name} is empty: push a commit to it first`,
+        },
         call.signal,
       );
-      return { ref: resolvedRef, commit: objectId(commit.sha, "commit"), tree: objectId(commit.commit?.tree?.sha, "tree") };
+      return {
+        ref: resolvedRef,
+        commit: objectId(commit.sha, "commit"),
+        tree: objectId(commit.commit?.tree?.sha, "tree"),
+      };
     },
     async readTree(coordinates, resolved, call = {}) {
       const base = repoPath(coordinates);
       const entries: TreeEntry[] = [];
-      const missing = { notFound: `GitHub no longer has the tree of ${coordinates.owner}/${coordinates.repo} at ${resolved.commit}` };
+      const missing = {
+        notFound: `GitHub no longer has the tree of ${coordinates.owner}/${coordinates.repo} at ${resolved.commit}`,
+      };
       function add(item: GithubTreeItem, prefix: string): void {
         const type = entryTypeOfMode(item.mode);
-        if (!type || typeof item.path !== "string") throw new ProblemError("bad-gateway", `GitHub answered a tree entry with mode ${item.mode}`);
-        const entry: TreeEntry = { path: prefix + item.path, type, mode: item.mode, sha: objectId(item.sha, "tree entry") };
+        if (!type || typeof item.path !== "string") {
+          throw new ProblemError("bad-gateway", `GitHub answered a tree entry with mode ${item.mode}`);
+        }
+        const entry: TreeEntry = {
+          path: prefix + item.path,
+          type,
+          mode: item.mode,
+          sha: objectId(item.sha, "tree entry"),
+        };
         if ((type === "file" || type === "symlink") && typeof item.size === "number") entry.size = item.size;
         entries.push(entry);
       }
@@ -156,7 +185,12 @@ export function createGithubProvider(options: GithubProviderOptions): TreeProvid
         }
         // GitHub caps a recursive answer; list this level alone and walk each subtree instead.
         const level = await get<GithubTree>(`${base}/git/trees/${sha}`, missing, call.signal);
-        if (level.truncated) throw new ProblemError("bad-gateway", `A folder of ${coordinates.owner}/${coordinates.repo} has more entries than GitHub lists`);
+        if (level.truncated) {
+          throw new ProblemError(
+            "bad-gateway",
+            `A folder of ${coordinates.owner}/${coordinates.repo} has more entries than GitHub lists`,
+          );
+        }
         for (const item of level.tree) {
           add(item, prefix);
           if (item.type === "tree") await walk(objectId(item.sha, "tree"), `${prefix}${item.path}/`);

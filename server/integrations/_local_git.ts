@@ -7,7 +7,13 @@ import { join, sep } from "node:path";
 import { ProblemError } from "../problems/mod.ts";
 import { GitError, runGit, streamGit } from "./_git_process.ts";
 import { assertRepoCoordinates } from "./_repo_names.ts";
-import { entryTypeOfMode, type RepoCoordinates, type ResolvedRef, type TreeEntry, type TreeProvider } from "./_tree_types.ts";
+import {
+  entryTypeOfMode,
+  type RepoCoordinates,
+  type ResolvedRef,
+  type TreeEntry,
+  type TreeProvider,
+} from "./_tree_types.ts";
 
 /** The folder of one project's local repositories. */
 export function projectReposDir(dataDir: string, projectId: string): string {
@@ -36,16 +42,29 @@ async function locate(root: string, coordinates: RepoCoordinates): Promise<strin
     if (!(await isDirectory(candidate))) continue;
     const [real, realRoot] = await Promise.all([realpath(candidate), realpath(root)]);
     if (!real.startsWith(realRoot + sep)) {
-      throw new ProblemError("not-found", `The repository ${fullName(coordinates)} points outside the project's repos folder; mirror it there with runplane repo add`);
+      throw new ProblemError(
+        "not-found",
+        `The repository ${
+          fullName(coordinates)
+        } points outside the project's repos folder; mirror it there with runplane repo add`,
+      );
     }
     return candidate;
   }
-  throw new ProblemError("not-found", `No repository ${fullName(coordinates)} in this project: mirror one with runplane repo add <path-or-url> --as ${fullName(coordinates)}`);
+  throw new ProblemError(
+    "not-found",
+    `No repository ${fullName(coordinates)} in this project: mirror one with runplane repo add <path-or-url> --as ${
+      fullName(coordinates)
+    }`,
+  );
 }
 
 function notARepository(error: unknown, coordinates: RepoCoordinates): never {
   if (error instanceof GitError && /not a git repository/i.test(error.stderr)) {
-    throw new ProblemError("not-found", `The folder of ${fullName(coordinates)} is not a git repository: mirror one with runplane repo add`);
+    throw new ProblemError(
+      "not-found",
+      `The folder of ${fullName(coordinates)} is not a git repository: mirror one with runplane repo add`,
+    );
   }
   throw error;
 }
@@ -55,7 +74,9 @@ function parseRecord(record: string): TreeEntry {
   const tab = record.indexOf("\t");
   const [mode, , sha, size] = record.slice(0, tab).split(" ").filter(Boolean);
   const type = entryTypeOfMode(mode);
-  if (tab === -1 || !type || !sha) throw new Error(`Unexpected git ls-tree record: ${JSON.stringify(record.slice(0, 200))}`);
+  if (tab === -1 || !type || !sha) {
+    throw new Error(`Unexpected git ls-tree record: ${JSON.stringify(record.slice(0, 200))}`);
+  }
   const entry: TreeEntry = { path: record.slice(tab + 1), type, mode, sha };
   if ((type === "file" || type === "symlink") && size !== "-") entry.size = Number(size);
   return entry;
@@ -70,18 +91,35 @@ export function createLocalGitProvider(root: string): TreeProvider {
       let name = ref;
       if (name === undefined) {
         name = await runGit(["symbolic-ref", "--quiet", "--short", "HEAD"], { cwd, signal: options.signal })
-          .catch((error) => (error instanceof GitError && error.exitCode === 1 ? "HEAD" : notARepository(error, coordinates)));
+          .catch((
+            error,
+          ) => (error instanceof GitError && error.exitCode === 1 ? "HEAD" : notARepository(error, coordinates)));
       }
       try {
         // The ref was validated as a plain name, so git can read it neither as an option nor an expression.
-        const [commit, tree] = (await runGit(["rev-parse", `${name}^{commit}`, `${name}^{tree}`, "--"], { cwd, signal: options.signal })).split("\n");
+        const [commit, tree] =
+          (await runGit(["rev-parse", `${name}^{commit}`, `${name}^{tree}`, "--"], { cwd, signal: options.signal }))
+            .split("\n");
         return { ref: name, commit, tree } satisfies ResolvedRef;
       } catch (error) {
-        if (!(error instanceof GitError) || !/bad revision|unknown revision/i.test(error.stderr)) notARepository(error, coordinates);
+        if (!(error instanceof GitError) || !/bad revision|unknown revision/i.test(error.stderr)) {
+          notARepository(error, coordinates);
+        }
       }
-      const anyRef = await runGit(["for-each-ref", "--count=1", "--format=%(refname)"], { cwd, signal: options.signal });
-      if (!anyRef) throw new ProblemError("not-found", `The repository ${fullName(coordinates)} is empty: push a commit to it first`);
-      throw new ProblemError("not-found", `The repository ${fullName(coordinates)} has no branch, tag or commit "${name}"`);
+      const anyRef = await runGit(["for-each-ref", "--count=1", "--format=%(refname)"], {
+        cwd,
+        signal: options.signal,
+      });
+      if (!anyRef) {
+        throw new ProblemError(
+          "not-found",
+          `The repository ${fullName(coordinates)} is empty: push a commit to it first`,
+        );
+      }
+      throw new ProblemError(
+        "not-found",
+        `The repository ${fullName(coordinates)} has no branch, tag or commit "${name}"`,
+      );
     },
     async readTree(coordinates, resolved, options = {}) {
       const cwd = await locate(root, coordinates);

@@ -28,16 +28,26 @@ export async function mirrorRepository(source: string, options: MirrorOptions): 
   const plain = bare.slice(0, -".git".length);
   for (const name of [plain, bare]) {
     if (existsSync(join(ownerDir, name))) {
-      throw new Error(`A repository ${options.owner}/${options.repo} already exists at ${join(ownerDir, name)}: remove it first or choose another --as`);
+      throw new Error(
+        `A repository ${options.owner}/${options.repo} already exists at ${
+          join(ownerDir, name)
+        }: remove it first or choose another --as`,
+      );
     }
   }
   const from = existsSync(source) ? resolve(source) : source;
   await mkdir(ownerDir, { recursive: true });
   const destination = join(ownerDir, bare);
   try {
-    await runGit(["clone", "--mirror", "--quiet", "--", from, destination], { cwd: ownerDir, signal: options.signal, timeoutMs: 600_000 });
+    await runGit(["clone", "--mirror", "--quiet", "--", from, destination], {
+      cwd: ownerDir,
+      signal: options.signal,
+      timeoutMs: 600_000,
+    });
   } catch (error) {
-    if (error instanceof GitError) throw new Error(`Could not mirror ${source}: ${error.stderr.trim().split("\n").pop() ?? "git clone failed"}`);
+    if (error instanceof GitError) {
+      throw new Error(`Could not mirror ${source}: ${error.stderr.trim().split("\n").pop() ?? "git clone failed"}`);
+    }
     throw error;
   }
   return destination;

@@ -25,9 +25,13 @@ export function normalizeGithubApiUrl(raw: string): string {
   try {
     url = new URL(raw);
   } catch {
-    throw new Error(`The GitHub API URL "${raw}" is not a URL: use e.g. ${GITHUB_API_URL} or https://github.example.com/api/v3`);
+    throw new Error(
+      `The GitHub API URL "${raw}" is not a URL: use e.g. ${GITHUB_API_URL} or https://github.example.com/api/v3`,
+    );
   }
-  if (url.protocol !== "https:" && url.protocol !== "http:") throw new Error(`The GitHub API URL must use https (or http), not ${url.protocol}`);
+  if (url.protocol !== "https:" && url.protocol !== "http:") {
+    throw new Error(`The GitHub API URL must use https (or http), not ${url.protocol}`);
+  }
   if (url.username || url.password || url.search || url.hash) {
     throw new Error("The GitHub API URL must not hold credentials, a query or a fragment: pass the token with --token");
   }
@@ -36,9 +40,14 @@ export function normalizeGithubApiUrl(raw: string): string {
 
 /** The project's provider; `local` when none was configured. Throws when the sealed token cannot be opened. */
 export async function loadProjectIntegration(store: IntegrationStore, projectId: string): Promise<ProjectIntegration> {
-  const row = await store.db.selectFrom("project_integrations").selectAll().where("project_id", "=", projectId).executeTakeFirst();
+  const row = await store.db.selectFrom("project_integrations").selectAll().where("project_id", "=", projectId)
+    .executeTakeFirst();
   if (!row || row.provider !== "github" || !row.github_token_sealed) return { provider: "local" };
-  return { provider: "github", apiUrl: row.github_api_url ?? GITHUB_API_URL, token: store.secrets.open(row.github_token_sealed) };
+  return {
+    provider: "github",
+    apiUrl: row.github_api_url ?? GITHUB_API_URL,
+    token: store.secrets.open(row.github_token_sealed),
+  };
 }
 
 /** Sets the project's provider (creating the project if needed); a GitHub token is sealed before it is stored. */
@@ -49,7 +58,11 @@ export async function saveProjectIntegration(
   const { projectId, integration } = options;
   await ensureProject(store.db, projectId);
   const values = integration.provider === "github"
-    ? { provider: "github" as const, github_api_url: normalizeGithubApiUrl(integration.apiUrl), github_token_sealed: store.secrets.seal(integration.token) }
+    ? {
+      provider: "github" as const,
+      github_api_url: normalizeGithubApiUrl(integration.apiUrl),
+      github_token_sealed: store.secrets.seal(integration.token),
+    }
     : { provider: "local" as const, github_api_url: null, github_token_sealed: null };
   const updatedAt = Date.now();
   await store.db

@@ -15,8 +15,12 @@ export const REPO_PATTERN = /^(?!\.{1,2}$)[A-Za-z0-9._-]{1,100}$/;
  */
 export function isPlainRef(ref: string): boolean {
   if (ref.length === 0 || ref.length > 255) return false;
-  if (/[\x00-\x20\x7f~^:?*[\\]/.test(ref) || ref.includes("..") || ref.includes("@{") || ref.includes("//")) return false;
-  if (ref.startsWith("-") || ref.startsWith("/") || ref.endsWith("/") || ref.endsWith(".") || ref.endsWith(".lock")) return false;
+  if (/[\x00-\x20\x7f~^:?*[\\]/.test(ref) || ref.includes("..") || ref.includes("@{") || ref.includes("//")) {
+    return false;
+  }
+  if (ref.startsWith("-") || ref.startsWith("/") || ref.endsWith("/") || ref.endsWith(".") || ref.endsWith(".lock")) {
+    return false;
+  }
   return !ref.split("/").some((part) => part.startsWith("."));
 }
 
@@ -24,13 +28,24 @@ export function isPlainRef(ref: string): boolean {
 export function assertRepoCoordinates(coordinates: RepoCoordinates, ref?: string): void {
   const errors: FieldError[] = [];
   if (!OWNER_PATTERN.test(coordinates.owner)) {
-    errors.push({ path: "path.owner", message: "must be a GitHub account name: letters, digits and single dashes, at most 39 characters" });
+    errors.push({
+      path: "path.owner",
+      message: "must be a GitHub account name: letters, digits and single dashes, at most 39 characters",
+    });
   }
   if (!REPO_PATTERN.test(coordinates.repo)) {
-    errors.push({ path: "path.repo", message: "must be a repository name: letters, digits, '.', '_' and '-', at most 100 characters, not '.' or '..'" });
+    errors.push({
+      path: "path.repo",
+      message: "must be a repository name: letters, digits, '.', '_' and '-', at most 100 characters, not '.' or '..'",
+    });
   }
   if (ref !== undefined && !isPlainRef(ref)) {
-    errors.push({ path: "query.ref", message: "must be a branch, tag or commit sha, without '..', '~', '^', ':' or spaces" });
+    errors.push({
+      path: "query.ref",
+      message: "must be a branch, tag or commit sha, without '..', '~', '^', ':' or spaces",
+    });
   }
-  if (errors.length) throw new ProblemError("validation", errors.map((e) => `${e.path} ${e.message}`).join("; "), { errors });
+  if (errors.length) {
+    throw new ProblemError("validation", errors.map((e) => `${e.path} ${e.message}`).join("; "), { errors });
+  }
 }

@@ -60,7 +60,9 @@ export function createRepositoryTrees(options: RepositoryTreesOptions): Reposito
 
   async function providerFor(projectId: string): Promise<TreeProvider> {
     const integration = await loadProjectIntegration(options.store, projectId);
-    if (integration.provider === "github") return createGithubProvider({ token: integration.token, apiUrl: integration.apiUrl });
+    if (integration.provider === "github") {
+      return createGithubProvider({ token: integration.token, apiUrl: integration.apiUrl });
+    }
     return createLocalGitProvider(projectReposDir(options.dataDir, projectId));
   }
 
@@ -76,7 +78,10 @@ export function createRepositoryTrees(options: RepositoryTreesOptions): Reposito
         async entries() {
           const startedAt = performance.now();
           // The read is not tied to the request's signal: a tree read to the end serves the next caller.
-          const { entries, hit } = await cache.getOrLoad(key, async () => sortByPath(await provider.readTree(coordinates, resolved)));
+          const { entries, hit } = await cache.getOrLoad(
+            key,
+            async () => sortByPath(await provider.readTree(coordinates, resolved)),
+          );
           lookups.inc({ result: hit ? "hit" : "miss" });
           options.logger.debug({
             project_id: projectId,

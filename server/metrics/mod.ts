@@ -36,7 +36,12 @@ export function createMetrics(): Metrics {
   collectDefaultMetrics({ register: registry });
   let queuedSource: () => GaugeReading[] | Promise<GaugeReading[]> = () => [];
   let replicasSource: () => GaugeReading[] | Promise<GaugeReading[]> = () => [];
-  function liveGauge(name: string, help: string, labelNames: string[], read: () => GaugeReading[] | Promise<GaugeReading[]>) {
+  function liveGauge(
+    name: string,
+    help: string,
+    labelNames: string[],
+    read: () => GaugeReading[] | Promise<GaugeReading[]>,
+  ) {
     return new Gauge({
       name,
       help,
@@ -49,7 +54,12 @@ export function createMetrics(): Metrics {
     });
   }
   liveGauge("runplane_runs_queued", "Runs accepted and waiting to start, per app", ["app"], () => queuedSource());
-  liveGauge("runplane_replicas", "Worker replicas per app by state (starting, idle, busy)", ["app", "state"], () => replicasSource());
+  liveGauge(
+    "runplane_replicas",
+    "Worker replicas per app by state (starting, idle, busy)",
+    ["app", "state"],
+    () => replicasSource(),
+  );
   return {
     registry,
     httpRequestDuration: new Histogram({
@@ -59,7 +69,12 @@ export function createMetrics(): Metrics {
       buckets: LATENCY_BUCKETS,
       registers: [registry],
     }),
-    runsStarted: new Counter({ name: "runplane_runs_started_total", help: "Runs started, by app and mode", labelNames: ["app", "mode"], registers: [registry] }),
+    runsStarted: new Counter({
+      name: "runplane_runs_started_total",
+      help: "Runs started, by app and mode",
+      labelNames: ["app", "mode"],
+      registers: [registry],
+    }),
     runsFinished: new Counter({
       name: "runplane_runs_finished_total",
       help: "Runs finished, by app, mode and terminal status",

@@ -12,9 +12,13 @@ export function decodeCursor(cursor: string): string {
   const text = Buffer.from(cursor, "base64url").toString("utf8");
   const runId = text.startsWith("v1:") ? text.slice(3) : "";
   if (!isRunId(runId)) {
-    throw new ProblemError("validation", "cursor is not a cursor this server made; pass next_cursor from the previous page", {
-      errors: [{ path: "query.cursor", message: "must be the next_cursor of a previous page" }],
-    });
+    throw new ProblemError(
+      "validation",
+      "cursor is not a cursor this server made; pass next_cursor from the previous page",
+      {
+        errors: [{ path: "query.cursor", message: "must be the next_cursor of a previous page" }],
+      },
+    );
   }
   return runId;
 }

@@ -51,7 +51,9 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
 
   function outcomeOf(error: unknown): RunOutcome {
     if (error instanceof RunCancelled) return { status: "cancelled" };
-    if (error instanceof RunTimedOut) return { status: "failure", error: { type: "timeout", message: error.message, traceback: null } };
+    if (error instanceof RunTimedOut) {
+      return { status: "failure", error: { type: "timeout", message: error.message, traceback: null } };
+    }
     return { status: "failure", error: toRunError(error) };
   }
 
@@ -73,7 +75,9 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
     let outcome: RunOutcome;
     try {
       const value = await untilAborted(running, controller.signal);
-      const result = isAsyncIterable(value) ? await untilAborted(collect(value, controller.signal), controller.signal) : value;
+      const result = isAsyncIterable(value)
+        ? await untilAborted(collect(value, controller.signal), controller.signal)
+        : value;
       outcome = { status: "success", result };
     } catch (error) {
       outcome = outcomeOf(controller.signal.aborted ? controller.signal.reason : error);
@@ -120,7 +124,13 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
         limit: Math.floor(free),
       });
       for (const row of claimed) {
-        options.events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: Number(row.queue_time_ms ?? 0) });
+        options.events.started({
+          runId: row.run_id,
+          projectId: row.project_id,
+          appId: row.app_id,
+          mode: row.mode,
+          queueTimeMs: Number(row.queue_time_ms ?? 0),
+        });
         start(row);
       }
     }

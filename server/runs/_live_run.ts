@@ -46,7 +46,13 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     this.#row = row;
     this.#webhook = webhook;
     this.#stream = call.mode === "stream";
-    deps.events.started({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, queueTimeMs: 0 });
+    deps.events.started({
+      runId: row.run_id,
+      projectId: row.project_id,
+      appId: row.app_id,
+      mode: row.mode,
+      queueTimeMs: 0,
+    });
     deps.local.set(row.run_id, this);
   }
 
@@ -95,7 +101,12 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     const now = Date.now();
     const columns = outcomeColumns(outcome, { startedAt: Number(row.started_at), completedAt: now });
     const delivery = webhook
-      ? { runId: row.run_id, endpoint: webhook.endpoint, body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now), sealedSecret: webhook.sealed }
+      ? {
+        runId: row.run_id,
+        endpoint: webhook.endpoint,
+        body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now),
+        sealedSecret: webhook.sealed,
+      }
       : undefined;
     const mode = this.#stream ? "stream" : row.mode;
     writer.put({ ...row, mode, ...columns } as Insertable<RunTable>, delivery);

@@ -33,7 +33,8 @@ export interface MaintenanceOptions {
 /** The error of a run whose process stopped while it ran. */
 export const INTERRUPTED = {
   type: "interrupted",
-  message: "The server process running this run stopped before it finished; it was not run again because functions may have side effects",
+  message:
+    "The server process running this run stopped before it finished; it was not run again because functions may have side effects",
   traceback: null,
 };
 
@@ -47,7 +48,12 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
     const now = Date.now();
     let interrupted = 0; // runs ended (or deliveries freed) that the delivery worker must look at
     async function interrupt(row: RunRow, where: { staleBefore?: number; owner?: string }): Promise<void> {
-      const ended = await finishRun(db, { ...row, started_at: null }, { outcome: { status: "failure", error: INTERRUPTED }, from: ["running"], now, ...where });
+      const ended = await finishRun(db, { ...row, started_at: null }, {
+        outcome: { status: "failure", error: INTERRUPTED },
+        from: ["running"],
+        now,
+        ...where,
+      });
       if (!ended) return;
       interrupted++;
       options.events.finished({

@@ -48,7 +48,9 @@ export function deadOwners(dir: string, self: string): string[] {
     if (owner === self || owner === name) continue;
     try {
       const record = JSON.parse(readFileSync(join(dir, name), "utf8")) as OwnerFile;
-      if (record.host === host && Number.isInteger(record.pid) && record.pid !== process.pid && !alive(record.pid)) dead.push(owner);
+      if (record.host === host && Number.isInteger(record.pid) && record.pid !== process.pid && !alive(record.pid)) {
+        dead.push(owner);
+      }
     } catch {
       // Half-written or unreadable: leave it to the lease.
     }

@@ -18,7 +18,10 @@ export type RunOutcome =
   | { status: "cancelled" };
 
 /** Reads one run of an app, or undefined. */
-export function selectRun(db: Db, where: { projectId: string; appId: string; runId: string }): Promise<RunRow | undefined> {
+export function selectRun(
+  db: Db,
+  where: { projectId: string; appId: string; runId: string },
+): Promise<RunRow | undefined> {
   return db
     .selectFrom("runs")
     .selectAll()
@@ -30,7 +33,9 @@ export function selectRun(db: Db, where: { projectId: string; appId: string; run
 
 /** Reads a run by id alone, or undefined. */
 export function selectRunById(db: Db, runId: string): Promise<RunRow | undefined> {
-  return db.selectFrom("runs").selectAll().where("run_id", "=", runId).executeTakeFirst() as Promise<RunRow | undefined>;
+  return db.selectFrom("runs").selectAll().where("run_id", "=", runId).executeTakeFirst() as Promise<
+    RunRow | undefined
+  >;
 }
 
 /** One page of an app's runs, newest first, starting after `before` (a run id). */
@@ -49,7 +54,10 @@ export function selectRunPage(
 }
 
 /** The columns a run's outcome sets. */
-export function outcomeColumns(outcome: RunOutcome, timing: { startedAt: number; completedAt: number }): Updateable<RunTable> {
+export function outcomeColumns(
+  outcome: RunOutcome,
+  timing: { startedAt: number; completedAt: number },
+): Updateable<RunTable> {
   return {
     status: outcome.status,
     completed_at: timing.completedAt,
@@ -83,7 +91,10 @@ export function deliveryBodyFor(runId: string, outcome: RunOutcome, runTimeMs: n
  */
 export async function finishRun(
   db: Kysely<Database>,
-  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret"> & { started_at: number | null; created_at: number },
+  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret"> & {
+    started_at: number | null;
+    created_at: number;
+  },
   options: { outcome: RunOutcome; from: string[]; owner?: string; now?: number; staleBefore?: number },
 ): Promise<boolean> {
   const now = options.now ?? Date.now();
@@ -91,14 +102,23 @@ export async function finishRun(
   const columns = outcomeColumns(options.outcome, { startedAt, completedAt: now });
   if (run.started_at === null) columns.run_time_ms = null;
   return await db.transaction().execute(async (trx) => {
-    let update = trx.updateTable("runs").set(columns).where("run_id", "=", run.run_id).where("status", "in", options.from);
+    let update = trx.updateTable("runs").set(columns).where("run_id", "=", run.run_id).where(
+      "status",
+      "in",
+      options.from,
+    );
     if (options.owner) update = update.where("lease_owner", "=", options.owner);
     if (options.staleBefore !== undefined) update = update.where("lease_expires_at", "<", options.staleBefore);
     const result = await update.executeTakeFirst();
     if (Number(result.numUpdatedRows) !== 1) return false;
     if (run.webhook_endpoint) {
       const body = deliveryBodyFor(run.run_id, options.outcome, columns.run_time_ms ?? null, now);
-      await enqueueDelivery(trx, { runId: run.run_id, endpoint: run.webhook_endpoint, body, sealedSecret: run.webhook_secret }, { now });
+      await enqueueDelivery(trx, {
+        runId: run.run_id,
+        endpoint: run.webhook_endpoint,
+        body,
+        sealedSecret: run.webhook_secret,
+      }, { now });
     }
     return true;
   });
@@ -182,7 +202,10 @@ export async function claimQueuedRuns(
 }
 
 /** Extends the leases of `owner`'s running runs; returns the ids among them whose cancel was asked for. */
-export async function renewLeases(db: Kysely<Database>, options: { owner: string; leaseMs: number }): Promise<string[]> {
+export async function renewLeases(
+  db: Kysely<Database>,
+  options: { owner: string; leaseMs: number },
+): Promise<string[]> {
   await db
     .updateTable("runs")
     .set({ lease_expires_at: Date.now() + options.leaseMs })
@@ -212,7 +235,8 @@ export function selectStaleRuns(db: Db, now: number): Promise<RunRow[]> {
 
 /** Running runs held by `owner`. */
 export function selectRunsOf(db: Db, owner: string): Promise<RunRow[]> {
-  return db.selectFrom("runs").selectAll().where("status", "=", "running").where("lease_owner", "=", owner).execute() as Promise<RunRow[]>;
+  return db.selectFrom("runs").selectAll().where("status", "=", "running").where("lease_owner", "=", owner)
+    .execute() as Promise<RunRow[]>;
 }
 
 /** Removes results older than the TTL, marking them expired; returns how many. */

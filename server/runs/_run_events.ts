@@ -49,7 +49,14 @@ export function createRunEvents(logger: Logger, metrics?: RunMetrics): RunEvents
       const labels = { app, mode: run.mode, status: run.status };
       metrics?.runsFinished.inc(labels);
       if (run.runTimeMs !== null) metrics?.runDuration.observe(labels, run.runTimeMs / 1000);
-      const line = { run_id: run.runId, app, mode: run.mode, status: run.status, duration_ms: run.runTimeMs, error_type: run.errorType ?? null };
+      const line = {
+        run_id: run.runId,
+        app,
+        mode: run.mode,
+        status: run.status,
+        duration_ms: run.runTimeMs,
+        error_type: run.errorType ?? null,
+      };
       if (run.errorType === "interrupted") logger.warn(line, "run finished: its process stopped while it ran");
       else logger.info(line, "run finished");
     },

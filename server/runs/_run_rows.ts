@@ -29,12 +29,14 @@ const COLUMNS = [
   "lease_expires_at",
 ] as const satisfies ReadonlyArray<keyof RunTable>;
 
-const INSERT = `insert into "runs" (${COLUMNS.map((c) => `"${c}"`).join(", ")}) values (${COLUMNS.map(() => "?").join(", ")})`;
+const INSERT = `insert into "runs" (${COLUMNS.map((c) => `"${c}"`).join(", ")}) values (${
+  COLUMNS.map(() => "?").join(", ")
+})`;
 const insert = rawStatement(INSERT);
 // A run another process already ended (e.g. marked interrupted) keeps its final state.
 const upsert = rawStatement(
-  `${INSERT} on conflict ("run_id") do update set ${COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")}` +
-    ` where "runs"."status" in ('queued', 'running')`,
+  `${INSERT} on conflict ("run_id") do update set ${COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")}`
+    + ` where "runs"."status" in ('queued', 'running')`,
 );
 
 function parameters(row: Insertable<RunTable>): unknown[] {

@@ -7,7 +7,10 @@ import type { WebhookView } from "../webhooks/mod.ts";
 export type Run = components["schemas"]["Run"];
 
 /** A run's stored columns (what `selectAll` gives). */
-export type RunRow = Omit<RunTable, "result_expired" | "cancel_requested"> & { result_expired: number; cancel_requested: number };
+export type RunRow = Omit<RunTable, "result_expired" | "cancel_requested"> & {
+  result_expired: number;
+  cancel_requested: number;
+};
 
 function iso(ms: number | null): string | null {
   return ms === null ? null : new Date(Number(ms)).toISOString();
@@ -35,7 +38,9 @@ export function toRun(row: RunRow, options: { webhook: WebhookView | null; resul
     run_time_ms: row.run_time_ms,
     result: expired || row.result_json === null ? null : JSON.parse(row.result_json),
     result_expired: expired,
-    error: row.error_type === null ? null : { type: row.error_type, message: row.error_message ?? "", traceback: row.error_traceback },
+    error: row.error_type === null
+      ? null
+      : { type: row.error_type, message: row.error_message ?? "", traceback: row.error_traceback },
     webhook: row.webhook_endpoint === null ? null : {
       endpoint: row.webhook_endpoint,
       status: options.webhook?.status ?? "pending",

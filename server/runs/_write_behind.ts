@@ -51,8 +51,16 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
       for (const delivery of outbox.values()) {
         const lease = options.handOff?.lease(now) ?? undefined;
         if (!(await enqueueDelivery(trx, delivery, { now, lease }))) continue;
-        if (lease) handed.push({ run_id: delivery.runId, endpoint: delivery.endpoint, body: delivery.body, secret: delivery.sealedSecret, attempts: 0, created_at: now });
-        else stored++;
+        if (lease) {
+          handed.push({
+            run_id: delivery.runId,
+            endpoint: delivery.endpoint,
+            body: delivery.body,
+            secret: delivery.sealedSecret,
+            attempts: 0,
+            created_at: now,
+          });
+        } else stored++;
       }
     });
     if (handed.length) options.handOff!.take(handed);

@@ -61,7 +61,11 @@ export class RunFailure extends Error {
  */
 export function toRunError(error: unknown): RunErrorInfo {
   const e = (error ?? {}) as { errorType?: unknown; type?: unknown; message?: unknown; traceback?: unknown };
-  const type = typeof e.errorType === "string" ? e.errorType : typeof e.type === "string" && !(error instanceof Error) ? e.type : "upstream_error";
+  const type = typeof e.errorType === "string"
+    ? e.errorType
+    : typeof e.type === "string" && !(error instanceof Error)
+    ? e.type
+    : "upstream_error";
   return {
     type,
     message: typeof e.message === "string" ? e.message : String(error),

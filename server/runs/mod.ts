@@ -3,7 +3,16 @@
  * result expiry, restart recovery and `Idempotency-Key`. The runtime is reached only through the
  * `RunExecutor` it is given.
  */
-export { type AppTarget, type ExecuteRequest, type RunErrorInfo, type RunExecutor, RunFailure, toRunError } from "./executor.ts";
+export { DEFAULT_GRACE_MS, MAX_GRACE_MS } from "./_dispatcher.ts";
+export type { Run } from "./_view.ts";
+export {
+  type AppTarget,
+  type ExecuteRequest,
+  type RunErrorInfo,
+  type RunExecutor,
+  RunFailure,
+  toRunError,
+} from "./executor.ts";
 export { isRunId, newRunId } from "./run_id.ts";
 export {
   createRunService,
@@ -17,5 +26,3 @@ export {
   type RunServiceOptions,
   type Submission,
 } from "./service.ts";
-export { DEFAULT_GRACE_MS, MAX_GRACE_MS } from "./_dispatcher.ts";
-export type { Run } from "./_view.ts";

@@ -194,7 +194,19 @@ export function createRunService(options: RunServiceOptions): RunService {
     });
     loops.push(dispatcher);
   }
-  loops.push(startMaintenance({ db, logger, events, owner, ownersDir: options.ownersDir, leaseMs: config.runLeaseMs, resultTtlMs: config.resultTtlMs, local, onDeliveries }));
+  loops.push(
+    startMaintenance({
+      db,
+      logger,
+      events,
+      owner,
+      ownersDir: options.ownersDir,
+      leaseMs: config.runLeaseMs,
+      resultTtlMs: config.resultTtlMs,
+      local,
+      onDeliveries,
+    }),
+  );
 
   // Accepted async runs: the 202 follows the commit of the run's record, and the records of calls
   // accepted in the same turn of the event loop share one commit.
@@ -211,7 +223,9 @@ export function createRunService(options: RunServiceOptions): RunService {
       return { endpoint: url.href, sealed: call.webhook.secret ? secrets.seal(call.webhook.secret) : null };
     } catch (error) {
       if (!(error instanceof DestinationRefusedError)) throw error;
-      throw new ProblemError("validation", error.message, { errors: [{ path: "query.webhookEndpoint", message: error.message }] });
+      throw new ProblemError("validation", error.message, {
+        errors: [{ path: "query.webhookEndpoint", message: error.message }],
+      });
     }
   }
 
@@ -225,9 +239,15 @@ export function createRunService(options: RunServiceOptions): RunService {
     const row = await selectRunById(db, runId);
     if (row?.mode === "async") return { kind: "accepted", runId, replayed: true };
     if (!row || !(TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
-      throw new ProblemError("conflict", "A call with this Idempotency-Key is still running; retry after it has finished", { runId });
+      throw new ProblemError(
+        "conflict",
+        "A call with this Idempotency-Key is still running; retry after it has finished",
+        { runId },
+      );
     }
-    if (row.project_id !== call.projectId || row.app_id !== call.app) throw new Error(`Idempotency key bound to run ${runId} of another app`);
+    if (row.project_id !== call.projectId || row.app_id !== call.app) {
+      throw new Error(`Idempotency key bound to run ${runId} of another app`);
+    }
     return { kind: "replay", run: await view(row) };
   }
 
@@ -254,29 +274,45 @@ export function createRunService(options: RunServiceOptions): RunService {
     };
     if (call.idempotencyKey === undefined && !running) {
       await queued.add(row);
-      if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) dispatcher.wake();
+      if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) {
+        dispatcher.wake();
+      }
       return { kind: "accepted", runId, replayed: false };
     }
     if (call.idempotencyKey !== undefined || !running) {
       const key = call.idempotencyKey;
-      const print = fingerprint({ app: call.app, function: call.functionName, mode: call.mode, input: call.input, webhook: webhook?.endpoint ?? null });
+      const print = fingerprint({
+        app: call.app,
+        function: call.functionName,
+        mode: call.mode,
+        input: call.input,
+        webhook: webhook?.endpoint ?? null,
+      });
       const reservation = await db.transaction().execute(async (trx) => {
-        const found = key === undefined ? { fresh: true as const } : await reserveKey(trx, { projectId: call.projectId, key, fingerprint: print, runId, now });
+        const found = key === undefined
+          ? { fresh: true as const }
+          : await reserveKey(trx, { projectId: call.projectId, key, fingerprint: print, runId, now });
         if (found.fresh) await insertRun(trx, row);
         return found;
       });
       if (!reservation.fresh) {
         if (reservation.fingerprint !== print) {
-          throw new ProblemError("unprocessable", "This Idempotency-Key was used with a different request; use a new key for a new request", {
-            runId: reservation.runId,
-          });
+          throw new ProblemError(
+            "unprocessable",
+            "This Idempotency-Key was used with a different request; use a new key for a new request",
+            {
+              runId: reservation.runId,
+            },
+          );
         }
         return await existingRun(call, reservation.runId);
       }
       if (!running) {
         // Waking the dispatcher scans the queue; when the app has no free slot, the run waits for
         // the slot's release (which wakes the dispatcher) or the next poll anyway.
-        if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) dispatcher.wake();
+        if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) {
+          dispatcher.wake();
+        }
         return { kind: "accepted", runId, replayed: false };
       }
     }
@@ -288,16 +324,22 @@ export function createRunService(options: RunServiceOptions): RunService {
   async function findRun(ref: RunRef): Promise<RunRow> {
     await writer.flush();
     const row = await selectRun(db, ref);
-    if (!row) throw new ProblemError("not-found", `No run ${ref.runId} in app ${ref.appId}; check the run id and app name`);
+    if (!row) {
+      throw new ProblemError("not-found", `No run ${ref.runId} in app ${ref.appId}; check the run id and app name`);
+    }
     return row;
   }
 
   async function cancelRun(ref: RunRef): Promise<Run> {
     const row = await findRun(ref);
     if ((TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
-      throw new ProblemError("conflict", `Run ${ref.runId} already ended with status ${row.status}; only queued or running runs can be cancelled`, {
-        runId: ref.runId,
-      });
+      throw new ProblemError(
+        "conflict",
+        `Run ${ref.runId} already ended with status ${row.status}; only queued or running runs can be cancelled`,
+        {
+          runId: ref.runId,
+        },
+      );
     }
     const here = local.get(ref.runId);
     if (here) {
@@ -307,9 +349,20 @@ export function createRunService(options: RunServiceOptions): RunService {
       const ended = await finishRun(db, row, { outcome: { status: "cancelled" }, from: ["queued"] });
       if (!ended) return await cancelRun(ref);
       onDeliveries();
-      events.finished({ runId: row.run_id, projectId: row.project_id, appId: row.app_id, mode: row.mode, status: "cancelled", runTimeMs: null });
+      events.finished({
+        runId: row.run_id,
+        projectId: row.project_id,
+        appId: row.app_id,
+        mode: row.mode,
+        status: "cancelled",
+        runTimeMs: null,
+      });
     } else {
-      await db.updateTable("runs").set({ cancel_requested: 1 }).where("run_id", "=", ref.runId).where("status", "=", "running").execute();
+      await db.updateTable("runs").set({ cancel_requested: 1 }).where("run_id", "=", ref.runId).where(
+        "status",
+        "=",
+        "running",
+      ).execute();
     }
     logger.info({ run_id: ref.runId, was: row.status }, "run cancelled");
     return await view(await findRun(ref));
@@ -335,7 +388,9 @@ export function createRunService(options: RunServiceOptions): RunService {
       const webhooks = await webhookViews(db, withWebhook);
       const now = Date.now();
       return {
-        runs: page.map((row) => toRun(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })),
+        runs: page.map((row) =>
+          toRun(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
+        ),
         next_cursor: rows.length > limit ? encodeCursor(page[page.length - 1].run_id) : null,
       };
     },
@@ -354,11 +409,20 @@ export function createRunService(options: RunServiceOptions): RunService {
     },
     async abandon() {
       await writer.flush();
-      const rows = await db.selectFrom("runs").selectAll().where("lease_owner", "=", owner).where("status", "=", "running").execute();
+      const rows = await db.selectFrom("runs").selectAll().where("lease_owner", "=", owner).where(
+        "status",
+        "=",
+        "running",
+      ).execute();
       let ended = 0;
       for (const row of rows) {
-        if (await finishRun(db, row, { outcome: { status: "failure", error: INTERRUPTED }, from: ["running"], owner })) ended++;
-        logger.warn({ run_id: row.run_id, app: `${row.project_id}/${row.app_id}` }, "run interrupted: the server stopped before it finished");
+        if (
+          await finishRun(db, row, { outcome: { status: "failure", error: INTERRUPTED }, from: ["running"], owner })
+        ) ended++;
+        logger.warn(
+          { run_id: row.run_id, app: `${row.project_id}/${row.app_id}` },
+          "run interrupted: the server stopped before it finished",
+        );
       }
       if (ended) onDeliveries();
       return ended;

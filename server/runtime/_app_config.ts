@@ -67,7 +67,9 @@ class Reader {
   string(key: string, fallback?: string): string | undefined {
     const value = this.table[key];
     if (value === undefined) return fallback;
-    if (typeof value !== "string" || value === "") throw new AppConfigError(`${this.name(key)} must be a non-empty string`);
+    if (typeof value !== "string" || value === "") {
+      throw new AppConfigError(`${this.name(key)} must be a non-empty string`);
+    }
     return value;
   }
 
@@ -83,7 +85,9 @@ class Reader {
     const value = this.table[key];
     if (value === undefined) return fallback;
     if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-      throw new AppConfigError(`${this.name(key)} must be a whole number from ${min} to ${max}, got ${JSON.stringify(value)}`);
+      throw new AppConfigError(
+        `${this.name(key)} must be a whole number from ${min} to ${max}, got ${JSON.stringify(value)}`,
+      );
     }
     return value;
   }
@@ -92,7 +96,9 @@ class Reader {
     const value = this.table[key];
     if (value === undefined) return fallback;
     if (typeof value !== "number" || !Number.isFinite(value) || value < min || value > max) {
-      throw new AppConfigError(`${this.name(key)} must be a number of seconds from ${min} to ${max}, got ${JSON.stringify(value)}`);
+      throw new AppConfigError(
+        `${this.name(key)} must be a number of seconds from ${min} to ${max}, got ${JSON.stringify(value)}`,
+      );
     }
     return value;
   }
@@ -110,7 +116,9 @@ class Reader {
     const value = this.table[key] ?? {};
     if (!isTable(value)) throw new AppConfigError(`${this.name(key)} must be a table of package = "version"`);
     for (const [name, version] of Object.entries(value)) {
-      if (typeof version !== "string") throw new AppConfigError(`${this.name(key)}.${name} must be a version string such as "*" or "==1.2"`);
+      if (typeof version !== "string") {
+        throw new AppConfigError(`${this.name(key)}.${name} must be a version string such as "*" or "==1.2"`);
+      }
     }
     return { ...value } as Record<string, string>;
   }
@@ -122,21 +130,36 @@ function customRuntime(runtime: Reader): CustomRuntime | undefined {
   const entrypoint = custom.strings("entrypoint");
   const url = custom.string("url");
   if ((entrypoint === undefined) === (url === undefined)) {
-    throw new AppConfigError("runtime.custom needs exactly one of entrypoint (a command to start) or url (an upstream to call)");
+    throw new AppConfigError(
+      "runtime.custom needs exactly one of entrypoint (a command to start) or url (an upstream to call)",
+    );
   }
   if (url !== undefined) {
-    if (!/^https?:\/\/[^/]/.test(url) || !URL.canParse(url)) throw new AppConfigError(`runtime.custom.url must be an http(s) URL, got ${JSON.stringify(url)}`);
+    if (!/^https?:\/\/[^/]/.test(url) || !URL.canParse(url)) {
+      throw new AppConfigError(`runtime.custom.url must be an http(s) URL, got ${JSON.stringify(url)}`);
+    }
     for (const key of ["port", "healthcheck_endpoint"]) {
-      if (custom.table[key] !== undefined) throw new AppConfigError(`runtime.custom.${key} only applies with entrypoint; remove it or use entrypoint`);
+      if (custom.table[key] !== undefined) {
+        throw new AppConfigError(`runtime.custom.${key} only applies with entrypoint; remove it or use entrypoint`);
+      }
     }
     return { kind: "url", url: url.replace(/\/+$/, "") };
   }
-  if (entrypoint!.length === 0) throw new AppConfigError("runtime.custom.entrypoint must name a command, e.g. [\"python3\", \"server.py\"]");
+  if (entrypoint!.length === 0) {
+    throw new AppConfigError('runtime.custom.entrypoint must name a command, e.g. ["python3", "server.py"]');
+  }
   const healthcheckEndpoint = custom.string("healthcheck_endpoint");
   if (healthcheckEndpoint !== undefined && !healthcheckEndpoint.startsWith("/")) {
-    throw new AppConfigError(`runtime.custom.healthcheck_endpoint must be a path starting with /, got ${JSON.stringify(healthcheckEndpoint)}`);
+    throw new AppConfigError(
+      `runtime.custom.healthcheck_endpoint must be a path starting with /, got ${JSON.stringify(healthcheckEndpoint)}`,
+    );
   }
-  return { kind: "process", entrypoint: entrypoint!, port: custom.integer("port", undefined, 1, 65535), healthcheckEndpoint };
+  return {
+    kind: "process",
+    entrypoint: entrypoint!,
+    port: custom.integer("port", undefined, 1, 65535),
+    healthcheckEndpoint,
+  };
 }
 
 /**
@@ -152,7 +175,13 @@ export function parseAppConfig(text: string, appDir: string): AppConfig {
   }
   const root = new Reader(raw, "", ["deployment", "scaling", "dependencies", "build", "runtime"]);
   const deployment = root.section("deployment", ["name", "runtime", "python"]);
-  const scaling = root.section("scaling", ["min_replicas", "max_replicas", "replica_concurrency", "cooldown", "response_grace_period"]);
+  const scaling = root.section("scaling", [
+    "min_replicas",
+    "max_replicas",
+    "replica_concurrency",
+    "cooldown",
+    "response_grace_period",
+  ]);
   const dependencies = root.section("dependencies", ["pip", "apt", "conda"]);
   const build = root.section("build", ["base_image", "shell_commands", "pre_build_commands"]);
   const runtimeSection = root.section("runtime", ["custom"]);
@@ -161,13 +190,19 @@ export function parseAppConfig(text: string, appDir: string): AppConfig {
   const minReplicas = scaling.integer("min_replicas", 0, 0, 100)!;
   const maxReplicas = scaling.integer("max_replicas", 1, 1, 100)!;
   if (minReplicas > maxReplicas) {
-    throw new AppConfigError(`scaling.min_replicas (${minReplicas}) must not exceed scaling.max_replicas (${maxReplicas})`);
+    throw new AppConfigError(
+      `scaling.min_replicas (${minReplicas}) must not exceed scaling.max_replicas (${maxReplicas})`,
+    );
   }
   const custom = customRuntime(runtimeSection);
-  if (runtime === "custom" && !custom) throw new AppConfigError("deployment.runtime = \"custom\" needs a [runtime.custom] table with entrypoint or url");
-  if (runtime === "python" && custom) throw new AppConfigError("[runtime.custom] needs deployment.runtime = \"custom\"");
+  if (runtime === "custom" && !custom) {
+    throw new AppConfigError('deployment.runtime = "custom" needs a [runtime.custom] table with entrypoint or url');
+  }
+  if (runtime === "python" && custom) throw new AppConfigError('[runtime.custom] needs deployment.runtime = "custom"');
   if (custom?.kind === "process" && custom.port !== undefined && maxReplicas > 1) {
-    throw new AppConfigError("runtime.custom.port fixes one port, so scaling.max_replicas must be 1; remove port to get a free port per replica");
+    throw new AppConfigError(
+      "runtime.custom.port fixes one port, so scaling.max_replicas must be 1; remove port to get a free port per replica",
+    );
   }
   return {
     name: deployment.string("name", ""),
@@ -177,8 +212,14 @@ export function parseAppConfig(text: string, appDir: string): AppConfig {
     maxReplicas,
     replicaConcurrency: scaling.integer("replica_concurrency", 1, 1, 1000)!,
     cooldownMs: Math.round(scaling.seconds("cooldown", 30, 0, 86_400) * 1000),
-    responseGracePeriodMs: Math.round(scaling.seconds("response_grace_period", 900, 0.001, MAX_GRACE_PERIOD_SECONDS) * 1000),
-    dependencies: { pip: dependencies.versions("pip"), apt: dependencies.versions("apt"), conda: dependencies.versions("conda") },
+    responseGracePeriodMs: Math.round(
+      scaling.seconds("response_grace_period", 900, 0.001, MAX_GRACE_PERIOD_SECONDS) * 1000,
+    ),
+    dependencies: {
+      pip: dependencies.versions("pip"),
+      apt: dependencies.versions("apt"),
+      conda: dependencies.versions("conda"),
+    },
     build: {
       baseImage: build.string("base_image"),
       shellCommands: build.strings("shell_commands") ?? [],

@@ -16,7 +16,9 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
 
 async function entries(dir: string): Promise<string[]> {
   try {
-    return (await readdir(dir, { withFileTypes: true })).filter((e) => e.isDirectory() && NAME.test(e.name)).map((e) => e.name);
+    return (await readdir(dir, { withFileTypes: true })).filter((e) => e.isDirectory() && NAME.test(e.name)).map((e) =>
+      e.name
+    );
   } catch {
     return [];
   }
@@ -42,7 +44,12 @@ async function fingerprint(dir: string): Promise<string | undefined> {
  * Reads one app folder; undefined when it holds no `runplane.toml`. `known`, the version read before,
  * is returned as it is when the folder has not changed since (its configuration is not read again).
  */
-export async function loadApp(appsDir: string, projectId: string, name: string, known?: AppVersion): Promise<AppVersion | undefined> {
+export async function loadApp(
+  appsDir: string,
+  projectId: string,
+  name: string,
+  known?: AppVersion,
+): Promise<AppVersion | undefined> {
   const dir = join(appsDir, projectId, name);
   const print = await fingerprint(dir);
   if (print === undefined) return undefined;
@@ -61,7 +68,10 @@ export async function loadApp(appsDir: string, projectId: string, name: string, 
 }
 
 /** Every app folder under `appsDir`, loaded; `known` names the version read before, kept while its folder is unchanged. */
-export async function scanApps(appsDir: string, known?: (projectId: string, name: string) => AppVersion | undefined): Promise<AppVersion[]> {
+export async function scanApps(
+  appsDir: string,
+  known?: (projectId: string, name: string) => AppVersion | undefined,
+): Promise<AppVersion[]> {
   const found: AppVersion[] = [];
   for (const projectId of await entries(appsDir)) {
     for (const name of await entries(join(appsDir, projectId))) {

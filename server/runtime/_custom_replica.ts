@@ -50,7 +50,9 @@ function tcpReachable(port: number): Promise<boolean> {
 async function healthy(port: number, endpoint: string | undefined): Promise<boolean> {
   if (!endpoint) return tcpReachable(port);
   try {
-    const response = await fetch(`http://127.0.0.1:${port}${endpoint}`, { signal: AbortSignal.timeout(HEALTH_TIMEOUT_MS) });
+    const response = await fetch(`http://127.0.0.1:${port}${endpoint}`, {
+      signal: AbortSignal.timeout(HEALTH_TIMEOUT_MS),
+    });
     await response.body?.cancel();
     return response.ok;
   } catch {
@@ -110,16 +112,29 @@ export class CustomProcessReplica implements Upstream {
       this.#resolveExited();
     });
     for (const stream of ["stdout", "stderr"] as const) {
-      child[stream]!.setEncoding("utf8").on("data", (text: string) => logger.info({ app: label, pid: child.pid, stream, text }, "worker output"));
+      child[stream]!.setEncoding("utf8").on(
+        "data",
+        (text: string) => logger.info({ app: label, pid: child.pid, stream, text }, "worker output"),
+      );
     }
     const deadline = Date.now() + START_TIMEOUT_MS;
     let gone = false;
     void exited.then(() => (gone = true));
     while (!(await healthy(port, this.#options.healthcheckEndpoint))) {
-      if (gone) throw new ProblemError("app-unavailable", `${label}: the entrypoint exited while starting (${exitReason}); check runtime.custom.entrypoint`);
+      if (gone) {
+        throw new ProblemError(
+          "app-unavailable",
+          `${label}: the entrypoint exited while starting (${exitReason}); check runtime.custom.entrypoint`,
+        );
+      }
       if (Date.now() > deadline) {
         child.kill("SIGKILL");
-        throw new ProblemError("app-unavailable", `${label}: no health check answered on port ${port} within ${START_TIMEOUT_MS / 1000} s; the server must listen on $PORT`);
+        throw new ProblemError(
+          "app-unavailable",
+          `${label}: no health check answered on port ${port} within ${
+            START_TIMEOUT_MS / 1000
+          } s; the server must listen on $PORT`,
+        );
       }
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
@@ -136,7 +151,10 @@ export class CustomProcessReplica implements Upstream {
       failures = (await healthy(port, this.#options.healthcheckEndpoint)) ? 0 : failures + 1;
       checking = false;
       if (failures >= 2 && !this.#stopped) {
-        this.#options.logger.warn({ app: this.#options.label, pid: this.pid }, "custom runtime failed its health check; restarting it");
+        this.#options.logger.warn(
+          { app: this.#options.label, pid: this.pid },
+          "custom runtime failed its health check; restarting it",
+        );
         this.usable = false;
         this.#child?.kill("SIGKILL");
       }

@@ -65,7 +65,10 @@ export class RunFailure extends ProblemError {
  * The failure a stored `RunError` stands for, e.g. to answer an idempotent replay of a failed call
  * the way the first call was answered.
  */
-export function failureFromRunError(runId: string, error: { type: string; message: string; traceback?: string | null }): RunFailure {
+export function failureFromRunError(
+  runId: string,
+  error: { type: string; message: string; traceback?: string | null },
+): RunFailure {
   return new RunFailure(error.type, error.message, {
     runId,
     traceback: error.traceback ?? undefined,

@@ -15,7 +15,14 @@ const LAUNCHER = [
 ].join("\n");
 
 /** A command that runs `command` with `args`, killed when this process exits; pass `env` to the spawn. */
-export function orphanGuarded(command: string, args: string[]): { command: string; args: string[]; env: Record<string, string> } {
+export function orphanGuarded(
+  command: string,
+  args: string[],
+): { command: string; args: string[]; env: Record<string, string> } {
   if (process.platform !== "linux") return { command, args, env: {} };
-  return { command: "python3", args: ["-c", LAUNCHER, command, ...args], env: { RUNPLANE_PARENT_PID: String(process.pid) } };
+  return {
+    command: "python3",
+    args: ["-c", LAUNCHER, command, ...args],
+    env: { RUNPLANE_PARENT_PID: String(process.pid) },
+  };
 }

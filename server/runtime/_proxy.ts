@@ -20,20 +20,29 @@ export interface ProxyCall {
 function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFailure {
   if (error instanceof RunFailure) return error;
   if (deadline.timedOut) {
-    return new RunFailure("timeout", `The app did not answer within its response_grace_period (${call.graceMs / 1000} s)`, { runId: call.runId });
+    return new RunFailure(
+      "timeout",
+      `The app did not answer within its response_grace_period (${call.graceMs / 1000} s)`,
+      { runId: call.runId },
+    );
   }
-  if (call.signal?.aborted) return new RunFailure("interrupted", "The run was interrupted before it finished", { runId: call.runId });
+  if (call.signal?.aborted) {
+    return new RunFailure("interrupted", "The run was interrupted before it finished", { runId: call.runId });
+  }
   const cause = (error as { cause?: { message?: string } }).cause?.message ?? (error as Error).message;
   return new RunFailure("upstream_error", `The app's server failed during the call: ${cause}`, { runId: call.runId });
 }
 
 async function* events(body: ReadableStream<Uint8Array>): AsyncGenerator<StreamItem> {
-  const reader = body.pipeThrough(new TextDecoderStream() as unknown as ReadableWritablePair<string, Uint8Array>).pipeThrough(new EventSourceParserStream()).getReader();
+  const reader = body.pipeThrough(new TextDecoderStream() as unknown as ReadableWritablePair<string, Uint8Array>)
+    .pipeThrough(new EventSourceParserStream()).getReader();
   try {
     while (true) {
       const { done, value } = await reader.read();
       if (done) return;
-      yield value.event && value.event !== "message" ? { value: value.data, event: value.event } : { value: value.data };
+      yield value.event && value.event !== "message"
+        ? { value: value.data, event: value.event }
+        : { value: value.data };
     }
   } finally {
     reader.releaseLock();
@@ -41,7 +50,12 @@ async function* events(body: ReadableStream<Uint8Array>): AsyncGenerator<StreamI
   }
 }
 
-async function* guarded(items: AsyncIterable<StreamItem>, call: ProxyCall, deadline: Deadline, done: () => void): AsyncGenerator<StreamItem> {
+async function* guarded(
+  items: AsyncIterable<StreamItem>,
+  call: ProxyCall,
+  deadline: Deadline,
+  done: () => void,
+): AsyncGenerator<StreamItem> {
   try {
     for await (const item of items) yield item;
   } catch (error) {
@@ -70,14 +84,20 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
   try {
     const response = await fetch(`${baseUrl}/${call.path}`, {
       method: "POST",
-      headers: { "content-type": "application/json", "x-request-id": call.runId, accept: "application/json, text/event-stream" },
+      headers: {
+        "content-type": "application/json",
+        "x-request-id": call.runId,
+        accept: "application/json, text/event-stream",
+      },
       body: JSON.stringify(call.input ?? {}),
       signal,
     });
     const type = response.headers.get("content-type")?.split(";")[0].trim().toLowerCase() ?? "";
     if (!response.ok) {
       const text = (await response.text()).slice(0, 500);
-      throw new RunFailure("upstream_error", `The app's server answered ${response.status}: ${text || "(no body)"}`, { runId: call.runId });
+      throw new RunFailure("upstream_error", `The app's server answered ${response.status}: ${text || "(no body)"}`, {
+        runId: call.runId,
+      });
     }
     if (type === "text/event-stream" && response.body) {
       // A reader that never starts (the client left at once) must still free the slot.
@@ -93,7 +113,9 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
       try {
         result = JSON.parse(text);
       } catch {
-        throw new RunFailure("upstream_error", `The app's server answered ${type} that is not valid JSON`, { runId: call.runId });
+        throw new RunFailure("upstream_error", `The app's server answered ${type} that is not valid JSON`, {
+          runId: call.runId,
+        });
       }
     }
     done();

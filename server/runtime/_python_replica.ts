@@ -85,16 +85,32 @@ export class PythonReplica implements Replica {
     });
     this.ready = new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        reject(new ProblemError("app-unavailable", `${options.label}: the Python worker did not start within ${START_TIMEOUT_MS / 1000} s`));
+        reject(
+          new ProblemError(
+            "app-unavailable",
+            `${options.label}: the Python worker did not start within ${START_TIMEOUT_MS / 1000} s`,
+          ),
+        );
         this.#child.kill("SIGKILL");
       }, START_TIMEOUT_MS);
       this.#child.once("error", (error) => {
         clearTimeout(timer);
-        reject(new ProblemError("app-unavailable", `${options.label}: cannot start ${options.python} (${error.message}); check deployment.python`));
+        reject(
+          new ProblemError(
+            "app-unavailable",
+            `${options.label}: cannot start ${options.python} (${error.message}); check deployment.python`,
+          ),
+        );
       });
       void this.exited.then(() => {
         clearTimeout(timer);
-        reject(this.#loadError ?? new ProblemError("app-unavailable", `${options.label}: the Python worker exited while starting (${this.#exitCode})`));
+        reject(
+          this.#loadError
+            ?? new ProblemError(
+              "app-unavailable",
+              `${options.label}: the Python worker exited while starting (${this.#exitCode})`,
+            ),
+        );
       });
       this.#onReady = () => {
         clearTimeout(timer);
@@ -135,13 +151,22 @@ export class PythonReplica implements Replica {
           clearTimeout(pending.cancelTimer);
           call.signal?.removeEventListener("abort", onAbort);
           this.#pending.delete(call.runId);
-          for (const [stream, text] of Object.entries(pending.partial)) if (text) this.#logOutput(call.runId, stream, text);
+          for (const [stream, text] of Object.entries(pending.partial)) {
+            if (text) this.#logOutput(call.runId, stream, text);
+          }
           call.onSettled();
         },
       };
       const timer = setTimeout(() => {
         const seconds = call.graceMs / 1000;
-        this.#fail(pending, new RunFailure("timeout", `The function ran longer than the app's response_grace_period (${seconds} s); its worker was killed`, { runId: call.runId }));
+        this.#fail(
+          pending,
+          new RunFailure(
+            "timeout",
+            `The function ran longer than the app's response_grace_period (${seconds} s); its worker was killed`,
+            { runId: call.runId },
+          ),
+        );
         this.#kill();
       }, call.graceMs);
       const onAbort = () => this.#cancel(pending);
@@ -182,7 +207,11 @@ export class PythonReplica implements Replica {
   }
 
   #cancel(pending: Pending): void {
-    this.#fail(pending, new RunFailure("interrupted", "The run was interrupted before it finished", { runId: pending.call.runId }), false);
+    this.#fail(
+      pending,
+      new RunFailure("interrupted", "The run was interrupted before it finished", { runId: pending.call.runId }),
+      false,
+    );
     this.#send({ op: "cancel", id: pending.call.runId });
     // The worker acknowledges with `cancelled` (or a last result); a call stuck in code that cannot be
     // interrupted costs the worker.
@@ -191,7 +220,10 @@ export class PythonReplica implements Replica {
       if (this.#pending.size > 1) {
         // Killing the worker would fail its other calls: let this one run out (its grace period still
         // applies) and discard its result.
-        this.#options.logger.warn(log, "cancelled call did not stop; it runs until it ends and its result is discarded");
+        this.#options.logger.warn(
+          log,
+          "cancelled call did not stop; it runs until it ends and its result is discarded",
+        );
         return;
       }
       this.#options.logger.warn(log, "cancelled call did not stop; killing its worker");
@@ -225,7 +257,10 @@ export class PythonReplica implements Replica {
   #onMessage(message: Message): void {
     if (message.op === "ready") return this.#onReady();
     if (message.op === "load_error") {
-      this.#loadError = new ProblemError("app-unavailable", `${this.#options.label}: main.py failed to load: ${message.type}: ${message.message}`);
+      this.#loadError = new ProblemError(
+        "app-unavailable",
+        `${this.#options.label}: main.py failed to load: ${message.type}: ${message.message}`,
+      );
       this.#options.logger.error({ app: this.#options.label, traceback: message.traceback }, "main.py failed to load");
       return;
     }
@@ -242,7 +277,9 @@ export class PythonReplica implements Replica {
         return;
       }
       case "result":
-        if (!pending.failed) pending.resolve({ kind: "result", result: message.value, runTimeMs: performance.now() - pending.startedAt });
+        if (!pending.failed) {
+          pending.resolve({ kind: "result", result: message.value, runTimeMs: performance.now() - pending.startedAt });
+        }
         return pending.settle();
       case "stream": {
         if (pending.failed) return;
@@ -258,7 +295,10 @@ export class PythonReplica implements Replica {
         pending.stream?.end();
         return pending.settle();
       case "cancelled":
-        return this.#fail(pending, new RunFailure("interrupted", "The run was interrupted before it finished", { runId }));
+        return this.#fail(
+          pending,
+          new RunFailure("interrupted", "The run was interrupted before it finished", { runId }),
+        );
       case "fail": {
         const kind = message.kind as string;
         if (kind === "not_found") {
@@ -266,11 +306,15 @@ export class PythonReplica implements Replica {
           return;
         }
         const exception = kind === "exception";
-        const failure = new RunFailure(exception ? (message.type as string) : kind, exception ? `${message.type}: ${message.message}` : (message.message as string), {
-          runId,
-          exception,
-          traceback: message.traceback as string | undefined,
-        });
+        const failure = new RunFailure(
+          exception ? (message.type as string) : kind,
+          exception ? `${message.type}: ${message.message}` : (message.message as string),
+          {
+            runId,
+            exception,
+            traceback: message.traceback as string | undefined,
+          },
+        );
         return this.#fail(pending, failure);
       }
     }
@@ -287,9 +331,13 @@ export class PythonReplica implements Replica {
 
   #onExit(): void {
     for (const pending of [...this.#pending.values()]) {
-      const failure = new RunFailure("worker_crashed", `The worker process died during the call (${this.#exitCode}); it is replaced, retry the call`, {
-        runId: pending.call.runId,
-      });
+      const failure = new RunFailure(
+        "worker_crashed",
+        `The worker process died during the call (${this.#exitCode}); it is replaced, retry the call`,
+        {
+          runId: pending.call.runId,
+        },
+      );
       this.#fail(pending, failure);
     }
   }

@@ -131,9 +131,13 @@ export class ReplicaPool<R extends Replica> {
     if (lease) return Promise.resolve(lease);
     if (this.#waiters.length >= this.#options.queueLimit) {
       return Promise.reject(
-        new ProblemError("too-many-requests", `${this.#options.label} has ${this.#waiters.length} calls waiting already; retry later`, {
-          headers: { "Retry-After": "1" },
-        }),
+        new ProblemError(
+          "too-many-requests",
+          `${this.#options.label} has ${this.#waiters.length} calls waiting already; retry later`,
+          {
+            headers: { "Retry-After": "1" },
+          },
+        ),
       );
     }
     return new Promise((resolve, reject) => {
@@ -169,14 +173,18 @@ export class ReplicaPool<R extends Replica> {
   async close(): Promise<void> {
     this.#draining = true;
     for (const waiter of this.#waiters.splice(0)) {
-      waiter.reject(new ProblemError("service-unavailable", "The server is shutting down; retry on another server", {}));
+      waiter.reject(
+        new ProblemError("service-unavailable", "The server is shutting down; retry on another server", {}),
+      );
     }
     await Promise.all(this.#entries.map((entry) => this.#stopEntry(entry, "server closing")));
   }
 
   #grant(): Lease<R> {
     this.#busy++;
-    const live = this.#entries.filter((e) => !e.stopping && e.replica.usable && e.active < this.#options.slotsPerReplica);
+    const live = this.#entries.filter((e) =>
+      !e.stopping && e.replica.usable && e.active < this.#options.slotsPerReplica
+    );
     let entry = live.sort((a, b) => a.active - b.active)[0];
     if (!entry) entry = this.#start("cold start");
     clearTimeout(entry.cooldown);

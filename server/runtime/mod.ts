@@ -17,9 +17,9 @@ import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_r
 
 export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
-export { runtimeExecutor } from "./run_executor.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
+export { runtimeExecutor } from "./run_executor.ts";
 // Run ids are made by the runs module; re-exported for callers of the runtime alone.
 export { newRunId } from "../runs/run_id.ts";
 
@@ -106,7 +106,13 @@ function createPool(version: AppVersion, options: RuntimeOptions): ReplicaPool<A
   function spawn(): AnyReplica {
     const custom = config!.custom;
     if (!custom) {
-      return new PythonReplica({ appDir: version.dir, label: name, python: config!.python, concurrency: config!.replicaConcurrency, logger });
+      return new PythonReplica({
+        appDir: version.dir,
+        label: name,
+        python: config!.python,
+        concurrency: config!.replicaConcurrency,
+        logger,
+      });
     }
     if (custom.kind === "url") return new UrlUpstream(custom.url);
     return new CustomProcessReplica({ appDir: version.dir, label: name, logger, ...custom });
@@ -171,11 +177,22 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
     for (const pool of retired) if (pool.capacity().replicas === 0 && pool.capacity().busy === 0) retired.delete(pool);
   }
 
-  function live(projectId: string, app: string): LiveApp & { pool: ReplicaPool<AnyReplica>; version: { config: NonNullable<AppVersion["config"]> } } {
+  function live(
+    projectId: string,
+    app: string,
+  ): LiveApp & { pool: ReplicaPool<AnyReplica>; version: { config: NonNullable<AppVersion["config"]> } } {
     const found = apps.get(`${projectId}/${app}`);
-    if (!found) throw new ProblemError("not-found", `Project ${projectId} has no app named ${app}; check the name or deploy the app first`);
+    if (!found) {
+      throw new ProblemError(
+        "not-found",
+        `Project ${projectId} has no app named ${app}; check the name or deploy the app first`,
+      );
+    }
     if (found.version.error !== undefined || !found.pool) {
-      throw new ProblemError("app-unavailable", `App ${projectId}/${app} failed to load: ${found.version.error ?? "the server is closing"}`);
+      throw new ProblemError(
+        "app-unavailable",
+        `App ${projectId}/${app} failed to load: ${found.version.error ?? "the server is closing"}`,
+      );
     }
     return found as ReturnType<typeof live>;
   }
@@ -193,7 +210,9 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
     async start() {
       await reload();
       timer = setInterval(() => {
-        polling ??= reload().catch((error) => logger.error({ err: error }, "reloading apps failed")).finally(() => (polling = undefined));
+        polling ??= reload().catch((error) => logger.error({ err: error }, "reloading apps failed")).finally(
+          () => (polling = undefined),
+        );
       }, options.pollIntervalMs ?? 500);
       timer.unref();
     },
@@ -205,7 +224,11 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
       try {
         lease = request.lease ?? (await app.pool.acquire(request.signal));
       } catch (error) {
-        if (request.signal?.aborted) throw new RunFailure("interrupted", "The run was interrupted while it waited for a slot", { runId: request.runId });
+        if (request.signal?.aborted) {
+          throw new RunFailure("interrupted", "The run was interrupted while it waited for a slot", {
+            runId: request.runId,
+          });
+        }
         throw error;
       }
       try {
@@ -259,11 +282,18 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
     },
     replicaStates() {
       const byApp = new Map<string, ReplicaStates>();
-      const pools = [...[...apps.values()].flatMap((a) => (a.pool ? [[label(a.version), a.pool] as const] : [])), ...[...retired].map((p) => [p.label, p] as const)];
+      const pools = [
+        ...[...apps.values()].flatMap((a) => (a.pool ? [[label(a.version), a.pool] as const] : [])),
+        ...[...retired].map((p) => [p.label, p] as const),
+      ];
       for (const [app, pool] of pools) {
         const total = byApp.get(app) ?? { starting: 0, idle: 0, busy: 0 };
         const states = pool.states();
-        byApp.set(app, { starting: total.starting + states.starting, idle: total.idle + states.idle, busy: total.busy + states.busy });
+        byApp.set(app, {
+          starting: total.starting + states.starting,
+          idle: total.idle + states.idle,
+          busy: total.busy + states.busy,
+        });
       }
       return [...byApp].map(([app, states]) => ({ app, ...states }));
     },

@@ -34,7 +34,9 @@ export async function loadSecretBox(dataDir: string): Promise<SecretBox> {
     await chmod(path, 0o600);
     key = await readFile(path);
   }
-  if (key.length !== 32) throw new Error(`${path} must hold 32 bytes; restore it from a backup or remove it to start over`);
+  if (key.length !== 32) {
+    throw new Error(`${path} must hold 32 bytes; restore it from a backup or remove it to start over`);
+  }
   return createSecretBox(key);
 }
 

@@ -44,7 +44,10 @@ parentPort.on("message", () => {
 /** Starts checkpointing the SQLite database at `path` (in WAL mode) from a worker thread. */
 export function startCheckpointer(path: string, options: CheckpointerOptions): Checkpointer {
   const driver = createRequire(import.meta.url).resolve("better-sqlite3");
-  const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { path, driver, intervalMs: options.intervalMs ?? 200 } });
+  const worker = new Worker(WORKER_SOURCE, {
+    eval: true,
+    workerData: { path, driver, intervalMs: options.intervalMs ?? 200 },
+  });
   // The checkpoints alone must not hold a finished process open.
   worker.unref();
   let stopping = false;

@@ -26,7 +26,10 @@ interface Pending<T> {
 }
 
 /** Creates a group committer that writes batches with `write` (which should commit them in one transaction). */
-export function createGroupCommit<T>(write: (batch: T[]) => Promise<void>, options: GroupCommitOptions = {}): GroupCommit<T> {
+export function createGroupCommit<T>(
+  write: (batch: T[]) => Promise<void>,
+  options: GroupCommitOptions = {},
+): GroupCommit<T> {
   const limit = options.batchLimit ?? 256;
   const delayMs = options.delayMs ?? 0;
   let pending: Array<Pending<T>> = [];

@@ -5,13 +5,22 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
-import { CompiledQuery, Kysely, type MigrationProvider, Migrator, type QueryResult, type SqliteDatabase, SqliteDialect, type Transaction } from "kysely";
+import {
+  CompiledQuery,
+  Kysely,
+  type MigrationProvider,
+  Migrator,
+  type QueryResult,
+  type SqliteDatabase,
+  SqliteDialect,
+  type Transaction,
+} from "kysely";
 import { type Checkpointer, startCheckpointer } from "./checkpointer.ts";
 import { MIGRATIONS } from "./_migrations/mod.ts";
 import type { Database } from "./schema.ts";
 
-export type { Database } from "./schema.ts";
 export { createGroupCommit, type GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
+export type { Database } from "./schema.ts";
 
 /** An open store. */
 export interface Store {
@@ -128,6 +137,8 @@ export type Queryable = Kysely<Database> | Transaction<Database>;
  * path: building and compiling a Kysely query costs more than SQLite takes to run a small one. Keep
  * the SQL portable (standard SQL that PostgreSQL accepts too).
  */
-export function rawStatement<Row = unknown>(sqlText: string): (db: Queryable, parameters: readonly unknown[]) => Promise<QueryResult<Row>> {
+export function rawStatement<Row = unknown>(
+  sqlText: string,
+): (db: Queryable, parameters: readonly unknown[]) => Promise<QueryResult<Row>> {
   return (db, parameters) => db.executeQuery<Row>(CompiledQuery.raw(sqlText, parameters as unknown[]));
 }

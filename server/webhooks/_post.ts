@@ -3,7 +3,13 @@ import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import type { AttemptOutcome } from "./retry_policy.ts";
-import { DestinationRefusedError, type GuardOptions, literalDestination, resolveDestination, type ResolvedDestination } from "./destination_guard.ts";
+import {
+  DestinationRefusedError,
+  type GuardOptions,
+  literalDestination,
+  resolveDestination,
+  type ResolvedDestination,
+} from "./destination_guard.ts";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import { startLightDeadline } from "../deadline/mod.ts";
 
@@ -29,7 +35,9 @@ const httpsAgent = new HttpsAgent(POOL);
 function pinnedLookup(destination: ResolvedDestination): LookupFunction {
   return (_hostname, options, callback) => {
     if ((options as { all?: boolean }).all) {
-      (callback as unknown as (err: null, addresses: Array<{ address: string; family: number }>) => void)(null, [destination]);
+      (callback as unknown as (err: null, addresses: Array<{ address: string; family: number }>) => void)(null, [
+        destination,
+      ]);
     } else {
       callback(null, destination.address, destination.family);
     }
@@ -60,7 +68,9 @@ async function post(request: PostRequest, deadline: AbortSignalLike): Promise<At
   try {
     destination = literalDestination(request.url, request.guard) ?? await Promise.race([
       resolveDestination(request.url, request.guard),
-      new Promise<never>((_, reject) => deadline.addEventListener("abort", () => reject(deadline.reason), { once: true })),
+      new Promise<never>((_, reject) =>
+        deadline.addEventListener("abort", () => reject(deadline.reason), { once: true })
+      ),
     ]);
   } catch (error) {
     if (error instanceof DestinationRefusedError) return { error: error.message, refused: true };
@@ -93,7 +103,11 @@ async function post(request: PostRequest, deadline: AbortSignalLike): Promise<At
       res.resume();
       res.once("end", () => settle({ statusCode: res.statusCode ?? 0 }));
       res.once("error", () => {
-        settle(deadline.aborted ? { error: `timed out after ${request.timeoutMs} ms reading the answer` } : { statusCode: res.statusCode ?? 0 });
+        settle(
+          deadline.aborted
+            ? { error: `timed out after ${request.timeoutMs} ms reading the answer` }
+            : { statusCode: res.statusCode ?? 0 },
+        );
       });
     });
     req.once("error", (error) => {

@@ -14,7 +14,14 @@ import type { SecretBox } from "../secrets/mod.ts";
 import { createGroupCommit, type Database } from "../store/mod.ts";
 import { startTicker } from "../ticker/mod.ts";
 import type { GuardOptions } from "./destination_guard.ts";
-import { type AttemptRecord, claimDueDeliveries, type ClaimedDelivery, type DeliveryLease, recordAttempts, statusAfter } from "./outbox.ts";
+import {
+  type AttemptRecord,
+  claimDueDeliveries,
+  type ClaimedDelivery,
+  type DeliveryLease,
+  recordAttempts,
+  statusAfter,
+} from "./outbox.ts";
 import { postOnce } from "./_post.ts";
 import { judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
 import { signWebhook, webhookHeaderNames } from "./signer.ts";
@@ -124,7 +131,12 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     const label = status === "pending" ? "retry" : "refused" in outcome && outcome.refused ? "refused" : status;
     options.metrics?.webhookAttempts.inc({ outcome: label });
     // Latency: from the run's end (the delivery was enqueued with its final state) to the final outcome.
-    if (status !== "pending") options.metrics?.webhookDeliveryLatency.observe({ outcome: status }, Math.max(0, Date.now() - delivery.created_at) / 1000);
+    if (status !== "pending") {
+      options.metrics?.webhookDeliveryLatency.observe(
+        { outcome: status },
+        Math.max(0, Date.now() - delivery.created_at) / 1000,
+      );
+    }
     const detail = { run_id: delivery.run_id, attempt: number, outcome: label, ...outcome, duration_ms: durationMs };
     if (status === "failed") options.logger.warn(detail, "webhook delivery failed");
     else if (status === "delivered") options.logger.info(detail, "webhook delivered");
@@ -142,7 +154,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       if (Date.now() + options.timeoutMs >= leaseEnds) continue;
       inFlight++;
       attempt(delivery)
-        .catch((error) => options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded"))
+        .catch((error) =>
+          options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded")
+        )
         .finally(() => {
           inFlight--;
           pump();

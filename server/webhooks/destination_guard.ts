@@ -81,7 +81,9 @@ function checkAddresses(host: string, addresses: ReadonlyArray<{ address: string
   if (options.allowPrivate) return;
   for (const { address } of addresses) {
     const reason = forbiddenAddressReason(address);
-    if (reason) throw new DestinationRefusedError(`destination refused: ${host} resolves to ${address}, which ${reason}`);
+    if (reason) {
+      throw new DestinationRefusedError(`destination refused: ${host} resolves to ${address}, which ${reason}`);
+    }
   }
 }
 

@@ -2,8 +2,29 @@
  * Webhook forwarding: the signer, the destination guard, the durable outbox and the delivery worker
  * with the retry table.
  */
-export { checkEndpointUrl, DestinationRefusedError, forbiddenAddressReason, type GuardOptions, resolveDestination } from "./destination_guard.ts";
-export { type DeliveryHandOff, type DeliveryWorker, type DeliveryWorkerOptions, startDeliveryWorker } from "./delivery_worker.ts";
-export { type ClaimedDelivery, type DeliveryLease, enqueueDelivery, type NewDelivery, releaseDeliveryLeases, type WebhookBody, webhookBody, webhookViews, type WebhookView } from "./outbox.ts";
+export {
+  type DeliveryHandOff,
+  type DeliveryWorker,
+  type DeliveryWorkerOptions,
+  startDeliveryWorker,
+} from "./delivery_worker.ts";
+export {
+  checkEndpointUrl,
+  DestinationRefusedError,
+  forbiddenAddressReason,
+  type GuardOptions,
+  resolveDestination,
+} from "./destination_guard.ts";
+export {
+  type ClaimedDelivery,
+  type DeliveryLease,
+  enqueueDelivery,
+  type NewDelivery,
+  releaseDeliveryLeases,
+  type WebhookBody,
+  webhookBody,
+  webhookViews,
+  type WebhookView,
+} from "./outbox.ts";
 export { type AttemptOutcome, type AttemptVerdict, judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
 export { signWebhook, type SignedParts, webhookHeaderNames, type WebhookHeaderNames } from "./signer.ts";

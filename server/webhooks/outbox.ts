@@ -33,8 +33,8 @@ export function webhookBody(body: Omit<WebhookBody, "timestamp">, now: number = 
 }
 
 const insertDelivery = rawStatement(
-  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")` +
-    ` values (?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
+  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
+    + ` values (?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
 );
 
 /** A lease a delivery is inserted with: it is handed to that owner's worker instead of being claimed. */
@@ -47,7 +47,11 @@ export interface DeliveryLease {
  * Adds a delivery, due now; a second one for the same run is ignored. Call inside the run's final write.
  * With `lease`, the delivery is held by that owner from the start. Resolves with whether it was added.
  */
-export async function enqueueDelivery(db: Db, delivery: NewDelivery, options: { now?: number; lease?: DeliveryLease } = {}): Promise<boolean> {
+export async function enqueueDelivery(
+  db: Db,
+  delivery: NewDelivery,
+  options: { now?: number; lease?: DeliveryLease } = {},
+): Promise<boolean> {
   const now = options.now ?? Date.now();
   const { lease } = options;
   const result = await insertDelivery(db, [
@@ -66,15 +70,18 @@ export async function enqueueDelivery(db: Db, delivery: NewDelivery, options: { 
 // One statement claims a batch: SQLite runs it under its single writer lock (and PostgreSQL under row
 // locks), so a delivery is held by one process at a time; an expired lease (a dead process) frees it.
 const claimDue = rawStatement<ClaimedDelivery>(
-  `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?` +
-    ` where "run_id" in (select "run_id" from "webhook_deliveries"` +
-    ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)` +
-    ` order by "next_attempt_at" limit ?)` +
-    ` returning "run_id", "endpoint", "body", "secret", "attempts", "created_at"`,
+  `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?`
+    + ` where "run_id" in (select "run_id" from "webhook_deliveries"`
+    + ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`
+    + ` order by "next_attempt_at" limit ?)`
+    + ` returning "run_id", "endpoint", "body", "secret", "attempts", "created_at"`,
 );
 
 /** A delivery this process holds the lease of. */
-export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & { attempts: number; created_at: number };
+export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & {
+  attempts: number;
+  created_at: number;
+};
 
 /** Claims up to `limit` of the longest-due deliveries for `owner` until `now + leaseMs`. */
 export async function claimDueDeliveries(
@@ -118,8 +125,8 @@ export function statusAfter(record: AttemptRecord): "pending" | "delivered" | "f
 }
 
 const insertAttempt = rawStatement(
-  `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, ?, ?, ?)` +
-    ` on conflict ("run_id", "attempt") do nothing`,
+  `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, ?, ?, ?)`
+    + ` on conflict ("run_id", "attempt") do nothing`,
 );
 const moveOnPending = rawStatement(
   `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
@@ -156,7 +163,11 @@ export async function recordAttempts(db: Kysely<Database>, records: readonly Att
 export async function webhookViews(db: Kysely<Database>, runIds: string[]): Promise<Map<string, WebhookView>> {
   const views = new Map<string, WebhookView>();
   if (runIds.length === 0) return views;
-  const deliveries = await db.selectFrom("webhook_deliveries").select(["run_id", "status"]).where("run_id", "in", runIds).execute();
+  const deliveries = await db.selectFrom("webhook_deliveries").select(["run_id", "status"]).where(
+    "run_id",
+    "in",
+    runIds,
+  ).execute();
   for (const d of deliveries) views.set(d.run_id, { status: d.status as WebhookView["status"], attempts: [] });
   const attempts = await db
     .selectFrom("webhook_attempts")

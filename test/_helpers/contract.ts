@@ -39,13 +39,17 @@ export async function assertMatchesContract(method: string, url: string | URL, r
   });
   const mismatches = checkResponse(route, { status: response.status, headers, contentType, body });
   if (mismatches.length) {
-    throw new Error(`${method} ${pathname} → ${response.status} does not match the contract:\n  ${mismatches.join("\n  ")}`);
+    throw new Error(
+      `${method} ${pathname} → ${response.status} does not match the contract:\n  ${mismatches.join("\n  ")}`,
+    );
   }
 }
 
 async function assertProblemShape(response: Response): Promise<void> {
   const type = response.headers.get("content-type") ?? "";
-  if (!type.startsWith("application/problem+json")) throw new Error(`A ${response.status} must be a problem document, got ${type}`);
+  if (!type.startsWith("application/problem+json")) {
+    throw new Error(`A ${response.status} must be a problem document, got ${type}`);
+  }
   const body = (await response.clone().json()) as Record<string, unknown>;
   if (typeof body.type !== "string" || typeof body.title !== "string" || body.status !== response.status) {
     throw new Error(`Not a problem document: ${JSON.stringify(body)}`);

@@ -41,7 +41,10 @@ export interface FakeGithub {
   /** The root tree's sha of a ref's commit. */
   treeOf(repo: string, ref: string): string;
   /** The entries the API should answer for a ref, sorted by path. */
-  expectedEntries(repo: string, ref: string): Array<{ path: string; type: string; mode: string; sha: string; size?: number }>;
+  expectedEntries(
+    repo: string,
+    ref: string,
+  ): Array<{ path: string; type: string; mode: string; sha: string; size?: number }>;
   close(): Promise<void>;
 }
 
@@ -110,7 +113,11 @@ export async function startFakeGithub(repos: Record<string, FakeRepo>): Promise<
   }
 
   function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-    res.writeHead(status, { "content-type": "application/json; charset=utf-8", "x-github-media-type": "github.v3; format=json", ...headers });
+    res.writeHead(status, {
+      "content-type": "application/json; charset=utf-8",
+      "x-github-media-type": "github.v3; format=json",
+      ...headers,
+    });
     res.end(JSON.stringify(body));
   }
   function notFound(res: ServerResponse): void {
@@ -127,7 +134,10 @@ export async function startFakeGithub(repos: Record<string, FakeRepo>): Promise<
     if (!repo) return notFound(res);
     const reset = String(Math.floor(Date.now() / 1000) + 120);
     if (repo.failure === "rate-limit") {
-      return send(res, 403, { message: `API rate limit exceeded for user ID 1.`, documentation_url: "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api" }, {
+      return send(res, 403, {
+        message: `API rate limit exceeded for user ID 1.`,
+        documentation_url: "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api",
+      }, {
         "x-ratelimit-limit": "5000",
         "x-ratelimit-remaining": "0",
         "x-ratelimit-used": "5000",
@@ -140,17 +150,29 @@ export async function startFakeGithub(repos: Record<string, FakeRepo>): Promise<
     }
     if (repo.failure === "server-error") return send(res, 500, { message: "Server Error" });
     if (rest.length === 0) {
-      return send(res, 200, { id: 1, name, full_name: full, private: false, default_branch: repo.defaultBranch, owner: { login: owner } });
+      return send(res, 200, {
+        id: 1,
+        name,
+        full_name: full,
+        private: false,
+        default_branch: repo.defaultBranch,
+        owner: { login: owner },
+      });
     }
     if (rest[0] === "commits" && rest.length >= 2) {
       const ref = rest.slice(1).join("/");
-      if (Object.keys(repo.refs).length === 0) return send(res, 409, { message: "Git Repository is empty.", status: "409" });
+      if (Object.keys(repo.refs).length === 0) {
+        return send(res, 409, { message: "Git Repository is empty.", status: "409" });
+      }
       const commit = commits.get(`${full}@${ref}`);
       if (!commit) return send(res, 422, { message: `No commit found for SHA: ${ref}`, status: "422" });
       return send(res, 200, {
         sha: commit.sha,
         node_id: "C_x",
-        commit: { message: ref, tree: { sha: commit.tree, url: `https://api.github.test/repos/${full}/git/trees/${commit.tree}` } },
+        commit: {
+          message: ref,
+          tree: { sha: commit.tree, url: `https://api.github.test/repos/${full}/git/trees/${commit.tree}` },
+        },
         parents: [],
       });
     }
@@ -161,7 +183,12 @@ export async function startFakeGithub(repos: Record<string, FakeRepo>): Promise<
       const path = pathOfTree(repo, rest[2]);
       const truncated = recursive && path !== undefined && (repo.truncate ?? []).includes(path);
       const all = items(rest[2], recursive);
-      return send(res, 200, { sha: rest[2], url: `https://api.github.test/repos/${full}/git/trees/${rest[2]}`, tree: truncated ? all.slice(0, 2) : all, truncated });
+      return send(res, 200, {
+        sha: rest[2],
+        url: `https://api.github.test/repos/${full}/git/trees/${rest[2]}`,
+        tree: truncated ? all.slice(0, 2) : all,
+        truncated,
+      });
     }
     notFound(res);
   });
@@ -172,8 +199,20 @@ export async function startFakeGithub(repos: Record<string, FakeRepo>): Promise<
     const tree = commits.get(`${repo}@${ref}`)!.tree;
     return items(tree, true)
       .map(({ path, mode, sha, size }) => {
-        const type = mode === "040000" ? "directory" : mode === "160000" ? "submodule" : mode === "120000" ? "symlink" : "file";
-        return { path: path as string, type, mode: mode as string, sha: sha as string, ...(size === undefined ? {} : { size: size as number }) };
+        const type = mode === "040000"
+          ? "directory"
+          : mode === "160000"
+          ? "submodule"
+          : mode === "120000"
+          ? "symlink"
+          : "file";
+        return {
+          path: path as string,
+          type,
+          mode: mode as string,
+          sha: sha as string,
+          ...(size === undefined ? {} : { size: size as number }),
+        };
       })
       .sort((a, b) => (a.path < b.path ? -1 : 1));
   }

@@ -72,7 +72,13 @@ export async function createFixtureRepo(path: string): Promise<FixtureRepo> {
   await chmod(join(path, "bin/run.sh"), 0o755);
   await symlink(FIXTURE_SYMLINK.target, join(path, FIXTURE_SYMLINK.path));
   await git(path, "add", "--all");
-  await git(path, "update-index", "--add", "--cacheinfo", `160000,${FIXTURE_SUBMODULE.commit},${FIXTURE_SUBMODULE.path}`);
+  await git(
+    path,
+    "update-index",
+    "--add",
+    "--cacheinfo",
+    `160000,${FIXTURE_SUBMODULE.commit},${FIXTURE_SUBMODULE.path}`,
+  );
   await git(path, "commit", "--quiet", "-m", "first");
   const first = await git(path, "rev-parse", "HEAD");
   await git(path, "tag", "-a", "v1.0", "-m", "version 1.0");

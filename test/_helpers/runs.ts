@@ -41,10 +41,16 @@ export function callRun(ref: AppRef, fn: string, options: CallRunOptions & { bod
 }
 
 /** Calls `fn` with `async=true` and returns the run id of the 202; throws on any other answer. */
-export async function submitAsync(ref: AppRef, fn: string, options: Omit<CallRunOptions, "async"> & { body?: Record<string, unknown> } = {}): Promise<string> {
+export async function submitAsync(
+  ref: AppRef,
+  fn: string,
+  options: Omit<CallRunOptions, "async"> & { body?: Record<string, unknown> } = {},
+): Promise<string> {
   const { data, response } = await callRun(ref, fn, { ...options, async: true });
   const runId = (data as { run_id?: string } | undefined)?.run_id;
-  if (response.status !== 202 || !runId) throw new Error(`Expected 202 for an async call of ${fn}, got ${response.status}`);
+  if (response.status !== 202 || !runId) {
+    throw new Error(`Expected 202 for an async call of ${fn}, got ${response.status}`);
+  }
   return runId;
 }
 
@@ -64,15 +70,26 @@ export function cancelRun(ref: AppRef, runId: string) {
 
 /** `listRuns`. */
 export function listRuns(ref: AppRef, query: { status?: Run["status"]; limit?: number; cursor?: string } = {}) {
-  return ref.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs", { params: { path: { project_id: ref.project, app_id: ref.app }, query } });
+  return ref.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs", {
+    params: { path: { project_id: ref.project, app_id: ref.app }, query },
+  });
 }
 
 /** Polls `getRun` until the run is in one of `statuses`; returns it. */
-export function waitForStatus(ref: AppRef, runId: string, statuses: Array<Run["status"]>, timeoutMs = 30_000): Promise<Run> {
-  return eventually(async () => {
-    const { data } = await getRun(ref, runId);
-    return data && statuses.includes(data.status) ? data : undefined;
-  }, timeoutMs, `${runId} to reach ${statuses.join("/")}`);
+export function waitForStatus(
+  ref: AppRef,
+  runId: string,
+  statuses: Array<Run["status"]>,
+  timeoutMs = 30_000,
+): Promise<Run> {
+  return eventually(
+    async () => {
+      const { data } = await getRun(ref, runId);
+      return data && statuses.includes(data.status) ? data : undefined;
+    },
+    timeoutMs,
+    `${runId} to reach ${statuses.join("/")}`,
+  );
 }
 
 /** The statuses a run ends in. */

@@ -29,7 +29,9 @@ export interface TestServer {
   /** Every log line so far, as written. */
   rawLogs(): string;
   /** Mints another token. */
-  mintToken(options?: { projectId?: string; scopes?: Scope[]; expiresAt?: number }): Promise<{ token: string; id: string }>;
+  mintToken(
+    options?: { projectId?: string; scopes?: Scope[]; expiresAt?: number },
+  ): Promise<{ token: string; id: string }>;
   close(): Promise<void>;
 }
 

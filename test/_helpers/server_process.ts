@@ -27,7 +27,10 @@ export interface ServerProcess {
 }
 
 /** Starts the server with `env` (data and apps dirs, lease, …) over a clean environment; resolves once it listens. */
-export async function startServerProcess(env: Record<string, string>, options: { token?: string } = {}): Promise<ServerProcess> {
+export async function startServerProcess(
+  env: Record<string, string>,
+  options: { token?: string } = {},
+): Promise<ServerProcess> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
   const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
     env: { ...base, PORT: "0", HOST: "127.0.0.1", RUNPLANE_LOG_LEVEL: "info", ...env },

@@ -28,14 +28,22 @@ export interface WebhookReceiver {
 }
 
 /** Starts a receiver on 127.0.0.1; `answer(n, request)` picks each response (default 200). */
-export async function startWebhookReceiver(answer: (n: number, request: ReceivedRequest) => Answer = () => 200): Promise<WebhookReceiver> {
+export async function startWebhookReceiver(
+  answer: (n: number, request: ReceivedRequest) => Answer = () => 200,
+): Promise<WebhookReceiver> {
   const requests: ReceivedRequest[] = [];
   const waiters: Array<() => void> = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (chunk: Buffer) => chunks.push(chunk));
     req.on("end", () => {
-      const request = { method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: Buffer.concat(chunks), at: performance.now() };
+      const request = {
+        method: req.method ?? "",
+        url: req.url ?? "",
+        headers: req.headers,
+        body: Buffer.concat(chunks),
+        at: performance.now(),
+      };
       requests.push(request);
       waiters.splice(0).forEach((wake) => wake());
       const reply = answer(requests.length, request);
@@ -67,7 +75,11 @@ export async function startWebhookReceiver(answer: (n: number, request: Received
 }
 
 /** Polls `check` until it returns a value other than undefined, or throws after `timeoutMs`. */
-export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 20_000, what = "condition"): Promise<T> {
+export async function eventually<T>(
+  check: () => Promise<T | undefined>,
+  timeoutMs = 20_000,
+  what = "condition",
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

@@ -21,7 +21,20 @@ describe("runplane service-account", () => {
   it("creates a token against the data dir that the server accepts, lists it, and revokes it", async () => {
     const dataDir = await mkdtemp(join(tmpdir(), "runplane-cli-"));
     try {
-      const created = await cli(["service-account", "create", "--project", "p-cli", "--name", "deployer", "--expires", "30d", "--scope", "rest", "--data-dir", dataDir]);
+      const created = await cli([
+        "service-account",
+        "create",
+        "--project",
+        "p-cli",
+        "--name",
+        "deployer",
+        "--expires",
+        "30d",
+        "--scope",
+        "rest",
+        "--data-dir",
+        dataDir,
+      ]);
       assert.equal(created.code, 0, created.stderr);
       const token = created.stdout.trim();
       assert.match(token, /^[\w-]+\.[\w-]+\.[\w-]+$/, "stdout holds only the token");
@@ -61,7 +74,18 @@ describe("runplane service-account", () => {
   });
 
   it("exits 2 with a clear message for a bad expiry", async () => {
-    const result = await cli(["service-account", "create", "--project", "p-cli", "--name", "x", "--expires", "someday", "--data-dir", join(tmpdir(), "runplane-unused")]);
+    const result = await cli([
+      "service-account",
+      "create",
+      "--project",
+      "p-cli",
+      "--name",
+      "x",
+      "--expires",
+      "someday",
+      "--data-dir",
+      join(tmpdir(), "runplane-unused"),
+    ]);
     assert.equal(result.code, 2);
     assert.match(result.stderr, /Invalid expiry "someday"/);
   });

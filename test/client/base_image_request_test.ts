@@ -19,16 +19,24 @@ describe("baseImageRequestFromToml", () => {
   });
 
   it("writes conda versions with a single =", () => {
-    assert.deepEqual(baseImageRequestFromToml('[dependencies.conda]\nnumpy = "1.26"\nscipy = ""'), { condaPackages: ["numpy=1.26", "scipy"] });
+    assert.deepEqual(baseImageRequestFromToml('[dependencies.conda]\nnumpy = "1.26"\nscipy = ""'), {
+      condaPackages: ["numpy=1.26", "scipy"],
+    });
   });
 
   it("answers an empty request for a config without dependencies or build", () => {
-    assert.deepEqual(baseImageRequestFromToml('[scaling]\nmin_replicas = 1'), {});
+    assert.deepEqual(baseImageRequestFromToml("[scaling]\nmin_replicas = 1"), {});
   });
 
   it("names the section at fault", () => {
-    assert.throws(() => baseImageRequestFromToml("[dependencies.pip]\nrequests = 2"), /\[dependencies\.pip\] requests must be a version string/);
-    assert.throws(() => baseImageRequestFromToml('[build]\nshell_commands = "echo"'), /\[build\] shell_commands must be a list/);
+    assert.throws(
+      () => baseImageRequestFromToml("[dependencies.pip]\nrequests = 2"),
+      /\[dependencies\.pip\] requests must be a version string/,
+    );
+    assert.throws(
+      () => baseImageRequestFromToml('[build]\nshell_commands = "echo"'),
+      /\[build\] shell_commands must be a list/,
+    );
     assert.throws(() => baseImageRequestFromToml("[build"), /^Error: Invalid TOML/);
   });
 });

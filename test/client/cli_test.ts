@@ -56,11 +56,17 @@ const HAS_SCRIPT = (() => {
  * Runs `runplane ...args` on a pseudo-terminal (util-linux `script`), as a person at a terminal does;
  * stdout and stderr arrive merged, as the terminal shows them.
  */
-function runCliOnTerminal(args: string[], env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+function runCliOnTerminal(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; output: string }> {
   const quote = (word: string) => `'${word.replaceAll("'", "'\\''")}'`;
   const command = [process.execPath, CLI, ...args].map(quote).join(" ");
   const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
-  const child = spawn("script", ["-qec", command, "/dev/null"], { env: { ...clean, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn("script", ["-qec", command, "/dev/null"], {
+    env: { ...clean, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let output = "";
   child.stdout.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, output })));
@@ -109,7 +115,19 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     const dir = await mkdtemp(join(tmpdir(), "runplane-config-"));
     const config = join(dir, "runplane.toml");
     await writeFile(config, '[dependencies.apt]\njq = "*"\n');
-    const outcome = await runCli(["base-image", "--config", config, "--project", TEST_PROJECT, "--app", "other", "--api-url", t.url, "--token", t.token]);
+    const outcome = await runCli([
+      "base-image",
+      "--config",
+      config,
+      "--project",
+      TEST_PROJECT,
+      "--app",
+      "other",
+      "--api-url",
+      t.url,
+      "--token",
+      t.token,
+    ]);
     assert.equal(outcome.code, 0, outcome.stderr);
     assert.match(outcome.stdout, /^sha256:[0-9a-f]{64} new\n$/);
     await rm(dir, { recursive: true });
@@ -142,12 +160,23 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
 
   it("base-image reads an example app's runplane.toml from the default apps folder", async () => {
     const { token } = await t.mintToken({ projectId: "p-demo" });
-    const outcome = await runCli(["base-image", "--project", "p-demo", "--app", "hello", "--json"], { env: { RUNPLANE_API_URL: t.url, RUNPLANE_TOKEN: token }, cwd: ROOT });
+    const outcome = await runCli(["base-image", "--project", "p-demo", "--app", "hello", "--json"], {
+      env: { RUNPLANE_API_URL: t.url, RUNPLANE_TOKEN: token },
+      cwd: ROOT,
+    });
     assert.equal(outcome.code, 0, outcome.stderr);
     const { digest, status } = JSON.parse(outcome.stdout) as { digest: string; status: string };
     assert.equal(status, "new");
     // examples/apps/p-demo/hello/runplane.toml has [build] base_image and no dependencies.
-    const byHand = await runCli(["base-image", "--config", join(ROOT, "examples/apps/p-demo/hello/runplane.toml"), "--project", TEST_PROJECT, "--app", "hello"], { env });
+    const byHand = await runCli([
+      "base-image",
+      "--config",
+      join(ROOT, "examples/apps/p-demo/hello/runplane.toml"),
+      "--project",
+      TEST_PROJECT,
+      "--app",
+      "hello",
+    ], { env });
     assert.equal(byHand.stdout, `${digest} new\n`);
     const { data } = await t.client.POST("/v3/projects/{project_id}/apps/{app_id}/base-image", {
       params: { path: { project_id: TEST_PROJECT, app_id: "hello" } },
@@ -173,7 +202,10 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   it("run prints a raising function's problem without a stack trace, exit 1", async () => {
     const outcome = await runCli(["run", `${TEST_PROJECT}/py/boom`], { env });
     assert.equal(outcome.code, 1);
-    assert.match(outcome.stderr, /^runplane run: The function raised an exception: .*bad value here.* \(run run_[0-9a-z]{26}\)\n$/);
+    assert.match(
+      outcome.stderr,
+      /^runplane run: The function raised an exception: .*bad value here.* \(run run_[0-9a-z]{26}\)\n$/,
+    );
     assertNoStackTrace(outcome.stderr);
     const json = await runCli(["run", `${TEST_PROJECT}/py/boom`, "--json"], { env });
     assert.equal(json.code, 1);
@@ -195,24 +227,47 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   });
 
   it("run --async --wait waits and prints the result, quiet on stderr when piped; --json prints the final run", async () => {
-    const outcome = await runCli(["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--wait", "--data", '{"seconds":1.5}'], { env });
+    const outcome = await runCli(
+      ["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--wait", "--data", '{"seconds":1.5}'],
+      { env },
+    );
     assert.equal(outcome.code, 0, outcome.stderr);
     assert.equal(outcome.stdout, `${JSON.stringify({ slept: 1.5 }, null, 2)}\n`);
     assert.equal(outcome.stderr, "", "no progress when stderr is not a terminal");
-    const json = await runCli(["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--wait", "--json", "--data", '{"seconds":0.5}'], { env });
+    const json = await runCli([
+      "run",
+      `${TEST_PROJECT}/py/sleepy`,
+      "--async",
+      "--wait",
+      "--json",
+      "--data",
+      '{"seconds":0.5}',
+    ], { env });
     assert.equal(json.code, 0, json.stderr);
     const run = JSON.parse(json.stdout) as { run_id: string; status: string; mode: string; result: unknown };
     assert.deepEqual([run.status, run.mode, run.result], ["success", "async", { slept: 0.5 }]);
     assert.deepEqual(await record(run.run_id), run);
   });
 
-  it("run --async --wait shows progress on a terminal", { skip: !HAS_SCRIPT && "needs util-linux script for a pseudo-terminal" }, async () => {
-    const outcome = await runCliOnTerminal(["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--wait", "--data", '{"seconds":2}'], env);
+  it("run --async --wait shows progress on a terminal", {
+    skip: !HAS_SCRIPT && "needs util-linux script for a pseudo-terminal",
+  }, async () => {
+    const outcome = await runCliOnTerminal([
+      "run",
+      `${TEST_PROJECT}/py/sleepy`,
+      "--async",
+      "--wait",
+      "--data",
+      '{"seconds":2}',
+    ], env);
     assert.equal(outcome.code, 0, outcome.output);
     const progress = /\r\x1b\[K(run_[0-9a-z]{26}) (queued|running) \d+\.\d s/.exec(outcome.output);
     assert.ok(progress, `no progress line in ${JSON.stringify(outcome.output)}`);
     // The progress line is cleared before the result.
-    assert.ok(outcome.output.endsWith(`\r\x1b[K${JSON.stringify({ slept: 2 }, null, 2).replaceAll("\n", "\r\n")}\r\n`), JSON.stringify(outcome.output));
+    assert.ok(
+      outcome.output.endsWith(`\r\x1b[K${JSON.stringify({ slept: 2 }, null, 2).replaceAll("\n", "\r\n")}\r\n`),
+      JSON.stringify(outcome.output),
+    );
     assert.equal((await record(progress[1])).status, "success");
   });
 
@@ -226,7 +281,13 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
 
   it("run --stream prints each item as it arrives", async () => {
     const done = join(dir, "cli-ticks.done");
-    const child = spawnCli(["run", `${TEST_PROJECT}/py/ticks`, "--stream", "--data", JSON.stringify({ n: 3, pause: 1, done })], { env });
+    const child = spawnCli([
+      "run",
+      `${TEST_PROJECT}/py/ticks`,
+      "--stream",
+      "--data",
+      JSON.stringify({ n: 3, pause: 1, done }),
+    ], { env });
     const exited = once(child, "exit");
     const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
     assert.deepEqual(await lines.next(), { done: false, value: '{"i":0}' });
@@ -242,12 +303,21 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     const outcome = await runCli(["run", `${TEST_PROJECT}/py/breaks`, "--stream"], { env });
     assert.equal(outcome.code, 1);
     assert.equal(outcome.stdout, "ok\n");
-    assert.match(outcome.stderr, /^runplane run: The function raised an exception: .*went wrong mid-stream.* \(run run_[0-9a-z]{26}\)\n$/);
+    assert.match(
+      outcome.stderr,
+      /^runplane run: The function raised an exception: .*went wrong mid-stream.* \(run run_[0-9a-z]{26}\)\n$/,
+    );
   });
 
   it("runs cancel cancels a running run; runs get and runs list show it; a second cancel exits 1", async () => {
     const started = join(dir, "cli-cancel.started");
-    const queued = await runCli(["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--data", JSON.stringify({ seconds: 5, started })], { env });
+    const queued = await runCli([
+      "run",
+      `${TEST_PROJECT}/py/sleepy`,
+      "--async",
+      "--data",
+      JSON.stringify({ seconds: 5, started }),
+    ], { env });
     const runId = queued.stdout.trim();
     assert.match(runId, RUN_ID_PATTERN);
     await waitFor(() => existsSync(started), "the function to start", 30_000);
@@ -260,7 +330,9 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     const listed = await runCli(["runs", "list", `${TEST_PROJECT}/py`, "--status", "cancelled"], { env });
     assert.equal(listed.code, 0, listed.stderr);
     assert.match(listed.stdout, new RegExp(`^${runId}\\tcancelled\\tsleepy\\t`, "m"));
-    const listedJson = JSON.parse((await runCli(["runs", "list", `${TEST_PROJECT}/py`, "--limit", "1", "--json"], { env })).stdout) as { runs: unknown[] };
+    const listedJson = JSON.parse(
+      (await runCli(["runs", "list", `${TEST_PROJECT}/py`, "--limit", "1", "--json"], { env })).stdout,
+    ) as { runs: unknown[] };
     assert.equal(listedJson.runs.length, 1);
     const again = await runCli(["runs", "cancel", `${TEST_PROJECT}/py`, runId], { env });
     assert.equal(again.code, 1);
@@ -279,18 +351,39 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
       assert.match(stderr, new RegExp(`Listening for webhook deliveries on http://127\\.0\\.0\\.1:${port}/`));
       let stdout = "";
       child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-      const queued = await runCli(["run", `${TEST_PROJECT}/py`, "--async", "--data", '{"name":"Hook"}', "--webhook", `http://127.0.0.1:${port}/hook`, "--webhook-secret", secret], { env });
+      const queued = await runCli([
+        "run",
+        `${TEST_PROJECT}/py`,
+        "--async",
+        "--data",
+        '{"name":"Hook"}',
+        "--webhook",
+        `http://127.0.0.1:${port}/hook`,
+        "--webhook-secret",
+        secret,
+      ], { env });
       assert.equal(queued.code, 0, queued.stderr);
       const runId = queued.stdout.trim();
       await waitFor(() => stdout.includes("\n}\n"), "the listener to print the delivery", 60_000);
-      assert.match(stdout, new RegExp(`^POST /hook run ${runId} signature valid \\(run ${runId}, signed \\d{4}-\\d\\d-\\d\\dT`));
-      const body = JSON.parse(stdout.slice(stdout.indexOf("\n") + 1)) as { run_id: string; status: string; result: unknown };
+      assert.match(
+        stdout,
+        new RegExp(`^POST /hook run ${runId} signature valid \\(run ${runId}, signed \\d{4}-\\d\\d-\\d\\dT`),
+      );
+      const body = JSON.parse(stdout.slice(stdout.indexOf("\n") + 1)) as {
+        run_id: string;
+        status: string;
+        result: unknown;
+      };
       assert.deepEqual([body.run_id, body.status, body.result], [runId, "success", { message: "Hello, Hook!" }]);
       // The listener answered 200: the server records the delivery as delivered.
-      const webhook = await eventually(async () => {
-        const { webhook } = await record(runId);
-        return webhook && webhook.status !== "pending" ? webhook : undefined;
-      }, 30_000, "the webhook to settle");
+      const webhook = await eventually(
+        async () => {
+          const { webhook } = await record(runId);
+          return webhook && webhook.status !== "pending" ? webhook : undefined;
+        },
+        30_000,
+        "the webhook to settle",
+      );
       assert.equal(webhook.status, "delivered");
     } finally {
       child.kill("SIGINT");
@@ -303,33 +396,48 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     const work = await mkdtemp(join(tmpdir(), "runplane-cli-repo-"));
     const fixture: FixtureRepo = await createFixtureRepo(join(work, "widgets"));
     try {
-      const added = await runCli(["repo", "add", fixture.path, "--project", TEST_PROJECT, "--as", "acme/widgets", "--data-dir", t.dataDir]);
+      const added = await runCli([
+        "repo",
+        "add",
+        fixture.path,
+        "--project",
+        TEST_PROJECT,
+        "--as",
+        "acme/widgets",
+        "--data-dir",
+        t.dataDir,
+      ]);
       assert.equal(added.code, 0, added.stderr);
     } finally {
       await rm(work, { recursive: true, force: true });
     }
     const outcome = await runCli(["tree", "acme/widgets", "--project", TEST_PROJECT], { env });
     assert.equal(outcome.code, 0, outcome.stderr);
-    assert.equal(outcome.stdout, [
-      `acme/widgets @ main (${fixture.main.slice(0, 7)})`,
-      "README.md",
-      "bin/",
-      "  run.sh",
-      "docs/",
-      "  guide.md",
-      "latest@",
-      "src/",
-      "  lib/",
-      "    deep/",
-      "      nested/",
-      "        leaf.txt",
-      "    util.py",
-      "  main.py",
-      "vendor/",
-      "  dep -> 1234567",
-      "",
-    ].join("\n"));
-    const json = await runCli(["tree", "acme/widgets", "--project", TEST_PROJECT, "--ref", "feature", "--json"], { env });
+    assert.equal(
+      outcome.stdout,
+      [
+        `acme/widgets @ main (${fixture.main.slice(0, 7)})`,
+        "README.md",
+        "bin/",
+        "  run.sh",
+        "docs/",
+        "  guide.md",
+        "latest@",
+        "src/",
+        "  lib/",
+        "    deep/",
+        "      nested/",
+        "        leaf.txt",
+        "    util.py",
+        "  main.py",
+        "vendor/",
+        "  dep -> 1234567",
+        "",
+      ].join("\n"),
+    );
+    const json = await runCli(["tree", "acme/widgets", "--project", TEST_PROJECT, "--ref", "feature", "--json"], {
+      env,
+    });
     assert.equal(json.code, 0, json.stderr);
     const { data } = await t.client.GET("/v4/projects/{project_id}/integrations/github/repos/{owner}/{repo}/tree", {
       params: { path: { project_id: TEST_PROJECT, owner: "acme", repo: "widgets" }, query: { ref: "feature" } },
@@ -346,7 +454,9 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     await once(closed, "listening");
     const { port } = closed.address() as AddressInfo;
     closed.close();
-    const outcome = await runCli(["runs", "list", "p/a"], { env: { RUNPLANE_API_URL: `http://127.0.0.1:${port}`, RUNPLANE_TOKEN: "x" } });
+    const outcome = await runCli(["runs", "list", "p/a"], {
+      env: { RUNPLANE_API_URL: `http://127.0.0.1:${port}`, RUNPLANE_TOKEN: "x" },
+    });
     assert.equal(outcome.code, 1);
     assert.match(outcome.stderr, /Cannot reach the server \(ECONNREFUSED\): check --api-url/);
   });
@@ -355,10 +465,22 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
 describe("runplane webhook", { timeout: 120_000 }, () => {
   const secret = "whsec_cli";
   const runId = "run_0123456789abcdefghijklmnop";
-  const body = JSON.stringify({ run_id: runId, status: "success", result: [1, 2], error: null, run_time_ms: 1, timestamp: new Date().toISOString() });
+  const body = JSON.stringify({
+    run_id: runId,
+    status: "success",
+    result: [1, 2],
+    error: null,
+    run_time_ms: 1,
+    timestamp: new Date().toISOString(),
+  });
   function headers(timestamp = Math.floor(Date.now() / 1000), signedBody = body) {
     const signature = `v1,${createHmac("sha256", secret).update(`${runId}.${timestamp}.${signedBody}`).digest("hex")}`;
-    return { "X-Request-Id": runId, "X-Runplane-Webhook-Timestamp": String(timestamp), "X-Runplane-Webhook-Signature": signature, "Content-Type": "application/json" };
+    return {
+      "X-Request-Id": runId,
+      "X-Runplane-Webhook-Timestamp": String(timestamp),
+      "X-Runplane-Webhook-Signature": signature,
+      "Content-Type": "application/json",
+    };
   }
   let dir: string;
   before(async () => {
@@ -369,11 +491,30 @@ describe("runplane webhook", { timeout: 120_000 }, () => {
   it("verify accepts a valid delivery (exit 0) and rejects a changed body (exit 1)", async () => {
     await writeFile(join(dir, "body.json"), body);
     await writeFile(join(dir, "headers.txt"), Object.entries(headers()).map(([k, v]) => `${k}: ${v}`).join("\n"));
-    const valid = await runCli(["webhook", "verify", "--secret", secret, "--body", join(dir, "body.json"), "--headers", join(dir, "headers.txt")]);
+    const valid = await runCli([
+      "webhook",
+      "verify",
+      "--secret",
+      secret,
+      "--body",
+      join(dir, "body.json"),
+      "--headers",
+      join(dir, "headers.txt"),
+    ]);
     assert.equal(valid.code, 0, valid.stderr);
     assert.match(valid.stdout, new RegExp(`^Signature valid \\(run ${runId}`));
     await writeFile(join(dir, "changed.json"), body.replace("[1,2]", "[1,3]"));
-    const changed = await runCli(["webhook", "verify", "--secret", secret, "--body", join(dir, "changed.json"), "--headers", join(dir, "headers.txt"), "--json"]);
+    const changed = await runCli([
+      "webhook",
+      "verify",
+      "--secret",
+      secret,
+      "--body",
+      join(dir, "changed.json"),
+      "--headers",
+      join(dir, "headers.txt"),
+      "--json",
+    ]);
     assert.equal(changed.code, 1);
     assert.equal(JSON.parse(changed.stdout).valid, false);
   });

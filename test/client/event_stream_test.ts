@@ -37,7 +37,7 @@ describe("readEventStream over a real socket", () => {
 
   it("yields each item as it arrives, JSON parsed and text as strings", async () => {
     const { response, items } = await open();
-    response.write(": ping\n\ndata: {\"n\":1}\n\n");
+    response.write(': ping\n\ndata: {"n":1}\n\n');
     assert.deepEqual(await items.next(), { done: false, value: { n: 1 } });
     response.write("data: hello world\n\n");
     assert.deepEqual(await items.next(), { done: false, value: "hello world" });
@@ -49,7 +49,14 @@ describe("readEventStream over a real socket", () => {
 
   it("throws a RunplaneError carrying the problem of an event: error", async () => {
     const { response, items } = await open();
-    const problem = { type: "https://runplane.dev/problems/function-error", title: "The function raised an exception", status: 500, detail: "boom", run_id: "run_0123456789abcdefghijklmnop", exception_type: "ValueError" };
+    const problem = {
+      type: "https://runplane.dev/problems/function-error",
+      title: "The function raised an exception",
+      status: 500,
+      detail: "boom",
+      run_id: "run_0123456789abcdefghijklmnop",
+      exception_type: "ValueError",
+    };
     response.end(`data: 1\n\nevent: error\ndata: ${JSON.stringify(problem)}\n\n`);
     assert.deepEqual(await items.next(), { done: false, value: 1 });
     const error = await items.next().then(() => undefined, (e: unknown) => e);

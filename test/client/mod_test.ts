@@ -89,7 +89,11 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     const starter = createCheckedRunplaneClient(t.url, t.token);
     const runId = await starter.runAsync(app, { name: "Bo" });
     const other = createCheckedRunplaneClient(t.url, t.token);
-    await assert.rejects(other.getRun(runId), { name: "TypeError", message: `This client did not start run ${runId}, so it does not know its app: call getRun("<project>/<app>", "${runId}")` });
+    await assert.rejects(other.getRun(runId), {
+      name: "TypeError",
+      message:
+        `This client did not start run ${runId}, so it does not know its app: call getRun("<project>/<app>", "${runId}")`,
+    });
     await assert.rejects(other.cancelRun(runId), /call cancelRun\(/);
     assert.equal((await other.waitForRun(app, runId)).status, "success");
   });
@@ -228,7 +232,9 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
 
   it("throws a RunplaneError with the problem's field errors for a 400", async () => {
     const client = createCheckedRunplaneClient(t.url, t.token);
-    const error = await rejection(client.baseImageHash(`${TEST_PROJECT}/client-app`, { shellCommands: ["not base64!"] }));
+    const error = await rejection(
+      client.baseImageHash(`${TEST_PROJECT}/client-app`, { shellCommands: ["not base64!"] }),
+    );
     assert.equal(error.status, 400);
     assert.deepEqual(error.problem.errors?.map((e) => e.path), ["body.shellCommands[0]"]);
     assert.match(error.requestId ?? "", /.+/);
@@ -298,7 +304,12 @@ describe("repositoryTree against a real server and a mirrored git repository", {
     t = await startTestServer();
     work = await mkdtemp(join(tmpdir(), "runplane-client-repo-"));
     fixture = await createFixtureRepo(join(work, "widgets"));
-    await mirrorRepository(fixture.path, { dataDir: t.dataDir, projectId: TEST_PROJECT, owner: "acme", repo: "widgets" });
+    await mirrorRepository(fixture.path, {
+      dataDir: t.dataDir,
+      projectId: TEST_PROJECT,
+      owner: "acme",
+      repo: "widgets",
+    });
   });
   after(async () => {
     await t.close();
@@ -313,10 +324,16 @@ describe("repositoryTree against a real server and a mirrored git repository", {
     assert.equal(answer.tree.ref, "main");
     assert.equal(answer.tree.sha, fixture.main);
     const util = answer.tree.entries.find((e) => e.path === "src/lib/util.py");
-    assert.deepEqual(util && { type: util.type, sha: util.sha }, { type: "file", sha: blobSha("def util():\n    return 42\n") });
+    assert.deepEqual(util && { type: util.type, sha: util.sha }, {
+      type: "file",
+      sha: blobSha("def util():\n    return 42\n"),
+    });
     assert.ok(answer.tree.entries.some((e) => e.path === "docs/guide.md"));
     assert.match(answer.etag, /^".+"$/);
-    assert.deepEqual(await client.repositoryTree(TEST_PROJECT, "acme/widgets", { ifNoneMatch: answer.etag }), { notModified: true, etag: answer.etag });
+    assert.deepEqual(await client.repositoryTree(TEST_PROJECT, "acme/widgets", { ifNoneMatch: answer.etag }), {
+      notModified: true,
+      etag: answer.etag,
+    });
   });
 
   it("reads another ref's tree", async () => {

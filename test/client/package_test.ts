@@ -12,7 +12,15 @@ const ROOT = join(import.meta.dirname, "..", "..");
 const TSC = createRequire(import.meta.url).resolve("typescript/bin/tsc");
 
 const CONSUMER_TSCONFIG = {
-  compilerOptions: { module: "nodenext", moduleResolution: "nodenext", target: "es2022", strict: true, noEmit: true, lib: ["es2023", "dom"], types: [] },
+  compilerOptions: {
+    module: "nodenext",
+    moduleResolution: "nodenext",
+    target: "es2022",
+    strict: true,
+    noEmit: true,
+    lib: ["es2023", "dom"],
+    types: [],
+  },
   files: ["check.ts"],
 };
 
@@ -28,8 +36,13 @@ describe("the packed client", { timeout: 240_000 }, () => {
     await run("npm", ["pack", "--pack-destination", dir], { cwd: ROOT });
     const tarball = (await readdir(dir)).find((f) => f.endsWith(".tgz"));
     assert.ok(tarball, "npm pack wrote no tarball");
-    await writeFile(join(dir, "package.json"), JSON.stringify({ name: "consumer", version: "1.0.0", type: "module", private: true }));
-    await run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", `./${tarball}`], { cwd: dir });
+    await writeFile(
+      join(dir, "package.json"),
+      JSON.stringify({ name: "consumer", version: "1.0.0", type: "module", private: true }),
+    );
+    await run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", `./${tarball}`], {
+      cwd: dir,
+    });
   });
   after(() => rm(dir, { recursive: true, force: true }));
 
@@ -47,12 +60,18 @@ describe("the packed client", { timeout: 240_000 }, () => {
       console.log(JSON.stringify({ valid: outcome.valid, ref: resolveAppRef("p/a"), methods: typeof client.stream }));
     `;
     const { stdout } = await run(process.execPath, ["--input-type=module", "-e", script], { cwd: dir });
-    assert.deepEqual(JSON.parse(stdout), { valid: true, ref: { project: "p", app: "a", function: "run" }, methods: "function" });
+    assert.deepEqual(JSON.parse(stdout), {
+      valid: true,
+      ref: { project: "p", app: "a", function: "run" },
+      methods: "function",
+    });
   });
 
   it("ships declarations that type-check in a strict project, and catch misuse", async () => {
     await writeFile(join(dir, "tsconfig.json"), JSON.stringify(CONSUMER_TSCONFIG));
-    await writeFile(join(dir, "check.ts"), `
+    await writeFile(
+      join(dir, "check.ts"),
+      `
       import { createRunplaneClient, RunplaneError, type Run } from "runplane/client";
       const client = createRunplaneClient({ baseUrl: "http://127.0.0.1:9", token: "t" });
       export const waited: Promise<Run> = client.waitForRun("run_0123456789abcdefghijklmnop", { timeoutMs: 1000 });
@@ -64,13 +83,20 @@ describe("the packed client", { timeout: 240_000 }, () => {
           throw error;
         }
       }
-    `);
+    `,
+    );
     await run(process.execPath, [TSC, "-p", dir], { cwd: dir });
-    await writeFile(join(dir, "check.ts"), `
+    await writeFile(
+      join(dir, "check.ts"),
+      `
       import { createRunplaneClient } from "runplane/client";
       export const digest: number = (await createRunplaneClient({ apiUrl: "x" }).baseImageHash("p/a", {})).digest;
-    `);
-    const failed = await run(process.execPath, [TSC, "-p", dir], { cwd: dir }).then(() => undefined, (error: { stdout: string }) => error);
+    `,
+    );
+    const failed = await run(process.execPath, [TSC, "-p", dir], { cwd: dir }).then(
+      () => undefined,
+      (error: { stdout: string }) => error,
+    );
     assert.ok(failed, "a type error in the consumer must fail tsc: the types are not any");
     assert.match(failed.stdout, /Type 'string' is not assignable to type 'number'/);
   });

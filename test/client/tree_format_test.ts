@@ -21,15 +21,18 @@ describe("formatTree", () => {
         { path: "vendor", type: "submodule", mode: "160000", sha: "fedcba9876543210fedcba9876543210fedcba98" },
       ],
     });
-    assert.equal(text, [
-      "octo/hello @ main (0123456)",
-      "README.md",
-      "src/",
-      "  lib/",
-      "    util.py",
-      "  main.py",
-      "latest@",
-      "vendor -> fedcba9",
-    ].join("\n"));
+    assert.equal(
+      text,
+      [
+        "octo/hello @ main (0123456)",
+        "README.md",
+        "src/",
+        "  lib/",
+        "    util.py",
+        "  main.py",
+        "latest@",
+        "vendor -> fedcba9",
+      ].join("\n"),
+    );
   });
 });

@@ -12,7 +12,14 @@ import { type ReceivedRequest, startWebhookReceiver, type WebhookReceiver } from
 
 const SECRET = "whsec_test_secret";
 const RUN_ID = "run_0123456789abcdefghijklmnop";
-const BODY = JSON.stringify({ run_id: RUN_ID, status: "success", result: { n: 1 }, error: null, run_time_ms: 3.5, timestamp: "2026-01-01T00:00:00.000Z" });
+const BODY = JSON.stringify({
+  run_id: RUN_ID,
+  status: "success",
+  result: { n: 1 },
+  error: null,
+  run_time_ms: 3.5,
+  timestamp: "2026-01-01T00:00:00.000Z",
+});
 
 /** The signature computed independently of the client, with node:crypto. */
 function sign(secret: string, runId: string, timestamp: number, body: string): string {
@@ -48,7 +55,11 @@ describe("verifyWebhook", () => {
     server.listen(0, "127.0.0.1");
     await once(server, "listening");
     const received = once(server, "request") as Promise<[IncomingMessage, import("node:http").ServerResponse]>;
-    const sent = fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, { method: "POST", headers: delivery(), body: BODY });
+    const sent = fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, {
+      method: "POST",
+      headers: delivery(),
+      body: BODY,
+    });
     const [request, response] = await received;
     const chunks: Buffer[] = [];
     for await (const chunk of request) chunks.push(chunk as Buffer);
@@ -75,7 +86,12 @@ describe("verifyWebhook", () => {
     const outcome = await verifyWebhook({ secret: SECRET, headers: delivery({ timestamp: stale }), body: BODY });
     assert.equal(outcome.valid, false);
     assert.match(outcome.valid ? "" : outcome.reason, /old, beyond the 300 s tolerance/);
-    const lenient = await verifyWebhook({ secret: SECRET, headers: delivery({ timestamp: stale }), body: BODY, toleranceSeconds: 600 });
+    const lenient = await verifyWebhook({
+      secret: SECRET,
+      headers: delivery({ timestamp: stale }),
+      body: BODY,
+      toleranceSeconds: 600,
+    });
     assert.equal(lenient.valid, true);
   });
 
@@ -106,7 +122,12 @@ describe("verifyWebhook", () => {
 
   it("accepts when any of several signatures matches (secret rotation)", async () => {
     const headers = delivery();
-    const rotated = { ...headers, "X-Runplane-Webhook-Signature": `${sign("old", RUN_ID, Number(headers["X-Runplane-Webhook-Timestamp"]), BODY)} ${headers["X-Runplane-Webhook-Signature"]}` };
+    const rotated = {
+      ...headers,
+      "X-Runplane-Webhook-Signature": `${sign("old", RUN_ID, Number(headers["X-Runplane-Webhook-Timestamp"]), BODY)} ${
+        headers["X-Runplane-Webhook-Signature"]
+      }`,
+    };
     assert.equal((await verifyWebhook({ secret: SECRET, headers: rotated, body: BODY })).valid, true);
   });
 });
@@ -125,7 +146,10 @@ describe("verifyWebhook on a real delivery from the server", { timeout: 120_000 
       files: { "main.py": 'def run(name):\n    return {"greeting": f"Hello, {name}!"}\n' },
     });
     const client = createCheckedRunplaneClient(t.url, t.token);
-    runId = await client.runAsync(`${TEST_PROJECT}/hooked`, { name: "Ada" }, { webhookEndpoint: receiver.url, webhookSecret: secret });
+    runId = await client.runAsync(`${TEST_PROJECT}/hooked`, { name: "Ada" }, {
+      webhookEndpoint: receiver.url,
+      webhookSecret: secret,
+    });
     await receiver.waitFor(1, 60_000);
     delivery = receiver.requests[0];
   });
@@ -136,13 +160,21 @@ describe("verifyWebhook on a real delivery from the server", { timeout: 120_000 
 
   it("accepts the delivery as received: headers and raw body", async () => {
     const outcome = await verifyWebhook({ secret, headers: delivery.headers, body: delivery.body });
-    assert.deepEqual(outcome, { valid: true, runId, timestamp: Number(delivery.headers["x-runplane-webhook-timestamp"]) });
+    assert.deepEqual(outcome, {
+      valid: true,
+      runId,
+      timestamp: Number(delivery.headers["x-runplane-webhook-timestamp"]),
+    });
     const body = JSON.parse(delivery.body.toString("utf8")) as { run_id: string; status: string; result: unknown };
     assert.deepEqual([body.run_id, body.status, body.result], [runId, "success", { greeting: "Hello, Ada!" }]);
   });
 
   it("accepts the delivery rebuilt as a web Request", async () => {
-    const request = new Request(`http://127.0.0.1${delivery.url}`, { method: "POST", headers: delivery.headers as Record<string, string>, body: new Uint8Array(delivery.body) });
+    const request = new Request(`http://127.0.0.1${delivery.url}`, {
+      method: "POST",
+      headers: delivery.headers as Record<string, string>,
+      body: new Uint8Array(delivery.body),
+    });
     assert.equal((await verifyWebhook({ secret, request })).valid, true);
   });
 
@@ -162,7 +194,12 @@ describe("verifyWebhook on a real delivery from the server", { timeout: 120_000 
 
   it("rejects the same delivery replayed after the tolerance", async () => {
     const signedAt = Number(delivery.headers["x-runplane-webhook-timestamp"]) * 1000;
-    const outcome = await verifyWebhook({ secret, headers: delivery.headers, body: delivery.body, now: signedAt + 301_000 });
+    const outcome = await verifyWebhook({
+      secret,
+      headers: delivery.headers,
+      body: delivery.body,
+      now: signedAt + 301_000,
+    });
     assert.equal(outcome.valid, false);
     assert.match(outcome.valid ? "" : outcome.reason, /301 s old, beyond the 300 s tolerance/);
   });

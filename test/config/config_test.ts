@@ -37,7 +37,9 @@ describe("loadConfig", () => {
   });
 
   it("lets flag values override the environment", () => {
-    const config = loadConfig({ PORT: "1", RUNPLANE_DATA_DIR: join(tmpdir(), "runplane-config-default") }, { port: "2" });
+    const config = loadConfig({ PORT: "1", RUNPLANE_DATA_DIR: join(tmpdir(), "runplane-config-default") }, {
+      port: "2",
+    });
     assert.equal(config.port, 2);
   });
 });

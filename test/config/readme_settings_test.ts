@@ -9,7 +9,10 @@ import { runCli } from "../_helpers/cli.ts";
 describe("settings documentation", () => {
   it("the README's Configuration table lists every setting with its default", async () => {
     const readme = await readFile(join(ROOT, "README.md"), "utf8");
-    assert.ok(readme.includes(settingsMarkdown()), "README.md's table differs from SETTINGS: paste settingsMarkdown() into it");
+    assert.ok(
+      readme.includes(settingsMarkdown()),
+      "README.md's table differs from SETTINGS: paste settingsMarkdown() into it",
+    );
   });
 
   it("runplane serve --help lists every setting, its variable and default", async () => {

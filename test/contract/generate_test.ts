@@ -18,7 +18,17 @@ describe("npm run generate", () => {
     const document = JSON.parse((await generateArtifacts()).get("openapi.json")!) as {
       openapi: string;
       security: unknown;
-      paths: Record<string, Record<string, { operationId?: string; security?: unknown[]; responses: Record<string, { content?: Record<string, unknown> }> }>>;
+      paths: Record<
+        string,
+        Record<
+          string,
+          {
+            operationId?: string;
+            security?: unknown[];
+            responses: Record<string, { content?: Record<string, unknown> }>;
+          }
+        >
+      >;
       webhooks?: Record<string, unknown>;
     };
     assert.equal(document.openapi, "3.1.0");
@@ -29,7 +39,11 @@ describe("npm run generate", () => {
         assert.ok(operation.operationId, `${method} ${path} has an operationId`);
         for (const [status, response] of Object.entries(operation.responses)) {
           if (Number(status) >= 400) {
-            assert.deepEqual(Object.keys(response.content ?? {}), ["application/problem+json"], `${operation.operationId} ${status}`);
+            assert.deepEqual(
+              Object.keys(response.content ?? {}),
+              ["application/problem+json"],
+              `${operation.operationId} ${status}`,
+            );
           }
         }
       }

@@ -14,7 +14,10 @@ const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
  * Copies server/handlers beside the original (so its relative imports still resolve), applies `edit`
  * to one file, and type-checks the copy with the project's compiler options.
  */
-async function typecheckEditedHandlers(file: string, edit: (source: string) => string): Promise<{ ok: boolean; output: string }> {
+async function typecheckEditedHandlers(
+  file: string,
+  edit: (source: string) => string,
+): Promise<{ ok: boolean; output: string }> {
   const probe = await mkdtemp(join(ROOT, "server", "_probe_"));
   try {
     await cp(join(ROOT, "server", "handlers"), probe, { recursive: true });
@@ -24,7 +27,10 @@ async function typecheckEditedHandlers(file: string, edit: (source: string) => s
     assert.notEqual(edited, source, "the edit changed the file");
     await writeFile(path, edited);
     const tsconfig = join(probe, "tsconfig.json");
-    await writeFile(tsconfig, JSON.stringify({ extends: join(ROOT, "tsconfig.json"), include: [join(probe, "mod.ts")] }));
+    await writeFile(
+      tsconfig,
+      JSON.stringify({ extends: join(ROOT, "tsconfig.json"), include: [join(probe, "mod.ts")] }),
+    );
     const result = await run(process.execPath, [tsc, "-p", tsconfig, "--noEmit"], { cwd: ROOT })
       .then((r) => ({ ok: true, output: r.stdout }), (e: { stdout: string }) => ({ ok: false, output: e.stdout }));
     return result;
@@ -40,15 +46,19 @@ describe("the handler map is checked against the contract", () => {
   });
 
   it("fails to compile when a handler is deleted", async () => {
-    const result = await typecheckEditedHandlers("builds.ts", (s) =>
-      s.replace(/async createBaseImageHash\([\s\S]*?\n    },\n/, ""));
+    const result = await typecheckEditedHandlers(
+      "builds.ts",
+      (s) => s.replace(/async createBaseImageHash\([\s\S]*?\n    },\n/, ""),
+    );
     assert.equal(result.ok, false);
     assert.match(result.output, /createBaseImageHash/);
   });
 
   it("fails to compile when a handler's return type changes", async () => {
-    const result = await typecheckEditedHandlers("system.ts", (s) =>
-      s.replace('body: { status: "ok" }', 'body: { status: "fine" }'));
+    const result = await typecheckEditedHandlers(
+      "system.ts",
+      (s) => s.replace('body: { status: "ok" }', 'body: { status: "fine" }'),
+    );
     assert.equal(result.ok, false);
     assert.match(result.output, /"fine"/);
   });

@@ -8,12 +8,12 @@ describe("jsonChunks", () => {
       null,
       0,
       -1.5,
-      "quote \" and \u2028 line separator",
+      'quote " and \u2028 line separator',
       true,
       [],
       {},
       [1, undefined, () => 1, [2, [3]], { a: undefined, b: null }],
-      { a: 1, skip: undefined, fn: () => 1, nested: { list: [{ x: "y" }], when: new Date(0) }, "we\"ird": [null] },
+      { a: 1, skip: undefined, fn: () => 1, nested: { list: [{ x: "y" }], when: new Date(0) }, 'we"ird': [null] },
       { toJSON: () => ({ replaced: true }) },
       new Date(1_700_000_000_000),
     ];
@@ -23,7 +23,10 @@ describe("jsonChunks", () => {
   });
 
   it("cuts a large array into chunks near the requested size, none holding the whole text", () => {
-    const entries = Array.from({ length: 20_000 }, (_, i) => ({ path: `src/f${i}.txt`, type: "file", mode: "100644", sha: "a".repeat(40), size: i }));
+    const entries = Array.from(
+      { length: 20_000 },
+      (_, i) => ({ path: `src/f${i}.txt`, type: "file", mode: "100644", sha: "a".repeat(40), size: i }),
+    );
     const value = { owner: "acme", entries };
     const chunks = [...jsonChunks(value, { chunkChars: 16_384 })];
     const whole = JSON.stringify(value);

@@ -19,9 +19,18 @@ describe("checkResponse", () => {
   });
 
   it("reports an undeclared status, a wrong content type and a missing header", () => {
-    assert.match(checkResponse(hash, { status: 418, headers: ok, contentType: "application/json", body: {} })[0], /not declared/);
-    assert.match(checkResponse(hash, { status: 200, headers: ok, contentType: "text/html", body: "" })[0], /content type/);
+    assert.match(
+      checkResponse(hash, { status: 418, headers: ok, contentType: "application/json", body: {} })[0],
+      /not declared/,
+    );
+    assert.match(
+      checkResponse(hash, { status: 200, headers: ok, contentType: "text/html", body: "" })[0],
+      /content type/,
+    );
     const body = { digest: `sha256:${"a".repeat(64)}`, status: "new" };
-    assert.match(checkResponse(hash, { status: 200, headers: {}, contentType: "application/json", body })[0], /x-request-id/);
+    assert.match(
+      checkResponse(hash, { status: 200, headers: {}, contentType: "application/json", body })[0],
+      /x-request-id/,
+    );
   });
 });

@@ -16,7 +16,14 @@ const ROOT: Record<string, FakeNode> = {
     kind: "tree",
     children: {
       "main.py": { kind: "blob", content: "print(1)\n" },
-      lib: { kind: "tree", children: { "a.py": { kind: "blob", content: "a\n" }, "b.py": { kind: "blob", content: "bb\n" }, "c.py": { kind: "blob", content: "ccc\n" } } },
+      lib: {
+        kind: "tree",
+        children: {
+          "a.py": { kind: "blob", content: "a\n" },
+          "b.py": { kind: "blob", content: "bb\n" },
+          "c.py": { kind: "blob", content: "ccc\n" },
+        },
+      },
       "z.py": { kind: "blob", content: "z\n" },
     },
   },
@@ -41,7 +48,18 @@ describe("getRepositoryTree from GitHub's REST API", () => {
     });
     t = await startTestServer();
     let stderr = "";
-    const code = await main(["integration", "github", "--project", TEST_PROJECT, "--token", token, "--api-url", github.apiUrl, "--data-dir", t.dataDir], {
+    const code = await main([
+      "integration",
+      "github",
+      "--project",
+      TEST_PROJECT,
+      "--token",
+      token,
+      "--api-url",
+      github.apiUrl,
+      "--data-dir",
+      t.dataDir,
+    ], {
       stdout: new Writable({ write: (_c, _e, done) => done() }),
       stderr: new Writable({ write: (chunk, _e, done) => ((stderr += chunk), done()) }),
       env: {},
@@ -54,7 +72,10 @@ describe("getRepositoryTree from GitHub's REST API", () => {
     await github.close();
   });
 
-  function tree(repo: string, options: { ref?: string; ifNoneMatch?: string; client?: typeof t.client; project?: string } = {}) {
+  function tree(
+    repo: string,
+    options: { ref?: string; ifNoneMatch?: string; client?: typeof t.client; project?: string } = {},
+  ) {
     return (options.client ?? t.client).GET("/v4/projects/{project_id}/integrations/github/repos/{owner}/{repo}/tree", {
       params: {
         path: { project_id: options.project ?? TEST_PROJECT, owner: "acme", repo },
@@ -73,9 +94,20 @@ describe("getRepositoryTree from GitHub's REST API", () => {
     assert.equal(data?.sha, github.commitOf("acme/widgets", "main"));
     assert.equal(response.headers.get("etag"), `"${github.treeOf("acme/widgets", "main")}"`);
     assert.deepEqual(data?.entries, github.expectedEntries("acme/widgets", "main"));
-    assert.deepEqual(data?.entries.find((e) => e.path === "run.sh"), { path: "run.sh", type: "file", mode: "100755", sha: data?.entries.find((e) => e.path === "run.sh")?.sha, size: 10 });
+    assert.deepEqual(data?.entries.find((e) => e.path === "run.sh"), {
+      path: "run.sh",
+      type: "file",
+      mode: "100755",
+      sha: data?.entries.find((e) => e.path === "run.sh")?.sha,
+      size: 10,
+    });
     assert.equal(data?.entries.find((e) => e.path === "latest")?.type, "symlink");
-    assert.deepEqual(data?.entries.find((e) => e.path === "vendor/dep"), { path: "vendor/dep", type: "submodule", mode: "160000", sha: "1234567890abcdef1234567890abcdef12345678" });
+    assert.deepEqual(data?.entries.find((e) => e.path === "vendor/dep"), {
+      path: "vendor/dep",
+      type: "submodule",
+      mode: "160000",
+      sha: "1234567890abcdef1234567890abcdef12345678",
+    });
     assert.equal(data?.entries.find((e) => e.path === "src/lib")?.type, "directory");
     assert.deepEqual(requestsSince(start), [
       "/api/v3/repos/acme/widgets",
@@ -106,7 +138,10 @@ describe("getRepositoryTree from GitHub's REST API", () => {
     assert.equal(data?.ref, "trunk");
     assert.deepEqual(data?.entries, github.expectedEntries("acme/big", "trunk"));
     const paths = requestsSince(start);
-    assert.ok(paths.includes(`/api/v3/repos/acme/big/git/trees/${github.treeOf("acme/big", "trunk")}`), `listed the root alone: ${paths.join(" ")}`);
+    assert.ok(
+      paths.includes(`/api/v3/repos/acme/big/git/trees/${github.treeOf("acme/big", "trunk")}`),
+      `listed the root alone: ${paths.join(" ")}`,
+    );
     assert.ok(paths.filter((p) => p.includes("/git/trees/")).length >= 5, `walked the subtrees: ${paths.join(" ")}`);
   });
 
@@ -161,7 +196,11 @@ describe("getRepositoryTree from GitHub's REST API", () => {
   });
 
   it("keeps the token encrypted at rest and out of every log line", async () => {
-    const row = await t.server.context.store.db.selectFrom("project_integrations").selectAll().where("project_id", "=", TEST_PROJECT).executeTakeFirstOrThrow();
+    const row = await t.server.context.store.db.selectFrom("project_integrations").selectAll().where(
+      "project_id",
+      "=",
+      TEST_PROJECT,
+    ).executeTakeFirstOrThrow();
     assert.equal(row.provider, "github");
     assert.ok(row.github_token_sealed && !row.github_token_sealed.includes(token));
     assert.equal(t.server.context.secrets.open(row.github_token_sealed), token);

@@ -6,7 +6,15 @@ import { after, before, describe, it } from "node:test";
 import { main } from "../../client/cli.ts";
 import { createLargeRepo } from "../../scripts/bench/large_repo.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
-import { blobSha, createFixtureRepo, FIXTURE_FILES, FIXTURE_SUBMODULE, FIXTURE_SYMLINK, type FixtureRepo, git } from "../_helpers/git_repos.ts";
+import {
+  blobSha,
+  createFixtureRepo,
+  FIXTURE_FILES,
+  FIXTURE_SUBMODULE,
+  FIXTURE_SYMLINK,
+  type FixtureRepo,
+  git,
+} from "../_helpers/git_repos.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 function sink(): { stream: Writable; text(): string } {
@@ -30,12 +38,25 @@ async function expectedEntries(repo: string, commit: string, files: Record<strin
     const mode = path === "bin/run.sh" ? "100755" : "100644";
     entries.push({ path, type: "file", mode, sha: blobSha(content), size: Buffer.byteLength(content) });
   }
-  entries.push({ path: FIXTURE_SYMLINK.path, type: "symlink", mode: "120000", sha: blobSha(FIXTURE_SYMLINK.target), size: FIXTURE_SYMLINK.target.length });
+  entries.push({
+    path: FIXTURE_SYMLINK.path,
+    type: "symlink",
+    mode: "120000",
+    sha: blobSha(FIXTURE_SYMLINK.target),
+    size: FIXTURE_SYMLINK.target.length,
+  });
   entries.push({ path: FIXTURE_SUBMODULE.path, type: "submodule", mode: "160000", sha: FIXTURE_SUBMODULE.commit });
   for (const { path } of [...entries]) {
     for (let i = path.indexOf("/"); i !== -1; i = path.indexOf("/", i + 1)) folders.add(path.slice(0, i));
   }
-  for (const folder of folders) entries.push({ path: folder, type: "directory", mode: "040000", sha: await git(repo, "rev-parse", `${commit}:${folder}`) });
+  for (const folder of folders) {
+    entries.push({
+      path: folder,
+      type: "directory",
+      mode: "040000",
+      sha: await git(repo, "rev-parse", `${commit}:${folder}`),
+    });
+  }
   return entries.sort((a, b) => (a.path < b.path ? -1 : 1));
 }
 
@@ -61,7 +82,9 @@ describe("getRepositoryTree from local git repositories", () => {
   }
 
   function cacheLogs(repo: string, commit: string) {
-    return t.logs.filter((line) => line.msg === "repository tree" && line.repo === repo && line.commit === commit).map((line) => line.cache);
+    return t.logs.filter((line) => line.msg === "repository tree" && line.repo === repo && line.commit === commit).map((
+      line,
+    ) => line.cache);
   }
 
   it("lists every entry of the default branch, folders included, with type, mode, size and sha, sorted by path", async () => {
@@ -69,14 +92,20 @@ describe("getRepositoryTree from local git repositories", () => {
     assert.equal(response.status, 200);
     assert.equal(data?.ref, "main");
     assert.equal(data?.sha, fixture.main);
-    assert.deepEqual(data?.entries, await expectedEntries(fixture.path, fixture.main, { ...FIXTURE_FILES, "docs/guide.md": "# Guide\n" }));
+    assert.deepEqual(
+      data?.entries,
+      await expectedEntries(fixture.path, fixture.main, { ...FIXTURE_FILES, "docs/guide.md": "# Guide\n" }),
+    );
     assert.equal(response.headers.get("etag"), `"${await git(fixture.path, "rev-parse", "main^{tree}")}"`);
   });
 
   it("selects a branch, an annotated tag and a commit with ref", async () => {
     const feature = await tree("acme", "widgets", { ref: "feature" });
     assert.equal(feature.data?.sha, fixture.feature);
-    assert.deepEqual(feature.data?.entries, await expectedEntries(fixture.path, fixture.feature, { ...FIXTURE_FILES, "feature.txt": "a feature\n" }));
+    assert.deepEqual(
+      feature.data?.entries,
+      await expectedEntries(fixture.path, fixture.feature, { ...FIXTURE_FILES, "feature.txt": "a feature\n" }),
+    );
     const tag = await tree("acme", "widgets", { ref: "v1.0" });
     assert.equal(tag.data?.ref, "v1.0");
     assert.equal(tag.data?.sha, fixture.first);
@@ -89,7 +118,17 @@ describe("getRepositoryTree from local git repositories", () => {
   it("serves a bare mirror made by runplane repo add, under its name without the .git suffix", async () => {
     const out = sink();
     const err = sink();
-    const code = await main(["repo", "add", fixture.path, "--project", TEST_PROJECT, "--as", "acme/gadgets", "--data-dir", t.dataDir], {
+    const code = await main([
+      "repo",
+      "add",
+      fixture.path,
+      "--project",
+      TEST_PROJECT,
+      "--as",
+      "acme/gadgets",
+      "--data-dir",
+      t.dataDir,
+    ], {
       stdout: out.stream,
       stderr: err.stream,
       env: {},
@@ -101,7 +140,17 @@ describe("getRepositoryTree from local git repositories", () => {
     const original = await tree("acme", "widgets", { ref: "feature" });
     assert.equal(mirrored.response.status, 200);
     assert.deepEqual(mirrored.data, { ...original.data, repo: "gadgets" });
-    const again = await main(["repo", "add", fixture.path, "--project", TEST_PROJECT, "--as", "acme/gadgets", "--data-dir", t.dataDir], {
+    const again = await main([
+      "repo",
+      "add",
+      fixture.path,
+      "--project",
+      TEST_PROJECT,
+      "--as",
+      "acme/gadgets",
+      "--data-dir",
+      t.dataDir,
+    ], {
       stdout: out.stream,
       stderr: err.stream,
       env: {},
@@ -137,7 +186,9 @@ describe("getRepositoryTree from local git repositories", () => {
     for (const ref of ["main..feature", "--output=/tmp/x", "main~1", "HEAD@{1}"]) {
       const response = await checkedFetch(`${base}/acme/widgets/tree?ref=${encodeURIComponent(ref)}`, { headers });
       assert.equal(response.status, 400, ref);
-      assert.deepEqual(((await response.json()) as { errors?: Array<{ path: string }> }).errors?.map((e) => e.path), ["query.ref"]);
+      assert.deepEqual(((await response.json()) as { errors?: Array<{ path: string }> }).errors?.map((e) => e.path), [
+        "query.ref",
+      ]);
     }
   });
 
@@ -167,16 +218,20 @@ describe("getRepositoryTree from local git repositories", () => {
     assert.equal(changed.response.status, 200);
     assert.notEqual(changed.response.headers.get("etag"), etag);
     assert.ok(changed.data?.entries.some((e) => e.path === "new.txt"));
-    const metric = await t.server.context.metrics.registry.getSingleMetric("runplane_repository_tree_cache_total")!.get();
+    const metric = await t.server.context.metrics.registry.getSingleMetric("runplane_repository_tree_cache_total")!
+      .get();
     const hits = metric.values.find((v) => v.labels.result === "hit")?.value ?? 0;
     assert.ok(hits >= 1, `the cache counter shows hits: ${JSON.stringify(metric.values)}`);
   });
 
   it("streams a tree larger than one chunk, complete, sorted and valid against the contract", async () => {
     const large = await createLargeRepo(join(repos(), "acme", "large.git"), { files: 3_000, filesPerFolder: 50 });
-    const response = await checkedFetch(`${t.url}/v4/projects/${TEST_PROJECT}/integrations/github/repos/acme/large/tree`, {
-      headers: { Authorization: `Bearer ${t.token}` },
-    });
+    const response = await checkedFetch(
+      `${t.url}/v4/projects/${TEST_PROJECT}/integrations/github/repos/acme/large/tree`,
+      {
+        headers: { Authorization: `Bearer ${t.token}` },
+      },
+    );
     assert.equal(response.status, 200);
     assert.equal(response.headers.get("content-length"), null, "a large answer is streamed, not sent as one string");
     const body = (await response.json()) as { entries: Array<{ path: string; type: string }> };

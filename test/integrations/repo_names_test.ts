@@ -15,7 +15,12 @@ function fieldsOf(owner: string, repo: string, ref?: string): string[] {
 
 describe("repository names", () => {
   it("accepts GitHub's owner and repository names", () => {
-    for (const [owner, repo] of [["acme", "widgets"], ["a-b-c", "x.y_z-1"], ["A1", "name.git"], ["x".repeat(39), "r".repeat(100)]]) {
+    for (
+      const [owner, repo] of [["acme", "widgets"], ["a-b-c", "x.y_z-1"], ["A1", "name.git"], [
+        "x".repeat(39),
+        "r".repeat(100),
+      ]]
+    ) {
       assert.deepEqual(fieldsOf(owner, repo), [], `${owner}/${repo}`);
     }
   });
@@ -30,8 +35,28 @@ describe("repository names", () => {
   });
 
   it("accepts branch, tag and sha refs and refuses expressions and options", () => {
-    for (const ref of ["main", "feature/x", "v1.0", "release-2024.01", "0123abc", "a".repeat(40)]) assert.ok(isPlainRef(ref), ref);
-    for (const ref of ["", "-x", "--output=x", "a..b", "a~1", "a^", "HEAD@{1}", "a:b", "a b", "a/", "/a", "a.lock", ".hidden", "a//b", "a\u0000"]) {
+    for (const ref of ["main", "feature/x", "v1.0", "release-2024.01", "0123abc", "a".repeat(40)]) {
+      assert.ok(isPlainRef(ref), ref);
+    }
+    for (
+      const ref of [
+        "",
+        "-x",
+        "--output=x",
+        "a..b",
+        "a~1",
+        "a^",
+        "HEAD@{1}",
+        "a:b",
+        "a b",
+        "a/",
+        "/a",
+        "a.lock",
+        ".hidden",
+        "a//b",
+        "a\u0000",
+      ]
+    ) {
       assert.ok(!isPlainRef(ref), JSON.stringify(ref));
     }
   });

@@ -3,7 +3,10 @@ import { describe, it } from "node:test";
 import { createTreeCache, type TreeEntry } from "../../server/integrations/mod.ts";
 
 function entries(count: number): TreeEntry[] {
-  return Array.from({ length: count }, (_, i) => ({ path: `f${i}`, type: "file", mode: "100644", sha: "b".repeat(40), size: 1 }));
+  return Array.from(
+    { length: count },
+    (_, i) => ({ path: `f${i}`, type: "file", mode: "100644", sha: "b".repeat(40), size: 1 }),
+  );
 }
 
 describe("createTreeCache", () => {

@@ -20,7 +20,11 @@ describe("log redaction", () => {
   it("redacts tokens, secrets and Authorization headers whatever a caller logs", () => {
     const { lines, destination } = capture();
     const logger = createLogger({ level: "info", destination });
-    logger.info({ token: "tok-1", secret: "sec-1", headers: { authorization: "Bearer tok-2", "x-webhook-secret": "sec-2" } }, "m");
+    logger.info({
+      token: "tok-1",
+      secret: "sec-1",
+      headers: { authorization: "Bearer tok-2", "x-webhook-secret": "sec-2" },
+    }, "m");
     logger.info({ req: { headers: { authorization: "Bearer tok-3" } }, webhook: { secret: "sec-3" } }, "m");
     const text = lines.join("");
     for (const value of ["tok-1", "sec-1", "tok-2", "sec-2", "tok-3", "sec-3"]) assert.ok(!text.includes(value), value);
@@ -38,7 +42,11 @@ describe("request logs", () => {
   it("log each request once with request id, operation, status and duration, and no token or secret", async () => {
     const response = await checkedFetch(`${t.url}/v3/projects/${TEST_PROJECT}/apps/a/base-image`, {
       method: "POST",
-      headers: { Authorization: `Bearer ${t.token}`, "Content-Type": "application/json", "X-Webhook-Secret": "never-logged-secret" },
+      headers: {
+        Authorization: `Bearer ${t.token}`,
+        "Content-Type": "application/json",
+        "X-Webhook-Secret": "never-logged-secret",
+      },
       body: "{}",
     });
     assert.equal(response.status, 200);

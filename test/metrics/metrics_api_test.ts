@@ -7,7 +7,9 @@ import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/serv
 function parsePrometheus(text: string): Map<string, number> {
   const samples = new Map<string, number>();
   const metricName = "[a-zA-Z_:][a-zA-Z0-9_:]*";
-  const sample = new RegExp(`^(${metricName}(?:\\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\\]|\\\\.)*",?)*\\})?) (-?[0-9.e+-]+|NaN|\\+Inf|-Inf)$`);
+  const sample = new RegExp(
+    `^(${metricName}(?:\\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\\]|\\\\.)*",?)*\\})?) (-?[0-9.e+-]+|NaN|\\+Inf|-Inf)$`,
+  );
   for (const line of text.split("\n")) {
     if (line === "") continue;
     if (line.startsWith("# HELP ") || line.startsWith("# TYPE ")) {
@@ -42,7 +44,8 @@ describe("GET /metrics", () => {
   });
 
   it("counts requests by operation and status", async () => {
-    const key = 'runplane_http_request_duration_seconds_count{operation_id="createBaseImageHash",method="POST",status="200"}';
+    const key =
+      'runplane_http_request_duration_seconds_count{operation_id="createBaseImageHash",method="POST",status="200"}';
     const before = (await scrape()).get(key) ?? 0;
     for (let i = 0; i < 3; i++) {
       await t.client.POST("/v3/projects/{project_id}/apps/{app_id}/base-image", {

@@ -28,7 +28,10 @@ describe("run and webhook metrics and logs", () => {
     ref = { client: t.client, project: TEST_PROJECT, app: "m" };
     await deployApp(t, "m", {
       toml: `[deployment]\nname = "m"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = 1\n`,
-      files: { "main.py": "import time\n\ndef add(a, b):\n    return a + b\n\ndef nap(seconds):\n    time.sleep(seconds)\n    return 'rested'\n" },
+      files: {
+        "main.py":
+          "import time\n\ndef add(a, b):\n    return a + b\n\ndef nap(seconds):\n    time.sleep(seconds)\n    return 'rested'\n",
+      },
     });
   });
   after(async () => {
@@ -45,7 +48,11 @@ describe("run and webhook metrics and logs", () => {
   /** Waits until `series` reads `value` (metrics are recorded just after the response). */
   async function expectSample(series: string, value: number): Promise<void> {
     let last: number | undefined;
-    await waitFor(async () => (last = (await scrape()).get(series) ?? 0) === value, `${series} to be ${value} (last ${last})`, 10_000);
+    await waitFor(
+      async () => (last = (await scrape()).get(series) ?? 0) === value,
+      `${series} to be ${value} (last ${last})`,
+      10_000,
+    );
   }
 
   it("counts a sync call's start, end and duration, and logs its start and end once", async () => {
@@ -91,7 +98,11 @@ describe("run and webhook metrics and logs", () => {
     const before = await scrape();
     const attempts = 'runplane_webhook_attempts_total{outcome="delivered"}';
     const latency = 'runplane_webhook_delivery_latency_seconds_count{outcome="delivered"}';
-    const { data } = await callRun(ref, "add", { body: { a: 2, b: 2 }, webhookEndpoint: receiver.url, webhookSecret: "do-not-log-me" });
+    const { data } = await callRun(ref, "add", {
+      body: { a: 2, b: 2 },
+      webhookEndpoint: receiver.url,
+      webhookSecret: "do-not-log-me",
+    });
     const runId = (data as { run_id: string }).run_id;
     await receiver.waitFor(1);
     await expectSample(attempts, (before.get(attempts) ?? 0) + 1);

@@ -71,10 +71,20 @@ describe("the server process", () => {
     try {
       const client = server.client;
       const path = (fn: string) => ({ path: { project_id: PROJECT, app_name: "work", function_name: fn } });
-      const workerPid = (await client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("pid"), body: {} })).data as { result: number };
+      const workerPid =
+        (await client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("pid"), body: {} })).data as {
+          result: number;
+        };
 
-      const sync = client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("slow"), body: { seconds: 3 } });
-      const stream = client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("ticks"), body: {}, parseAs: "text" });
+      const sync = client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+        params: path("slow"),
+        body: { seconds: 3 },
+      });
+      const stream = client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+        params: path("ticks"),
+        body: {},
+        parseAs: "text",
+      });
       const accepted = await client.POST("/v4/{project_id}/{app_name}/{function_name}", {
         params: { ...path("slow"), query: { async: true } },
         body: { seconds: 3 },
@@ -82,12 +92,16 @@ describe("the server process", () => {
       assert.equal(accepted.response.status, 202);
       const runId = (accepted.data as { run_id: string }).run_id;
       // Let all three start, then ask the server to stop.
-      await waitFor(async () => {
-        const run = await client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
-          params: { path: { project_id: PROJECT, app_id: "work", run_id: runId } },
-        });
-        return run.data?.status === "running";
-      }, "the async run to start", 20_000);
+      await waitFor(
+        async () => {
+          const run = await client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
+            params: { path: { project_id: PROJECT, app_id: "work", run_id: runId } },
+          });
+          return run.data?.status === "running";
+        },
+        "the async run to start",
+        20_000,
+      );
       server.child.kill("SIGTERM");
 
       const syncDone = await sync;
@@ -101,7 +115,8 @@ describe("the server process", () => {
 
       const store = await openStore(prepared.dataDir);
       try {
-        const row = await store.db.selectFrom("runs").select(["status"]).where("run_id", "=", runId).executeTakeFirstOrThrow();
+        const row = await store.db.selectFrom("runs").select(["status"]).where("run_id", "=", runId)
+          .executeTakeFirstOrThrow();
         assert.equal(row.status, "success", "the async run finished during the drain");
       } finally {
         await store.close();
@@ -138,12 +153,22 @@ describe("the server process", () => {
     }
   });
 
-  for (const [name, env, message] of [
-    ["a bad PORT", { PORT: "eighty" }, /PORT="eighty": must be a whole number from 0 to 65535/],
-    ["an unknown log level", { RUNPLANE_LOG_LEVEL: "chatty" }, /RUNPLANE_LOG_LEVEL="chatty": must be one of fatal, error, warn, info, debug, trace, silent/],
-    // A folder under a regular file cannot be made, even by root.
-    ["an unwritable data dir", { RUNPLANE_DATA_DIR: "/etc/hostname/data" }, /RUNPLANE_DATA_DIR="\/etc\/hostname\/data": \/etc\/hostname\/data is not a writable folder \(ENOTDIR\)/],
-  ] as const) {
+  for (
+    const [name, env, message] of [
+      ["a bad PORT", { PORT: "eighty" }, /PORT="eighty": must be a whole number from 0 to 65535/],
+      [
+        "an unknown log level",
+        { RUNPLANE_LOG_LEVEL: "chatty" },
+        /RUNPLANE_LOG_LEVEL="chatty": must be one of fatal, error, warn, info, debug, trace, silent/,
+      ],
+      // A folder under a regular file cannot be made, even by root.
+      [
+        "an unwritable data dir",
+        { RUNPLANE_DATA_DIR: "/etc/hostname/data" },
+        /RUNPLANE_DATA_DIR="\/etc\/hostname\/data": \/etc\/hostname\/data is not a writable folder \(ENOTDIR\)/,
+      ],
+    ] as const
+  ) {
     it(`refuses to start with ${name}, saying what is wrong`, async () => {
       const dataDir = await mkdtemp(join(tmpdir(), "runplane-badstart-"));
       try {
@@ -161,4 +186,3 @@ describe("the server process", () => {
     });
   }
 });
-

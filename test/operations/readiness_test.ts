@@ -10,14 +10,20 @@ import { waitFor } from "../_helpers/apps.ts";
 import { startTestServer, TEST_PROJECT } from "../_helpers/server.ts";
 
 /** A request on `agent` (so on a connection opened before), checked against the contract. */
-function requestOn(agent: Agent, url: string, init: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Response> {
+function requestOn(
+  agent: Agent,
+  url: string,
+  init: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<Response> {
   return new Promise((resolve, reject) => {
     const req = request(url, { agent, method: init.method ?? "GET", headers: init.headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (chunk: Buffer) => chunks.push(chunk));
       res.on("end", () => {
         const headers = new Headers();
-        for (const [name, value] of Object.entries(res.headers)) if (typeof value === "string") headers.set(name, value);
+        for (const [name, value] of Object.entries(res.headers)) {
+          if (typeof value === "string") headers.set(name, value);
+        }
         const response = new Response(Buffer.concat(chunks), { status: res.statusCode, headers });
         assertMatchesContract(init.method ?? "GET", url, response).then(() => resolve(response), reject);
       });
@@ -54,7 +60,10 @@ describe("GET /readyz", () => {
     const app = join(dataDir, "apps", TEST_PROJECT, "sleepy");
     await mkdir(app, { recursive: true });
     await writeFile(join(app, "runplane.toml"), "[scaling]\nmax_replicas = 2\n");
-    await writeFile(join(app, "main.py"), "import time\n\ndef run(seconds=0):\n    time.sleep(seconds)\n    return 'slept'\n");
+    await writeFile(
+      join(app, "main.py"),
+      "import time\n\ndef run(seconds=0):\n    time.sleep(seconds)\n    return 'slept'\n",
+    );
     const t = await startTestServer({ dataDir });
     const client = createTestClient(t.url, t.token);
     const call = (seconds: number) =>
@@ -70,7 +79,11 @@ describe("GET /readyz", () => {
     const headers = { Authorization: `Bearer ${t.token}`, "Content-Type": "application/json" };
     assert.equal((await requestOn(callAgent, callUrl, { method: "POST", headers, body: "{}" })).status, 200);
     const inFlight = call(2);
-    await waitFor(() => t.server.context.runtime.capacity(TEST_PROJECT, "sleepy").busy === 1, "the call to start", 20_000);
+    await waitFor(
+      () => t.server.context.runtime.capacity(TEST_PROJECT, "sleepy").busy === 1,
+      "the call to start",
+      20_000,
+    );
     const drained = t.server.drain(20_000);
     const ready = await requestOn(probeAgent, `${t.url}/readyz`);
     assert.equal(ready.status, 503);

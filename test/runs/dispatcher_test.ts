@@ -19,7 +19,9 @@ it("two servers on one data dir (one SQLite file, their own dispatchers and Pyth
     await rm(dataDir, { recursive: true, force: true });
     await rm(marks, { recursive: true, force: true });
   });
-  const main = `import os, time\n\ndef work(run_id):\n    with open(os.path.join(${JSON.stringify(marks)}, run_id), "a") as f:\n        f.write("ran\\n")\n    time.sleep(0.2)\n    return run_id\n`;
+  const main = `import os, time\n\ndef work(run_id):\n    with open(os.path.join(${
+    JSON.stringify(marks)
+  }, run_id), "a") as f:\n        f.write("ran\\n")\n    time.sleep(0.2)\n    return run_id\n`;
   const toml = `[deployment]\nname = "x"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = 2\n`;
   for (const app of ["w0", "w1", "w2"]) await deployApp(a, app, { toml, files: { "main.py": main } });
   await b.server.context.runtime.reload();
@@ -36,7 +38,8 @@ it("two servers on one data dir (one SQLite file, their own dispatchers and Pyth
   const files = readdirSync(marks);
   assert.equal(files.length, 30);
   for (const file of files) assert.equal(readFileSync(join(marks, file), "utf8"), "ran\n", `${file} ran exactly once`);
-  const startedBy = (logs: Array<Record<string, unknown>>) => logs.filter((l) => l.msg === "run started" && l.mode === "async").map((l) => String(l.run_id));
+  const startedBy = (logs: Array<Record<string, unknown>>) =>
+    logs.filter((l) => l.msg === "run started" && l.mode === "async").map((l) => String(l.run_id));
   const byA = startedBy(a.logs);
   const byB = startedBy(b.logs);
   assert.equal(byA.length + byB.length, 30, "each run was started by one server");

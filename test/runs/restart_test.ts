@@ -19,14 +19,28 @@ async function setUp(app: string, options: { slots: number }) {
   const appDir = join(root, "apps", PROJECT, app);
   await mkdir(marks, { recursive: true });
   await mkdir(appDir, { recursive: true });
-  await writeFile(join(appDir, "runplane.toml"), `[deployment]\nname = "${app}"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = ${options.slots}\n`);
+  await writeFile(
+    join(appDir, "runplane.toml"),
+    `[deployment]\nname = "${app}"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = ${options.slots}\n`,
+  );
   await writeFile(
     join(appDir, "main.py"),
-    `import os, time\n\ndef _mark(run_id):\n    with open(os.path.join(${JSON.stringify(marks)}, run_id), "a") as f:\n        f.write("%d\\n" % os.getpid())\n\n` +
-      `def slow(run_id, seconds=0.4):\n    _mark(run_id)\n    time.sleep(seconds)\n    return "done"\n\ndef quick(run_id):\n    _mark(run_id)\n    return "quick"\n`,
+    `import os, time\n\ndef _mark(run_id):\n    with open(os.path.join(${
+      JSON.stringify(marks)
+    }, run_id), "a") as f:\n        f.write("%d\\n" % os.getpid())\n\n`
+      + `def slow(run_id, seconds=0.4):\n    _mark(run_id)\n    time.sleep(seconds)\n    return "done"\n\ndef quick(run_id):\n    _mark(run_id)\n    return "quick"\n`,
   );
-  const markOf = (runId: string) => (existsSync(join(marks, runId)) ? readFileSync(join(marks, runId), "utf8").trim().split("\n") : []);
-  return { env: { RUNPLANE_DATA_DIR: join(root, "data"), RUNPLANE_APPS_DIR: join(root, "apps"), RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" }, markOf };
+  const markOf = (
+    runId: string,
+  ) => (existsSync(join(marks, runId)) ? readFileSync(join(marks, runId), "utf8").trim().split("\n") : []);
+  return {
+    env: {
+      RUNPLANE_DATA_DIR: join(root, "data"),
+      RUNPLANE_APPS_DIR: join(root, "apps"),
+      RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1",
+    },
+    markOf,
+  };
 }
 
 function track(server: ServerProcess): ServerProcess {
@@ -54,7 +68,11 @@ it("kill -9 with 20 queued async runs and pending deliveries: after a restart al
   const workerPids = new Set(ids.flatMap(markOf).map(Number));
   assert.ok(workerPids.size > 0);
   await first.kill();
-  await waitFor(() => [...workerPids].every((pid) => !alive(pid)), "the Python worker to exit after the server was killed", 5_000);
+  await waitFor(
+    () => [...workerPids].every((pid) => !alive(pid)),
+    "the Python worker to exit after the server was killed",
+    5_000,
+  );
   const ranBefore = ids.filter((id) => markOf(id).length > 0);
   assert.ok(ranBefore.length < 20, "runs were still queued at the kill");
 
@@ -72,14 +90,20 @@ it("kill -9 with 20 queued async runs and pending deliveries: after a restart al
     assert.equal(ended[ids.indexOf(runId)].status, "success");
   }
   for (const run of ended) {
-    if (run.status === "failure") assert.equal(run.error?.type, "interrupted", `${run.run_id} failed for another reason: ${run.error?.message}`);
+    if (run.status === "failure") {
+      assert.equal(run.error?.type, "interrupted", `${run.run_id} failed for another reason: ${run.error?.message}`);
+    }
   }
   // The deliveries pending (404 first) at the kill were attempted again after the restart.
   for (const runId of ids.slice(0, 2)) {
-    const run = await eventually(async () => {
-      const { data } = await getRun(ref, runId);
-      return data?.webhook?.status === "delivered" ? data : undefined;
-    }, 30_000, `${runId}'s webhook to be delivered`);
+    const run = await eventually(
+      async () => {
+        const { data } = await getRun(ref, runId);
+        return data?.webhook?.status === "delivered" ? data : undefined;
+      },
+      30_000,
+      `${runId}'s webhook to be delivered`,
+    );
     assert.ok((run.webhook?.attempts.length ?? 0) >= 2);
   }
 });
@@ -109,15 +133,23 @@ it("kill -9 while a run is running: after a restart it ends failure/interrupted 
   const ended = await waitForStatus(ref, running, ["failure"], 20_000);
   assert.ok(performance.now() - restartedAt < 15_000, "ended well before the 30 s lease");
   assert.equal(ended.error?.type, "interrupted");
-  const delivered = await eventually(async () => {
-    const { data } = await getRun(ref, running);
-    return data?.webhook?.status === "delivered" ? data : undefined;
-  }, 20_000, "the interrupted run's webhook");
+  const delivered = await eventually(
+    async () => {
+      const { data } = await getRun(ref, running);
+      return data?.webhook?.status === "delivered" ? data : undefined;
+    },
+    20_000,
+    "the interrupted run's webhook",
+  );
   assert.equal(delivered.webhook?.attempts.length, 1);
   const body = JSON.parse(receiver.requests.find((r) => r.headers["x-request-id"] === running)!.body.toString());
   assert.equal(body.status, "failure");
   assert.equal(body.error.type, "interrupted");
-  await eventually(async () => (receiver.requests.some((r) => r.headers["x-request-id"] === syncRunId) ? true : undefined), 20_000, "the sync call's webhook");
+  await eventually(
+    async () => (receiver.requests.some((r) => r.headers["x-request-id"] === syncRunId) ? true : undefined),
+    20_000,
+    "the sync call's webhook",
+  );
   const syncRun = (await getRun(ref, syncRunId)).data;
   assert.equal(syncRun?.status, "success");
   await new Promise((resolve) => setTimeout(resolve, 1000));

@@ -46,15 +46,21 @@ def hang(run_id):
 }
 
 function toml(options: { replicas?: number; concurrency?: number; grace?: number } = {}): string {
-  return `[deployment]\nname = "x"\n\n[scaling]\nmax_replicas = ${options.replicas ?? 2}\nreplica_concurrency = ${options.concurrency ?? 1}\nresponse_grace_period = ${options.grace ?? 60}\n`;
+  return `[deployment]\nname = "x"\n\n[scaling]\nmax_replicas = ${options.replicas ?? 2}\nreplica_concurrency = ${
+    options.concurrency ?? 1
+  }\nresponse_grace_period = ${options.grace ?? 60}\n`;
 }
 
 describe("runs over HTTP on the Python runtime: records, dispatcher, cancel, idempotency, TTL", () => {
   let t: TestServer;
   let marks: string;
   const ref = (app: string): AppRef => ({ client: t.client, project: TEST_PROJECT, app });
-  const mark = (runId: string) => (existsSync(join(marks, runId)) ? readFileSync(join(marks, runId), "utf8").trim().split("\n") : []);
-  const beats = (runId: string) => (existsSync(join(marks, `${runId}.beat`)) ? statSync(join(marks, `${runId}.beat`)).size : 0);
+  const mark = (
+    runId: string,
+  ) => (existsSync(join(marks, runId)) ? readFileSync(join(marks, runId), "utf8").trim().split("\n") : []);
+  const beats = (
+    runId: string,
+  ) => (existsSync(join(marks, `${runId}.beat`)) ? statSync(join(marks, `${runId}.beat`)).size : 0);
 
   before(async () => {
     marks = await mkdtemp(join(tmpdir(), "runplane-marks-"));
@@ -105,7 +111,10 @@ describe("runs over HTTP on the Python runtime: records, dispatcher, cancel, ide
     const done = await waitForStatus(ref("a1"), runId, ["failure"]);
     assert.equal(done.error?.type, "ValueError");
     assert.match(done.error?.message ?? "", /bad value/);
-    assert.match(done.error?.traceback ?? "", /Traceback \(most recent call last\)[\s\S]*raise ValueError\("bad value"\)/);
+    assert.match(
+      done.error?.traceback ?? "",
+      /Traceback \(most recent call last\)[\s\S]*raise ValueError\("bad value"\)/,
+    );
   });
 
   it("collects a streaming function called async into a list", async () => {
@@ -131,7 +140,9 @@ describe("runs over HTTP on the Python runtime: records, dispatcher, cancel, ide
     const runs = [];
     for (const id of ids) runs.push(await waitForStatus(ref("order"), id, ["success"]));
     const starts = runs.map((r) => Date.parse(r.started_at!));
-    for (let i = 1; i < starts.length; i++) assert.ok(starts[i] >= starts[i - 1], `run ${i} started before run ${i - 1}`);
+    for (let i = 1; i < starts.length; i++) {
+      assert.ok(starts[i] >= starts[i - 1], `run ${i} started before run ${i - 1}`);
+    }
     // Overlap of the functions' own start/end times: the app has 1 replica × 2 slots.
     const spans = ids.map((id) => mark(id).map((line) => Number(line.split(" ")[1])));
     let peak = 0;
@@ -155,7 +166,10 @@ describe("runs over HTTP on the Python runtime: records, dispatcher, cancel, ide
       cursor = data.next_cursor ?? undefined;
     } while (cursor && seen.length < 5);
     const syncIds = ids.filter((id) => id !== "");
-    assert.deepEqual(seen.filter((id) => syncIds.includes(id)), [...syncIds].reverse().slice(0, seen.filter((id) => syncIds.includes(id)).length));
+    assert.deepEqual(
+      seen.filter((id) => syncIds.includes(id)),
+      [...syncIds].reverse().slice(0, seen.filter((id) => syncIds.includes(id)).length),
+    );
     const { data: failures } = await listRuns(ref("a1"), { status: "failure" });
     assert.ok(failures?.runs.every((r) => r.status === "failure"));
     assert.ok(failures?.runs.some((r) => r.function_name === "boom" && r.mode === "sync"));
@@ -220,7 +234,10 @@ describe("runs over HTTP on the Python runtime: records, dispatcher, cancel, ide
     assert.equal(replay.response.status, 200);
     // The stored run time is whole milliseconds measured by the run service; run id and result are the same.
     const { run_id, result } = first.data as { run_id: string; result: unknown };
-    assert.deepEqual({ run_id: (replay.data as { run_id: string }).run_id, result: (replay.data as { result: unknown }).result }, { run_id, result });
+    assert.deepEqual({
+      run_id: (replay.data as { run_id: string }).run_id,
+      result: (replay.data as { result: unknown }).result,
+    }, { run_id, result });
     assert.equal(mark(runId).length, 2, "the function ran once");
   });
 
@@ -230,17 +247,29 @@ describe("runs over HTTP on the Python runtime: records, dispatcher, cancel, ide
     const fresh = (await getRun(ref("a1"), runId)).data;
     assert.deepEqual(fresh?.result, { keep: "briefly" });
     assert.equal(fresh?.result_expired, false);
-    const expired = await eventually(async () => {
-      const { data } = await getRun(ref("a1"), runId);
-      return data?.result_expired ? data : undefined;
-    }, 10_000, "the result to expire");
+    const expired = await eventually(
+      async () => {
+        const { data } = await getRun(ref("a1"), runId);
+        return data?.result_expired ? data : undefined;
+      },
+      10_000,
+      "the result to expire",
+    );
     assert.equal(expired.result, null);
     assert.equal(expired.status, "success");
     assert.equal(expired.completed_at, fresh?.completed_at);
-    const row = await eventually(async () => {
-      const r = await t.server.context.store.db.selectFrom("runs").select(["result_json", "result_expired"]).where("run_id", "=", runId).executeTakeFirst();
-      return r?.result_expired === 1 ? r : undefined;
-    }, 15_000, "the stored result to be removed");
+    const row = await eventually(
+      async () => {
+        const r = await t.server.context.store.db.selectFrom("runs").select(["result_json", "result_expired"]).where(
+          "run_id",
+          "=",
+          runId,
+        ).executeTakeFirst();
+        return r?.result_expired === 1 ? r : undefined;
+      },
+      15_000,
+      "the stored result to be removed",
+    );
     assert.equal(row.result_json, null);
   });
 });

@@ -18,7 +18,13 @@ describe("parseAppConfig", () => {
     assert.equal(config.runtime, "python");
     assert.equal(config.python, "python3");
     assert.deepEqual(
-      [config.minReplicas, config.maxReplicas, config.replicaConcurrency, config.cooldownMs, config.responseGracePeriodMs],
+      [
+        config.minReplicas,
+        config.maxReplicas,
+        config.replicaConcurrency,
+        config.cooldownMs,
+        config.responseGracePeriodMs,
+      ],
       [0, 1, 1, 30_000, 900_000],
     );
   });
@@ -53,9 +59,20 @@ pre_build_commands = []
   });
 
   it("reads a custom runtime with an entrypoint or a url", () => {
-    const started = parseAppConfig('[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["./serve"]\nhealthcheck_endpoint = "/health"\n', "/a");
-    assert.deepEqual(started.custom, { kind: "process", entrypoint: ["./serve"], port: undefined, healthcheckEndpoint: "/health" });
-    const remote = parseAppConfig('[deployment]\nruntime = "custom"\n[runtime.custom]\nurl = "http://10.0.0.1:9000/"\n', "/a");
+    const started = parseAppConfig(
+      '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["./serve"]\nhealthcheck_endpoint = "/health"\n',
+      "/a",
+    );
+    assert.deepEqual(started.custom, {
+      kind: "process",
+      entrypoint: ["./serve"],
+      port: undefined,
+      healthcheckEndpoint: "/health",
+    });
+    const remote = parseAppConfig(
+      '[deployment]\nruntime = "custom"\n[runtime.custom]\nurl = "http://10.0.0.1:9000/"\n',
+      "/a",
+    );
     assert.deepEqual(remote.custom, { kind: "url", url: "http://10.0.0.1:9000" });
   });
 
@@ -65,7 +82,10 @@ pre_build_commands = []
   });
 
   it("names an out-of-range or mistyped value", () => {
-    assert.match(error("[scaling]\nresponse_grace_period = 43201\n"), /scaling\.response_grace_period must be .* to 43200/);
+    assert.match(
+      error("[scaling]\nresponse_grace_period = 43201\n"),
+      /scaling\.response_grace_period must be .* to 43200/,
+    );
     assert.match(error("[scaling]\nmax_replicas = 0\n"), /scaling\.max_replicas/);
     assert.match(error("[scaling]\nreplica_concurrency = 1.5\n"), /scaling\.replica_concurrency/);
     assert.match(error('[deployment]\nruntime = "node"\n'), /deployment\.runtime must be one of python, custom/);
@@ -74,7 +94,10 @@ pre_build_commands = []
 
   it("refuses a custom runtime without exactly one of entrypoint or url", () => {
     assert.match(error('[deployment]\nruntime = "custom"\n'), /needs a \[runtime\.custom\] table/);
-    assert.match(error('[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["a"]\nurl = "http://x"\n'), /exactly one of entrypoint/);
+    assert.match(
+      error('[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["a"]\nurl = "http://x"\n'),
+      /exactly one of entrypoint/,
+    );
   });
 
   it("reports invalid TOML", () => {

@@ -24,16 +24,24 @@ describe("app discovery and reload", () => {
   after(() => t.close());
 
   it("answers 503 naming the bad key of a broken runplane.toml, and logs it", async () => {
-    await deployApp(t, "broken", { toml: "[scaling]\nmax_replicas = 2\nreplica_concurency = 4\n", files: { "main.py": MAIN(1) } });
+    await deployApp(t, "broken", {
+      toml: "[scaling]\nmax_replicas = 2\nreplica_concurency = 4\n",
+      files: { "main.py": MAIN(1) },
+    });
     const { error, response } = await callFunction(t, "broken", "version");
     assert.equal(response.status, 503);
     assert.equal(error?.type, "https://runplane.dev/problems/app-unavailable");
     assert.match(error?.detail ?? "", /scaling\.replica_concurency/);
-    assert.ok(t.logs.some((l) => l.msg === "app failed to load" && String(l.error).includes("scaling.replica_concurency")));
+    assert.ok(
+      t.logs.some((l) => l.msg === "app failed to load" && String(l.error).includes("scaling.replica_concurency")),
+    );
   });
 
   it("answers 503 for an out-of-range value", async () => {
-    await deployApp(t, "too-long", { toml: "[scaling]\nresponse_grace_period = 50000\n", files: { "main.py": MAIN(1) } });
+    await deployApp(t, "too-long", {
+      toml: "[scaling]\nresponse_grace_period = 50000\n",
+      files: { "main.py": MAIN(1) },
+    });
     const { error, response } = await callFunction(t, "too-long", "version");
     assert.equal(response.status, 503);
     assert.match(error?.detail ?? "", /scaling\.response_grace_period/);
@@ -68,8 +76,15 @@ describe("app discovery and reload", () => {
     await writeFile(join(dir, "main.py"), MAIN(2));
     await writeFile(join(dir, "runplane.toml"), "[scaling]\ncooldown = 60\n# edited\n");
     // The folder is polled; wait for the new version to answer.
-    await waitFor(async () => ((await callFunction(t, "live", "version")).data?.result as { version: number }).version === 2, "version 2");
-    assert.equal(((await inFlight).data?.result as { version: number }).version, 1, "the old replica finished its call");
+    await waitFor(
+      async () => ((await callFunction(t, "live", "version")).data?.result as { version: number }).version === 2,
+      "version 2",
+    );
+    assert.equal(
+      ((await inFlight).data?.result as { version: number }).version,
+      1,
+      "the old replica finished its call",
+    );
     await waitFor(() => !alive(old.pid), "the old replica to stop once drained");
   });
 
@@ -77,6 +92,9 @@ describe("app discovery and reload", () => {
     await deployApp(t, "gone", { toml: "", files: { "main.py": MAIN(1) } });
     assert.equal((await callFunction(t, "gone", "version")).response.status, 200);
     await rm(join(t.server.context.config.appsDir, TEST_PROJECT, "gone"), { recursive: true });
-    await waitFor(async () => (await callFunction(t, "gone", "version")).response.status === 404, "a 404 for the removed app");
+    await waitFor(
+      async () => (await callFunction(t, "gone", "version")).response.status === 404,
+      "a 404 for the removed app",
+    );
   });
 });

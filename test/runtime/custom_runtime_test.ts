@@ -46,7 +46,8 @@ describe("custom runtime", () => {
     const toml = await readFile(new URL("runplane.toml", EXAMPLE), "utf8");
     await deployApp(t, "custom", { toml, files: { "server.py": server } });
     await deployApp(t, "sickly", {
-      toml: '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\nhealthcheck_endpoint = "/health"\n',
+      toml:
+        '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\nhealthcheck_endpoint = "/health"\n',
       files: { "server.py": SICKLY },
     });
     upstream = createServer((req, res) => {
@@ -59,7 +60,10 @@ describe("custom runtime", () => {
     });
     await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
     const port = (upstream.address() as AddressInfo).port;
-    await deployApp(t, "remote", { toml: `[deployment]\nruntime = "custom"\n[runtime.custom]\nurl = "http://127.0.0.1:${port}"\n`, files: {} });
+    await deployApp(t, "remote", {
+      toml: `[deployment]\nruntime = "custom"\n[runtime.custom]\nurl = "http://127.0.0.1:${port}"\n`,
+      files: {},
+    });
   });
   after(async () => {
     await t.close();
@@ -114,10 +118,14 @@ describe("custom runtime", () => {
     await waitFor(() => !alive(pid), "the unhealthy replica to be killed", 15_000);
     assert.ok(t.logs.some((l) => l.msg === "custom runtime failed its health check; restarting it" && l.pid === pid));
     await rm(join(dir, ".sick"));
-    await waitFor(async () => {
-      const answer = await callFunction(t, "sickly", "x");
-      return answer.response.status === 200 && answer.data?.result !== pid;
-    }, "a healthy replacement", 15_000);
+    await waitFor(
+      async () => {
+        const answer = await callFunction(t, "sickly", "x");
+        return answer.response.status === 200 && answer.data?.result !== pid;
+      },
+      "a healthy replacement",
+      15_000,
+    );
   });
 
   it("forwards to an external url without managing a process", async () => {

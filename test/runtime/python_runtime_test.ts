@@ -46,10 +46,14 @@ describe("Python standard runtime over HTTP", () => {
   let t: TestServer;
   before(async () => {
     t = await startTestServer();
-    const toml = (grace: number, rc: number) => `[deployment]\nname = "x"\n\n[scaling]\nmax_replicas = 2\nreplica_concurrency = ${rc}\nresponse_grace_period = ${grace}\n`;
+    const toml = (grace: number, rc: number) =>
+      `[deployment]\nname = "x"\n\n[scaling]\nmax_replicas = 2\nreplica_concurrency = ${rc}\nresponse_grace_period = ${grace}\n`;
     await deployApp(t, "py", { toml: toml(3, 2), files: { "main.py": MAIN } });
     await deployApp(t, "solo", { toml: toml(30, 1), files: { "main.py": MAIN } });
-    await deployApp(t, "one", { toml: toml(1, 1).replace("max_replicas = 2", "max_replicas = 1"), files: { "main.py": MAIN } });
+    await deployApp(t, "one", {
+      toml: toml(1, 1).replace("max_replicas = 2", "max_replicas = 1"),
+      files: { "main.py": MAIN },
+    });
   });
   after(() => t.close());
 

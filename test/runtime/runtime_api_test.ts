@@ -40,7 +40,10 @@ describe("runtime module API (as an async dispatcher uses it)", () => {
     appsDir = await mkdtemp(join(tmpdir(), "runplane-runtime-"));
     const dir = join(appsDir, "p-x", "app");
     await mkdir(dir, { recursive: true });
-    await writeFile(join(dir, "runplane.toml"), "[scaling]\nmax_replicas = 1\nreplica_concurrency = 2\nresponse_grace_period = 20\n");
+    await writeFile(
+      join(dir, "runplane.toml"),
+      "[scaling]\nmax_replicas = 1\nreplica_concurrency = 2\nresponse_grace_period = 20\n",
+    );
     await writeFile(join(dir, "main.py"), MAIN);
     runtime = createRuntime(appsDir, { logger: silent, queueLimit: 10 });
     await runtime.start();
@@ -50,7 +53,13 @@ describe("runtime module API (as an async dispatcher uses it)", () => {
     await rm(appsDir, { recursive: true, force: true });
   });
 
-  const request = (functionName: string, input: Record<string, unknown> = {}) => ({ projectId: "p-x", app: "app", functionName, input, runId: newRunId() });
+  const request = (functionName: string, input: Record<string, unknown> = {}) => ({
+    projectId: "p-x",
+    app: "app",
+    functionName,
+    input,
+    runId: newRunId(),
+  });
 
   it("makes unique, time-ordered run ids matching the contract", () => {
     const ids = Array.from({ length: 1000 }, () => newRunId());
@@ -66,7 +75,13 @@ describe("runtime module API (as an async dispatcher uses it)", () => {
     const b = runtime.tryAcquireSlot("p-x", "app");
     assert.ok(a && b);
     assert.equal(runtime.tryAcquireSlot("p-x", "app"), null, "both slots are taken");
-    assert.deepEqual({ ...runtime.capacity("p-x", "app"), replicas: 0 }, { slots: 2, busy: 2, queued: 0, queueLimit: 10, replicas: 0 });
+    assert.deepEqual({ ...runtime.capacity("p-x", "app"), replicas: 0 }, {
+      slots: 2,
+      busy: 2,
+      queued: 0,
+      queueLimit: 10,
+      replicas: 0,
+    });
     const outcome = await runtime.invoke({ ...request("add", { a: 1, b: 2 }), lease: a });
     assert.equal(outcome.kind === "result" && outcome.result, 3);
     b.release();
@@ -77,7 +92,7 @@ describe("runtime module API (as an async dispatcher uses it)", () => {
     const outcome = await runtime.invoke(request("tokens", { n: 3 }));
     assert.equal(outcome.kind, "stream");
     const items: unknown[] = [];
-    if (outcome.kind === "stream") for await (const item of outcome.items) items.push(item.value);
+    if (outcome.kind === "stream") { for await (const item of outcome.items) items.push(item.value); }
     assert.deepEqual(items, [{ i: 0 }, { i: 1 }, { i: 2 }, "end"]);
   });
 
@@ -107,16 +122,24 @@ describe("runtime module API (as an async dispatcher uses it)", () => {
 
   it("leaves no worker behind when the server process is killed with SIGKILL", async () => {
     const script = `
-      import { createRuntime, newRunId } from ${JSON.stringify(new URL("../../server/runtime/mod.ts", import.meta.url).href)};
+      import { createRuntime, newRunId } from ${
+      JSON.stringify(new URL("../../server/runtime/mod.ts", import.meta.url).href)
+    };
       import { createLogger } from ${JSON.stringify(new URL("../../server/log.ts", import.meta.url).href)};
-      const runtime = createRuntime(${JSON.stringify(appsDir)}, { logger: createLogger({ level: "silent" }), queueLimit: 1 });
+      const runtime = createRuntime(${
+      JSON.stringify(appsDir)
+    }, { logger: createLogger({ level: "silent" }), queueLimit: 1 });
       await runtime.start();
       const outcome = await runtime.invoke({ projectId: "p-x", app: "app", functionName: "pid", input: {}, runId: newRunId() });
       process.stdout.write(String(outcome.result) + "\\n");
       setInterval(() => {}, 1000);
     `;
-    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
-    const pid = await new Promise<number>((resolve) => child.stdout.once("data", (chunk) => resolve(Number(String(chunk).trim()))));
+    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    const pid = await new Promise<number>((resolve) =>
+      child.stdout.once("data", (chunk) => resolve(Number(String(chunk).trim())))
+    );
     assert.ok(pid > 0 && alive(pid));
     child.kill("SIGKILL");
     await waitFor(() => !alive(pid), "the orphaned worker to exit", 10_000);

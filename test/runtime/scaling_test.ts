@@ -35,7 +35,10 @@ describe("replicas and slots", () => {
   before(async () => {
     t = await startTestServer();
     const files = { "main.py": MAIN };
-    await deployApp(t, "wide", { toml: "[scaling]\nmax_replicas = 2\nreplica_concurrency = 4\ncooldown = 60\n", files });
+    await deployApp(t, "wide", {
+      toml: "[scaling]\nmax_replicas = 2\nreplica_concurrency = 4\ncooldown = 60\n",
+      files,
+    });
     await deployApp(t, "cool", { toml: "[scaling]\nmax_replicas = 1\ncooldown = 1\n", files });
     await deployApp(t, "warm", { toml: "[scaling]\nmin_replicas = 1\nmax_replicas = 2\ncooldown = 0.5\n", files });
   });
@@ -47,7 +50,9 @@ describe("replicas and slots", () => {
     const runtime = t.server.context.runtime;
     let busiest = 0;
     const sampler = setInterval(() => (busiest = Math.max(busiest, runtime.capacity(TEST_PROJECT, "wide").busy)), 5);
-    const answers = await Promise.all(Array.from({ length: 50 }, (_, n) => callFunction(t, "wide", "work", { n, slots })));
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, (_, n) => callFunction(t, "wide", "work", { n, slots })),
+    );
     clearInterval(sampler);
     answers.forEach((answer, n) => {
       assert.equal(answer.response.status, 200);

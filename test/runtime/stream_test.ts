@@ -91,7 +91,10 @@ describe("streaming calls", () => {
     assert.equal(existsSync(marker), false, "the generator is still running");
     let rest = "";
     for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) rest += chunk.value;
-    assert.equal(rest.replaceAll(": ping\n\n", ""), 'data: line one\ndata: line two\ndata: line three\n\ndata: {"k":[1,2],"s":"x"}\n\ndata: 3\n\n');
+    assert.equal(
+      rest.replaceAll(": ping\n\n", ""),
+      'data: line one\ndata: line two\ndata: line three\n\ndata: {"k":[1,2],"s":"x"}\n\ndata: 3\n\n',
+    );
     assert.equal(existsSync(marker), true);
   });
 
@@ -121,7 +124,9 @@ describe("streaming calls", () => {
     // An app of its own: the other tests write marker files into gen's folder, which redeploys it.
     await deployApp(t, "napper", {
       toml: "[scaling]\nmax_replicas = 1\nreplica_concurrency = 1\n",
-      files: { "main.py": "import asyncio\n\nasync def nap(seconds):\n    await asyncio.sleep(seconds)\n    return 'late'\n" },
+      files: {
+        "main.py": "import asyncio\n\nasync def nap(seconds):\n    await asyncio.sleep(seconds)\n    return 'late'\n",
+      },
     });
     const busy = () => t.server.context.runtime.capacity(TEST_PROJECT, "napper").busy;
     assert.equal((await callFunction(t, "napper", "nap", { seconds: 0 })).data?.result, "late");
@@ -147,7 +152,11 @@ describe("streaming calls", () => {
     await response.body!.getReader().read();
     abort.abort();
     await waitFor(() => existsSync(marker), "GeneratorExit in the async generator", 5_000);
-    await waitFor(() => t.server.context.runtime.capacity(TEST_PROJECT, "gen").busy === 0, "the slot to be free", 5_000);
+    await waitFor(
+      () => t.server.context.runtime.capacity(TEST_PROJECT, "gen").busy === 0,
+      "the slot to be free",
+      5_000,
+    );
   });
 
   it("ends with an error event carrying a problem document when the generator raises", async () => {

@@ -27,7 +27,11 @@ describe("background WAL checkpoints", () => {
         for (let i = 0; i < 200; i++) await sql`insert into filler (data) values (randomblob(4000))`.execute(trx);
       });
       assert.equal(statSync(store.path).size, before, "the commit itself did not checkpoint");
-      await eventually(() => statSync(store.path).size >= before + 200 * 4000, 10_000, "the pages to reach the database file");
+      await eventually(
+        () => statSync(store.path).size >= before + 200 * 4000,
+        10_000,
+        "the pages to reach the database file",
+      );
     } finally {
       await store.close();
     }

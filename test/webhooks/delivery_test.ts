@@ -10,7 +10,8 @@ function verifySignature(request: ReceivedRequest, secret: string, vendor: strin
   const runId = String(request.headers["x-request-id"]);
   const timestamp = String(request.headers[`x-${vendor}-webhook-timestamp`]);
   const signature = String(request.headers[`x-${vendor}-webhook-signature`]);
-  const mac = createHmac("sha256", secret).update(Buffer.concat([Buffer.from(`${runId}.${timestamp}.`), request.body])).digest("hex");
+  const mac = createHmac("sha256", secret).update(Buffer.concat([Buffer.from(`${runId}.${timestamp}.`), request.body]))
+    .digest("hex");
   const expected = Buffer.from(`v1,${mac}`);
   return signature.length === expected.length && timingSafeEqual(Buffer.from(signature), expected);
 }
@@ -53,12 +54,16 @@ describe("webhook delivery", () => {
   }
 
   async function settledWebhook(runId: string) {
-    return await eventually(async () => {
-      const { data } = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
-        params: { path: { project_id: TEST_PROJECT, app_id: "hooks", run_id: runId } },
-      });
-      return data?.webhook && data.webhook.status !== "pending" ? data.webhook : undefined;
-    }, 30_000, `webhook of ${runId} to settle`);
+    return await eventually(
+      async () => {
+        const { data } = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
+          params: { path: { project_id: TEST_PROJECT, app_id: "hooks", run_id: runId } },
+        });
+        return data?.webhook && data.webhook.status !== "pending" ? data.webhook : undefined;
+      },
+      30_000,
+      `webhook of ${runId} to settle`,
+    );
   }
 
   it("signs the exact bytes sent, checked by an independent HMAC over run_id.timestamp.body", async () => {
@@ -91,12 +96,19 @@ describe("webhook delivery", () => {
     assert.equal(receiver.requests[0].headers["x-acme-webhook-timestamp"], undefined);
   });
 
-  const table: Array<{ name: string; answers: Array<number | "hang">; attempts: number; status: "delivered" | "failed" }> = [
+  const table: Array<
+    { name: string; answers: Array<number | "hang">; attempts: number; status: "delivered" | "failed" }
+  > = [
     { name: "404, 404, 200 → 3 attempts, delivered", answers: [404, 404, 200], attempts: 3, status: "delivered" },
     { name: "400 → 1 attempt, failed", answers: [400], attempts: 1, status: "failed" },
     { name: "500 → 1 attempt, failed", answers: [500], attempts: 1, status: "failed" },
     { name: "302 → 3 attempts, redirect never followed", answers: [302, 302, 302], attempts: 3, status: "failed" },
-    { name: "a receiver hanging past the timeout → retried", answers: ["hang", "hang", 200], attempts: 3, status: "delivered" },
+    {
+      name: "a receiver hanging past the timeout → retried",
+      answers: ["hang", "hang", 200],
+      attempts: 3,
+      status: "delivered",
+    },
   ];
   for (const row of table) {
     it(`retry table: ${row.name}`, async () => {
@@ -117,7 +129,10 @@ describe("webhook delivery", () => {
       }
       for (let i = 1; i < receiver.requests.length; i++) {
         const gap = receiver.requests[i].at - receiver.requests[i - 1].at;
-        assert.ok(gap <= 5_000 + (row.answers[i - 1] === "hang" ? 700 : 0), `gap ${gap} ms between attempts must be at most 5 s`);
+        assert.ok(
+          gap <= 5_000 + (row.answers[i - 1] === "hang" ? 700 : 0),
+          `gap ${gap} ms between attempts must be at most 5 s`,
+        );
       }
       // No fourth attempt arrives later.
       await new Promise((resolve) => setTimeout(resolve, 800));

@@ -9,7 +9,12 @@ import { createLogger } from "../../server/log.ts";
 import { createSecretBox } from "../../server/secrets/mod.ts";
 import { createRunService } from "../../server/runs/mod.ts";
 import { type Database, ensureProject, openStore, type Store } from "../../server/store/mod.ts";
-import { type DeliveryWorker, type DeliveryWorkerOptions, enqueueDelivery, startDeliveryWorker } from "../../server/webhooks/mod.ts";
+import {
+  type DeliveryWorker,
+  type DeliveryWorkerOptions,
+  enqueueDelivery,
+  startDeliveryWorker,
+} from "../../server/webhooks/mod.ts";
 import { eventually, startWebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
 /** A worker over `db` that polls once at start and then not within a test: only a wake or a hand-off moves it. */
@@ -48,16 +53,26 @@ it("works through a backlog bigger than one claim without waiting for the next p
   const count = 300;
   await store.db.transaction().execute(async (trx) => {
     for (let i = 0; i < count; i++) {
-      await enqueueDelivery(trx, { runId: `run_${String(i).padStart(26, "0")}`, endpoint: receiver.url, body: `{"n":${i}}`, sealedSecret: null });
+      await enqueueDelivery(trx, {
+        runId: `run_${String(i).padStart(26, "0")}`,
+        endpoint: receiver.url,
+        body: `{"n":${i}}`,
+        sealedSecret: null,
+      });
     }
   });
   const worker = startTestWorker(store.db, { maxInFlight: 16 });
   try {
     await receiver.waitFor(count);
-    await eventually(async () => {
-      const { n } = await store.db.selectFrom("webhook_deliveries").select((eb) => eb.fn.countAll<number>().as("n")).where("status", "!=", "delivered").executeTakeFirstOrThrow();
-      return Number(n) === 0 ? true : undefined;
-    }, 20_000, "every delivery to be recorded delivered");
+    await eventually(
+      async () => {
+        const { n } = await store.db.selectFrom("webhook_deliveries").select((eb) => eb.fn.countAll<number>().as("n"))
+          .where("status", "!=", "delivered").executeTakeFirstOrThrow();
+        return Number(n) === 0 ? true : undefined;
+      },
+      20_000,
+      "every delivery to be recorded delivered",
+    );
     assert.equal(new Set(receiver.requests.map((r) => r.body.toString())).size, count, "each delivery is sent once");
   } finally {
     await worker.stop();
@@ -99,11 +114,23 @@ it("sends a sync run's delivery handed over by the run's final write, with no cl
     const body = JSON.parse(receiver.requests[0].body.toString());
     assert.equal(body.run_id, submission.run.runId);
     assert.deepEqual(body.result, { ok: true });
-    assert.match(String(receiver.requests[0].headers["x-runplane-webhook-signature"]), /^v1,[0-9a-f]{64}$/, "the delivery is signed");
-    const row = await eventually(async () => {
-      const found = await store.db.selectFrom("webhook_deliveries").selectAll().where("run_id", "=", submission.run.runId).executeTakeFirst();
-      return found?.status === "delivered" ? found : undefined;
-    }, 10_000, "the attempt to be recorded");
+    assert.match(
+      String(receiver.requests[0].headers["x-runplane-webhook-signature"]),
+      /^v1,[0-9a-f]{64}$/,
+      "the delivery is signed",
+    );
+    const row = await eventually(
+      async () => {
+        const found = await store.db.selectFrom("webhook_deliveries").selectAll().where(
+          "run_id",
+          "=",
+          submission.run.runId,
+        ).executeTakeFirst();
+        return found?.status === "delivered" ? found : undefined;
+      },
+      10_000,
+      "the attempt to be recorded",
+    );
     assert.equal(row.lease_owner, null, "a settled delivery holds no lease");
     assert.equal(row.secret, null, "a settled delivery drops its secret");
   } finally {
@@ -128,7 +155,14 @@ it("bounds the hand-off queue: past it, deliveries are left to the outbox", asyn
       const runId = `run_${String(taken).padStart(26, "0")}`;
       const delivery = { runId, endpoint: receiver.url, body: `{"n":${taken}}`, sealedSecret: null };
       assert.ok(await enqueueDelivery(store.db, delivery, { now, lease }));
-      worker.handOff.take([{ run_id: runId, endpoint: receiver.url, body: delivery.body, secret: null, attempts: 0, created_at: now }]);
+      worker.handOff.take([{
+        run_id: runId,
+        endpoint: receiver.url,
+        body: delivery.body,
+        secret: null,
+        attempts: 0,
+        created_at: now,
+      }]);
     }
     // One attempt hangs in the window; four wait behind it.
     assert.equal(taken, 5);

@@ -13,10 +13,29 @@ describe("webhook destination guard (on by default)", () => {
   after(() => t.close());
 
   function submit(endpoint: string) {
-    return t.server.context.runs.submit({ projectId: TEST_PROJECT, app: "guard", functionName: "run", mode: "async", input: {}, webhook: { endpoint } });
+    return t.server.context.runs.submit({
+      projectId: TEST_PROJECT,
+      app: "guard",
+      functionName: "run",
+      mode: "async",
+      input: {},
+      webhook: { endpoint },
+    });
   }
 
-  for (const endpoint of ["http://127.0.0.1/hook", "http://10.0.0.1/hook", "http://169.254.169.254/latest/meta-data", "http://[::1]:8080/", "ftp://example.com/hook", "http://[::ffff:7f00:1]/", "http://100.64.0.1/", "http://0.0.0.0/", "not a url"]) {
+  for (
+    const endpoint of [
+      "http://127.0.0.1/hook",
+      "http://10.0.0.1/hook",
+      "http://169.254.169.254/latest/meta-data",
+      "http://[::1]:8080/",
+      "ftp://example.com/hook",
+      "http://[::ffff:7f00:1]/",
+      "http://100.64.0.1/",
+      "http://0.0.0.0/",
+      "not a url",
+    ]
+  ) {
     it(`refuses ${endpoint} at submit with a 400 problem naming the parameter`, async () => {
       await assert.rejects(submit(endpoint), (error: unknown) => {
         assert.ok(error instanceof ProblemError);
@@ -35,7 +54,24 @@ describe("webhook destination guard (on by default)", () => {
   it("classifies ranges: public unicast allowed, the rest refused", () => {
     assert.equal(forbiddenAddressReason("8.8.8.8"), null);
     assert.equal(forbiddenAddressReason("2606:4700::1111"), null);
-    for (const address of ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "224.0.0.1", "0.0.0.0", "::1", "::", "fe80::1", "fc00::1", "ff02::1", "::ffff:10.0.0.1"]) {
+    for (
+      const address of [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "224.0.0.1",
+        "0.0.0.0",
+        "::1",
+        "::",
+        "fe80::1",
+        "fc00::1",
+        "ff02::1",
+        "::ffff:10.0.0.1",
+      ]
+    ) {
       assert.notEqual(forbiddenAddressReason(address), null, `${address} must be refused`);
     }
   });

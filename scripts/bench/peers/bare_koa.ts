@@ -22,7 +22,11 @@ app.use(async (ctx) => {
   if (ctx.path === "/run" && ctx.method === "POST") {
     const input = JSON.parse((await readBody(ctx.req)) || "{}") as { name?: string };
     ctx.type = "application/json";
-    ctx.body = JSON.stringify({ run_id: `run_${randomBytes(13).toString("hex")}`, run_time_ms: 0.01, result: { hello: input.name ?? "world" } });
+    ctx.body = JSON.stringify({
+      run_id: `run_${randomBytes(13).toString("hex")}`,
+      run_time_ms: 0.01,
+      result: { hello: input.name ?? "world" },
+    });
   } else if (ctx.path === "/accept" && ctx.method === "POST") {
     await readBody(ctx.req);
     ctx.status = 202;
@@ -31,12 +35,15 @@ app.use(async (ctx) => {
   } else if (ctx.path === "/hash" && ctx.method === "POST") {
     const body = await readBody(ctx.req);
     ctx.type = "application/json";
-    ctx.body = JSON.stringify({ digest: `sha256:${createHash("sha256").update(body).digest("hex")}`, status: "cached" });
+    ctx.body = JSON.stringify({
+      digest: `sha256:${createHash("sha256").update(body).digest("hex")}`,
+      status: "cached",
+    });
   } else if (ctx.path === "/stream") {
     const n = Number(ctx.query.n ?? 100_000);
     ctx.type = "text/event-stream; charset=utf-8";
     ctx.req.socket.setNoDelay(true);
-    ctx.body = Readable.from((function* () {
+    ctx.body = Readable.from((function*() {
       for (let i = 0; i < n; i++) yield `data: {"i":${i}}\n\n`;
     })());
   } else {

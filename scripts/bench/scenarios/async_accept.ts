@@ -10,7 +10,12 @@ export async function asyncAcceptScenario(context: BenchContext): Promise<BenchR
   const { runplane, bareKoa, durationSeconds } = context;
   const body = JSON.stringify({ name: "bench" });
   context.log("async accept: bare Koa");
-  const koa = await loadTest(`${bareKoa.url}/accept`, { method: "POST", headers: { "Content-Type": "application/json" }, body, durationSeconds });
+  const koa = await loadTest(`${bareKoa.url}/accept`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body,
+    durationSeconds,
+  });
   const url = `${runplane.url}/v4/${BENCH_PROJECT}/queue/run?async=true`;
   const headers = { Authorization: `Bearer ${runplane.token}`, "Content-Type": "application/json" };
   // Like the sync scenario, the measured part starts warm: the accept path's code is compiled.
@@ -20,7 +25,13 @@ export async function asyncAcceptScenario(context: BenchContext): Promise<BenchR
   const ours = await loadTest(url, { method: "POST", headers, body, durationSeconds });
   const met = ours.requestsPerSecond >= 5000 && ours.p99Ms < 10 && ours.non2xx === 0;
   return [
-    row({ scenario, subject: "bare Koa 202 (baseline)", throughput: koa.requestsPerSecond, p50Ms: koa.p50Ms, p99Ms: koa.p99Ms }),
+    row({
+      scenario,
+      subject: "bare Koa 202 (baseline)",
+      throughput: koa.requestsPerSecond,
+      p50Ms: koa.p50Ms,
+      p99Ms: koa.p99Ms,
+    }),
     row({
       scenario,
       subject: "runplane",

@@ -16,7 +16,12 @@ export async function baseImageScenario(context: BenchContext): Promise<BenchRow
   const scenario = "5. Base-image hash";
   const { runplane, bareKoa, durationSeconds } = context;
   context.log("base-image: bare Koa sha256");
-  const koa = await loadTest(`${bareKoa.url}/hash`, { method: "POST", headers: { "Content-Type": "application/json" }, body: REQUEST, durationSeconds });
+  const koa = await loadTest(`${bareKoa.url}/hash`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: REQUEST,
+    durationSeconds,
+  });
   context.log("base-image: runplane");
   const ours = await loadTest(`${runplane.url}/v3/projects/${BENCH_PROJECT}/apps/echo/base-image`, {
     method: "POST",
@@ -25,7 +30,13 @@ export async function baseImageScenario(context: BenchContext): Promise<BenchRow
     durationSeconds,
   });
   return [
-    row({ scenario, subject: "bare Koa sha256 (baseline)", throughput: koa.requestsPerSecond, p50Ms: koa.p50Ms, p99Ms: koa.p99Ms }),
+    row({
+      scenario,
+      subject: "bare Koa sha256 (baseline)",
+      throughput: koa.requestsPerSecond,
+      p50Ms: koa.p50Ms,
+      p99Ms: koa.p99Ms,
+    }),
     row({
       scenario,
       subject: "runplane",

@@ -24,11 +24,16 @@ export async function repositoryTreeScenario(context: BenchContext): Promise<Ben
   const scenario = "6. Repository tree";
   const { runplane } = context;
   context.log(`repository tree: generating a ${FILES.toLocaleString("en-US")}-file repository`);
-  const repo = await createLargeRepo(join(runplane.dataDir, "repos", BENCH_PROJECT, "bench", "large.git"), { files: FILES });
+  const repo = await createLargeRepo(join(runplane.dataDir, "repos", BENCH_PROJECT, "bench", "large.git"), {
+    files: FILES,
+  });
 
   context.log("repository tree: git ls-tree directly (baseline)");
   let started = performance.now();
-  const { stdout } = await run("git", ["-C", repo.path, "ls-tree", "-r", "-t", "-l", "--full-tree", "-z", "HEAD"], { maxBuffer: 512 * 1024 * 1024, encoding: "buffer" });
+  const { stdout } = await run("git", ["-C", repo.path, "ls-tree", "-r", "-t", "-l", "--full-tree", "-z", "HEAD"], {
+    maxBuffer: 512 * 1024 * 1024,
+    encoding: "buffer",
+  });
   const gitMs = performance.now() - started;
 
   context.log("repository tree: runplane cold, cached, 304");
@@ -43,9 +48,30 @@ export async function repositoryTreeScenario(context: BenchContext): Promise<Ben
   const peak = (await memoryOf(runplane.child.pid!)).peakRssMiB;
   const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
   return [
-    row({ scenario, subject: "git ls-tree (baseline)", p50Ms: gitMs, unit: "", note: `${repo.entries.toLocaleString("en-US")} entries, ${mb(stdout.length)} of git output` }),
-    row({ scenario, subject: "runplane cold", p50Ms: cold.ms, peakRssMiB: peak, ratio: cold.ms / gitMs, target: "cold < 1 s", met: cold.ms < 1000, note: `${mb(cold.bytes)} JSON; ratio = time over git's` }),
+    row({
+      scenario,
+      subject: "git ls-tree (baseline)",
+      p50Ms: gitMs,
+      unit: "",
+      note: `${repo.entries.toLocaleString("en-US")} entries, ${mb(stdout.length)} of git output`,
+    }),
+    row({
+      scenario,
+      subject: "runplane cold",
+      p50Ms: cold.ms,
+      peakRssMiB: peak,
+      ratio: cold.ms / gitMs,
+      target: "cold < 1 s",
+      met: cold.ms < 1000,
+      note: `${mb(cold.bytes)} JSON; ratio = time over git's`,
+    }),
     row({ scenario, subject: "runplane cached (200)", p50Ms: cached.ms, note: "same commit, served from the cache" }),
-    row({ scenario, subject: "runplane If-None-Match (304)", p50Ms: revalidated.ms, target: "cached (ETag) < 50 ms", met: revalidated.ms < 50 }),
+    row({
+      scenario,
+      subject: "runplane If-None-Match (304)",
+      p50Ms: revalidated.ms,
+      target: "cached (ETag) < 50 ms",
+      met: revalidated.ms < 50,
+    }),
   ];
 }

@@ -34,7 +34,9 @@ async function firstEvent(response: Response): Promise<string> {
     const end = text.indexOf("\n\n");
     if (end >= 0) {
       await reader.cancel();
-      return text.slice(0, end).split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+      return text.slice(0, end).split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join(
+        "\n",
+      );
     }
   }
   throw new Error("The stream ended before its first event");
@@ -57,15 +59,30 @@ export async function streamingScenario(context: BenchContext): Promise<BenchRow
 
   context.log("streaming: runplane 100,000 items");
   // One warm-up call starts the replica.
-  await countEvents(await fetch(`${runplane.url}/v4/${BENCH_PROJECT}/stream/run`, { method: "POST", headers, body: JSON.stringify({ n: 10 }) }), 0);
+  await countEvents(
+    await fetch(`${runplane.url}/v4/${BENCH_PROJECT}/stream/run`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ n: 10 }),
+    }),
+    0,
+  );
   started = performance.now();
-  const response = await fetch(`${runplane.url}/v4/${BENCH_PROJECT}/stream/run`, { method: "POST", headers, body: JSON.stringify({ n: ITEMS }) });
+  const response = await fetch(`${runplane.url}/v4/${BENCH_PROJECT}/stream/run`, {
+    method: "POST",
+    headers,
+    body: JSON.stringify({ n: ITEMS }),
+  });
   const ours = await countEvents(response, started);
 
   context.log("streaming: first-event latency");
   const latencies: number[] = [];
   for (let i = 0; i < 10; i++) {
-    const first = await fetch(`${runplane.url}/v4/${BENCH_PROJECT}/stream/first`, { method: "POST", headers, body: JSON.stringify({ count: 2, pause: 0.05 }) });
+    const first = await fetch(`${runplane.url}/v4/${BENCH_PROJECT}/stream/first`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ count: 2, pause: 0.05 }),
+    });
     const data = JSON.parse(await firstEvent(first)) as { yielded_at_ms: number };
     latencies.push(Date.now() - data.yielded_at_ms);
   }
@@ -73,7 +90,13 @@ export async function streamingScenario(context: BenchContext): Promise<BenchRow
   const rate = ours.events / ours.seconds;
   const p50 = median(latencies);
   return [
-    row({ scenario, subject: "bare Koa SSE loop (baseline)", throughput: koaRate, unit: "events/s", note: `${koa.events} events` }),
+    row({
+      scenario,
+      subject: "bare Koa SSE loop (baseline)",
+      throughput: koaRate,
+      unit: "events/s",
+      note: `${koa.events} events`,
+    }),
     row({
       scenario,
       subject: "runplane events",

@@ -33,25 +33,93 @@ export async function syncRunScenario(context: BenchContext): Promise<BenchRow[]
   const rows: BenchRow[] = [];
 
   context.log("sync run: bare Koa");
-  const koa = await loadTest(`${bareKoa.url}/run`, { method: "POST", headers: { "Content-Type": "application/json" }, body: BODY, durationSeconds });
-  rows.push(row({ scenario, subject: "bare Koa (baseline)", throughput: koa.requestsPerSecond, p50Ms: koa.p50Ms, p99Ms: koa.p99Ms, peakRssMiB: (await memoryOf(bareKoa.child.pid!)).peakRssMiB }));
+  const koa = await loadTest(`${bareKoa.url}/run`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: BODY,
+    durationSeconds,
+  });
+  rows.push(
+    row({
+      scenario,
+      subject: "bare Koa (baseline)",
+      throughput: koa.requestsPerSecond,
+      p50Ms: koa.p50Ms,
+      p99Ms: koa.p99Ms,
+      peakRssMiB: (await memoryOf(bareKoa.child.pid!)).peakRssMiB,
+    }),
+  );
 
   if (fastApiInstalled()) {
     context.log("sync run: uvicorn + FastAPI");
-    const peer = await startProcess(PEER_PYTHON, { args: [join(ROOT, "scripts", "bench", "peers", "fastapi_app.py")], readyPath: "/" });
+    const peer = await startProcess(PEER_PYTHON, {
+      args: [join(ROOT, "scripts", "bench", "peers", "fastapi_app.py")],
+      readyPath: "/",
+    });
     try {
-      await loadTest(`${peer.url}/run`, { method: "POST", headers: { "Content-Type": "application/json" }, body: BODY, durationSeconds: 2 });
-      const fast = await loadTest(`${peer.url}/run`, { method: "POST", headers: { "Content-Type": "application/json" }, body: BODY, durationSeconds });
-      rows.push(row({ scenario, subject: "uvicorn + FastAPI (baseline)", throughput: fast.requestsPerSecond, p50Ms: fast.p50Ms, p99Ms: fast.p99Ms, peakRssMiB: (await memoryOf(peer.child.pid!)).peakRssMiB }));
+      await loadTest(`${peer.url}/run`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: BODY,
+        durationSeconds: 2,
+      });
+      const fast = await loadTest(`${peer.url}/run`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: BODY,
+        durationSeconds,
+      });
+      rows.push(
+        row({
+          scenario,
+          subject: "uvicorn + FastAPI (baseline)",
+          throughput: fast.requestsPerSecond,
+          p50Ms: fast.p50Ms,
+          p99Ms: fast.p99Ms,
+          peakRssMiB: (await memoryOf(peer.child.pid!)).peakRssMiB,
+        }),
+      );
       const ratio = ours.requestsPerSecond / fast.requestsPerSecond;
-      rows.push(row({ scenario, subject: "runplane vs FastAPI", throughput: ours.requestsPerSecond, p50Ms: ours.p50Ms, p99Ms: ours.p99Ms, peakRssMiB: memory.peakRssMiB, ratio, target: "≥ 2.0× FastAPI", met: ratio >= 2, note: ours.non2xx ? `${ours.non2xx} non-2xx` : "" }));
+      rows.push(
+        row({
+          scenario,
+          subject: "runplane vs FastAPI",
+          throughput: ours.requestsPerSecond,
+          p50Ms: ours.p50Ms,
+          p99Ms: ours.p99Ms,
+          peakRssMiB: memory.peakRssMiB,
+          ratio,
+          target: "≥ 2.0× FastAPI",
+          met: ratio >= 2,
+          note: ours.non2xx ? `${ours.non2xx} non-2xx` : "",
+        }),
+      );
     } finally {
       await peer.stop();
     }
   } else {
-    rows.push(row({ scenario, subject: "uvicorn + FastAPI", target: "≥ 2.0× FastAPI", note: "peer not installed: apt-get install python3-fastapi python3-uvicorn" }));
+    rows.push(
+      row({
+        scenario,
+        subject: "uvicorn + FastAPI",
+        target: "≥ 2.0× FastAPI",
+        note: "peer not installed: apt-get install python3-fastapi python3-uvicorn",
+      }),
+    );
   }
   const koaRatio = ours.requestsPerSecond / koa.requestsPerSecond;
-  rows.push(row({ scenario, subject: "runplane vs bare Koa", throughput: ours.requestsPerSecond, p50Ms: ours.p50Ms, p99Ms: ours.p99Ms, peakRssMiB: memory.peakRssMiB, ratio: koaRatio, target: "≥ 0.6× bare Koa", met: koaRatio >= 0.6 }));
+  rows.push(
+    row({
+      scenario,
+      subject: "runplane vs bare Koa",
+      throughput: ours.requestsPerSecond,
+      p50Ms: ours.p50Ms,
+      p99Ms: ours.p99Ms,
+      peakRssMiB: memory.peakRssMiB,
+      ratio: koaRatio,
+      target: "≥ 0.6× bare Koa",
+      met: koaRatio >= 0.6,
+    }),
+  );
   return rows;
 }

@@ -33,16 +33,33 @@ export async function webhookDeliveryScenario(context: BenchContext): Promise<Be
   const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
   try {
     context.log("webhook: direct POSTs to the receiver (baseline)");
-    const body = JSON.stringify({ run_id: "run_00000000000000000000000000", status: "success", result: { hello: "bench" }, error: null, run_time_ms: 0.1, timestamp: new Date().toISOString() });
+    const body = JSON.stringify({
+      run_id: "run_00000000000000000000000000",
+      status: "success",
+      result: { hello: "bench" },
+      error: null,
+      run_time_ms: 0.1,
+      timestamp: new Date().toISOString(),
+    });
     const signature = `v1,${createHmac("sha256", "bench-secret").update(`run_x.1.${body}`).digest("hex")}`;
-    const direct = await loadTest(hook, { method: "POST", headers: { "Content-Type": "application/json", "X-Runplane-Webhook-Signature": signature }, body, amount: DELIVERIES, connections: 32 });
+    const direct = await loadTest(hook, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Runplane-Webhook-Signature": signature },
+      body,
+      amount: DELIVERIES,
+      connections: 32,
+    });
     received = 0;
     signed = 0;
 
     const url = `${runplane.url}/v4/${BENCH_PROJECT}/echo/run?webhookEndpoint=${encodeURIComponent(hook)}`;
     const load = {
       method: "POST" as const,
-      headers: { Authorization: `Bearer ${runplane.token}`, "Content-Type": "application/json", "X-Webhook-Secret": "bench-secret" },
+      headers: {
+        Authorization: `Bearer ${runplane.token}`,
+        "Content-Type": "application/json",
+        "X-Webhook-Secret": "bench-secret",
+      },
       body: JSON.stringify({ name: "bench" }),
       connections: 32,
     };
@@ -61,7 +78,13 @@ export async function webhookDeliveryScenario(context: BenchContext): Promise<Be
     // From the first delivery's arrival to the last one's: the load generator's start is not counted.
     const rate = (received - 1) / ((lastAt - firstAt) / 1000);
     return [
-      row({ scenario, subject: "direct POSTs (baseline)", throughput: direct.requestsPerSecond, p50Ms: direct.p50Ms, p99Ms: direct.p99Ms }),
+      row({
+        scenario,
+        subject: "direct POSTs (baseline)",
+        throughput: direct.requestsPerSecond,
+        p50Ms: direct.p50Ms,
+        p99Ms: direct.p99Ms,
+      }),
       row({
         scenario,
         subject: "runplane deliveries",
@@ -71,7 +94,9 @@ export async function webhookDeliveryScenario(context: BenchContext): Promise<Be
         ratio: rate / direct.requestsPerSecond,
         target: "≥ 3,000/s",
         met: rate >= 3000 && signed === received && received === DELIVERIES,
-        note: `${received} of ${DELIVERIES} delivered, ${signed} signed; the sync calls that made them ran at ${Math.round(calls.requestsPerSecond)}/s`,
+        note: `${received} of ${DELIVERIES} delivered, ${signed} signed; the sync calls that made them ran at ${
+          Math.round(calls.requestsPerSecond)
+        }/s`,
       }),
     ];
   } finally {

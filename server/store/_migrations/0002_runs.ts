@@ -28,7 +28,8 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("cancel_requested", "integer", (c) => c.notNull().defaultTo(0))
     .execute();
   await db.schema.createIndex("runs_by_app").on("runs").columns(["project_id", "app_id", "run_id"]).execute();
-  await db.schema.createIndex("runs_by_status").on("runs").columns(["status", "project_id", "app_id", "run_id"]).execute();
+  await db.schema.createIndex("runs_by_status").on("runs").columns(["status", "project_id", "app_id", "run_id"])
+    .execute();
   await db.schema.createIndex("runs_by_completion").on("runs").columns(["result_expired", "completed_at"]).execute();
 
   await db.schema
@@ -44,7 +45,8 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("lease_expires_at", "bigint")
     .addColumn("created_at", "bigint", (c) => c.notNull())
     .execute();
-  await db.schema.createIndex("webhook_deliveries_due").on("webhook_deliveries").columns(["status", "next_attempt_at"]).execute();
+  await db.schema.createIndex("webhook_deliveries_due").on("webhook_deliveries").columns(["status", "next_attempt_at"])
+    .execute();
 
   await db.schema
     .createTable("webhook_attempts")

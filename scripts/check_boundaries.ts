@@ -1,0 +1,218 @@
+/**
+ * The import-boundary check of `npm run check`: reads every TypeScript file's imports (type-only and
+ * dynamic ones included) and fails with each import that breaks a rule of the house, naming the rule's
+ * reason. The rules are the layering DESIGN.md promises:
+ *
+ * - domain folders of `server/` import no Koa and nothing of `server/http`, `server/handlers` or
+ *   `server/config.ts` (they take plain inputs, so the CLI and tests reuse them without HTTP);
+ * - `server/runs` and `server/runtime` do not import each other (the composition root, `server/mod.ts`,
+ *   adapts the runtime to the runs' executor, so either can change alone);
+ * - `client/` imports nothing of `server/` (the published client and the commands that talk to a server
+ *   must not load the server);
+ * - a private file (a name, or a folder on its path, starting with `_`) is imported only from inside the
+ *   folder that holds it;
+ * - there are no import cycles.
+ */
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative, resolve, sep } from "node:path";
+import ts from "typescript";
+
+/** One import of one file. */
+export interface ImportEdge {
+  /** The importing file, relative to the root, with `/` separators. */
+  from: string;
+  /** The import's text as written. */
+  specifier: string;
+  /** The imported file relative to the root, for relative imports; null for packages. */
+  to: string | null;
+  line: number;
+}
+
+/** An import that breaks a rule. */
+export interface BoundaryViolation {
+  edge: ImportEdge;
+  rule: string;
+  reason: string;
+}
+
+/** Domain folders of `server/`: free of HTTP and of the server's settings. */
+export const DOMAIN_FOLDERS = [
+  "abort",
+  "auth",
+  "builds",
+  "deadline",
+  "deployments",
+  "integrations",
+  "metrics",
+  "problems",
+  "random",
+  "runs",
+  "runtime",
+  "secrets",
+  "store",
+  "ticker",
+  "webhooks",
+];
+
+const HTTP_PACKAGES = new Set(["koa", "@koa/router", "koa-body"]);
+
+/** Domains that must not know each other: the composition root connects them. */
+const SEPARATE_DOMAINS: Array<[string, string]> = [["runs", "runtime"]];
+
+function toPosix(path: string): string {
+  return path.split(sep).join("/");
+}
+
+function sourceFiles(root: string, dir: string): string[] {
+  if (!existsSync(join(root, dir))) return [];
+  return readdirSync(join(root, dir), { withFileTypes: true }).flatMap((entry) => {
+    const path = dir ? `${dir}/${entry.name}` : entry.name;
+    if (entry.isDirectory()) {
+      return entry.name === "node_modules" || entry.name.startsWith(".")
+        ? []
+        : sourceFiles(root, path);
+    }
+    return /\.(ts|mts)$/.test(entry.name) && !entry.name.endsWith(".d.ts") ? [path] : [];
+  });
+}
+
+/** Every import of the TypeScript files under `folders` of `root`. */
+export function readImports(root: string, folders: readonly string[]): ImportEdge[] {
+  const edges: ImportEdge[] = [];
+  for (const file of folders.flatMap((folder) => sourceFiles(root, folder))) {
+    const text = readFileSync(join(root, file), "utf8");
+    const info = ts.preProcessFile(text, true, true);
+    for (const imported of info.importedFiles) {
+      const specifier = imported.fileName;
+      const line = text.slice(0, imported.pos).split("\n").length;
+      const to = specifier.startsWith(".") ? toPosix(relative(root, resolve(root, dirname(file), specifier))) : null;
+      edges.push({ from: file, specifier, to, line });
+    }
+  }
+  return edges;
+}
+
+/** The folder a private path belongs to: the parent of its first `_` segment; null when it is public. */
+function privateOwner(path: string): string | null {
+  const parts = path.split("/");
+  const index = parts.findIndex((part) => part.startsWith("_"));
+  return index < 0 ? null : parts.slice(0, index).join("/");
+}
+
+function domainOf(path: string): string | null {
+  const match = /^server\/([^/]+)\//.exec(path);
+  return match && DOMAIN_FOLDERS.includes(match[1]) ? match[1] : null;
+}
+
+/** The imports of `edges` that break a layering rule (cycles are `findCycles`'s). */
+export function findViolations(edges: readonly ImportEdge[]): BoundaryViolation[] {
+  const violations: BoundaryViolation[] = [];
+  for (const edge of edges) {
+    const domain = domainOf(edge.from);
+    if (domain && edge.to === null && HTTP_PACKAGES.has(edge.specifier)) {
+      violations.push({
+        edge,
+        rule: "domain-no-http",
+        reason: `server/${domain}/ is a domain module: it must not import ${edge.specifier} (only server/http does)`,
+      });
+    }
+    if (domain && edge.to !== null && /^server\/(http|handlers)\/|^server\/config\.ts$/.test(edge.to)) {
+      violations.push({
+        edge,
+        rule: "domain-no-http",
+        reason:
+          `server/${domain}/ is a domain module: it must not import ${edge.to} (take plain inputs instead; the composition root wires settings and HTTP)`,
+      });
+    }
+    const target = edge.to === null ? null : domainOf(edge.to);
+    if (
+      domain && target
+      && SEPARATE_DOMAINS.some(([a, b]) => (a === domain && b === target) || (a === target && b === domain))
+    ) {
+      violations.push({
+        edge,
+        rule: "separate-domains",
+        reason:
+          `server/${domain}/ and server/${target}/ must not import each other: server/mod.ts adapts one to the other`,
+      });
+    }
+    if (edge.from.startsWith("client/") && edge.to?.startsWith("server/")) {
+      violations.push({
+        edge,
+        rule: "client-no-server",
+        reason:
+          "client/ must not import server/: the published client and the CLI's client commands must not load the server",
+      });
+    }
+    const owner = edge.to === null ? null : privateOwner(edge.to);
+    if (owner !== null && !edge.from.startsWith(`${owner}/`) && !(owner === "" && !edge.from.includes("/"))) {
+      violations.push({
+        edge,
+        rule: "private-file",
+        reason: `${edge.to} is private to ${
+          owner || "the root"
+        }/ (a leading _): import it through that folder's mod.ts`,
+      });
+    }
+  }
+  return violations;
+}
+
+/** Every import cycle among `edges` (relative imports only), each as the files around the loop. */
+export function findCycles(edges: readonly ImportEdge[]): string[][] {
+  const graph = new Map<string, string[]>();
+  for (const edge of edges) {
+    if (edge.to === null) continue;
+    graph.set(edge.from, [...(graph.get(edge.from) ?? []), edge.to]);
+  }
+  // Tarjan's strongly connected components; a component of two or more files (or a file importing
+  // itself) is a cycle.
+  let counter = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[][] = [];
+  function visit(node: string): void {
+    index.set(node, counter);
+    low.set(node, counter++);
+    stack.push(node);
+    onStack.add(node);
+    for (const next of graph.get(node) ?? []) {
+      if (!index.has(next)) {
+        visit(next);
+        low.set(node, Math.min(low.get(node)!, low.get(next)!));
+      } else if (onStack.has(next)) low.set(node, Math.min(low.get(node)!, index.get(next)!));
+    }
+    if (low.get(node) !== index.get(node)) return;
+    const component: string[] = [];
+    let member: string;
+    do {
+      member = stack.pop()!;
+      onStack.delete(member);
+      component.push(member);
+    } while (member !== node);
+    if (component.length > 1 || graph.get(node)?.includes(node)) cycles.push(component.sort());
+  }
+  for (const node of graph.keys()) if (!index.has(node)) visit(node);
+  return cycles;
+}
+
+/** The check's report lines for the tree at `root`; empty when every rule holds. */
+export function boundaryReport(root: string): string[] {
+  const edges = readImports(root, ["server", "client", "scripts", "test"]);
+  const lines = findViolations(edges).map(({ edge, rule, reason }) =>
+    `${edge.from}:${edge.line}: imports "${edge.specifier}" [${rule}]: ${reason}`
+  );
+  for (const cycle of findCycles(edges)) {
+    lines.push(`import cycle [no-cycles]: ${cycle.join(" -> ")} (type-only imports count: move the shared types)`);
+  }
+  return lines;
+}
+
+if (process.argv[1]?.endsWith("check_boundaries.ts")) {
+  const lines = boundaryReport(join(import.meta.dirname, ".."));
+  for (const line of lines) process.stdout.write(`${line}\n`);
+  process.stdout.write(lines.length ? `${lines.length} import-boundary problem(s)\n` : "import boundaries hold\n");
+  process.exit(lines.length ? 1 : 0);
+}

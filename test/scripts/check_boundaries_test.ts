@@ -1,0 +1,104 @@
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { describe, it } from "node:test";
+import {
+  boundaryReport,
+  findCycles,
+  findViolations,
+  type ImportEdge,
+  readImports,
+} from "../../scripts/check_boundaries.ts";
+
+function edge(from: string, specifier: string, to: string | null): ImportEdge {
+  return { from, specifier, to, line: 1 };
+}
+
+async function tree(files: Record<string, string>): Promise<string> {
+  const root = await mkdtemp(join(tmpdir(), "runplane-boundaries-"));
+  for (const [path, text] of Object.entries(files)) {
+    await mkdir(join(root, dirname(path)), { recursive: true });
+    await writeFile(join(root, path), text);
+  }
+  return root;
+}
+
+describe("the import-boundary check", () => {
+  it("refuses Koa, server/http, server/handlers and server/config.ts in a domain folder", () => {
+    const rules = findViolations([
+      edge("server/runs/service.ts", "koa", null),
+      edge("server/runs/service.ts", "../http/mod.ts", "server/http/mod.ts"),
+      edge("server/webhooks/outbox.ts", "../handlers/runs.ts", "server/handlers/runs.ts"),
+      edge("server/store/mod.ts", "../config.ts", "server/config.ts"),
+      edge("server/http/mod.ts", "koa", null),
+      edge("server/mod.ts", "./config.ts", "server/config.ts"),
+    ]).map((v) => `${v.edge.from} ${v.rule}`);
+    assert.deepEqual(rules, [
+      "server/runs/service.ts domain-no-http",
+      "server/runs/service.ts domain-no-http",
+      "server/webhooks/outbox.ts domain-no-http",
+      "server/store/mod.ts domain-no-http",
+    ]);
+  });
+
+  it("refuses server/ in client/, runs and runtime importing each other, and another folder's private files", () => {
+    const violations = findViolations([
+      edge("client/_commands/serve.ts", "../../server/main.ts", "server/main.ts"),
+      edge("client/cli.ts", "./_commands/run.ts", "client/_commands/run.ts"),
+      edge("server/runtime/mod.ts", "../runs/run_id.ts", "server/runs/run_id.ts"),
+      edge("server/mod.ts", "./runs/_queries.ts", "server/runs/_queries.ts"),
+      edge("server/runs/service.ts", "./_queries.ts", "server/runs/_queries.ts"),
+      edge("test/client/tree_test.ts", "../../client/_commands/tree.ts", "client/_commands/tree.ts"),
+    ]);
+    assert.deepEqual(violations.map((v) => `${v.edge.from} ${v.rule}`), [
+      "client/_commands/serve.ts client-no-server",
+      "server/runtime/mod.ts separate-domains",
+      "server/mod.ts private-file",
+      "test/client/tree_test.ts private-file",
+    ]);
+    assert.match(violations[2].reason, /private to server\/runs\//);
+  });
+
+  it("finds import cycles, type-only ones included, and nothing in an acyclic graph", () => {
+    assert.deepEqual(
+      findCycles([
+        edge("a.ts", "./b.ts", "b.ts"),
+        edge("b.ts", "./c.ts", "c.ts"),
+        edge("c.ts", "./a.ts", "a.ts"),
+        edge("d.ts", "./a.ts", "a.ts"),
+      ]),
+      [["a.ts", "b.ts", "c.ts"]],
+    );
+    assert.deepEqual(findCycles([edge("a.ts", "./b.ts", "b.ts"), edge("d.ts", "./b.ts", "b.ts")]), []);
+  });
+
+  it("reads type-only, re-exported and dynamic imports from real files and reports them with their line", async () => {
+    const root = await tree({
+      "server/runs/service.ts": `import type { X } from "./_live.ts";\nexport const y = 1;\n`,
+      "server/runs/_live.ts": `import type { y } from "./service.ts";\nexport type X = typeof y;\n`,
+      "client/cli.ts": `\n\nconst m = await import("../server/main.ts");\nexport { m };\n`,
+      "server/main.ts": `export * from "./runs/service.ts";\n`,
+    });
+    try {
+      const edges = readImports(root, ["server", "client"]);
+      assert.ok(edges.some((e) => e.from === "server/main.ts" && e.to === "server/runs/service.ts"));
+      const report = boundaryReport(root);
+      assert.ok(
+        report.includes(
+          `client/cli.ts:3: imports "../server/main.ts" [client-no-server]: ${
+            findViolations([edge("client/cli.ts", "", "server/main.ts")])[0].reason
+          }`,
+        ),
+        report.join("\n"),
+      );
+      assert.ok(
+        report.some((line) =>
+          line.startsWith("import cycle [no-cycles]: server/runs/_live.ts -> server/runs/service.ts")
+        ),
+      );
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+});
