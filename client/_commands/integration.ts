@@ -12,8 +12,8 @@ export const INTEGRATION_HELP = `Usage:
 
 github makes the project read repository trees from GitHub with the token (--token - reads it from
 stdin); the token is stored encrypted and never shown again. For GitHub Enterprise Server pass
---github-api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data dir's
-repos folder (see runplane repo add).`;
+--github-api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data
+dir's repos folder (see runplane repo add).`;
 
 async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
   let text = "";
