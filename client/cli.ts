@@ -21,7 +21,11 @@ const COMMANDS: Record<string, { run: Command; help: () => string; summary: stri
     help: () => SERVICE_ACCOUNT_HELP,
     summary: "Create, list and revoke service-account tokens",
   },
-  repo: { run: repoCommand, help: () => REPO_HELP, summary: "Mirror a git repository into a project's local repos" },
+  repo: {
+    run: repoCommand,
+    help: () => REPO_HELP,
+    summary: "Mirror a git repository into a project's local repos, or update a mirror",
+  },
   integration: {
     run: integrationCommand,
     help: () => INTEGRATION_HELP,

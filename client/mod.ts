@@ -3,7 +3,7 @@
  * openapi-fetch cannot do by itself — stream iteration, polling a run to its end, webhook verification.
  *
  * ```ts
- * const runplane = createRunplaneClient({ baseUrl: "https://run.example.com", apiUrl: "https://api.example.com", token });
+ * const runplane = createRunplaneClient({ baseUrl: "https://api.example.com", apiUrl: "https://run.example.com", token });
  * const { result } = await runplane.run("p-demo/hello", { name: "Ada" });
  * for await (const item of runplane.stream("p-demo/stream", { count: 3 })) console.log(item);
  * ```
@@ -48,11 +48,14 @@ export type JsonWebKeySet = Schemas["JsonWebKeySet"];
 /** A `fetch` as openapi-fetch calls it: always with a `Request`. */
 export type RunplaneFetch = (request: Request) => Promise<Response>;
 
-/** Options of `createRunplaneClient`. At least one of `baseUrl` and `apiUrl`; one may serve both. */
+/**
+ * Options of `createRunplaneClient`. At least one of `baseUrl` and `apiUrl`; one may serve both. The names
+ * are the platform's: `base_url` is the REST API, `api_url` the (region-specific) run API.
+ */
 export interface RunplaneClientOptions {
-  /** The run API (`/v4/{project}/{app}/{function}`); `apiUrl` when absent. */
+  /** The REST API (`/v3/...`, `/v4/projects/...`, `/healthz`, ...); `apiUrl` when absent. */
   baseUrl?: string;
-  /** The REST API (`/v3/...`, `/v4/projects/...`, `/healthz`, ...); `baseUrl` when absent. */
+  /** The run API (`/v4/{project}/{app}/{function}`); `baseUrl` when absent. */
   apiUrl?: string;
   /** A service-account token, sent as `Authorization: Bearer`. */
   token?: string;
@@ -203,9 +206,9 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
  * sent on every call; calls that need none (`health`, `jwks`, ...) ignore it.
  */
 export function createRunplaneClient(options: RunplaneClientOptions): RunplaneClient {
-  const runUrl = options.baseUrl ?? options.apiUrl;
-  const restUrl = options.apiUrl ?? options.baseUrl;
-  if (!runUrl || !restUrl) throw new TypeError("Give the client a baseUrl (run API) or an apiUrl (REST API), or both");
+  const restUrl = options.baseUrl ?? options.apiUrl;
+  const runUrl = options.apiUrl ?? options.baseUrl;
+  if (!runUrl || !restUrl) throw new TypeError("Give the client a baseUrl (REST API) or an apiUrl (run API), or both");
   const headers: Record<string, string> = options.token ? { Authorization: `Bearer ${options.token}` } : {};
   const api = createClient<paths>({ baseUrl: restUrl, headers, fetch: options.fetch });
   const runApi = createClient<paths>({ baseUrl: runUrl, headers, fetch: options.fetch });

@@ -5,33 +5,36 @@ export const DEFAULT_URL = "http://127.0.0.1:8080";
 
 /** The flags every client command takes (for `parseArgs`). */
 export const CONNECTION_OPTIONS = {
-  "api-url": { type: "string" },
   "base-url": { type: "string" },
+  "api-url": { type: "string" },
   token: { type: "string" },
   json: { type: "boolean", default: false },
 } as const;
 
 /** Help lines describing `CONNECTION_OPTIONS`, appended to each command's help. */
 export const CONNECTION_HELP = `Connection (flag, else variable, else default):
-  --api-url <url>    RUNPLANE_API_URL   the REST API (default: --base-url, else ${DEFAULT_URL})
-  --base-url <url>   RUNPLANE_BASE_URL  the run API (default: --api-url, else ${DEFAULT_URL})
+  --base-url <url>   RUNPLANE_BASE_URL  the REST API (default: --api-url, else ${DEFAULT_URL})
+  --api-url <url>    RUNPLANE_API_URL   the run API (default: --base-url, else ${DEFAULT_URL})
   --token <jwt>      RUNPLANE_TOKEN     a service-account token (runplane service-account create)
   --json             print JSON for scripts (errors too, as the problem document)`;
 
 /** The parsed connection flags. */
 export interface ConnectionFlags {
-  "api-url"?: string;
   "base-url"?: string;
+  "api-url"?: string;
   token?: string;
 }
 
-/** A client configured from the flags, else `RUNPLANE_API_URL`, `RUNPLANE_BASE_URL`, `RUNPLANE_TOKEN`. */
+/**
+ * A client configured from the flags, else `RUNPLANE_BASE_URL` (REST API), `RUNPLANE_API_URL` (run API),
+ * `RUNPLANE_TOKEN`.
+ */
 export function connect(flags: ConnectionFlags, env: Record<string, string | undefined>): RunplaneClient {
-  const apiUrl = flags["api-url"] ?? env.RUNPLANE_API_URL;
   const baseUrl = flags["base-url"] ?? env.RUNPLANE_BASE_URL;
+  const apiUrl = flags["api-url"] ?? env.RUNPLANE_API_URL;
   return createRunplaneClient({
-    apiUrl: apiUrl ?? baseUrl ?? DEFAULT_URL,
     baseUrl: baseUrl ?? apiUrl ?? DEFAULT_URL,
+    apiUrl: apiUrl ?? baseUrl ?? DEFAULT_URL,
     token: flags.token ?? env.RUNPLANE_TOKEN,
   });
 }

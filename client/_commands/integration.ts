@@ -7,13 +7,13 @@ import { type CommandIo, UsageError } from "./usage.ts";
 
 /** Help of `runplane integration`. */
 export const INTEGRATION_HELP = `Usage:
-  runplane integration github --project <id> --token <token | -> [--api-url <url>] [--data-dir <dir>]
+  runplane integration github --project <id> --token <token | -> [--github-api-url <url>] [--data-dir <dir>]
   runplane integration local --project <id> [--data-dir <dir>]
 
 github makes the project read repository trees from GitHub with the token (--token - reads it from
 stdin); the token is stored encrypted and never shown again. For GitHub Enterprise Server pass
---api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data dir's
-repos folder (see runplane repo add).`;
+--github-api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data
+dir's repos folder (see runplane repo add).`;
 
 async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
   let text = "";
@@ -32,7 +32,7 @@ export async function integrationCommand(io: CommandIo & { stdin?: NodeJS.Readab
     options: {
       project: { type: "string" },
       token: { type: "string" },
-      "api-url": { type: "string" },
+      "github-api-url": { type: "string" },
       "data-dir": { type: "string" },
     },
   });
@@ -43,7 +43,7 @@ export async function integrationCommand(io: CommandIo & { stdin?: NodeJS.Readab
     if (!token) throw new UsageError("integration github needs --token <token> (or --token - to read it from stdin)");
     let apiUrl: string;
     try {
-      apiUrl = normalizeGithubApiUrl(values["api-url"] ?? GITHUB_API_URL);
+      apiUrl = normalizeGithubApiUrl(values["github-api-url"] ?? GITHUB_API_URL);
     } catch (error) {
       throw new UsageError((error as Error).message);
     }

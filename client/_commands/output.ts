@@ -35,7 +35,7 @@ export function describeError(error: unknown): string {
   if (error instanceof TypeError && error.message === "fetch failed") {
     return `Cannot reach the server (${
       cause?.code ?? cause?.message ?? "network error"
-    }): check --api-url/--base-url or RUNPLANE_API_URL/RUNPLANE_BASE_URL`;
+    }): check --base-url/--api-url or RUNPLANE_BASE_URL/RUNPLANE_API_URL`;
   }
   return (error as Error).message ?? String(error);
 }

@@ -4,7 +4,7 @@
  */
 export { createGithubProvider, GITHUB_API_URL, type GithubProviderOptions } from "./_github.ts";
 export { createLocalGitProvider, projectReposDir } from "./_local_git.ts";
-export { mirrorRepository, type MirrorOptions } from "./_mirror.ts";
+export { mirrorRepository, type MirrorOptions, syncRepository, type SyncOutcome } from "./_mirror.ts";
 export {
   type IntegrationStore,
   loadProjectIntegration,

@@ -78,7 +78,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   let dir: string;
   before(async () => {
     t = await startTestServer({ env: { RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" } });
-    env = { RUNPLANE_API_URL: t.url, RUNPLANE_TOKEN: t.token, RUNPLANE_APPS_DIR: APPS_DIR };
+    env = { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: t.token, RUNPLANE_APPS_DIR: APPS_DIR };
     dir = await deployApp(t, "py", {
       toml: "[scaling]\nmax_replicas = 2\nreplica_concurrency = 4\nresponse_grace_period = 60\n",
       files: { "main.py": PY_APP },
@@ -123,7 +123,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
       TEST_PROJECT,
       "--app",
       "other",
-      "--api-url",
+      "--base-url",
       t.url,
       "--token",
       t.token,
@@ -152,7 +152,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   });
 
   it("prints the problem's title and detail without a stack trace on 401, exit 1", async () => {
-    const outcome = await runCli(["runs", "list", `${TEST_PROJECT}/demo`], { env: { RUNPLANE_API_URL: t.url } });
+    const outcome = await runCli(["runs", "list", `${TEST_PROJECT}/demo`], { env: { RUNPLANE_BASE_URL: t.url } });
     assert.equal(outcome.code, 1);
     assert.match(outcome.stderr, /^runplane runs: Authentication required/);
     assertNoStackTrace(outcome.stderr);
@@ -161,7 +161,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   it("base-image reads an example app's runplane.toml from the default apps folder", async () => {
     const { token } = await t.mintToken({ projectId: "p-demo" });
     const outcome = await runCli(["base-image", "--project", "p-demo", "--app", "hello", "--json"], {
-      env: { RUNPLANE_API_URL: t.url, RUNPLANE_TOKEN: token },
+      env: { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: token },
       cwd: ROOT,
     });
     assert.equal(outcome.code, 0, outcome.stderr);
@@ -455,10 +455,31 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     const { port } = closed.address() as AddressInfo;
     closed.close();
     const outcome = await runCli(["runs", "list", "p/a"], {
-      env: { RUNPLANE_API_URL: `http://127.0.0.1:${port}`, RUNPLANE_TOKEN: "x" },
+      env: { RUNPLANE_BASE_URL: `http://127.0.0.1:${port}`, RUNPLANE_TOKEN: "x" },
     });
     assert.equal(outcome.code, 1);
-    assert.match(outcome.stderr, /Cannot reach the server \(ECONNREFUSED\): check --api-url/);
+    assert.match(outcome.stderr, /Cannot reach the server \(ECONNREFUSED\): check --base-url\/--api-url/);
+  });
+
+  it("sends run calls to --api-url (RUNPLANE_API_URL) and REST calls to --base-url (RUNPLANE_BASE_URL)", async () => {
+    const closed = createServer().listen(0, "127.0.0.1");
+    await once(closed, "listening");
+    const nowhere = `http://127.0.0.1:${(closed.address() as AddressInfo).port}`;
+    closed.close();
+    // The run API answers, the REST API is unreachable: a sync run works, reading runs does not.
+    const runOnly = { RUNPLANE_TOKEN: t.token, RUNPLANE_API_URL: t.url, RUNPLANE_BASE_URL: nowhere };
+    const ran = await runCli(["run", `${TEST_PROJECT}/py`, "--data", '{"name":"Ada"}'], { env: runOnly });
+    assert.equal(ran.code, 0, ran.stderr);
+    const listed = await runCli(["runs", "list", `${TEST_PROJECT}/py`], { env: runOnly });
+    assert.equal(listed.code, 1);
+    assert.match(listed.stderr, /ECONNREFUSED/);
+    // The flags win over the variables and swap the roles back.
+    const flags = ["--api-url", nowhere, "--base-url", t.url];
+    const listedByFlag = await runCli(["runs", "list", `${TEST_PROJECT}/py`, ...flags], { env: runOnly });
+    assert.equal(listedByFlag.code, 0, listedByFlag.stderr);
+    const ranByFlag = await runCli(["run", `${TEST_PROJECT}/py`, ...flags], { env: runOnly });
+    assert.equal(ranByFlag.code, 1);
+    assert.match(ranByFlag.stderr, /ECONNREFUSED/);
   });
 });
 

@@ -270,7 +270,7 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
   });
 
   it("reads the system operations: jwks, health, readiness and metrics", async () => {
-    const client = createRunplaneClient({ apiUrl: t.url, fetch: contractCheckedFetch });
+    const client = createRunplaneClient({ baseUrl: t.url, fetch: contractCheckedFetch });
     const jwks = await client.jwks();
     assert.equal(jwks.keys[0].kty, "OKP");
     assert.deepEqual(await client.health(), { status: "ok" });
@@ -278,11 +278,11 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     assert.match(await client.metrics(), /# TYPE /);
   });
 
-  it("sends run calls to baseUrl and REST calls to apiUrl", async () => {
+  it("sends run calls to apiUrl and REST calls to baseUrl", async () => {
     const seen: string[] = [];
     const client = createRunplaneClient({
-      baseUrl: `${t.url}/`,
-      apiUrl: t.url.replace("127.0.0.1", "localhost"),
+      apiUrl: `${t.url}/`,
+      baseUrl: t.url.replace("127.0.0.1", "localhost"),
       token: t.token,
       fetch(request) {
         seen.push(new URL(request.url).host);

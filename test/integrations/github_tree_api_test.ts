@@ -55,7 +55,7 @@ describe("getRepositoryTree from GitHub's REST API", () => {
       TEST_PROJECT,
       "--token",
       token,
-      "--api-url",
+      "--github-api-url",
       github.apiUrl,
       "--data-dir",
       t.dataDir,

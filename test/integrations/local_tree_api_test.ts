@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { after, before, describe, it } from "node:test";
@@ -157,6 +158,96 @@ describe("getRepositoryTree from local git repositories", () => {
     });
     assert.equal(again, 1);
     assert.match(err.text(), /already exists/);
+  });
+
+  it("repo sync brings a mirror up to date with its source: new commits, branches, deletions and default branch", async () => {
+    const source = await mkdtemp(join(tmpdir(), "runplane-sync-source-"));
+    /** Runs the CLI in-process; resolves with its exit code, stdout and stderr. */
+    async function cli(...args: string[]) {
+      const out = sink();
+      const err = sink();
+      const code = await main(args, {
+        stdout: out.stream,
+        stderr: err.stream,
+        env: { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: t.token, RUNPLANE_DATA_DIR: t.dataDir },
+      });
+      return { code, stdout: out.text(), stderr: err.text() };
+    }
+    try {
+      await git(source, "init", "--quiet", "--initial-branch=main");
+      await writeFile(join(source, "README.md"), "first\n");
+      await git(source, "add", "-A");
+      await git(source, "commit", "--quiet", "-m", "first");
+      await git(source, "branch", "old");
+      const first = await git(source, "rev-parse", "HEAD");
+      const added = await cli("repo", "add", source, "--project", TEST_PROJECT, "--as", "acme/synced");
+      assert.equal(added.code, 0, added.stderr);
+      assert.equal((await tree("acme", "synced")).data?.sha, first);
+
+      await writeFile(join(source, "new.txt"), "a new file\n");
+      await git(source, "add", "-A");
+      await git(source, "commit", "--quiet", "-m", "second");
+      await git(source, "branch", "next");
+      await git(source, "branch", "-D", "old");
+      const second = await git(source, "rev-parse", "HEAD");
+      // Until the sync the mirror still serves the snapshot.
+      assert.equal((await tree("acme", "synced")).data?.sha, first);
+
+      const synced = await cli("repo", "sync", "acme/synced", "--project", TEST_PROJECT);
+      assert.equal(synced.code, 0, synced.stderr);
+      assert.equal(synced.stdout.trim(), join(repos(), "acme", "synced.git"));
+      assert.match(
+        synced.stderr,
+        /^Synced acme\/synced in project \S+ from \S+: main, next, old changed \(main at [0-9a-f]{7}\)\n$/,
+      );
+      const main_ = await tree("acme", "synced");
+      assert.equal(main_.data?.ref, "main");
+      assert.equal(main_.data?.sha, second);
+      assert.deepEqual(main_.data?.entries.map((entry) => entry.path), ["README.md", "new.txt"]);
+      assert.equal((await tree("acme", "synced", { ref: "next" })).data?.sha, second);
+      assert.equal((await tree("acme", "synced", { ref: "old" })).response.status, 404);
+      const printed = await cli("tree", "acme/synced", "--project", TEST_PROJECT);
+      assert.equal(printed.code, 0, printed.stderr);
+      assert.equal(printed.stdout, `acme/synced @ main (${second.slice(0, 7)})\nREADME.md\nnew.txt\n`);
+
+      const again = await cli("repo", "sync", "acme/synced", "--project", TEST_PROJECT);
+      assert.equal(again.code, 0, again.stderr);
+      assert.match(again.stderr, /acme\/synced in project \S+ is up to date with \S+ \(main at [0-9a-f]{7}\)/);
+
+      // The source's default branch moves: the mirror follows it.
+      await git(source, "checkout", "--quiet", "-b", "trunk");
+      await writeFile(join(source, "trunk.txt"), "on trunk\n");
+      await git(source, "add", "-A");
+      await git(source, "commit", "--quiet", "-m", "trunk");
+      const moved = await cli("repo", "sync", "acme/synced", "--project", TEST_PROJECT);
+      assert.equal(moved.code, 0, moved.stderr);
+      const trunk = await tree("acme", "synced");
+      assert.equal(trunk.data?.ref, "trunk");
+      assert.equal(trunk.data?.sha, await git(source, "rev-parse", "HEAD"));
+    } finally {
+      await rm(source, { recursive: true, force: true });
+    }
+  });
+
+  it("repo sync refuses an unknown repository, a repository placed by hand and a bad name", async () => {
+    const run = async (...args: string[]) => {
+      const err = sink();
+      const code = await main(args, {
+        stdout: sink().stream,
+        stderr: err.stream,
+        env: { RUNPLANE_DATA_DIR: t.dataDir },
+      });
+      return { code, stderr: err.text() };
+    };
+    const unknown = await run("repo", "sync", "acme/nowhere", "--project", TEST_PROJECT);
+    assert.equal(unknown.code, 1);
+    assert.match(unknown.stderr, /No repository acme\/nowhere in project .*: mirror one with runplane repo add/);
+    const byHand = await run("repo", "sync", "acme/widgets", "--project", TEST_PROJECT);
+    assert.equal(byHand.code, 1);
+    assert.match(byHand.stderr, /acme\/widgets at .* is not a mirror made by runplane repo add/);
+    const badName = await run("repo", "sync", "acme", "--project", TEST_PROJECT);
+    assert.equal(badName.code, 2);
+    assert.match(badName.stderr, /repo sync needs <owner>\/<repo>/);
   });
 
   it("answers 404 naming an empty repository, an unknown repository and an unknown ref", async () => {

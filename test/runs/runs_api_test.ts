@@ -242,6 +242,36 @@ describe("runs over HTTP on the Python runtime: records, dispatcher, cancel, ide
     assert.equal(mark(runId).length, 2, "the function ran once");
   });
 
+  it("answers a repeated stream call with the same Idempotency-Key as JSON, without running it again", async () => {
+    // What an EventSource client does after a stream ends: the same request again. With the key, the
+    // repeat is not an event stream (an EventSource then stops for good) and the function does not run.
+    const call = () =>
+      fetch(`${t.url}/v4/${TEST_PROJECT}/a1/items`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${t.token}`,
+          "Content-Type": "application/json",
+          Accept: "text/event-stream",
+          "Idempotency-Key": "key-stream",
+        },
+        body: JSON.stringify({ n: 3 }),
+      });
+    const first = await call();
+    assert.equal(first.status, 200);
+    assert.match(first.headers.get("content-type") ?? "", /^text\/event-stream/);
+    assert.equal((await first.text()).match(/^data: /gm)?.length, 3);
+    const runId = first.headers.get("x-request-id")!;
+    const again = await call();
+    assert.equal(again.status, 200);
+    assert.match(again.headers.get("content-type") ?? "", /^application\/json/);
+    const replay = await again.json() as { run_id: string; result: unknown };
+    assert.deepEqual({ run_id: replay.run_id, result: replay.result }, {
+      run_id: runId,
+      result: [{ i: 0 }, { i: 1 }, { i: 2 }],
+    });
+    assert.deepEqual(mark(runId), ["start"], "the function ran once");
+  });
+
   it("removes a result after RUNPLANE_RESULT_TTL and keeps status and timestamps", async () => {
     const { data: answer } = await callRun(ref("a1"), "echo", { body: { keep: "briefly" } });
     const runId = (answer as { run_id: string }).run_id;
