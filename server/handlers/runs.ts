@@ -85,16 +85,22 @@ export function runHandlers(context: ServerContext): RunHandlers {
           : undefined,
         idempotencyKey: header["Idempotency-Key"],
       });
+      const app = `${target.projectId}/${target.app}`;
       if (submission.kind === "accepted") {
         input.setRequestId(submission.runId);
+        input.logFields({ run_id: submission.runId, app, function: path.function_name, mode: "async" });
         return { status: 202, contentType: "application/json", body: { run_id: submission.runId } };
       }
       if (submission.kind === "replay") {
-        input.setRequestId(submission.run.run_id);
+        const { run } = submission;
+        input.setRequestId(run.run_id);
+        input.logFields({ run_id: run.run_id, app, function: run.function_name, mode: run.mode, replayed: true });
         return { status: 200, contentType: "application/json", body: replayAnswer(submission.run) };
       }
       const run = submission.run;
       input.setRequestId(run.runId);
+      // The request's one log line waits for the run's end and reports it (run id, status, times).
+      input.logOutcome(run);
       // A sync or stream call stops with its caller (an async run outlives its request).
       input.abortOnDisconnect(run);
       let outcome;

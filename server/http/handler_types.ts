@@ -27,6 +27,19 @@ export interface Abortable {
   abort(reason: unknown): void;
 }
 
+/**
+ * Something a request's log line waits for and reports once it has ended (a run that a stream's body
+ * keeps going after the handler has returned, or that ends after the client left).
+ */
+export interface LoggedOutcome {
+  /** Whether it has ended: then `logFields()` is final. */
+  readonly ended: boolean;
+  /** Settles once it has ended. */
+  readonly done: Promise<void>;
+  /** The fields it adds to the request's log line. */
+  logFields(): Record<string, unknown>;
+}
+
 /** What a handler receives: decoded and validated parameters and body, and the caller. */
 export interface HandlerInput<K extends OperationId> {
   path: Part<Parameters<K>, "path">;
@@ -48,6 +61,13 @@ export interface HandlerInput<K extends OperationId> {
   abortOnDisconnect(target: Abortable): void;
   /** The request path, for problem documents' `instance`. */
   instance: string;
+  /** Adds fields to the request's one log line (e.g. the run it queued). */
+  logFields(fields: Record<string, unknown>): void;
+  /**
+   * Adds `outcome`'s fields to the request's one log line, which then waits until `outcome` has ended
+   * (at once when it ended before the response did): a sync or stream call logs once, with its run.
+   */
+  logOutcome(outcome: LoggedOutcome): void;
 }
 
 /** Status codes a handler returns; errors are thrown as `ProblemError` instead. */

@@ -11,7 +11,7 @@ import type { Logger } from "../log.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
 import { randomBytesPooled } from "../random/mod.ts";
 import { authenticate } from "./authenticate.ts";
-import type { AnyHandlerResult, HandlerInput, Handlers, OperationId } from "./handler_types.ts";
+import type { AnyHandlerResult, HandlerInput, Handlers, LoggedOutcome, OperationId } from "./handler_types.ts";
 import { createBodyReader } from "./read_body.ts";
 import type { DrainGate } from "./drain_gate.ts";
 import { decodeRequest } from "./request_decoding.ts";
@@ -20,7 +20,15 @@ import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
 
 export { createDrainGate, type DrainGate } from "./drain_gate.ts";
-export type { EventStreamBody, Handler, HandlerInput, HandlerResult, Handlers, OperationId } from "./handler_types.ts";
+export type {
+  EventStreamBody,
+  Handler,
+  HandlerInput,
+  HandlerResult,
+  Handlers,
+  LoggedOutcome,
+  OperationId,
+} from "./handler_types.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
 export { type FrameOptions, frameEvent, type HeartbeatOptions, SSE_PING, withHeartbeat } from "./sse.ts";
 
@@ -50,6 +58,9 @@ interface State {
   requestId: string;
   route?: RouteSpec;
   startedAt: number;
+  /** Set by the handler (`logFields`, `logOutcome`): what the request's log line adds. */
+  logFields?: Record<string, unknown>;
+  logOutcome?: LoggedOutcome;
 }
 
 const INPUT = Symbol("runplane.requestInput");
@@ -134,11 +145,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         throw new ProblemError("not-found", `No operation at ${ctx.method} ${ctx.path}; see the API reference`);
       }
     } catch (error) {
-      if (ctx.headerSent) {
-        logger.error({ req_id: state.requestId, err: error }, "error after the response started");
-        return;
-      }
-      renderProblem(ctx, asProblem(error, logger, state.requestId), logger);
+      if (ctx.headerSent) logger.error({ req_id: state.requestId, err: error }, "error after the response started");
+      else renderProblem(ctx, asProblem(error, logger, state.requestId), logger);
     }
     // A handler may have replaced the id (with a run id); headers leave only after this middleware.
     if (!ctx.headerSent) ctx.set("X-Request-Id", state.requestId);
@@ -157,21 +165,41 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       }
     }
     const routeId = state.route?.operationId ?? null;
-    ctx.res.once("finish", () => {
+    // "close", not "finish": a call whose client went away is logged too (its run ended `cancelled`);
+    // it may have closed already, while the handler ran.
+    const onClose = () => {
       const durationMs = performance.now() - state.startedAt;
-      if (logsRequests) {
-        logger.info({
-          req_id: ctx.response.get("X-Request-Id"),
-          operationId: routeId,
-          method: ctx.method,
-          path: ctx.path,
-          status: ctx.status,
-          duration_ms: Math.round(durationMs * 100) / 100,
-        }, "request");
+      const completed = ctx.res.writableFinished;
+      if (completed) {
+        options.onRequestFinished?.({ operationId: routeId, method: ctx.method, status: ctx.status, durationMs });
       }
-      options.onRequestFinished?.({ operationId: routeId, method: ctx.method, status: ctx.status, durationMs });
-    });
+      if (logsRequests) logRequest(ctx, { state, routeId, durationMs, completed });
+    };
+    if (ctx.res.closed) onClose();
+    else ctx.res.once("close", onClose);
   });
+
+  /** Writes the request's one line; a run it reports on (`logOutcome`) is waited for. */
+  function logRequest(
+    ctx: Context,
+    request: { state: State; routeId: string | null; durationMs: number; completed: boolean },
+  ): void {
+    const { state } = request;
+    const line: Record<string, unknown> = {
+      req_id: ctx.response.get("X-Request-Id") || state.requestId,
+      operationId: request.routeId,
+      method: ctx.method,
+      path: ctx.path,
+      status: ctx.status,
+      duration_ms: Math.round(request.durationMs * 100) / 100,
+    };
+    if (!request.completed) line.client_gone = true;
+    if (state.logFields) Object.assign(line, state.logFields);
+    const outcome = state.logOutcome;
+    if (!outcome) logger.info(line, "request");
+    else if (outcome.ended) logger.info(Object.assign(line, outcome.logFields()), "request");
+    else void outcome.done.then(() => logger.info(Object.assign(line, outcome.logFields()), "request"));
+  }
 
   for (const route of routes) {
     const handler = options.handlers[route.operationId as OperationId] as unknown as (

@@ -5,12 +5,17 @@
  * mark-compacts every second): half of /healthz's CPU went to the garbage collector.
  */
 import type { Principal } from "../auth/mod.ts";
-import type { Abortable, HandlerInput, OperationId } from "./handler_types.ts";
+import type { Abortable, HandlerInput, LoggedOutcome, OperationId } from "./handler_types.ts";
 import type { DecodedRequest } from "./request_decoding.ts";
 
-/** Where a request's id lives; `setRequestId` replaces it there (the HTTP layer sends it as `X-Request-Id`). */
+/**
+ * Where a request's id and log fields live; `setRequestId` replaces the id there (the HTTP layer sends it
+ * as `X-Request-Id`) and the `log*` methods add to the request's log line.
+ */
 export interface RequestIdHolder {
   requestId: string;
+  logFields?: Record<string, unknown>;
+  logOutcome?: LoggedOutcome;
 }
 
 /** What a `RequestInput` is made from besides the decoded parameters. */
@@ -55,6 +60,15 @@ export class RequestInput implements HandlerInput<OperationId> {
 
   setRequestId(id: string): void {
     this.#ids.requestId = id;
+  }
+
+  logFields(fields: Record<string, unknown>): void {
+    const ids = this.#ids;
+    ids.logFields = ids.logFields ? Object.assign(ids.logFields, fields) : fields;
+  }
+
+  logOutcome(outcome: LoggedOutcome): void {
+    this.#ids.logOutcome = outcome;
   }
 
   /** Aborted when the client goes away before the response is complete; made on first use. */

@@ -94,10 +94,12 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
       runId: row.run_id,
       projectId: row.project_id,
       appId: row.app_id,
+      functionName: row.function_name,
       mode: row.mode,
       status: outcome.status,
       runTimeMs: Math.max(0, now - Number(row.started_at ?? now)),
       errorType: outcome.status === "failure" ? outcome.error.type : null,
+      queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
     });
   }
 
@@ -128,6 +130,7 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
           runId: row.run_id,
           projectId: row.project_id,
           appId: row.app_id,
+          functionName: row.function_name,
           mode: row.mode,
           queueTimeMs: Number(row.queue_time_ms ?? 0),
         });

@@ -11,7 +11,7 @@ import { type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
 import { deliveryBodyFor, outcomeColumns, type RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
 import type { WriteBehind } from "./_write_behind.ts";
-import type { LiveRun, RunCall } from "./service.ts";
+import type { LiveRun, RunCall, RunLogFields } from "./service.ts";
 
 /** What a live run reports to. */
 export interface LiveRunDeps {
@@ -37,6 +37,9 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   #items: unknown[] | undefined = undefined;
   #stream: boolean;
   #ended = false;
+  #status = "running";
+  #runTimeMs: number | null = null;
+  #errorType: string | null = null;
   #done: Promise<void> | undefined = undefined;
   #resolveDone: (() => void) | undefined = undefined;
 
@@ -50,6 +53,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
       runId: row.run_id,
       projectId: row.project_id,
       appId: row.app_id,
+      functionName: row.function_name,
       mode: row.mode,
       queueTimeMs: 0,
     });
@@ -58,6 +62,24 @@ export class LiveRunRecord implements LiveRun, LocalRun {
 
   get signal(): LightAbortController {
     return this.#controller;
+  }
+
+  get ended(): boolean {
+    return this.#ended;
+  }
+
+  logFields(): RunLogFields {
+    const row = this.#row;
+    return {
+      run_id: row.run_id,
+      app: `${row.project_id}/${row.app_id}`,
+      function: row.function_name,
+      mode: this.#stream ? "stream" : row.mode,
+      run_status: this.#status,
+      run_time_ms: this.#runTimeMs,
+      queue_time_ms: 0,
+      error_type: this.#errorType,
+    };
   }
 
   /** Settles once the run's final state is buffered (made on first use). */
@@ -111,14 +133,20 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     const mode = this.#stream ? "stream" : row.mode;
     writer.put({ ...row, mode, ...columns } as Insertable<RunTable>, delivery);
     local.delete(row.run_id);
+    this.#status = outcome.status;
+    this.#runTimeMs = columns.run_time_ms ?? null;
+    this.#errorType = columns.error_type ?? null;
     events.finished({
       runId: row.run_id,
       projectId: row.project_id,
       appId: row.app_id,
+      functionName: row.function_name,
       mode,
       status: outcome.status,
-      runTimeMs: columns.run_time_ms ?? null,
-      errorType: columns.error_type,
+      runTimeMs: this.#runTimeMs,
+      errorType: this.#errorType,
+      queueTimeMs: 0,
+      loggedByCaller: true,
     });
     this.#resolveDone?.();
     // A webhook must survive a crash right after the caller got the answer, so its record is committed

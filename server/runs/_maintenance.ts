@@ -60,6 +60,7 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
         runId: row.run_id,
         projectId: row.project_id,
         appId: row.app_id,
+        functionName: row.function_name,
         mode: row.mode,
         status: "failure",
         runTimeMs: null,

@@ -1,6 +1,9 @@
 /**
- * A run's start and end, told once each: one log line and the run metrics (`runsStarted`,
- * `runsFinished`, `runDuration`, `runQueueTime`), labelled by app (`project/app`), mode and status.
+ * A run's start and end, told once each: the run metrics (`runsStarted`, `runsFinished`, `runDuration`,
+ * `runQueueTime`), labelled by app (`project/app`), mode and status, and log lines. `run started` is a
+ * debug line; `run finished` is an info line, except for a run whose caller's request line reports its
+ * end (a sync or stream call: one line per call), where it is a debug line too; a run ended `interrupted`
+ * by a process that stopped is a warning.
  */
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
@@ -13,6 +16,7 @@ export interface StartedRun {
   runId: string;
   projectId: string;
   appId: string;
+  functionName: string;
   mode: string;
   queueTimeMs: number;
 }
@@ -22,11 +26,16 @@ export interface FinishedRun {
   runId: string;
   projectId: string;
   appId: string;
+  functionName: string;
   mode: string;
   status: string;
   /** Null for a run that never started (cancelled while queued, interrupted before it ran). */
   runTimeMs: number | null;
   errorType?: string | null;
+  /** Milliseconds it waited in the queue, when known. */
+  queueTimeMs?: number | null;
+  /** The caller's request log line reports this end: `run finished` is then a debug line. */
+  loggedByCaller?: boolean;
 }
 
 /** Tells starts and ends. */
@@ -37,27 +46,39 @@ export interface RunEvents {
 
 /** Creates the teller; without `metrics` it only logs. */
 export function createRunEvents(logger: Logger, metrics?: RunMetrics): RunEvents {
+  // Checked once: a sync call must not build a line nobody writes.
+  const debug = logger.isLevelEnabled("debug");
   return {
     started(run) {
       const app = `${run.projectId}/${run.appId}`;
       metrics?.runsStarted.inc({ app, mode: run.mode });
       metrics?.runQueueTime.observe({ app, mode: run.mode }, run.queueTimeMs / 1000);
-      logger.info({ run_id: run.runId, app, mode: run.mode, queue_time_ms: run.queueTimeMs }, "run started");
+      if (debug) {
+        logger.debug(
+          { run_id: run.runId, app, function: run.functionName, mode: run.mode, queue_time_ms: run.queueTimeMs },
+          "run started",
+        );
+      }
     },
     finished(run) {
       const app = `${run.projectId}/${run.appId}`;
       const labels = { app, mode: run.mode, status: run.status };
       metrics?.runsFinished.inc(labels);
       if (run.runTimeMs !== null) metrics?.runDuration.observe(labels, run.runTimeMs / 1000);
+      if (run.loggedByCaller && !debug) return;
       const line = {
         run_id: run.runId,
         app,
+        function: run.functionName,
         mode: run.mode,
         status: run.status,
         duration_ms: run.runTimeMs,
+        queue_time_ms: run.queueTimeMs ?? null,
         error_type: run.errorType ?? null,
       };
-      if (run.errorType === "interrupted") logger.warn(line, "run finished: its process stopped while it ran");
+      // A caller's run is `interrupted` when its client left; the request line (`client_gone`) says so.
+      if (run.loggedByCaller) logger.debug(line, "run finished");
+      else if (run.errorType === "interrupted") logger.warn(line, "run finished: its process stopped while it ran");
       else logger.info(line, "run finished");
     },
   };

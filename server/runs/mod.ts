@@ -19,6 +19,7 @@ export {
   type ListRunsOptions,
   type LiveRun,
   type RunCall,
+  type RunLogFields,
   type RunMode,
   type RunPage,
   type RunRef,

@@ -68,6 +68,29 @@ export interface LiveRun {
   succeed(result?: unknown): Promise<void>;
   /** Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`); resolves like `succeed`. */
   fail(error: unknown): Promise<void>;
+  /** Whether it has ended (`succeed`, `fail` or a cancel). */
+  readonly ended: boolean;
+  /** Settles once it has ended. */
+  readonly done: Promise<void>;
+  /**
+   * What the caller's request log line says of the run (its `run finished` line is debug-only):
+   * `run_id`, `app` (`project/app`), `function`, `mode`, `run_status`, `run_time_ms`, `queue_time_ms`,
+   * `error_type`. Final once `ended`.
+   */
+  logFields(): RunLogFields;
+}
+
+/** What a sync or stream run adds to its caller's log line. */
+export interface RunLogFields {
+  [field: string]: unknown;
+  run_id: string;
+  app: string;
+  function: string;
+  mode: string;
+  run_status: string;
+  run_time_ms: number | null;
+  queue_time_ms: number;
+  error_type: string | null;
 }
 
 /** What `submit` did. */
@@ -353,6 +376,7 @@ export function createRunService(options: RunServiceOptions): RunService {
         runId: row.run_id,
         projectId: row.project_id,
         appId: row.app_id,
+        functionName: row.function_name,
         mode: row.mode,
         status: "cancelled",
         runTimeMs: null,

@@ -2,10 +2,10 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { ROOT } from "../../generate.ts";
 import { type BenchContext, row } from "../_context.ts";
-import { loadTest } from "../_load.ts";
+import { type LoadOptions, type LoadResult, loadTest } from "../_load.ts";
 import { memoryOf, startProcess } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";
-import { BENCH_PROJECT } from "../_runplane.ts";
+import { BENCH_PROJECT, type BenchServer, startRunplane } from "../_runplane.ts";
 
 const PEER_PYTHON = "/usr/bin/python3";
 const BODY = JSON.stringify({ name: "bench" });
@@ -16,6 +16,67 @@ function fastApiInstalled(): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** The figures of several load runs of one subject taken as one: summed throughput, mean p50, worst p99. */
+function combined(results: LoadResult[], seconds: number): LoadResult {
+  const total = results.reduce((sum, r) => sum + r.total, 0);
+  return {
+    requestsPerSecond: total / (seconds * results.length),
+    p50Ms: results.reduce((sum, r) => sum + r.p50Ms, 0) / results.length,
+    p99Ms: Math.max(...results.map((r) => r.p99Ms)),
+    total,
+    non2xx: results.reduce((sum, r) => sum + r.non2xx, 0),
+    errors: results.reduce((sum, r) => sum + r.errors, 0),
+  };
+}
+
+/**
+ * The cost of logging: the same calls to a second server at the default log level (`info`, one line
+ * per call) against the bench server (`warn`), in alternating rounds so the host's drift hits both.
+ */
+async function infoLevelRow(context: BenchContext, scenario: string): Promise<BenchRow> {
+  const { runplane, durationSeconds } = context;
+  const info: BenchServer = await startRunplane({ RUNPLANE_LOG_LEVEL: "info" });
+  try {
+    const call = (server: BenchServer, seconds: number) =>
+      loadTest(
+        `${server.url}/v4/${BENCH_PROJECT}/echo/run`,
+        {
+          method: "POST",
+          headers: { Authorization: `Bearer ${server.token}`, "Content-Type": "application/json" },
+          body: BODY,
+          durationSeconds: seconds,
+        } satisfies LoadOptions,
+      );
+    context.log("sync run: runplane at log level info, warming up");
+    await call(info, 2);
+    const half = Math.max(1, Math.round(durationSeconds / 2));
+    const atInfo: LoadResult[] = [];
+    const atWarn: LoadResult[] = [];
+    for (let round = 0; round < 2; round++) {
+      context.log(`sync run: log level info vs warn, round ${round + 1} of 2`);
+      atInfo.push(await call(info, half));
+      atWarn.push(await call(runplane, half));
+    }
+    const ours = combined(atInfo, half);
+    const warn = combined(atWarn, half);
+    const lines = info.output().split("\n").filter((line) => line.includes('"msg":"request"')).length;
+    return row({
+      scenario,
+      subject: "runplane at log level info vs warn",
+      throughput: ours.requestsPerSecond,
+      p50Ms: ours.p50Ms,
+      p99Ms: ours.p99Ms,
+      peakRssMiB: (await memoryOf(info.child.pid!)).peakRssMiB,
+      ratio: ours.requestsPerSecond / warn.requestsPerSecond,
+      target: "report (one line per call)",
+      note: `warn: ${Math.round(warn.requestsPerSecond)} req/s in the same alternating rounds`
+        + (lines ? "" : "; no request lines seen") + (ours.non2xx ? `; ${ours.non2xx} non-2xx` : ""),
+    });
+  } finally {
+    await info.stop();
   }
 }
 
@@ -121,5 +182,6 @@ export async function syncRunScenario(context: BenchContext): Promise<BenchRow[]
       met: koaRatio >= 0.6,
     }),
   );
+  rows.push(await infoLevelRow(context, scenario));
   return rows;
 }
