@@ -48,10 +48,15 @@ export async function serve(overrides: Partial<Record<keyof Config, string>> = {
       ].join("\n"),
     );
   }
+  // The first SIGINT or SIGTERM drains; a second one (Ctrl-C again) cuts the drain short: what still
+  // runs is recorded as on the drain timeout, the replicas stop and the process exits.
   let stopping = false;
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
     process.on(signal, () => {
-      if (stopping) return;
+      if (stopping) {
+        void server.drain();
+        return;
+      }
       stopping = true;
       server.drain().then(() => process.exit(0), (error) => {
         process.stderr.write(`runplane: stopping failed: ${(error as Error).stack}\n`);

@@ -35,7 +35,8 @@ export interface RunplaneServer {
   /**
    * Graceful stop: new calls get 503, in-flight calls, streams and async runs may finish within
    * `timeoutMs` (default `RUNPLANE_DRAIN_TIMEOUT`); what still runs then is recorded `interrupted`;
-   * then `close()`.
+   * then `close()`. Called again while draining, it stops waiting at once (as if the timeout had
+   * passed) and resolves with the first call.
    */
   drain(timeoutMs?: number): Promise<void>;
   /** Stops accepting connections, stops every app replica, ends open connections, and closes the store. */
@@ -162,17 +163,38 @@ export async function createServer(config: Config, options: CreateServerOptions 
     return closing;
   }
 
-  async function drain(timeoutMs = config.drainTimeoutMs): Promise<void> {
+  let draining: Promise<void> | undefined;
+  let cutDrainShort = () => {};
+
+  function drain(timeoutMs = config.drainTimeoutMs): Promise<void> {
+    if (draining) {
+      cutDrainShort();
+      return draining;
+    }
+    const cutShort = new Promise<void>((resolve) => (cutDrainShort = resolve));
+    draining = drainFor(timeoutMs, cutShort);
+    return draining;
+  }
+
+  async function drainFor(timeoutMs: number, cutShort: Promise<void>): Promise<void> {
     gate.close();
     logger.info({ timeout_ms: timeoutMs }, "draining: new calls get 503; in-flight calls, streams and runs may finish");
     // The listener stays open while draining: a call that still arrives gets a 503 problem with
     // Retry-After and `Connection: close`, and probes see /readyz fail, instead of a refused connection
     // that a load balancer might retry blindly.
     await runs.stopDispatching();
-    const [requests, running] = await Promise.all([gate.idle(timeoutMs), runs.settled(timeoutMs)]);
+    let wasCutShort = false;
+    await Promise.race([
+      Promise.all([gate.idle(timeoutMs), runs.settled(timeoutMs)]),
+      cutShort.then(() => (wasCutShort = true)),
+    ]);
+    const [requests, running] = [gate.active, await runs.settled(0)];
     if (requests > 0 || running > 0) {
       const interrupted = await runs.abandon();
-      logger.warn({ requests, runs: running, interrupted }, "drain timeout reached; stopping what still runs");
+      logger.warn(
+        { requests, runs: running, interrupted },
+        `${wasCutShort ? "drain cut short" : "drain timeout reached"}; stopping what still runs`,
+      );
     }
     await close();
     logger.info("drained");

@@ -8,6 +8,7 @@ import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { freePort } from "./free_port.ts";
 import { orphanGuarded } from "./_orphan_guard.ts";
+import { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
 
 const START_TIMEOUT_MS = 30_000;
@@ -91,6 +92,7 @@ export class CustomProcessReplica implements Upstream {
     const { command, args, env } = orphanGuarded(entry, entryArgs);
     const child = spawn(command, args, {
       cwd: this.#options.appDir,
+      ...OWN_PROCESS_GROUP,
       stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, ...env, PORT: String(port), PYTHONUNBUFFERED: "1" },
     });
@@ -128,7 +130,7 @@ export class CustomProcessReplica implements Upstream {
         );
       }
       if (Date.now() > deadline) {
-        child.kill("SIGKILL");
+        signalGroup(child, "SIGKILL");
         throw new ProblemError(
           "app-unavailable",
           `${label}: no health check answered on port ${port} within ${
@@ -156,7 +158,7 @@ export class CustomProcessReplica implements Upstream {
           "custom runtime failed its health check; restarting it",
         );
         this.usable = false;
-        this.#child?.kill("SIGKILL");
+        if (this.#child) signalGroup(this.#child, "SIGKILL");
       }
     }, HEALTH_INTERVAL_MS);
     this.#health.unref();
@@ -168,10 +170,14 @@ export class CustomProcessReplica implements Upstream {
     if (!this.#child) {
       await this.ready.catch(() => undefined);
     }
-    this.#child?.kill("SIGTERM");
-    const timer = setTimeout(() => this.#child?.kill("SIGKILL"), STOP_GRACE_MS);
+    const child = this.#child;
+    if (!child) return;
+    // The whole group: the processes the runtime started itself stop with it.
+    signalGroup(child, "SIGTERM");
+    const timer = setTimeout(() => signalGroup(child, "SIGKILL"), STOP_GRACE_MS);
     await this.exited;
     clearTimeout(timer);
+    signalGroup(child, "SIGKILL");
   }
 }
 

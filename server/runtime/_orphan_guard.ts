@@ -3,6 +3,8 @@
  * chance to stop it: a tiny Python launcher asks Linux to send the child SIGKILL when its parent exits
  * (`prctl(PR_SET_PDEATHSIG)`, which survives `exec`), then execs the real command in the same process.
  * The Python worker harness needs none of this: it exits when its protocol pipe closes.
+ * The parent death signal follows the parent (the thread that spawned the child), not the process group,
+ * so it still holds for replicas started in their own group (see `_process_group.ts`).
  */
 
 const LAUNCHER = [

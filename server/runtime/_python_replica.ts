@@ -11,6 +11,7 @@ import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { RunFailure } from "./_failures.ts";
 import { ItemQueue } from "./_item_queue.ts";
+import { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
 
@@ -72,6 +73,7 @@ export class PythonReplica implements Replica {
     this.#options = options;
     this.#child = spawn(options.python, ["-u", WORKER_PATH, options.appDir, String(options.concurrency)], {
       cwd: options.appDir,
+      ...OWN_PROCESS_GROUP,
       stdio: ["ignore", "pipe", "pipe", "pipe", "pipe"],
       env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
     });
@@ -91,7 +93,7 @@ export class PythonReplica implements Replica {
             `${options.label}: the Python worker did not start within ${START_TIMEOUT_MS / 1000} s`,
           ),
         );
-        this.#child.kill("SIGKILL");
+        signalGroup(this.#child, "SIGKILL");
       }, START_TIMEOUT_MS);
       this.#child.once("error", (error) => {
         clearTimeout(timer);
@@ -177,17 +179,21 @@ export class PythonReplica implements Replica {
     });
   }
 
-  /** Closes the request pipe (the harness exits), then kills after a grace period. */
+  /**
+   * Closes the request pipe (the harness exits), then kills the worker's process group after a grace
+   * period; processes the function started and left behind in the group go with it.
+   */
   async stop(): Promise<void> {
     (this.#child.stdio[3] as Writable).end();
-    const timer = setTimeout(() => this.#child.kill("SIGKILL"), STOP_GRACE_MS);
+    const timer = setTimeout(() => signalGroup(this.#child, "SIGKILL"), STOP_GRACE_MS);
     await this.exited;
     clearTimeout(timer);
+    signalGroup(this.#child, "SIGKILL");
   }
 
   #kill(): void {
     this.usable = false;
-    this.#child.kill("SIGKILL");
+    signalGroup(this.#child, "SIGKILL");
   }
 
   #send(message: Message): void {

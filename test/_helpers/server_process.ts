@@ -26,15 +26,21 @@ export interface ServerProcess {
   stderr(): string;
 }
 
-/** Starts the server with `env` (data and apps dirs, lease, …) over a clean environment; resolves once it listens. */
+/**
+ * Starts the server with `env` (data and apps dirs, lease, …) over a clean environment; resolves once it
+ * listens. `ownProcessGroup` starts it as the leader of a new process group (signal it with
+ * `process.kill(-child.pid, signal)`).
+ */
 export async function startServerProcess(
   env: Record<string, string>,
-  options: { token?: string } = {},
+  options: { token?: string; ownProcessGroup?: boolean } = {},
 ): Promise<ServerProcess> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
   const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
     env: { ...base, PORT: "0", HOST: "127.0.0.1", RUNPLANE_LOG_LEVEL: "info", ...env },
     stdio: ["ignore", "pipe", "pipe"],
+    // Leading its own group, the server can be signalled as a terminal or systemd does: the whole group.
+    detached: options.ownProcessGroup ?? false,
   });
   const logs: Array<Record<string, unknown>> = [];
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>

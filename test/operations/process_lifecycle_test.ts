@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { randomUUID } from "node:crypto";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
@@ -49,6 +50,51 @@ class Handler(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
 `;
 
+/**
+ * A custom runtime that starts a child of its own (it must stop with the runtime) and answers
+ * `POST /slow` after 3 s.
+ */
+const SLOW_CUSTOM_SERVER = `import http.server, json, os, subprocess, time
+
+helper = subprocess.Popen(["sleep", "600"])
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def do_POST(self):
+        if self.path.endswith("/slow"):
+            print("custom call started", flush=True)
+            time.sleep(3)
+        body = json.dumps({"pid": os.getpid(), "helper": helper.pid, "slow": self.path.endswith("/slow")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+`;
+
+/** Pids of the processes whose environment holds `marker` (read from /proc). */
+async function markedProcesses(marker: string): Promise<number[]> {
+  const found: number[] = [];
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const environ = await readFile(`/proc/${entry}/environ`, "latin1").catch(() => "");
+    if (environ.includes(marker)) found.push(Number(entry));
+  }
+  return found;
+}
+
+/** Whether process `pid` exists and is not a zombie. */
+async function running(pid: number): Promise<boolean> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
+  return stat !== "" && stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+}
+
 async function deploy(appsDir: string, name: string, files: Record<string, string>): Promise<void> {
   const dir = join(appsDir, PROJECT, name);
   await mkdir(dir, { recursive: true });
@@ -64,69 +110,113 @@ async function freshDirs(): Promise<{ dataDir: string; appsDir: string; env: Rec
 }
 
 describe("the server process", () => {
-  it("on SIGTERM finishes a 3 s sync call, a stream and an async run, exits 0 and leaves nothing running", async () => {
-    const prepared = await freshDirs();
-    await deploy(prepared.appsDir, "work", { "runplane.toml": "[scaling]\nmax_replicas = 3\n", "main.py": WORKER_APP });
-    const server = await startServerProcess(prepared.env);
-    try {
-      const client = server.client;
-      const path = (fn: string) => ({ path: { project_id: PROJECT, app_name: "work", function_name: fn } });
-      const workerPid =
-        (await client.POST("/v4/{project_id}/{app_name}/{function_name}", { params: path("pid"), body: {} })).data as {
-          result: number;
-        };
-
-      const sync = client.POST("/v4/{project_id}/{app_name}/{function_name}", {
-        params: path("slow"),
-        body: { seconds: 3 },
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    it(`on ${signal} to its process group finishes a 3 s sync call, a stream, an async run and a custom-runtime call, exits 0 and leaves nothing running`, async () => {
+      const prepared = await freshDirs();
+      await deploy(prepared.appsDir, "work", {
+        "runplane.toml": "[scaling]\nmax_replicas = 3\n",
+        "main.py": WORKER_APP,
       });
-      const stream = client.POST("/v4/{project_id}/{app_name}/{function_name}", {
-        params: path("ticks"),
-        body: {},
-        parseAs: "text",
+      await deploy(prepared.appsDir, "web", {
+        "runplane.toml":
+          '[deployment]\nruntime = "custom"\n\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
+        "server.py": SLOW_CUSTOM_SERVER,
       });
-      const accepted = await client.POST("/v4/{project_id}/{app_name}/{function_name}", {
-        params: { ...path("slow"), query: { async: true } },
-        body: { seconds: 3 },
+      // Every process the server starts inherits this variable: after the stop, none may be left.
+      const marker = `signals-${randomUUID()}`;
+      const server = await startServerProcess({ ...prepared.env, RUNPLANE_TEST_MARKER_ENV: marker }, {
+        ownProcessGroup: true,
       });
-      assert.equal(accepted.response.status, 202);
-      const runId = (accepted.data as { run_id: string }).run_id;
-      // Let all three start, then ask the server to stop.
-      await waitFor(
-        async () => {
-          const run = await client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
-            params: { path: { project_id: PROJECT, app_id: "work", run_id: runId } },
-          });
-          return run.data?.status === "running";
-        },
-        "the async run to start",
-        20_000,
-      );
-      server.child.kill("SIGTERM");
-
-      const syncDone = await sync;
-      assert.equal(syncDone.response.status, 200);
-      assert.deepEqual((syncDone.data as { result: { slept: number } }).result.slept, 3);
-      const streamDone = await stream;
-      assert.equal(streamDone.response.status, 200);
-      assert.equal((streamDone.data as unknown as string).match(/^data: /gm)?.length, 6, "every event arrived");
-      const exit = await server.exited;
-      assert.deepEqual(exit, { code: 0, signal: null }, server.stderr());
-
-      const store = await openStore(prepared.dataDir);
       try {
-        const row = await store.db.selectFrom("runs").select(["status"]).where("run_id", "=", runId)
-          .executeTakeFirstOrThrow();
-        assert.equal(row.status, "success", "the async run finished during the drain");
+        const client = server.client;
+        const path = (app: string, fn: string) => ({
+          path: { project_id: PROJECT, app_name: app, function_name: fn },
+        });
+        const workerPid = (await client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+          params: path("work", "pid"),
+          body: {},
+        })).data as { result: number };
+        const web = (await client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+          params: path("web", "pid"),
+          body: {},
+        })).data as { result: { pid: number; helper: number } };
+        const replicaPids = [workerPid.result, web.result.pid, web.result.helper];
+        assert.ok(replicaPids.every(alive));
+        const marked = await markedProcesses(marker);
+        for (const pid of replicaPids) assert.ok(marked.includes(pid), `process ${pid} carries the marker`);
+
+        const sync = client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+          params: path("work", "slow"),
+          body: { seconds: 3 },
+        });
+        const stream = client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+          params: path("work", "ticks"),
+          body: {},
+          parseAs: "text",
+        });
+        const custom = client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+          params: path("web", "slow"),
+          body: {},
+        });
+        const accepted = await client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+          params: { ...path("work", "slow"), query: { async: true } },
+          body: { seconds: 3 },
+        });
+        assert.equal(accepted.response.status, 202);
+        const runId = (accepted.data as { run_id: string }).run_id;
+        // Let them all start, then signal the whole group, as a terminal's Ctrl-C or systemd does.
+        await waitFor(
+          async () => {
+            const run = await client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
+              params: { path: { project_id: PROJECT, app_id: "work", run_id: runId } },
+            });
+            return run.data?.status === "running";
+          },
+          "the async run to start",
+          20_000,
+        );
+        await waitFor(
+          () => server.logs.some((entry) => String(entry.text).includes("custom call started")),
+          "the custom-runtime call to start",
+          20_000,
+        );
+        process.kill(-server.child.pid!, signal);
+
+        const syncDone = await sync;
+        assert.equal(syncDone.response.status, 200, JSON.stringify(syncDone.error));
+        assert.deepEqual((syncDone.data as { result: { slept: number } }).result.slept, 3);
+        const streamDone = await stream;
+        assert.equal(streamDone.response.status, 200);
+        const events = streamDone.data as unknown as string;
+        assert.equal(events.match(/^data: /gm)?.length, 6, `every event arrived: ${events}`);
+        assert.match(events, /^data: 5$/m, "the last item arrived");
+        const customDone = await custom;
+        assert.equal(customDone.response.status, 200, JSON.stringify(customDone.error));
+        assert.deepEqual((customDone.data as { result: { slow: boolean } }).result.slow, true);
+        const exit = await server.exited;
+        assert.deepEqual(exit, { code: 0, signal: null }, server.stderr());
+
+        const store = await openStore(prepared.dataDir);
+        try {
+          const row = await store.db.selectFrom("runs").select(["status"]).where("run_id", "=", runId)
+            .executeTakeFirstOrThrow();
+          assert.equal(row.status, "success", "the async run finished during the drain");
+        } finally {
+          await store.close();
+        }
+        await waitFor(async () => (await markedProcesses(marker)).length === 0, "every replica to be gone", 10_000);
+        // A process that has exited may stay a zombie until its new parent reaps it: it runs nothing.
+        await waitFor(
+          async () => (await Promise.all(replicaPids.map(running))).every((live) => !live),
+          "no worker, custom runtime or its child to outlive the server",
+          10_000,
+        );
       } finally {
-        await store.close();
+        if (server.child.exitCode === null) process.kill(-server.child.pid!, "SIGKILL");
+        await rm(prepared.dataDir, { recursive: true, force: true });
       }
-      assert.equal(alive(workerPid.result), false, "no worker outlives the server");
-    } finally {
-      if (server.child.exitCode === null) server.child.kill("SIGKILL");
-      await rm(prepared.dataDir, { recursive: true, force: true });
-    }
-  });
+    });
+  }
 
   it("after kill -9 leaves no Python worker and no custom-runtime process behind within 5 s", async () => {
     const prepared = await freshDirs();
@@ -135,7 +225,8 @@ describe("the server process", () => {
       "runplane.toml": '[deployment]\nruntime = "custom"\n\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
       "server.py": CUSTOM_SERVER,
     });
-    const server = await startServerProcess(prepared.env);
+    const marker = `signals-${randomUUID()}`;
+    const server = await startServerProcess({ ...prepared.env, RUNPLANE_TEST_MARKER_ENV: marker });
     try {
       const client = server.client;
       const call = async (app: string, fn: string) =>
@@ -146,8 +237,11 @@ describe("the server process", () => {
       const python = (await call("work", "pid")).result as number;
       const custom = ((await call("web", "run")).result as { pid: number }).pid;
       assert.ok(alive(python) && alive(custom));
+      const marked = await markedProcesses(marker);
+      assert.ok(marked.includes(python) && marked.includes(custom), "the replicas carry the marker");
       await server.kill();
       await waitFor(() => !alive(python) && !alive(custom), "the workers to exit after their server died", 5_000);
+      await waitFor(async () => (await markedProcesses(marker)).length === 0, "every replica to be gone", 5_000);
     } finally {
       await rm(prepared.dataDir, { recursive: true, force: true });
     }

@@ -8,6 +8,7 @@ import { createTestClient } from "../_helpers/client.ts";
 import { assertMatchesContract } from "../_helpers/contract.ts";
 import { waitFor } from "../_helpers/apps.ts";
 import { startTestServer, TEST_PROJECT } from "../_helpers/server.ts";
+import { openStore } from "../../server/store/mod.ts";
 
 /** A request on `agent` (so on a connection opened before), checked against the contract. */
 function requestOn(
@@ -96,5 +97,47 @@ describe("GET /readyz", () => {
     assert.equal(finished.response.status, 200, "the in-flight call finished");
     assert.equal((finished.data as { result: unknown }).result, "slept");
     await drained;
+  });
+});
+
+describe("drain", () => {
+  it("called again while draining stops waiting: a still-running async run ends interrupted and the server stops", async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), "runplane-drain-"));
+    const app = join(dataDir, "apps", TEST_PROJECT, "long");
+    await mkdir(app, { recursive: true });
+    await writeFile(join(app, "runplane.toml"), "");
+    await writeFile(join(app, "main.py"), "import time\n\ndef run():\n    time.sleep(600)\n");
+    const t = await startTestServer({ dataDir });
+    const accepted = await t.client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+      params: { path: { project_id: TEST_PROJECT, app_name: "long", function_name: "run" }, query: { async: true } },
+      body: {},
+    });
+    assert.equal(accepted.response.status, 202);
+    const runId = (accepted.data as { run_id: string }).run_id;
+    await waitFor(
+      async () => {
+        const run = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
+          params: { path: { project_id: TEST_PROJECT, app_id: "long", run_id: runId } },
+        });
+        return run.data?.status === "running";
+      },
+      "the async run to start",
+      20_000,
+    );
+    // The first drain would wait for the 600 s function; the second (a second Ctrl-C) stops the wait.
+    const drained = t.server.drain(900_000);
+    await waitFor(() => t.logs.some((entry) => String(entry.msg).startsWith("draining")), "the drain to start");
+    const again = t.server.drain();
+    await Promise.all([drained, again]);
+    assert.ok(t.logs.some((entry) => entry.msg === "drain cut short; stopping what still runs"));
+    const store = await openStore(dataDir);
+    try {
+      const row = await store.db.selectFrom("runs").select(["status", "error_type"]).where("run_id", "=", runId)
+        .executeTakeFirstOrThrow();
+      assert.equal(row.status, "failure");
+      assert.equal(row.error_type, "interrupted");
+    } finally {
+      await store.close();
+    }
   });
 });
