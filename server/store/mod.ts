@@ -52,22 +52,21 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
   mkdirSync(dataDir, { recursive: true });
   const path = join(dataDir, "runplane.sqlite3");
   const sqlite = new BetterSqlite3(path);
-  sqlite.pragma("journal_mode = WAL");
-  sqlite.pragma("synchronous = NORMAL");
-  sqlite.pragma("busy_timeout = 5000");
-  sqlite.pragma("foreign_keys = ON");
+  // `exec`, not `pragma`: no `Statement` object (see neverCollected).
+  sqlite.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000");
+  sqlite.exec("PRAGMA foreign_keys = ON");
   const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
   if (options.migrate !== false) await migrate(db);
   let checkpointer: Checkpointer | undefined;
   if (options.checkpoints === "background") {
-    const automatic = sqlite.pragma("wal_autocheckpoint", { simple: true });
+    const automatic = neverCollected(sqlite.prepare("PRAGMA wal_autocheckpoint")).pluck().get();
     checkpointer = startCheckpointer(path, {
       onLost(error) {
-        if (sqlite.open) sqlite.pragma(`wal_autocheckpoint = ${Number(automatic)}`);
+        if (sqlite.open) sqlite.exec(`PRAGMA wal_autocheckpoint = ${Number(automatic)}`);
         options.onCheckpointerLost?.(error);
       },
     });
-    sqlite.pragma("wal_autocheckpoint = 0");
+    sqlite.exec("PRAGMA wal_autocheckpoint = 0");
   }
   return {
     db,
@@ -81,6 +80,20 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
 
 const STATEMENT_CACHE_LIMIT = 500;
 
+const RETAINED_STATEMENTS: BetterSqlite3.Statement[] = [];
+
+/**
+ * Keeps `statement` reachable until the process ends. better-sqlite3 12 on Node 24 aborts the process
+ * (`RemoveEnvironmentCleanupHook`: "Assertion failed: (env) != nullptr") when a garbage collection inside
+ * a microtask destroys a collected `Statement`; a statement never collected never gets there. The cost is
+ * a small object per distinct SQL text (closing a database finalizes its statements in SQLite).
+ * better-sqlite3 13 (Node-API) has no such bug but needs Node 22+.
+ */
+function neverCollected<S extends BetterSqlite3.Statement>(statement: S): S {
+  RETAINED_STATEMENTS.push(statement);
+  return statement;
+}
+
 /**
  * Kysely prepares every statement anew; compiling SQL is a large share of a small query's cost, so
  * prepared statements are reused by their SQL text (bounded; parameters are bound per call).
@@ -92,7 +105,7 @@ function cachingStatements(sqlite: BetterSqlite3.Database): SqliteDatabase {
     prepare(sql) {
       let statement = cache.get(sql);
       if (!statement) {
-        statement = sqlite.prepare(sql);
+        statement = neverCollected(sqlite.prepare(sql));
         if (cache.size >= STATEMENT_CACHE_LIMIT) cache.delete(cache.keys().next().value as string);
         cache.set(sql, statement);
       }

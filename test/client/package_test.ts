@@ -1,14 +1,14 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
+import { installPackedPackage, type PackedPackage } from "../_helpers/packed_package.ts";
 
 const run = promisify(execFile);
-const ROOT = join(import.meta.dirname, "..", "..");
 const TSC = createRequire(import.meta.url).resolve("typescript/bin/tsc");
 
 const CONSUMER_TSCONFIG = {
@@ -25,26 +25,32 @@ const CONSUMER_TSCONFIG = {
 };
 
 /**
- * Packs the project as npm would publish it, installs the tarball into a fresh project from the npm
- * cache (offline) and uses `runplane/client` from plain Node and from a strict TypeScript project.
+ * Packs the project as npm would publish it, installs the tarball into a fresh project without npm
+ * resolving anything (test/_helpers/packed_package.ts) and uses `runplane/client` from plain Node and from
+ * a strict TypeScript project.
  */
 describe("the packed client", { timeout: 240_000 }, () => {
   let dir: string;
+  let packed: PackedPackage;
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), "runplane-pack-"));
-    // `npm pack` runs `prepack`, which builds dist/.
-    await run("npm", ["pack", "--pack-destination", dir], { cwd: ROOT });
-    const tarball = (await readdir(dir)).find((f) => f.endsWith(".tgz"));
-    assert.ok(tarball, "npm pack wrote no tarball");
     await writeFile(
       join(dir, "package.json"),
       JSON.stringify({ name: "consumer", version: "1.0.0", type: "module", private: true }),
     );
-    await run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", `./${tarball}`], {
-      cwd: dir,
-    });
+    packed = await installPackedPackage(dir);
   });
   after(() => rm(dir, { recursive: true, force: true }));
+
+  it("holds the built client, its declarations, the CLI and the server, and no tests", () => {
+    for (const file of ["package.json", "dist/client/mod.js", "dist/client/mod.d.ts", "client/runplane.mjs"]) {
+      assert.ok(packed.files.includes(file), `${file} is missing from the tarball`);
+    }
+    assert.ok(packed.files.some((file) => file.startsWith("server/")), "the server is missing from the tarball");
+    const stray = packed.files.filter((file) => /^(test|node_modules|\.runplane|scripts)\//.test(file));
+    assert.deepEqual(stray, []);
+    assert.ok(packed.dependencies.includes("openapi-fetch"), "openapi-fetch is a runtime dependency");
+  });
 
   it("imports in plain Node and verifies a signature computed with node:crypto", async () => {
     const script = `
