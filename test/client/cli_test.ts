@@ -316,7 +316,9 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
       `${TEST_PROJECT}/py/sleepy`,
       "--async",
       "--data",
-      JSON.stringify({ seconds: 5, started }),
+      // Long enough that the run is still running when the next CLI process starts on a loaded machine
+      // (measured: 7 s per start at load 15 on 2 cores); the cancel ends it early.
+      JSON.stringify({ seconds: 40, started }),
     ], { env });
     const runId = queued.stdout.trim();
     assert.match(runId, RUN_ID_PATTERN);
