@@ -10,6 +10,7 @@ import { toRunError } from "./executor.ts";
 import { type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
 import { deliveryBodyFor, outcomeColumns, type RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
+import { StoredItems, storedResult } from "./_stored_result.ts";
 import type { WriteBehind } from "./_write_behind.ts";
 import type { LiveRun, RunCall } from "./service.ts";
 
@@ -18,6 +19,8 @@ export interface LiveRunDeps {
   writer: WriteBehind;
   local: LocalRuns;
   events: RunEvents;
+  /** The largest result stored (and sent in the webhook), in JSON bytes. */
+  resultLimitBytes: number;
 }
 
 /** The webhook of a call: its checked endpoint and sealed secret. */
@@ -34,7 +37,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   readonly #webhook: CheckedWebhook | null;
   // Not an AbortController: see ../abort/mod.ts.
   readonly #controller = new LightAbortController();
-  #items: unknown[] | undefined = undefined;
+  #items: StoredItems | undefined = undefined;
   #stream: boolean;
   #ended = false;
   #done: Promise<void> | undefined = undefined;
@@ -81,11 +84,17 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   }
 
   item(value: unknown): void {
-    (this.#items ??= []).push(value);
+    (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
   }
 
   succeed(...args: unknown[]): Promise<void> {
-    return this.#end({ status: "success", result: args.length ? args[0] : this.#stream ? (this.#items ?? []) : null });
+    const limit = this.#deps.resultLimitBytes;
+    const result = args.length
+      ? storedResult(args[0], limit)
+      : this.#stream
+      ? (this.#items ?? new StoredItems(limit)).result()
+      : storedResult(null, limit);
+    return this.#end({ status: "success", result });
   }
 
   fail(error: unknown): Promise<void> {

@@ -21,7 +21,8 @@ import { fingerprint, reserveKey } from "./_idempotency.ts";
 import type { LocalRuns } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
 import { finishRun, queuedRunsByApp, selectRun, selectRunById, selectRunPage, TERMINAL_STATUSES } from "./_queries.ts";
-import { type Run, type RunRow, toRun } from "./_view.ts";
+import { DEFAULT_RESULT_LIMIT_BYTES } from "./_stored_result.ts";
+import { type Run, type RunRow, toRun, toRunSummary } from "./_view.ts";
 import { type CheckedWebhook, LiveRunRecord } from "./_live_run.ts";
 import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
@@ -140,7 +141,10 @@ export interface RunServiceOptions {
   db: Kysely<Database>;
   secrets: SecretBox;
   logger: Logger;
-  config: Pick<Config, "resultTtlMs" | "runLeaseMs" | "webhookAllowPrivate">;
+  /** `resultLimitBytes` defaults to 1 MiB. */
+  config:
+    & Pick<Config, "resultTtlMs" | "runLeaseMs" | "webhookAllowPrivate">
+    & Partial<Pick<Config, "resultLimitBytes">>;
   /** Runs queued async runs; without one, async runs stay queued (e.g. a submit-only process). */
   executor?: RunExecutor;
   /** Where run starts and ends are counted; without it they are only logged. */
@@ -174,7 +178,8 @@ export function createRunService(options: RunServiceOptions): RunService {
     handOff: options.deliveryHandOff,
     onError: (error) => logger.error({ err: error }, "writing run records failed"),
   });
-  const liveRunDeps = { writer, local, events };
+  const resultLimitBytes = config.resultLimitBytes ?? DEFAULT_RESULT_LIMIT_BYTES;
+  const liveRunDeps = { writer, local, events, resultLimitBytes };
   const loops: Ticker[] = [];
   let dispatcher: Ticker | undefined;
   if (options.executor) {
@@ -186,6 +191,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       leaseMs: config.runLeaseMs,
       local,
       events,
+      resultLimitBytes,
       pollMs: options.pollMs ?? 250,
       onFinished() {
         onDeliveries();
@@ -389,7 +395,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       const now = Date.now();
       return {
         runs: page.map((row) =>
-          toRun(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
+          toRunSummary(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
         ),
         next_cursor: rows.length > limit ? encodeCursor(page[page.length - 1].run_id) : null,
       };
