@@ -5,6 +5,7 @@
  */
 import type { Insertable } from "kysely";
 import { LightAbortController } from "../abort/mod.ts";
+import { ProblemError } from "../problems/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { toRunError } from "./executor.ts";
 import { type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
@@ -76,7 +77,12 @@ export class LiveRunRecord implements LiveRun, LocalRun {
 
   cancel(): void {
     this.#controller.abort(new RunCancelled());
-    void this.#end({ status: "cancelled" });
+    // Nobody answers on this path; a record that could not be stored was logged by the writer.
+    this.#end({ status: "cancelled" }).catch(() => {});
+  }
+
+  cancelled(): Promise<void> {
+    return this.#end({ status: "cancelled" });
   }
 
   streaming(): void {
@@ -131,7 +137,15 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     });
     this.#resolveDone?.();
     // A webhook must survive a crash right after the caller got the answer, so its record is committed
-    // now (one small transaction, about a millisecond) rather than in the next batch.
-    return delivery ? writer.flushSoon() : Promise.resolve();
+    // now (one small transaction, about a millisecond) rather than in the next batch; when the store
+    // refuses it, the caller is told so instead of getting an answer nothing recorded.
+    if (!delivery) return Promise.resolve();
+    return writer.commitSoon(row.run_id).catch((error: unknown) => {
+      throw new ProblemError(
+        "service-unavailable",
+        `Run ${row.run_id} ended ${outcome.status}, but its record and webhook could not be stored; the server keeps retrying them. Check the run with getRun before calling again`,
+        { runId: row.run_id, cause: error },
+      );
+    });
   }
 }

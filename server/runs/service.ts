@@ -65,10 +65,14 @@ export interface LiveRun {
    * Records success with `result` (for a stream, default: the items so far). Resolves once the record is
    * durable enough to answer: at once, or — for a call with a webhook — once the final state and its
    * delivery are committed, so a crash after the answer cannot lose the webhook. Await it before answering.
+   * Rejects with a 503 `service-unavailable` problem (with the run id) when that commit failed after
+   * retries: answer it instead of the result (the record is kept and retried in the background).
    */
   succeed(result?: unknown): Promise<void>;
-  /** Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`); resolves like `succeed`. */
+  /** Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`); settles like `succeed`. */
   fail(error: unknown): Promise<void>;
+  /** Records the run `cancelled` (e.g. its stream's client went away), as `cancelRun` does; settles like `succeed`. */
+  cancelled(): Promise<void>;
 }
 
 /** What `submit` did. */
@@ -132,7 +136,10 @@ export interface RunService {
    * are ignored.
    */
   abandon(): Promise<number>;
-  /** Stops dispatching and upkeep, writes buffered records. Runs in flight end as `interrupted` later. */
+  /**
+   * Stops dispatching and upkeep, writes buffered records (and tries once more those the store refused,
+   * logging any still refused as lost). Runs in flight end as `interrupted` later.
+   */
   stop(): Promise<void>;
 }
 
@@ -176,7 +183,10 @@ export function createRunService(options: RunServiceOptions): RunService {
   const writer = createWriteBehind(db, {
     onDeliveries,
     handOff: options.deliveryHandOff,
-    onError: (error) => logger.error({ err: error }, "writing run records failed"),
+    onError: (error, runId) =>
+      logger.error({ err: error, run_id: runId }, "run record could not be stored; kept in memory and retried"),
+    onLost: (error, runId) =>
+      logger.error({ err: error, run_id: runId }, "run record lost: the store refused it until it was given up"),
   });
   const resultLimitBytes = config.resultLimitBytes ?? DEFAULT_RESULT_LIMIT_BYTES;
   const liveRunDeps = { writer, local, events, resultLimitBytes };
@@ -435,7 +445,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     },
     async stop() {
       await Promise.all(loops.map((loop) => loop.stop()));
-      await writer.flush();
+      await writer.close();
     },
   };
 }
