@@ -104,6 +104,9 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   }
 
   fail(error: unknown): Promise<void> {
+    // Its signal is aborted only when the caller went away or the run was cancelled: whatever the
+    // interrupted function then reports, the run was cancelled, as `cancelRun` records it.
+    if (this.#controller.aborted) return this.#end({ status: "cancelled" });
     return this.#end({ status: "failure", error: toRunError(error) });
   }
 

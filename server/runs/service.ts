@@ -69,7 +69,10 @@ export interface LiveRun {
    * retries: answer it instead of the result (the record is kept and retried in the background).
    */
   succeed(result?: unknown): Promise<void>;
-  /** Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`); settles like `succeed`. */
+  /**
+   * Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`) — or
+   * `cancelled` once `signal` was aborted (the caller went away, or `cancelRun`); settles like `succeed`.
+   */
   fail(error: unknown): Promise<void>;
   /** Records the run `cancelled` (e.g. its stream's client went away), as `cancelRun` does; settles like `succeed`. */
   cancelled(): Promise<void>;
@@ -169,6 +172,11 @@ export interface RunServiceOptions {
   ownersDir?: string;
   /** Dispatcher poll interval when nothing woke it (default 250 ms). */
   pollMs?: number;
+  /**
+   * How a run record the store refused is retried: `delaysMs` before each retry while a caller waits
+   * (default 20, 100, 500 ms), then in the background from `keptMs` on (default 1 s, doubling to 30 s).
+   */
+  recordRetry?: { delaysMs?: readonly number[]; keptMs?: number };
 }
 
 /** Creates the service and starts its dispatcher (when it has an executor) and upkeep. */
@@ -181,6 +189,8 @@ export function createRunService(options: RunServiceOptions): RunService {
   // Kept after a clean stop too: the next start sees the process is gone and ends what it left running.
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
+    retryDelaysMs: options.recordRetry?.delaysMs,
+    keptRetryMs: options.recordRetry?.keptMs,
     onDeliveries,
     handOff: options.deliveryHandOff,
     onError: (error, runId) =>
