@@ -58,7 +58,7 @@ export interface WriteBehindOptions {
   onDeliveries(): void;
   /** This process's delivery worker: deliveries are stored leased to it and handed to it after the commit. */
   handOff?: DeliveryHandOff;
-  /** A run's record could not be written after the retries; it is kept and retried in the background. */
+  /** A run's record could not be written after the retries; it is kept and retried in the background (told once). */
   onError(error: unknown, runId: string): void;
   /** A kept run's record was given up (too many kept, or the process stopped): it is not stored. */
   onLost(error: unknown, runId: string): void;
@@ -67,6 +67,8 @@ export interface WriteBehindOptions {
 interface Entry {
   row: Insertable<RunTable>;
   delivery?: NewDelivery;
+  /** Set once the run was reported and kept: later background retries do not report it again. */
+  kept?: true;
 }
 
 interface Waiter {
@@ -129,8 +131,8 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
   function keep(entry: Entry, error: unknown): void {
     const runId = entry.row.run_id;
     kept.delete(runId);
-    kept.set(runId, { ...entry, error });
-    options.onError(error, runId);
+    kept.set(runId, { ...entry, kept: true, error });
+    if (!entry.kept) options.onError(error, runId);
     while (kept.size > keptLimit) {
       const [oldest, lost] = kept.entries().next().value!;
       kept.delete(oldest);
