@@ -135,7 +135,7 @@ export interface paths {
         };
         /**
          * List runs
-         * @description An app's runs, newest first.
+         * @description An app's runs, newest first, without their results (`getRun` has a run's result).
          */
         get: operations["listRuns"];
         put?: never;
@@ -340,10 +340,19 @@ export interface components {
             project_id: components["schemas"]["ProjectId"];
             /** @description Time between acceptance and start. */
             queue_time_ms: number | null;
-            /** @description The function's JSON result (for a stream, the list of items); null until success or once expired. */
+            /**
+             * @description The function's JSON result (for a stream, the list of items); null until success, once expired, or
+             *     when too large to store (see `result_truncated`).
+             */
             result: unknown | null;
             /** @description True once the result was removed after `RUNPLANE_RESULT_TTL`. */
             result_expired: boolean;
+            /**
+             * @description True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a
+             *     stream, `result` is the list of the first items that fit, in order; for any other result, `result`
+             *     is null. The caller of a sync call still got the whole result.
+             */
+            result_truncated: boolean;
             run_id: components["schemas"]["RunId"];
             /** @description Time the function ran. */
             run_time_ms: number | null;
@@ -374,11 +383,11 @@ export interface components {
          * @enum {string}
          */
         RunMode: "sync" | "async" | "stream";
-        /** @description A page of runs, newest first. */
+        /** @description A page of runs, newest first, without their results (read one with `getRun`). */
         RunPage: {
             /** @description Pass as `cursor` for the next page; null on the last page. */
             next_cursor: string | null;
-            runs: components["schemas"]["Run"][];
+            runs: components["schemas"]["RunSummary"][];
         };
         /** @description The body of a synchronous call's response. */
         RunResult: {
@@ -396,6 +405,33 @@ export interface components {
          * @enum {string}
          */
         RunStatus: "queued" | "running" | "success" | "failure" | "cancelled";
+        /** @description A run as listed: its record without the result (`getRun` has the result). */
+        RunSummary: {
+            app_id: components["schemas"]["AppName"];
+            completed_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+            error: components["schemas"]["RunError"] | null;
+            function_name: components["schemas"]["FunctionName"];
+            mode: components["schemas"]["RunMode"];
+            project_id: components["schemas"]["ProjectId"];
+            /** @description Time between acceptance and start. */
+            queue_time_ms: number | null;
+            /** @description True once the result was removed after `RUNPLANE_RESULT_TTL`. */
+            result_expired: boolean;
+            /**
+             * @description True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a
+             *     stream, `result` is the list of the first items that fit, in order; for any other result, `result`
+             *     is null. The caller of a sync call still got the whole result.
+             */
+            result_truncated: boolean;
+            run_id: components["schemas"]["RunId"];
+            /** @description Time the function ran. */
+            run_time_ms: number | null;
+            started_at: string | null;
+            status: components["schemas"]["RunStatus"];
+            webhook: components["schemas"]["RunWebhook"] | null;
+        };
         /** @description A run's webhook forwarding. The secret is never shown. */
         RunWebhook: {
             attempts: components["schemas"]["WebhookAttempt"][];
@@ -442,8 +478,16 @@ export interface components {
          */
         WebhookDelivery: {
             error: components["schemas"]["RunError"] | null;
-            /** @description The function's result (for a stream, the list of items); null unless the run succeeded. */
+            /**
+             * @description The function's result (for a stream, the list of items); null unless the run succeeded, or when
+             *     too large to send (see `result_truncated`).
+             */
             result: unknown | null;
+            /**
+             * @description True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,
+             *     `result` holds the first items that fit, in order; for any other result, `result` is null.
+             */
+            result_truncated: boolean;
             run_id: components["schemas"]["RunId"];
             run_time_ms: number | null;
             /** @description `success`, `failure` or `cancelled`. */

@@ -31,6 +31,7 @@ export declare const schema_RunMode: Validator;
 export declare const schema_RunPage: Validator;
 export declare const schema_RunResult: Validator;
 export declare const schema_RunStatus: Validator;
+export declare const schema_RunSummary: Validator;
 export declare const schema_RunWebhook: Validator;
 export declare const schema_TreeEntry: Validator;
 export declare const schema_TreeEntryType: Validator;

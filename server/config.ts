@@ -27,6 +27,8 @@ export interface Config {
   sseHeartbeatMs: number;
   /** How long a finished run keeps its result, in milliseconds. */
   resultTtlMs: number;
+  /** The largest result stored with a run (and sent in its webhook), in bytes of JSON. */
+  resultLimitBytes: number;
   /** How long a run's claim lasts without renewal before another process may end it, in milliseconds. */
   runLeaseMs: number;
   /** The vendor word in the webhook signature header names (`X-<vendor>-Webhook-Signature`). */
@@ -245,6 +247,19 @@ export const SETTINGS: SettingSpec[] = [
     default: "24h",
     description: "How long a finished run keeps its result (then `result_expired`)",
     parse: duration(1000, 3650 * 86_400_000, "1s to 3650d"),
+  },
+  {
+    key: "resultLimitBytes",
+    env: "RUNPLANE_RESULT_LIMIT",
+    flag: "--result-limit",
+    default: "1mb",
+    description:
+      "Largest result stored with a run and sent in its webhook (JSON bytes); a larger one is stored truncated (`result_truncated`)",
+    parse: (raw) => {
+      const value = parseSize(raw);
+      if (value < 1024 || value > 1024 ** 3) throw new Error("must be a size from 1kb to 1gb");
+      return value;
+    },
   },
   {
     key: "runLeaseMs",

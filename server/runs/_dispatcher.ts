@@ -11,6 +11,7 @@ import { type RunExecutor, toRunError } from "./executor.ts";
 import { type LocalRuns, RunCancelled, RunTimedOut, untilAborted } from "./_local_runs.ts";
 import { appsWithQueuedRuns, claimQueuedRuns, finishRun, type RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
+import { type StoredResult, StoredItems, storedResult } from "./_stored_result.ts";
 import type { RunRow } from "./_view.ts";
 
 /** The default `response_grace_period`, and the most any app may set. */
@@ -28,17 +29,22 @@ export interface DispatcherOptions {
   local: LocalRuns;
   events: RunEvents;
   pollMs: number;
+  /** The largest result stored (and sent in the webhook), in JSON bytes. */
+  resultLimitBytes: number;
   /** Called after a run's final state (and delivery) was committed. */
   onFinished(): void;
 }
 
-async function collect(items: AsyncIterable<unknown>, signal: AbortSignal): Promise<unknown[]> {
-  const list: unknown[] = [];
+async function collect(
+  items: AsyncIterable<unknown>,
+  options: { signal: AbortSignal; limitBytes: number },
+): Promise<StoredResult> {
+  const stored = new StoredItems(options.limitBytes);
   for await (const item of items) {
-    if (signal.aborted) throw signal.reason;
-    list.push(item);
+    if (options.signal.aborted) throw options.signal.reason;
+    stored.add(item);
   }
-  return list;
+  return stored.result();
 }
 
 function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {
@@ -75,9 +81,10 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
     let outcome: RunOutcome;
     try {
       const value = await untilAborted(running, controller.signal);
+      const limitBytes = options.resultLimitBytes;
       const result = isAsyncIterable(value)
-        ? await untilAborted(collect(value, controller.signal), controller.signal)
-        : value;
+        ? await untilAborted(collect(value, { signal: controller.signal, limitBytes }), controller.signal)
+        : storedResult(value, limitBytes);
       outcome = { status: "success", result };
     } catch (error) {
       outcome = outcomeOf(controller.signal.aborted ? controller.signal.reason : error);

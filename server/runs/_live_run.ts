@@ -5,11 +5,13 @@
  */
 import type { Insertable } from "kysely";
 import { LightAbortController } from "../abort/mod.ts";
+import { ProblemError } from "../problems/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { toRunError } from "./executor.ts";
 import { type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
 import { deliveryBodyFor, outcomeColumns, type RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
+import { StoredItems, storedResult } from "./_stored_result.ts";
 import type { WriteBehind } from "./_write_behind.ts";
 import type { LiveRun, RunCall, RunLogFields } from "./service.ts";
 
@@ -18,6 +20,8 @@ export interface LiveRunDeps {
   writer: WriteBehind;
   local: LocalRuns;
   events: RunEvents;
+  /** The largest result stored (and sent in the webhook), in JSON bytes. */
+  resultLimitBytes: number;
 }
 
 /** The webhook of a call: its checked endpoint and sealed secret. */
@@ -34,7 +38,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   readonly #webhook: CheckedWebhook | null;
   // Not an AbortController: see ../abort/mod.ts.
   readonly #controller = new LightAbortController();
-  #items: unknown[] | undefined = undefined;
+  #items: StoredItems | undefined = undefined;
   #stream: boolean;
   #ended = false;
   #status = "running";
@@ -95,7 +99,12 @@ export class LiveRunRecord implements LiveRun, LocalRun {
 
   cancel(): void {
     this.#controller.abort(new RunCancelled());
-    void this.#end({ status: "cancelled" });
+    // Nobody answers on this path; a record that could not be stored was logged by the writer.
+    this.#end({ status: "cancelled" }).catch(() => {});
+  }
+
+  cancelled(): Promise<void> {
+    return this.#end({ status: "cancelled" });
   }
 
   streaming(): void {
@@ -103,14 +112,23 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   }
 
   item(value: unknown): void {
-    (this.#items ??= []).push(value);
+    (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
   }
 
   succeed(...args: unknown[]): Promise<void> {
-    return this.#end({ status: "success", result: args.length ? args[0] : this.#stream ? (this.#items ?? []) : null });
+    const limit = this.#deps.resultLimitBytes;
+    const result = args.length
+      ? storedResult(args[0], limit)
+      : this.#stream
+      ? (this.#items ?? new StoredItems(limit)).result()
+      : storedResult(null, limit);
+    return this.#end({ status: "success", result });
   }
 
   fail(error: unknown): Promise<void> {
+    // Its signal is aborted only when the caller went away or the run was cancelled: whatever the
+    // interrupted function then reports, the run was cancelled, as `cancelRun` records it.
+    if (this.#controller.aborted) return this.#end({ status: "cancelled" });
     return this.#end({ status: "failure", error: toRunError(error) });
   }
 
@@ -150,7 +168,15 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     });
     this.#resolveDone?.();
     // A webhook must survive a crash right after the caller got the answer, so its record is committed
-    // now (one small transaction, about a millisecond) rather than in the next batch.
-    return delivery ? writer.flushSoon() : Promise.resolve();
+    // now (one small transaction, about a millisecond) rather than in the next batch; when the store
+    // refuses it, the caller is told so instead of getting an answer nothing recorded.
+    if (!delivery) return Promise.resolve();
+    return writer.commitSoon(row.run_id).catch((error: unknown) => {
+      throw new ProblemError(
+        "service-unavailable",
+        `Run ${row.run_id} ended ${outcome.status}, but its record and webhook could not be stored; the server keeps retrying them. Check the run with getRun before calling again`,
+        { runId: row.run_id, cause: error },
+      );
+    });
   }
 }

@@ -4,16 +4,17 @@ import { type Database, rawStatement } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { enqueueDelivery, webhookBody } from "../webhooks/mod.ts";
 import type { RunErrorInfo } from "./executor.ts";
-import type { RunRow } from "./_view.ts";
+import type { StoredResult } from "./_stored_result.ts";
+import type { RunRow, RunSummaryRow } from "./_view.ts";
 
 type Db = Kysely<Database> | Transaction<Database>;
 
 /** The statuses a run ends in. */
 export const TERMINAL_STATUSES = ["success", "failure", "cancelled"] as const;
 
-/** How a run ended. */
+/** How a run ended; a success carries its result as stored (see `_stored_result.ts`). */
 export type RunOutcome =
-  | { status: "success"; result: unknown }
+  | { status: "success"; result: StoredResult }
   | { status: "failure"; error: RunErrorInfo }
   | { status: "cancelled" };
 
@@ -38,19 +39,40 @@ export function selectRunById(db: Db, runId: string): Promise<RunRow | undefined
   >;
 }
 
-/** One page of an app's runs, newest first, starting after `before` (a run id). */
+/** The columns a listed run shows: never its result, input or secret. */
+const SUMMARY_COLUMNS = [
+  "run_id",
+  "project_id",
+  "app_id",
+  "function_name",
+  "mode",
+  "status",
+  "created_at",
+  "started_at",
+  "completed_at",
+  "queue_time_ms",
+  "run_time_ms",
+  "result_expired",
+  "result_truncated",
+  "error_type",
+  "error_message",
+  "error_traceback",
+  "webhook_endpoint",
+] as const satisfies ReadonlyArray<keyof RunSummaryRow>;
+
+/** One page of an app's runs, newest first, starting after `before` (a run id); results are not read. */
 export function selectRunPage(
   db: Db,
   options: { projectId: string; appId: string; status?: string; before?: string; limit: number },
-): Promise<RunRow[]> {
+): Promise<RunSummaryRow[]> {
   let query = db
     .selectFrom("runs")
-    .selectAll()
+    .select(SUMMARY_COLUMNS)
     .where("project_id", "=", options.projectId)
     .where("app_id", "=", options.appId);
   if (options.status) query = query.where("status", "=", options.status);
   if (options.before) query = query.where("run_id", "<", options.before);
-  return query.orderBy("run_id", "desc").limit(options.limit).execute() as Promise<RunRow[]>;
+  return query.orderBy("run_id", "desc").limit(options.limit).execute() as Promise<RunSummaryRow[]>;
 }
 
 /** The columns a run's outcome sets. */
@@ -62,7 +84,8 @@ export function outcomeColumns(
     status: outcome.status,
     completed_at: timing.completedAt,
     run_time_ms: Math.max(0, timing.completedAt - timing.startedAt),
-    result_json: outcome.status === "success" ? JSON.stringify(outcome.result ?? null) : null,
+    result_json: outcome.status === "success" ? outcome.result.json : null,
+    result_truncated: outcome.status === "success" && outcome.result.truncated ? 1 : 0,
     error_type: outcome.status === "failure" ? outcome.error.type : null,
     error_message: outcome.status === "failure" ? outcome.error.message : null,
     error_traceback: outcome.status === "failure" ? outcome.error.traceback : null,
@@ -73,15 +96,16 @@ export function outcomeColumns(
   };
 }
 
-/** The webhook body of a finished run. */
+/** The webhook body of a finished run: its result as stored (the same limit applies). */
 export function deliveryBodyFor(runId: string, outcome: RunOutcome, runTimeMs: number | null, now: number): string {
+  const success = outcome.status === "success";
   return webhookBody({
     run_id: runId,
     status: outcome.status,
-    result: outcome.status === "success" ? outcome.result ?? null : null,
+    result_truncated: success && outcome.result.truncated,
     error: outcome.status === "failure" ? outcome.error : null,
     run_time_ms: runTimeMs,
-  }, now);
+  }, { resultJson: success ? outcome.result.json : null, now });
 }
 
 /**

@@ -1,6 +1,6 @@
 /**
  * Whole run rows written by the hot paths (async accept, sync and stream records) with precompiled
- * statements: one column list, a missing column is written as NULL.
+ * statements: one column list, a missing column is written as NULL (or its default).
  */
 import type { Insertable } from "kysely";
 import { type Queryable, rawStatement } from "../store/mod.ts";
@@ -20,6 +20,7 @@ const COLUMNS = [
   "run_time_ms",
   "input_json",
   "result_json",
+  "result_truncated",
   "error_type",
   "error_message",
   "error_traceback",
@@ -39,9 +40,12 @@ const upsert = rawStatement(
     + ` where "runs"."status" in ('queued', 'running')`,
 );
 
+// Columns that are NOT NULL with a default: written as the default when the row leaves them out.
+const DEFAULTS: Partial<Record<(typeof COLUMNS)[number], unknown>> = { result_truncated: 0 };
+
 function parameters(row: Insertable<RunTable>): unknown[] {
   const values = new Array<unknown>(COLUMNS.length);
-  for (let i = 0; i < COLUMNS.length; i++) values[i] = row[COLUMNS[i]] ?? null;
+  for (let i = 0; i < COLUMNS.length; i++) values[i] = row[COLUMNS[i]] ?? DEFAULTS[COLUMNS[i]] ?? null;
   return values;
 }
 

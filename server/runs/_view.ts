@@ -6,23 +6,49 @@ import type { WebhookView } from "../webhooks/mod.ts";
 /** The contract's `Run`. */
 export type Run = components["schemas"]["Run"];
 
+/** The contract's `RunSummary`: a run as listed, without its result. */
+export type RunSummary = components["schemas"]["RunSummary"];
+
 /** A run's stored columns (what `selectAll` gives). */
-export type RunRow = Omit<RunTable, "result_expired" | "cancel_requested"> & {
+export type RunRow = Omit<RunTable, "result_expired" | "result_truncated" | "cancel_requested"> & {
   result_expired: number;
+  result_truncated: number;
   cancel_requested: number;
 };
+
+/** The columns a listed run is read with (no result, input or secret). */
+export type RunSummaryRow = Omit<
+  RunRow,
+  "result_json" | "input_json" | "webhook_secret" | "lease_owner" | "lease_expires_at" | "cancel_requested"
+>;
 
 function iso(ms: number | null): string | null {
   return ms === null ? null : new Date(Number(ms)).toISOString();
 }
 
 /** Whether the run's result has outlived `resultTtlMs` (removed or about to be). */
-export function resultExpired(row: RunRow, resultTtlMs: number, now: number): boolean {
+export function resultExpired(row: RunSummaryRow, resultTtlMs: number, now: number): boolean {
   return row.result_expired === 1 || (row.completed_at !== null && Number(row.completed_at) + resultTtlMs <= now);
 }
 
+/** Options of `toRun` and `toRunSummary`. */
+export interface RunViewOptions {
+  webhook: WebhookView | null;
+  resultTtlMs: number;
+  now: number;
+}
+
 /** The `Run` for a row and its webhook's state. */
-export function toRun(row: RunRow, options: { webhook: WebhookView | null; resultTtlMs: number; now: number }): Run {
+export function toRun(row: RunRow, options: RunViewOptions): Run {
+  const summary = toRunSummary(row, options);
+  return {
+    ...summary,
+    result: summary.result_expired || row.result_json === null ? null : JSON.parse(row.result_json),
+  };
+}
+
+/** The `RunSummary` (no result) for a row and its webhook's state. */
+export function toRunSummary(row: RunSummaryRow, options: RunViewOptions): RunSummary {
   const expired = row.status === "success" && resultExpired(row, options.resultTtlMs, options.now);
   return {
     run_id: row.run_id,
@@ -36,8 +62,8 @@ export function toRun(row: RunRow, options: { webhook: WebhookView | null; resul
     completed_at: iso(row.completed_at),
     queue_time_ms: row.queue_time_ms,
     run_time_ms: row.run_time_ms,
-    result: expired || row.result_json === null ? null : JSON.parse(row.result_json),
     result_expired: expired,
+    result_truncated: row.result_truncated === 1,
     error: row.error_type === null
       ? null
       : { type: row.error_type, message: row.error_message ?? "", traceback: row.error_traceback },

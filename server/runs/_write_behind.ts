@@ -3,6 +3,11 @@
  * to a sync call's path. Writes of the same run coalesce (a call that ends within the batch window is
  * written once, in its final state); one transaction per batch. A run already ended by someone else
  * (e.g. marked `interrupted`) is not overwritten.
+ *
+ * A batch the store refuses is retried run by run (so one refused run does not fail the others), a few
+ * times with backoff. A run that still cannot be written is reported (its waiter rejects with
+ * `RecordNotStored`, `onError` is told) and kept in memory, retried in the background until it is
+ * written or the process stops; a bounded number are kept, and one given up is logged by `onLost`.
  */
 import type { Insertable, Kysely } from "kysely";
 import type { Database } from "../store/mod.ts";
@@ -10,45 +15,93 @@ import type { RunTable } from "../store/schema.ts";
 import { type ClaimedDelivery, type DeliveryHandOff, enqueueDelivery, type NewDelivery } from "../webhooks/mod.ts";
 import { upsertRun } from "./_run_rows.ts";
 
+/** Raised to whoever waits for a run's record when the store did not take it after the retries. */
+export class RecordNotStored extends Error {
+  readonly runId: string;
+  constructor(runId: string, options: { cause: unknown }) {
+    super(`The record of run ${runId} could not be stored`, options);
+    this.name = "RecordNotStored";
+    this.runId = runId;
+  }
+}
+
 /** The write-behind buffer. */
 export interface WriteBehind {
   /** Buffers the run's full row (and its webhook delivery, for a final state); replaces an earlier one. */
   put(row: Insertable<RunTable>, delivery?: NewDelivery): void;
-  /** Writes everything buffered now; resolves once it is committed. */
+  /**
+   * Writes everything buffered now; resolves once the batch was written or its failed runs were kept
+   * for a later retry (never rejects).
+   */
   flush(): Promise<void>;
   /**
-   * Writes the final states with deliveries buffered at the end of this event-loop turn (other rows
-   * keep waiting for the batch window): every caller in the turn shares one transaction; resolves once
-   * it has committed.
+   * Writes the run `runId` just `put` with a delivery at the end of this event-loop turn, with every
+   * other such final state of the turn in one transaction (other rows keep waiting for the batch window).
+   * Resolves once it has committed; rejects with `RecordNotStored` when it could not be, after retries.
    */
-  flushSoon(): Promise<void>;
+  commitSoon(runId: string): Promise<void>;
+  /** Stops the background retries, tries the kept runs once more, and reports those still unwritten as lost. */
+  close(): Promise<void>;
 }
 
 /** Options of `createWriteBehind`. */
 export interface WriteBehindOptions {
   /** The batch window (default 25 ms). */
   delayMs?: number;
+  /** Pauses before each retry of a refused write, run by run (default 20, 100 and 500 ms). */
+  retryDelaysMs?: readonly number[];
+  /** The first pause before a kept run is tried again in the background; it doubles up to 30 s (default 1 s). */
+  keptRetryMs?: number;
+  /** The most runs kept for a later retry; past it the oldest is given up (default 1,000). */
+  keptLimit?: number;
   /** Called after a batch holding deliveries for the outbox (not handed off) was committed. */
   onDeliveries(): void;
   /** This process's delivery worker: deliveries are stored leased to it and handed to it after the commit. */
   handOff?: DeliveryHandOff;
-  onError(error: unknown): void;
+  /** A run's record could not be written after the retries; it is kept and retried in the background (told once). */
+  onError(error: unknown, runId: string): void;
+  /** A kept run's record was given up (too many kept, or the process stopped): it is not stored. */
+  onLost(error: unknown, runId: string): void;
 }
+
+interface Entry {
+  row: Insertable<RunTable>;
+  delivery?: NewDelivery;
+  /** Set once the run was reported and kept: later background retries do not report it again. */
+  kept?: true;
+}
+
+interface Waiter {
+  resolve(): void;
+  reject(error: unknown): void;
+}
+
+const MAX_KEPT_RETRY_MS = 30_000;
 
 /** Creates the buffer over `db`. */
 export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOptions): WriteBehind {
+  const retryDelaysMs = options.retryDelaysMs ?? [20, 100, 500];
+  const keptLimit = options.keptLimit ?? 1_000;
+  const firstKeptRetryMs = options.keptRetryMs ?? 1_000;
   let rows = new Map<string, Insertable<RunTable>>();
   let deliveries = new Map<string, NewDelivery>();
+  const waiters = new Map<string, Waiter>();
+  // Runs whose record the store refused, oldest first, with the last error.
+  const kept = new Map<string, Entry & { error: unknown }>();
+  let keptRetryMs = firstKeptRetryMs;
+  let keptTimer: NodeJS.Timeout | undefined;
+  let closed = false;
   let timer: NodeJS.Timeout | undefined;
   let chain: Promise<void> = Promise.resolve();
 
-  async function write(batch: Map<string, Insertable<RunTable>>, outbox: Map<string, NewDelivery>): Promise<void> {
+  async function write(entries: Entry[]): Promise<void> {
     const handed: ClaimedDelivery[] = [];
     let stored = 0;
     await db.transaction().execute(async (trx) => {
-      for (const row of batch.values()) await upsertRun(trx, row);
+      for (const { row } of entries) await upsertRun(trx, row);
       const now = Date.now();
-      for (const delivery of outbox.values()) {
+      for (const { delivery } of entries) {
+        if (!delivery) continue;
         const lease = options.handOff?.lease(now) ?? undefined;
         if (!(await enqueueDelivery(trx, delivery, { now, lease }))) continue;
         if (lease) {
@@ -67,50 +120,148 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     if (stored) options.onDeliveries();
   }
 
+  function settle(runId: string, error?: unknown): void {
+    const waiter = waiters.get(runId);
+    if (!waiter) return;
+    waiters.delete(runId);
+    if (error === undefined) waiter.resolve();
+    else waiter.reject(new RecordNotStored(runId, { cause: error }));
+  }
+
+  function keep(entry: Entry, error: unknown): void {
+    const runId = entry.row.run_id;
+    kept.delete(runId);
+    kept.set(runId, { ...entry, kept: true, error });
+    if (!entry.kept) options.onError(error, runId);
+    while (kept.size > keptLimit) {
+      const [oldest, lost] = kept.entries().next().value!;
+      kept.delete(oldest);
+      options.onLost(lost.error, oldest);
+    }
+    if (!closed && !keptTimer) {
+      keptTimer = setTimeout(retryKept, keptRetryMs);
+      // A stopping process tries its kept runs in `close()`; the timer alone must not hold it open.
+      keptTimer.unref();
+    }
+  }
+
+  /** Writes `entries` in one transaction, else run by run with retries; keeps those that still fail. */
+  async function commit(entries: Entry[]): Promise<void> {
+    let failing: Entry[];
+    let errors = new Map<string, unknown>();
+    try {
+      await write(entries);
+      failing = [];
+    } catch (error) {
+      failing = entries;
+      for (const entry of entries) errors.set(entry.row.run_id, error);
+    }
+    for (const delayMs of retryDelaysMs) {
+      if (failing.length === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      const still: Entry[] = [];
+      const stillErrors = new Map<string, unknown>();
+      for (const entry of failing) {
+        try {
+          await write([entry]);
+        } catch (error) {
+          still.push(entry);
+          stillErrors.set(entry.row.run_id, error);
+        }
+      }
+      failing = still;
+      errors = stillErrors;
+    }
+    const failed = new Set(failing.map((entry) => entry.row.run_id));
+    for (const entry of entries) {
+      const runId = entry.row.run_id;
+      if (!failed.has(runId)) settle(runId);
+    }
+    for (const entry of failing) {
+      const error = errors.get(entry.row.run_id);
+      // A newer state of the run may have been put meanwhile: it supersedes this one.
+      if (!rows.has(entry.row.run_id)) keep(entry, error);
+      settle(entry.row.run_id, error);
+    }
+  }
+
+  function enqueue(entries: Entry[]): Promise<void> {
+    chain = chain.then(() => commit(entries)).catch((error: unknown) => {
+      // Only a throwing callback gets here; nobody may wait forever for these runs.
+      for (const entry of entries) settle(entry.row.run_id, error);
+    });
+    return chain;
+  }
+
+  function retryKept(): void {
+    keptTimer = undefined;
+    if (closed || kept.size === 0) return;
+    const entries = [...kept.values()];
+    kept.clear();
+    const before = entries.length;
+    void enqueue(entries).then(() => {
+      // Back off while the store keeps refusing; start over once it took something.
+      keptRetryMs = kept.size < before ? firstKeptRetryMs : Math.min(keptRetryMs * 2, MAX_KEPT_RETRY_MS);
+    });
+  }
+
   function flush(): Promise<void> {
     if (timer) clearTimeout(timer);
     timer = undefined;
     if (rows.size === 0) return chain;
-    const batch = rows;
-    const outbox = deliveries;
+    const entries: Entry[] = [];
+    for (const row of rows.values()) entries.push({ row, delivery: deliveries.get(row.run_id) });
     rows = new Map();
     deliveries = new Map();
-    chain = chain.then(() => write(batch, outbox)).catch(options.onError);
-    return chain;
+    return enqueue(entries);
   }
 
   /** Writes the buffered final states that carry deliveries; other rows wait for the batch window. */
-  function flushDeliveries(): Promise<void> {
-    if (deliveries.size === 0) return chain;
-    const outbox = deliveries;
-    deliveries = new Map();
-    const batch = new Map<string, Insertable<RunTable>>();
-    for (const runId of outbox.keys()) {
-      batch.set(runId, rows.get(runId)!);
+  function flushDeliveries(): void {
+    if (deliveries.size === 0) return;
+    const entries: Entry[] = [];
+    for (const [runId, delivery] of deliveries) {
+      entries.push({ row: rows.get(runId)!, delivery });
       rows.delete(runId);
     }
-    chain = chain.then(() => write(batch, outbox)).catch(options.onError);
-    return chain;
+    deliveries = new Map();
+    void enqueue(entries);
   }
 
-  let soon: Promise<void> | undefined;
-  function flushSoon(): Promise<void> {
-    soon ??= new Promise<void>((resolve) =>
+  let soon = false;
+  function commitSoon(runId: string): Promise<void> {
+    const done = new Promise<void>((resolve, reject) => waiters.set(runId, { resolve, reject }));
+    if (!soon) {
+      soon = true;
       setImmediate(() => {
-        soon = undefined;
-        void flushDeliveries().then(resolve);
-      })
-    );
-    return soon;
+        soon = false;
+        flushDeliveries();
+      });
+    }
+    return done;
   }
 
   return {
-    flushSoon,
+    commitSoon,
     put(row, delivery) {
       rows.set(row.run_id, row);
+      kept.delete(row.run_id);
       if (delivery) deliveries.set(delivery.runId, delivery);
       timer ??= setTimeout(flush, options.delayMs ?? 25);
     },
     flush,
+    async close() {
+      closed = true;
+      if (keptTimer) clearTimeout(keptTimer);
+      keptTimer = undefined;
+      await flush();
+      if (kept.size) {
+        const entries = [...kept.values()];
+        kept.clear();
+        await enqueue(entries);
+      }
+      for (const [runId, entry] of kept) options.onLost(entry.error, runId);
+      kept.clear();
+    },
   };
 }

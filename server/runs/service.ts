@@ -21,7 +21,8 @@ import { fingerprint, reserveKey } from "./_idempotency.ts";
 import type { LocalRuns } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
 import { finishRun, queuedRunsByApp, selectRun, selectRunById, selectRunPage, TERMINAL_STATUSES } from "./_queries.ts";
-import { type Run, type RunRow, toRun } from "./_view.ts";
+import { DEFAULT_RESULT_LIMIT_BYTES } from "./_stored_result.ts";
+import { type Run, type RunRow, toRun, toRunSummary } from "./_view.ts";
 import { type CheckedWebhook, LiveRunRecord } from "./_live_run.ts";
 import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
@@ -64,10 +65,17 @@ export interface LiveRun {
    * Records success with `result` (for a stream, default: the items so far). Resolves once the record is
    * durable enough to answer: at once, or — for a call with a webhook — once the final state and its
    * delivery are committed, so a crash after the answer cannot lose the webhook. Await it before answering.
+   * Rejects with a 503 `service-unavailable` problem (with the run id) when that commit failed after
+   * retries: answer it instead of the result (the record is kept and retried in the background).
    */
   succeed(result?: unknown): Promise<void>;
-  /** Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`); resolves like `succeed`. */
+  /**
+   * Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`) — or
+   * `cancelled` once `signal` was aborted (the caller went away, or `cancelRun`); settles like `succeed`.
+   */
   fail(error: unknown): Promise<void>;
+  /** Records the run `cancelled` (e.g. its stream's client went away), as `cancelRun` does; settles like `succeed`. */
+  cancelled(): Promise<void>;
   /** Whether it has ended (`succeed`, `fail` or a cancel). */
   readonly ended: boolean;
   /** Settles once it has ended. */
@@ -154,7 +162,10 @@ export interface RunService {
    * are ignored.
    */
   abandon(): Promise<number>;
-  /** Stops dispatching and upkeep, writes buffered records. Runs in flight end as `interrupted` later. */
+  /**
+   * Stops dispatching and upkeep, writes buffered records (and tries once more those the store refused,
+   * logging any still refused as lost). Runs in flight end as `interrupted` later.
+   */
   stop(): Promise<void>;
 }
 
@@ -163,7 +174,10 @@ export interface RunServiceOptions {
   db: Kysely<Database>;
   secrets: SecretBox;
   logger: Logger;
-  config: Pick<Config, "resultTtlMs" | "runLeaseMs" | "webhookAllowPrivate">;
+  /** `resultLimitBytes` defaults to 1 MiB. */
+  config:
+    & Pick<Config, "resultTtlMs" | "runLeaseMs" | "webhookAllowPrivate">
+    & Partial<Pick<Config, "resultLimitBytes">>;
   /** Runs queued async runs; without one, async runs stay queued (e.g. a submit-only process). */
   executor?: RunExecutor;
   /** Where run starts and ends are counted; without it they are only logged. */
@@ -181,6 +195,11 @@ export interface RunServiceOptions {
   ownersDir?: string;
   /** Dispatcher poll interval when nothing woke it (default 250 ms). */
   pollMs?: number;
+  /**
+   * How a run record the store refused is retried: `delaysMs` before each retry while a caller waits
+   * (default 20, 100, 500 ms), then in the background from `keptMs` on (default 1 s, doubling to 30 s).
+   */
+  recordRetry?: { delaysMs?: readonly number[]; keptMs?: number };
 }
 
 /** Creates the service and starts its dispatcher (when it has an executor) and upkeep. */
@@ -193,11 +212,17 @@ export function createRunService(options: RunServiceOptions): RunService {
   // Kept after a clean stop too: the next start sees the process is gone and ends what it left running.
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
+    retryDelaysMs: options.recordRetry?.delaysMs,
+    keptRetryMs: options.recordRetry?.keptMs,
     onDeliveries,
     handOff: options.deliveryHandOff,
-    onError: (error) => logger.error({ err: error }, "writing run records failed"),
+    onError: (error, runId) =>
+      logger.error({ err: error, run_id: runId }, "run record could not be stored; kept in memory and retried"),
+    onLost: (error, runId) =>
+      logger.error({ err: error, run_id: runId }, "run record lost: the store refused it until it was given up"),
   });
-  const liveRunDeps = { writer, local, events };
+  const resultLimitBytes = config.resultLimitBytes ?? DEFAULT_RESULT_LIMIT_BYTES;
+  const liveRunDeps = { writer, local, events, resultLimitBytes };
   const loops: Ticker[] = [];
   let dispatcher: Ticker | undefined;
   if (options.executor) {
@@ -209,6 +234,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       leaseMs: config.runLeaseMs,
       local,
       events,
+      resultLimitBytes,
       pollMs: options.pollMs ?? 250,
       onFinished() {
         onDeliveries();
@@ -413,7 +439,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       const now = Date.now();
       return {
         runs: page.map((row) =>
-          toRun(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
+          toRunSummary(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
         ),
         next_cursor: rows.length > limit ? encodeCursor(page[page.length - 1].run_id) : null,
       };
@@ -453,7 +479,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     },
     async stop() {
       await Promise.all(loops.map((loop) => loop.stop()));
-      await writer.flush();
+      await writer.close();
     },
   };
 }

@@ -60,6 +60,11 @@ export interface RunTable {
   result_json: string | null;
   /** 1 once the result was removed after the result TTL. */
   result_expired: Generated<number>;
+  /**
+   * 1 when the result was larger than the stored-result limit: a stream's `result_json` holds the items
+   * that fit, any other result is NULL.
+   */
+  result_truncated: Generated<number>;
   error_type: string | null;
   error_message: string | null;
   error_traceback: string | null;

@@ -26,10 +26,18 @@ export interface NewDelivery {
   sealedSecret: string | null;
 }
 
-/** The JSON body of a run's delivery, serialised once: these bytes are signed and sent on every attempt. */
-export function webhookBody(body: Omit<WebhookBody, "timestamp">, now: number = Date.now()): string {
-  const full: WebhookBody = { ...body, timestamp: new Date(now).toISOString() };
-  return JSON.stringify(full);
+/**
+ * The JSON body of a run's delivery, serialised once: these bytes are signed and sent on every attempt.
+ * The result comes as the JSON text already stored with the run (`resultJson`, null for none), so it is
+ * neither parsed nor serialised again.
+ */
+export function webhookBody(
+  body: Omit<WebhookBody, "timestamp" | "result">,
+  options: { resultJson: string | null; now?: number },
+): string {
+  const rest: Omit<WebhookBody, "result"> = { ...body, timestamp: new Date(options.now ?? Date.now()).toISOString() };
+  // `rest` always has members, so its text is `{"run_id":…}`: the result goes in as the first member.
+  return `{"result":${options.resultJson ?? "null"},${JSON.stringify(rest).slice(1)}`;
 }
 
 const insertDelivery = rawStatement(

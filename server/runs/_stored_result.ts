@@ -1,0 +1,65 @@
+/**
+ * What of a run's result is stored (and sent in its webhook): its JSON text, up to a limit in bytes.
+ * A stream keeps its first items that fit, in order; any other result is kept whole or not at all,
+ * since a cut JSON value means nothing. Either way `truncated` says that something was left out.
+ */
+
+/** A result as stored. */
+export interface StoredResult {
+  /** The JSON text kept, or null when nothing is kept. */
+  json: string | null;
+  /** Whether the result was larger than the limit. */
+  truncated: boolean;
+}
+
+/** The default stored-result limit (`RUNPLANE_RESULT_LIMIT`): 1 MiB. */
+export const DEFAULT_RESULT_LIMIT_BYTES = 1024 * 1024;
+
+/** Whether `text` takes more than `limit` bytes as UTF-8. */
+function overLimit(text: string, limit: number): boolean {
+  // A UTF-16 code unit is 1 to 3 UTF-8 bytes: most texts are decided by their length alone.
+  if (text.length > limit) return true;
+  if (text.length * 3 <= limit) return false;
+  return Buffer.byteLength(text) > limit;
+}
+
+/** The stored form of a whole result (a sync call's return value). */
+export function storedResult(value: unknown, limitBytes: number): StoredResult {
+  const json = JSON.stringify(value ?? null);
+  return overLimit(json, limitBytes) ? { json: null, truncated: true } : { json, truncated: false };
+}
+
+/**
+ * A stream's items as they arrive, serialised once each and kept while the JSON list stays within the
+ * limit; after the first item that does not fit, later ones are counted out too (the stored list is a
+ * prefix of the stream). Memory stays within the limit however long the stream.
+ */
+export class StoredItems {
+  readonly #limit: number;
+  readonly #parts: string[] = [];
+  // The list's brackets.
+  #bytes = 2;
+  #truncated = false;
+
+  constructor(limitBytes: number) {
+    this.#limit = limitBytes;
+  }
+
+  /** Adds one item. */
+  add(value: unknown): void {
+    if (this.#truncated) return;
+    const text = JSON.stringify(value ?? null);
+    const room = this.#limit - this.#bytes - (this.#parts.length ? 1 : 0);
+    if (overLimit(text, room)) {
+      this.#truncated = true;
+      return;
+    }
+    this.#bytes += (this.#parts.length ? 1 : 0) + Buffer.byteLength(text);
+    this.#parts.push(text);
+  }
+
+  /** The stored list. */
+  result(): StoredResult {
+    return { json: `[${this.#parts.join(",")}]`, truncated: this.#truncated };
+  }
+}

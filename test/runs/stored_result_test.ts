@@ -1,0 +1,139 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { deployApp } from "../_helpers/apps.ts";
+import { checkedFetch } from "../_helpers/contract.ts";
+import { type AppRef, callRun, getRun, listRuns, submitAsync, waitForStatus } from "../_helpers/runs.ts";
+import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
+import { startWebhookReceiver, type WebhookReceiver } from "../_helpers/webhook_receiver.ts";
+
+const LIMIT = 4096;
+
+const MAIN = `
+def blob(n):
+    return "x" * n
+
+def small():
+    return {"ok": 1}
+
+def chunks(n, size):
+    for i in range(n):
+        yield ("%04d" % i) + "y" * (size - 4)
+`;
+
+/** The JSON bytes of `value`. */
+function bytes(value: unknown): number {
+  return Buffer.byteLength(JSON.stringify(value));
+}
+
+/** Reads a stream call's events' data lines. */
+async function streamData(t: TestServer, fn: string, body: Record<string, unknown>, query = "") {
+  const response = await checkedFetch(`${t.url}/v4/${TEST_PROJECT}/big/${fn}${query}`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${t.token}`, "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  assert.equal(response.status, 200);
+  const text = await response.text();
+  const data = text.split("\n\n").filter((event) => event.startsWith("data: ")).map((event) => event.slice(6));
+  return { runId: response.headers.get("x-request-id")!, data };
+}
+
+describe("stored results are bounded by RUNPLANE_RESULT_LIMIT", () => {
+  let t: TestServer;
+  let receiver: WebhookReceiver;
+  const ref: () => AppRef = () => ({ client: t.client, project: TEST_PROJECT, app: "big" });
+
+  before(async () => {
+    t = await startTestServer({ env: { RUNPLANE_RESULT_LIMIT: `${LIMIT}`, RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" } });
+    await deployApp(t, "big", {
+      toml: "[scaling]\nmax_replicas = 2\nreplica_concurrency = 2\nresponse_grace_period = 60\n",
+      files: { "main.py": MAIN },
+    });
+    receiver = await startWebhookReceiver();
+  });
+  after(async () => {
+    await receiver.close();
+    await t.close();
+  });
+
+  it("answers a sync result above the limit in full, and stores it as null with result_truncated", async () => {
+    const { data, response } = await callRun(ref(), "blob", { body: { n: 20_000 } });
+    assert.equal(response.status, 200);
+    assert.equal((data as { result: string }).result, "x".repeat(20_000));
+    const run = (await getRun(ref(), (data as { run_id: string }).run_id)).data!;
+    assert.equal(run.status, "success");
+    assert.equal(run.result, null);
+    assert.equal(run.result_truncated, true);
+  });
+
+  it("stores a sync result within the limit whole, with result_truncated false", async () => {
+    const { data } = await callRun(ref(), "blob", { body: { n: LIMIT - 2 } });
+    const run = (await getRun(ref(), (data as { run_id: string }).run_id)).data!;
+    assert.equal(run.result, "x".repeat(LIMIT - 2));
+    assert.equal(run.result_truncated, false);
+  });
+
+  it("streams every item to the caller, and stores the first items that fit in the limit", async () => {
+    const { runId, data } = await streamData(t, "chunks", { n: 50, size: 200 });
+    assert.equal(data.length, 50, "the caller gets every item");
+    const run = (await getRun(ref(), runId)).data!;
+    assert.equal(run.mode, "stream");
+    assert.equal(run.result_truncated, true);
+    const kept = run.result as string[];
+    assert.deepEqual(kept, data.slice(0, kept.length), "a prefix of the stream, in order");
+    assert.ok(bytes(kept) <= LIMIT, `${bytes(kept)} bytes stored`);
+    assert.ok(bytes([...kept, data[kept.length]]) > LIMIT, "as many items as fit are kept");
+  });
+
+  it("stores a short stream whole", async () => {
+    const { runId, data } = await streamData(t, "chunks", { n: 3, size: 10 });
+    const run = (await getRun(ref(), runId)).data!;
+    assert.deepEqual(run.result, data);
+    assert.equal(run.result_truncated, false);
+  });
+
+  it("applies the limit to async runs: a streamed and a returned result", async () => {
+    const streamed = await submitAsync(ref(), "chunks", { body: { n: 50, size: 200 } });
+    const returned = await submitAsync(ref(), "blob", { body: { n: 20_000 } });
+    const stream = await waitForStatus(ref(), streamed, ["success"]);
+    assert.equal(stream.result_truncated, true);
+    assert.ok(bytes(stream.result) <= LIMIT && (stream.result as string[]).length > 0);
+    const blob = await waitForStatus(ref(), returned, ["success"]);
+    assert.equal(blob.result, null);
+    assert.equal(blob.result_truncated, true);
+  });
+
+  it("lists runs without their results; getRun has the result", async () => {
+    const { data } = await callRun(ref(), "small");
+    const runId = (data as { run_id: string }).run_id;
+    const page = (await listRuns(ref(), { limit: 50 })).data!;
+    const listed = page.runs.find((run) => run.run_id === runId);
+    assert.ok(listed, "the run is listed");
+    assert.equal(listed.status, "success");
+    assert.equal(listed.result_truncated, false);
+    for (const run of page.runs) assert.equal("result" in run, false, `${run.run_id} is listed without a result`);
+    assert.deepEqual((await getRun(ref(), runId)).data!.result, { ok: 1 });
+  });
+
+  it("caps the webhook body's result like the stored one (sync and stream)", async () => {
+    const before = receiver.requests.length;
+    const { data } = await callRun(ref(), "blob", { body: { n: 20_000 }, webhookEndpoint: receiver.url });
+    assert.equal((data as { result: string }).result.length, 20_000);
+    const stream = await streamData(t, "chunks", { n: 50, size: 200 }, `?webhookEndpoint=${receiver.url}`);
+    await receiver.waitFor(before + 2);
+    const bodies = receiver.requests.slice(before).map((request) => ({
+      size: request.body.length,
+      body: JSON.parse(request.body.toString()) as { run_id: string; result: unknown; result_truncated: boolean },
+    }));
+    const sync = bodies.find((b) => b.body.run_id === (data as { run_id: string }).run_id)!;
+    assert.equal(sync.body.result, null);
+    assert.equal(sync.body.result_truncated, true);
+    assert.ok(sync.size < 1024, `sync webhook body of ${sync.size} bytes`);
+    const streamed = bodies.find((b) => b.body.run_id === stream.runId)!;
+    assert.equal(streamed.body.result_truncated, true);
+    const kept = streamed.body.result as string[];
+    assert.deepEqual(kept, stream.data.slice(0, kept.length));
+    assert.ok(bytes(kept) <= LIMIT);
+    assert.ok(streamed.size <= LIMIT + 1024, `stream webhook body of ${streamed.size} bytes`);
+  });
+});
