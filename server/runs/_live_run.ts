@@ -20,10 +20,12 @@ export interface LiveRunDeps {
   events: RunEvents;
 }
 
-/** The webhook of a call: its checked endpoint and sealed secret. */
+/** The webhook of a call: its checked endpoint (without user information) and sealed secret and credentials. */
 export interface CheckedWebhook {
   endpoint: string;
   sealed: string | null;
+  /** The endpoint's `user:password`, sealed, or null when it had none. */
+  credentials: string | null;
 }
 
 /** A live run, registered in `deps.local` (so `cancelRun` reaches it) until it ends. */
@@ -106,6 +108,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
         endpoint: webhook.endpoint,
         body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now),
         sealedSecret: webhook.sealed,
+        sealedCredentials: webhook.credentials,
       }
       : undefined;
     const mode = this.#stream ? "stream" : row.mode;

@@ -25,6 +25,7 @@ const COLUMNS = [
   "error_traceback",
   "webhook_endpoint",
   "webhook_secret",
+  "webhook_credentials",
   "lease_owner",
   "lease_expires_at",
 ] as const satisfies ReadonlyArray<keyof RunTable>;

@@ -13,7 +13,13 @@ import type { SecretBox } from "../secrets/mod.ts";
 import { createGroupCommit, type Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import type { Ticker } from "../ticker/mod.ts";
-import { checkEndpointUrl, type DeliveryHandOff, DestinationRefusedError, webhookViews } from "../webhooks/mod.ts";
+import {
+  checkEndpointUrl,
+  type DeliveryHandOff,
+  DestinationRefusedError,
+  takeEndpointCredentials,
+  webhookViews,
+} from "../webhooks/mod.ts";
 import type { RunExecutor } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
@@ -220,7 +226,12 @@ export function createRunService(options: RunServiceOptions): RunService {
     if (!call.webhook) return null;
     try {
       const url = checkEndpointUrl(call.webhook.endpoint, { allowPrivate: config.webhookAllowPrivate });
-      return { endpoint: url.href, sealed: call.webhook.secret ? secrets.seal(call.webhook.secret) : null };
+      const credentials = takeEndpointCredentials(url);
+      return {
+        endpoint: url.href,
+        sealed: call.webhook.secret ? secrets.seal(call.webhook.secret) : null,
+        credentials: credentials === null ? null : secrets.seal(credentials),
+      };
     } catch (error) {
       if (!(error instanceof DestinationRefusedError)) throw error;
       throw new ProblemError("validation", error.message, {
@@ -269,6 +280,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       input_json: running ? null : JSON.stringify(call.input),
       webhook_endpoint: webhook?.endpoint ?? null,
       webhook_secret: running ? null : webhook?.sealed ?? null,
+      webhook_credentials: running ? null : webhook?.credentials ?? null,
       lease_owner: running ? owner : null,
       lease_expires_at: running ? now + config.runLeaseMs : null,
     };

@@ -22,6 +22,7 @@ import {
   recordAttempts,
   statusAfter,
 } from "./outbox.ts";
+import { basicAuthorization } from "./endpoint_credentials.ts";
 import { postOnce } from "./_post.ts";
 import { judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
 import { signWebhook, webhookHeaderNames } from "./signer.ts";
@@ -92,6 +93,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       "User-Agent": "Runplane-Webhook/1",
       "X-Request-Id": delivery.run_id,
     };
+    if (delivery.credentials) headers.Authorization = basicAuthorization(options.secrets.open(delivery.credentials));
     if (delivery.secret !== null) {
       const timestamp = Math.floor(now / 1000);
       const secret = options.secrets.open(delivery.secret);

@@ -24,6 +24,8 @@ export interface NewDelivery {
   body: string;
   /** The secret sealed with the secret box, or null for unsigned deliveries. */
   sealedSecret: string | null;
+  /** The endpoint's `user:password` sealed with the secret box (sent as Basic authentication), or null. */
+  sealedCredentials?: string | null;
 }
 
 /** The JSON body of a run's delivery, serialised once: these bytes are signed and sent on every attempt. */
@@ -33,8 +35,8 @@ export function webhookBody(body: Omit<WebhookBody, "timestamp">, now: number = 
 }
 
 const insertDelivery = rawStatement(
-  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
-    + ` values (?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
+  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "credentials", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
+    + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
 );
 
 /** A lease a delivery is inserted with: it is handed to that owner's worker instead of being claimed. */
@@ -59,6 +61,7 @@ export async function enqueueDelivery(
     delivery.endpoint,
     delivery.body,
     delivery.sealedSecret,
+    delivery.sealedCredentials ?? null,
     now,
     lease?.owner ?? null,
     lease?.expiresAt ?? null,
@@ -74,11 +77,13 @@ const claimDue = rawStatement<ClaimedDelivery>(
     + ` where "run_id" in (select "run_id" from "webhook_deliveries"`
     + ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`
     + ` order by "next_attempt_at" limit ?)`
-    + ` returning "run_id", "endpoint", "body", "secret", "attempts", "created_at"`,
+    + ` returning "run_id", "endpoint", "body", "secret", "credentials", "attempts", "created_at"`,
 );
 
 /** A delivery this process holds the lease of. */
 export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & {
+  /** The endpoint's sealed `user:password`, when it had one. */
+  credentials?: string | null;
   attempts: number;
   created_at: number;
 };
@@ -131,14 +136,14 @@ const insertAttempt = rawStatement(
 const moveOnPending = rawStatement(
   `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
 );
-// A settled delivery drops its secret.
+// A settled delivery drops its secret and credentials.
 const settleDelivery = rawStatement(
-  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null, "secret" = null where "run_id" = ?`,
+  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null, "secret" = null, "credentials" = null where "run_id" = ?`,
 );
 
 /**
  * Records attempts (one transaction for all of them) and moves each delivery on: delivered, failed
- * (`statusAfter`), or due again at `nextAttemptAt`. A settled delivery drops its secret.
+ * (`statusAfter`), or due again at `nextAttemptAt`. A settled delivery drops its secret and credentials.
  */
 export async function recordAttempts(db: Kysely<Database>, records: readonly AttemptRecord[]): Promise<void> {
   await db.transaction().execute(async (trx) => {

@@ -2,10 +2,12 @@ import type { Migration } from "kysely";
 import * as spine from "./0001_spine.ts";
 import * as runs from "./0002_runs.ts";
 import * as integrations from "./0003_integrations.ts";
+import * as webhookCredentials from "./0004_webhook_credentials.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
   "0001_spine": spine,
   "0002_runs": runs,
   "0003_integrations": integrations,
+  "0004_webhook_credentials": webhookCredentials,
 };
