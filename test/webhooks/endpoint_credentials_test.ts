@@ -98,7 +98,7 @@ describe("webhook endpoint credentials", () => {
     assert.equal(shown?.webhook?.endpoint, receiver.url);
 
     await waitForStatus(ref(), runId, ["success"]);
-    await eventually(() => receiver.requests.find((r) => r.headers["x-request-id"] === runId));
+    await eventually(async () => receiver.requests.find((r) => r.headers["x-request-id"] === runId));
     const request = receiver.requests.find((r) => r.headers["x-request-id"] === runId)!;
     assert.equal(request.headers.authorization, `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString("base64")}`);
     const ended = await db.selectFrom("runs").selectAll().where("run_id", "=", runId).executeTakeFirstOrThrow();
