@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { checkedFetch } from "../_helpers/contract.ts";
+import { rawRequest } from "../_helpers/raw_http.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 describe("HTTP layer problems", () => {
@@ -31,6 +32,24 @@ describe("HTTP layer problems", () => {
     assert.equal(response.status, 400);
     const body = await problem(response);
     assert.equal(body.type, "https://runplane.dev/problems/malformed-json");
+  });
+
+  it("answers a well-formed JSON scalar with the validation problem of an array, not malformed-json", async () => {
+    const array = await post("[1,2]");
+    assert.equal(array.status, 400);
+    const expected = await problem(array);
+    assert.equal(expected.type, "https://runplane.dev/problems/validation");
+    for (const scalar of ["5", '"text"', "null", "true", " -1.5e3 "]) {
+      const response = await post(scalar);
+      assert.equal(response.status, 400, scalar);
+      const body = await problem(response);
+      assert.equal(body.type, expected.type, scalar);
+      assert.deepEqual(body.errors, expected.errors, scalar);
+    }
+    for (const malformed of ["5x", "'text'", "nul"]) {
+      const response = await post(malformed);
+      assert.equal((await problem(response)).type, "https://runplane.dev/problems/malformed-json", malformed);
+    }
   });
 
   it("answers 413 for a body over the limit", async () => {
@@ -84,5 +103,41 @@ describe("HTTP layer problems", () => {
     const response = await checkedFetch(`${t.url}/healthz`);
     assert.equal(response.status, 200);
     assert.match(response.headers.get("x-request-id") ?? "", /^req_/);
+  });
+});
+
+describe("HTTP layer problems for what fetch cannot send", () => {
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer();
+  });
+  after(() => t.close());
+
+  function runRequest(extra: string[], body = "{}"): string[] {
+    return [
+      `POST /v4/${TEST_PROJECT}/no-such-app/run?webhookEndpoint=https%3A%2F%2Fhooks.example.com%2Fx HTTP/1.1`,
+      `Host: ${new URL(t.url).host}`,
+      `Authorization: Bearer ${t.token}`,
+      "Content-Type: application/json",
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      ...extra,
+    ];
+  }
+
+  for (const name of ["X-Webhook-Secret", "Idempotency-Key"]) {
+    it(`refuses ${name} sent twice with a 400 problem naming it`, async () => {
+      const response = await rawRequest(t.url, runRequest([`${name}: a`, `${name}: b`]), "{}");
+      assert.equal(response.status, 400);
+      assert.equal(response.headers["content-type"], "application/problem+json");
+      assert.match(response.headers["x-request-id"] ?? "", /^req_/);
+      const problem = JSON.parse(response.body) as { type: string; errors: Array<{ path: string; message: string }> };
+      assert.equal(problem.type, "https://runplane.dev/problems/validation");
+      assert.deepEqual(problem.errors, [{ path: `header.${name}`, message: "was sent 2 times; send it once" }]);
+    });
+  }
+
+  it("accepts a secret with a comma sent once (the call goes on to the missing app)", async () => {
+    const response = await rawRequest(t.url, runRequest(["X-Webhook-Secret: a, b"]), "{}");
+    assert.equal(response.status, 404);
   });
 });
