@@ -19,6 +19,7 @@ import { RequestInput } from "./request_input.ts";
 import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
 
+export { answerClientErrors, MAX_HEADER_BYTES } from "./client_error.ts";
 export { createDrainGate, type DrainGate } from "./drain_gate.ts";
 export type { EventStreamBody, Handler, HandlerInput, HandlerResult, Handlers, OperationId } from "./handler_types.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";

@@ -141,3 +141,66 @@ describe("HTTP layer problems for what fetch cannot send", () => {
     assert.equal(response.status, 404);
   });
 });
+
+describe("answers of Node's HTTP parser", () => {
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer();
+  });
+  after(() => t.close());
+
+  function assertParserProblem(response: { status: number; headers: Record<string, string>; body: string }) {
+    assert.equal(response.headers["content-type"], "application/problem+json");
+    assert.match(response.headers["x-request-id"] ?? "", /^req_[A-Za-z0-9_-]{16}$/);
+    const problem = JSON.parse(response.body) as { type: string; status: number; title: string; detail: string };
+    assert.equal(problem.status, response.status);
+    assert.ok(problem.title && problem.detail);
+    return problem;
+  }
+
+  it("431 with a problem and X-Request-Id for headers over 16 KiB", async () => {
+    const host = new URL(t.url).host;
+    const response = await rawRequest(t.url, [
+      "GET /healthz HTTP/1.1",
+      `Host: ${host}`,
+      `X-Big: ${"a".repeat(17_000)}`,
+    ]);
+    assert.equal(response.status, 431);
+    const problem = assertParserProblem(response);
+    assert.equal(problem.type, "https://runplane.dev/problems/request-header-fields-too-large");
+    assert.match(problem.detail, /16384 bytes/);
+  });
+
+  it("431 for many headers adding up to more than 16 KiB", async () => {
+    const host = new URL(t.url).host;
+    const many = Array.from({ length: 3000 }, (_, i) => `X-H${i}: ${i}`);
+    const response = await rawRequest(t.url, ["GET /healthz HTTP/1.1", `Host: ${host}`, ...many]);
+    assert.equal(response.status, 431);
+    assertParserProblem(response);
+  });
+
+  it("400 with a problem and X-Request-Id for two Content-Lengths", async () => {
+    const host = new URL(t.url).host;
+    const response = await rawRequest(
+      t.url,
+      ["POST /healthz HTTP/1.1", `Host: ${host}`, "Content-Length: 2", "Content-Length: 3"],
+      "{}",
+    );
+    assert.equal(response.status, 400);
+    const problem = assertParserProblem(response);
+    assert.equal(problem.type, "https://runplane.dev/problems/bad-request");
+  });
+
+  it("logs each refusal with its request id, and the server keeps answering", async () => {
+    const host = new URL(t.url).host;
+    const response = await rawRequest(t.url, [
+      "GET /healthz HTTP/1.1",
+      `Host: ${host}`,
+      `X-Big: ${"a".repeat(17_000)}`,
+    ]);
+    const id = response.headers["x-request-id"];
+    assert.ok(t.logs.some((line) => line.req_id === id && line.msg === "request refused by the HTTP parser"));
+    const healthy = await fetch(`${t.url}/healthz`);
+    assert.equal(healthy.status, 200);
+  });
+});
