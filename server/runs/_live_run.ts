@@ -86,15 +86,16 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     (this.#items ??= []).push(value);
   }
 
-  succeed(...args: unknown[]): Promise<void> {
-    return this.#end({ status: "success", result: args.length ? args[0] : this.#stream ? (this.#items ?? []) : null });
+  succeed(...args: [result?: unknown, options?: { runTimeMs?: number }]): Promise<void> {
+    const result = args.length ? args[0] : this.#stream ? (this.#items ?? []) : null;
+    return this.#end({ status: "success", result }, args[1]?.runTimeMs);
   }
 
   fail(error: unknown): Promise<void> {
     return this.#end({ status: "failure", error: toRunError(error) });
   }
 
-  #end(outcome: RunOutcome): Promise<void> {
+  #end(outcome: RunOutcome, runTimeMs?: number): Promise<void> {
     if (this.#ended) return Promise.resolve();
     this.#ended = true;
     const row = this.#row;
@@ -102,6 +103,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     const { writer, local, events } = this.#deps;
     const now = Date.now();
     const columns = outcomeColumns(outcome, { startedAt: Number(row.started_at), completedAt: now });
+    if (runTimeMs !== undefined) columns.run_time_ms = runTimeMs;
     const delivery = webhook
       ? {
         runId: row.run_id,

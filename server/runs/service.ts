@@ -70,8 +70,10 @@ export interface LiveRun {
    * Records success with `result` (for a stream, default: the items so far). Resolves once the record is
    * durable enough to answer: at once, or — for a call with a webhook — once the final state and its
    * delivery are committed, so a crash after the answer cannot lose the webhook. Await it before answering.
+   * `runTimeMs` is the run time the caller is answered; it is recorded as is, so the record, the webhook
+   * and an idempotent replay say the same (default: from the run's start to now, in whole milliseconds).
    */
-  succeed(result?: unknown): Promise<void>;
+  succeed(result?: unknown, options?: { runTimeMs?: number }): Promise<void>;
   /** Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`); resolves like `succeed`. */
   fail(error: unknown): Promise<void>;
 }
