@@ -19,7 +19,10 @@ import {
   claimDueDeliveries,
   type ClaimedDelivery,
   type DeliveryLease,
+  type AttemptStart,
+  recordAttemptStarts,
   recordAttempts,
+  settleInterruptedAttempts,
   statusAfter,
 } from "./outbox.ts";
 import { basicAuthorization } from "./endpoint_credentials.ts";
@@ -86,6 +89,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   // Attempts that end within 10 ms of each other are recorded in one transaction. Until it commits, the
   // delivery's lease holds it: a crash in between means one more attempt, never a lost one.
   const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch), { delayMs: 10 });
+  // An attempt is counted in the store before it is sent: one killed mid-attempt is not lost from the
+  // record while the receiver got it. Starts of the same event-loop turn share one commit.
+  const starts = createGroupCommit<AttemptStart>((batch) => recordAttemptStarts(options.db, batch));
 
   function headersFor(delivery: ClaimedDelivery, now: number): Record<string, string> {
     const headers: Record<string, string> = {
@@ -106,6 +112,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   async function attempt(delivery: ClaimedDelivery): Promise<void> {
     const number = delivery.attempts + 1;
     const at = Date.now();
+    await starts.add({ runId: delivery.run_id, attempt: number, at });
+    if (stopping.signal.aborted) return;
     const started = performance.now();
     const outcome = await postOnce({
       url: new URL(delivery.endpoint),
@@ -175,8 +183,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       return;
     }
     const now = Date.now();
-    const claimed = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit: Math.min(room, 32) });
-    backlog = claimed.length === Math.min(room, 32);
+    const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit: Math.min(room, 32) });
+    backlog = due.length === Math.min(room, 32);
+    const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now });
     for (const delivery of claimed) ready.push({ delivery, leaseEnds: now + leaseMs });
     pump();
   }

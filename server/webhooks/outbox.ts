@@ -129,10 +129,68 @@ export function statusAfter(record: AttemptRecord): "pending" | "delivered" | "f
   return record.verdict === "permanent" || record.attempt >= record.maxAttempts ? "failed" : "pending";
 }
 
+// An attempt's row is written when it starts (no outcome yet) and completed when it ends.
 const insertAttempt = rawStatement(
   `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, ?, ?, ?)`
+    + ` on conflict ("run_id", "attempt") do update set "status_code" = excluded."status_code", "error" = excluded."error", "duration_ms" = excluded."duration_ms"`,
+);
+const startAttempt = rawStatement(
+  `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, null, null, 0)`
     + ` on conflict ("run_id", "attempt") do nothing`,
 );
+const countAttempt = rawStatement(
+  `update "webhook_deliveries" set "attempts" = ? where "run_id" = ? and "attempts" < ?`,
+);
+const markOutcomeUnknown = rawStatement(
+  `update "webhook_attempts" set "error" = ? where "run_id" = ? and "attempt" = ? and "status_code" is null and "error" is null`,
+);
+
+/** The error an attempt is recorded with when its process stopped before it ended. */
+export const OUTCOME_UNKNOWN = "no outcome: the server stopped during this attempt (the receiver may have got it)";
+
+/** An attempt about to be sent. */
+export interface AttemptStart {
+  runId: string;
+  attempt: number;
+  at: number;
+}
+
+/**
+ * Records attempts as started, before they are sent (one transaction for all): a process that dies
+ * during an attempt leaves it counted, so the record never lists fewer attempts than the receiver saw.
+ */
+export async function recordAttemptStarts(db: Kysely<Database>, starts: readonly AttemptStart[]): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    for (const start of starts) {
+      await startAttempt(trx, [start.runId, start.attempt, start.at]);
+      await countAttempt(trx, [start.attempt, start.runId, start.attempt]);
+    }
+  });
+}
+
+/**
+ * Marks the last attempt of deliveries claimed again after their process stopped mid-attempt as of
+ * unknown outcome; a delivery with no attempt left then ends `failed`. Returns those that may go on.
+ */
+export async function settleInterruptedAttempts(
+  db: Kysely<Database>,
+  claimed: readonly ClaimedDelivery[],
+  options: { maxAttempts: number; now: number },
+): Promise<ClaimedDelivery[]> {
+  const resumed = claimed.filter((d) => d.attempts > 0);
+  if (resumed.length === 0) return [...claimed];
+  const exhausted = new Set<string>();
+  await db.transaction().execute(async (trx) => {
+    for (const delivery of resumed) {
+      await markOutcomeUnknown(trx, [OUTCOME_UNKNOWN, delivery.run_id, delivery.attempts]);
+      if (delivery.attempts >= options.maxAttempts) {
+        await settleDelivery(trx, ["failed", delivery.attempts, options.now, delivery.run_id]);
+        exhausted.add(delivery.run_id);
+      }
+    }
+  });
+  return claimed.filter((d) => !exhausted.has(d.run_id));
+}
 const moveOnPending = rawStatement(
   `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
 );
@@ -182,11 +240,12 @@ export async function webhookViews(db: Kysely<Database>, runIds: string[]): Prom
     .orderBy("attempt")
     .execute();
   for (const a of attempts) {
+    const open = a.status_code === null && a.error === null;
     views.get(a.run_id)?.attempts.push({
       attempt: Number(a.attempt),
       at: new Date(Number(a.at)).toISOString(),
       status_code: a.status_code === null ? null : Number(a.status_code),
-      error: a.error,
+      error: open ? "in flight: no outcome recorded yet" : a.error,
       duration_ms: Number(a.duration_ms),
     });
   }
