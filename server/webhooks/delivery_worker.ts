@@ -69,7 +69,7 @@ export interface DeliveryWorker {
   wake(): void;
   /** Where the run service hands this process's deliveries (see `DeliveryHandOff`). */
   handOff: DeliveryHandOff;
-  /** Stops claiming; attempts in flight are abandoned unrecorded and retried once their lease ends. */
+  /** Stops claiming; attempts in flight are abandoned with no outcome recorded and retried once their lease ends. */
   stop(): Promise<void>;
 }
 
