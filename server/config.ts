@@ -123,7 +123,8 @@ function boolean(raw: string): boolean {
 function writableDir(raw: string): string {
   const path = resolve(raw);
   try {
-    mkdirSync(path, { recursive: true });
+    // It holds the store, keys and sealed secrets: a folder it creates is private to the server's user.
+    mkdirSync(path, { recursive: true, mode: 0o700 });
     accessSync(path, constants.W_OK | constants.R_OK);
   } catch (error) {
     throw new Error(

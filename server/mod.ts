@@ -11,7 +11,7 @@ import { createTokenVerifier, loadOrCreateSigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { createHandlers } from "./handlers/mod.ts";
-import { createDrainGate, createHttpApp } from "./http/mod.ts";
+import { answerClientErrors, createDrainGate, createHttpApp } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
@@ -209,6 +209,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     listen() {
       return new Promise((resolve, reject) => {
         server = app.listen(config.port, config.host);
+        answerClientErrors(server, { logger });
         server.once("error", reject);
         server.once("listening", () => {
           const address = server!.address() as AddressInfo;

@@ -112,8 +112,9 @@ export function runHandlers(context: ServerContext): RunHandlers {
         throw error;
       }
       if (outcome.kind === "result") {
-        await run.succeed(outcome.result);
+        // The record, the webhook and a replay say the run time the caller is answered.
         const runTimeMs = Math.round(outcome.runTimeMs * 1000) / 1000;
+        await run.succeed(outcome.result, { runTimeMs });
         return {
           status: 200,
           contentType: "application/json",

@@ -3,7 +3,7 @@
  * generated route table; handlers are plain functions from `server/handlers`.
  */
 import { Router } from "@koa/router";
-import type { ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import Koa, { type Context } from "koa";
 import { routes, type RouteSpec } from "../../generated/routes.ts";
 import type { TokenVerifier } from "../auth/mod.ts";
@@ -19,6 +19,7 @@ import { RequestInput } from "./request_input.ts";
 import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
 
+export { answerClientErrors, MAX_HEADER_BYTES } from "./client_error.ts";
 export { createDrainGate, type DrainGate } from "./drain_gate.ts";
 export type {
   EventStreamBody,
@@ -74,6 +75,17 @@ function onResponseClose(this: ResponseWithInput): void {
 /** A new request id: `req_` and 16 random base64url characters. */
 export function newRequestId(): string {
   return `req_${randomBytesPooled(12).toString("base64url")}`;
+}
+
+/**
+ * A declared header's value, or every value when it was sent more than once (Node joins repeats of
+ * most headers with ", "). Only a value with a comma pays for the per-header arrays of `headersDistinct`.
+ */
+function headerValues(req: IncomingMessage, name: string): string | string[] | undefined {
+  const value = req.headers[name];
+  if (typeof value !== "string" || !value.includes(",")) return value as string | undefined;
+  const all = req.headersDistinct[name];
+  return all && all.length > 1 ? all : value;
 }
 
 function renderProblem(ctx: Context, error: ProblemError, logger: Logger): void {
@@ -220,7 +232,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       const decoded = decodeRequest(route, {
         params: ctx.params,
         query: ctx.query,
-        header: (name) => ctx.req.headers[name.toLowerCase()] as string | undefined,
+        header: (name) => headerValues(ctx.req, name.toLowerCase()),
         body,
       });
       const input = new RequestInput(decoded, { principal, ids: state, instance: ctx.path });

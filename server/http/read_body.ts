@@ -10,6 +10,23 @@ function hasBody(ctx: Context): boolean {
   return (length !== undefined && length > 0) || ctx.get("Transfer-Encoding") !== "";
 }
 
+// co-body's strict mode refuses a body that does not start with `{` or `[` with this message, before
+// parsing it; it keeps the text on the error.
+const NOT_OBJECT_OR_ARRAY = "invalid JSON, only supports object and array";
+
+/**
+ * A body refused by the strict mode that is well-formed JSON all the same (`5`, `"x"`, `null`): it is
+ * handed on as parsed, so validation answers it as it answers `[1,2]`, not as malformed.
+ */
+function wellFormedScalar(error: { message?: string; body?: unknown }): { wellFormed: boolean; value?: unknown } {
+  if (error.message !== NOT_OBJECT_OR_ARRAY || typeof error.body !== "string") return { wellFormed: false };
+  try {
+    return { wellFormed: true, value: JSON.parse(error.body) };
+  } catch {
+    return { wellFormed: false };
+  }
+}
+
 /**
  * Creates a body reader: undefined for a request without a body, else the parsed JSON. 415 for
  * another media type, 413 above `limitBytes`, 400 for malformed JSON.
@@ -44,7 +61,9 @@ export function createBodyReader(limitBytes: number): BodyReader {
     try {
       await parse(ctx as never, () => Promise.resolve());
     } catch (error) {
-      const e = error as { status?: number; type?: string; message?: string };
+      const e = error as { status?: number; type?: string; message?: string; body?: unknown };
+      const scalar = wellFormedScalar(e);
+      if (scalar.wellFormed) return scalar.value;
       if (e.status === 413 || e.type === "entity.too.large") {
         throw new ProblemError("content-too-large", `The body is larger than the limit of ${limitBytes} bytes`);
       }

@@ -3,15 +3,15 @@
  * contract declares) and validates them and the body with the generated validators. Free of Koa.
  */
 import type { RouteSpec } from "../../generated/routes.ts";
-import { ProblemError } from "../problems/mod.ts";
+import { type FieldError, ProblemError } from "../problems/mod.ts";
 import { fieldErrors, validator } from "./validators.ts";
 
 /** A request's raw parts, as the HTTP layer read them. */
 export interface RawRequest {
   params: Record<string, string>;
   query: Record<string, string | string[] | undefined>;
-  /** Header lookup by name, case-insensitive. */
-  header(name: string): string | undefined;
+  /** Header lookup by name, case-insensitive: every value when the header was sent more than once. */
+  header(name: string): string | string[] | undefined;
   /** The parsed JSON body, or undefined when the request had none. */
   body: unknown;
 }
@@ -35,6 +35,7 @@ function coerce(type: string, value: string | string[]): unknown {
 /** Decodes and validates; throws a 400 `validation` problem listing every failing field. */
 export function decodeRequest(route: RouteSpec, raw: RawRequest): DecodedRequest {
   const decoded: DecodedRequest = { path: {}, query: {}, header: {}, body: raw.body };
+  const repeated: FieldError[] = [];
   for (const param of route.params) {
     const value = param.in === "path"
       ? raw.params[param.name]
@@ -42,10 +43,15 @@ export function decodeRequest(route: RouteSpec, raw: RawRequest): DecodedRequest
       ? raw.query[param.name]
       : raw.header(param.name);
     if (value === undefined) continue;
+    if (param.in === "header" && Array.isArray(value)) {
+      // A header sent twice is not one value joined with ", ": which one was meant cannot be known.
+      repeated.push({ path: `header.${param.name}`, message: `was sent ${value.length} times; send it once` });
+      continue;
+    }
     decoded[param.in][param.name] = coerce(param.type, value);
   }
   const paramsValid = validator(route.validators.params);
-  const errors = paramsValid(decoded) ? [] : fieldErrors(paramsValid.errors, "");
+  const errors = paramsValid(decoded) ? repeated : [...repeated, ...fieldErrors(paramsValid.errors, "")];
   if (route.body) {
     if (raw.body === undefined) {
       if (route.body.required) errors.push({ path: "body", message: "is required: send a JSON object" });

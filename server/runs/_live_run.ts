@@ -24,10 +24,12 @@ export interface LiveRunDeps {
   resultLimitBytes: number;
 }
 
-/** The webhook of a call: its checked endpoint and sealed secret. */
+/** The webhook of a call: its checked endpoint (without user information) and sealed secret and credentials. */
 export interface CheckedWebhook {
   endpoint: string;
   sealed: string | null;
+  /** The endpoint's `user:password`, sealed, or null when it had none. */
+  credentials: string | null;
 }
 
 /** A live run, registered in `deps.local` (so `cancelRun` reaches it) until it ends. */
@@ -115,14 +117,14 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
   }
 
-  succeed(...args: unknown[]): Promise<void> {
+  succeed(...args: [result?: unknown, options?: { runTimeMs?: number }]): Promise<void> {
     const limit = this.#deps.resultLimitBytes;
     const result = args.length
       ? storedResult(args[0], limit)
       : this.#stream
       ? (this.#items ?? new StoredItems(limit)).result()
       : storedResult(null, limit);
-    return this.#end({ status: "success", result });
+    return this.#end({ status: "success", result }, args[1]?.runTimeMs);
   }
 
   fail(error: unknown): Promise<void> {
@@ -132,7 +134,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     return this.#end({ status: "failure", error: toRunError(error) });
   }
 
-  #end(outcome: RunOutcome): Promise<void> {
+  #end(outcome: RunOutcome, runTimeMs?: number): Promise<void> {
     if (this.#ended) return Promise.resolve();
     this.#ended = true;
     const row = this.#row;
@@ -140,12 +142,14 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     const { writer, local, events } = this.#deps;
     const now = Date.now();
     const columns = outcomeColumns(outcome, { startedAt: Number(row.started_at), completedAt: now });
+    if (runTimeMs !== undefined) columns.run_time_ms = runTimeMs;
     const delivery = webhook
       ? {
         runId: row.run_id,
         endpoint: webhook.endpoint,
         body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now),
         sealedSecret: webhook.sealed,
+        sealedCredentials: webhook.credentials,
       }
       : undefined;
     const mode = this.#stream ? "stream" : row.mode;

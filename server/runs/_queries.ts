@@ -91,6 +91,7 @@ export function outcomeColumns(
     error_traceback: outcome.status === "failure" ? outcome.error.traceback : null,
     input_json: null,
     webhook_secret: null,
+    webhook_credentials: null,
     lease_owner: null,
     lease_expires_at: null,
   };
@@ -115,7 +116,7 @@ export function deliveryBodyFor(runId: string, outcome: RunOutcome, runTimeMs: n
  */
 export async function finishRun(
   db: Kysely<Database>,
-  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret"> & {
+  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret" | "webhook_credentials"> & {
     started_at: number | null;
     created_at: number;
   },
@@ -142,6 +143,7 @@ export async function finishRun(
         endpoint: run.webhook_endpoint,
         body,
         sealedSecret: run.webhook_secret,
+        sealedCredentials: run.webhook_credentials,
       }, { now });
     }
     return true;

@@ -26,6 +26,7 @@ const COLUMNS = [
   "error_traceback",
   "webhook_endpoint",
   "webhook_secret",
+  "webhook_credentials",
   "lease_owner",
   "lease_expires_at",
 ] as const satisfies ReadonlyArray<keyof RunTable>;

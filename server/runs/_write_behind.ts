@@ -110,6 +110,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
             endpoint: delivery.endpoint,
             body: delivery.body,
             secret: delivery.sealedSecret,
+            credentials: delivery.sealedCredentials,
             attempts: 0,
             created_at: now,
           });

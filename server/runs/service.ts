@@ -13,7 +13,13 @@ import type { SecretBox } from "../secrets/mod.ts";
 import { createGroupCommit, type Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import type { Ticker } from "../ticker/mod.ts";
-import { checkEndpointUrl, type DeliveryHandOff, DestinationRefusedError, webhookViews } from "../webhooks/mod.ts";
+import {
+  checkEndpointUrl,
+  type DeliveryHandOff,
+  DestinationRefusedError,
+  takeEndpointCredentials,
+  webhookViews,
+} from "../webhooks/mod.ts";
 import type { RunExecutor } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
@@ -65,10 +71,12 @@ export interface LiveRun {
    * Records success with `result` (for a stream, default: the items so far). Resolves once the record is
    * durable enough to answer: at once, or — for a call with a webhook — once the final state and its
    * delivery are committed, so a crash after the answer cannot lose the webhook. Await it before answering.
+   * `runTimeMs` is the run time the caller is answered; it is recorded as is, so the record, the webhook
+   * and an idempotent replay say the same (default: from the run's start to now, in whole milliseconds).
    * Rejects with a 503 `service-unavailable` problem (with the run id) when that commit failed after
    * retries: answer it instead of the result (the record is kept and retried in the background).
    */
-  succeed(result?: unknown): Promise<void>;
+  succeed(result?: unknown, options?: { runTimeMs?: number }): Promise<void>;
   /**
    * Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`) — or
    * `cancelled` once `signal` was aborted (the caller went away, or `cancelRun`); settles like `succeed`.
@@ -269,7 +277,12 @@ export function createRunService(options: RunServiceOptions): RunService {
     if (!call.webhook) return null;
     try {
       const url = checkEndpointUrl(call.webhook.endpoint, { allowPrivate: config.webhookAllowPrivate });
-      return { endpoint: url.href, sealed: call.webhook.secret ? secrets.seal(call.webhook.secret) : null };
+      const credentials = takeEndpointCredentials(url);
+      return {
+        endpoint: url.href,
+        sealed: call.webhook.secret ? secrets.seal(call.webhook.secret) : null,
+        credentials: credentials === null ? null : secrets.seal(credentials),
+      };
     } catch (error) {
       if (!(error instanceof DestinationRefusedError)) throw error;
       throw new ProblemError("validation", error.message, {
@@ -318,6 +331,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       input_json: running ? null : JSON.stringify(call.input),
       webhook_endpoint: webhook?.endpoint ?? null,
       webhook_secret: running ? null : webhook?.sealed ?? null,
+      webhook_credentials: running ? null : webhook?.credentials ?? null,
       lease_owner: running ? owner : null,
       lease_expires_at: running ? now + config.runLeaseMs : null,
     };

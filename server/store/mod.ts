@@ -2,7 +2,7 @@
  * The store: one Kysely layer over SQLite (better-sqlite3, WAL) in the data dir. Queries are written
  * with Kysely's portable builders so a PostgreSQL dialect can be added without rewriting them.
  */
-import { mkdirSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import {
@@ -49,8 +49,9 @@ export interface OpenStoreOptions {
  * Throws when a migration fails, naming it.
  */
 export async function openStore(dataDir: string, options: OpenStoreOptions = {}): Promise<Store> {
-  mkdirSync(dataDir, { recursive: true });
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const path = join(dataDir, "runplane.sqlite3");
+  makePrivate(path);
   const sqlite = new BetterSqlite3(path);
   // `exec`, not `pragma`: no `Statement` object (see neverCollected).
   sqlite.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000");
@@ -76,6 +77,27 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
       await db.destroy();
     },
   };
+}
+
+/**
+ * Creates the database file 0600 before SQLite opens it (an empty file is an empty database), and
+ * tightens an existing one and its WAL and shared-memory files: they hold inputs, results and sealed
+ * secrets. SQLite gives the WAL and shared-memory files it creates the database file's mode.
+ */
+function makePrivate(path: string): void {
+  try {
+    closeSync(openSync(path, "wx", 0o600));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
+  for (const file of [path, `${path}-wal`, `${path}-shm`]) {
+    try {
+      if (existsSync(file)) chmodSync(file, 0o600);
+    } catch (error) {
+      // Another user's store (a CLI reading it): theirs to tighten.
+      if ((error as NodeJS.ErrnoException).code !== "EPERM") throw error;
+    }
+  }
 }
 
 const STATEMENT_CACHE_LIMIT = 500;

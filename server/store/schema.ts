@@ -71,6 +71,8 @@ export interface RunTable {
   webhook_endpoint: string | null;
   /** The webhook secret sealed with the secret box, until the delivery takes it over. */
   webhook_secret: string | null;
+  /** The endpoint's `user:password`, sealed, until the delivery takes it over; the endpoint is stored without it. */
+  webhook_credentials: string | null;
   /** The process that owns the running run, and until when unless renewed. */
   lease_owner: string | null;
   lease_expires_at: number | null;
@@ -84,6 +86,8 @@ export interface WebhookDeliveryTable {
   endpoint: string;
   body: string;
   secret: string | null;
+  /** The endpoint's `user:password`, sealed, until the delivery is settled. */
+  credentials: string | null;
   /** `pending`, `delivered` or `failed`. */
   status: string;
   attempts: Generated<number>;

@@ -19,9 +19,13 @@ import {
   claimDueDeliveries,
   type ClaimedDelivery,
   type DeliveryLease,
+  type AttemptStart,
+  recordAttemptStarts,
   recordAttempts,
+  settleInterruptedAttempts,
   statusAfter,
 } from "./outbox.ts";
+import { basicAuthorization } from "./endpoint_credentials.ts";
 import { postOnce } from "./_post.ts";
 import { judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
 import { signWebhook, webhookHeaderNames } from "./signer.ts";
@@ -65,7 +69,7 @@ export interface DeliveryWorker {
   wake(): void;
   /** Where the run service hands this process's deliveries (see `DeliveryHandOff`). */
   handOff: DeliveryHandOff;
-  /** Stops claiming; attempts in flight are abandoned unrecorded and retried once their lease ends. */
+  /** Stops claiming; attempts in flight are abandoned with no outcome recorded and retried once their lease ends. */
   stop(): Promise<void>;
 }
 
@@ -85,6 +89,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   // Attempts that end within 10 ms of each other are recorded in one transaction. Until it commits, the
   // delivery's lease holds it: a crash in between means one more attempt, never a lost one.
   const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch), { delayMs: 10 });
+  // An attempt is counted in the store before it is sent: one killed mid-attempt is not lost from the
+  // record while the receiver got it. Starts of the same event-loop turn share one commit.
+  const starts = createGroupCommit<AttemptStart>((batch) => recordAttemptStarts(options.db, batch));
 
   function headersFor(delivery: ClaimedDelivery, now: number): Record<string, string> {
     const headers: Record<string, string> = {
@@ -92,6 +99,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       "User-Agent": "Runplane-Webhook/1",
       "X-Request-Id": delivery.run_id,
     };
+    if (delivery.credentials) headers.Authorization = basicAuthorization(options.secrets.open(delivery.credentials));
     if (delivery.secret !== null) {
       const timestamp = Math.floor(now / 1000);
       const secret = options.secrets.open(delivery.secret);
@@ -104,6 +112,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   async function attempt(delivery: ClaimedDelivery): Promise<void> {
     const number = delivery.attempts + 1;
     const at = Date.now();
+    await starts.add({ runId: delivery.run_id, attempt: number, at });
+    if (stopping.signal.aborted) return;
     const started = performance.now();
     const outcome = await postOnce({
       url: new URL(delivery.endpoint),
@@ -173,8 +183,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       return;
     }
     const now = Date.now();
-    const claimed = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit: Math.min(room, 32) });
-    backlog = claimed.length === Math.min(room, 32);
+    const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit: Math.min(room, 32) });
+    backlog = due.length === Math.min(room, 32);
+    const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now });
     for (const delivery of claimed) ready.push({ delivery, leaseEnds: now + leaseMs });
     pump();
   }

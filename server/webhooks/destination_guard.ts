@@ -20,17 +20,57 @@ const METADATA_ADDRESSES = new Set(["169.254.169.254", "fd00:ec2::254", "100.100
 
 /**
  * The reason `address` (an IP literal, without brackets) must not be a webhook destination, or null when
- * it is a global unicast address. IPv4-mapped IPv6 addresses are judged as the IPv4 address they carry.
+ * it is a global unicast address. Every notation is judged: an IPv6 address that carries an IPv4 address
+ * a router would forward to (IPv4-mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, 6to4
+ * `2002:aabb:ccdd::`) is judged as that IPv4 address too; any other IPv6 address outside `2000::/3`
+ * (IPv4-compatible `::a.b.c.d`, IPv4-translated, local NAT64, discard, …) or in a special range inside it
+ * (Teredo, documentation, benchmarking, ORCHID, …) is refused.
  */
 export function forbiddenAddressReason(address: string): string | null {
-  if (!ipaddr.isValid(address)) return "is not an IP address";
-  let parsed = ipaddr.parse(address);
-  if (parsed.kind() === "ipv6" && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
-    parsed = (parsed as ipaddr.IPv6).toIPv4Address();
+  const family = isIP(address);
+  if (family === 0) return "is not an IP address";
+  if (address.includes("%")) return "is a scoped (zone) address";
+  // ipaddr.js reads any dotted suffix as IPv4-mapped (`::8.8.8.8` becomes `::ffff:8.8.8.8`), so IPv6 text
+  // is first put in the WHATWG URL's canonical hex form, the form a connection uses.
+  const parsed = ipaddr.parse(family === 6 ? new URL(`http://[${address}]/`).hostname.slice(1, -1) : address);
+  if (parsed.kind() === "ipv4") return ipv4Reason(parsed as ipaddr.IPv4);
+  const v6 = parsed as ipaddr.IPv6;
+  const embedded = embeddedIPv4(v6);
+  if (embedded) {
+    const reason = ipv4Reason(embedded.address);
+    return reason ? `${embedded.notation} ${embedded.address} which ${reason}` : null;
   }
-  if (METADATA_ADDRESSES.has(parsed.toString())) return "is a cloud metadata address";
-  const range = parsed.range();
+  if (METADATA_ADDRESSES.has(v6.toString())) return "is a cloud metadata address";
+  const range = v6.range();
+  if (range !== "unicast") return `is a ${range} address`;
+  if (!v6.match(GLOBAL_UNICAST_V6)) {
+    return v6.match(IPV4_COMPATIBLE) ? "is an IPv4-compatible address (deprecated)" : "is not a global unicast address";
+  }
+  return null;
+}
+
+const GLOBAL_UNICAST_V6 = ipaddr.parseCIDR("2000::/3") as [ipaddr.IPv6, number];
+const IPV4_COMPATIBLE = ipaddr.parseCIDR("::/96") as [ipaddr.IPv6, number];
+const NAT64_WELL_KNOWN = ipaddr.parseCIDR("64:ff9b::/96") as [ipaddr.IPv6, number];
+const SIX_TO_FOUR = ipaddr.parseCIDR("2002::/16") as [ipaddr.IPv6, number];
+
+function ipv4Reason(address: ipaddr.IPv4): string | null {
+  if (METADATA_ADDRESSES.has(address.toString())) return "is a cloud metadata address";
+  const range = address.range();
   return range === "unicast" ? null : `is a ${range} address`;
+}
+
+/** The IPv4 address an IPv6 address delivers to, for the notations a router translates. */
+function embeddedIPv4(v6: ipaddr.IPv6): { notation: string; address: ipaddr.IPv4 } | null {
+  const [, , , , , , g, h] = v6.parts;
+  if (v6.isIPv4MappedAddress()) return { notation: "is IPv4-mapped", address: v6.toIPv4Address() };
+  if (v6.match(NAT64_WELL_KNOWN)) return { notation: "is NAT64 for", address: fromWords(g, h) };
+  if (v6.match(SIX_TO_FOUR)) return { notation: "is 6to4 for", address: fromWords(v6.parts[1], v6.parts[2]) };
+  return null;
+}
+
+function fromWords(high: number, low: number): ipaddr.IPv4 {
+  return new ipaddr.IPv4([high >> 8, high & 0xff, low >> 8, low & 0xff]);
 }
 
 /** Options of the guard's checks. */

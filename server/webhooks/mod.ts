@@ -15,6 +15,7 @@ export {
   type GuardOptions,
   resolveDestination,
 } from "./destination_guard.ts";
+export { basicAuthorization, takeEndpointCredentials } from "./endpoint_credentials.ts";
 export {
   type ClaimedDelivery,
   type DeliveryLease,

@@ -24,6 +24,8 @@ export interface NewDelivery {
   body: string;
   /** The secret sealed with the secret box, or null for unsigned deliveries. */
   sealedSecret: string | null;
+  /** The endpoint's `user:password` sealed with the secret box (sent as Basic authentication), or null. */
+  sealedCredentials?: string | null;
 }
 
 /**
@@ -41,8 +43,8 @@ export function webhookBody(
 }
 
 const insertDelivery = rawStatement(
-  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
-    + ` values (?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
+  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "credentials", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
+    + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
 );
 
 /** A lease a delivery is inserted with: it is handed to that owner's worker instead of being claimed. */
@@ -67,6 +69,7 @@ export async function enqueueDelivery(
     delivery.endpoint,
     delivery.body,
     delivery.sealedSecret,
+    delivery.sealedCredentials ?? null,
     now,
     lease?.owner ?? null,
     lease?.expiresAt ?? null,
@@ -82,11 +85,13 @@ const claimDue = rawStatement<ClaimedDelivery>(
     + ` where "run_id" in (select "run_id" from "webhook_deliveries"`
     + ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`
     + ` order by "next_attempt_at" limit ?)`
-    + ` returning "run_id", "endpoint", "body", "secret", "attempts", "created_at"`,
+    + ` returning "run_id", "endpoint", "body", "secret", "credentials", "attempts", "created_at"`,
 );
 
 /** A delivery this process holds the lease of. */
 export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & {
+  /** The endpoint's sealed `user:password`, when it had one. */
+  credentials?: string | null;
   attempts: number;
   created_at: number;
 };
@@ -132,21 +137,79 @@ export function statusAfter(record: AttemptRecord): "pending" | "delivered" | "f
   return record.verdict === "permanent" || record.attempt >= record.maxAttempts ? "failed" : "pending";
 }
 
+// An attempt's row is written when it starts (no outcome yet) and completed when it ends.
 const insertAttempt = rawStatement(
   `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, ?, ?, ?)`
+    + ` on conflict ("run_id", "attempt") do update set "status_code" = excluded."status_code", "error" = excluded."error", "duration_ms" = excluded."duration_ms"`,
+);
+const startAttempt = rawStatement(
+  `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, null, null, 0)`
     + ` on conflict ("run_id", "attempt") do nothing`,
 );
+const countAttempt = rawStatement(
+  `update "webhook_deliveries" set "attempts" = ? where "run_id" = ? and "attempts" < ?`,
+);
+const markOutcomeUnknown = rawStatement(
+  `update "webhook_attempts" set "error" = ? where "run_id" = ? and "attempt" = ? and "status_code" is null and "error" is null`,
+);
+
+/** The error an attempt is recorded with when its process stopped before it ended. */
+export const OUTCOME_UNKNOWN = "no outcome: the server stopped during this attempt (the receiver may have got it)";
+
+/** An attempt about to be sent. */
+export interface AttemptStart {
+  runId: string;
+  attempt: number;
+  at: number;
+}
+
+/**
+ * Records attempts as started, before they are sent (one transaction for all): a process that dies
+ * during an attempt leaves it counted, so the record never lists fewer attempts than the receiver saw.
+ */
+export async function recordAttemptStarts(db: Kysely<Database>, starts: readonly AttemptStart[]): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    for (const start of starts) {
+      await startAttempt(trx, [start.runId, start.attempt, start.at]);
+      await countAttempt(trx, [start.attempt, start.runId, start.attempt]);
+    }
+  });
+}
+
+/**
+ * Marks the last attempt of deliveries claimed again after their process stopped mid-attempt as of
+ * unknown outcome; a delivery with no attempt left then ends `failed`. Returns those that may go on.
+ */
+export async function settleInterruptedAttempts(
+  db: Kysely<Database>,
+  claimed: readonly ClaimedDelivery[],
+  options: { maxAttempts: number; now: number },
+): Promise<ClaimedDelivery[]> {
+  const resumed = claimed.filter((d) => d.attempts > 0);
+  if (resumed.length === 0) return [...claimed];
+  const exhausted = new Set<string>();
+  await db.transaction().execute(async (trx) => {
+    for (const delivery of resumed) {
+      await markOutcomeUnknown(trx, [OUTCOME_UNKNOWN, delivery.run_id, delivery.attempts]);
+      if (delivery.attempts >= options.maxAttempts) {
+        await settleDelivery(trx, ["failed", delivery.attempts, options.now, delivery.run_id]);
+        exhausted.add(delivery.run_id);
+      }
+    }
+  });
+  return claimed.filter((d) => !exhausted.has(d.run_id));
+}
 const moveOnPending = rawStatement(
   `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
 );
-// A settled delivery drops its secret.
+// A settled delivery drops its secret and credentials.
 const settleDelivery = rawStatement(
-  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null, "secret" = null where "run_id" = ?`,
+  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null, "secret" = null, "credentials" = null where "run_id" = ?`,
 );
 
 /**
  * Records attempts (one transaction for all of them) and moves each delivery on: delivered, failed
- * (`statusAfter`), or due again at `nextAttemptAt`. A settled delivery drops its secret.
+ * (`statusAfter`), or due again at `nextAttemptAt`. A settled delivery drops its secret and credentials.
  */
 export async function recordAttempts(db: Kysely<Database>, records: readonly AttemptRecord[]): Promise<void> {
   await db.transaction().execute(async (trx) => {
@@ -185,11 +248,12 @@ export async function webhookViews(db: Kysely<Database>, runIds: string[]): Prom
     .orderBy("attempt")
     .execute();
   for (const a of attempts) {
+    const open = a.status_code === null && a.error === null;
     views.get(a.run_id)?.attempts.push({
       attempt: Number(a.attempt),
       at: new Date(Number(a.at)).toISOString(),
       status_code: a.status_code === null ? null : Number(a.status_code),
-      error: a.error,
+      error: open ? "in flight: no outcome recorded yet" : a.error,
       duration_ms: Number(a.duration_ms),
     });
   }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { checkedFetch } from "../_helpers/contract.ts";
+import { rawRequest } from "../_helpers/raw_http.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 describe("HTTP layer problems", () => {
@@ -31,6 +32,24 @@ describe("HTTP layer problems", () => {
     assert.equal(response.status, 400);
     const body = await problem(response);
     assert.equal(body.type, "https://runplane.dev/problems/malformed-json");
+  });
+
+  it("answers a well-formed JSON scalar with the validation problem of an array, not malformed-json", async () => {
+    const array = await post("[1,2]");
+    assert.equal(array.status, 400);
+    const expected = await problem(array);
+    assert.equal(expected.type, "https://runplane.dev/problems/validation");
+    for (const scalar of ["5", '"text"', "null", "true", " -1.5e3 "]) {
+      const response = await post(scalar);
+      assert.equal(response.status, 400, scalar);
+      const body = await problem(response);
+      assert.equal(body.type, expected.type, scalar);
+      assert.deepEqual(body.errors, expected.errors, scalar);
+    }
+    for (const malformed of ["5x", "'text'", "nul"]) {
+      const response = await post(malformed);
+      assert.equal((await problem(response)).type, "https://runplane.dev/problems/malformed-json", malformed);
+    }
   });
 
   it("answers 413 for a body over the limit", async () => {
@@ -84,5 +103,104 @@ describe("HTTP layer problems", () => {
     const response = await checkedFetch(`${t.url}/healthz`);
     assert.equal(response.status, 200);
     assert.match(response.headers.get("x-request-id") ?? "", /^req_/);
+  });
+});
+
+describe("HTTP layer problems for what fetch cannot send", () => {
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer();
+  });
+  after(() => t.close());
+
+  function runRequest(extra: string[], body = "{}"): string[] {
+    return [
+      `POST /v4/${TEST_PROJECT}/no-such-app/run?webhookEndpoint=https%3A%2F%2Fhooks.example.com%2Fx HTTP/1.1`,
+      `Host: ${new URL(t.url).host}`,
+      `Authorization: Bearer ${t.token}`,
+      "Content-Type: application/json",
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      ...extra,
+    ];
+  }
+
+  for (const name of ["X-Webhook-Secret", "Idempotency-Key"]) {
+    it(`refuses ${name} sent twice with a 400 problem naming it`, async () => {
+      const response = await rawRequest(t.url, runRequest([`${name}: a`, `${name}: b`]), "{}");
+      assert.equal(response.status, 400);
+      assert.equal(response.headers["content-type"], "application/problem+json");
+      assert.match(response.headers["x-request-id"] ?? "", /^req_/);
+      const problem = JSON.parse(response.body) as { type: string; errors: Array<{ path: string; message: string }> };
+      assert.equal(problem.type, "https://runplane.dev/problems/validation");
+      assert.deepEqual(problem.errors, [{ path: `header.${name}`, message: "was sent 2 times; send it once" }]);
+    });
+  }
+
+  it("accepts a secret with a comma sent once (the call goes on to the missing app)", async () => {
+    const response = await rawRequest(t.url, runRequest(["X-Webhook-Secret: a, b"]), "{}");
+    assert.equal(response.status, 404);
+  });
+});
+
+describe("answers of Node's HTTP parser", () => {
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer();
+  });
+  after(() => t.close());
+
+  function assertParserProblem(response: { status: number; headers: Record<string, string>; body: string }) {
+    assert.equal(response.headers["content-type"], "application/problem+json");
+    assert.match(response.headers["x-request-id"] ?? "", /^req_[A-Za-z0-9_-]{16}$/);
+    const problem = JSON.parse(response.body) as { type: string; status: number; title: string; detail: string };
+    assert.equal(problem.status, response.status);
+    assert.ok(problem.title && problem.detail);
+    return problem;
+  }
+
+  it("431 with a problem and X-Request-Id for headers over 16 KiB", async () => {
+    const host = new URL(t.url).host;
+    const response = await rawRequest(t.url, [
+      "GET /healthz HTTP/1.1",
+      `Host: ${host}`,
+      `X-Big: ${"a".repeat(17_000)}`,
+    ]);
+    assert.equal(response.status, 431);
+    const problem = assertParserProblem(response);
+    assert.equal(problem.type, "https://runplane.dev/problems/request-header-fields-too-large");
+    assert.match(problem.detail, /16384 bytes/);
+  });
+
+  it("431 for many headers adding up to more than 16 KiB", async () => {
+    const host = new URL(t.url).host;
+    const many = Array.from({ length: 3000 }, (_, i) => `X-H${i}: ${i}`);
+    const response = await rawRequest(t.url, ["GET /healthz HTTP/1.1", `Host: ${host}`, ...many]);
+    assert.equal(response.status, 431);
+    assertParserProblem(response);
+  });
+
+  it("400 with a problem and X-Request-Id for two Content-Lengths", async () => {
+    const host = new URL(t.url).host;
+    const response = await rawRequest(
+      t.url,
+      ["POST /healthz HTTP/1.1", `Host: ${host}`, "Content-Length: 2", "Content-Length: 3"],
+      "{}",
+    );
+    assert.equal(response.status, 400);
+    const problem = assertParserProblem(response);
+    assert.equal(problem.type, "https://runplane.dev/problems/bad-request");
+  });
+
+  it("logs each refusal with its request id, and the server keeps answering", async () => {
+    const host = new URL(t.url).host;
+    const response = await rawRequest(t.url, [
+      "GET /healthz HTTP/1.1",
+      `Host: ${host}`,
+      `X-Big: ${"a".repeat(17_000)}`,
+    ]);
+    const id = response.headers["x-request-id"];
+    assert.ok(t.logs.some((line) => line.req_id === id && line.msg === "request refused by the HTTP parser"));
+    const healthy = await fetch(`${t.url}/healthz`);
+    assert.equal(healthy.status, 200);
   });
 });

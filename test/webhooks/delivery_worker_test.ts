@@ -13,8 +13,11 @@ import {
   type DeliveryWorker,
   type DeliveryWorkerOptions,
   enqueueDelivery,
+  MAX_ATTEMPTS,
   startDeliveryWorker,
+  webhookViews,
 } from "../../server/webhooks/mod.ts";
+import { OUTCOME_UNKNOWN, recordAttempts, recordAttemptStarts } from "../../server/webhooks/outbox.ts";
 import { eventually, startWebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
 /** A worker over `db` that polls once at start and then not within a test: only a wake or a hand-off moves it. */
@@ -168,6 +171,52 @@ it("bounds the hand-off queue: past it, deliveries are left to the outbox", asyn
     assert.equal(taken, 5);
     await receiver.waitFor(1, 10_000);
     assert.equal(receiver.requests.length, 1);
+  } finally {
+    await worker.stop();
+    await receiver.close();
+    await scratch.close();
+  }
+});
+
+it("a delivery whose last attempt was cut off by a crash ends failed, unsent, that attempt's outcome unknown", async () => {
+  const scratch = await openScratchStore();
+  const { store } = scratch;
+  const receiver = await startWebhookReceiver();
+  const runId = `run_${"c".repeat(26)}`;
+  // What a process killed during the third attempt leaves: two 404s, a third started, its lease over.
+  await enqueueDelivery(store.db, { runId, endpoint: receiver.url, body: "{}", sealedSecret: null }, {
+    now: Date.now() - 60_000,
+  });
+  const at = Date.now() - 30_000;
+  await recordAttempts(
+    store.db,
+    [1, 2].map((attempt) => ({
+      runId,
+      attempt,
+      at,
+      durationMs: 1,
+      outcome: { statusCode: 404 },
+      verdict: "retry" as const,
+      nextAttemptAt: at,
+      maxAttempts: MAX_ATTEMPTS,
+    })),
+  );
+  await recordAttemptStarts(store.db, [{ runId, attempt: 3, at }]);
+  const worker = startTestWorker(store.db);
+  try {
+    const delivery = await eventually(async () => {
+      const row = await store.db.selectFrom("webhook_deliveries").selectAll().where("run_id", "=", runId)
+        .executeTakeFirstOrThrow();
+      return row.status === "pending" ? undefined : row;
+    });
+    assert.equal(delivery.status, "failed");
+    assert.equal(Number(delivery.attempts), 3);
+    const views = await webhookViews(store.db, [runId]);
+    const attempts = views.get(runId)?.attempts ?? [];
+    assert.deepEqual(attempts.map((a) => a.attempt), [1, 2, 3]);
+    assert.equal(attempts[2].error, OUTCOME_UNKNOWN);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(receiver.requests.length, 0, "no fourth attempt is sent");
   } finally {
     await worker.stop();
     await receiver.close();

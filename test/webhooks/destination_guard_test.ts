@@ -33,6 +33,13 @@ describe("webhook destination guard (on by default)", () => {
       "http://[::ffff:7f00:1]/",
       "http://100.64.0.1/",
       "http://0.0.0.0/",
+      "http://[::127.0.0.1]/",
+      "http://[::a9fe:a9fe]/",
+      "http://[::a00:1]/",
+      "http://[64:ff9b::7f00:1]/",
+      "http://[2002:a9fe:a9fe::1]/",
+      "http://[2001:db8::1]/",
+      "http://0x7f.1/",
       "not a url",
     ]
   ) {
@@ -54,6 +61,15 @@ describe("webhook destination guard (on by default)", () => {
   it("classifies ranges: public unicast allowed, the rest refused", () => {
     assert.equal(forbiddenAddressReason("8.8.8.8"), null);
     assert.equal(forbiddenAddressReason("2606:4700::1111"), null);
+    // a notation that carries a public IPv4 address is judged as that address
+    assert.equal(forbiddenAddressReason("::ffff:8.8.8.8"), null);
+    assert.equal(forbiddenAddressReason("64:ff9b::8.8.8.8"), null);
+    assert.equal(forbiddenAddressReason("2002:808:808::1"), null);
+    assert.match(forbiddenAddressReason("::7f00:1") ?? "", /IPv4-compatible/);
+    assert.match(
+      forbiddenAddressReason("2002:a9fe:a9fe::") ?? "",
+      /6to4 for 169\.254\.169\.254 which is a cloud metadata/,
+    );
     for (
       const address of [
         "127.0.0.1",
@@ -70,6 +86,37 @@ describe("webhook destination guard (on by default)", () => {
         "fc00::1",
         "ff02::1",
         "::ffff:10.0.0.1",
+        // IPv4-compatible (deprecated), whatever it carries
+        "::127.0.0.1",
+        "::a9fe:a9fe",
+        "::a00:1",
+        "::8.8.8.8",
+        // IPv4-mapped, NAT64 and 6to4 carrying a private, loopback or metadata address
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+        "64:ff9b::10.0.0.1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:7f00:1::1",
+        "2002:c0a8:101::",
+        // IPv4-translated, local-use NAT64, Teredo, documentation, benchmarking, ORCHID, discard, reserved
+        "::ffff:0:7f00:1",
+        "64:ff9b:1::8.8.8.8",
+        "2001::1",
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+        "2001:db8::1",
+        "3fff::1",
+        "2001:2::1",
+        "2001:20::1",
+        "100::1",
+        "4000::1",
+        "fec0::1",
+        "fe80::1%eth0",
+        // IPv4 special ranges
+        "192.0.2.1",
+        "198.18.0.1",
+        "240.0.0.1",
+        "255.255.255.255",
+        "100.100.100.200",
       ]
     ) {
       assert.notEqual(forbiddenAddressReason(address), null, `${address} must be refused`);

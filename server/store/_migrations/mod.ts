@@ -3,6 +3,7 @@ import * as spine from "./0001_spine.ts";
 import * as runs from "./0002_runs.ts";
 import * as integrations from "./0003_integrations.ts";
 import * as resultTruncated from "./0004_result_truncated.ts";
+import * as webhookCredentials from "./0005_webhook_credentials.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -10,4 +11,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0002_runs": runs,
   "0003_integrations": integrations,
   "0004_result_truncated": resultTruncated,
+  "0005_webhook_credentials": webhookCredentials,
 };
