@@ -51,6 +51,8 @@ export interface ProxyCall {
   /** The path after the app: the function name. */
   path: string;
   input: unknown;
+  /** `input` as the JSON text the caller sent, forwarded as is. */
+  inputJson?: string;
   graceMs: number;
   signal?: AbortSignalLike;
   /** Called once when the upstream exchange is over (answer read, failed or aborted). */
@@ -131,7 +133,7 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
         "x-request-id": call.runId,
         accept: "application/json, text/event-stream",
       },
-      body: JSON.stringify(call.input ?? {}),
+      body: call.inputJson ?? JSON.stringify(call.input ?? {}),
       signal,
     });
     const type = response.headers.get("content-type")?.split(";")[0].trim().toLowerCase() ?? "";

@@ -1,4 +1,10 @@
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Readable, Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
 import { LineSplitter, LineTooLong } from "../../server/runtime/_line_splitter.ts";
 import { encodeCall, parseWorkerMessage, ProtocolViolation } from "../../server/runtime/_worker_protocol.ts";
@@ -77,5 +83,48 @@ describe("line splitter", () => {
     found = lines.push(Buffer.from("\n"));
     assert.equal(found.length, 1);
     assert.equal(found[0].length, 800 * 65536);
+  });
+});
+
+describe("the Python worker's reader", () => {
+  it("survives unreadable requests: a too-deep call fails alone, garbage is ignored, the next call runs", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "runplane-worker-"));
+    await writeFile(join(dir, "main.py"), "def echo(x):\n    return x\n");
+    const worker = fileURLToPath(new URL("../../server/runtime/_worker.py", import.meta.url));
+    const child = spawn("python3", [worker, dir, "1"], { stdio: ["ignore", "pipe", "pipe", "pipe", "pipe"] });
+    const requests = child.stdio[3] as Writable;
+    const messages: Array<Record<string, unknown>> = [];
+    const splitter = new LineSplitter(1 << 26);
+    const got = (test: (m: Record<string, unknown>) => boolean) =>
+      new Promise<Record<string, unknown>>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no such message in ${JSON.stringify(messages)}`)), 10_000);
+        const check = () => {
+          const found = messages.find(test);
+          if (found) {
+            clearTimeout(timer);
+            resolve(found);
+          } else setTimeout(check, 20);
+        };
+        check();
+      });
+    (child.stdio[4] as Readable).on("data", (chunk: Buffer) => {
+      for (const line of splitter.push(chunk)) messages.push(JSON.parse(String(line)));
+    });
+    try {
+      await got((m) => m.op === "ready");
+      const deep = `${"[".repeat(100_000)}${"]".repeat(100_000)}`;
+      requests.write("this is not json\n");
+      requests.write(encodeCall({ op: "call", id: "deep", run_id: "deep", fn: "echo", kwargs: {} }, {
+        kwargsJson: `{"x": ${deep}}`,
+      }));
+      requests.write(encodeCall({ op: "call", id: "fine", run_id: "fine", fn: "echo", kwargs: { x: 7 } }));
+      const failed = await got((m) => m.id === "deep");
+      assert.equal(failed.op, "fail");
+      assert.equal(failed.kind, "bad_request");
+      assert.equal(failed.type, "RecursionError");
+      assert.deepEqual(await got((m) => m.id === "fine"), { op: "result", id: "fine", value: 7 });
+    } finally {
+      child.kill("SIGKILL");
+    }
   });
 });
