@@ -4,6 +4,7 @@
  * log messages, the process's own stdout/stderr are logged as worker output.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { setImmediate as setImmediatePromise } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
 import type { AbortSignalLike } from "../abort/mod.ts";
@@ -35,6 +36,8 @@ const CANCEL_GRACE_MS = 1_000;
 const STOP_GRACE_MS = 2_000;
 /** How long a worker that closed its message pipe may take to exit before that counts as a violation. */
 const PIPE_CLOSE_GRACE_MS = 250;
+/** Messages from this size on are decoded and parsed in turns of their own. */
+const BIG_MESSAGE_BYTES = 1024 * 1024;
 /** How many ended calls are remembered, so that late output of one is still logged rather than refused. */
 const ENDED_CALLS_KEPT = 1024;
 
@@ -285,20 +288,46 @@ export class PythonReplica implements Replica {
 
   #readMessages(pipe: Readable): void {
     const lines = new LineSplitter(MAX_MESSAGE_BYTES);
+    const backlog: Buffer[] = [];
+    let draining = false;
+    const drain = async () => {
+      draining = true;
+      try {
+        while (backlog.length && this.#violation === undefined) {
+          const line = backlog.shift()!;
+          if (line.length === 0) continue;
+          if (line.length < BIG_MESSAGE_BYTES) {
+            this.#onMessage(parseWorkerMessage(line.toString("utf8")), line.length + 1);
+            continue;
+          }
+          // A big message (a 50 MB result) is decoded and parsed in separate turns of the event loop,
+          // with the pipe paused to keep the order, so other requests are served in between.
+          pipe.pause();
+          await setImmediatePromise();
+          const text = line.toString("utf8");
+          await setImmediatePromise();
+          if (this.#violation === undefined) this.#onMessage(parseWorkerMessage(text), line.length + 1);
+        }
+      } catch (error) {
+        this.#violate(
+          error instanceof ProtocolViolation
+            ? error.message.replace(/^the worker /, "it ")
+            : `the server could not handle one of its messages: ${(error as Error).message}`,
+        );
+      } finally {
+        draining = false;
+        if (this.#violation === undefined) pipe.resume();
+      }
+    };
     pipe.on("data", (chunk: Buffer) => {
       if (this.#violation !== undefined) return;
       try {
-        for (const line of lines.push(chunk)) {
-          if (line.length === 0) continue;
-          this.#onMessage(parseWorkerMessage(line.toString("utf8")), line.length + 1);
-          if (this.#violation !== undefined) return;
-        }
+        backlog.push(...lines.push(chunk));
       } catch (error) {
-        if (error instanceof LineTooLong) {
-          this.#violate(`it sent more than ${MAX_MESSAGE_BYTES / 1024 / 1024} MiB without a newline`);
-        } else if (error instanceof ProtocolViolation) this.#violate(error.message.replace(/^the worker /, "it "));
-        else throw error;
+        if (!(error instanceof LineTooLong)) throw error;
+        return this.#violate(`it sent more than ${MAX_MESSAGE_BYTES / 1024 / 1024} MiB without a newline`);
       }
+      if (!draining && backlog.length) void drain();
     });
     pipe.on("end", () => {
       // A worker that exits closes the pipe too; one that closes it and lives on can no longer answer.
