@@ -370,7 +370,8 @@ export interface components {
             traceback?: string | null;
             /**
              * @description The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of
-             *     `timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`.
+             *     `timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,
+             *     `protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`.
              */
             type: string;
         };

@@ -75,6 +75,7 @@ export function runHandlers(context: ServerContext): RunHandlers {
         functionName: path.function_name,
         mode: query.async ? "async" : "sync",
         input: body ?? {},
+        inputJson: input.bodyText,
         webhook: query.webhookEndpoint
           ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] }
           : undefined,
@@ -104,6 +105,7 @@ export function runHandlers(context: ServerContext): RunHandlers {
           ...target,
           functionName: path.function_name,
           input: body ?? {},
+          inputJson: input.bodyText,
           runId: run.runId,
           signal: run.signal,
         });

@@ -46,6 +46,11 @@ export interface HandlerInput<K extends OperationId> {
   query: Part<Parameters<K>, "query">;
   header: Part<Parameters<K>, "header">;
   body: RequestBodyOf<K>;
+  /**
+   * The body's JSON text as received (valid, and `body` is its value), to forward it unchanged: numbers
+   * JavaScript cannot hold exactly (2^60, 1e400) stay as the caller wrote them. Undefined without a body.
+   */
+  bodyText: string | undefined;
   /** The verified caller; null on operations without auth. */
   principal: Principal | null;
   /** The request id (sent back as `X-Request-Id`). */

@@ -64,10 +64,30 @@ export function* jsonChunks(value: Json, options: JsonChunksOptions = {}): Gener
       yield* push("}");
       return;
     }
+    if (typeof item === "string" && item.length > limit) {
+      yield* push('"');
+      for (const piece of stringPieces(item, limit)) yield* push(JSON.stringify(piece).slice(1, -1));
+      yield* push('"');
+      return;
+    }
     yield* push(JSON.stringify(item) ?? "null");
   }
   yield* encode(resolved("", value), false);
   if (parts.length) yield parts.join("");
+}
+
+/**
+ * A long string in pieces of about `size` characters, never cutting a surrogate pair (each piece's JSON
+ * text is then the matching slice of the whole string's), so a 50 MB string is encoded a chunk at a time.
+ */
+function* stringPieces(text: string, size: number): Generator<string, void, undefined> {
+  for (let start = 0; start < text.length;) {
+    let end = Math.min(start + size, text.length);
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end++;
+    yield text.slice(start, end);
+    start = end;
+  }
 }
 
 /**

@@ -233,9 +233,9 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         params: ctx.params,
         query: ctx.query,
         header: (name) => headerValues(ctx.req, name.toLowerCase()),
-        body,
+        body: body?.value,
       });
-      const input = new RequestInput(decoded, { principal, ids: state, instance: ctx.path });
+      const input = new RequestInput(decoded, { principal, ids: state, instance: ctx.path, bodyText: body?.text });
       (ctx.res as ResponseWithInput)[INPUT] = input;
       ctx.res.on("close", onResponseClose);
       const result = await handler(input);

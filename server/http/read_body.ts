@@ -1,9 +1,16 @@
 import type { Context } from "koa";
 import { koaBody } from "koa-body";
 import { ProblemError } from "../problems/mod.ts";
+import { MAX_JSON_DEPTH, nestsDeeperThan } from "./json_depth.ts";
 
-/** Reads JSON request bodies with a size limit; every failure becomes a problem. */
-export type BodyReader = (ctx: Context, contentTypes: readonly string[]) => Promise<unknown>;
+/** A JSON body: its value, and its text as received (handed on as is where the value must not change). */
+export interface ReadBody {
+  value: unknown;
+  text: string;
+}
+
+/** Reads JSON request bodies with a size and a nesting limit; every failure becomes a problem. */
+export type BodyReader = (ctx: Context, contentTypes: readonly string[]) => Promise<ReadBody | undefined>;
 
 function hasBody(ctx: Context): boolean {
   const length = ctx.request.length;
@@ -28,14 +35,16 @@ function wellFormedScalar(error: { message?: string; body?: unknown }): { wellFo
 }
 
 /**
- * Creates a body reader: undefined for a request without a body, else the parsed JSON. 415 for
- * another media type, 413 above `limitBytes`, 400 for malformed JSON.
+ * Creates a body reader: undefined for a request without a body, else the parsed JSON and its text. 415
+ * for another media type, 413 above `limitBytes`, 400 for malformed JSON or nesting deeper than
+ * `MAX_JSON_DEPTH`.
  */
 export function createBodyReader(limitBytes: number): BodyReader {
   const parse = koaBody({
     json: true,
     jsonStrict: true,
     jsonLimit: limitBytes,
+    includeUnparsed: true,
     urlencoded: false,
     text: false,
     multipart: false,
@@ -63,7 +72,7 @@ export function createBodyReader(limitBytes: number): BodyReader {
     } catch (error) {
       const e = error as { status?: number; type?: string; message?: string; body?: unknown };
       const scalar = wellFormedScalar(e);
-      if (scalar.wellFormed) return scalar.value;
+      if (scalar.wellFormed) return { value: scalar.value, text: e.body as string };
       if (e.status === 413 || e.type === "entity.too.large") {
         throw new ProblemError("content-too-large", `The body is larger than the limit of ${limitBytes} bytes`);
       }
@@ -72,6 +81,13 @@ export function createBodyReader(limitBytes: number): BodyReader {
       }
       throw new ProblemError("malformed-json", `The body is not valid JSON: ${e.message ?? "parse error"}`);
     }
-    return ctx.request.body;
+    const value = ctx.request.body;
+    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+      throw new ProblemError(
+        "bad-request",
+        `The body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels; flatten it`,
+      );
+    }
+    return { value, text: (ctx.request as { rawBody?: string }).rawBody ?? JSON.stringify(value) };
   };
 }

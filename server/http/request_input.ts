@@ -24,6 +24,8 @@ export interface RequestInputOptions {
   ids: RequestIdHolder;
   /** The request path, for problem documents' `instance`. */
   instance: string;
+  /** The JSON body's text as received, when the request had a body. */
+  bodyText?: string;
 }
 
 /**
@@ -37,6 +39,7 @@ export class RequestInput implements HandlerInput<OperationId> {
   query: HandlerInput<OperationId>["query"];
   header: HandlerInput<OperationId>["header"];
   body: HandlerInput<OperationId>["body"];
+  bodyText: string | undefined;
   principal: Principal | null;
   instance: string;
   #ids: RequestIdHolder;
@@ -49,6 +52,7 @@ export class RequestInput implements HandlerInput<OperationId> {
     this.query = decoded.query as HandlerInput<OperationId>["query"];
     this.header = decoded.header as HandlerInput<OperationId>["header"];
     this.body = decoded.body as HandlerInput<OperationId>["body"];
+    this.bodyText = options.bodyText;
     this.principal = options.principal;
     this.instance = options.instance;
     this.#ids = options.ids;

@@ -70,6 +70,7 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
       ...target,
       functionName: row.function_name,
       input: JSON.parse(row.input_json ?? "{}") as Record<string, unknown>,
+      inputJson: row.input_json ?? undefined,
       runId: row.run_id,
       signal: controller.signal,
     });

@@ -14,6 +14,8 @@ export interface ExecuteRequest extends AppTarget {
   functionName: string;
   /** The call's JSON body: the function's named parameters. */
   input: Record<string, unknown>;
+  /** `input` as the JSON text the caller sent, to forward as is. */
+  inputJson?: string;
   runId: string;
   /** Aborted on timeout (`response_grace_period`) or cancel: stop the worker. */
   signal: AbortSignal;

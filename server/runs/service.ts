@@ -50,6 +50,8 @@ export interface RunCall {
   mode: RunMode;
   /** The JSON body: the function's named parameters. */
   input: Record<string, unknown>;
+  /** `input` as the JSON text the caller sent: an async run stores it and hands it to its function as is. */
+  inputJson?: string;
   /** `webhookEndpoint` and `X-Webhook-Secret`, when the call has them. */
   webhook?: { endpoint: string; secret?: string };
   /** `Idempotency-Key`, when the call has one. */
@@ -328,7 +330,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       created_at: now,
       started_at: running ? now : null,
       queue_time_ms: running ? 0 : null,
-      input_json: running ? null : JSON.stringify(call.input),
+      input_json: running ? null : call.inputJson ?? JSON.stringify(call.input),
       webhook_endpoint: webhook?.endpoint ?? null,
       webhook_secret: running ? null : webhook?.sealed ?? null,
       webhook_credentials: running ? null : webhook?.credentials ?? null,

@@ -12,6 +12,8 @@ export type RunErrorType =
   | "invalid_arguments"
   | "not_serializable"
   | "upstream_error"
+  | "protocol_violation"
+  | "too_large"
   | (string & Record<never, never>);
 
 const KIND_OF: Record<string, ProblemKind> = {
@@ -21,6 +23,8 @@ const KIND_OF: Record<string, ProblemKind> = {
   invalid_arguments: "unprocessable",
   not_serializable: "function-error",
   upstream_error: "bad-gateway",
+  protocol_violation: "bad-gateway",
+  too_large: "function-error",
 };
 
 /** Options of `RunFailure`. */

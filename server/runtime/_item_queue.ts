@@ -4,19 +4,24 @@
 export interface ItemQueueOptions {
   /** Called once when the consumer stops early (break, `return()`, a closed connection). */
   onReturn?: () => void;
+  /** Called as the consumer takes each item, with the size it was pushed with (to return credit to the producer). */
+  onTake?: (size: number) => void;
 }
 
 /** A queue of items read with `for await`; `end()` finishes it, `fail()` makes the reader throw. */
 export class ItemQueue<T> implements AsyncIterable<T> {
   #items: T[] = [];
+  #sizes: number[] = [];
   #done = false;
   #error: unknown = undefined;
   #wake: (() => void) | undefined;
   #returned = false;
   readonly #onReturn: (() => void) | undefined;
+  readonly #onTake: ((size: number) => void) | undefined;
 
   constructor(options: ItemQueueOptions = {}) {
     this.#onReturn = options.onReturn;
+    this.#onTake = options.onTake;
   }
 
   /** Whether `end()` or `fail()` was called. */
@@ -24,9 +29,11 @@ export class ItemQueue<T> implements AsyncIterable<T> {
     return this.#done;
   }
 
-  push(item: T): void {
+  /** Adds an item; `size` is handed back to `onTake` when the consumer takes it. */
+  push(item: T, size = 0): void {
     if (this.#done) return;
     this.#items.push(item);
+    this.#sizes.push(size);
     this.#wake?.();
   }
 
@@ -46,7 +53,9 @@ export class ItemQueue<T> implements AsyncIterable<T> {
     try {
       while (true) {
         if (this.#items.length) {
-          yield this.#items.shift()!;
+          const item = this.#items.shift()!;
+          this.#onTake?.(this.#sizes.shift()!);
+          yield item;
           continue;
         }
         if (this.#done) {

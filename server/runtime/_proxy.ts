@@ -4,6 +4,46 @@ import type { AbortSignalLike } from "../abort/mod.ts";
 import { type Deadline, startDeadline } from "../deadline/mod.ts";
 import { RunFailure } from "./_failures.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
+import { MAX_MESSAGE_BYTES } from "./_worker_protocol.ts";
+
+/** An answer from a custom runtime the server will not hold: a body or one event over the message limit. */
+function tooLarge(runId: string, what: string): RunFailure {
+  return new RunFailure(
+    "upstream_error",
+    `The app's server sent ${what} larger than ${MAX_MESSAGE_BYTES / 1024 / 1024} MiB; answer less, or stream it`,
+    { runId },
+  );
+}
+
+/** The body as text, refusing to hold more than `MAX_MESSAGE_BYTES` of it. */
+async function boundedText(body: ReadableStream<Uint8Array> | null, runId: string): Promise<string> {
+  if (!body) return "";
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  const reader = body.getReader();
+  for (let next = await reader.read(); !next.done; next = await reader.read()) {
+    size += next.value.length;
+    if (size > MAX_MESSAGE_BYTES) {
+      await reader.cancel().catch(() => undefined);
+      throw tooLarge(runId, "a body");
+    }
+    parts.push(next.value);
+  }
+  return Buffer.concat(parts).toString("utf8");
+}
+
+/** Passes bytes through, failing once a line (an event's field) grows past `MAX_MESSAGE_BYTES`. */
+function boundedLines(runId: string): TransformStream<Uint8Array, Uint8Array> {
+  let open = 0;
+  return new TransformStream({
+    transform(chunk, controller) {
+      const last = chunk.lastIndexOf(10);
+      open = last < 0 ? open + chunk.length : chunk.length - last - 1;
+      if (open > MAX_MESSAGE_BYTES) controller.error(tooLarge(runId, "an event"));
+      else controller.enqueue(chunk);
+    },
+  });
+}
 
 /** What to forward. */
 export interface ProxyCall {
@@ -11,6 +51,8 @@ export interface ProxyCall {
   /** The path after the app: the function name. */
   path: string;
   input: unknown;
+  /** `input` as the JSON text the caller sent, forwarded as is. */
+  inputJson?: string;
   graceMs: number;
   signal?: AbortSignalLike;
   /** Called once when the upstream exchange is over (answer read, failed or aborted). */
@@ -33,8 +75,10 @@ function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFai
   return new RunFailure("upstream_error", `The app's server failed during the call: ${cause}`, { runId: call.runId });
 }
 
-async function* events(body: ReadableStream<Uint8Array>): AsyncGenerator<StreamItem> {
-  const reader = body.pipeThrough(new TextDecoderStream() as unknown as ReadableWritablePair<string, Uint8Array>)
+async function* events(body: ReadableStream<Uint8Array>, runId: string): AsyncGenerator<StreamItem> {
+  const reader = body.pipeThrough(boundedLines(runId)).pipeThrough(
+    new TextDecoderStream() as unknown as ReadableWritablePair<string, Uint8Array>,
+  )
     .pipeThrough(new EventSourceParserStream()).getReader();
   try {
     while (true) {
@@ -89,12 +133,12 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
         "x-request-id": call.runId,
         accept: "application/json, text/event-stream",
       },
-      body: JSON.stringify(call.input ?? {}),
+      body: call.inputJson ?? JSON.stringify(call.input ?? {}),
       signal,
     });
     const type = response.headers.get("content-type")?.split(";")[0].trim().toLowerCase() ?? "";
     if (!response.ok) {
-      const text = (await response.text()).slice(0, 500);
+      const text = (await boundedText(response.body, call.runId)).slice(0, 500);
       throw new RunFailure("upstream_error", `The app's server answered ${response.status}: ${text || "(no body)"}`, {
         runId: call.runId,
       });
@@ -105,9 +149,9 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
         void response.body?.cancel().catch(() => undefined);
         done();
       }, { once: true });
-      return { kind: "stream", items: guarded(events(response.body), call, deadline, done), startedAt };
+      return { kind: "stream", items: guarded(events(response.body, call.runId), call, deadline, done), startedAt };
     }
-    const text = await response.text();
+    const text = await boundedText(response.body, call.runId);
     let result: unknown = text;
     if (type.endsWith("json")) {
       try {

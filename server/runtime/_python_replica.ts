@@ -4,6 +4,7 @@
  * log messages, the process's own stdout/stderr are logged as worker output.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { setImmediate as setImmediatePromise } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
 import type { AbortSignalLike } from "../abort/mod.ts";
@@ -14,12 +15,32 @@ import { ItemQueue } from "./_item_queue.ts";
 import { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
+import { LineSplitter, LineTooLong } from "./_line_splitter.ts";
+import {
+  type CallMessage,
+  encodeCall,
+  encodeControl,
+  isFinal,
+  MAX_MESSAGE_BYTES,
+  parseWorkerMessage,
+  ProtocolViolation,
+  type ServerMessage,
+  STREAM_WINDOW_BYTES,
+  STREAM_WINDOW_ITEMS,
+  type WorkerMessage,
+} from "./_worker_protocol.ts";
 
 const WORKER_PATH = fileURLToPath(new URL("./_worker.py", import.meta.url));
 const START_TIMEOUT_MS = 60_000;
 /** How long a cancelled call may take to stop before its worker is killed. */
 const CANCEL_GRACE_MS = 1_000;
 const STOP_GRACE_MS = 2_000;
+/** How long a worker that closed its message pipe may take to exit before that counts as a violation. */
+const PIPE_CLOSE_GRACE_MS = 250;
+/** Messages from this size on are decoded and parsed in turns of their own. */
+const BIG_MESSAGE_BYTES = 1024 * 1024;
+/** How many ended calls are remembered, so that late output of one is still logged rather than refused. */
+const ENDED_CALLS_KEPT = 1024;
 
 /** Options of `PythonReplica`. */
 export interface PythonReplicaOptions {
@@ -35,6 +56,8 @@ export interface PythonCall {
   runId: string;
   functionName: string;
   kwargs: Record<string, unknown>;
+  /** `kwargs` as the JSON text the caller sent, forwarded as is (see `encodeCall`). */
+  kwargsJson?: string;
   graceMs: number;
   signal?: AbortSignalLike;
   /** Called once when the call is over in the worker (result, failure, stream end, cancel or crash). */
@@ -52,9 +75,9 @@ interface Pending {
   cancelTimer?: ReturnType<typeof setTimeout>;
   /** Output not yet logged because its line is not complete. */
   partial: Record<string, string>;
+  /** Items and bytes the stream's reader consumed that were not yet credited back to the worker. */
+  consumed?: { items: number; bytes: number };
 }
-
-type Message = { op: string; id?: string; [key: string]: unknown };
 
 /** A warm Python worker; calls run concurrently up to the app's `replica_concurrency`. */
 export class PythonReplica implements Replica {
@@ -68,6 +91,10 @@ export class PythonReplica implements Replica {
   #loadError: ProblemError | undefined;
   #corked = false;
   #exitCode: string | undefined;
+  #exitedProcess = false;
+  #violation: string | undefined;
+  /** Ids of calls that ended, oldest first (bounded). */
+  readonly #ended = new Set<string>();
 
   constructor(options: PythonReplicaOptions) {
     this.#options = options;
@@ -77,6 +104,7 @@ export class PythonReplica implements Replica {
       stdio: ["ignore", "pipe", "pipe", "pipe", "pipe"],
       env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
     });
+    this.#child.once("exit", () => (this.#exitedProcess = true));
     this.exited = new Promise((resolve) => {
       this.#child.once("close", (code, signal) => {
         this.#exitCode = signal ? `signal ${signal}` : `exit code ${code}`;
@@ -153,6 +181,8 @@ export class PythonReplica implements Replica {
           clearTimeout(pending.cancelTimer);
           call.signal?.removeEventListener("abort", onAbort);
           this.#pending.delete(call.runId);
+          this.#ended.add(call.runId);
+          if (this.#ended.size > ENDED_CALLS_KEPT) this.#ended.delete(this.#ended.values().next().value!);
           for (const [stream, text] of Object.entries(pending.partial)) {
             if (text) this.#logOutput(call.runId, stream, text);
           }
@@ -175,7 +205,18 @@ export class PythonReplica implements Replica {
       this.#pending.set(call.runId, pending);
       if (call.signal?.aborted) return onAbort();
       call.signal?.addEventListener("abort", onAbort, { once: true });
-      this.#send({ op: "call", id: call.runId, run_id: call.runId, fn: call.functionName, kwargs: call.kwargs });
+      let line: string;
+      try {
+        line = encodeCall(
+          { op: "call", id: call.runId, run_id: call.runId, fn: call.functionName, kwargs: call.kwargs },
+          { kwargsJson: call.kwargsJson },
+        );
+      } catch (error) {
+        // Arguments JSON cannot encode (e.g. nested past the engine's stack) fail this call alone.
+        const message = `The arguments cannot be sent to the worker: ${(error as Error).message}`;
+        return this.#failWith(pending, new ProblemError("bad-request", message, { runId: call.runId }));
+      }
+      this.#send(line);
     });
   }
 
@@ -196,7 +237,7 @@ export class PythonReplica implements Replica {
     signalGroup(this.#child, "SIGKILL");
   }
 
-  #send(message: Message): void {
+  #send(line: string): void {
     const pipe = this.#child.stdio[3] as Writable;
     if (!pipe.writable) return;
     // Requests made in the same turn of the event loop leave in one write (one system call, one
@@ -209,7 +250,7 @@ export class PythonReplica implements Replica {
         pipe.uncork();
       });
     }
-    pipe.write(`${JSON.stringify(message)}\n`);
+    pipe.write(line);
   }
 
   #cancel(pending: Pending): void {
@@ -218,7 +259,7 @@ export class PythonReplica implements Replica {
       new RunFailure("interrupted", "The run was interrupted before it finished", { runId: pending.call.runId }),
       false,
     );
-    this.#send({ op: "cancel", id: pending.call.runId });
+    this.#sendControl({ op: "cancel", id: pending.call.runId });
     // The worker acknowledges with `cancelled` (or a last result); a call stuck in code that cannot be
     // interrupted costs the worker.
     pending.cancelTimer = setTimeout(() => {
@@ -247,20 +288,90 @@ export class PythonReplica implements Replica {
     if (settle) pending.settle();
   }
 
+  #sendControl(message: Exclude<ServerMessage, { op: "call" }>): void {
+    this.#send(encodeControl(message));
+  }
+
   #readMessages(pipe: Readable): void {
-    let buffer = "";
-    pipe.setEncoding("utf8").on("data", (chunk: string) => {
-      buffer += chunk;
-      let newline: number;
-      while ((newline = buffer.indexOf("\n")) >= 0) {
-        const line = buffer.slice(0, newline);
-        buffer = buffer.slice(newline + 1);
-        if (line.trim()) this.#onMessage(JSON.parse(line) as Message);
+    const lines = new LineSplitter(MAX_MESSAGE_BYTES);
+    const backlog: Buffer[] = [];
+    let draining = false;
+    const drain = async () => {
+      draining = true;
+      try {
+        while (backlog.length && this.#violation === undefined) {
+          const line = backlog.shift()!;
+          if (line.length === 0) continue;
+          if (line.length < BIG_MESSAGE_BYTES) {
+            this.#onMessage(parseWorkerMessage(line.toString("utf8")), line.length + 1);
+            continue;
+          }
+          // A big message (a 50 MB result) is decoded and parsed in separate turns of the event loop,
+          // with the pipe paused to keep the order, so other requests are served in between.
+          pipe.pause();
+          await setImmediatePromise();
+          const text = line.toString("utf8");
+          await setImmediatePromise();
+          if (this.#violation === undefined) this.#onMessage(parseWorkerMessage(text), line.length + 1);
+        }
+      } catch (error) {
+        this.#violate(
+          error instanceof ProtocolViolation
+            ? error.message.replace(/^the worker /, "it ")
+            : `the server could not handle one of its messages: ${(error as Error).message}`,
+        );
+      } finally {
+        draining = false;
+        if (this.#violation === undefined) pipe.resume();
       }
+    };
+    pipe.on("data", (chunk: Buffer) => {
+      if (this.#violation !== undefined) return;
+      try {
+        backlog.push(...lines.push(chunk));
+      } catch (error) {
+        if (!(error instanceof LineTooLong)) throw error;
+        return this.#violate(`it sent more than ${MAX_MESSAGE_BYTES / 1024 / 1024} MiB without a newline`);
+      }
+      if (!draining && backlog.length) void drain();
+    });
+    pipe.on("end", () => {
+      // A worker that exits closes the pipe too; one that closes it and lives on can no longer answer.
+      setTimeout(() => {
+        if (!this.#exitedProcess) this.#violate("it closed its message pipe (fd 4) and kept running");
+      }, PIPE_CLOSE_GRACE_MS).unref();
     });
   }
 
-  #onMessage(message: Message): void {
+  /**
+   * Ends a worker that broke the protocol: its calls fail with a 502 naming the violation, it is killed
+   * and its pool replaces it. Nothing a worker sends can harm the server or another worker's calls.
+   */
+  #violate(reason: string): void {
+    if (this.#violation !== undefined || !this.usable) return;
+    this.#violation = reason;
+    this.usable = false;
+    this.#options.logger.error(
+      { app: this.#options.label, pid: this.pid, reason },
+      "worker broke the protocol; replacing it",
+    );
+    for (const pending of [...this.#pending.values()]) {
+      this.#fail(
+        pending,
+        new RunFailure(
+          "protocol_violation",
+          `The app's worker broke the worker protocol (${reason}); it was replaced, retry the call`,
+          { runId: pending.call.runId },
+        ),
+      );
+    }
+    this.#child.kill("SIGKILL");
+  }
+
+  /** Handles one message; `size` is its line's length in bytes, newline included. */
+  #onMessage(message: WorkerMessage, size: number): void {
+    // Messages already in the pipe when the worker was killed are moot.
+    if (!this.usable) return;
     if (message.op === "ready") return this.#onReady();
     if (message.op === "load_error") {
       this.#loadError = new ProblemError(
@@ -270,14 +381,14 @@ export class PythonReplica implements Replica {
       this.#options.logger.error({ app: this.#options.label, traceback: message.traceback }, "main.py failed to load");
       return;
     }
-    const pending = message.id === undefined ? undefined : this.#pending.get(message.id);
-    if (!pending) return;
+    const pending = this.#pending.get(message.id);
+    if (!pending) return this.#onStrayMessage(message);
     const { runId } = pending.call;
     switch (message.op) {
       case "log": {
         // One log line per line of output, whatever the chunks the function wrote.
-        const stream = message.stream as string;
-        const lines = ((pending.partial[stream] ?? "") + (message.text as string)).split("\n");
+        const stream = message.stream;
+        const lines = ((pending.partial[stream] ?? "") + message.text).split("\n");
         pending.partial[stream] = lines.pop()!;
         for (const line of lines) this.#logOutput(runId, stream, line);
         return;
@@ -289,12 +400,15 @@ export class PythonReplica implements Replica {
         return pending.settle();
       case "stream": {
         if (pending.failed) return;
-        pending.stream = new ItemQueue<StreamItem>({ onReturn: () => this.#cancel(pending) });
+        pending.stream = new ItemQueue<StreamItem>({
+          onReturn: () => this.#cancel(pending),
+          onTake: (bytes) => this.#credit(pending, bytes),
+        });
         pending.resolve({ kind: "stream", items: pending.stream, startedAt: pending.startedAt });
         return;
       }
       case "item": {
-        pending.stream?.push({ value: message.value });
+        pending.stream?.push({ value: message.value }, size);
         return;
       }
       case "end":
@@ -306,23 +420,53 @@ export class PythonReplica implements Replica {
           new RunFailure("interrupted", "The run was interrupted before it finished", { runId }),
         );
       case "fail": {
-        const kind = message.kind as string;
+        const kind = message.kind;
         if (kind === "not_found") {
-          this.#failWith(pending, new ProblemError("not-found", message.message as string, { runId }));
+          this.#failWith(pending, new ProblemError("not-found", message.message, { runId }));
           return;
         }
         const exception = kind === "exception";
+        // A call message the worker could not read is the caller's arguments' fault.
+        const errorType = exception ? message.type : kind === "bad_request" ? "invalid_arguments" : kind;
         const failure = new RunFailure(
-          exception ? (message.type as string) : kind,
-          exception ? `${message.type}: ${message.message}` : (message.message as string),
-          {
-            runId,
-            exception,
-            traceback: message.traceback as string | undefined,
-          },
+          errorType,
+          exception ? `${message.type}: ${message.message}` : message.message,
+          { runId, exception, traceback: message.traceback ?? undefined },
         );
         return this.#fail(pending, failure);
       }
+    }
+  }
+
+  /** A message for a call not in flight: late output of an ended call is logged, anything else is a violation. */
+  #onStrayMessage(message: CallMessage): void {
+    const ended = this.#ended.has(message.id);
+    if (ended && message.op === "log") {
+      if (message.text.trim()) this.#logOutput(message.id, message.stream, message.text.replace(/\n$/, ""));
+      return;
+    }
+    const what = ended
+      ? isFinal(message) ? "a second final message" : `a ${message.op} message after its end`
+      : `a ${message.op} message`;
+    this.#violate(
+      `it sent ${what} for call ${JSON.stringify(message.id.slice(0, 64))}, which it ${
+        ended ? "had already answered" : "was never given"
+      }`,
+    );
+  }
+
+  /**
+   * Returns credit for an item the stream's reader took, in batches of half a window: the worker stops
+   * asking its generator for items while a full window is unread, so memory is bounded by the reader.
+   */
+  #credit(pending: Pending, bytes: number): void {
+    const consumed = (pending.consumed ??= { items: 0, bytes: 0 });
+    consumed.items++;
+    consumed.bytes += bytes;
+    if (consumed.items >= STREAM_WINDOW_ITEMS / 2 || consumed.bytes >= STREAM_WINDOW_BYTES / 2) {
+      this.#sendControl({ op: "credit", id: pending.call.runId, items: consumed.items, bytes: consumed.bytes });
+      consumed.items = 0;
+      consumed.bytes = 0;
     }
   }
 

@@ -9,6 +9,30 @@ hands the call to a pool thread, which runs it and writes the answer itself. `as
 whatever returns an awaitable or an async iterator) run on the asyncio loop.
 
 Usage: python3 _worker.py <app_dir> <max_concurrency>
+
+The protocol, the same table as server/runtime/_worker_protocol.ts (add an op in both places). Each line
+is one JSON object with an "op":
+
+    direction        op           fields                                        meaning
+    server -> worker call         id, run_id, fn, kwargs (object)               run fn(**kwargs)
+    server -> worker cancel       id                                            stop that call
+    server -> worker credit       id, items, bytes                              a stream's reader consumed that much
+    worker -> server ready        pid                                           main.py loaded; calls may come
+    worker -> server load_error   type, message, traceback                      main.py failed to load; exits
+    worker -> server log          id, stream ("stdout"/"stderr"), text          the call's output
+    worker -> server result       id, value                                     the call returned (final)
+    worker -> server stream       id                                            an iterator: items follow
+    worker -> server item         id, value                                     one yielded item
+    worker -> server end          id                                            the iterator is exhausted (final)
+    worker -> server cancelled    id                                            stopped after a cancel (final)
+    worker -> server fail         id, kind, type, message, traceback?           the call failed (final)
+
+fail kinds: not_found, invalid_arguments, bad_request (the call line could not be read), not_serializable,
+too_large (a result or item over MAX_MESSAGE_BYTES), exception. Every call gets exactly one final message.
+A message is at most MAX_MESSAGE_BYTES including its newline; the server ends a worker that sends a longer
+line, an unknown op, a malformed line or a message for a call it was not given. A stream may have
+STREAM_WINDOW_ITEMS items and STREAM_WINDOW_BYTES bytes of item lines sent and not yet credited back (and
+always one item), so a stream's generator waits while its reader does not read.
 """
 
 import asyncio
@@ -19,12 +43,18 @@ import inspect
 import json
 import os
 import queue
+import re
 import sys
 import threading
 import traceback
 
 REQUESTS_FD = 3
 MESSAGES_FD = 4
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+STREAM_WINDOW_ITEMS = 64
+STREAM_WINDOW_BYTES = 512 * 1024
+# The server writes a call's id first, so a line that cannot be parsed can still be failed by name.
+_LEADING_ID = re.compile(rb'^\{"op":"call","id":("(?:[^"\\]|\\.)*")')
 
 _write_lock = threading.Lock()
 _current_call = contextvars.ContextVar("runplane_call", default=None)
@@ -38,15 +68,30 @@ def send(message):
     write_line(_dumps(message))
 
 
-def write_line(text):
-    """Writes one protocol line whole, even from several threads at once."""
+class TooLarge(Exception):
+    """A result or item whose message would pass MAX_MESSAGE_BYTES."""
+
+
+def encode_line(text):
     data = (text + "\n").encode("utf-8")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise TooLarge(f"its JSON is {len(data)} bytes; the limit of one result or item is {MAX_MESSAGE_BYTES} bytes")
+    return data
+
+
+def write_line(text):
+    """Writes one protocol line whole, even from several threads at once; returns its size in bytes."""
+    return write_bytes(text if isinstance(text, bytes) else (text + "\n").encode("utf-8"))
+
+
+def write_bytes(data):
     with _write_lock:
         written = os.write(MESSAGES_FD, data)
         if written < len(data):
             view = memoryview(data)[written:]
             while view:
                 view = view[os.write(MESSAGES_FD, view):]
+    return len(data)
 
 
 class RunOutput:
@@ -129,6 +174,61 @@ class Function:
         return None
 
 
+class StreamWindow:
+    """A stream's credits: how much it sent that the server has not yet reported consumed."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.items = 0
+        self.bytes = 0
+        self.closed = False
+        self.condition = threading.Condition()
+        self.event = None
+
+    def has_room(self):
+        return self.closed or self.items <= 0 or (
+            self.items < STREAM_WINDOW_ITEMS and self.bytes < STREAM_WINDOW_BYTES)
+
+    def sent(self, size):
+        with self.condition:
+            self.items += 1
+            self.bytes += size
+
+    def credit(self, items, size):
+        """Called on the reader thread for a `credit` message."""
+        with self.condition:
+            self.items -= items
+            self.bytes -= size
+            self.wake()
+
+    def close(self):
+        """Wakes a waiting stream for good (the call was cancelled)."""
+        with self.condition:
+            self.closed = True
+            self.wake()
+
+    def wake(self):
+        self.condition.notify_all()
+        if self.event is not None:
+            self.loop.call_soon_threadsafe(self.event.set)
+
+    def wait_in_thread(self):
+        with self.condition:
+            while not self.has_room():
+                self.condition.wait()
+
+    async def wait_async(self):
+        while True:
+            with self.condition:
+                if self.has_room():
+                    return
+                if self.event is None:
+                    self.event = asyncio.Event()
+                self.event.clear()
+                event = self.event
+            await event.wait()
+
+
 def send_fail(call_id, kind, error_type, message):
     send({"op": "fail", "id": call_id, "kind": kind, "type": error_type, "message": message})
 
@@ -139,6 +239,7 @@ class Worker:
         self.loop = loop
         self.concurrency = concurrency
         self.cancelled = set()
+        self.windows = {}
         self.tasks = {}
         self.functions = {}
         # The pool of threads for `def` functions, started as calls need them (never more than the
@@ -161,8 +262,15 @@ class Worker:
         op = message.get("op")
         if op == "call":
             self.start_call(message)
+        elif op == "credit":
+            window = self.windows.get(message["id"])
+            if window is not None:
+                window.credit(int(message["items"]), int(message["bytes"]))
         elif op == "cancel":
             self.cancelled.add(message["id"])
+            window = self.windows.get(message["id"])
+            if window is not None:
+                window.close()
             self.loop.call_soon_threadsafe(self.cancel_task, message["id"])
 
     def start_call(self, message):
@@ -220,26 +328,43 @@ class Worker:
                 self.send_result(call_id, function, result)
         except Cancelled:
             send({"op": "cancelled", "id": call_id})
+        except TooLarge as error:
+            send_fail(call_id, "too_large", "ValueError", f"{function.name}() produced a value too large to send: {error}")
         except BaseException as error:  # noqa: BLE001 - the function's failure is the run's failure
             send({"op": "fail", "id": call_id, "kind": "exception", **describe(error)})
         finally:
             _current_call.reset(token)
             self.cancelled.discard(call_id)
 
+    def open_window(self, call_id):
+        window = StreamWindow(self.loop)
+        self.windows[call_id] = window
+        if call_id in self.cancelled:
+            window.close()
+        return window
+
     def stream_in_thread(self, call_id, iterator):
         send({"op": "stream", "id": call_id})
+        window = self.open_window(call_id)
         try:
             # Each item is written as it is yielded, from this thread: a hop per item would cost more
-            # than most items take to make.
-            for item in iterator:
+            # than most items take to make. The next item is asked for only when the window has room.
+            while True:
+                window.wait_in_thread()
                 if call_id in self.cancelled:
                     raise Cancelled()
-                self.send_item(call_id, item)
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    break
+                window.sent(self.send_item(call_id, item))
             if call_id in self.cancelled:
                 raise Cancelled()
-        except Cancelled:
+        except (Cancelled, TooLarge):
             close_iterator(iterator)
             raise
+        finally:
+            self.windows.pop(call_id, None)
         send({"op": "end", "id": call_id})
 
     # --- `async def` functions, on the loop ------------------------------------------------------
@@ -281,6 +406,8 @@ class Worker:
                 self.send_result(call_id, function, result)
         except (asyncio.CancelledError, Cancelled):
             send({"op": "cancelled", "id": call_id})
+        except TooLarge as error:
+            send_fail(call_id, "too_large", "ValueError", f"{function.name}() produced a value too large to send: {error}")
         except BaseException as error:  # noqa: BLE001 - the function's failure is the run's failure
             send({"op": "fail", "id": call_id, "kind": "exception", **describe(error)})
         finally:
@@ -291,16 +418,24 @@ class Worker:
         # which would raise CancelledError inside the generator instead.
         asyncio.current_task().runplane_async = False
         send({"op": "stream", "id": call_id})
+        window = self.open_window(call_id)
         try:
-            async for item in iterator:
+            while True:
+                await window.wait_async()
                 if call_id in self.cancelled:
                     raise Cancelled()
-                self.send_item(call_id, item)
-        except (asyncio.CancelledError, Cancelled):
+                try:
+                    item = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
+                window.sent(self.send_item(call_id, item))
+        except (asyncio.CancelledError, Cancelled, TooLarge):
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
             raise
+        finally:
+            self.windows.pop(call_id, None)
         send({"op": "end", "id": call_id})
 
     # --- answers ---------------------------------------------------------------------------------
@@ -314,7 +449,7 @@ class Worker:
                       "dicts, lists, strings, numbers, booleans or None")
             return
         # The result is already JSON text; splice it in so it is not encoded twice.
-        write_line('{"op":"result","id":' + _dumps(call_id) + ',"value":' + text + "}")
+        write_bytes(encode_line('{"op":"result","id":' + _dumps(call_id) + ',"value":' + text + "}"))
 
     def send_item(self, call_id, value):
         try:
@@ -324,7 +459,7 @@ class Worker:
         # The item's JSON text is spliced into the message so it is encoded once; a string item travels
         # as a JSON string and arrives as a string.
         value_json = _dumps(text) if isinstance(value, str) else text
-        write_line('{"op":"item","id":' + _dumps(call_id) + ',"value":' + value_json + "}")
+        return write_bytes(encode_line('{"op":"item","id":' + _dumps(call_id) + ',"value":' + value_json + "}"))
 
 
 def close_iterator(iterator):
@@ -333,19 +468,45 @@ def close_iterator(iterator):
         close()
 
 
+def handle_line(worker, line):
+    """Handles one request; a request that cannot be read fails its call alone, never the reader."""
+    try:
+        message = json.loads(line)
+        if not isinstance(message, dict):
+            raise ValueError("a request must be a JSON object")
+        worker.handle(message)
+    except Exception as error:  # noqa: BLE001 - RecursionError, ValueError, KeyError, MemoryError, ...
+        match = _LEADING_ID.match(line)
+        if match is None:
+            _real_stderr.write(f"runplane worker: ignored an unreadable request: {type(error).__name__}: {error}\n")
+            return
+        send_fail(json.loads(match.group(1)), "bad_request", type(error).__name__,
+                  f"the worker could not read the call: {type(error).__name__}: {error}")
+
+
 def read_requests(worker):
-    loads = json.loads
     with os.fdopen(REQUESTS_FD, "rb", buffering=0) as pipe:
-        rest = b""
+        # Chunks of an unfinished line are joined once, when its newline arrives.
+        parts = []
         while True:
             chunk = pipe.read(65536)
             if not chunk:
                 break
-            lines = (rest + chunk).split(b"\n")
-            rest = lines.pop()
-            for line in lines:
+            start = 0
+            while True:
+                newline = chunk.find(b"\n", start)
+                if newline < 0:
+                    if start < len(chunk):
+                        parts.append(chunk[start:])
+                    break
+                line = chunk[start:newline]
+                if parts:
+                    parts.append(line)
+                    line = b"".join(parts)
+                    parts = []
                 if line:
-                    worker.handle(loads(line))
+                    handle_line(worker, line)
+                start = newline + 1
     # The server went away: leave no orphan behind.
     os._exit(0)
 

@@ -35,6 +35,11 @@ export interface InvokeRequest {
   functionName: string;
   /** The function's keyword arguments (the request body). */
   input: Record<string, unknown>;
+  /**
+   * `input` as the JSON text the caller sent, forwarded to the function as is (so 2^60 and 1e400 reach
+   * Python as Python reads them); without it `input` is serialised.
+   */
+  inputJson?: string;
   /** The run's id, from `newRunId()`; passed to a `run_id` parameter and sent as `X-Request-Id` upstream. */
   runId: string;
   /** Aborting interrupts the call: it is cancelled in the worker, whose process is replaced if it cannot stop. */
@@ -244,6 +249,7 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
           runId: request.runId,
           functionName: request.functionName,
           kwargs: request.input,
+          kwargsJson: request.inputJson,
           graceMs: config.responseGracePeriodMs,
           signal: request.signal,
           onSettled: () => lease.release(),
@@ -253,6 +259,7 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
         runId: request.runId,
         path: request.functionName,
         input: request.input,
+        inputJson: request.inputJson,
         graceMs: config.responseGracePeriodMs,
         signal: request.signal,
         onSettled: () => lease.release(),

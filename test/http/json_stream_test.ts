@@ -59,4 +59,12 @@ describe("encodeIfSmall", () => {
     assert.equal(encodeIfSmall({ text: "a".repeat(70_000) }), undefined);
     assert.equal(encodeIfSmall({ text: "a".repeat(1_000) }, 500), undefined);
   });
+
+  it("encodes a long string a piece at a time, never splitting a surrogate pair or an escape", () => {
+    const text = `${"a".repeat(99)}😀"\\\n\u0001${"é😀".repeat(300)}`;
+    const chunks = [...jsonChunks({ result: text, list: [text] }, { chunkChars: 100 })];
+    assert.ok(chunks.length > 10);
+    assert.equal(chunks.join(""), JSON.stringify({ result: text, list: [text] }));
+    assert.deepEqual(JSON.parse(chunks.join("")), { result: text, list: [text] });
+  });
 });

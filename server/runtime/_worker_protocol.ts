@@ -1,0 +1,176 @@
+/**
+ * The protocol between the server and a Python worker (`_worker.py`), written down once. Both pipes carry
+ * newline-delimited JSON, one message per line, each an object with an `op`:
+ *
+ * | direction       | op           | fields                                             | meaning                                         |
+ * |-----------------|--------------|----------------------------------------------------|-------------------------------------------------|
+ * | server → worker | `call`       | `id`, `run_id`, `fn`, `kwargs` (object)            | run `fn(**kwargs)`; `id` names the call below   |
+ * | server → worker | `cancel`     | `id`                                               | stop that call (generators close at next yield) |
+ * | server → worker | `credit`     | `id`, `items`, `bytes`                             | a stream's reader consumed that much: send more |
+ * | worker → server | `ready`      | `pid`                                              | main.py loaded; calls may be sent               |
+ * | worker → server | `load_error` | `type`, `message`, `traceback`                     | main.py failed to load; the worker exits        |
+ * | worker → server | `log`        | `id`, `stream` (`stdout`/`stderr`), `text`         | the call's output                               |
+ * | worker → server | `result`     | `id`, `value`                                      | the call returned (final)                       |
+ * | worker → server | `stream`     | `id`                                               | the call returned an iterator: items follow     |
+ * | worker → server | `item`       | `id`, `value`                                      | one yielded item                                |
+ * | worker → server | `end`        | `id`                                               | the iterator is exhausted (final)               |
+ * | worker → server | `cancelled`  | `id`                                               | the call stopped after a `cancel` (final)       |
+ * | worker → server | `fail`       | `id`, `kind`, `type`, `message`, `traceback`?      | the call failed (final); `kind` says how        |
+ *
+ * Every call gets exactly one final message. Limits, the same on both sides:
+ * - A message is at most `MAX_MESSAGE_BYTES` (64 MiB) of UTF-8 including its newline. The worker refuses
+ *   to send a bigger result or item (`fail`, kind `too_large`); a longer line from a worker is a
+ *   protocol violation.
+ * - Streams flow under a window of credits: the worker may have up to `STREAM_WINDOW_ITEMS` items and
+ *   `STREAM_WINDOW_BYTES` bytes (counted as whole `item` lines) sent and not yet consumed, and always at
+ *   least one item. The server returns credit with `credit` as the stream's reader takes items, so a
+ *   reader that stops reading stops the generator.
+ *
+ * Everything a worker sends is untrusted: `parseWorkerMessage` turns a line into a `WorkerMessage` or
+ * throws `ProtocolViolation`, and a violation ends that worker alone.
+ */
+
+/** The longest message either side may send, newline included. */
+export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+/** Items a stream may have sent and not yet consumed. */
+export const STREAM_WINDOW_ITEMS = 64;
+/** Bytes of `item` lines a stream may have sent and not yet consumed (one item may exceed it alone). */
+export const STREAM_WINDOW_BYTES = 512 * 1024;
+
+/** How a call failed in the worker (`fail.kind`). */
+export type FailKind =
+  /** main.py has no such public function. */
+  | "not_found"
+  /** The arguments do not fit the function's signature. */
+  | "invalid_arguments"
+  /** The worker could not read the call message (e.g. nested too deeply for Python). */
+  | "bad_request"
+  /** The result is not JSON-serialisable. */
+  | "not_serializable"
+  /** The result or an item is larger than `MAX_MESSAGE_BYTES`. */
+  | "too_large"
+  /** The function raised. */
+  | "exception";
+
+/** A message from the server to a worker. `kwargs` travels as the request's own JSON text. */
+export type ServerMessage =
+  | { op: "call"; id: string; run_id: string; fn: string; kwargs: Record<string, unknown> }
+  | { op: "cancel"; id: string }
+  | { op: "credit"; id: string; items: number; bytes: number };
+
+/** A message from a worker to the server. */
+export type WorkerMessage =
+  | { op: "ready"; pid: number }
+  | { op: "load_error"; type: string; message: string; traceback: string }
+  | { op: "log"; id: string; stream: "stdout" | "stderr"; text: string }
+  | { op: "result"; id: string; value: unknown }
+  | { op: "stream"; id: string }
+  | { op: "item"; id: string; value: unknown }
+  | { op: "end"; id: string }
+  | { op: "cancelled"; id: string }
+  | { op: "fail"; id: string; kind: FailKind; type: string; message: string; traceback?: string };
+
+/** A message about one call: every op but `ready` and `load_error`. */
+export type CallMessage = Extract<WorkerMessage, { id: string }>;
+
+/** Something a worker sent that the protocol does not allow; the worker that sent it is ended. */
+export class ProtocolViolation extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ProtocolViolation";
+  }
+}
+
+type Check = (value: unknown) => boolean;
+
+const isString: Check = (value) => typeof value === "string";
+const isOptionalString: Check = (value) => value === undefined || value === null || typeof value === "string";
+const isPid: Check = (value) => Number.isSafeInteger(value) && (value as number) > 0;
+const isAny: Check = (value) => value !== undefined;
+const isStream: Check = (value) => value === "stdout" || value === "stderr";
+const FAIL_KINDS = new Set<string>([
+  "not_found",
+  "invalid_arguments",
+  "bad_request",
+  "not_serializable",
+  "too_large",
+  "exception",
+]);
+const isFailKind: Check = (value) => typeof value === "string" && FAIL_KINDS.has(value);
+
+/** The fields each op must carry, and what each must hold. */
+const FIELDS: Record<WorkerMessage["op"], Record<string, Check>> = {
+  ready: { pid: isPid },
+  load_error: { type: isString, message: isString, traceback: isString },
+  log: { id: isString, stream: isStream, text: isString },
+  result: { id: isString, value: isAny },
+  stream: { id: isString },
+  item: { id: isString, value: isAny },
+  end: { id: isString },
+  cancelled: { id: isString },
+  fail: { id: isString, kind: isFailKind, type: isString, message: isString, traceback: isOptionalString },
+};
+
+/** A short, printable excerpt of untrusted text for an error message. */
+function excerpt(text: string): string {
+  const short = text.length > 80 ? `${text.slice(0, 80)}…` : text;
+  return JSON.stringify(short);
+}
+
+/** Parses and checks one line from a worker; throws `ProtocolViolation` for anything the table above does not allow. */
+export function parseWorkerMessage(line: string): WorkerMessage {
+  let message: unknown;
+  try {
+    message = JSON.parse(line);
+  } catch {
+    throw new ProtocolViolation(`the worker sent a line that is not JSON: ${excerpt(line)}`);
+  }
+  if (message === null || typeof message !== "object" || Array.isArray(message)) {
+    throw new ProtocolViolation(`the worker sent a message that is not a JSON object: ${excerpt(line)}`);
+  }
+  const op = (message as { op?: unknown }).op;
+  const fields = typeof op === "string" && Object.hasOwn(FIELDS, op)
+    ? FIELDS[op as WorkerMessage["op"]]
+    : undefined;
+  if (!fields) throw new ProtocolViolation(`the worker sent an unknown op ${excerpt(String(op))}`);
+  for (const [name, check] of Object.entries(fields)) {
+    if (!check((message as Record<string, unknown>)[name])) {
+      throw new ProtocolViolation(`the worker sent a ${op} message with a missing or invalid ${name}`);
+    }
+  }
+  return message as WorkerMessage;
+}
+
+/** Whether a message ends its call: after it, no other message for the same id may follow but logs. */
+export function isFinal(message: CallMessage): boolean {
+  return message.op === "result" || message.op === "end" || message.op === "cancelled" || message.op === "fail";
+}
+
+/** Options of `encodeCall`. */
+export interface EncodeCallOptions {
+  /** The keyword arguments as JSON text of an object, as the caller sent it (validated, not re-serialised). */
+  kwargsJson?: string;
+}
+
+/**
+ * The line of a `call` message. The arguments are spliced in as JSON text: a request body is forwarded
+ * as received, so numbers Python reads differently from JavaScript (2^60, 1e400) reach it intact. Line
+ * breaks can only be whitespace in valid JSON text, so they become spaces.
+ */
+export function encodeCall(
+  message: Extract<ServerMessage, { op: "call" }>,
+  options: EncodeCallOptions = {},
+): string {
+  const kwargs = options.kwargsJson === undefined
+    ? JSON.stringify(message.kwargs)
+    : options.kwargsJson.replace(/[\r\n]/g, " ");
+  // `id` first: a worker that cannot parse the line can still name the call it fails.
+  return `{"op":"call","id":${JSON.stringify(message.id)},"run_id":${JSON.stringify(message.run_id)},"fn":${
+    JSON.stringify(message.fn)
+  },"kwargs":${kwargs}}\n`;
+}
+
+/** The line of a `cancel` or `credit` message. */
+export function encodeControl(message: Exclude<ServerMessage, { op: "call" }>): string {
+  return `${JSON.stringify(message)}\n`;
+}
