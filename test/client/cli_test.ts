@@ -316,7 +316,9 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
       `${TEST_PROJECT}/py/sleepy`,
       "--async",
       "--data",
-      JSON.stringify({ seconds: 5, started }),
+      // Far longer than two CLI starts on a loaded machine (measured ~8 s each with the suite running):
+      // the cancel must find it running.
+      JSON.stringify({ seconds: 120, started }),
     ], { env });
     const runId = queued.stdout.trim();
     assert.match(runId, RUN_ID_PATTERN);
