@@ -316,9 +316,9 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
       `${TEST_PROJECT}/py/sleepy`,
       "--async",
       "--data",
-      // Long enough that the run is still running when the next CLI process starts on a loaded machine
-      // (measured: 7 s per start at load 15 on 2 cores); the cancel ends it early.
-      JSON.stringify({ seconds: 40, started }),
+      // Far longer than two CLI starts on a loaded machine (measured ~8 s each with the suite running):
+      // the cancel must find it running.
+      JSON.stringify({ seconds: 120, started }),
     ], { env });
     const runId = queued.stdout.trim();
     assert.match(runId, RUN_ID_PATTERN);
