@@ -10,7 +10,9 @@ import { createServiceAccount, type Scope } from "../../server/auth/mod.ts";
 import { type Config, loadConfig } from "../../server/config.ts";
 import { createLogger } from "../../server/log.ts";
 import { createServer, type RunplaneServer } from "../../server/mod.ts";
+import type { StoreEngine } from "../../server/store/mod.ts";
 import { createTestClient, type TestClient } from "./client.ts";
+import { createTestDatabase } from "./postgres.ts";
 
 /** The project every test server's default token belongs to. */
 export const TEST_PROJECT = "p-test";
@@ -41,11 +43,20 @@ export interface TestServerOptions {
   env?: Record<string, string>;
   /** Keep this data dir (e.g. to restart on it) instead of making a new one. */
   dataDir?: string;
+  /**
+   * The store's engine: `postgres` puts the store in a fresh PostgreSQL database (dropped at `close`)
+   * unless `databaseUrl` names one to use (and keep). Default `sqlite`.
+   */
+  engine?: StoreEngine;
+  /** A PostgreSQL database to use (e.g. to restart on it, or to share it between servers). */
+  databaseUrl?: string;
 }
 
 /** Starts a server on 127.0.0.1 with a free port; close it in `after`. */
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "runplane-test-")));
+  const database = options.engine === "postgres" && !options.databaseUrl ? await createTestDatabase() : null;
+  const databaseUrl = options.databaseUrl ?? database?.url;
   const config: Config = loadConfig({
     PORT: "0",
     HOST: "127.0.0.1",
@@ -53,6 +64,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     RUNPLANE_APPS_DIR: join(dataDir, "apps"),
     RUNPLANE_LOG_LEVEL: "debug",
     RUNPLANE_RESPONSE_CHECK: "1",
+    ...(databaseUrl ? { RUNPLANE_DATABASE_URL: databaseUrl } : {}),
     ...options.env,
   });
   const lines: string[] = [];
@@ -93,6 +105,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     mintToken,
     async close() {
       await server.close();
+      await database?.drop();
       if (!options.dataDir) await rm(dataDir, { recursive: true, force: true });
     },
   };
