@@ -21,6 +21,8 @@ export const TEST_PROJECT = "p-test";
 export interface TestServer {
   url: string;
   dataDir: string;
+  /** The PostgreSQL database the store is in, or null for the data dir's SQLite file. */
+  databaseUrl: string | null;
   server: RunplaneServer;
   /** A `rest run` token for `p-test`, valid for a day. */
   token: string;
@@ -97,6 +99,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
   return {
     url,
     dataDir,
+    databaseUrl: databaseUrl ?? null,
     server,
     token,
     client: createTestClient(url, token),

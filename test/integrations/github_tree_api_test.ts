@@ -61,6 +61,7 @@ for (const engine of await engines()) {
         github.apiUrl,
         "--data-dir",
         t.dataDir,
+        ...(t.databaseUrl ? ["--database-url", t.databaseUrl] : []),
       ], {
         stdout: new Writable({ write: (_c, _e, done) => done() }),
         stderr: new Writable({ write: (chunk, _e, done) => ((stderr += chunk), done()) }),
