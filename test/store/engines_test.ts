@@ -165,6 +165,22 @@ if ((await engines()).includes("postgres")) {
       }
     });
 
+    it("names the database by its URL with the password redacted", async () => {
+      const database = await createTestDatabase();
+      const dir = await mkdtemp(join(tmpdir(), "runplane-url-"));
+      const url = new URL(database.url);
+      url.password = "not-for-logs"; // trust auth ignores it
+      try {
+        const store = await openStore(dir, { databaseUrl: url.toString() });
+        await store.close();
+        assert.ok(store.path.includes(":***@"), store.path);
+        assert.ok(!store.path.includes("not-for-logs"));
+      } finally {
+        await database.drop();
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+
     it("sets idle_in_transaction_session_timeout on the pool's sessions", async () => {
       const t = await openTestStore("postgres", { idleInTransactionTimeoutMs: 12_345 });
       try {
