@@ -10,6 +10,10 @@ export interface Config {
   host: string;
   port: number;
   dataDir: string;
+  /** A `postgres://` URL selects PostgreSQL; null keeps the SQLite file in the data dir. Never log it unredacted. */
+  databaseUrl: string | null;
+  /** The most PostgreSQL connections the process opens (its pool's size). */
+  databasePoolSize: number;
   appsDir: string;
   bodyLimitBytes: number;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
@@ -164,6 +168,29 @@ export const SETTINGS: SettingSpec[] = [
     default: "./.runplane",
     description: "Folder of the SQLite store, signing key and local repositories",
     parse: writableDir,
+  },
+  {
+    key: "databaseUrl",
+    env: "RUNPLANE_DATABASE_URL",
+    flag: "--database-url",
+    default: "",
+    description:
+      "A postgres:// URL: keep the store in that PostgreSQL database, shared by every process given it (unset: the SQLite file in the data dir)",
+    parse: (raw) => {
+      if (!raw.trim()) return null;
+      if (!/^postgres(ql)?:\/\//i.test(raw.trim()) || !URL.canParse(raw.trim())) {
+        throw new Error("must be a postgres:// or postgresql:// URL");
+      }
+      return raw.trim();
+    },
+  },
+  {
+    key: "databasePoolSize",
+    env: "RUNPLANE_DATABASE_POOL",
+    flag: "--database-pool",
+    default: "10",
+    description: "Most connections to PostgreSQL this process opens",
+    parse: integer(1, 1000),
   },
   {
     key: "appsDir",
@@ -331,7 +358,9 @@ export function loadConfig(
       out[setting.key] = setting.parse(raw, env);
     } catch (error) {
       const source = fromFlag !== undefined ? setting.flag : setting.env;
-      problems.push(`${source}=${JSON.stringify(raw)}: ${(error as Error).message}`);
+      // A URL's password is never echoed back.
+      const shown = raw.replace(/(\/\/[^/:@\s]*:)[^@\s]*@/g, "$1***@");
+      problems.push(`${source}=${JSON.stringify(shown)}: ${(error as Error).message}`);
     }
   }
   if (problems.length) throw new ConfigError(problems);

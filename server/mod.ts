@@ -51,12 +51,18 @@ export interface CreateServerOptions {
 /** Creates a server from validated settings: opens the store, loads the signing key, builds the app. */
 export async function createServer(config: Config, options: CreateServerOptions = {}): Promise<RunplaneServer> {
   const logger = options.logger ?? createLogger({ level: config.logLevel });
-  const freshDataDir = !existsSync(join(config.dataDir, "runplane.sqlite3"));
+  const freshSqliteFile = !existsSync(join(config.dataDir, "runplane.sqlite3"));
   const store = await openStore(config.dataDir, {
+    databaseUrl: config.databaseUrl,
+    poolSize: config.databasePoolSize,
+    onError: (error) => logger.warn({ err: error }, "a background database operation failed; the store carries on"),
     checkpoints: "background",
     onCheckpointerLost: (error) =>
       logger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
   });
+  // With PostgreSQL the data dir holds no store: "fresh" means the schema was just created.
+  const freshDataDir = store.engine === "sqlite" ? freshSqliteFile : store.fresh;
+  logger.info({ engine: store.engine, database: store.path }, "store opened");
   const key = await loadOrCreateSigningKey(config.dataDir);
   const secrets = await loadSecretBox(config.dataDir);
   const metrics = createMetrics();

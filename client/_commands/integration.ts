@@ -8,12 +8,14 @@ import { type CommandIo, UsageError } from "./usage.ts";
 /** Help of `runplane integration`. */
 export const INTEGRATION_HELP = `Usage:
   runplane integration github --project <id> --token <token | -> [--github-api-url <url>] [--data-dir <dir>]
-  runplane integration local --project <id> [--data-dir <dir>]
+                              [--database-url <postgres://…>]
+  runplane integration local --project <id> [--data-dir <dir>] [--database-url <postgres://…>]
 
 github makes the project read repository trees from GitHub with the token (--token - reads it from
 stdin); the token is stored encrypted and never shown again. For GitHub Enterprise Server pass
 --github-api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data
-dir's repos folder (see runplane repo add).`;
+dir's repos folder (see runplane repo add). With --database-url (or RUNPLANE_DATABASE_URL) the setting is
+stored in that PostgreSQL database instead of the data dir's SQLite file.`;
 
 async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
   let text = "";
@@ -34,6 +36,7 @@ export async function integrationCommand(io: CommandIo & { stdin?: NodeJS.Readab
       token: { type: "string" },
       "github-api-url": { type: "string" },
       "data-dir": { type: "string" },
+      "database-url": { type: "string" },
     },
   });
   const projectId = requireProjectId(values.project, `integration ${sub}`);
@@ -50,7 +53,7 @@ export async function integrationCommand(io: CommandIo & { stdin?: NodeJS.Readab
     integration = { provider: "github", apiUrl, token };
   }
   const dataDir = dataDirOf(values["data-dir"], io.env);
-  const store = await openStore(dataDir);
+  const store = await openStore(dataDir, { databaseUrl: values["database-url"] ?? io.env.RUNPLANE_DATABASE_URL });
   try {
     await saveProjectIntegration({ db: store.db, secrets: await loadSecretBox(dataDir) }, { projectId, integration });
   } finally {

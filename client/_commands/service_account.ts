@@ -17,7 +17,7 @@ export const SERVICE_ACCOUNT_HELP = `Usage:
   runplane service-account revoke <service-account-id>
 
 Works on the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane), whether the server runs or
-not. create prints only the token on stdout; it is shown once and never stored. A new project is created.`;
+not; with --database-url (or RUNPLANE_DATABASE_URL) on the store in that PostgreSQL database. create prints only the token on stdout; it is shown once and never stored. A new project is created.`;
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
@@ -33,10 +33,12 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
       expires: { type: "string" },
       scope: { type: "string", default: "rest,run" },
       "data-dir": { type: "string" },
+      "database-url": { type: "string" },
       json: { type: "boolean", default: false },
     },
   });
   const dataDir = values["data-dir"] ?? io.env.RUNPLANE_DATA_DIR ?? "./.runplane";
+  const databaseUrl = values["database-url"] ?? io.env.RUNPLANE_DATABASE_URL;
   if (sub === "create") {
     if (!values.project || !values.name || !values.expires) {
       throw new UsageError("service-account create needs --project, --name and --expires");
@@ -52,7 +54,7 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
     } catch (error) {
       throw new UsageError((error as Error).message);
     }
-    const store = await openStore(dataDir);
+    const store = await openStore(dataDir, { databaseUrl });
     try {
       const key = await loadOrCreateSigningKey(dataDir);
       const { account, token } = await createServiceAccount(
@@ -70,7 +72,7 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
   }
   if (sub === "list") {
     if (!values.project) throw new UsageError("service-account list needs --project");
-    const store = await openStore(dataDir);
+    const store = await openStore(dataDir, { databaseUrl });
     try {
       const accounts = await listServiceAccounts(store.db, values.project);
       if (values.json) {
@@ -91,7 +93,7 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
   if (sub === "revoke") {
     const id = positionals[0];
     if (!id) throw new UsageError("service-account revoke needs the service account's id (see service-account list)");
-    const store = await openStore(dataDir);
+    const store = await openStore(dataDir, { databaseUrl });
     try {
       if (!(await revokeServiceAccount(store.db, id))) {
         io.stderr.write(`No service account ${id}\n`);

@@ -1,6 +1,6 @@
 /** Build support: the canonical base-image digest and the record of digests a project has seen. */
 import type { Kysely } from "kysely";
-import { ensureProject } from "../store/mod.ts";
+import { ensureProject, isForeignKeyViolation } from "../store/mod.ts";
 import type { Database } from "../store/schema.ts";
 import { baseImageDigest, type BaseImageRequest } from "./base_image_hash.ts";
 
@@ -45,7 +45,7 @@ export async function hashBaseImage(
     row = await insert();
   } catch (error) {
     // A token can name a project that only exists in its claims; create it and try again.
-    if (!String((error as Error).message).includes("FOREIGN KEY")) throw error;
+    if (!isForeignKeyViolation(error)) throw error;
     await ensureProject(db, input.projectId);
     row = await insert();
   }

@@ -1,12 +1,14 @@
 /**
- * The store: one Kysely layer over SQLite (better-sqlite3, WAL) in the data dir. Queries are written
- * with Kysely's portable builders so a PostgreSQL dialect can be added without rewriting them.
+ * The store: one Kysely layer on two engines. SQLite (better-sqlite3, WAL) in the data dir is the
+ * embedded default; a `postgres://` database URL selects PostgreSQL (`pg`), which several processes
+ * share. Queries are written once, with Kysely's portable builders or portable SQL (`rawStatement`);
+ * what differs between the engines stays in this folder.
  */
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import {
-  CompiledQuery,
+  type CompiledQuery,
   Kysely,
   type MigrationProvider,
   Migrator,
@@ -16,25 +18,64 @@ import {
   type Transaction,
 } from "kysely";
 import { type Checkpointer, startCheckpointer } from "./checkpointer.ts";
+import { type StoreClock, startDatabaseClock, systemClock } from "./clock.ts";
 import { MIGRATIONS } from "./_migrations/mod.ts";
+import {
+  createPostgresPool,
+  isPostgresUrl,
+  portableQuery,
+  postgresDialect,
+  readDatabaseMs,
+  redactDatabaseUrl,
+  withMigrationLock,
+} from "./_postgres.ts";
 import type { Database } from "./schema.ts";
 
+export { isPostgresUrl, redactDatabaseUrl } from "./_postgres.ts";
+export type { StoreClock } from "./clock.ts";
 export { createGroupCommit, type GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 export type { Database } from "./schema.ts";
+
+/** The database engine behind a store. */
+export type StoreEngine = "sqlite" | "postgres";
 
 /** An open store. */
 export interface Store {
   db: Kysely<Database>;
-  /** The SQLite file's path. */
+  engine: StoreEngine;
+  /** The SQLite file's path, or the database URL with its password redacted. */
   path: string;
+  /**
+   * The time that decides ownership (leases, expiry): the database server's clock on PostgreSQL (so
+   * processes on hosts with skewed clocks agree), the process's on SQLite.
+   */
+  clock: StoreClock;
+  /** True when this open created the schema (applied the first migration). */
+  fresh: boolean;
   /** Closes the connection; pending statements finish first. */
   close(): Promise<void>;
 }
 
 /** Options of `openStore`. */
 export interface OpenStoreOptions {
+  /**
+   * A `postgres://` (or `postgresql://`) URL selects PostgreSQL; unset (or null) keeps the SQLite file
+   * in the data dir.
+   */
+  databaseUrl?: string | null;
+  /** PostgreSQL: the most connections the pool opens (default 10). */
+  poolSize?: number;
+  /** PostgreSQL: a session idle inside a transaction for longer is ended by the server (default 60 s). */
+  idleInTransactionTimeoutMs?: number;
+  /** PostgreSQL: errors of idle pooled connections and of the clock's refresh (the store carries on). */
+  onError?(error: unknown): void;
   /** Apply pending migrations (default true). */
   migrate?: boolean;
+  /**
+   * Runs after the migrations and, on PostgreSQL, under the same advisory lock, so that of processes
+   * starting at once one creates what must exist once (e.g. keys) and the others find it.
+   */
+  bootstrap?(db: Kysely<Database>, engine: StoreEngine): Promise<void>;
   /**
    * Where WAL checkpoints run: `commit` (SQLite's default: inside the commit that fills the WAL) or
    * `background` (a worker thread; for a server, whose event loop must not stall). Default `commit`.
@@ -45,10 +86,16 @@ export interface OpenStoreOptions {
 }
 
 /**
- * Opens (creating if needed) the store in `dataDir/runplane.sqlite3` and applies pending migrations.
- * Throws when a migration fails, naming it.
+ * Opens the store and applies pending migrations: PostgreSQL when `options.databaseUrl` is given, else
+ * (creating if needed) `dataDir/runplane.sqlite3`. Throws when a migration fails, naming it.
  */
 export async function openStore(dataDir: string, options: OpenStoreOptions = {}): Promise<Store> {
+  if (options.databaseUrl) {
+    if (!isPostgresUrl(options.databaseUrl)) {
+      throw new Error(`Unsupported database URL ${redactDatabaseUrl(options.databaseUrl)}: expected postgres://`);
+    }
+    return await openPostgresStore(options.databaseUrl, options);
+  }
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const path = join(dataDir, "runplane.sqlite3");
   makePrivate(path);
@@ -57,7 +104,9 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
   sqlite.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000");
   sqlite.exec("PRAGMA foreign_keys = ON");
   const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
-  if (options.migrate !== false) await migrate(db);
+  let fresh = false;
+  if (options.migrate !== false) fresh = (await migrate(db)).includes(FIRST_MIGRATION);
+  await options.bootstrap?.(db, "sqlite");
   let checkpointer: Checkpointer | undefined;
   if (options.checkpoints === "background") {
     const automatic = neverCollected(sqlite.prepare("PRAGMA wal_autocheckpoint")).pluck().get();
@@ -71,12 +120,50 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
   }
   return {
     db,
+    engine: "sqlite",
     path,
+    clock: systemClock(),
+    fresh,
     async close() {
       await checkpointer?.stop();
       await db.destroy();
     },
   };
+}
+
+const FIRST_MIGRATION = Object.keys(MIGRATIONS)[0];
+
+async function openPostgresStore(url: string, options: OpenStoreOptions): Promise<Store> {
+  const pool = createPostgresPool(url, {
+    poolSize: options.poolSize ?? 10,
+    idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 60_000,
+    onError: options.onError,
+  });
+  const db = new Kysely<Database>({ dialect: postgresDialect(pool) });
+  try {
+    let fresh = false;
+    if (options.migrate !== false || options.bootstrap) {
+      await withMigrationLock(url, async () => {
+        if (options.migrate !== false) fresh = (await migrate(db)).includes(FIRST_MIGRATION);
+        await options.bootstrap?.(db, "postgres");
+      });
+    }
+    const clock = await startDatabaseClock(() => readDatabaseMs(pool), { onError: options.onError });
+    return {
+      db,
+      engine: "postgres",
+      path: redactDatabaseUrl(url),
+      clock,
+      fresh,
+      async close() {
+        clock.stop();
+        await db.destroy();
+      },
+    };
+  } catch (error) {
+    await db.destroy();
+    throw error;
+  }
 }
 
 /**
@@ -136,8 +223,12 @@ function cachingStatements(sqlite: BetterSqlite3.Database): SqliteDatabase {
   };
 }
 
-/** Applies pending migrations; throws with the failing migration's name and error. */
-export async function migrate(db: Kysely<Database>): Promise<void> {
+/**
+ * Applies pending migrations; resolves with the names of those applied, throws with the failing
+ * migration's name and error. On PostgreSQL, processes starting at once must call it under one lock
+ * (as `openStore` does).
+ */
+export async function migrate(db: Kysely<Database>): Promise<string[]> {
   const provider: MigrationProvider = { getMigrations: () => Promise.resolve(MIGRATIONS) };
   const migrator = new Migrator({ db, provider, migrationTableName: "runplane_migrations" });
   const { error, results } = await migrator.migrateToLatest();
@@ -145,6 +236,7 @@ export async function migrate(db: Kysely<Database>): Promise<void> {
     const failed = results?.find((r) => r.status === "Error")?.migrationName ?? "unknown";
     throw new Error(`Store migration ${failed} failed: ${(error as Error).message ?? error}`, { cause: error });
   }
+  return (results ?? []).filter((r) => r.status === "Success").map((r) => r.migrationName);
 }
 
 /** Whether every known migration has been applied. */
@@ -170,10 +262,19 @@ export type Queryable = Kysely<Database> | Transaction<Database>;
 /**
  * A statement written once as SQL text with `?` placeholders, for the few statements on a per-request
  * path: building and compiling a Kysely query costs more than SQLite takes to run a small one. Keep
- * the SQL portable (standard SQL that PostgreSQL accepts too).
+ * the SQL portable (standard SQL that PostgreSQL accepts too); on PostgreSQL the placeholders become
+ * `$1`, `$2`, … (translated once, here).
  */
 export function rawStatement<Row = unknown>(
   sqlText: string,
 ): (db: Queryable, parameters: readonly unknown[]) => Promise<QueryResult<Row>> {
-  return (db, parameters) => db.executeQuery<Row>(CompiledQuery.raw(sqlText, parameters as unknown[]));
+  const compile: (parameters: readonly unknown[]) => CompiledQuery = portableQuery(sqlText);
+  return (db, parameters) => db.executeQuery<Row>(compile(parameters));
+}
+
+/** Whether `error` is the store refusing a row for a missing referenced row (a foreign key), on either engine. */
+export function isForeignKeyViolation(error: unknown): boolean {
+  const e = error as { code?: unknown; message?: unknown } | null;
+  // SQLite: SQLITE_CONSTRAINT_FOREIGNKEY; PostgreSQL: SQLSTATE 23503 foreign_key_violation.
+  return e?.code === "SQLITE_CONSTRAINT_FOREIGNKEY" || e?.code === "23503";
 }

@@ -10,7 +10,9 @@ import { createServiceAccount, type Scope } from "../../server/auth/mod.ts";
 import { type Config, loadConfig } from "../../server/config.ts";
 import { createLogger } from "../../server/log.ts";
 import { createServer, type RunplaneServer } from "../../server/mod.ts";
+import type { StoreEngine } from "../../server/store/mod.ts";
 import { createTestClient, type TestClient } from "./client.ts";
+import { createTestDatabase } from "./postgres.ts";
 
 /** The project every test server's default token belongs to. */
 export const TEST_PROJECT = "p-test";
@@ -19,6 +21,8 @@ export const TEST_PROJECT = "p-test";
 export interface TestServer {
   url: string;
   dataDir: string;
+  /** The PostgreSQL database the store is in, or null for the data dir's SQLite file. */
+  databaseUrl: string | null;
   server: RunplaneServer;
   /** A `rest run` token for `p-test`, valid for a day. */
   token: string;
@@ -41,11 +45,20 @@ export interface TestServerOptions {
   env?: Record<string, string>;
   /** Keep this data dir (e.g. to restart on it) instead of making a new one. */
   dataDir?: string;
+  /**
+   * The store's engine: `postgres` puts the store in a fresh PostgreSQL database (dropped at `close`)
+   * unless `databaseUrl` names one to use (and keep). Default `sqlite`.
+   */
+  engine?: StoreEngine;
+  /** A PostgreSQL database to use (e.g. to restart on it, or to share it between servers). */
+  databaseUrl?: string;
 }
 
 /** Starts a server on 127.0.0.1 with a free port; close it in `after`. */
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "runplane-test-")));
+  const database = options.engine === "postgres" && !options.databaseUrl ? await createTestDatabase() : null;
+  const databaseUrl = options.databaseUrl ?? database?.url;
   const config: Config = loadConfig({
     PORT: "0",
     HOST: "127.0.0.1",
@@ -53,6 +66,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     RUNPLANE_APPS_DIR: join(dataDir, "apps"),
     RUNPLANE_LOG_LEVEL: "debug",
     RUNPLANE_RESPONSE_CHECK: "1",
+    ...(databaseUrl ? { RUNPLANE_DATABASE_URL: databaseUrl } : {}),
     ...options.env,
   });
   const lines: string[] = [];
@@ -85,6 +99,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
   return {
     url,
     dataDir,
+    databaseUrl: databaseUrl ?? null,
     server,
     token,
     client: createTestClient(url, token),
@@ -93,6 +108,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     mintToken,
     async close() {
       await server.close();
+      await database?.drop();
       if (!options.dataDir) await rm(dataDir, { recursive: true, force: true });
     },
   };

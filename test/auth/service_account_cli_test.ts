@@ -7,19 +7,23 @@ import { describe, it } from "node:test";
 import { promisify } from "node:util";
 import { ROOT } from "../../scripts/generate.ts";
 import { createTestClient } from "../_helpers/client.ts";
+import { createTestDatabase, engines } from "../_helpers/postgres.ts";
 import { startTestServer } from "../_helpers/server.ts";
 
 const run = promisify(execFile);
 const CLI = join(ROOT, "client", "runplane.mjs");
 
-function cli(args: string[], env: Record<string, string> = {}) {
+function runCli(args: string[], env: Record<string, string> = {}) {
   return run(process.execPath, [CLI, ...args], { env: { ...process.env, ...env } })
     .then((r) => ({ ...r, code: 0 }), (e: { stdout: string; stderr: string; code: number }) => e);
 }
 
-describe("runplane service-account", () => {
-  it("creates a token against the data dir that the server accepts, lists it, and revokes it", async () => {
+for (const engine of await engines()) {
+  it(`creates a token against the store (${engine}) that the server accepts, lists it, and revokes it`, async () => {
     const dataDir = await mkdtemp(join(tmpdir(), "runplane-cli-"));
+    // On PostgreSQL the CLI finds the store by RUNPLANE_DATABASE_URL, the keys still in the data dir.
+    const database = engine === "postgres" ? await createTestDatabase() : null;
+    const cli = (args: string[]) => runCli(args, database ? { RUNPLANE_DATABASE_URL: database.url } : {});
     try {
       const created = await cli([
         "service-account",
@@ -45,7 +49,7 @@ describe("runplane service-account", () => {
         assert.ok(!text.includes(token), `the token is not stored in ${file}`);
       }
 
-      const t = await startTestServer({ dataDir });
+      const t = await startTestServer({ dataDir, databaseUrl: database?.url });
       try {
         const client = createTestClient(t.url, token);
         const call = () =>
@@ -69,12 +73,15 @@ describe("runplane service-account", () => {
         await t.close();
       }
     } finally {
+      await database?.drop();
       await rm(dataDir, { recursive: true, force: true });
     }
   });
+}
 
+describe("runplane service-account", () => {
   it("exits 2 with a clear message for a bad expiry", async () => {
-    const result = await cli([
+    const result = await runCli([
       "service-account",
       "create",
       "--project",

@@ -1,14 +1,11 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { it } from "node:test";
+import { describe, it } from "node:test";
 import type { Kysely } from "kysely";
 import { createLogger } from "../../server/log.ts";
 import { createSecretBox } from "../../server/secrets/mod.ts";
 import { createRunService } from "../../server/runs/mod.ts";
-import { type Database, ensureProject, openStore, type Store } from "../../server/store/mod.ts";
+import { type Database, ensureProject } from "../../server/store/mod.ts";
 import {
   type DeliveryWorker,
   type DeliveryWorkerOptions,
@@ -18,6 +15,8 @@ import {
   webhookViews,
 } from "../../server/webhooks/mod.ts";
 import { OUTCOME_UNKNOWN, recordAttempts, recordAttemptStarts } from "../../server/webhooks/outbox.ts";
+
+import { engines, openTestStore } from "../_helpers/postgres.ts";
 import { eventually, startWebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
 /** A worker over `db` that polls once at start and then not within a test: only a wake or a hand-off moves it. */
@@ -35,191 +34,188 @@ function startTestWorker(db: Kysely<Database>, options: Partial<DeliveryWorkerOp
   });
 }
 
-/** A store in a fresh temporary data dir; `close()` closes it and removes the dir. */
-async function openScratchStore(): Promise<{ store: Store; close(): Promise<void> }> {
-  const dir = mkdtempSync(join(tmpdir(), "runplane-outbox-"));
-  const store = await openStore(dir);
-  return {
-    store,
-    async close() {
-      await store.close();
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-it("works through a backlog bigger than one claim without waiting for the next poll", async () => {
-  const scratch = await openScratchStore();
-  const { store } = scratch;
-  const receiver = await startWebhookReceiver();
-  // A backlog, as after a restart or a receiver outage: nothing wakes the worker for these.
-  const count = 300;
-  await store.db.transaction().execute(async (trx) => {
-    for (let i = 0; i < count; i++) {
-      await enqueueDelivery(trx, {
-        runId: `run_${String(i).padStart(26, "0")}`,
-        endpoint: receiver.url,
-        body: `{"n":${i}}`,
-        sealedSecret: null,
+for (const engine of await engines()) {
+  describe(`the delivery worker (${engine})`, () => {
+    it("works through a backlog bigger than one claim without waiting for the next poll", async () => {
+      const scratch = await openTestStore(engine);
+      const { store } = scratch;
+      const receiver = await startWebhookReceiver();
+      // A backlog, as after a restart or a receiver outage: nothing wakes the worker for these.
+      const count = 300;
+      await store.db.transaction().execute(async (trx) => {
+        for (let i = 0; i < count; i++) {
+          await enqueueDelivery(trx, {
+            runId: `run_${String(i).padStart(26, "0")}`,
+            endpoint: receiver.url,
+            body: `{"n":${i}}`,
+            sealedSecret: null,
+          });
+        }
       });
-    }
-  });
-  const worker = startTestWorker(store.db, { maxInFlight: 16 });
-  try {
-    await receiver.waitFor(count);
-    await eventually(
-      async () => {
-        const { n } = await store.db.selectFrom("webhook_deliveries").select((eb) => eb.fn.countAll<number>().as("n"))
-          .where("status", "!=", "delivered").executeTakeFirstOrThrow();
-        return Number(n) === 0 ? true : undefined;
-      },
-      20_000,
-      "every delivery to be recorded delivered",
-    );
-    assert.equal(new Set(receiver.requests.map((r) => r.body.toString())).size, count, "each delivery is sent once");
-  } finally {
-    await worker.stop();
-    await receiver.close();
-    await scratch.close();
-  }
-});
-
-it("sends a sync run's delivery handed over by the run's final write, with no claim and no wake", async () => {
-  const scratch = await openScratchStore();
-  const { store } = scratch;
-  const receiver = await startWebhookReceiver();
-  const secrets = createSecretBox(randomBytes(32));
-  const logger = createLogger({ level: "silent" });
-  // Only the hand-off can bring the delivery: nothing wakes the worker.
-  const worker = startTestWorker(store.db, { secrets, logger });
-  const runs = createRunService({
-    db: store.db,
-    secrets,
-    logger,
-    config: { resultTtlMs: 3_600_000, runLeaseMs: 30_000, webhookAllowPrivate: true },
-    onDeliveries: () => {},
-    deliveryHandOff: worker.handOff,
-  });
-  try {
-    await ensureProject(store.db, "p-handoff");
-    const submission = await runs.submit({
-      projectId: "p-handoff",
-      app: "hello",
-      functionName: "run",
-      mode: "sync",
-      input: {},
-      webhook: { endpoint: receiver.url, secret: "handoff-secret" },
+      const worker = startTestWorker(store.db, { maxInFlight: 16 });
+      try {
+        await receiver.waitFor(count);
+        await eventually(
+          async () => {
+            const { n } = await store.db.selectFrom("webhook_deliveries").select((eb) =>
+              eb.fn.countAll<number>().as("n")
+            )
+              .where("status", "!=", "delivered").executeTakeFirstOrThrow();
+            return Number(n) === 0 ? true : undefined;
+          },
+          20_000,
+          "every delivery to be recorded delivered",
+        );
+        assert.equal(
+          new Set(receiver.requests.map((r) => r.body.toString())).size,
+          count,
+          "each delivery is sent once",
+        );
+      } finally {
+        await worker.stop();
+        await receiver.close();
+        await scratch.close();
+      }
     });
-    assert.equal(submission.kind, "live");
-    if (submission.kind !== "live") return;
-    await submission.run.succeed({ ok: true });
-    await receiver.waitFor(1, 10_000);
-    const body = JSON.parse(receiver.requests[0].body.toString());
-    assert.equal(body.run_id, submission.run.runId);
-    assert.deepEqual(body.result, { ok: true });
-    assert.match(
-      String(receiver.requests[0].headers["x-runplane-webhook-signature"]),
-      /^v1,[0-9a-f]{64}$/,
-      "the delivery is signed",
-    );
-    const row = await eventually(
-      async () => {
-        const found = await store.db.selectFrom("webhook_deliveries").selectAll().where(
-          "run_id",
-          "=",
-          submission.run.runId,
-        ).executeTakeFirst();
-        return found?.status === "delivered" ? found : undefined;
-      },
-      10_000,
-      "the attempt to be recorded",
-    );
-    assert.equal(row.lease_owner, null, "a settled delivery holds no lease");
-    assert.equal(row.secret, null, "a settled delivery drops its secret");
-  } finally {
-    await runs.stop();
-    await worker.stop();
-    await receiver.close();
-    await scratch.close();
-  }
-});
 
-it("bounds the hand-off queue: past it, deliveries are left to the outbox", async () => {
-  const scratch = await openScratchStore();
-  const { store } = scratch;
-  const receiver = await startWebhookReceiver(() => "hang");
-  const worker = startTestWorker(store.db, { timeoutMs: 60_000, maxInFlight: 1 });
-  try {
-    let taken = 0;
-    for (; taken < 100; taken++) {
-      const now = Date.now();
-      const lease = worker.handOff.lease(now);
-      if (!lease) break;
-      const runId = `run_${String(taken).padStart(26, "0")}`;
-      const delivery = { runId, endpoint: receiver.url, body: `{"n":${taken}}`, sealedSecret: null };
-      assert.ok(await enqueueDelivery(store.db, delivery, { now, lease }));
-      worker.handOff.take([{
-        run_id: runId,
-        endpoint: receiver.url,
-        body: delivery.body,
-        secret: null,
-        attempts: 0,
-        created_at: now,
-      }]);
-    }
-    // One attempt hangs in the window; four wait behind it.
-    assert.equal(taken, 5);
-    await receiver.waitFor(1, 10_000);
-    assert.equal(receiver.requests.length, 1);
-  } finally {
-    await worker.stop();
-    await receiver.close();
-    await scratch.close();
-  }
-});
-
-it("a delivery whose last attempt was cut off by a crash ends failed, unsent, that attempt's outcome unknown", async () => {
-  const scratch = await openScratchStore();
-  const { store } = scratch;
-  const receiver = await startWebhookReceiver();
-  const runId = `run_${"c".repeat(26)}`;
-  // What a process killed during the third attempt leaves: two 404s, a third started, its lease over.
-  await enqueueDelivery(store.db, { runId, endpoint: receiver.url, body: "{}", sealedSecret: null }, {
-    now: Date.now() - 60_000,
-  });
-  const at = Date.now() - 30_000;
-  await recordAttempts(
-    store.db,
-    [1, 2].map((attempt) => ({
-      runId,
-      attempt,
-      at,
-      durationMs: 1,
-      outcome: { statusCode: 404 },
-      verdict: "retry" as const,
-      nextAttemptAt: at,
-      maxAttempts: MAX_ATTEMPTS,
-    })),
-  );
-  await recordAttemptStarts(store.db, [{ runId, attempt: 3, at }]);
-  const worker = startTestWorker(store.db);
-  try {
-    const delivery = await eventually(async () => {
-      const row = await store.db.selectFrom("webhook_deliveries").selectAll().where("run_id", "=", runId)
-        .executeTakeFirstOrThrow();
-      return row.status === "pending" ? undefined : row;
+    it("sends a sync run's delivery handed over by the run's final write, with no claim and no wake", async () => {
+      const scratch = await openTestStore(engine);
+      const { store } = scratch;
+      const receiver = await startWebhookReceiver();
+      const secrets = createSecretBox(randomBytes(32));
+      const logger = createLogger({ level: "silent" });
+      // Only the hand-off can bring the delivery: nothing wakes the worker.
+      const worker = startTestWorker(store.db, { secrets, logger });
+      const runs = createRunService({
+        db: store.db,
+        secrets,
+        logger,
+        config: { resultTtlMs: 3_600_000, runLeaseMs: 30_000, webhookAllowPrivate: true },
+        onDeliveries: () => {},
+        deliveryHandOff: worker.handOff,
+      });
+      try {
+        await ensureProject(store.db, "p-handoff");
+        const submission = await runs.submit({
+          projectId: "p-handoff",
+          app: "hello",
+          functionName: "run",
+          mode: "sync",
+          input: {},
+          webhook: { endpoint: receiver.url, secret: "handoff-secret" },
+        });
+        assert.equal(submission.kind, "live");
+        if (submission.kind !== "live") return;
+        await submission.run.succeed({ ok: true });
+        await receiver.waitFor(1, 10_000);
+        const body = JSON.parse(receiver.requests[0].body.toString());
+        assert.equal(body.run_id, submission.run.runId);
+        assert.deepEqual(body.result, { ok: true });
+        assert.match(
+          String(receiver.requests[0].headers["x-runplane-webhook-signature"]),
+          /^v1,[0-9a-f]{64}$/,
+          "the delivery is signed",
+        );
+        const row = await eventually(
+          async () => {
+            const found = await store.db.selectFrom("webhook_deliveries").selectAll().where(
+              "run_id",
+              "=",
+              submission.run.runId,
+            ).executeTakeFirst();
+            return found?.status === "delivered" ? found : undefined;
+          },
+          10_000,
+          "the attempt to be recorded",
+        );
+        assert.equal(row.lease_owner, null, "a settled delivery holds no lease");
+        assert.equal(row.secret, null, "a settled delivery drops its secret");
+      } finally {
+        await runs.stop();
+        await worker.stop();
+        await receiver.close();
+        await scratch.close();
+      }
     });
-    assert.equal(delivery.status, "failed");
-    assert.equal(Number(delivery.attempts), 3);
-    const views = await webhookViews(store.db, [runId]);
-    const attempts = views.get(runId)?.attempts ?? [];
-    assert.deepEqual(attempts.map((a) => a.attempt), [1, 2, 3]);
-    assert.equal(attempts[2].error, OUTCOME_UNKNOWN);
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    assert.equal(receiver.requests.length, 0, "no fourth attempt is sent");
-  } finally {
-    await worker.stop();
-    await receiver.close();
-    await scratch.close();
-  }
-});
+
+    it("bounds the hand-off queue: past it, deliveries are left to the outbox", async () => {
+      const scratch = await openTestStore(engine);
+      const { store } = scratch;
+      const receiver = await startWebhookReceiver(() => "hang");
+      const worker = startTestWorker(store.db, { timeoutMs: 60_000, maxInFlight: 1 });
+      try {
+        let taken = 0;
+        for (; taken < 100; taken++) {
+          const now = Date.now();
+          const lease = worker.handOff.lease(now);
+          if (!lease) break;
+          const runId = `run_${String(taken).padStart(26, "0")}`;
+          const delivery = { runId, endpoint: receiver.url, body: `{"n":${taken}}`, sealedSecret: null };
+          assert.ok(await enqueueDelivery(store.db, delivery, { now, lease }));
+          worker.handOff.take([{
+            run_id: runId,
+            endpoint: receiver.url,
+            body: delivery.body,
+            secret: null,
+            attempts: 0,
+            created_at: now,
+          }]);
+        }
+        // One attempt hangs in the window; four wait behind it.
+        assert.equal(taken, 5);
+        await receiver.waitFor(1, 10_000);
+        assert.equal(receiver.requests.length, 1);
+      } finally {
+        await worker.stop();
+        await receiver.close();
+        await scratch.close();
+      }
+    });
+
+    it("a delivery whose last attempt was cut off by a crash ends failed, unsent, that attempt's outcome unknown", async () => {
+      const scratch = await openTestStore(engine);
+      const { store } = scratch;
+      const receiver = await startWebhookReceiver();
+      const runId = `run_${"c".repeat(26)}`;
+      // What a process killed during the third attempt leaves: two 404s, a third started, its lease over.
+      await enqueueDelivery(store.db, { runId, endpoint: receiver.url, body: "{}", sealedSecret: null }, {
+        now: Date.now() - 60_000,
+      });
+      const at = Date.now() - 30_000;
+      await recordAttempts(
+        store.db,
+        [1, 2].map((attempt) => ({
+          runId,
+          attempt,
+          at,
+          durationMs: 1,
+          outcome: { statusCode: 404 },
+          verdict: "retry" as const,
+          nextAttemptAt: at,
+          maxAttempts: MAX_ATTEMPTS,
+        })),
+      );
+      await recordAttemptStarts(store.db, [{ runId, attempt: 3, at }]);
+      const worker = startTestWorker(store.db);
+      try {
+        const delivery = await eventually(async () => {
+          const row = await store.db.selectFrom("webhook_deliveries").selectAll().where("run_id", "=", runId)
+            .executeTakeFirstOrThrow();
+          return row.status === "pending" ? undefined : row;
+        });
+        assert.equal(delivery.status, "failed");
+        assert.equal(Number(delivery.attempts), 3);
+        const views = await webhookViews(store.db, [runId]);
+        const attempts = views.get(runId)?.attempts ?? [];
+        assert.deepEqual(attempts.map((a) => a.attempt), [1, 2, 3]);
+        assert.equal(attempts[2].error, OUTCOME_UNKNOWN);
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        assert.equal(receiver.requests.length, 0, "no fourth attempt is sent");
+      } finally {
+        await worker.stop();
+        await receiver.close();
+        await scratch.close();
+      }
+    });
+  });
+}

@@ -1,0 +1,123 @@
+/**
+ * The PostgreSQL side of the store: the `pg` pool (with bigints parsed as numbers), Kysely's dialect
+ * with `?` placeholders of portable raw statements translated, the migration lock, the clock's read.
+ */
+import { type CompiledQuery, type DatabaseConnection, PostgresDialect, type QueryResult } from "kysely";
+import pg from "pg";
+import { postgresPlaceholders } from "./_placeholders.ts";
+
+/** Where a portable raw statement (see `rawStatement`) carries its text with `$n` placeholders. */
+export const POSTGRES_SQL: unique symbol = Symbol("runplane.postgresSql");
+
+/** A compiled query that may carry its PostgreSQL text. */
+type PortableQuery = CompiledQuery & { [POSTGRES_SQL]?: string };
+
+const INT8_OID = 20;
+
+// `bigint` (our millisecond timestamps) and COUNT(*) arrive as strings by default: parse them as
+// numbers (exact up to 2^53, which Unix milliseconds and row counts stay far below).
+const TYPES = {
+  getTypeParser(oid: number, format?: "text" | "binary") {
+    if (oid === INT8_OID && format !== "binary") return (value: string) => Number(value);
+    return pg.types.getTypeParser(oid, format);
+  },
+} as pg.CustomTypesConfig;
+
+/** Options of `createPostgresPool`. */
+export interface PostgresPoolOptions {
+  poolSize: number;
+  /** Ends a session left idle inside a transaction for longer (milliseconds). */
+  idleInTransactionTimeoutMs: number;
+  /** Called with errors of idle connections (e.g. the server ended them); the pool replaces them. */
+  onError?(error: Error): void;
+}
+
+/** A `pg` pool for `url`. */
+export function createPostgresPool(url: string, options: PostgresPoolOptions): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.poolSize,
+    types: TYPES,
+    idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs,
+    application_name: "runplane",
+  });
+  // Without a listener, an idle connection's error would end the process.
+  pool.on("error", (error) => options.onError?.(error));
+  return pool;
+}
+
+/** Kysely's PostgreSQL dialect on `pool`, running portable raw statements with their `$n` text. */
+export function postgresDialect(pool: pg.Pool): PostgresDialect {
+  return new PostgresDialect({
+    pool,
+    onCreateConnection(connection: DatabaseConnection) {
+      const executeQuery = connection.executeQuery.bind(connection);
+      connection.executeQuery = <R>(query: PortableQuery): Promise<QueryResult<R>> => {
+        const postgresSql = query[POSTGRES_SQL];
+        return executeQuery<R>(postgresSql === undefined ? query : { ...query, sql: postgresSql });
+      };
+      return Promise.resolve();
+    },
+  });
+}
+
+/** `sqlText` (with `?` placeholders) as a compiled query that runs on either engine. */
+export function portableQuery(sqlText: string): (parameters: readonly unknown[]) => CompiledQuery {
+  const postgresSql = postgresPlaceholders(sqlText);
+  return (parameters) =>
+    ({
+      sql: sqlText,
+      parameters,
+      query: { kind: "RawNode", sqlFragments: [sqlText], parameters: [] },
+      queryId: { queryId: "" },
+      [POSTGRES_SQL]: postgresSql,
+    }) as unknown as CompiledQuery;
+}
+
+// "Runplane" in ASCII, as the key of the session advisory lock migrations and key bootstrap run under.
+const MIGRATION_LOCK_KEY = "5941776712518954597";
+
+/**
+ * Runs `fn` while holding a session advisory lock on its own connection (not one of the pool's), so
+ * that processes starting at once migrate one after the other. Needs a direct connection: behind
+ * PgBouncer in transaction mode a session lock does not hold.
+ */
+export async function withMigrationLock<T>(url: string, fn: () => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url, application_name: "runplane-migrations" });
+  await client.connect();
+  try {
+    await client.query("select pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY]);
+    try {
+      return await fn();
+    } finally {
+      await client.query("select pg_advisory_unlock($1::bigint)", [MIGRATION_LOCK_KEY]);
+    }
+  } finally {
+    await client.end();
+  }
+}
+
+/** Reads the database server's clock in Unix milliseconds. */
+export async function readDatabaseMs(pool: pg.Pool): Promise<number> {
+  const { rows } = await pool.query<{ now: number }>(
+    "select (extract(epoch from clock_timestamp()) * 1000)::float8 as now",
+  );
+  return rows[0].now;
+}
+
+/** `url` with its password (and any `password` query parameter) replaced by `***`, for logs. */
+export function redactDatabaseUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = "***";
+    if (parsed.searchParams.has("password")) parsed.searchParams.set("password", "***");
+    return parsed.toString();
+  } catch {
+    return "(an unparsable database URL)";
+  }
+}
+
+/** Whether `url` names a PostgreSQL database. */
+export function isPostgresUrl(url: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(url);
+}
