@@ -3,5 +3,5 @@
 import { register } from "tsx/esm/api";
 
 register();
-const { main } = await import("./cli.ts");
+const { main } = await import("../server/cli/mod.ts");
 process.exitCode = await main(process.argv.slice(2));

@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
 import { verifyWebhook, type WebhookVerification } from "../webhook_verifier.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
+import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane webhook`. */
 export const WEBHOOK_HELP = `Usage:
