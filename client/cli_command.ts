@@ -22,6 +22,8 @@ export interface CommandIo {
   env: Record<string, string | undefined>;
   /** Where `--token -` and the like read from; `process.stdin` when absent. */
   stdin?: NodeJS.ReadableStream;
+  /** Stops a command that runs until interrupted (`webhook listen`) as Ctrl-C does; for in-process use. */
+  signal?: AbortSignal;
 }
 
 /** A subcommand: runs and resolves with the exit code. */
