@@ -1,27 +1,17 @@
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { promisify } from "node:util";
-import { ROOT } from "../../scripts/generate.ts";
+import { runMain } from "../_helpers/cli.ts";
 import { createTestClient } from "../_helpers/client.ts";
 import { startTestServer } from "../_helpers/server.ts";
-
-const run = promisify(execFile);
-const CLI = join(ROOT, "client", "runplane.mjs");
-
-function cli(args: string[], env: Record<string, string> = {}) {
-  return run(process.execPath, [CLI, ...args], { env: { ...process.env, ...env } })
-    .then((r) => ({ ...r, code: 0 }), (e: { stdout: string; stderr: string; code: number }) => e);
-}
 
 describe("runplane service-account", () => {
   it("creates a token against the data dir that the server accepts, lists it, and revokes it", async () => {
     const dataDir = await mkdtemp(join(tmpdir(), "runplane-cli-"));
     try {
-      const created = await cli([
+      const created = await runMain([
         "service-account",
         "create",
         "--project",
@@ -55,14 +45,22 @@ describe("runplane service-account", () => {
           });
         assert.equal((await call()).response.status, 200);
 
-        const listed = await cli(["service-account", "list", "--project", "p-cli", "--json", "--data-dir", dataDir]);
+        const listed = await runMain([
+          "service-account",
+          "list",
+          "--project",
+          "p-cli",
+          "--json",
+          "--data-dir",
+          dataDir,
+        ]);
         const accounts = JSON.parse(listed.stdout) as Array<{ id: string; name: string; scopes: string[] }>;
         assert.equal(accounts.length, 1);
         assert.equal(accounts[0].name, "deployer");
         assert.deepEqual(accounts[0].scopes, ["rest"]);
         assert.ok(!listed.stdout.includes(token));
 
-        const revoked = await cli(["service-account", "revoke", accounts[0].id, "--data-dir", dataDir]);
+        const revoked = await runMain(["service-account", "revoke", accounts[0].id, "--data-dir", dataDir]);
         assert.equal(revoked.code, 0, revoked.stderr);
         assert.equal((await call()).response.status, 401);
       } finally {
@@ -74,7 +72,7 @@ describe("runplane service-account", () => {
   });
 
   it("exits 2 with a clear message for a bad expiry", async () => {
-    const result = await cli([
+    const result = await runMain([
       "service-account",
       "create",
       "--project",
