@@ -46,15 +46,16 @@ function mainHelp(commands: Record<string, CommandEntry>): string {
 export type CliIo = Omit<CommandIo, "args">;
 
 /**
- * Runs `argv` (without node and script) against `commands`, in the order they list in the help;
- * resolves with the exit code. A usage error prints the command's help (exit 2); any other failure one
- * line on stderr, and the problem as JSON on stdout with `--json` (exit 1).
+ * Runs `argv` (without node and script) against `commands`, listed in the help in their order, writing
+ * to `io` (the process's streams and environment by default); resolves with the exit code. A usage error
+ * prints the command's help (exit 2); any other failure one line on stderr, and the problem as JSON on
+ * stdout with `--json` (exit 1).
  */
 export async function dispatch(
   argv: string[],
-  commands: Record<string, CommandEntry>,
-  io: CliIo = { stdout: process.stdout, stderr: process.stderr, env: process.env },
+  options: { commands: Record<string, CommandEntry>; io?: CliIo },
 ): Promise<number> {
+  const { commands, io = { stdout: process.stdout, stderr: process.stderr, env: process.env } } = options;
   const [name, ...args] = argv;
   if (!name || name === "--help" || name === "-h" || name === "help") {
     io.stdout.write(`${mainHelp(commands)}\n`);

@@ -38,5 +38,5 @@ const COMMANDS = { ...SERVER_COMMANDS, ...CLIENT_COMMANDS };
  * (the process's streams and environment by default), so tests run it in-process.
  */
 export function main(argv: string[], io?: CliIo): Promise<number> {
-  return dispatch(argv, COMMANDS, io);
+  return dispatch(argv, { commands: COMMANDS, io });
 }
