@@ -1,87 +1,87 @@
 /**
- * `runplane`: the command-line client. Exit codes: 0 success, 1 the run or request failed, 2 usage
- * error.
+ * `runplane`'s dispatcher and its commands that talk to a server (`client/_commands/`). The commands that
+ * work on a data dir (serve, service-account, repo, integration) live beside the server, in
+ * `server/cli/`, which adds them to this table and exports the whole CLI's `main`; this folder imports
+ * nothing of the server. Exit codes: 0 success, 1 the run or request failed, 2 usage error.
  */
-import { INTEGRATION_HELP, integrationCommand } from "./_commands/integration.ts";
-import { REPO_HELP, repoCommand } from "./_commands/repo.ts";
-import { BASE_IMAGE_HELP, baseImageCommand } from "./_commands/base_image.ts";
-import { describeError, errorAsJson, writeJson } from "./_commands/output.ts";
-import { RUN_HELP, runCommand } from "./_commands/run.ts";
-import { RUNS_HELP, runsCommand } from "./_commands/runs.ts";
-import { serveCommand, serveHelp } from "./_commands/serve.ts";
-import { SERVICE_ACCOUNT_HELP, serviceAccountCommand } from "./_commands/service_account.ts";
-import { TREE_HELP, treeCommand } from "./_commands/tree.ts";
-import { type Command, type CommandIo, UsageError } from "./_commands/usage.ts";
-import { WEBHOOK_HELP, webhookCommand } from "./_commands/webhook.ts";
+import { type CommandEntry, type CommandIo, UsageError } from "./cli_command.ts";
 
-const COMMANDS: Record<string, { run: Command; help: () => string; summary: string }> = {
-  serve: { run: serveCommand, help: serveHelp, summary: "Run the server" },
-  "service-account": {
-    run: serviceAccountCommand,
-    help: () => SERVICE_ACCOUNT_HELP,
-    summary: "Create, list and revoke service-account tokens",
+/** The commands that talk to a server; each module is imported only when its command runs. */
+export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
+  run: {
+    summary: "Call an app's function (sync, async, stream)",
+    help: async () => (await import("./_commands/run.ts")).RUN_HELP,
+    load: async () => (await import("./_commands/run.ts")).runCommand,
   },
-  repo: {
-    run: repoCommand,
-    help: () => REPO_HELP,
-    summary: "Mirror a git repository into a project's local repos, or update a mirror",
+  runs: {
+    summary: "Get, list and cancel runs",
+    help: async () => (await import("./_commands/runs.ts")).RUNS_HELP,
+    load: async () => (await import("./_commands/runs.ts")).runsCommand,
   },
-  integration: {
-    run: integrationCommand,
-    help: () => INTEGRATION_HELP,
-    summary: "Choose a project's repository provider: github or local",
+  "base-image": {
+    summary: "Hash an app's build dependencies",
+    help: async () => (await import("./_commands/base_image.ts")).BASE_IMAGE_HELP,
+    load: async () => (await import("./_commands/base_image.ts")).baseImageCommand,
   },
-  run: { run: runCommand, help: () => RUN_HELP, summary: "Call an app's function (sync, async, stream)" },
-  runs: { run: runsCommand, help: () => RUNS_HELP, summary: "Get, list and cancel runs" },
-  "base-image": { run: baseImageCommand, help: () => BASE_IMAGE_HELP, summary: "Hash an app's build dependencies" },
-  tree: { run: treeCommand, help: () => TREE_HELP, summary: "Show a repository's file tree" },
+  tree: {
+    summary: "Show a repository's file tree",
+    help: async () => (await import("./_commands/tree.ts")).TREE_HELP,
+    load: async () => (await import("./_commands/tree.ts")).treeCommand,
+  },
   webhook: {
-    run: webhookCommand,
-    help: () => WEBHOOK_HELP,
     summary: "Verify a webhook delivery, or receive deliveries locally",
+    help: async () => (await import("./_commands/webhook.ts")).WEBHOOK_HELP,
+    load: async () => (await import("./_commands/webhook.ts")).webhookCommand,
   },
 };
 
-function mainHelp(): string {
-  const rows = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(18)} ${c.summary}`);
+function mainHelp(commands: Record<string, CommandEntry>): string {
+  const rows = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(18)} ${c.summary}`);
   return `Usage: runplane <command> [flags]\n\nCommands:\n${
     rows.join("\n")
   }\n\nRun runplane <command> --help for a command's flags.`;
 }
 
-/** Runs the CLI with `argv` (without node and script); resolves with the exit code. */
-export async function main(argv: string[], io: Omit<CommandIo, "args"> = {
-  stdout: process.stdout,
-  stderr: process.stderr,
-  env: process.env,
-}): Promise<number> {
+/** Where the CLI writes and what it reads: the process's streams and environment unless a test says. */
+export type CliIo = Omit<CommandIo, "args">;
+
+/**
+ * Runs `argv` (without node and script) against `commands`, listed in the help in their order, writing
+ * to `io` (the process's streams and environment by default); resolves with the exit code. A usage error
+ * prints the command's help (exit 2); any other failure one line on stderr, and the problem as JSON on
+ * stdout with `--json` (exit 1).
+ */
+export async function dispatch(
+  argv: string[],
+  options: { commands: Record<string, CommandEntry>; io?: CliIo },
+): Promise<number> {
+  const { commands, io = { stdout: process.stdout, stderr: process.stderr, env: process.env } } = options;
   const [name, ...args] = argv;
   if (!name || name === "--help" || name === "-h" || name === "help") {
-    io.stdout.write(`${mainHelp()}\n`);
+    io.stdout.write(`${mainHelp(commands)}\n`);
     return name ? 0 : 2;
   }
-  const command = COMMANDS[name];
+  const command = Object.hasOwn(commands, name) ? commands[name] : undefined;
   if (!command) {
-    io.stderr.write(`runplane: unknown command "${name}"\n\n${mainHelp()}\n`);
+    io.stderr.write(`runplane: unknown command "${name}"\n\n${mainHelp(commands)}\n`);
     return 2;
   }
   if (args.includes("--help") || args.includes("-h")) {
-    io.stdout.write(`${command.help()}\n`);
+    io.stdout.write(`${await command.help()}\n`);
     return 0;
   }
   try {
-    return await command.run({ ...io, args });
+    const run = await command.load();
+    return await run({ ...io, args });
   } catch (error) {
     if (error instanceof UsageError || (error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")) {
-      io.stderr.write(`runplane ${name}: ${(error as Error).message}\n\n${command.help()}\n`);
+      io.stderr.write(`runplane ${name}: ${(error as Error).message}\n\n${await command.help()}\n`);
       return 2;
     }
+    // Imported here, not above, so that `runplane --help` loads no client module.
+    const { describeError, errorAsJson, writeJson } = await import("./_commands/output.ts");
     if (args.includes("--json")) writeJson(io, errorAsJson(error));
     io.stderr.write(`runplane ${name}: ${describeError(error)}\n`);
     return 1;
   }
-}
-
-if (import.meta.url === `file://${process.argv[1]}`) {
-  process.exitCode = await main(process.argv.slice(2));
 }

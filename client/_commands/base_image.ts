@@ -4,7 +4,7 @@ import { parseArgs } from "node:util";
 import { baseImageRequestFromToml } from "../base_image_request.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { writeJson } from "./output.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
+import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane base-image`. */
 export const BASE_IMAGE_HELP = `Usage: runplane base-image --project <id> --app <name> [--config path/to/runplane.toml]

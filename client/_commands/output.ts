@@ -1,5 +1,5 @@
 import { isRunplaneError } from "../mod.ts";
-import type { CommandIo } from "./usage.ts";
+import type { CommandIo } from "../cli_command.ts";
 
 /** Writes `value` as one JSON document on stdout. */
 export function writeJson(io: Pick<CommandIo, "stdout">, value: unknown): void {

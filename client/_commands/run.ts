@@ -4,7 +4,7 @@ import { type RunOptions, TERMINAL_STATUSES } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { formatRun } from "./runs.ts";
 import { clearProgress, showProgress, writeJson } from "./output.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
+import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane run`. */
 export const RUN_HELP = `Usage: runplane run <project>/<app>[/<function>] [--data JSON | --data @file.json]

@@ -2,7 +2,7 @@ import { parseArgs } from "node:util";
 import type { Run, RunStatus } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { writeJson } from "./output.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
+import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane runs`. */
 export const RUNS_HELP = `Usage:

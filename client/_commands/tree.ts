@@ -1,8 +1,8 @@
 import { parseArgs } from "node:util";
-import type { RepositoryTree } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { writeJson } from "./output.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
+import { type CommandIo, UsageError } from "../cli_command.ts";
+import { formatTree } from "../tree_format.ts";
 
 /** Help of `runplane tree`. */
 export const TREE_HELP = `Usage: runplane tree <owner>/<repo> --project <id> [--ref <branch|tag|sha>]
@@ -11,29 +11,6 @@ Prints a repository's file tree (the default branch unless --ref) as an indented
 the server's answer as it is.
 
 ${CONNECTION_HELP}`;
-
-/**
- * The indented view of a tree: a heading with the repository, ref and short commit, then one line per
- * entry, two spaces per level, directories ending in `/`, symlinks marked `@`, submodules with their
- * commit. Relies on the contract's order (sorted by path, directories included).
- */
-export function formatTree(tree: RepositoryTree): string {
-  const lines = [`${tree.owner}/${tree.repo} @ ${tree.ref} (${tree.sha.slice(0, 7)})`];
-  for (const entry of tree.entries) {
-    const segments = entry.path.split("/");
-    const name = segments[segments.length - 1];
-    const indent = "  ".repeat(segments.length - 1);
-    const suffix = entry.type === "directory"
-      ? "/"
-      : entry.type === "symlink"
-      ? "@"
-      : entry.type === "submodule"
-      ? ` -> ${entry.sha.slice(0, 7)}`
-      : "";
-    lines.push(`${indent}${name}${suffix}`);
-  }
-  return lines.join("\n");
-}
 
 /** `runplane tree`: prints a repository's tree. */
 export async function treeCommand(io: CommandIo): Promise<number> {

@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
 import { verifyWebhook, type WebhookVerification } from "../webhook_verifier.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
+import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane webhook`. */
 export const WEBHOOK_HELP = `Usage:
@@ -152,8 +152,16 @@ async function listen(io: CommandIo, values: ReturnType<typeof parse>["values"])
   const { port } = server.address() as AddressInfo;
   io.stderr.write(`Listening for webhook deliveries on http://${values.host}:${port}/ (Ctrl-C to stop)\n`);
   await new Promise<void>((resolve) => {
-    process.once("SIGINT", resolve);
-    process.once("SIGTERM", resolve);
+    const stop = () => {
+      process.removeListener("SIGINT", stop);
+      process.removeListener("SIGTERM", stop);
+      io.signal?.removeEventListener("abort", stop);
+      resolve();
+    };
+    process.once("SIGINT", stop);
+    process.once("SIGTERM", stop);
+    if (io.signal?.aborted) stop();
+    else io.signal?.addEventListener("abort", stop);
   });
   server.closeAllConnections();
   await new Promise((resolve) => server.close(resolve));

@@ -1,6 +1,11 @@
-/** Runs the `runplane` executable as a subprocess, the way a user does. */
+/**
+ * Runs the `runplane` CLI: as a subprocess, the way a user does (`runCli`, `spawnCli`), or in this process
+ * through `main(argv, io)` (`runMain`), which skips a process start per call.
+ */
 import { execFile, spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { join } from "node:path";
+import { Writable } from "node:stream";
+import { main } from "../../server/cli/mod.ts";
 
 /** The package's `bin`. */
 export const CLI = join(import.meta.dirname, "..", "..", "client", "runplane.mjs");
@@ -36,4 +41,53 @@ export function spawnCli(
   options: { env?: Record<string, string> } = {},
 ): ChildProcessWithoutNullStreams {
   return spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...options.env } });
+}
+
+/** A writable stream that keeps what it is given; `isTTY` makes it look like a terminal. */
+export class CapturedOutput extends Writable {
+  text = "";
+  isTTY?: boolean;
+  constructor(options: { isTTY?: boolean } = {}) {
+    super({ decodeStrings: false });
+    if (options.isTTY) this.isTTY = true;
+  }
+  override _write(chunk: string | Buffer, _encoding: string, done: () => void): void {
+    this.text += String(chunk);
+    this.emit("text", String(chunk));
+    done();
+  }
+}
+
+/**
+ * Runs `runplane ...args` in this process through `main(argv, io)` (no process start-up), with `env` over
+ * the same clean environment `runCli` gives; `cwd` is entered for the call and left after it.
+ */
+export async function runMain(
+  args: string[],
+  options: {
+    env?: Record<string, string>;
+    cwd?: string;
+    stdin?: NodeJS.ReadableStream;
+    signal?: AbortSignal;
+    stdout?: CapturedOutput;
+    stderr?: CapturedOutput;
+  } = {},
+): Promise<CliOutcome> {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
+  const stdout = options.stdout ?? new CapturedOutput();
+  const stderr = options.stderr ?? new CapturedOutput();
+  const previous = process.cwd();
+  if (options.cwd) process.chdir(options.cwd);
+  try {
+    const code = await main(args, {
+      stdout,
+      stderr,
+      env: { ...env, ...options.env },
+      stdin: options.stdin,
+      signal: options.signal,
+    });
+    return { code, stdout: stdout.text, stderr: stderr.text };
+  } finally {
+    process.chdir(previous);
+  }
 }

@@ -1,29 +1,19 @@
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { promisify } from "node:util";
-import { ROOT } from "../../scripts/generate.ts";
+import { runMain } from "../_helpers/cli.ts";
 import { createTestClient } from "../_helpers/client.ts";
 import { createTestDatabase, engines } from "../_helpers/postgres.ts";
 import { startTestServer } from "../_helpers/server.ts";
-
-const run = promisify(execFile);
-const CLI = join(ROOT, "client", "runplane.mjs");
-
-function runCli(args: string[], env: Record<string, string> = {}) {
-  return run(process.execPath, [CLI, ...args], { env: { ...process.env, ...env } })
-    .then((r) => ({ ...r, code: 0 }), (e: { stdout: string; stderr: string; code: number }) => e);
-}
 
 for (const engine of await engines()) {
   it(`creates a token against the store (${engine}) that the server accepts, lists it, and revokes it`, async () => {
     const dataDir = await mkdtemp(join(tmpdir(), "runplane-cli-"));
     // On PostgreSQL the CLI finds the store by RUNPLANE_DATABASE_URL, the keys still in the data dir.
     const database = engine === "postgres" ? await createTestDatabase() : null;
-    const cli = (args: string[]) => runCli(args, database ? { RUNPLANE_DATABASE_URL: database.url } : {});
+    const cli = (args: string[]) => runMain(args, { env: database ? { RUNPLANE_DATABASE_URL: database.url } : {} });
     try {
       const created = await cli([
         "service-account",
@@ -81,7 +71,7 @@ for (const engine of await engines()) {
 
 describe("runplane service-account", () => {
   it("exits 2 with a clear message for a bad expiry", async () => {
-    const result = await runCli([
+    const result = await runMain([
       "service-account",
       "create",
       "--project",

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
-import { CLI, runCli, spawnCli } from "../_helpers/cli.ts";
+import { CapturedOutput, CLI, runCli, runMain, spawnCli } from "../_helpers/cli.ts";
 import { createFixtureRepo, type FixtureRepo } from "../_helpers/git_repos.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { eventually } from "../_helpers/webhook_receiver.ts";
@@ -72,7 +72,32 @@ function runCliOnTerminal(
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, output })));
 }
 
-describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
+describe("the runplane executable", { timeout: 120_000 }, () => {
+  it("starts, prints the commands for --help (exit 0) and a command's flags; no command or an unknown one exits 2", async () => {
+    const help = await runCli(["--help"]);
+    assert.equal(help.code, 0, help.stderr);
+    assert.match(help.stdout, /^Usage: runplane <command> \[flags\]\n\nCommands:\n  serve /);
+    for (const name of ["service-account", "repo", "integration", "run", "runs", "base-image", "tree", "webhook"]) {
+      assert.match(help.stdout, new RegExp(`^  ${name} `, "m"));
+    }
+    const runHelp = await runCli(["run", "--help"]);
+    assert.equal(runHelp.code, 0, runHelp.stderr);
+    assert.match(runHelp.stdout, /^Usage: runplane run <project>\/<app>/);
+    const none = await runCli([]);
+    assert.equal(none.code, 2);
+    assert.equal(none.stdout, help.stdout);
+    const unknown = await runCli(["nope"]);
+    assert.equal(unknown.code, 2);
+    assert.equal(unknown.stderr, `runplane: unknown command "nope"\n\n${help.stdout}`);
+  });
+});
+
+/**
+ * Most commands run in this process through `main(argv, io)`; the executable runs as a subprocess where
+ * the process is the point: a stream printed as it arrives, progress on a real terminal, and Ctrl-C
+ * ending `webhook listen` (plus the start-up test above).
+ */
+describe("runplane CLI against a server", { timeout: 300_000 }, () => {
   let t: TestServer;
   let env: Record<string, string>;
   let dir: string;
@@ -96,7 +121,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   }
 
   it("base-image reads the app's runplane.toml and prints the digest, new then cached", async () => {
-    const first = await runCli(["base-image", "--project", TEST_PROJECT, "--app", "demo"], { env });
+    const first = await runMain(["base-image", "--project", TEST_PROJECT, "--app", "demo"], { env });
     assert.equal(first.code, 0, first.stderr);
     const [digest, status] = first.stdout.trim().split(" ");
     assert.match(digest, /^sha256:[0-9a-f]{64}$/);
@@ -107,7 +132,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
       body: FIXTURE_REQUEST,
     });
     assert.deepEqual(byHand.data, { digest, status: "cached" });
-    const json = await runCli(["base-image", "--project", TEST_PROJECT, "--app", "demo", "--json"], { env });
+    const json = await runMain(["base-image", "--project", TEST_PROJECT, "--app", "demo", "--json"], { env });
     assert.deepEqual(JSON.parse(json.stdout), { digest, status: "cached" });
   });
 
@@ -115,7 +140,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     const dir = await mkdtemp(join(tmpdir(), "runplane-config-"));
     const config = join(dir, "runplane.toml");
     await writeFile(config, '[dependencies.apt]\njq = "*"\n');
-    const outcome = await runCli([
+    const outcome = await runMain([
       "base-image",
       "--config",
       config,
@@ -134,25 +159,25 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   });
 
   it("base-image says which file is missing, exit 1", async () => {
-    const outcome = await runCli(["base-image", "--project", TEST_PROJECT, "--app", "nope"], { env });
+    const outcome = await runMain(["base-image", "--project", TEST_PROJECT, "--app", "nope"], { env });
     assert.equal(outcome.code, 1);
     assert.match(outcome.stderr, /Cannot read .*nope\/runplane\.toml \(ENOENT\): pass the app's config with --config/);
   });
 
   it("a usage error exits 2 with the command's help", async () => {
-    const outcome = await runCli(["base-image", "--app", "demo"], { env });
+    const outcome = await runMain(["base-image", "--app", "demo"], { env });
     assert.equal(outcome.code, 2);
     assert.match(outcome.stderr, /base-image needs --project and --app/);
     assert.match(outcome.stderr, /Usage: runplane base-image/);
-    const unknownFlag = await runCli(["run", "p/a", "--bogus"], { env });
+    const unknownFlag = await runMain(["run", "p/a", "--bogus"], { env });
     assert.equal(unknownFlag.code, 2);
-    const badData = await runCli(["run", "p/a", "--data", "[1]"], { env });
+    const badData = await runMain(["run", "p/a", "--data", "[1]"], { env });
     assert.equal(badData.code, 2);
     assert.match(badData.stderr, /--data must be a JSON object/);
   });
 
   it("prints the problem's title and detail without a stack trace on 401, exit 1", async () => {
-    const outcome = await runCli(["runs", "list", `${TEST_PROJECT}/demo`], { env: { RUNPLANE_BASE_URL: t.url } });
+    const outcome = await runMain(["runs", "list", `${TEST_PROJECT}/demo`], { env: { RUNPLANE_BASE_URL: t.url } });
     assert.equal(outcome.code, 1);
     assert.match(outcome.stderr, /^runplane runs: Authentication required/);
     assertNoStackTrace(outcome.stderr);
@@ -160,7 +185,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
 
   it("base-image reads an example app's runplane.toml from the default apps folder", async () => {
     const { token } = await t.mintToken({ projectId: "p-demo" });
-    const outcome = await runCli(["base-image", "--project", "p-demo", "--app", "hello", "--json"], {
+    const outcome = await runMain(["base-image", "--project", "p-demo", "--app", "hello", "--json"], {
       env: { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: token },
       cwd: ROOT,
     });
@@ -168,7 +193,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     const { digest, status } = JSON.parse(outcome.stdout) as { digest: string; status: string };
     assert.equal(status, "new");
     // examples/apps/p-demo/hello/runplane.toml has [build] base_image and no dependencies.
-    const byHand = await runCli([
+    const byHand = await runMain([
       "base-image",
       "--config",
       join(ROOT, "examples/apps/p-demo/hello/runplane.toml"),
@@ -186,13 +211,13 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   });
 
   it("run prints a sync call's result, exit 0; --json prints the whole answer", async () => {
-    const outcome = await runCli(["run", `${TEST_PROJECT}/py`, "--data", '{"name":"Ada"}'], { env });
+    const outcome = await runMain(["run", `${TEST_PROJECT}/py`, "--data", '{"name":"Ada"}'], { env });
     assert.equal(outcome.code, 0, outcome.stderr);
     assert.equal(outcome.stdout, `${JSON.stringify({ message: "Hello, Ada!" }, null, 2)}\n`);
     assert.equal(outcome.stderr, "");
     const input = join(dir, "input.json");
     await writeFile(input, '{"a": 2, "b": 3}');
-    const json = await runCli(["run", `${TEST_PROJECT}/py/add`, "--data", `@${input}`, "--json"], { env });
+    const json = await runMain(["run", `${TEST_PROJECT}/py/add`, "--data", `@${input}`, "--json"], { env });
     assert.equal(json.code, 0, json.stderr);
     const answer = JSON.parse(json.stdout) as { run_id: string; result: unknown };
     assert.equal(answer.result, 5);
@@ -200,26 +225,26 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   });
 
   it("run prints a raising function's problem without a stack trace, exit 1", async () => {
-    const outcome = await runCli(["run", `${TEST_PROJECT}/py/boom`], { env });
+    const outcome = await runMain(["run", `${TEST_PROJECT}/py/boom`], { env });
     assert.equal(outcome.code, 1);
     assert.match(
       outcome.stderr,
       /^runplane run: The function raised an exception: .*bad value here.* \(run run_[0-9a-z]{26}\)\n$/,
     );
     assertNoStackTrace(outcome.stderr);
-    const json = await runCli(["run", `${TEST_PROJECT}/py/boom`, "--json"], { env });
+    const json = await runMain(["run", `${TEST_PROJECT}/py/boom`, "--json"], { env });
     assert.equal(json.code, 1);
     const problem = JSON.parse(json.stdout) as { status: number; exception_type: string; traceback: string };
     assert.equal(problem.status, 500);
     assert.equal(problem.exception_type, "ValueError");
     assert.match(problem.traceback, /ValueError: bad value here/);
-    const missing = await runCli(["run", `${TEST_PROJECT}/no-such-app`], { env });
+    const missing = await runMain(["run", `${TEST_PROJECT}/no-such-app`], { env });
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, /^runplane run: Not found: Project p-test has no app named no-such-app/);
   });
 
   it("run --async prints the run id at once", async () => {
-    const outcome = await runCli(["run", `${TEST_PROJECT}/py`, "--async", "--data", '{"name":"Bo"}'], { env });
+    const outcome = await runMain(["run", `${TEST_PROJECT}/py`, "--async", "--data", '{"name":"Bo"}'], { env });
     assert.equal(outcome.code, 0, outcome.stderr);
     const runId = outcome.stdout.trim();
     assert.match(runId, RUN_ID_PATTERN);
@@ -227,14 +252,14 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   });
 
   it("run --async --wait waits and prints the result, quiet on stderr when piped; --json prints the final run", async () => {
-    const outcome = await runCli(
+    const outcome = await runMain(
       ["run", `${TEST_PROJECT}/py/sleepy`, "--async", "--wait", "--data", '{"seconds":1.5}'],
       { env },
     );
     assert.equal(outcome.code, 0, outcome.stderr);
     assert.equal(outcome.stdout, `${JSON.stringify({ slept: 1.5 }, null, 2)}\n`);
     assert.equal(outcome.stderr, "", "no progress when stderr is not a terminal");
-    const json = await runCli([
+    const json = await runMain([
       "run",
       `${TEST_PROJECT}/py/sleepy`,
       "--async",
@@ -272,14 +297,14 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   });
 
   it("run --async --wait of a failing function prints the failed run, exit 1", async () => {
-    const outcome = await runCli(["run", `${TEST_PROJECT}/py/boom`, "--async", "--wait"], { env });
+    const outcome = await runMain(["run", `${TEST_PROJECT}/py/boom`, "--async", "--wait"], { env });
     assert.equal(outcome.code, 1);
     assert.equal(outcome.stdout, "");
     assert.match(outcome.stderr, /^run_[0-9a-z]{26} failure \(p-test\/py\/boom, async\)\n/);
     assert.match(outcome.stderr, /\nerror: ValueError: bad value here\nTraceback/);
   });
 
-  it("run --stream prints each item as it arrives", async () => {
+  it("run --stream prints each item as it arrives (the executable, against a real server)", async () => {
     const done = join(dir, "cli-ticks.done");
     const child = spawnCli([
       "run",
@@ -300,7 +325,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   });
 
   it("run --stream exits 1 with the problem of an event: error", async () => {
-    const outcome = await runCli(["run", `${TEST_PROJECT}/py/breaks`, "--stream"], { env });
+    const outcome = await runMain(["run", `${TEST_PROJECT}/py/breaks`, "--stream"], { env });
     assert.equal(outcome.code, 1);
     assert.equal(outcome.stdout, "ok\n");
     assert.match(
@@ -311,32 +336,32 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
 
   it("runs cancel cancels a running run; runs get and runs list show it; a second cancel exits 1", async () => {
     const started = join(dir, "cli-cancel.started");
-    const queued = await runCli([
+    const queued = await runMain([
       "run",
       `${TEST_PROJECT}/py/sleepy`,
       "--async",
       "--data",
-      // Far longer than two CLI starts on a loaded machine (measured ~8 s each with the suite running):
-      // the cancel must find it running.
-      JSON.stringify({ seconds: 120, started }),
+      // Long enough that the run is still running when the cancel comes on a loaded machine; the cancel
+      // ends it early.
+      JSON.stringify({ seconds: 40, started }),
     ], { env });
     const runId = queued.stdout.trim();
     assert.match(runId, RUN_ID_PATTERN);
     await waitFor(() => existsSync(started), "the function to start", 30_000);
-    const cancelled = await runCli(["runs", "cancel", `${TEST_PROJECT}/py`, runId], { env });
+    const cancelled = await runMain(["runs", "cancel", `${TEST_PROJECT}/py`, runId], { env });
     assert.equal(cancelled.code, 0, cancelled.stderr);
     assert.match(cancelled.stdout, new RegExp(`^${runId} cancelled \\(p-test/py/sleepy, async\\)\\n`));
-    const got = await runCli(["runs", "get", `${TEST_PROJECT}/py`, runId, "--json"], { env });
+    const got = await runMain(["runs", "get", `${TEST_PROJECT}/py`, runId, "--json"], { env });
     assert.equal(got.code, 0, got.stderr);
     assert.deepEqual(JSON.parse(got.stdout), await record(runId));
-    const listed = await runCli(["runs", "list", `${TEST_PROJECT}/py`, "--status", "cancelled"], { env });
+    const listed = await runMain(["runs", "list", `${TEST_PROJECT}/py`, "--status", "cancelled"], { env });
     assert.equal(listed.code, 0, listed.stderr);
     assert.match(listed.stdout, new RegExp(`^${runId}\\tcancelled\\tsleepy\\t`, "m"));
     const listedJson = JSON.parse(
-      (await runCli(["runs", "list", `${TEST_PROJECT}/py`, "--limit", "1", "--json"], { env })).stdout,
+      (await runMain(["runs", "list", `${TEST_PROJECT}/py`, "--limit", "1", "--json"], { env })).stdout,
     ) as { runs: unknown[] };
     assert.equal(listedJson.runs.length, 1);
-    const again = await runCli(["runs", "cancel", `${TEST_PROJECT}/py`, runId], { env });
+    const again = await runMain(["runs", "cancel", `${TEST_PROJECT}/py`, runId], { env });
     assert.equal(again.code, 1);
     assert.match(again.stderr, /^runplane runs: Conflict: /);
     assertNoStackTrace(again.stderr);
@@ -345,15 +370,19 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
   it("webhook listen --port N --secret S prints a real delivery from the server as valid", async () => {
     const secret = "whsec_listen";
     const port = await freePort();
-    const child = spawnCli(["webhook", "listen", "--port", String(port), "--secret", secret]);
+    const stdout = new CapturedOutput();
+    const stderr = new CapturedOutput();
+    const stop = new AbortController();
+    const listening = once(stderr, "text");
+    const exited = runMain(["webhook", "listen", "--port", String(port), "--secret", secret], {
+      stdout,
+      stderr,
+      signal: stop.signal,
+    });
     try {
-      let stderr = "";
-      child.stderr.setEncoding("utf8");
-      while (!stderr.includes("Listening")) stderr += ((await once(child.stderr, "data")) as [string])[0];
-      assert.match(stderr, new RegExp(`Listening for webhook deliveries on http://127\\.0\\.0\\.1:${port}/`));
-      let stdout = "";
-      child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-      const queued = await runCli([
+      await listening;
+      assert.match(stderr.text, new RegExp(`Listening for webhook deliveries on http://127\\.0\\.0\\.1:${port}/`));
+      const queued = await runMain([
         "run",
         `${TEST_PROJECT}/py`,
         "--async",
@@ -366,12 +395,12 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
       ], { env });
       assert.equal(queued.code, 0, queued.stderr);
       const runId = queued.stdout.trim();
-      await waitFor(() => stdout.includes("\n}\n"), "the listener to print the delivery", 60_000);
+      await waitFor(() => stdout.text.includes("\n}\n"), "the listener to print the delivery", 60_000);
       assert.match(
-        stdout,
+        stdout.text,
         new RegExp(`^POST /hook run ${runId} signature valid \\(run ${runId}, signed \\d{4}-\\d\\d-\\d\\dT`),
       );
-      const body = JSON.parse(stdout.slice(stdout.indexOf("\n") + 1)) as {
+      const body = JSON.parse(stdout.text.slice(stdout.text.indexOf("\n") + 1)) as {
         run_id: string;
         status: string;
         result: unknown;
@@ -388,9 +417,8 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
       );
       assert.equal(webhook.status, "delivered");
     } finally {
-      child.kill("SIGINT");
-      const [code] = await once(child, "exit");
-      assert.equal(code, 0);
+      stop.abort();
+      assert.equal((await exited).code, 0);
     }
   });
 
@@ -398,7 +426,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     const work = await mkdtemp(join(tmpdir(), "runplane-cli-repo-"));
     const fixture: FixtureRepo = await createFixtureRepo(join(work, "widgets"));
     try {
-      const added = await runCli([
+      const added = await runMain([
         "repo",
         "add",
         fixture.path,
@@ -413,7 +441,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     } finally {
       await rm(work, { recursive: true, force: true });
     }
-    const outcome = await runCli(["tree", "acme/widgets", "--project", TEST_PROJECT], { env });
+    const outcome = await runMain(["tree", "acme/widgets", "--project", TEST_PROJECT], { env });
     assert.equal(outcome.code, 0, outcome.stderr);
     assert.equal(
       outcome.stdout,
@@ -437,7 +465,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
         "",
       ].join("\n"),
     );
-    const json = await runCli(["tree", "acme/widgets", "--project", TEST_PROJECT, "--ref", "feature", "--json"], {
+    const json = await runMain(["tree", "acme/widgets", "--project", TEST_PROJECT, "--ref", "feature", "--json"], {
       env,
     });
     assert.equal(json.code, 0, json.stderr);
@@ -446,7 +474,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     });
     assert.equal(data?.sha, fixture.feature);
     assert.deepEqual(JSON.parse(json.stdout), data);
-    const unknown = await runCli(["tree", "acme/nothing", "--project", TEST_PROJECT], { env });
+    const unknown = await runMain(["tree", "acme/nothing", "--project", TEST_PROJECT], { env });
     assert.equal(unknown.code, 1);
     assert.match(unknown.stderr, /^runplane tree: Not found: /);
   });
@@ -456,7 +484,7 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     await once(closed, "listening");
     const { port } = closed.address() as AddressInfo;
     closed.close();
-    const outcome = await runCli(["runs", "list", "p/a"], {
+    const outcome = await runMain(["runs", "list", "p/a"], {
       env: { RUNPLANE_BASE_URL: `http://127.0.0.1:${port}`, RUNPLANE_TOKEN: "x" },
     });
     assert.equal(outcome.code, 1);
@@ -470,16 +498,16 @@ describe("runplane CLI as a subprocess", { timeout: 300_000 }, () => {
     closed.close();
     // The run API answers, the REST API is unreachable: a sync run works, reading runs does not.
     const runOnly = { RUNPLANE_TOKEN: t.token, RUNPLANE_API_URL: t.url, RUNPLANE_BASE_URL: nowhere };
-    const ran = await runCli(["run", `${TEST_PROJECT}/py`, "--data", '{"name":"Ada"}'], { env: runOnly });
+    const ran = await runMain(["run", `${TEST_PROJECT}/py`, "--data", '{"name":"Ada"}'], { env: runOnly });
     assert.equal(ran.code, 0, ran.stderr);
-    const listed = await runCli(["runs", "list", `${TEST_PROJECT}/py`], { env: runOnly });
+    const listed = await runMain(["runs", "list", `${TEST_PROJECT}/py`], { env: runOnly });
     assert.equal(listed.code, 1);
     assert.match(listed.stderr, /ECONNREFUSED/);
     // The flags win over the variables and swap the roles back.
     const flags = ["--api-url", nowhere, "--base-url", t.url];
-    const listedByFlag = await runCli(["runs", "list", `${TEST_PROJECT}/py`, ...flags], { env: runOnly });
+    const listedByFlag = await runMain(["runs", "list", `${TEST_PROJECT}/py`, ...flags], { env: runOnly });
     assert.equal(listedByFlag.code, 0, listedByFlag.stderr);
-    const ranByFlag = await runCli(["run", `${TEST_PROJECT}/py`, ...flags], { env: runOnly });
+    const ranByFlag = await runMain(["run", `${TEST_PROJECT}/py`, ...flags], { env: runOnly });
     assert.equal(ranByFlag.code, 1);
     assert.match(ranByFlag.stderr, /ECONNREFUSED/);
   });
@@ -514,7 +542,7 @@ describe("runplane webhook", { timeout: 120_000 }, () => {
   it("verify accepts a valid delivery (exit 0) and rejects a changed body (exit 1)", async () => {
     await writeFile(join(dir, "body.json"), body);
     await writeFile(join(dir, "headers.txt"), Object.entries(headers()).map(([k, v]) => `${k}: ${v}`).join("\n"));
-    const valid = await runCli([
+    const valid = await runMain([
       "webhook",
       "verify",
       "--secret",
@@ -527,7 +555,7 @@ describe("runplane webhook", { timeout: 120_000 }, () => {
     assert.equal(valid.code, 0, valid.stderr);
     assert.match(valid.stdout, new RegExp(`^Signature valid \\(run ${runId}`));
     await writeFile(join(dir, "changed.json"), body.replace("[1,2]", "[1,3]"));
-    const changed = await runCli([
+    const changed = await runMain([
       "webhook",
       "verify",
       "--secret",

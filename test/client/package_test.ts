@@ -1,11 +1,14 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { once } from "node:events";
+import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
+import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
+import { ROOT } from "../../scripts/generate.ts";
 import { installPackedPackage, type PackedPackage } from "../_helpers/packed_package.ts";
 
 const run = promisify(execFile);
@@ -105,5 +108,26 @@ describe("the packed client", { timeout: 240_000 }, () => {
     );
     assert.ok(failed, "a type error in the consumer must fail tsc: the types are not any");
     assert.match(failed.stdout, /Type 'string' is not assignable to type 'number'/);
+  });
+  it("runs the installed runplane bin from the built dist/, without tsx", async () => {
+    // Without tsx in the consumer, a bin that still loaded the TypeScript sources would fail to start.
+    const tsx = join(dir, "node_modules", "tsx");
+    await rm(tsx);
+    try {
+      const bin = join(packed.packageDir, "client", "runplane.mjs");
+      const help = await run(process.execPath, [bin, "serve", "--help"], { cwd: dir });
+      assert.match(help.stdout, /^Usage: runplane serve \[flags\]/);
+      const closed = createServer().listen(0, "127.0.0.1");
+      await once(closed, "listening");
+      const { port } = closed.address() as AddressInfo;
+      closed.close();
+      const failed = await run(process.execPath, [bin, "run", "p/a", "--base-url", `http://127.0.0.1:${port}`], {
+        cwd: dir,
+      }).then(() => undefined, (error: { code: number; stderr: string }) => error);
+      assert.equal(failed?.code, 1);
+      assert.match(failed.stderr, /^runplane run: Cannot reach the server \(ECONNREFUSED\)/);
+    } finally {
+      await symlink(join(ROOT, "node_modules", "tsx"), tsx, "dir");
+    }
   });
 });

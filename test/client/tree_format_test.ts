@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { formatTree } from "../../client/_commands/tree.ts";
+import { formatTree } from "../../client/tree_format.ts";
 
 const SHA = "0123456789abcdef0123456789abcdef01234567";
 

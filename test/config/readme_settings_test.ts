@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { ROOT } from "../../scripts/generate.ts";
 import { SETTINGS, settingsMarkdown } from "../../server/config.ts";
-import { runCli } from "../_helpers/cli.ts";
+import { runMain } from "../_helpers/cli.ts";
 
 describe("settings documentation", () => {
   it("the README's Configuration table lists every setting with its default", async () => {
@@ -16,7 +16,7 @@ describe("settings documentation", () => {
   });
 
   it("runplane serve --help lists every setting, its variable and default", async () => {
-    const outcome = await runCli(["serve", "--help"]);
+    const outcome = await runMain(["serve", "--help"]);
     assert.equal(outcome.code, 0);
     for (const setting of SETTINGS) {
       assert.match(outcome.stdout, new RegExp(`${setting.flag}\\s+${setting.env}\\s`), setting.env);

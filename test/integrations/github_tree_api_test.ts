@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { Writable } from "node:stream";
 import { after, before, describe, it } from "node:test";
-import { main } from "../../client/cli.ts";
+import { main } from "../../server/cli/mod.ts";
 import { saveProjectIntegration } from "../../server/integrations/mod.ts";
 import { createTestClient } from "../_helpers/client.ts";
 import { type FakeGithub, type FakeNode, startFakeGithub } from "../_helpers/fake_github.ts";

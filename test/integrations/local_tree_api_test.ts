@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { after, before, describe, it } from "node:test";
-import { main } from "../../client/cli.ts";
+import { main } from "../../server/cli/mod.ts";
 import { createLargeRepo } from "../../scripts/bench/large_repo.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import {

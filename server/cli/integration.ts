@@ -1,21 +1,9 @@
 import { parseArgs } from "node:util";
-import { GITHUB_API_URL, normalizeGithubApiUrl, saveProjectIntegration } from "../../server/integrations/mod.ts";
-import { loadSecretBox } from "../../server/secrets/mod.ts";
-import { openStore } from "../../server/store/mod.ts";
-import { dataDirOf, requireProjectId } from "./project_id.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
-
-/** Help of `runplane integration`. */
-export const INTEGRATION_HELP = `Usage:
-  runplane integration github --project <id> --token <token | -> [--github-api-url <url>] [--data-dir <dir>]
-                              [--database-url <postgres://…>]
-  runplane integration local --project <id> [--data-dir <dir>] [--database-url <postgres://…>]
-
-github makes the project read repository trees from GitHub with the token (--token - reads it from
-stdin); the token is stored encrypted and never shown again. For GitHub Enterprise Server pass
---github-api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data
-dir's repos folder (see runplane repo add). With --database-url (or RUNPLANE_DATABASE_URL) the setting is
-stored in that PostgreSQL database instead of the data dir's SQLite file.`;
+import { type CommandIo, UsageError } from "../../client/cli_command.ts";
+import { GITHUB_API_URL, normalizeGithubApiUrl, saveProjectIntegration } from "../integrations/mod.ts";
+import { loadSecretBox } from "../secrets/mod.ts";
+import { openStore } from "../store/mod.ts";
+import { dataDirOf, requireProjectId } from "./_project_id.ts";
 
 async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
   let text = "";
@@ -24,7 +12,7 @@ async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
 }
 
 /** `runplane integration github|local`. */
-export async function integrationCommand(io: CommandIo & { stdin?: NodeJS.ReadableStream }): Promise<number> {
+export async function integrationCommand(io: CommandIo): Promise<number> {
   const [sub, ...rest] = io.args;
   if (sub !== "github" && sub !== "local") {
     throw new UsageError(sub ? `Unknown provider "${sub}": use github or local` : "Name a provider: github or local");

@@ -1,4 +1,4 @@
-import { UsageError } from "./usage.ts";
+import { UsageError } from "../../client/cli_command.ts";
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 

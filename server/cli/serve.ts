@@ -1,17 +1,7 @@
 import { parseArgs } from "node:util";
-import { type Config, SETTINGS } from "../../server/config.ts";
-import { serve } from "../../server/main.ts";
-import type { CommandIo } from "./usage.ts";
-
-/** Help of `runplane serve`, listing every setting with its variable and default. */
-export function serveHelp(): string {
-  const rows = SETTINGS.map((s) =>
-    `  ${s.flag.padEnd(18)} ${s.env.padEnd(32)} ${s.description} (default: ${s.default})`
-  );
-  return `Usage: runplane serve [flags]\n\nEvery setting comes from its flag, else its environment variable, else its default:\n\n${
-    rows.join("\n")
-  }`;
-}
+import type { CommandIo } from "../../client/cli_command.ts";
+import { type Config, SETTINGS } from "../config.ts";
+import { serve } from "../main.ts";
 
 /** `runplane serve`: runs the server until SIGINT or SIGTERM. */
 export async function serveCommand(io: CommandIo): Promise<number> {

@@ -1,17 +1,7 @@
 import { parseArgs } from "node:util";
-import { assertRepoCoordinates, mirrorRepository, syncRepository } from "../../server/integrations/mod.ts";
-import { dataDirOf, requireProjectId } from "./project_id.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
-
-/** Help of `runplane repo`. */
-export const REPO_HELP = `Usage:
-  runplane repo add <path-or-url> --project <id> --as <owner>/<repo> [--data-dir <dir>]
-  runplane repo sync <owner>/<repo> --project <id> [--data-dir <dir>]
-
-add mirrors a git repository (every branch and tag) into the data dir's
-repos/<project_id>/<owner>/<repo>.git, where the local provider serves its file tree; the mirror is a
-snapshot. sync fetches the source's new commits, branches and tags into an existing mirror (refs gone
-from the source go too), so tree shows them at once. Both work whether the server runs or not.`;
+import { type CommandIo, UsageError } from "../../client/cli_command.ts";
+import { assertRepoCoordinates, mirrorRepository, syncRepository } from "../integrations/mod.ts";
+import { dataDirOf, requireProjectId } from "./_project_id.ts";
 
 const REPO_OPTIONS = {
   project: { type: "string" },

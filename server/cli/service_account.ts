@@ -1,4 +1,5 @@
 import { parseArgs } from "node:util";
+import { type CommandIo, UsageError } from "../../client/cli_command.ts";
 import {
   createServiceAccount,
   listServiceAccounts,
@@ -6,20 +7,9 @@ import {
   parseExpiry,
   parseScopes,
   revokeServiceAccount,
-} from "../../server/auth/mod.ts";
-import { openStore } from "../../server/store/mod.ts";
-import { type CommandIo, UsageError } from "./usage.ts";
-
-/** Help of `runplane service-account`. */
-export const SERVICE_ACCOUNT_HELP = `Usage:
-  runplane service-account create --project <id> --name <name> --expires <ISO date | 30d> [--scope rest,run]
-  runplane service-account list --project <id> [--json]
-  runplane service-account revoke <service-account-id>
-
-Works on the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane), whether the server runs or
-not; with --database-url (or RUNPLANE_DATABASE_URL) on the store in that PostgreSQL database. create prints only the token on stdout; it is shown once and never stored. A new project is created.`;
-
-const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
+} from "../auth/mod.ts";
+import { openStore } from "../store/mod.ts";
+import { dataDirOf, requireProjectId } from "./_project_id.ts";
 
 /** `runplane service-account create|list|revoke`. */
 export async function serviceAccountCommand(io: CommandIo): Promise<number> {
@@ -37,15 +27,13 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
       json: { type: "boolean", default: false },
     },
   });
-  const dataDir = values["data-dir"] ?? io.env.RUNPLANE_DATA_DIR ?? "./.runplane";
+  const dataDir = dataDirOf(values["data-dir"], io.env);
   const databaseUrl = values["database-url"] ?? io.env.RUNPLANE_DATABASE_URL;
   if (sub === "create") {
     if (!values.project || !values.name || !values.expires) {
       throw new UsageError("service-account create needs --project, --name and --expires");
     }
-    if (!PROJECT_ID.test(values.project)) {
-      throw new UsageError(`Invalid project id "${values.project}": use lowercase letters, digits and dashes`);
-    }
+    requireProjectId(values.project, "service-account create");
     let expiresAt: number;
     let scopes;
     try {

@@ -1,0 +1,47 @@
+/**
+ * The help texts of the commands that work on a data dir. They live apart from the commands so that
+ * `runplane <command> --help` loads only the settings table and the GitHub default, not the server.
+ */
+import { SETTINGS } from "../config.ts";
+import { GITHUB_API_URL } from "../integrations/mod.ts";
+
+/** Help of `runplane serve`, listing every setting with its variable and default. */
+export function serveHelp(): string {
+  const rows = SETTINGS.map((s) =>
+    `  ${s.flag.padEnd(18)} ${s.env.padEnd(32)} ${s.description} (default: ${s.default})`
+  );
+  return `Usage: runplane serve [flags]\n\nEvery setting comes from its flag, else its environment variable, else its default:\n\n${
+    rows.join("\n")
+  }`;
+}
+
+/** Help of `runplane service-account`. */
+export const SERVICE_ACCOUNT_HELP = `Usage:
+  runplane service-account create --project <id> --name <name> --expires <ISO date | 30d> [--scope rest,run]
+  runplane service-account list --project <id> [--json]
+  runplane service-account revoke <service-account-id>
+
+Works on the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane), whether the server runs or
+not; with --database-url (or RUNPLANE_DATABASE_URL) on the store in that PostgreSQL database. create prints only the token on stdout; it is shown once and never stored. A new project is created.`;
+
+/** Help of `runplane repo`. */
+export const REPO_HELP = `Usage:
+  runplane repo add <path-or-url> --project <id> --as <owner>/<repo> [--data-dir <dir>]
+  runplane repo sync <owner>/<repo> --project <id> [--data-dir <dir>]
+
+add mirrors a git repository (every branch and tag) into the data dir's
+repos/<project_id>/<owner>/<repo>.git, where the local provider serves its file tree; the mirror is a
+snapshot. sync fetches the source's new commits, branches and tags into an existing mirror (refs gone
+from the source go too), so tree shows them at once. Both work whether the server runs or not.`;
+
+/** Help of `runplane integration`. */
+export const INTEGRATION_HELP = `Usage:
+  runplane integration github --project <id> --token <token | -> [--github-api-url <url>] [--data-dir <dir>]
+                              [--database-url <postgres://…>]
+  runplane integration local --project <id> [--data-dir <dir>] [--database-url <postgres://…>]
+
+github makes the project read repository trees from GitHub with the token (--token - reads it from
+stdin); the token is stored encrypted and never shown again. For GitHub Enterprise Server pass
+--github-api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data
+dir's repos folder (see runplane repo add). With --database-url (or RUNPLANE_DATABASE_URL) the setting is
+stored in that PostgreSQL database instead of the data dir's SQLite file.`;
