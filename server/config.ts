@@ -205,7 +205,8 @@ export const SETTINGS: SettingSpec[] = [
     env: "RUNPLANE_BODY_LIMIT",
     flag: "--body-limit",
     default: "10mb",
-    description: "Largest accepted request body (413 above it)",
+    description:
+      "Largest accepted request body (413 above it); JSON bodies also nest at most 512 levels (400 above it, on every operation)",
     parse: parseSize,
   },
   {
