@@ -25,5 +25,6 @@ export {
   type RunRef,
   type RunService,
   type RunServiceOptions,
+  type RunSettings,
   type Submission,
 } from "./service.ts";

@@ -6,7 +6,6 @@ import { randomBytes } from "node:crypto";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Insertable, Kysely } from "kysely";
 import type { components } from "../../generated/api.d.ts";
-import type { Config } from "../config.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
@@ -179,15 +178,25 @@ export interface RunService {
   stop(): Promise<void>;
 }
 
+/** The settings of the run service, as the server's configuration names them. */
+export interface RunSettings {
+  /** How long a finished run keeps its result. */
+  resultTtlMs: number;
+  /** How long a run's lease lasts without renewal before another process may end it. */
+  runLeaseMs: number;
+  /** Whether webhook endpoints may be private addresses. */
+  webhookAllowPrivate: boolean;
+  /** The largest result stored (and sent in a webhook), in JSON bytes; default 1 MiB. */
+  resultLimitBytes?: number;
+}
+
 /** What the run service needs. */
 export interface RunServiceOptions {
   db: Kysely<Database>;
   secrets: SecretBox;
   logger: Logger;
-  /** `resultLimitBytes` defaults to 1 MiB. */
-  config:
-    & Pick<Config, "resultTtlMs" | "runLeaseMs" | "webhookAllowPrivate">
-    & Partial<Pick<Config, "resultLimitBytes">>;
+  /** The settings runs follow (the server passes its `Config`, which has these keys). */
+  config: RunSettings;
   /** Runs queued async runs; without one, async runs stay queued (e.g. a submit-only process). */
   executor?: RunExecutor;
   /** Where run starts and ends are counted; without it they are only logged. */

@@ -1,10 +1,11 @@
 /**
- * The runtime as the runs module's `RunExecutor`: how the durable async dispatcher calls functions.
+ * The runtime as the runs module's `RunExecutor`. It lives in the composition root so that neither
+ * `server/runs` nor `server/runtime` imports the other: each can change alone, and this adapter is the
+ * one place that knows both.
  */
-import { isProblemError } from "../problems/mod.ts";
-import { type RunExecutor, RunFailure as RecordedFailure } from "../runs/mod.ts";
-import type { StreamItem } from "./_outcome.ts";
-import type { Runtime } from "./mod.ts";
+import { isProblemError } from "./problems/mod.ts";
+import { type RunExecutor, RunFailure as RecordedFailure } from "./runs/mod.ts";
+import type { Runtime, StreamItem } from "./runtime/mod.ts";
 
 async function* values(items: AsyncIterable<StreamItem>): AsyncGenerator<unknown> {
   for await (const item of items) yield item.value;
