@@ -3,13 +3,8 @@
  * `server/runs` nor `server/runtime` imports the other: each can change alone, and this adapter is the
  * one place that knows both.
  */
-import { isProblemError } from "./problems/mod.ts";
-import { type RunExecutor, RunFailure as RecordedFailure } from "./runs/mod.ts";
-import type { Runtime, StreamItem } from "./runtime/mod.ts";
-
-async function* values(items: AsyncIterable<StreamItem>): AsyncGenerator<unknown> {
-  for await (const item of items) yield item.value;
-}
+import type { RunExecutor } from "./runs/mod.ts";
+import type { Runtime } from "./runtime/mod.ts";
 
 /**
  * Adapts `runtime` to `RunExecutor`. A missing or broken app reports one free slot so that its queued
@@ -32,17 +27,8 @@ export function runtimeExecutor(runtime: Runtime): RunExecutor {
         return undefined;
       }
     },
-    async execute(request) {
-      try {
-        const outcome = await runtime.invoke(request);
-        return outcome.kind === "result" ? outcome.result : values(outcome.items);
-      } catch (error) {
-        // A call that never started (unknown app or function, app failed to load) has no errorType.
-        if (isProblemError(error) && !("errorType" in error)) {
-          throw new RecordedFailure(error.kind.replace(/-/g, "_"), error.message);
-        }
-        throw error;
-      }
+    execute(request) {
+      return runtime.invoke(request);
     },
   };
 }
