@@ -21,6 +21,7 @@ import {
 import type { RunExecutor } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
+import { finishAndReport } from "./_finish_and_report.ts";
 import { executeRun, type RunExecution } from "./_execute_run.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import type { LocalRuns } from "./_local_runs.ts";
@@ -420,18 +421,15 @@ export function createRunService(options: RunServiceOptions): RunService {
       here.cancel();
       await here.done;
     } else if (row.status === "queued") {
-      const ended = await finishRun(db, row, { outcome: { status: "cancelled" }, from: ["queued"] });
-      if (!ended) return await cancelRun(ref);
-      onDeliveries();
-      events.finished({
-        runId: row.run_id,
-        projectId: row.project_id,
-        appId: row.app_id,
-        functionName: row.function_name,
-        mode: row.mode,
-        status: "cancelled",
+      const ended = await finishAndReport(row, {
+        db,
+        events,
+        outcome: { status: "cancelled" },
+        from: ["queued"],
         runTimeMs: null,
       });
+      if (!ended) return await cancelRun(ref);
+      onDeliveries();
     } else {
       await db.updateTable("runs").set({ cancel_requested: 1 }).where("run_id", "=", ref.runId).where(
         "status",
