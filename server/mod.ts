@@ -15,7 +15,8 @@ import { answerClientErrors, createDrainGate, createHttpApp } from "./http/mod.t
 import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
-import { createRuntime, runtimeExecutor } from "./runtime/mod.ts";
+import { runtimeExecutor } from "./run_executor.ts";
+import { createRuntime } from "./runtime/mod.ts";
 import { createRunService } from "./runs/mod.ts";
 import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
@@ -111,7 +112,12 @@ export async function createServer(config: Config, options: CreateServerOptions 
     db: store.db,
     secrets,
     logger,
-    config,
+    config: {
+      resultTtlMs: config.resultTtlMs,
+      runLeaseMs: config.runLeaseMs,
+      webhookAllowPrivate: config.webhookAllowPrivate,
+      resultLimitBytes: config.resultLimitBytes,
+    },
     executor: runtimeExecutor(runtime),
     metrics,
     owner,

@@ -1,44 +1,32 @@
 import type { ServerContext } from "../context.ts";
 import { frameEvent, type Handlers, withHeartbeat } from "../http/mod.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
-import type { LiveRun, Run } from "../runs/mod.ts";
-import { failureFromRunError, type StreamItem } from "../runtime/mod.ts";
+import type { ExecutedItem, Run } from "../runs/mod.ts";
+import { failureFromRunError } from "../runtime/mod.ts";
 
 type RunHandlers = Pick<Handlers, "runFunction" | "getRun" | "cancelRun" | "listRuns">;
 
 /** Options of `frames`. */
 interface FrameOptions {
-  run: LiveRun;
+  runId: string;
   instance: string;
 }
 
 /**
- * Frames each item as one server-sent event as it arrives and reports it to the run record. A failure
- * becomes the stream's last event (the status line is gone already); a client that goes away ends the
- * run `cancelled`.
+ * Frames each item as one server-sent event as it arrives (the run service records it). A failure
+ * becomes the stream's last event, as a problem document: the status line is gone already.
  */
-async function* frames(items: AsyncIterable<StreamItem>, options: FrameOptions): AsyncGenerator<string> {
-  const { run } = options;
-  let finished = false;
+async function* frames(items: AsyncIterable<ExecutedItem>, options: FrameOptions): AsyncGenerator<string> {
+  const { runId } = options;
   try {
     for await (const item of items) {
-      run.item(item.value);
       yield frameEvent(typeof item.value === "string" ? item.value : JSON.stringify(item.value), { event: item.event });
     }
-    finished = true;
-    await run.succeed();
   } catch (error) {
-    finished = true;
-    await run.fail(error);
     const problem = isProblemError(error)
       ? error
-      : new ProblemError("internal", `The stream failed; quote run id ${run.runId} when reporting it`, {
-        runId: run.runId,
-      });
+      : new ProblemError("internal", `The stream failed; quote run id ${runId} when reporting it`, { runId });
     yield frameEvent(JSON.stringify(problem.toDocument(options.instance)), { event: "error" });
-  } finally {
-    // Nobody reads an answer any more; a record the store refused is logged by the run service.
-    if (!finished) run.cancelled().catch(() => {});
   }
 }
 
@@ -70,7 +58,8 @@ export function runHandlers(context: ServerContext): RunHandlers {
           `Function ${path.function_name} is private: names starting with _ cannot be called`,
         );
       }
-      const submission = await runs.submit({
+      const app = `${target.projectId}/${target.app}`;
+      const execution = await runs.execute({
         ...target,
         functionName: path.function_name,
         mode: query.async ? "async" : "sync",
@@ -80,56 +69,41 @@ export function runHandlers(context: ServerContext): RunHandlers {
           ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] }
           : undefined,
         idempotencyKey: header["Idempotency-Key"],
+      }, {
+        onLive(run) {
+          input.setRequestId(run.runId);
+          // The request's one log line waits for the run's end and reports it (run id, status, times).
+          input.logOutcome(run);
+          // A sync or stream call stops with its caller (an async run outlives its request).
+          input.abortOnDisconnect(run);
+        },
       });
-      const app = `${target.projectId}/${target.app}`;
-      if (submission.kind === "accepted") {
-        input.setRequestId(submission.runId);
-        input.logFields({ run_id: submission.runId, app, function: path.function_name, mode: "async" });
-        return { status: 202, contentType: "application/json", body: { run_id: submission.runId } };
+      switch (execution.kind) {
+        case "accepted":
+          input.setRequestId(execution.runId);
+          input.logFields({ run_id: execution.runId, app, function: path.function_name, mode: "async" });
+          return { status: 202, contentType: "application/json", body: { run_id: execution.runId } };
+        case "replay": {
+          const { run } = execution;
+          input.setRequestId(run.run_id);
+          input.logFields({ run_id: run.run_id, app, function: run.function_name, mode: run.mode, replayed: true });
+          return { status: 200, contentType: "application/json", body: replayAnswer(run) };
+        }
+        case "result":
+          return {
+            status: 200,
+            contentType: "application/json",
+            body: { run_id: execution.runId, run_time_ms: execution.runTimeMs, result: execution.result },
+          };
+        case "stream":
+          return {
+            status: 200,
+            contentType: "text/event-stream",
+            body: withHeartbeat(frames(execution.items, { runId: execution.runId, instance }), {
+              intervalMs: config.sseHeartbeatMs,
+            }),
+          };
       }
-      if (submission.kind === "replay") {
-        const { run } = submission;
-        input.setRequestId(run.run_id);
-        input.logFields({ run_id: run.run_id, app, function: run.function_name, mode: run.mode, replayed: true });
-        return { status: 200, contentType: "application/json", body: replayAnswer(submission.run) };
-      }
-      const run = submission.run;
-      input.setRequestId(run.runId);
-      // The request's one log line waits for the run's end and reports it (run id, status, times).
-      input.logOutcome(run);
-      // A sync or stream call stops with its caller (an async run outlives its request).
-      input.abortOnDisconnect(run);
-      let outcome;
-      try {
-        outcome = await runtime.invoke({
-          ...target,
-          functionName: path.function_name,
-          input: body ?? {},
-          inputJson: input.bodyText,
-          runId: run.runId,
-          signal: run.signal,
-        });
-      } catch (error) {
-        await run.fail(error);
-        throw error;
-      }
-      if (outcome.kind === "result") {
-        // The record, the webhook and a replay say the run time the caller is answered.
-        const runTimeMs = Math.round(outcome.runTimeMs * 1000) / 1000;
-        await run.succeed(outcome.result, { runTimeMs });
-        return {
-          status: 200,
-          contentType: "application/json",
-          body: { run_id: run.runId, run_time_ms: runTimeMs, result: outcome.result },
-        };
-      }
-      run.streaming();
-      const stream = frames(outcome.items, { run, instance });
-      return {
-        status: 200,
-        contentType: "text/event-stream",
-        body: withHeartbeat(stream, { intervalMs: config.sseHeartbeatMs }),
-      };
     },
     async getRun({ path }) {
       const run = await runs.getRun({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });

@@ -13,7 +13,7 @@ import { deliveryBodyFor, outcomeColumns, type RunOutcome } from "./_queries.ts"
 import type { RunEvents } from "./_run_events.ts";
 import { StoredItems, storedResult } from "./_stored_result.ts";
 import type { WriteBehind } from "./_write_behind.ts";
-import type { LiveRun, RunCall, RunLogFields } from "./service.ts";
+import type { LiveRun, RunCall, RunLogFields } from "./run_call.ts";
 
 /** What a live run reports to. */
 export interface LiveRunDeps {

@@ -12,7 +12,8 @@ import { IDEMPOTENCY_WINDOW_MS } from "./_idempotency.ts";
 import type { LocalRuns } from "./_local_runs.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { deadOwners, forgetOwner } from "./_owners.ts";
-import { expireResults, finishRun, renewLeases, selectRunsOf, selectStaleRuns } from "./_queries.ts";
+import { finishAndReport } from "./_finish_and_report.ts";
+import { expireResults, renewLeases, selectRunsOf, selectStaleRuns } from "./_queries.ts";
 import type { RunRow } from "./_view.ts";
 
 /** What upkeep needs. */
@@ -48,24 +49,16 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
     const now = Date.now();
     let interrupted = 0; // runs ended (or deliveries freed) that the delivery worker must look at
     async function interrupt(row: RunRow, where: { staleBefore?: number; owner?: string }): Promise<void> {
-      const ended = await finishRun(db, { ...row, started_at: null }, {
+      const ended = await finishAndReport({ ...row, started_at: null }, {
+        db,
+        events: options.events,
         outcome: { status: "failure", error: INTERRUPTED },
         from: ["running"],
         now,
         ...where,
-      });
-      if (!ended) return;
-      interrupted++;
-      options.events.finished({
-        runId: row.run_id,
-        projectId: row.project_id,
-        appId: row.app_id,
-        functionName: row.function_name,
-        mode: row.mode,
-        status: "failure",
         runTimeMs: null,
-        errorType: INTERRUPTED.type,
       });
+      if (ended) interrupted++;
     }
     // A process of this host that is gone cannot renew: end its runs, and free the webhook deliveries it
     // was attempting, now rather than after their leases.

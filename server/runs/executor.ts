@@ -1,7 +1,8 @@
 /**
  * What the runs module needs from a runtime, and nothing more: `server/runs` never imports the runtime;
- * `createServer` hands it an object of this shape.
+ * `createServer` hands it an object of this shape (`server/run_executor.ts`).
  */
+import type { AbortSignalLike } from "../abort/mod.ts";
 
 /** The app a run belongs to. */
 export interface AppTarget {
@@ -17,11 +18,25 @@ export interface ExecuteRequest extends AppTarget {
   /** `input` as the JSON text the caller sent, to forward as is. */
   inputJson?: string;
   runId: string;
-  /** Aborted on timeout (`response_grace_period`) or cancel: stop the worker. */
-  signal: AbortSignal;
+  /** Aborted on timeout (`response_grace_period`), cancel or a caller gone: stop the worker. */
+  signal: AbortSignalLike;
 }
 
-/** Runs functions for the async dispatcher. */
+/** One streamed item: a value (strings as they are), with an SSE event name when the function gave one. */
+export interface ExecutedItem {
+  value: unknown;
+  event?: string;
+}
+
+/**
+ * What a function gave back: a result with the function's run time in milliseconds, or a stream of items
+ * read as they are produced (stop reading to stop the function).
+ */
+export type ExecutedCall =
+  | { kind: "result"; result: unknown; runTimeMs: number }
+  | { kind: "stream"; items: AsyncIterable<ExecutedItem> };
+
+/** Runs functions: sync and stream calls, and the async dispatcher's runs. */
 export interface RunExecutor {
   /**
    * Slots the app can take now. Must count every `execute` call that has not settled, so a dispatcher
@@ -31,11 +46,11 @@ export interface RunExecutor {
   /** The app's `response_grace_period` in milliseconds; undefined → 900 s. Capped at 12 h. */
   gracePeriodMs(target: AppTarget): number | undefined | Promise<number | undefined>;
   /**
-   * Runs the function. Resolves with its JSON result, or with an async iterable of items for a
-   * streaming function (collected into a list). Rejects with an error carrying `errorType`, `message`
-   * and `traceback` (see `toRunError`) when the function failed.
+   * Runs the function. Resolves with its JSON result, or with its stream once it started. Rejects with
+   * an error carrying `errorType`, `message` and `traceback` (see `toRunError`) when the function failed,
+   * or with a `ProblemError` without `errorType` when it could not start (no such app, app unavailable).
    */
-  execute(request: ExecuteRequest): Promise<unknown>;
+  execute(request: ExecuteRequest): Promise<ExecutedCall>;
 }
 
 /** Why a run failed, as the contract's `RunError` says. */
@@ -43,18 +58,6 @@ export interface RunErrorInfo {
   type: string;
   message: string;
   traceback: string | null;
-}
-
-/** A failure an executor can throw when it has no error class of its own. */
-export class RunFailure extends Error {
-  readonly errorType: string;
-  readonly traceback: string | null;
-  constructor(errorType: string, message: string, traceback: string | null = null) {
-    super(message);
-    this.name = "RunFailure";
-    this.errorType = errorType;
-    this.traceback = traceback;
-  }
 }
 
 /**

@@ -4,26 +4,28 @@
  * `RunExecutor` it is given.
  */
 export { DEFAULT_GRACE_MS, MAX_GRACE_MS } from "./_dispatcher.ts";
+export type { RunExecution } from "./_execute_run.ts";
 export type { Run } from "./_view.ts";
 export {
   type AppTarget,
+  type ExecutedCall,
+  type ExecutedItem,
   type ExecuteRequest,
   type RunErrorInfo,
   type RunExecutor,
-  RunFailure,
   toRunError,
 } from "./executor.ts";
+export type { LiveRun, RunCall, RunLogFields, RunMode, RunRecorder } from "./run_call.ts";
 export { isRunId, newRunId } from "./run_id.ts";
 export {
   createRunService,
+  type ExecuteOptions,
+  type Execution,
   type ListRunsOptions,
-  type LiveRun,
-  type RunCall,
-  type RunLogFields,
-  type RunMode,
   type RunPage,
   type RunRef,
   type RunService,
   type RunServiceOptions,
+  type RunSettings,
   type Submission,
 } from "./service.ts";

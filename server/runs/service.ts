@@ -3,10 +3,8 @@
  * run records, cancels runs, and — when given an executor — dispatches queued async runs.
  */
 import { randomBytes } from "node:crypto";
-import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Insertable, Kysely } from "kysely";
 import type { components } from "../../generated/api.d.ts";
-import type { Config } from "../config.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
@@ -23,6 +21,8 @@ import {
 import type { RunExecutor } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
+import { finishAndReport } from "./_finish_and_report.ts";
+import { executeRun, type RunExecution } from "./_execute_run.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import type { LocalRuns } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
@@ -35,81 +35,10 @@ import { createRunEvents, type RunMetrics } from "./_run_events.ts";
 import { insertRun } from "./_run_rows.ts";
 import { createWriteBehind } from "./_write_behind.ts";
 import { newRunId } from "./run_id.ts";
+import type { LiveRun, RunCall } from "./run_call.ts";
 
 /** The contract's `RunPage`. */
 export type RunPage = components["schemas"]["RunPage"];
-
-/** How a run is called. */
-export type RunMode = "sync" | "async" | "stream";
-
-/** A call to submit. */
-export interface RunCall {
-  projectId: string;
-  app: string;
-  functionName: string;
-  mode: RunMode;
-  /** The JSON body: the function's named parameters. */
-  input: Record<string, unknown>;
-  /** `input` as the JSON text the caller sent: an async run stores it and hands it to its function as is. */
-  inputJson?: string;
-  /** `webhookEndpoint` and `X-Webhook-Secret`, when the call has them. */
-  webhook?: { endpoint: string; secret?: string };
-  /** `Idempotency-Key`, when the call has one. */
-  idempotencyKey?: string;
-}
-
-/** A sync or stream run the caller executes itself and reports on. */
-export interface LiveRun {
-  runId: string;
-  /** Aborted when the run is cancelled (`cancelRun`) or by `abort` (e.g. the caller went away): stop the worker. */
-  signal: AbortSignalLike;
-  /** Interrupts the run (e.g. its caller went away): aborts `signal` with `reason`. */
-  abort(reason: unknown): void;
-  /** Marks a sync call whose function turned out to stream: recorded with mode `stream`. */
-  streaming(): void;
-  /** Adds one streamed item; `succeed()` without a value then records the list. */
-  item(value: unknown): void;
-  /**
-   * Records success with `result` (for a stream, default: the items so far). Resolves once the record is
-   * durable enough to answer: at once, or — for a call with a webhook — once the final state and its
-   * delivery are committed, so a crash after the answer cannot lose the webhook. Await it before answering.
-   * `runTimeMs` is the run time the caller is answered; it is recorded as is, so the record, the webhook
-   * and an idempotent replay say the same (default: from the run's start to now, in whole milliseconds).
-   * Rejects with a 503 `service-unavailable` problem (with the run id) when that commit failed after
-   * retries: answer it instead of the result (the record is kept and retried in the background).
-   */
-  succeed(result?: unknown, options?: { runTimeMs?: number }): Promise<void>;
-  /**
-   * Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`) — or
-   * `cancelled` once `signal` was aborted (the caller went away, or `cancelRun`); settles like `succeed`.
-   */
-  fail(error: unknown): Promise<void>;
-  /** Records the run `cancelled` (e.g. its stream's client went away), as `cancelRun` does; settles like `succeed`. */
-  cancelled(): Promise<void>;
-  /** Whether it has ended (`succeed`, `fail` or a cancel). */
-  readonly ended: boolean;
-  /** Settles once it has ended. */
-  readonly done: Promise<void>;
-  /**
-   * What the caller's request log line says of the run (its `run finished` line is debug-only):
-   * `run_id`, `app` (`project/app`), `function`, `mode`, `run_status`, `run_time_ms`, `queue_time_ms`,
-   * `error_type`. Final once `ended`.
-   */
-  logFields(): RunLogFields;
-}
-
-/** What a sync or stream run adds to its caller's log line. */
-export interface RunLogFields {
-  [field: string]: unknown;
-  run_id: string;
-  app: string;
-  function: string;
-  mode: string;
-  run_status: string;
-  run_time_ms: number | null;
-  queue_time_ms: number;
-  error_type: string | null;
-}
 
 /** What `submit` did. */
 export type Submission =
@@ -119,6 +48,18 @@ export type Submission =
   | { kind: "replay"; run: Run }
   /** A sync or stream run to execute now. */
   | { kind: "live"; run: LiveRun };
+
+/** What `execute` did: an async run accepted, an idempotent replay, or a live run's recorded execution. */
+export type Execution = Exclude<Submission, { kind: "live" }> | RunExecution;
+
+/** Options of `execute`. */
+export interface ExecuteOptions {
+  /**
+   * Called with a sync or stream run once it exists, before its function is called: e.g. to put it in
+   * the caller's log line, or to abort it when the caller goes away.
+   */
+  onLive?(run: LiveRun): void;
+}
 
 /** Which run. */
 export interface RunRef {
@@ -149,6 +90,12 @@ export interface RunService {
    * - `replay`: a finished idempotent sync call; answer from `run` (its `result` or `error`).
    */
   submit(call: RunCall): Promise<Submission>;
+  /**
+   * Submits a call and, for a sync or stream call, executes it through the executor and records it:
+   * a result is recorded before this resolves (reject: the failure, recorded); a stream is recorded as
+   * its `items` are read (see `RunExecution`). Needs an executor.
+   */
+  execute(call: RunCall, options?: ExecuteOptions): Promise<Execution>;
   /** One run; a 404 problem when the app has no such run. */
   getRun(ref: RunRef): Promise<Run>;
   /** An app's runs, newest first; a 400 problem for a cursor this server did not make. */
@@ -179,16 +126,26 @@ export interface RunService {
   stop(): Promise<void>;
 }
 
+/** The settings of the run service, as the server's configuration names them. */
+export interface RunSettings {
+  /** How long a finished run keeps its result. */
+  resultTtlMs: number;
+  /** How long a run's lease lasts without renewal before another process may end it. */
+  runLeaseMs: number;
+  /** Whether webhook endpoints may be private addresses. */
+  webhookAllowPrivate: boolean;
+  /** The largest result stored (and sent in a webhook), in JSON bytes; default 1 MiB. */
+  resultLimitBytes?: number;
+}
+
 /** What the run service needs. */
 export interface RunServiceOptions {
   db: Kysely<Database>;
   secrets: SecretBox;
   logger: Logger;
-  /** `resultLimitBytes` defaults to 1 MiB. */
-  config:
-    & Pick<Config, "resultTtlMs" | "runLeaseMs" | "webhookAllowPrivate">
-    & Partial<Pick<Config, "resultLimitBytes">>;
-  /** Runs queued async runs; without one, async runs stay queued (e.g. a submit-only process). */
+  /** The settings runs follow (the server passes its `Config`, which has these keys). */
+  config: RunSettings;
+  /** Executes calls (`execute`) and queued async runs; without one, async runs stay queued (e.g. a submit-only process). */
   executor?: RunExecutor;
   /** Where run starts and ends are counted; without it they are only logged. */
   metrics?: RunMetrics;
@@ -315,75 +272,128 @@ export function createRunService(options: RunServiceOptions): RunService {
     return { kind: "replay", run: await view(row) };
   }
 
-  async function submit(call: RunCall): Promise<Submission> {
-    const webhook = checkWebhook(call);
+  /** The run's first record: `queued` for an async call, `running` (leased here) for a live one. */
+  function firstRow(call: RunCall, webhook: CheckedWebhook | null): Insertable<RunTable> {
     const now = Date.now();
-    const runId = newRunId(now);
-    const running = call.mode !== "async";
-    const row: Insertable<RunTable> = {
-      run_id: runId,
+    const base = {
+      run_id: newRunId(now),
       project_id: call.projectId,
       app_id: call.app,
       function_name: call.functionName,
       mode: call.mode,
-      status: running ? "running" : "queued",
       created_at: now,
-      started_at: running ? now : null,
-      queue_time_ms: running ? 0 : null,
-      input_json: running ? null : call.inputJson ?? JSON.stringify(call.input),
       webhook_endpoint: webhook?.endpoint ?? null,
-      webhook_secret: running ? null : webhook?.sealed ?? null,
-      webhook_credentials: running ? null : webhook?.credentials ?? null,
-      lease_owner: running ? owner : null,
-      lease_expires_at: running ? now + config.runLeaseMs : null,
     };
-    if (call.idempotencyKey === undefined && !running) {
-      await queued.add(row);
-      if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) {
-        dispatcher.wake();
-      }
-      return { kind: "accepted", runId, replayed: false };
+    if (call.mode === "async") {
+      return {
+        ...base,
+        status: "queued",
+        started_at: null,
+        queue_time_ms: null,
+        input_json: call.inputJson ?? JSON.stringify(call.input),
+        webhook_secret: webhook?.sealed ?? null,
+        webhook_credentials: webhook?.credentials ?? null,
+        lease_owner: null,
+        lease_expires_at: null,
+      };
     }
-    if (call.idempotencyKey !== undefined || !running) {
-      const key = call.idempotencyKey;
-      const print = fingerprint({
-        app: call.app,
-        function: call.functionName,
-        mode: call.mode,
-        input: call.input,
-        webhook: webhook?.endpoint ?? null,
-      });
-      const reservation = await db.transaction().execute(async (trx) => {
-        const found = key === undefined
-          ? { fresh: true as const }
-          : await reserveKey(trx, { projectId: call.projectId, key, fingerprint: print, runId, now });
-        if (found.fresh) await insertRun(trx, row);
-        return found;
-      });
-      if (!reservation.fresh) {
-        if (reservation.fingerprint !== print) {
-          throw new ProblemError(
-            "unprocessable",
-            "This Idempotency-Key was used with a different request; use a new key for a new request",
-            {
-              runId: reservation.runId,
-            },
-          );
-        }
-        return await existingRun(call, reservation.runId);
-      }
-      if (!running) {
-        // Waking the dispatcher scans the queue; when the app has no free slot, the run waits for
-        // the slot's release (which wakes the dispatcher) or the next poll anyway.
-        if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) {
-          dispatcher.wake();
-        }
-        return { kind: "accepted", runId, replayed: false };
-      }
+    // A live run's input and webhook secrets stay in memory: its caller holds them until it ends.
+    return {
+      ...base,
+      status: "running",
+      started_at: now,
+      queue_time_ms: 0,
+      input_json: null,
+      webhook_secret: null,
+      webhook_credentials: null,
+      lease_owner: owner,
+      lease_expires_at: now + config.runLeaseMs,
+    };
+  }
+
+  /** An accepted async run, once its record is committed: wakes the dispatcher when the app has room. */
+  async function accepted(call: RunCall, runId: string): Promise<Submission> {
+    // Waking the dispatcher scans the queue; when the app has no free slot, the run waits for the
+    // slot's release (which wakes the dispatcher) or the next poll anyway.
+    if (dispatcher && (await options.executor!.freeSlots({ projectId: call.projectId, app: call.app })) > 0) {
+      dispatcher.wake();
     }
-    // Buffered, not awaited: a call that ends within the batch window is written once, finished.
-    if (call.idempotencyKey === undefined) writer.put(row);
+    return { kind: "accepted", runId, replayed: false };
+  }
+
+  /** Queues an async call: its record is committed (grouped with others of the same turn) before the 202. */
+  async function acceptAsync(call: RunCall, webhook: CheckedWebhook | null): Promise<Submission> {
+    const row = firstRow(call, webhook);
+    await queued.add(row);
+    return await accepted(call, row.run_id);
+  }
+
+  /** Starts a sync or stream run without a key: its record is buffered, not awaited. */
+  function startLive(call: RunCall, webhook: CheckedWebhook | null): Submission {
+    const row = firstRow(call, webhook);
+    // A call that ends within the batch window is written once, finished.
+    writer.put(row);
     return { kind: "live", run: new LiveRunRecord(liveRunDeps, call, row, webhook) };
+  }
+
+  /**
+   * Submits a call with an `Idempotency-Key`: the key is reserved and the run's first record inserted in
+   * one transaction; a key already used answers from its run (or refuses a different request).
+   */
+  async function submitWithKey(call: RunCall, webhook: CheckedWebhook | null, key: string): Promise<Submission> {
+    const row = firstRow(call, webhook);
+    const print = fingerprint({
+      app: call.app,
+      function: call.functionName,
+      mode: call.mode,
+      input: call.input,
+      webhook: webhook?.endpoint ?? null,
+    });
+    const reservation = await db.transaction().execute(async (trx) => {
+      const found = await reserveKey(trx, {
+        projectId: call.projectId,
+        key,
+        fingerprint: print,
+        runId: row.run_id,
+        now: row.created_at,
+      });
+      if (found.fresh) await insertRun(trx, row);
+      return found;
+    });
+    if (!reservation.fresh) {
+      if (reservation.fingerprint !== print) {
+        throw new ProblemError(
+          "unprocessable",
+          "This Idempotency-Key was used with a different request; use a new key for a new request",
+          { runId: reservation.runId },
+        );
+      }
+      return await existingRun(call, reservation.runId);
+    }
+    if (call.mode === "async") return await accepted(call, row.run_id);
+    return { kind: "live", run: new LiveRunRecord(liveRunDeps, call, row, webhook) };
+  }
+
+  async function submit(call: RunCall): Promise<Submission> {
+    const webhook = checkWebhook(call);
+    if (call.idempotencyKey !== undefined) return await submitWithKey(call, webhook, call.idempotencyKey);
+    if (call.mode === "async") return await acceptAsync(call, webhook);
+    return startLive(call, webhook);
+  }
+
+  async function execute(call: RunCall, executeOptions: ExecuteOptions = {}): Promise<Execution> {
+    const { executor } = options;
+    if (!executor) throw new Error("This run service has no executor; give createRunService one to execute calls");
+    const submission = await submit(call);
+    if (submission.kind !== "live") return submission;
+    executeOptions.onLive?.(submission.run);
+    return await executeRun(executor, {
+      projectId: call.projectId,
+      app: call.app,
+      functionName: call.functionName,
+      input: call.input,
+      inputJson: call.inputJson,
+    }, submission.run);
   }
 
   async function findRun(ref: RunRef): Promise<RunRow> {
@@ -411,18 +421,15 @@ export function createRunService(options: RunServiceOptions): RunService {
       here.cancel();
       await here.done;
     } else if (row.status === "queued") {
-      const ended = await finishRun(db, row, { outcome: { status: "cancelled" }, from: ["queued"] });
-      if (!ended) return await cancelRun(ref);
-      onDeliveries();
-      events.finished({
-        runId: row.run_id,
-        projectId: row.project_id,
-        appId: row.app_id,
-        functionName: row.function_name,
-        mode: row.mode,
-        status: "cancelled",
+      const ended = await finishAndReport(row, {
+        db,
+        events,
+        outcome: { status: "cancelled" },
+        from: ["queued"],
         runTimeMs: null,
       });
+      if (!ended) return await cancelRun(ref);
+      onDeliveries();
     } else {
       await db.updateTable("runs").set({ cancel_requested: 1 }).where("run_id", "=", ref.runId).where(
         "status",
@@ -436,6 +443,7 @@ export function createRunService(options: RunServiceOptions): RunService {
 
   return {
     submit,
+    execute,
     async getRun(ref) {
       return await view(await findRun(ref));
     },

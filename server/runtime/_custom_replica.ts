@@ -2,13 +2,13 @@
  * The custom runtime: an app's own HTTP server, started from its entrypoint with `PORT` and watched by
  * its health check, or an external URL. Calls are forwarded by `proxyCall`.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { connect } from "node:net";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { freePort } from "./free_port.ts";
 import { orphanGuarded } from "./_orphan_guard.ts";
-import { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
+import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
 
 const START_TIMEOUT_MS = 30_000;
@@ -90,35 +90,20 @@ export class CustomProcessReplica implements Upstream {
     this.baseUrl = `http://127.0.0.1:${port}`;
     const [entry, ...entryArgs] = this.#options.entrypoint;
     const { command, args, env } = orphanGuarded(entry, entryArgs);
-    const child = spawn(command, args, {
+    const { child, exited } = spawnInOwnGroup(command, args, {
       cwd: this.#options.appDir,
-      ...OWN_PROCESS_GROUP,
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, ...env, PORT: String(port), PYTHONUNBUFFERED: "1" },
+      env: { ...env, PORT: String(port), PYTHONUNBUFFERED: "1" },
+      logger,
+      label,
     });
     this.#child = child;
     let exitReason = "";
-    const exited = new Promise<void>((resolve) => {
-      child.once("error", (error) => {
-        exitReason = error.message;
-        resolve();
-      });
-      child.once("close", (code, signal) => {
-        exitReason ||= signal ? `signal ${signal}` : `exit code ${code}`;
-        resolve();
-      });
-    });
-    void exited.then(() => {
+    void exited.then((reason) => {
+      exitReason = reason;
       this.usable = false;
       clearInterval(this.#health);
       this.#resolveExited();
     });
-    for (const stream of ["stdout", "stderr"] as const) {
-      child[stream]!.setEncoding("utf8").on(
-        "data",
-        (text: string) => logger.info({ app: label, pid: child.pid, stream, text }, "worker output"),
-      );
-    }
     const deadline = Date.now() + START_TIMEOUT_MS;
     let gone = false;
     void exited.then(() => (gone = true));
@@ -173,11 +158,10 @@ export class CustomProcessReplica implements Upstream {
     const child = this.#child;
     if (!child) return;
     // The whole group: the processes the runtime started itself stop with it.
-    signalGroup(child, "SIGTERM");
-    const timer = setTimeout(() => signalGroup(child, "SIGKILL"), STOP_GRACE_MS);
-    await this.exited;
-    clearTimeout(timer);
-    signalGroup(child, "SIGKILL");
+    await stopReplicaProcess({ child, exited: this.exited }, {
+      graceMs: STOP_GRACE_MS,
+      ask: () => signalGroup(child, "SIGTERM"),
+    });
   }
 }
 

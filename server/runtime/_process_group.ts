@@ -2,9 +2,11 @@
  * Replicas lead their own process group (and session): a signal sent to the server's group — Ctrl-C in a
  * terminal, a container init forwarding SIGTERM to its child's group — never reaches them, so they keep
  * serving the calls the server drains and stop only when the server stops them. Stopping one signals its
- * whole group, so the processes a custom runtime starts itself stop with it.
+ * whole group, so the processes a custom runtime starts itself stop with it. Both kinds of replica start,
+ * watch and stop their process here.
  */
-import type { ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
+import type { Logger } from "../log.ts";
 
 /**
  * `spawn` option that starts the child in a new session (`setsid`), leading its own process group.
@@ -24,4 +26,66 @@ export function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
   } catch {
     // ESRCH: every process of the group has exited.
   }
+}
+
+/** Options of `spawnInOwnGroup`. */
+export interface ReplicaSpawnOptions {
+  cwd: string;
+  /** Added to the server's environment. */
+  env: Record<string, string>;
+  /** Pipes beyond stdout and stderr (the Python worker's protocol pipes, fd 3 and up). */
+  extraPipes?: number;
+  /** The replica's stdout and stderr go here, as `worker output` lines. */
+  logger: Logger;
+  label: string;
+}
+
+/** A replica's process and its exit. */
+export interface ReplicaProcess {
+  child: ChildProcess;
+  /**
+   * Resolves once the process has exited and its pipes closed, with why: `exit code N`, `signal S`, or
+   * the spawn error's message when it could not start.
+   */
+  exited: Promise<string>;
+}
+
+/**
+ * Starts a replica's process leading its own process group, with stdout and stderr logged line by line
+ * as `worker output` (the function's logs).
+ */
+export function spawnInOwnGroup(command: string, args: string[], options: ReplicaSpawnOptions): ReplicaProcess {
+  const child = spawn(command, args, {
+    cwd: options.cwd,
+    ...OWN_PROCESS_GROUP,
+    stdio: ["ignore", "pipe", "pipe", ...Array<"pipe">(options.extraPipes ?? 0).fill("pipe")],
+    env: { ...process.env, ...options.env },
+  });
+  let spawnError: string | undefined;
+  child.once("error", (error) => (spawnError = error.message));
+  const exited = new Promise<string>((resolve) => {
+    child.once("close", (code, signal) => resolve(spawnError ?? (signal ? `signal ${signal}` : `exit code ${code}`)));
+  });
+  for (const stream of ["stdout", "stderr"] as const) {
+    child[stream]!.setEncoding("utf8").on("data", (text: string) => {
+      options.logger.info({ app: options.label, pid: child.pid, stream, text }, "worker output");
+    });
+  }
+  return { child, exited };
+}
+
+/**
+ * Stops a replica's process: `ask()` asks it to stop (a signal, or closing its pipe), its whole group is
+ * killed after `graceMs` if it has not exited, and once it has, whatever it left behind in its group too.
+ */
+export async function stopReplicaProcess(
+  replica: { child: ChildProcess; exited: Promise<unknown> },
+  options: { graceMs: number; ask(): void },
+): Promise<void> {
+  const { child } = replica;
+  options.ask();
+  const timer = setTimeout(() => signalGroup(child, "SIGKILL"), options.graceMs);
+  await replica.exited;
+  clearTimeout(timer);
+  signalGroup(child, "SIGKILL");
 }

@@ -3,7 +3,7 @@
  * messages come back on fd 4 (newline-delimited JSON); the function's stdout/stderr arrive as per-run
  * log messages, the process's own stdout/stderr are logged as worker output.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { setImmediate as setImmediatePromise } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
@@ -12,7 +12,7 @@ import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { RunFailure } from "./_failures.ts";
 import { ItemQueue } from "./_item_queue.ts";
-import { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
+import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
 import { LineSplitter, LineTooLong } from "./_line_splitter.ts";
@@ -98,20 +98,19 @@ export class PythonReplica implements Replica {
 
   constructor(options: PythonReplicaOptions) {
     this.#options = options;
-    this.#child = spawn(options.python, ["-u", WORKER_PATH, options.appDir, String(options.concurrency)], {
+    const worker = spawnInOwnGroup(options.python, ["-u", WORKER_PATH, options.appDir, String(options.concurrency)], {
       cwd: options.appDir,
-      ...OWN_PROCESS_GROUP,
-      stdio: ["ignore", "pipe", "pipe", "pipe", "pipe"],
-      env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
+      env: { PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
+      extraPipes: 2,
+      logger: options.logger,
+      label: options.label,
     });
+    this.#child = worker.child;
     this.#child.once("exit", () => (this.#exitedProcess = true));
-    this.exited = new Promise((resolve) => {
-      this.#child.once("close", (code, signal) => {
-        this.#exitCode = signal ? `signal ${signal}` : `exit code ${code}`;
-        this.usable = false;
-        this.#onExit();
-        resolve();
-      });
+    this.exited = worker.exited.then((reason) => {
+      this.#exitCode = reason;
+      this.usable = false;
+      this.#onExit();
     });
     this.ready = new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -149,11 +148,6 @@ export class PythonReplica implements Replica {
       };
     });
     this.#readMessages(this.#child.stdio[4] as Readable);
-    for (const stream of ["stdout", "stderr"] as const) {
-      this.#child[stream]!.setEncoding("utf8").on("data", (text: string) => {
-        options.logger.info({ app: options.label, pid: this.pid, stream, text }, "worker output");
-      });
-    }
     // A write after the worker died must not crash the server.
     (this.#child.stdio[3] as Writable).on("error", () => undefined);
   }
@@ -225,11 +219,10 @@ export class PythonReplica implements Replica {
    * period; processes the function started and left behind in the group go with it.
    */
   async stop(): Promise<void> {
-    (this.#child.stdio[3] as Writable).end();
-    const timer = setTimeout(() => signalGroup(this.#child, "SIGKILL"), STOP_GRACE_MS);
-    await this.exited;
-    clearTimeout(timer);
-    signalGroup(this.#child, "SIGKILL");
+    await stopReplicaProcess({ child: this.#child, exited: this.exited }, {
+      graceMs: STOP_GRACE_MS,
+      ask: () => (this.#child.stdio[3] as Writable).end(),
+    });
   }
 
   #kill(): void {

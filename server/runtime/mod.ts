@@ -19,9 +19,6 @@ export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfi
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
-export { runtimeExecutor } from "./run_executor.ts";
-// Run ids are made by the runs module; re-exported for callers of the runtime alone.
-export { newRunId } from "../runs/run_id.ts";
 
 type AnyReplica = PythonReplica | Upstream;
 
@@ -40,7 +37,7 @@ export interface InvokeRequest {
    * Python as Python reads them); without it `input` is serialised.
    */
   inputJson?: string;
-  /** The run's id, from `newRunId()`; passed to a `run_id` parameter and sent as `X-Request-Id` upstream. */
+  /** The run's id (the runs module makes them: `newRunId()`); passed to a `run_id` parameter and sent as `X-Request-Id` upstream. */
   runId: string;
   /** Aborting interrupts the call: it is cancelled in the worker, whose process is replaced if it cannot stop. */
   signal?: AbortSignalLike;

@@ -7,7 +7,8 @@ import { Writable } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { alive, waitFor } from "../_helpers/apps.ts";
 import { createLogger } from "../../server/log.ts";
-import { createRuntime, newRunId, RunFailure, type Runtime } from "../../server/runtime/mod.ts";
+import { newRunId } from "../../server/runs/mod.ts";
+import { createRuntime, RunFailure, type Runtime } from "../../server/runtime/mod.ts";
 
 const MAIN = `
 import os, time
@@ -122,9 +123,8 @@ describe("runtime module API (as an async dispatcher uses it)", () => {
 
   it("leaves no worker behind when the server process is killed with SIGKILL", async () => {
     const script = `
-      import { createRuntime, newRunId } from ${
-      JSON.stringify(new URL("../../server/runtime/mod.ts", import.meta.url).href)
-    };
+      import { createRuntime } from ${JSON.stringify(new URL("../../server/runtime/mod.ts", import.meta.url).href)};
+      import { newRunId } from ${JSON.stringify(new URL("../../server/runs/mod.ts", import.meta.url).href)};
       import { createLogger } from ${JSON.stringify(new URL("../../server/log.ts", import.meta.url).href)};
       const runtime = createRuntime(${
       JSON.stringify(appsDir)

@@ -1,0 +1,64 @@
+/**
+ * Executing a run and recording it: the one step that sync, stream and async runs share. It calls the
+ * function through the `RunExecutor`, and reports to the run's recorder what happened — a result, each
+ * streamed item and the stream's end, a failure, or a reader that went away.
+ */
+import type { ExecuteRequest, ExecutedItem, RunExecutor } from "./executor.ts";
+import type { RunRecorder } from "./run_call.ts";
+
+/** What the function gave, once recorded (a stream is recorded as it is read). */
+export type RunExecution =
+  /** A result, recorded; `runTimeMs` is the function's run time as the caller is answered. */
+  | { kind: "result"; runId: string; result: unknown; runTimeMs: number }
+  /**
+   * A stream: read `items` to the end (each is recorded as it passes; the end records success) or stop
+   * reading (the run ends `cancelled`). A failure is recorded, then thrown from `items`.
+   */
+  | { kind: "stream"; runId: string; items: AsyncIterable<ExecutedItem> };
+
+async function* recordedItems(items: AsyncIterable<ExecutedItem>, record: RunRecorder): AsyncGenerator<ExecutedItem> {
+  let finished = false;
+  try {
+    for await (const item of items) {
+      record.item(item.value);
+      yield item;
+    }
+    finished = true;
+    await record.succeed();
+  } catch (error) {
+    finished = true;
+    await record.fail(error);
+    throw error;
+  } finally {
+    // Nobody reads the items any more; a record the store refused is logged by whoever stores it.
+    if (!finished) record.cancelled().catch(() => {});
+  }
+}
+
+/**
+ * Executes `request` as the run `record` stands for, with the run's id and signal. Calls the executor
+ * before its first `await`, so an executor counting its calls counts this one at once. Rejects with the
+ * executor's error once the failure is recorded (or with the recorder's error when it could not record).
+ */
+export async function executeRun(
+  executor: RunExecutor,
+  request: Omit<ExecuteRequest, "runId" | "signal">,
+  record: RunRecorder,
+): Promise<RunExecution> {
+  const runId = record.runId;
+  let outcome;
+  try {
+    outcome = await executor.execute({ ...request, runId, signal: record.signal });
+  } catch (error) {
+    await record.fail(error);
+    throw error;
+  }
+  if (outcome.kind === "result") {
+    // The record, the webhook and a replay say the run time the caller is answered.
+    const runTimeMs = Math.round(outcome.runTimeMs * 1000) / 1000;
+    await record.succeed(outcome.result, { runTimeMs });
+    return { kind: "result", runId, result: outcome.result, runTimeMs };
+  }
+  record.streaming();
+  return { kind: "stream", runId, items: recordedItems(outcome.items, record) };
+}

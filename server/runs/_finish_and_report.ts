@@ -1,0 +1,52 @@
+/** Ending a stored run and telling its end: what the dispatcher, upkeep and a cancel all do. */
+import type { Kysely } from "kysely";
+import type { Database } from "../store/mod.ts";
+import { finishRun, type RunOutcome } from "./_queries.ts";
+import type { RunEvents } from "./_run_events.ts";
+import type { RunRow } from "./_view.ts";
+
+/** Options of `finishAndReport`. */
+export interface FinishAndReportOptions {
+  db: Kysely<Database>;
+  events: RunEvents;
+  outcome: RunOutcome;
+  /** The states the run may be ended from; see `finishRun` for `owner`, `now` and `staleBefore`. */
+  from: string[];
+  owner?: string;
+  now?: number;
+  staleBefore?: number;
+  /** The run time reported (the metric and the `run finished` line); null when the run was cut off. */
+  runTimeMs: number | null;
+  queueTimeMs?: number | null;
+}
+
+/**
+ * Ends `row` with its outcome (and webhook delivery, see `finishRun`) and, when this call ended it,
+ * reports the end to `events`. Resolves with false when the run had been ended elsewhere first.
+ */
+export async function finishAndReport(
+  row: RunRow,
+  options: FinishAndReportOptions,
+): Promise<boolean> {
+  const { outcome } = options;
+  const ended = await finishRun(options.db, row, {
+    outcome,
+    from: options.from,
+    owner: options.owner,
+    now: options.now,
+    staleBefore: options.staleBefore,
+  });
+  if (!ended) return false;
+  options.events.finished({
+    runId: row.run_id,
+    projectId: row.project_id,
+    appId: row.app_id,
+    functionName: row.function_name,
+    mode: row.mode,
+    status: outcome.status,
+    runTimeMs: options.runTimeMs,
+    errorType: outcome.status === "failure" ? outcome.error.type : null,
+    queueTimeMs: options.queueTimeMs,
+  });
+  return true;
+}

@@ -1,0 +1,108 @@
+/**
+ * The record of an async run the dispatcher executes: what `executeRun` reports to. Its outcome is
+ * written once, to the store, with its webhook delivery, from this process's lease.
+ */
+import type { Kysely } from "kysely";
+import type { Logger } from "../log.ts";
+import { isProblemError } from "../problems/mod.ts";
+import type { Database } from "../store/mod.ts";
+import { toRunError } from "./executor.ts";
+import { finishAndReport } from "./_finish_and_report.ts";
+import { RunCancelled, RunTimedOut } from "./_local_runs.ts";
+import type { RunOutcome } from "./_queries.ts";
+import type { RunEvents } from "./_run_events.ts";
+import { StoredItems, storedResult } from "./_stored_result.ts";
+import type { RunRecorder } from "./run_call.ts";
+import type { RunRow } from "./_view.ts";
+
+/** What a queued run's record writes to. */
+export interface QueuedRunDeps {
+  db: Kysely<Database>;
+  events: RunEvents;
+  logger: Logger;
+  /** This process's lease owner id: only a run still leased here is ended. */
+  owner: string;
+  /** The largest result stored (and sent in the webhook), in JSON bytes. */
+  resultLimitBytes: number;
+}
+
+/** The outcome a failure (or the reason the run's signal was aborted with) stands for. */
+function failureOutcome(error: unknown): RunOutcome {
+  if (error instanceof RunCancelled) return { status: "cancelled" };
+  if (error instanceof RunTimedOut) {
+    return { status: "failure", error: { type: "timeout", message: error.message, traceback: null } };
+  }
+  // A call that never started (unknown app or function, app failed to load) has no errorType: the
+  // record says why in the problem's kind (`not_found`, `app_unavailable`).
+  if (isProblemError(error) && !("errorType" in error)) {
+    return {
+      status: "failure",
+      error: { type: error.kind.replace(/-/g, "_"), message: error.message, traceback: null },
+    };
+  }
+  return { status: "failure", error: toRunError(error) };
+}
+
+/** A claimed async run's record; the first outcome reported is the one written. */
+export class QueuedRunRecord implements RunRecorder {
+  readonly runId: string;
+  readonly signal: AbortSignal;
+  readonly #row: RunRow;
+  readonly #deps: QueuedRunDeps;
+  #items: StoredItems | undefined = undefined;
+  #ending: Promise<void> | undefined = undefined;
+
+  constructor(row: RunRow, deps: QueuedRunDeps & { signal: AbortSignal }) {
+    this.runId = row.run_id;
+    this.signal = deps.signal;
+    this.#row = row;
+    this.#deps = deps;
+  }
+
+  /** An async run keeps its mode when its function streams: the items are stored as a list. */
+  streaming(): void {}
+
+  item(value: unknown): void {
+    (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
+  }
+
+  /** Records success; a given run time is not used (the record's clock runs from start to end here). */
+  succeed(...args: [result?: unknown, options?: { runTimeMs?: number }]): Promise<void> {
+    const limit = this.#deps.resultLimitBytes;
+    const result = args.length ? storedResult(args[0], limit) : (this.#items ?? new StoredItems(limit)).result();
+    return this.#end({ status: "success", result });
+  }
+
+  /** Records the failure — or, once the signal was aborted (timeout, cancel), the abort's reason. */
+  fail(error: unknown): Promise<void> {
+    return this.#end(failureOutcome(this.signal.aborted ? this.signal.reason : error));
+  }
+
+  cancelled(): Promise<void> {
+    return this.fail(new RunCancelled());
+  }
+
+  #end(outcome: RunOutcome): Promise<void> {
+    this.#ending ??= this.#write(outcome);
+    return this.#ending;
+  }
+
+  async #write(outcome: RunOutcome): Promise<void> {
+    const row = this.#row;
+    const { db, events, logger, owner } = this.#deps;
+    const now = Date.now();
+    const written = await finishAndReport(row, {
+      db,
+      events,
+      outcome,
+      from: ["running"],
+      owner,
+      now,
+      runTimeMs: Math.max(0, now - Number(row.started_at ?? now)),
+      queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
+    });
+    if (!written) {
+      logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
+    }
+  }
+}
