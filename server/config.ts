@@ -2,7 +2,6 @@
  * Every server setting: where it comes from (environment variable, `runplane serve` flag), its default,
  * and how it is validated. `loadConfig` reports every problem at once.
  */
-import { accessSync, constants, mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 
 /** The server's validated settings. */
@@ -45,16 +44,22 @@ export interface Config {
   webhookRetryDelayMs: number;
 }
 
-/** One setting: its variable, flag, default and parser. */
-export interface SettingSpec {
-  key: keyof Config;
+/** One setting of `Config[K]`: its variable, flag, default and a parser that returns that key's type. */
+export interface SettingSpec<K extends keyof Config = keyof Config> {
+  key: K;
   env: string;
   flag: string;
   default: string;
   description: string;
   /** Returns the value, or throws an Error whose message says what is expected. */
-  parse(raw: string, env: Record<string, string | undefined>): unknown;
+  parse(raw: string, env: Record<string, string | undefined>): Config[K];
 }
+
+/**
+ * Any one setting, its parser typed against its own key: an entry of `SETTINGS` whose parser returns
+ * another type than its `Config` key is a compile error.
+ */
+export type AnySetting = { [K in keyof Config]: SettingSpec<K> }[keyof Config];
 
 /** Raised when settings are invalid; `problems` lists every one. */
 export class ConfigError extends Error {
@@ -124,24 +129,21 @@ function boolean(raw: string): boolean {
   throw new Error("must be true or false (or 1 or 0)");
 }
 
-function writableDir(raw: string): string {
-  const path = resolve(raw);
-  try {
-    // It holds the store, keys and sealed secrets: a folder it creates is private to the server's user.
-    mkdirSync(path, { recursive: true, mode: 0o700 });
-    accessSync(path, constants.W_OK | constants.R_OK);
-  } catch (error) {
-    throw new Error(
-      `${path} is not a writable folder (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`,
-    );
-  }
-  return path;
+function path(raw: string): string {
+  if (!raw.trim()) throw new Error("must not be empty");
+  return resolve(raw);
 }
 
-const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
+const LOG_LEVELS: ReadonlyArray<Config["logLevel"]> = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
+
+function logLevel(raw: string): Config["logLevel"] {
+  const level = LOG_LEVELS.find((level) => level === raw);
+  if (level === undefined) throw new Error(`must be one of ${LOG_LEVELS.join(", ")}`);
+  return level;
+}
 
 /** Every setting, in the order `runplane serve --help` and the README list them. */
-export const SETTINGS: SettingSpec[] = [
+export const SETTINGS = [
   {
     key: "host",
     env: "HOST",
@@ -167,7 +169,9 @@ export const SETTINGS: SettingSpec[] = [
     flag: "--data-dir",
     default: "./.runplane",
     description: "Folder of the SQLite store, signing key and local repositories",
-    parse: writableDir,
+    // Only resolved here: the server creates the folder and checks it is writable when it starts
+    // (`prepareDataDir`), so that reading settings has no side effect.
+    parse: path,
   },
   {
     key: "databaseUrl",
@@ -198,7 +202,7 @@ export const SETTINGS: SettingSpec[] = [
     flag: "--apps-dir",
     default: "examples/apps",
     description: "Folder of deployed apps: <project_id>/<app_name>/runplane.toml",
-    parse: (raw) => resolve(raw),
+    parse: path,
   },
   {
     key: "bodyLimitBytes",
@@ -215,10 +219,7 @@ export const SETTINGS: SettingSpec[] = [
     flag: "--log-level",
     default: "info",
     description: `Log level: ${LOG_LEVELS.join(", ")}`,
-    parse: (raw) => {
-      if (!LOG_LEVELS.includes(raw)) throw new Error(`must be one of ${LOG_LEVELS.join(", ")}`);
-      return raw;
-    },
+    parse: logLevel,
   },
   {
     key: "responseCheck",
@@ -334,38 +335,80 @@ export const SETTINGS: SettingSpec[] = [
     description: "Pause between webhook delivery attempts",
     parse: duration(0, 5000, "0s to 5s"),
   },
-];
+] satisfies AnySetting[];
 
-/** Defaults that depend on other variables. */
-function defaultFor(setting: SettingSpec, env: Record<string, string | undefined>): string {
-  if (setting.key === "responseCheck") return env.NODE_ENV === "production" ? "false" : "true";
-  return setting.default;
+/** Compiles only while every `Config` key has an entry in `SETTINGS` (else it names the missing keys). */
+type MissingSettings = Exclude<keyof Config, (typeof SETTINGS)[number]["key"]>;
+const everyKeyHasASetting: [MissingSettings] extends [never] ? true : MissingSettings = true;
+void everyKeyHasASetting;
+
+/** Flag values by setting key, taking precedence over the environment. */
+export type SettingOverrides = Partial<Record<keyof Config, string>>;
+
+/** A setting's raw text and where it came from: its flag, else its variable, else its default. */
+function rawValue(setting: AnySetting, env: Record<string, string | undefined>, overrides: SettingOverrides) {
+  const fromFlag = overrides[setting.key];
+  // Defaults that depend on other variables.
+  const fallback = setting.key === "responseCheck"
+    ? (env.NODE_ENV === "production" ? "false" : "true")
+    : setting.default;
+  return { raw: fromFlag ?? env[setting.env] ?? fallback, source: fromFlag !== undefined ? setting.flag : setting.env };
+}
+
+/**
+ * One line of a `ConfigError` about setting `key`: `<variable or flag>="<raw value>": <message>`. Also
+ * for problems found after `loadConfig`, such as an unwritable data dir found at start-up.
+ */
+export function settingProblem(
+  key: keyof Config,
+  message: string,
+  options: { env?: Record<string, string | undefined>; overrides?: SettingOverrides } = {},
+): string {
+  const setting = SETTINGS.find((s) => s.key === key);
+  if (!setting) throw new Error(`unknown setting ${key}`);
+  const { raw, source } = rawValue(setting, options.env ?? process.env, options.overrides ?? {});
+  return `${source}=${JSON.stringify(raw)}: ${message}`;
+}
+
+/** Parses one setting into `out`; generic so that its key and value stay paired. */
+function parseInto<K extends keyof Config>(
+  out: Partial<Config>,
+  setting: SettingSpec<K>,
+  raw: string,
+  env: Record<string, string | undefined>,
+) {
+  out[setting.key] = setting.parse(raw, env);
+}
+
+/** True once `parsed` has a value for every setting (what `loadConfig` checks before returning it). */
+function isComplete(parsed: Partial<Config>): parsed is Config {
+  return SETTINGS.every((setting) => setting.key in parsed);
 }
 
 /**
  * Reads and validates every setting from `env`, with `overrides` (flag values, by setting key) taking
- * precedence. Throws a `ConfigError` listing every invalid value.
+ * precedence. Throws a `ConfigError` listing every invalid value. Pure: nothing is created or checked on
+ * disk (see `prepareDataDir`).
  */
 export function loadConfig(
   env: Record<string, string | undefined> = process.env,
-  overrides: Partial<Record<keyof Config, string>> = {},
+  overrides: SettingOverrides = {},
 ): Config {
   const problems: string[] = [];
-  const out: Record<string, unknown> = {};
+  const out: Partial<Config> = {};
   for (const setting of SETTINGS) {
-    const fromFlag = overrides[setting.key];
-    const raw = fromFlag ?? env[setting.env] ?? defaultFor(setting, env);
+    const { raw, source } = rawValue(setting, env, overrides);
     try {
-      out[setting.key] = setting.parse(raw, env);
+      parseInto(out, setting, raw, env);
     } catch (error) {
-      const source = fromFlag !== undefined ? setting.flag : setting.env;
       // A URL's password is never echoed back.
       const shown = raw.replace(/(\/\/[^/:@\s]*:)[^@\s]*@/g, "$1***@");
       problems.push(`${source}=${JSON.stringify(shown)}: ${(error as Error).message}`);
     }
   }
   if (problems.length) throw new ConfigError(problems);
-  return out as unknown as Config;
+  if (!isComplete(out)) throw new Error("a setting was parsed to nothing");
+  return out;
 }
 
 /** The settings as the README's Markdown table (kept equal to it by a test). */

@@ -1,24 +1,29 @@
 /** `npm start` / `runplane serve`: validated settings, a demo project on a fresh data dir, and a clean stop. */
 import { createServiceAccount } from "./auth/mod.ts";
-import { type Config, ConfigError, loadConfig } from "./config.ts";
-import { createServer } from "./mod.ts";
+import { ConfigError, loadConfig, type SettingOverrides, settingProblem } from "./config.ts";
+import { DataDirError } from "./data_dir.ts";
+import { createServer, type RunplaneServer } from "./mod.ts";
 
 /** The project `npm start` creates on a fresh data dir. */
 export const DEMO_PROJECT = "p-demo";
 
 /** Starts the server with `overrides` (flag values) over the environment; resolves once listening. */
-export async function serve(overrides: Partial<Record<keyof Config, string>> = {}): Promise<void> {
-  let config: Config;
+export async function serve(overrides: SettingOverrides = {}): Promise<void> {
+  let server: RunplaneServer;
   try {
-    config = loadConfig(process.env, overrides);
+    server = await createServer(loadConfig(process.env, overrides));
   } catch (error) {
-    if (error instanceof ConfigError) {
-      process.stderr.write(`runplane: ${error.message}\n`);
+    // An unwritable data dir is found at start, not while reading settings, and reported as a bad setting.
+    const problem = error instanceof DataDirError
+      ? new ConfigError([settingProblem("dataDir", error.message, { env: process.env, overrides })])
+      : error;
+    if (problem instanceof ConfigError) {
+      process.stderr.write(`runplane: ${problem.message}\n`);
       process.exit(2);
     }
     throw error;
   }
-  const server = await createServer(config);
+  const config = server.context.config;
   let url: string;
   try {
     url = await server.listen();

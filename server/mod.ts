@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { createTokenVerifier, loadOrCreateSigningKey } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
+import { prepareDataDir } from "./data_dir.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { answerClientErrors, createDrainGate, createHttpApp } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
@@ -23,6 +24,7 @@ import { migrationsApplied, openStore } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
+export { DataDirError } from "./data_dir.ts";
 
 /** A running (or ready to run) server. */
 export interface RunplaneServer {
@@ -49,8 +51,12 @@ export interface CreateServerOptions {
   logger?: Logger;
 }
 
-/** Creates a server from validated settings: opens the store, loads the signing key, builds the app. */
+/**
+ * Creates a server from validated settings: makes the data dir (a `DataDirError` when it cannot be
+ * written), opens the store, loads the signing key, builds the app.
+ */
 export async function createServer(config: Config, options: CreateServerOptions = {}): Promise<RunplaneServer> {
+  prepareDataDir(config.dataDir);
   const logger = options.logger ?? createLogger({ level: config.logLevel });
   const freshSqliteFile = !existsSync(join(config.dataDir, "runplane.sqlite3"));
   const store = await openStore(config.dataDir, {

@@ -1,6 +1,6 @@
-import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, type JWK } from "jose";
+import { loadOrCreateKeyFile } from "../keys/key_file.ts";
 
 /** The server's token-signing key pair and its public JWK. */
 export interface SigningKey {
@@ -16,25 +16,11 @@ export interface SigningKey {
  * first use.
  */
 export async function loadOrCreateSigningKey(dataDir: string): Promise<SigningKey> {
-  const dir = join(dataDir, "keys");
-  const path = join(dir, "signing_key.jwk.json");
-  let privateJwk: JWK;
-  try {
-    privateJwk = JSON.parse(await readFile(path, "utf8")) as JWK;
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+  const file = await loadOrCreateKeyFile(join(dataDir, "keys", "signing_key.jwk.json"), async () => {
     const pair = await generateKeyPair("EdDSA", { crv: "Ed25519", extractable: true });
-    privateJwk = await exportJWK(pair.privateKey);
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    // `wx` fails if another process created the key meanwhile; then use theirs.
-    try {
-      await writeFile(path, JSON.stringify(privateJwk), { mode: 0o600, flag: "wx" });
-    } catch (writeError) {
-      if ((writeError as NodeJS.ErrnoException).code !== "EEXIST") throw writeError;
-      privateJwk = JSON.parse(await readFile(path, "utf8")) as JWK;
-    }
-    await chmod(path, 0o600);
-  }
+    return JSON.stringify(await exportJWK(pair.privateKey));
+  });
+  const privateJwk = JSON.parse(file.toString("utf8")) as JWK;
   const { d: _private, ...publicMembers } = privateJwk;
   const kid = await calculateJwkThumbprint(publicMembers);
   const privateKey = (await importJWK({ ...privateJwk, alg: "EdDSA" }, "EdDSA")) as CryptoKey;

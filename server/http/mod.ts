@@ -31,7 +31,15 @@ export type {
   OperationId,
 } from "./handler_types.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
-export { type FrameOptions, frameEvent, type HeartbeatOptions, SSE_PING, withHeartbeat } from "./sse.ts";
+export {
+  type FrameOptions,
+  formatServerSentEvent,
+  frameEvent,
+  type HeartbeatOptions,
+  type ServerSentEventMessage,
+  SSE_PING,
+  withHeartbeat,
+} from "./sse.ts";
 
 /** What the HTTP layer needs. */
 export interface HttpAppOptions {

@@ -3,8 +3,8 @@
  * (`keys/secret_box.key`, mode 0600, created on first use). Sealed values never hold the plaintext.
  */
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
-import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { loadOrCreateKeyFile } from "../keys/key_file.ts";
 
 /** Seals and opens secrets with the data dir's key. */
 export interface SecretBox {
@@ -18,22 +18,8 @@ const VERSION = "v1";
 
 /** Loads the data dir's secret key, creating it on first use, and returns a box that uses it. */
 export async function loadSecretBox(dataDir: string): Promise<SecretBox> {
-  const dir = join(dataDir, "keys");
-  const path = join(dir, "secret_box.key");
-  let key: Buffer;
-  try {
-    key = await readFile(path);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    try {
-      await writeFile(path, randomBytes(32), { mode: 0o600, flag: "wx" });
-    } catch (writeError) {
-      if ((writeError as NodeJS.ErrnoException).code !== "EEXIST") throw writeError;
-    }
-    await chmod(path, 0o600);
-    key = await readFile(path);
-  }
+  const path = join(dataDir, "keys", "secret_box.key");
+  const key = await loadOrCreateKeyFile(path, () => randomBytes(32));
   if (key.length !== 32) {
     throw new Error(`${path} must hold 32 bytes; restore it from a backup or remove it to start over`);
   }

@@ -14,13 +14,24 @@ export interface DeployOptions {
   project?: string;
 }
 
-/** Writes an app folder under the test server's apps dir; returns its path. */
-export async function deployApp(t: TestServer, name: string, options: DeployOptions): Promise<string> {
-  const dir = join(t.server.context.config.appsDir, options.project ?? TEST_PROJECT, name);
+/** Writes `<appsDir>/<project>/<name>/` with `files` (by name, `runplane.toml` among them); returns its path. */
+export async function writeApp(
+  appsDir: string,
+  name: string,
+  options: { project: string; files: Record<string, string> },
+): Promise<string> {
+  const dir = join(appsDir, options.project, name);
   await mkdir(dir, { recursive: true });
-  for (const [file, text] of Object.entries({ ...options.files, "runplane.toml": options.toml })) {
-    await writeFile(join(dir, file), text);
-  }
+  for (const [file, text] of Object.entries(options.files)) await writeFile(join(dir, file), text);
+  return dir;
+}
+
+/** Writes an app folder under the test server's apps dir and reloads the apps; returns its path. */
+export async function deployApp(t: TestServer, name: string, options: DeployOptions): Promise<string> {
+  const dir = await writeApp(t.server.context.config.appsDir, name, {
+    project: options.project ?? TEST_PROJECT,
+    files: { ...options.files, "runplane.toml": options.toml },
+  });
   await t.server.context.runtime.reload();
   return dir;
 }

@@ -3,11 +3,48 @@
  * dir, killed with SIGKILL, restarted on the same data dir.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { writeApp } from "./apps.ts";
 import { createTestClient, type TestClient } from "./client.ts";
 
 const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
+
+/** The project a fresh data dir's printed demo token belongs to (`DEMO_PROJECT` of server/main.ts). */
+export const PROCESS_PROJECT = "p-demo";
+
+/** A temporary folder to serve from: `data/`, `apps/<project>/`, and the environment naming them. */
+export interface ServerDirs {
+  /** The temporary folder; tests may keep other files in it (it is removed whole). */
+  root: string;
+  dataDir: string;
+  appsDir: string;
+  /** `RUNPLANE_DATA_DIR` and `RUNPLANE_APPS_DIR`, to spread into `startServerProcess`'s environment. */
+  env: { RUNPLANE_DATA_DIR: string; RUNPLANE_APPS_DIR: string };
+  /** Writes app `name` of `PROCESS_PROJECT` (or `project`) with `files` (`runplane.toml` among them). */
+  deploy(name: string, files: Record<string, string>, options?: { project?: string }): Promise<string>;
+  /** Removes the whole folder. */
+  remove(): Promise<void>;
+}
+
+/** Makes a fresh `ServerDirs` under the system's temporary folder, its name starting with `prefix`. */
+export async function makeServerDirs(prefix: string): Promise<ServerDirs> {
+  const root = await mkdtemp(join(tmpdir(), prefix));
+  const dataDir = join(root, "data");
+  const appsDir = join(root, "apps");
+  await mkdir(join(appsDir, PROCESS_PROJECT), { recursive: true });
+  return {
+    root,
+    dataDir,
+    appsDir,
+    env: { RUNPLANE_DATA_DIR: dataDir, RUNPLANE_APPS_DIR: appsDir },
+    deploy: (name, files, options = {}) =>
+      writeApp(appsDir, name, { project: options.project ?? PROCESS_PROJECT, files }),
+    remove: () => rm(root, { recursive: true, force: true }),
+  };
+}
 
 /** A running server process. */
 export interface ServerProcess {

@@ -1,7 +1,22 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { frameEvent, SSE_PING, withHeartbeat } from "../../server/http/mod.ts";
+import { createParser, type EventSourceMessage } from "eventsource-parser";
+import { formatServerSentEvent, frameEvent, SSE_PING, withHeartbeat } from "../../server/http/mod.ts";
+
+/** What a standard event-stream reader makes of `text`: its events, comments and retry values. */
+function parse(text: string) {
+  const events: EventSourceMessage[] = [];
+  const comments: string[] = [];
+  const retries: number[] = [];
+  const parser = createParser({
+    onEvent: (event) => events.push(event),
+    onComment: (comment) => comments.push(comment),
+    onRetry: (retry) => retries.push(retry),
+  });
+  parser.feed(text);
+  return { events, comments, retries };
+}
 
 describe("frameEvent", () => {
   it("frames one line as one data line and a blank line", () => {
@@ -15,6 +30,43 @@ describe("frameEvent", () => {
   it("names the event, and refuses a line break in the name", () => {
     assert.equal(frameEvent("{}", { event: "error" }), "event: error\ndata: {}\n\n");
     assert.throws(() => frameEvent("x", { event: "a\nb" }), /cannot contain a line break/);
+  });
+});
+
+describe("formatServerSentEvent", () => {
+  it("writes the bytes this server has always sent for data, named and ping events", () => {
+    assert.equal(formatServerSentEvent({ data: "hello" }), "data: hello\n\n");
+    assert.equal(formatServerSentEvent({ event: "error", data: "{}" }), frameEvent("{}", { event: "error" }));
+    assert.equal(formatServerSentEvent({ comment: "ping" }), SSE_PING);
+    assert.equal(SSE_PING, ": ping\n\n");
+  });
+
+  it("writes every field in order, and a standard reader reads them back", () => {
+    const text = formatServerSentEvent({ comment: "c1\nc2", event: "item", data: "a\r\nb", id: 42, retry: 1500 });
+    assert.equal(text, ": c1\n: c2\nevent: item\ndata: a\ndata: b\nid: 42\nretry: 1500\n\n");
+    const read = parse(text);
+    assert.deepEqual(read.events, [{ event: "item", data: "a\nb", id: "42" }]);
+    assert.deepEqual(read.comments, ["c1", "c2"]);
+    assert.deepEqual(read.retries, [1500]);
+  });
+
+  it("refuses a line break in the single-line fields, which would inject other fields", () => {
+    for (const name of ["a\nb", "a\rb", "a\r\nb"]) {
+      assert.throws(() => formatServerSentEvent({ event: name, data: "x" }), {
+        name: "TypeError",
+        message: "An SSE event name cannot contain a line break",
+      });
+      assert.throws(() => formatServerSentEvent({ id: name, data: "x" }), {
+        name: "TypeError",
+        message: "An SSE id cannot contain a line break",
+      });
+    }
+  });
+
+  it("refuses a retry that is not a whole number of milliseconds", () => {
+    for (const retry of [-1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      assert.throws(() => formatServerSentEvent({ retry }), RangeError, String(retry));
+    }
   });
 });
 

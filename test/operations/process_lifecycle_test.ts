@@ -1,14 +1,14 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { promisify } from "node:util";
 import { openStore } from "../../server/store/mod.ts";
 import { alive, waitFor } from "../_helpers/apps.ts";
-import { startServerProcess } from "../_helpers/server_process.ts";
+import { makeServerDirs, startServerProcess } from "../_helpers/server_process.ts";
 
 /** The project whose token a fresh data dir prints; the apps live there. */
 const PROJECT = "p-demo";
@@ -95,29 +95,15 @@ async function running(pid: number): Promise<boolean> {
   return stat !== "" && stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
 }
 
-async function deploy(appsDir: string, name: string, files: Record<string, string>): Promise<void> {
-  const dir = join(appsDir, PROJECT, name);
-  await mkdir(dir, { recursive: true });
-  for (const [file, text] of Object.entries(files)) await writeFile(join(dir, file), text);
-}
-
-/** A fresh data dir with an apps folder, and the environment to serve it. */
-async function freshDirs(): Promise<{ dataDir: string; appsDir: string; env: Record<string, string> }> {
-  const dataDir = await mkdtemp(join(tmpdir(), "runplane-proc-"));
-  const appsDir = join(dataDir, "apps");
-  await mkdir(join(appsDir, PROJECT), { recursive: true });
-  return { dataDir, appsDir, env: { RUNPLANE_DATA_DIR: dataDir, RUNPLANE_APPS_DIR: appsDir } };
-}
-
 describe("the server process", () => {
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
     it(`on ${signal} to its process group finishes a 3 s sync call, a stream, an async run and a custom-runtime call, exits 0 and leaves nothing running`, async () => {
-      const prepared = await freshDirs();
-      await deploy(prepared.appsDir, "work", {
+      const prepared = await makeServerDirs("runplane-proc-");
+      await prepared.deploy("work", {
         "runplane.toml": "[scaling]\nmax_replicas = 3\n",
         "main.py": WORKER_APP,
       });
-      await deploy(prepared.appsDir, "web", {
+      await prepared.deploy("web", {
         "runplane.toml":
           '[deployment]\nruntime = "custom"\n\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
         "server.py": SLOW_CUSTOM_SERVER,
@@ -213,15 +199,15 @@ describe("the server process", () => {
         );
       } finally {
         if (server.child.exitCode === null) process.kill(-server.child.pid!, "SIGKILL");
-        await rm(prepared.dataDir, { recursive: true, force: true });
+        await prepared.remove();
       }
     });
   }
 
   it("after kill -9 leaves no Python worker and no custom-runtime process behind within 5 s", async () => {
-    const prepared = await freshDirs();
-    await deploy(prepared.appsDir, "work", { "runplane.toml": "", "main.py": WORKER_APP });
-    await deploy(prepared.appsDir, "web", {
+    const prepared = await makeServerDirs("runplane-proc-");
+    await prepared.deploy("work", { "runplane.toml": "", "main.py": WORKER_APP });
+    await prepared.deploy("web", {
       "runplane.toml": '[deployment]\nruntime = "custom"\n\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
       "server.py": CUSTOM_SERVER,
     });
@@ -243,7 +229,7 @@ describe("the server process", () => {
       await waitFor(() => !alive(python) && !alive(custom), "the workers to exit after their server died", 5_000);
       await waitFor(async () => (await markedProcesses(marker)).length === 0, "every replica to be gone", 5_000);
     } finally {
-      await rm(prepared.dataDir, { recursive: true, force: true });
+      await prepared.remove();
     }
   });
 

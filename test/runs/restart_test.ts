@@ -1,42 +1,36 @@
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { after, it } from "node:test";
 import { alive, waitFor } from "../_helpers/apps.ts";
 import { type AppRef, callRun, getRun, submitAsync, TERMINAL, waitForStatus } from "../_helpers/runs.ts";
-import { type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
+import { makeServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 import { eventually, startWebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
 const PROJECT = "p-demo";
 
 /** A data dir, an apps dir with one app, and a marker dir its function writes to (one line per execution). */
 async function setUp(app: string, options: { slots: number }) {
-  const root = await mkdtemp(join(tmpdir(), "runplane-crash-"));
-  after(() => rm(root, { recursive: true, force: true }));
-  const marks = join(root, "marks");
-  const appDir = join(root, "apps", PROJECT, app);
+  const dirs = await makeServerDirs("runplane-crash-");
+  after(() => dirs.remove());
+  const marks = join(dirs.root, "marks");
   await mkdir(marks, { recursive: true });
-  await mkdir(appDir, { recursive: true });
-  await writeFile(
-    join(appDir, "runplane.toml"),
-    `[deployment]\nname = "${app}"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = ${options.slots}\n`,
-  );
-  await writeFile(
-    join(appDir, "main.py"),
-    `import os, time\n\ndef _mark(run_id):\n    with open(os.path.join(${
-      JSON.stringify(marks)
-    }, run_id), "a") as f:\n        f.write("%d\\n" % os.getpid())\n\n`
+  await dirs.deploy(app, {
+    "runplane.toml":
+      `[deployment]\nname = "${app}"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = ${options.slots}\n`,
+    "main.py":
+      `import os, time\n\ndef _mark(run_id):\n    with open(os.path.join(${
+        JSON.stringify(marks)
+      }, run_id), "a") as f:\n        f.write("%d\\n" % os.getpid())\n\n`
       + `def slow(run_id, seconds=0.4):\n    _mark(run_id)\n    time.sleep(seconds)\n    return "done"\n\ndef quick(run_id):\n    _mark(run_id)\n    return "quick"\n`,
-  );
+  });
   const markOf = (
     runId: string,
   ) => (existsSync(join(marks, runId)) ? readFileSync(join(marks, runId), "utf8").trim().split("\n") : []);
   return {
     env: {
-      RUNPLANE_DATA_DIR: join(root, "data"),
-      RUNPLANE_APPS_DIR: join(root, "apps"),
+      ...dirs.env,
       RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1",
     },
     markOf,

@@ -1,12 +1,10 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { after, before, describe, it } from "node:test";
-import { type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
+import { makeServerDirs, type ServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 
 const PROJECT = "p-demo";
 
@@ -32,24 +30,18 @@ const MiB = 1024 * 1024;
 
 describe("streams and big results are read without holding or stalling the server", () => {
   let server: ServerProcess;
-  let root: string;
+  let dirs: ServerDirs;
   before(async () => {
-    root = await mkdtemp(join(tmpdir(), "runplane-backpressure-"));
-    const appDir = join(root, "apps", PROJECT, "big");
-    await mkdir(appDir, { recursive: true });
-    await writeFile(
-      join(appDir, "runplane.toml"),
-      "[scaling]\nmax_replicas = 1\nreplica_concurrency = 2\nresponse_grace_period = 120\n",
-    );
-    await writeFile(join(appDir, "main.py"), MAIN);
-    server = await startServerProcess({
-      RUNPLANE_DATA_DIR: join(root, "data"),
-      RUNPLANE_APPS_DIR: join(root, "apps"),
+    dirs = await makeServerDirs("runplane-backpressure-");
+    await dirs.deploy("big", {
+      "runplane.toml": "[scaling]\nmax_replicas = 1\nreplica_concurrency = 2\nresponse_grace_period = 120\n",
+      "main.py": MAIN,
     });
+    server = await startServerProcess(dirs.env);
   });
   after(async () => {
     await server.kill();
-    await rm(root, { recursive: true, force: true });
+    await dirs.remove();
   });
 
   function post(fn: string, body: unknown): Promise<Response> {
@@ -61,7 +53,7 @@ describe("streams and big results are read without holding or stalling the serve
   }
 
   it("a stalled reader of a 200 MB stream holds the server's memory and the generator waits", async () => {
-    const progress = join(root, "progress");
+    const progress = join(dirs.root, "progress");
     // Warm up: a short stream read to the end, so the baseline includes the code paths used.
     const warm = await post("flood", { progress, count: 4 });
     assert.equal(warm.status, 200);

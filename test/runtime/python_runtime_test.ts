@@ -67,9 +67,20 @@ describe("Python standard runtime over HTTP", () => {
     assert.equal(data?.result, 5);
     assert.match(data!.run_id, /^run_[0-9a-z]{26}$/);
     assert.equal(response.headers.get("x-request-id"), data!.run_id);
-    assert.ok(data!.run_time_ms >= 0);
+    assert.ok(Number.isFinite(data!.run_time_ms) && data!.run_time_ms >= 0, `run_time_ms ${data!.run_time_ms}`);
     const second = await call("py", "add", { a: 1, b: 1 });
     assert.ok(second.data!.run_id > data!.run_id, "later runs sort after earlier ones");
+  });
+
+  it("reports run_time_ms as the time the function ran", async () => {
+    const started = performance.now();
+    const { data } = await call("py", "sleepy", { seconds: 0.05 });
+    const elapsed = performance.now() - started;
+    assert.equal(data?.result, "woke");
+    const ms = data!.run_time_ms;
+    assert.ok(Number.isFinite(ms), `run_time_ms ${ms} is a number`);
+    assert.ok(ms >= 40, `a function that sleeps 50 ms reports ${ms} ms`);
+    assert.ok(ms <= elapsed + 1, `run_time_ms ${ms} fits in the call's ${elapsed.toFixed(1)} ms`);
   });
 
   it("passes the run id to a run_id parameter and awaits async functions", async () => {

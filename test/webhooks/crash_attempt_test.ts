@@ -1,10 +1,7 @@
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, it } from "node:test";
 import { type AppRef, callRun, getRun } from "../_helpers/runs.ts";
-import { type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
+import { makeServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 import { eventually, startWebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
 const PROJECT = "p-demo";
@@ -15,12 +12,12 @@ function track(server: ServerProcess): ServerProcess {
 }
 
 it("kill -9 while the receiver holds an attempt: after the restart the record lists every attempt the receiver saw", async () => {
-  const root = await mkdtemp(join(tmpdir(), "runplane-attempt-crash-"));
-  after(() => rm(root, { recursive: true, force: true }));
-  const appDir = join(root, "apps", PROJECT, "hooked");
-  await mkdir(appDir, { recursive: true });
-  await writeFile(join(appDir, "runplane.toml"), `[deployment]\nname = "hooked"\n\n[scaling]\nmax_replicas = 1\n`);
-  await writeFile(join(appDir, "main.py"), `def quick():\n    return "quick"\n`);
+  const dirs = await makeServerDirs("runplane-attempt-crash-");
+  after(() => dirs.remove());
+  await dirs.deploy("hooked", {
+    "runplane.toml": `[deployment]\nname = "hooked"\n\n[scaling]\nmax_replicas = 1\n`,
+    "main.py": `def quick():\n    return "quick"\n`,
+  });
 
   // The first request of each run is held (never answered): the server dies while it waits for it.
   const received = new Map<string, number>();
@@ -31,8 +28,7 @@ it("kill -9 while the receiver holds an attempt: after the restart the record li
   });
   after(() => receiver.close());
   const env = {
-    RUNPLANE_DATA_DIR: join(root, "data"),
-    RUNPLANE_APPS_DIR: join(root, "apps"),
+    ...dirs.env,
     RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1",
     // Long enough that the held attempt is still in flight at the kill, whatever the machine's load.
     RUNPLANE_WEBHOOK_TIMEOUT: "60s",

@@ -125,9 +125,12 @@ for (const engine of await engines()) {
         assert.ok(receiver.requests.every((r) => r.url === "/hook"), "no request may follow a redirect");
         for (const [i, attempt] of webhook.attempts.entries()) {
           const answer = row.answers[i];
+          assert.ok(Number.isFinite(attempt.duration_ms), `duration_ms ${attempt.duration_ms} is a number`);
           if (answer === "hang") {
             assert.equal(attempt.status_code, null);
             assert.match(attempt.error ?? "", /timed out/);
+            // Cut off by RUNPLANE_WEBHOOK_TIMEOUT=700ms: it lasted about that long, not less.
+            assert.ok(attempt.duration_ms >= 600, `a timed-out attempt took ${attempt.duration_ms} ms`);
           } else assert.equal(attempt.status_code, answer);
         }
         for (let i = 1; i < receiver.requests.length; i++) {
@@ -151,7 +154,11 @@ for (const engine of await engines()) {
       for (const attempt of webhook.attempts) {
         assert.equal(attempt.status_code, null);
         assert.match(attempt.error ?? "", /ECONNREFUSED/);
-        assert.ok(attempt.duration_ms >= 0);
+        // Refused at once: a non-negative number of milliseconds, well under the 700 ms timeout.
+        assert.ok(
+          Number.isFinite(attempt.duration_ms) && attempt.duration_ms >= 0 && attempt.duration_ms < 700,
+          `a refused attempt took ${attempt.duration_ms} ms`,
+        );
       }
       const { data } = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", {
         params: { path: { project_id: TEST_PROJECT, app_id: "hooks", run_id: runId } },
