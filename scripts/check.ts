@@ -1,6 +1,7 @@
 /**
  * `npm run check`: fails when generated/ differs from what spec/ produces, when `tsc --noEmit` fails,
- * when a file is not formatted as `npm run fmt` would, or when Redocly's lint reports an error on the OpenAPI document.
+ * when a file is not formatted as `npm run fmt` would, when an import breaks a layering rule
+ * (`scripts/check_boundaries.ts`), or when Redocly's lint reports an error on the OpenAPI document.
  */
 import { spawnSync } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
@@ -47,6 +48,7 @@ if (process.argv[1]?.endsWith("check.ts")) {
   ok = runStep("tsc --noEmit", process.execPath, [require.resolve("typescript/bin/tsc"), "-p", ".", "--noEmit"]) && ok;
   const tsx = join(ROOT, "node_modules", "tsx", "dist", "cli.mjs");
   ok = runStep("formatting (npm run fmt fixes it)", process.execPath, [tsx, "scripts/fmt.ts", "--check"]) && ok;
+  ok = runStep("import boundaries", process.execPath, [tsx, "scripts/check_boundaries.ts"]) && ok;
   const redocly = join(ROOT, "node_modules", "@redocly", "cli", "bin", "cli.js");
   ok = runStep("redocly lint", process.execPath, [redocly, "lint", "generated/openapi.json", "--format=summary"]) && ok;
   process.stdout.write(ok ? "check: all passed\n" : "check: failed\n");

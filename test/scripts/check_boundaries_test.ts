@@ -50,12 +50,15 @@ describe("the import-boundary check", () => {
       edge("server/mod.ts", "./runs/_queries.ts", "server/runs/_queries.ts"),
       edge("server/runs/service.ts", "./_queries.ts", "server/runs/_queries.ts"),
       edge("test/client/tree_test.ts", "../../client/_commands/tree.ts", "client/_commands/tree.ts"),
+      edge("test/runs/queries_test.ts", "../../server/runs/_queries.ts", "server/runs/_queries.ts"),
+      edge("test/webhooks/x_test.ts", "../../server/runs/_queries.ts", "server/runs/_queries.ts"),
     ]);
     assert.deepEqual(violations.map((v) => `${v.edge.from} ${v.rule}`), [
       "client/_commands/serve.ts client-no-server",
       "server/runtime/mod.ts separate-domains",
       "server/mod.ts private-file",
       "test/client/tree_test.ts private-file",
+      "test/webhooks/x_test.ts private-file",
     ]);
     assert.match(violations[2].reason, /private to server\/runs\//);
   });
