@@ -2,6 +2,7 @@
  * Serialises a JSON value as a sequence of text chunks, so a large answer (a 100,000-entry tree) is
  * written while it is encoded instead of first becoming one giant string.
  */
+import { RawJson } from "../json/mod.ts";
 
 /** Options of `jsonChunks`. */
 export interface JsonChunksOptions {
@@ -12,6 +13,8 @@ export interface JsonChunksOptions {
 type Json = unknown;
 
 function resolved(key: string, value: Json): Json {
+  // Its text is written as it is (see `encode`), not through `toJSON`.
+  if (value instanceof RawJson) return value;
   const toJSON = (value as { toJSON?: (key: string) => Json } | null)?.toJSON;
   return typeof toJSON === "function" ? toJSON.call(value, key) : value;
 }
@@ -39,13 +42,17 @@ export function* jsonChunks(value: Json, options: JsonChunksOptions = {}): Gener
     }
   }
   function* encode(item: Json, inArray: boolean): Generator<string, void, undefined> {
+    if (item instanceof RawJson) {
+      for (const piece of item.pieces()) yield* push(piece);
+      return;
+    }
     if (Array.isArray(item)) {
       yield* push("[");
       for (let i = 0; i < item.length; i++) {
         if (i > 0) yield* push(",");
         const element = resolved(String(i), item[i]);
         if (isSkipped(element)) yield* push("null");
-        else if (Array.isArray(element)) yield* encode(element, true);
+        else if (Array.isArray(element) || element instanceof RawJson) yield* encode(element, true);
         else yield* push(JSON.stringify(element));
       }
       yield* push("]");
@@ -99,7 +106,8 @@ function sizeUpTo(value: Json, limit: number): number {
   const stack: Json[] = [value];
   while (stack.length && size <= limit) {
     const item = stack.pop();
-    if (typeof item === "string") size += item.length + 2;
+    if (item instanceof RawJson) size += item.bytes + limit;
+    else if (typeof item === "string") size += item.length + 2;
     else if (Array.isArray(item)) {
       size += 2 + item.length;
       for (let i = 0; i < item.length && size <= limit; i++) stack.push(item[i]);

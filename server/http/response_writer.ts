@@ -1,4 +1,5 @@
 import { Readable } from "node:stream";
+import { setImmediate as nextTurn } from "node:timers/promises";
 import type { Context } from "koa";
 import type { AnyHandlerResult, EventStreamBody } from "./handler_types.ts";
 import { encodeIfSmall, jsonChunks } from "./json_stream.ts";
@@ -55,7 +56,23 @@ export function writeResult(ctx: Context, result: AnyHandlerResult): void {
   ctx.body = String(result.body);
 }
 
-function* prepend(head: string[], rest: Iterator<string, void, undefined>): Generator<string, void, undefined> {
+/** How many characters of a chunked JSON body are written per turn of the event loop. */
+const CHARS_PER_TURN = 1024 * 1024;
+
+/**
+ * `head`, then the rest, yielding to the event loop after each `CHARS_PER_TURN` characters: a socket to a
+ * fast reader takes megabytes without pushing back, so a 50 MB answer would otherwise be encoded and
+ * written in turns of tens of milliseconds while other requests wait.
+ */
+async function* prepend(head: string[], rest: Iterator<string, void, undefined>): AsyncGenerator<string> {
   yield* head;
-  for (let next = rest.next(); !next.done; next = rest.next()) yield next.value;
+  let written = 0;
+  for (let next = rest.next(); !next.done; next = rest.next()) {
+    yield next.value;
+    written += next.value.length;
+    if (written >= CHARS_PER_TURN) {
+      written = 0;
+      await nextTurn();
+    }
+  }
 }

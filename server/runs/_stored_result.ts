@@ -3,6 +3,7 @@
  * A stream keeps its first items that fit, in order; any other result is kept whole or not at all,
  * since a cut JSON value means nothing. Either way `truncated` says that something was left out.
  */
+import { RawJson } from "../json/mod.ts";
 
 /** A result as stored. */
 export interface StoredResult {
@@ -23,9 +24,38 @@ function overLimit(text: string, limit: number): boolean {
   return Buffer.byteLength(text) > limit;
 }
 
+/**
+ * A lower bound of the bytes `value` encodes to, counted only until it passes `limit`: a value found
+ * bigger than the limit this way is never encoded (a 50 MB string would block for its whole length).
+ */
+function bytesAtLeast(value: unknown, limit: number): number {
+  let size = 0;
+  const stack: unknown[] = [value];
+  while (stack.length && size <= limit) {
+    const item = stack.pop();
+    if (item instanceof RawJson) size += item.bytes;
+    else if (typeof item === "string") size += item.length + 2;
+    else if (Array.isArray(item)) {
+      size += 1 + Math.max(1, item.length);
+      for (let i = 0; i < item.length && size <= limit; i++) stack.push(item[i]);
+    } else if (item !== null && typeof item === "object") {
+      size += 2;
+      for (const [name, member] of Object.entries(item)) {
+        if (member === undefined || typeof member === "function") continue;
+        size += name.length + 3;
+        stack.push(member);
+        if (size > limit) break;
+      }
+    } else size += 1;
+  }
+  return size;
+}
+
 /** The stored form of a whole result (a sync call's return value). */
 export function storedResult(value: unknown, limitBytes: number): StoredResult {
-  const json = JSON.stringify(value ?? null);
+  if (bytesAtLeast(value, limitBytes) > limitBytes) return { json: null, truncated: true };
+  // A worker's big result is JSON text already (checked, ASCII): its length is its size.
+  const json = value instanceof RawJson ? value.text() : JSON.stringify(value ?? null);
   return overLimit(json, limitBytes) ? { json: null, truncated: true } : { json, truncated: false };
 }
 

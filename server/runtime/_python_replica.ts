@@ -15,7 +15,9 @@ import { ItemQueue } from "./_item_queue.ts";
 import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
-import { LineSplitter, LineTooLong } from "./_line_splitter.ts";
+import { LineSplitter, LineTooLong, type Payload } from "./_line_splitter.ts";
+import { InvalidJson, JsonValidator } from "./_json_validator.ts";
+import { RawJson } from "../json/mod.ts";
 import {
   type CallMessage,
   encodeCall,
@@ -23,6 +25,7 @@ import {
   isFinal,
   MAX_MESSAGE_BYTES,
   parseWorkerMessage,
+  payloadBytes,
   ProtocolViolation,
   type ServerMessage,
   STREAM_WINDOW_BYTES,
@@ -39,6 +42,8 @@ const STOP_GRACE_MS = 2_000;
 const PIPE_CLOSE_GRACE_MS = 250;
 /** Messages from this size on are decoded and parsed in turns of their own. */
 const BIG_MESSAGE_BYTES = 1024 * 1024;
+/** How many bytes of a result's payload are validated per turn of the event loop (a few milliseconds). */
+const PAYLOAD_SLICE_BYTES = 256 * 1024;
 /** How many ended calls are remembered, so that late output of one is still logged rather than refused. */
 const ENDED_CALLS_KEPT = 1024;
 
@@ -286,14 +291,19 @@ export class PythonReplica implements Replica {
   }
 
   #readMessages(pipe: Readable): void {
-    const lines = new LineSplitter(MAX_MESSAGE_BYTES);
-    const backlog: Buffer[] = [];
+    const lines = new LineSplitter(MAX_MESSAGE_BYTES, { payloadBytes });
+    const backlog: Array<Buffer | Payload> = [];
     let draining = false;
     const drain = async () => {
       draining = true;
       try {
         while (backlog.length && this.#violation === undefined) {
           const line = backlog.shift()!;
+          if (!Buffer.isBuffer(line)) {
+            pipe.pause();
+            await this.#onPayload(line);
+            continue;
+          }
           if (line.length === 0) continue;
           if (line.length < BIG_MESSAGE_BYTES) {
             this.#onMessage(parseWorkerMessage(line.toString("utf8")), line.length + 1);
@@ -311,6 +321,8 @@ export class PythonReplica implements Replica {
         this.#violate(
           error instanceof ProtocolViolation
             ? error.message.replace(/^the worker /, "it ")
+            : error instanceof InvalidJson
+            ? `it sent a result payload that is not JSON text: ${error.message}`
             : `the server could not handle one of its messages: ${(error as Error).message}`,
         );
       } finally {
@@ -334,6 +346,30 @@ export class PythonReplica implements Replica {
         if (!this.#exitedProcess) this.#violate("it closed its message pipe (fd 4) and kept running");
       }, PIPE_CLOSE_GRACE_MS).unref();
     });
+  }
+
+  /**
+   * A result sent as a header and a raw payload: the payload is checked to be JSON text a slice per turn
+   * of the event loop and handed on as `RawJson`, never parsed (one `JSON.parse` of 50 MB blocks every
+   * other request for its whole length). Throws `InvalidJson` for a payload that is not one value.
+   */
+  async #onPayload(payload: Payload): Promise<void> {
+    const header = parseWorkerMessage(payload.line.toString("utf8"));
+    if (header.op !== "result" || !("bytes" in header)) throw new ProtocolViolation("the worker sent a stray payload");
+    const validator = new JsonValidator();
+    let sliced = 0;
+    for (const chunk of payload.chunks) {
+      validator.push(chunk);
+      sliced += chunk.length;
+      if (sliced >= PAYLOAD_SLICE_BYTES) {
+        sliced = 0;
+        await setImmediatePromise();
+        if (this.#violation !== undefined) return;
+      }
+    }
+    validator.end();
+    const value = new RawJson(payload.chunks, payload.bytes);
+    this.#onMessage({ op: "result", id: header.id, value }, payload.line.length + 1 + payload.bytes);
   }
 
   /**
@@ -387,6 +423,7 @@ export class PythonReplica implements Replica {
         return;
       }
       case "result":
+        if ("bytes" in message) throw new ProtocolViolation("the worker sent a result header without its payload");
         if (!pending.failed) {
           pending.resolve({ kind: "result", result: message.value, runTimeMs: performance.now() - pending.startedAt });
         }

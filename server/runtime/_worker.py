@@ -20,12 +20,16 @@ is one JSON object with an "op":
     worker -> server ready        pid                                           main.py loaded; calls may come
     worker -> server load_error   type, message, traceback                      main.py failed to load; exits
     worker -> server log          id, stream ("stdout"/"stderr"), text          the call's output
-    worker -> server result       id, value                                     the call returned (final)
+    worker -> server result       id, value | bytes (then the raw payload)      the call returned (final)
     worker -> server stream       id                                            an iterator: items follow
     worker -> server item         id, value                                     one yielded item
     worker -> server end          id                                            the iterator is exhausted (final)
     worker -> server cancelled    id                                            stopped after a cancel (final)
     worker -> server fail         id, kind, type, message, traceback?           the call failed (final)
+
+A result whose JSON text is RAW_RESULT_BYTES or longer is sent as the header line
+{"op":"result","id":...,"bytes":N} followed by exactly N bytes of that JSON text (ASCII: the encoder
+keeps ensure_ascii) and no newline; the server checks the text without parsing it and hands it through.
 
 fail kinds: not_found, invalid_arguments, bad_request (the call line could not be read), not_serializable,
 too_large (a result or item over MAX_MESSAGE_BYTES), exception. Every call gets exactly one final message.
@@ -51,6 +55,7 @@ import traceback
 REQUESTS_FD = 3
 MESSAGES_FD = 4
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+RAW_RESULT_BYTES = 1024 * 1024
 STREAM_WINDOW_ITEMS = 64
 STREAM_WINDOW_BYTES = 512 * 1024
 # The server writes a call's id first, so a line that cannot be parsed can still be failed by name.
@@ -447,6 +452,14 @@ class Worker:
             send_fail(call_id, "not_serializable", type(error).__name__,
                       f"{function.name}() returned a value that is not JSON-serialisable: {error}; return "
                       "dicts, lists, strings, numbers, booleans or None")
+            return
+        if len(text) >= RAW_RESULT_BYTES:
+            # A big result follows its header as raw bytes, which the server hands through unparsed.
+            data = text.encode("ascii")
+            if len(data) > MAX_MESSAGE_BYTES:
+                raise TooLarge(f"its JSON is {len(data)} bytes; the limit of one result is {MAX_MESSAGE_BYTES} bytes")
+            header = '{"op":"result","id":' + _dumps(call_id) + ',"bytes":' + str(len(data)) + "}\n"
+            write_bytes(header.encode("ascii") + data)
             return
         # The result is already JSON text; splice it in so it is not encoded twice.
         write_bytes(encode_line('{"op":"result","id":' + _dumps(call_id) + ',"value":' + text + "}"))

@@ -10,17 +10,24 @@
  * | worker → server | `ready`      | `pid`                                              | main.py loaded; calls may be sent               |
  * | worker → server | `load_error` | `type`, `message`, `traceback`                     | main.py failed to load; the worker exits        |
  * | worker → server | `log`        | `id`, `stream` (`stdout`/`stderr`), `text`         | the call's output                               |
- * | worker → server | `result`     | `id`, `value`                                      | the call returned (final)                       |
+ * | worker → server | `result`     | `id`, `value` or `bytes` (then the raw payload)    | the call returned (final)                       |
  * | worker → server | `stream`     | `id`                                               | the call returned an iterator: items follow     |
  * | worker → server | `item`       | `id`, `value`                                      | one yielded item                                |
  * | worker → server | `end`        | `id`                                               | the iterator is exhausted (final)               |
  * | worker → server | `cancelled`  | `id`                                               | the call stopped after a `cancel` (final)       |
  * | worker → server | `fail`       | `id`, `kind`, `type`, `message`, `traceback`?      | the call failed (final); `kind` says how        |
  *
+ * A result whose JSON text is `RAW_RESULT_BYTES` (1 MiB) or longer travels as a header line
+ * `{"op":"result","id":…,"bytes":N}` followed by exactly N bytes of its JSON text (ASCII, no newline
+ * after it): the server checks that text a slice at a time and hands it through to the answer as is
+ * (`RawJson`), never parsing it into a value, so a 50 MB result does not block the event loop. A
+ * smaller result travels inline in `value`.
+ *
  * Every call gets exactly one final message. Limits, the same on both sides:
- * - A message is at most `MAX_MESSAGE_BYTES` (64 MiB) of UTF-8 including its newline. The worker refuses
- *   to send a bigger result or item (`fail`, kind `too_large`); a longer line from a worker is a
- *   protocol violation.
+ * - A message is at most `MAX_MESSAGE_BYTES` (64 MiB) of UTF-8 including its newline (a result's payload
+ *   at most that many bytes). The worker refuses to send a bigger result or item (`fail`, kind
+ *   `too_large`); a longer line, or a payload that is not the JSON text of one value, is a protocol
+ *   violation.
  * - Streams flow under a window of credits: the worker may have up to `STREAM_WINDOW_ITEMS` items and
  *   `STREAM_WINDOW_BYTES` bytes (counted as whole `item` lines) sent and not yet consumed, and always at
  *   least one item. The server returns credit with `credit` as the stream's reader takes items, so a
@@ -32,6 +39,8 @@
 
 /** The longest message either side may send, newline included. */
 export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+/** From this size on, a result's JSON text follows its `result` header as a raw payload. */
+export const RAW_RESULT_BYTES = 1024 * 1024;
 /** Items a stream may have sent and not yet consumed. */
 export const STREAM_WINDOW_ITEMS = 64;
 /** Bytes of `item` lines a stream may have sent and not yet consumed (one item may exceed it alone). */
@@ -64,6 +73,7 @@ export type WorkerMessage =
   | { op: "load_error"; type: string; message: string; traceback: string }
   | { op: "log"; id: string; stream: "stdout" | "stderr"; text: string }
   | { op: "result"; id: string; value: unknown }
+  | { op: "result"; id: string; bytes: number }
   | { op: "stream"; id: string }
   | { op: "item"; id: string; value: unknown }
   | { op: "end"; id: string }
@@ -103,7 +113,7 @@ const FIELDS: Record<WorkerMessage["op"], Record<string, Check>> = {
   ready: { pid: isPid },
   load_error: { type: isString, message: isString, traceback: isString },
   log: { id: isString, stream: isStream, text: isString },
-  result: { id: isString, value: isAny },
+  result: { id: isString },
   stream: { id: isString },
   item: { id: isString, value: isAny },
   end: { id: isString },
@@ -138,7 +148,32 @@ export function parseWorkerMessage(line: string): WorkerMessage {
       throw new ProtocolViolation(`the worker sent a ${op} message with a missing or invalid ${name}`);
     }
   }
+  if (op === "result" && isAny((message as { value?: unknown }).value) === isPayloadSize(message)) {
+    throw new ProtocolViolation("the worker sent a result message without exactly one of value and bytes");
+  }
   return message as WorkerMessage;
+}
+
+function isPayloadSize(message: object): boolean {
+  const bytes = (message as { bytes?: unknown }).bytes;
+  return Number.isSafeInteger(bytes) && (bytes as number) > 0 && (bytes as number) <= MAX_MESSAGE_BYTES;
+}
+
+const BYTES_FIELD = Buffer.from('"bytes"');
+
+/**
+ * How many payload bytes follow `line`: N for a well-formed `result` header with `bytes`, else 0 (a
+ * line that is not one is checked by `parseWorkerMessage` as usual).
+ */
+export function payloadBytes(line: Buffer): number {
+  // Most lines are logs and items: a substring search spares them a second parse.
+  if (line.length > 4096 || !line.includes(BYTES_FIELD)) return 0;
+  try {
+    const message = JSON.parse(line.toString("utf8")) as { op?: unknown; value?: unknown; bytes?: number };
+    return message?.op === "result" && message.value === undefined && isPayloadSize(message) ? message.bytes! : 0;
+  } catch {
+    return 0;
+  }
 }
 
 /** Whether a message ends its call: after it, no other message for the same id may follow but logs. */

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { encodeIfSmall, jsonChunks } from "../../server/http/json_stream.ts";
+import { RawJson } from "../../server/json/mod.ts";
 
 describe("jsonChunks", () => {
   it("joins to exactly JSON.stringify's text for every kind of value", () => {
@@ -41,6 +42,31 @@ describe("jsonChunks", () => {
     const chunks = jsonChunks(items, { chunkChars: 100 });
     chunks.next();
     assert.ok(encoded < 50, `encoded ${encoded} of 1000 items for the first chunk`);
+  });
+});
+
+describe("RawJson in an answer", () => {
+  it("is written as its own text, chunk by chunk, never parsed; encodeIfSmall always declines it", () => {
+    const text = '{"n":[1,2e5,"\\u00e9"],"s":"' + "y".repeat(200_000) + '"}';
+    const chunks = [
+      Buffer.from(text.slice(0, 7)),
+      Buffer.from(text.slice(7, 100_000)),
+      Buffer.from(text.slice(100_000)),
+    ];
+    const raw = new RawJson(chunks, text.length);
+    let parsed = false;
+    const parse = JSON.parse;
+    JSON.parse = (...args: Parameters<typeof JSON.parse>) => ((parsed = true), parse(...args));
+    try {
+      const body = { run_id: "r", result: raw, list: [raw] };
+      assert.equal(encodeIfSmall(body), undefined);
+      const pieces = [...jsonChunks(body, { chunkChars: 1024 })];
+      assert.equal(pieces.join(""), `{"run_id":"r","result":${text},"list":[${text}]}`);
+      assert.ok(pieces.length > 2);
+    } finally {
+      JSON.parse = parse;
+    }
+    assert.equal(parsed, false, "the text was not parsed");
   });
 });
 

@@ -5,6 +5,8 @@ import { checkedFetch } from "../_helpers/contract.ts";
 import { type AppRef, callRun, getRun, listRuns, submitAsync, waitForStatus } from "../_helpers/runs.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { startWebhookReceiver, type WebhookReceiver } from "../_helpers/webhook_receiver.ts";
+import { RawJson } from "../../server/json/mod.ts";
+import { storedResult } from "../../server/runs/_stored_result.ts";
 
 const LIMIT = 4096;
 
@@ -66,6 +68,15 @@ describe("stored results are bounded by RUNPLANE_RESULT_LIMIT", () => {
     assert.equal(run.result_truncated, true);
   });
 
+  it("answers a result sent as a raw payload (1 MiB and more) in full, and stores it truncated", async () => {
+    const { data, response } = await callRun(ref(), "blob", { body: { n: 1_500_000 } });
+    assert.equal(response.status, 200);
+    assert.equal((data as { result: string }).result, "x".repeat(1_500_000));
+    const run = (await getRun(ref(), (data as { run_id: string }).run_id)).data!;
+    assert.equal(run.result, null);
+    assert.equal(run.result_truncated, true);
+  });
+
   it("stores a sync result within the limit whole, with result_truncated false", async () => {
     const { data } = await callRun(ref(), "blob", { body: { n: LIMIT - 2 } });
     const run = (await getRun(ref(), (data as { run_id: string }).run_id)).data!;
@@ -95,12 +106,15 @@ describe("stored results are bounded by RUNPLANE_RESULT_LIMIT", () => {
   it("applies the limit to async runs: a streamed and a returned result", async () => {
     const streamed = await submitAsync(ref(), "chunks", { body: { n: 50, size: 200 } });
     const returned = await submitAsync(ref(), "blob", { body: { n: 20_000 } });
+    const raw = await submitAsync(ref(), "blob", { body: { n: 1_500_000 } });
     const stream = await waitForStatus(ref(), streamed, ["success"]);
     assert.equal(stream.result_truncated, true);
     assert.ok(bytes(stream.result) <= LIMIT && (stream.result as string[]).length > 0);
-    const blob = await waitForStatus(ref(), returned, ["success"]);
-    assert.equal(blob.result, null);
-    assert.equal(blob.result_truncated, true);
+    for (const runId of [returned, raw]) {
+      const blob = await waitForStatus(ref(), runId, ["success"]);
+      assert.equal(blob.result, null);
+      assert.equal(blob.result_truncated, true);
+    }
   });
 
   it("lists runs without their results; getRun has the result", async () => {
@@ -136,5 +150,26 @@ describe("stored results are bounded by RUNPLANE_RESULT_LIMIT", () => {
     assert.deepEqual(kept, stream.data.slice(0, kept.length));
     assert.ok(bytes(kept) <= LIMIT);
     assert.ok(streamed.size <= LIMIT + 1024, `stream webhook body of ${streamed.size} bytes`);
+  });
+});
+
+describe("the stored form of a result", () => {
+  it("measures a value against the limit without encoding one that is clearly bigger", () => {
+    const huge = "y".repeat(10_000_000);
+    let encoded = false;
+    const watched = { toJSON: () => ((encoded = true), huge) };
+    assert.deepEqual(storedResult({ text: huge, watched }, 1024), { json: null, truncated: true });
+    assert.equal(encoded, false, "a value bigger than the limit by its strings alone is not encoded");
+    assert.deepEqual(storedResult({ a: [1, "é"] }, 1024), { json: '{"a":[1,"é"]}', truncated: false });
+    assert.deepEqual(storedResult("é".repeat(600), 1024), { json: null, truncated: true });
+    assert.deepEqual(storedResult(null, 4), { json: "null", truncated: false });
+  });
+
+  it("keeps a worker's raw JSON text as it is when it fits, by its length alone when it does not", () => {
+    const text = '{"a":[1,2,"\\u00e9"]}';
+    const raw = new RawJson([Buffer.from(text.slice(0, 5)), Buffer.from(text.slice(5))], text.length);
+    assert.deepEqual(storedResult(raw, 1024), { json: text, truncated: false });
+    assert.deepEqual(storedResult(raw, text.length - 1), { json: null, truncated: true });
+    assert.equal(JSON.stringify({ result: raw }), `{"result":{"a":[1,2,"é"]}}`);
   });
 });

@@ -30,6 +30,11 @@ def forged():
     os.write(4, b'{"op":"result","id":"run_someone_else","value":"stolen"}\\n')
     time.sleep(30)
 
+def bad_payload(run_id):
+    payload = b'{"a": [1,}'
+    os.write(4, b'{"op":"result","id":"' + run_id.encode() + b'","bytes":' + str(len(payload)).encode() + b'}\\n' + payload)
+    time.sleep(30)
+
 def closed():
     os.close(4)
     time.sleep(30)
@@ -58,6 +63,7 @@ describe("a worker that breaks the protocol ends alone", () => {
     { fn: "unknown_op", reason: /unknown op "explode"/ },
     { fn: "flood", reason: /more than 64 MiB without a newline/ },
     { fn: "forged", reason: /result message for call "run_someone_else", which it was never given/ },
+    { fn: "bad_payload", reason: /a result payload that is not JSON text: an unexpected character at byte 9/ },
     { fn: "closed", reason: /closed its message pipe/ },
   ];
   for (const { fn, reason } of cases) {

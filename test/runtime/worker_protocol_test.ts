@@ -6,8 +6,14 @@ import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
-import { LineSplitter, LineTooLong } from "../../server/runtime/_line_splitter.ts";
-import { encodeCall, parseWorkerMessage, ProtocolViolation } from "../../server/runtime/_worker_protocol.ts";
+import { LineSplitter, LineTooLong, type Payload } from "../../server/runtime/_line_splitter.ts";
+import {
+  encodeCall,
+  parseWorkerMessage,
+  payloadBytes,
+  ProtocolViolation,
+} from "../../server/runtime/_worker_protocol.ts";
+import { InvalidJson, JsonValidator } from "../../server/runtime/_json_validator.ts";
 
 describe("worker protocol", () => {
   it("parses each op of the table into its message", () => {
@@ -57,6 +63,74 @@ describe("worker protocol", () => {
   });
 });
 
+describe("a big result's header and raw payload", () => {
+  it("a result carries exactly one of value and bytes; only a well-formed header announces a payload", () => {
+    assert.deepEqual(parseWorkerMessage('{"op":"result","id":"r1","bytes":5}'), { op: "result", id: "r1", bytes: 5 });
+    for (const line of ['{"op":"result","id":"r1","value":1,"bytes":5}', '{"op":"result","id":"r1","bytes":0}']) {
+      assert.throws(() => parseWorkerMessage(line), ProtocolViolation, line);
+    }
+    assert.equal(payloadBytes(Buffer.from('{"op":"result","id":"r1","bytes":123}')), 123);
+    assert.equal(payloadBytes(Buffer.from('{"op":"result","id":"r1","bytes":123,"value":1}')), 0);
+    assert.equal(payloadBytes(Buffer.from('{"op":"result","id":"r1","bytes":-1}')), 0);
+    assert.equal(payloadBytes(Buffer.from('{"op":"log","id":"r1","stream":"stdout","text":"\\"bytes\\":1"}')), 0);
+    assert.equal(payloadBytes(Buffer.from('{"op":"result","id":"r1","bytes":67108865}')), 0);
+  });
+
+  it("the splitter hands a payload over whole, in its chunks, with the line that announced it", () => {
+    const lines = new LineSplitter(1024, { payloadBytes: (line) => (String(line) === "head" ? 7 : 0) });
+    assert.deepEqual(lines.push(Buffer.from("a\nhead\n12")), [Buffer.from("a")]);
+    assert.deepEqual(lines.push(Buffer.from("34\n")), []);
+    const [payload, after] = lines.push(Buffer.from("67b\nc"));
+    assert.deepEqual(payload, {
+      line: Buffer.from("head"),
+      chunks: [Buffer.from("12"), Buffer.from("34\n"), Buffer.from("67")],
+      bytes: 7,
+    });
+    assert.equal(String(after), "b");
+    assert.equal(lines.pendingBytes, 1);
+  });
+
+  it("the validator accepts JSON text of one value and refuses anything else, however it is cut", () => {
+    const valid = (text: string, cut: number) => {
+      const validator = new JsonValidator();
+      const bytes = Buffer.from(text);
+      try {
+        for (let i = 0; i < bytes.length; i += cut) validator.push(bytes.subarray(i, i + cut));
+        validator.end();
+        return true;
+      } catch (error) {
+        assert.ok(error instanceof InvalidJson);
+        return false;
+      }
+    };
+    const good = [
+      "1",
+      "-0",
+      "0.5e+3",
+      "1E5",
+      '"a\\u00e9\\n\\"\\/"',
+      "[]",
+      "{}",
+      ' {"a" : 1 , "b":{"c":-1.5E-2}} ',
+      '[1,[2,{"a":[]}],"x",true,false,null]',
+    ];
+    const bad = ["", "01", "-", "1.", "1e", "[1,]", '{"a"}', '{"a":1,}', "[1 2]", '"abc', "tru", "nul", "{1:2}"];
+    bad.push('"\\x"', '"\\u12g4"', "[}", "1 2", '"a\nb"', '{"a":1]', "]", "[", "NaN", "Infinity", ".5");
+    for (const cut of [1, 2, 3, 1000]) {
+      for (const text of good) {
+        JSON.parse(text);
+        assert.ok(valid(text, cut), `${text} cut every ${cut}`);
+      }
+      for (const text of bad) {
+        assert.throws(() => JSON.parse(text));
+        assert.ok(!valid(text, cut), `${JSON.stringify(text)} cut every ${cut}`);
+      }
+      // The worker encodes with ensure_ascii: any other byte is refused, even in a string.
+      assert.ok(!valid('"\u00e9"', cut));
+    }
+  });
+});
+
 describe("line splitter", () => {
   it("splits lines across chunks and joins a line's chunks once", () => {
     const lines = new LineSplitter(1024);
@@ -78,11 +152,11 @@ describe("line splitter", () => {
   it("reads a 50 MB line in linear time", () => {
     const lines = new LineSplitter(64 * 1024 * 1024);
     const chunk = Buffer.alloc(65536, 120);
-    let found: Buffer[] = [];
+    let found: Array<Buffer | Payload> = [];
     for (let i = 0; i < 800; i++) found = lines.push(chunk);
     found = lines.push(Buffer.from("\n"));
     assert.equal(found.length, 1);
-    assert.equal(found[0].length, 800 * 65536);
+    assert.equal((found[0] as Buffer).length, 800 * 65536);
   });
 });
 
