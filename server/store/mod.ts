@@ -263,13 +263,31 @@ export type Queryable = Kysely<Database> | Transaction<Database>;
  * A statement written once as SQL text with `?` placeholders, for the few statements on a per-request
  * path: building and compiling a Kysely query costs more than SQLite takes to run a small one. Keep
  * the SQL portable (standard SQL that PostgreSQL accepts too); on PostgreSQL the placeholders become
- * `$1`, `$2`, … (translated once, here).
+ * `$1`, `$2`, … (translated once, here). Where the engines must differ, give both texts (see
+ * `DialectStatement`).
  */
 export function rawStatement<Row = unknown>(
-  sqlText: string,
+  sqlText: string | DialectStatement,
 ): (db: Queryable, parameters: readonly unknown[]) => Promise<QueryResult<Row>> {
-  const compile: (parameters: readonly unknown[]) => CompiledQuery = portableQuery(sqlText);
+  const compile: (parameters: readonly unknown[]) => CompiledQuery = typeof sqlText === "string"
+    ? portableQuery(sqlText)
+    : portableQuery(sqlText.sqlite, { postgresSql: sqlText.postgres });
   return (db, parameters) => db.executeQuery<Row>(compile(parameters));
+}
+
+/**
+ * One statement written twice, for where the engines differ (a claim with `FOR UPDATE SKIP LOCKED` on
+ * PostgreSQL, a conditional update under SQLite's single writer): each engine runs its own text with
+ * the same parameters. Keep both next to each other and test both.
+ */
+export interface DialectStatement {
+  /** SQLite's text, with `?` placeholders in the order of the parameters. */
+  sqlite: string;
+  /**
+   * PostgreSQL's text, with `$1`, `$2`, … naming the same parameters by position (so its clauses may
+   * come in another order). It must name every parameter: PostgreSQL refuses one it cannot type.
+   */
+  postgres: string;
 }
 
 /** Whether `error` is the store refusing a row for a missing referenced row (a foreign key), on either engine. */
