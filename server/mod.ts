@@ -106,6 +106,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     retryDelayMs: config.webhookRetryDelayMs,
     guard: { allowPrivate: config.webhookAllowPrivate },
     metrics,
+    wakeUps: store.notifier,
   });
   const runs = createRunService({
     db: store.db,

@@ -34,7 +34,8 @@ export interface Notifier {
   /**
    * Wakes every listener of `channel`, in this process and (PostgreSQL) in every other process on the
    * database. With `options.db` a transaction, the wake-up is sent when it commits (PostgreSQL; SQLite
-   * delivers it after the current statements, and a listener's read waits for the transaction).
+   * delivers it on a later turn of the event loop, and a read on the same store waits for the
+   * transaction to end).
    * Throws for an unknown channel or a payload of `MAX_WAKE_PAYLOAD_BYTES` or more.
    */
   notify(channel: WakeChannel, payload?: string, options?: { db?: NotifyTarget }): Promise<void>;
