@@ -113,6 +113,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     retryDelayMs: config.webhookRetryDelayMs,
     guard: { allowPrivate: config.webhookAllowPrivate },
     metrics,
+    wakeUps: store.notifier,
   });
   const runs = createRunService({
     db: store.db,

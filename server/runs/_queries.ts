@@ -188,67 +188,70 @@ export async function queuedRunsByApp(db: Db): Promise<Array<{ projectId: string
   return rows.map((r) => ({ projectId: r.project_id, appId: r.app_id, count: Number(r.count) }));
 }
 
+// A claim is one autocommit statement that re-checks `status = 'queued'` on each row it updates, and
+// takes at most `limit` rows. PostgreSQL: the candidates are locked `FOR UPDATE SKIP LOCKED`, so
+// concurrent claimers take disjoint runs (a plain `in (select … limit n)` lets two claimers' subqueries
+// pick the same rows). SQLite: one writer at a time runs the whole statement. Parameters: now, now,
+// owner, lease end, project, app, limit.
+const claimQueued = rawStatement<RunRow>({
+  sqlite: `update "runs" set "status" = 'running', "started_at" = ?, "queue_time_ms" = max(0, ? - "created_at"),`
+    + ` "lease_owner" = ?, "lease_expires_at" = ?`
+    + ` where "run_id" in (select "run_id" from "runs" where "status" = 'queued' and "project_id" = ? and "app_id" = ?`
+    + ` order by "run_id" limit ?) and "status" = 'queued' returning *`,
+  postgres: `with "next" as materialized (select "run_id" from "runs"`
+    + ` where "status" = 'queued' and "project_id" = $5 and "app_id" = $6 order by "run_id" limit $7 for update skip locked)`
+    + ` update "runs" as "r" set "status" = 'running', "started_at" = $1, "queue_time_ms" = greatest(0, $2 - "r"."created_at"),`
+    + ` "lease_owner" = $3, "lease_expires_at" = $4`
+    + ` from "next" where "r"."run_id" = "next"."run_id" and "r"."status" = 'queued' returning "r".*`,
+});
+
 /**
- * Claims up to `limit` of an app's queued runs, oldest first, for `owner`. Each claim is one conditional
- * UPDATE (`status = 'queued'`), so when several processes share the store each run goes to one of them.
+ * Claims up to `limit` of an app's queued runs, oldest first, for `owner`, in one statement: when
+ * several processes claim at once, each run goes to one of them. `now` (default the process's clock)
+ * should be the store's clock, which decides leases. Resolves with the claimed runs, oldest first.
  */
 export async function claimQueuedRuns(
   db: Kysely<Database>,
-  options: { projectId: string; appId: string; owner: string; leaseMs: number; limit: number },
+  options: { projectId: string; appId: string; owner: string; leaseMs: number; limit: number; now?: number },
 ): Promise<RunRow[]> {
-  const candidates = await db
-    .selectFrom("runs")
-    .select(["run_id", "created_at"])
-    .where("status", "=", "queued")
-    .where("project_id", "=", options.projectId)
-    .where("app_id", "=", options.appId)
-    .orderBy("run_id")
-    .limit(options.limit)
-    .execute();
-  const claimed: RunRow[] = [];
-  for (const { run_id, created_at } of candidates) {
-    const now = Date.now();
-    const result = await db
-      .updateTable("runs")
-      .set({
-        status: "running",
-        started_at: now,
-        queue_time_ms: Math.max(0, now - Number(created_at)),
-        lease_owner: options.owner,
-        lease_expires_at: now + options.leaseMs,
-      })
-      .where("run_id", "=", run_id)
-      .where("status", "=", "queued")
-      .executeTakeFirst();
-    if (Number(result.numUpdatedRows) !== 1) continue;
-    const row = await selectRunById(db, run_id);
-    if (row) claimed.push(row);
-  }
-  return claimed;
+  if (options.limit <= 0) return [];
+  const now = options.now ?? Date.now();
+  const { rows } = await claimQueued(db, [
+    now,
+    now,
+    options.owner,
+    now + options.leaseMs,
+    options.projectId,
+    options.appId,
+    Math.floor(options.limit),
+  ]);
+  return rows.sort((a, b) => (a.run_id < b.run_id ? -1 : a.run_id > b.run_id ? 1 : 0));
 }
 
-/** Extends the leases of `owner`'s running runs; returns the ids among them whose cancel was asked for. */
+const renewLeasesOf = rawStatement<{ run_id: string; cancel_requested: number }>(
+  `update "runs" set "lease_expires_at" = ? where "lease_owner" = ? and "status" = 'running'`
+    + ` returning "run_id", "cancel_requested"`,
+);
+
+/**
+ * Extends the leases of `owner`'s running runs (one statement; a run ended meanwhile, by a cancel or
+ * by another process's recovery, is no longer `running` and is left alone); returns the ids among them
+ * whose cancel was asked for. `now` (default the process's clock) should be the store's clock.
+ */
 export async function renewLeases(
   db: Kysely<Database>,
-  options: { owner: string; leaseMs: number },
+  options: { owner: string; leaseMs: number; now?: number },
 ): Promise<string[]> {
-  await db
-    .updateTable("runs")
-    .set({ lease_expires_at: Date.now() + options.leaseMs })
-    .where("lease_owner", "=", options.owner)
-    .where("status", "=", "running")
-    .execute();
-  const cancels = await db
-    .selectFrom("runs")
-    .select("run_id")
-    .where("lease_owner", "=", options.owner)
-    .where("status", "=", "running")
-    .where("cancel_requested", "=", 1)
-    .execute();
-  return cancels.map((r) => r.run_id);
+  const now = options.now ?? Date.now();
+  const { rows } = await renewLeasesOf(db, [now + options.leaseMs, options.owner]);
+  return rows.filter((r) => Number(r.cancel_requested) === 1).map((r) => r.run_id);
 }
 
-/** Running runs whose lease ran out: their process died (or stalled past the lease). */
+/**
+ * Running runs whose lease ran out: their process died (or stalled past the lease). Reading them takes
+ * no lock: each is then ended by `finishRun` with `staleBefore`, a conditional update that re-checks
+ * the lease, so of processes recovering at once one ends each run.
+ */
 export function selectStaleRuns(db: Db, now: number): Promise<RunRow[]> {
   return db
     .selectFrom("runs")

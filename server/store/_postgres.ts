@@ -61,9 +61,16 @@ export function postgresDialect(pool: pg.Pool): PostgresDialect {
   });
 }
 
-/** `sqlText` (with `?` placeholders) as a compiled query that runs on either engine. */
-export function portableQuery(sqlText: string): (parameters: readonly unknown[]) => CompiledQuery {
-  const postgresSql = postgresPlaceholders(sqlText);
+/**
+ * `sqlText` (with `?` placeholders) as a compiled query that runs on either engine. With
+ * `postgresSql`, PostgreSQL runs that text instead (its own `$n` placeholders, numbered after the
+ * same parameters, not translated): for the few statements the engines need written differently.
+ */
+export function portableQuery(
+  sqlText: string,
+  options: { postgresSql?: string } = {},
+): (parameters: readonly unknown[]) => CompiledQuery {
+  const postgresSql = options.postgresSql ?? postgresPlaceholders(sqlText);
   return (parameters) =>
     ({
       sql: sqlText,

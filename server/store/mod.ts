@@ -29,11 +29,20 @@ import {
   redactDatabaseUrl,
   withMigrationLock,
 } from "./_postgres.ts";
+import { localNotifier, type Notifier, postgresNotifier } from "./notifier.ts";
 import type { Database } from "./schema.ts";
 
 export { isPostgresUrl, redactDatabaseUrl } from "./_postgres.ts";
 export type { StoreClock } from "./clock.ts";
 export { createGroupCommit, type GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
+export {
+  LISTENER_APPLICATION_NAME,
+  MAX_WAKE_PAYLOAD_BYTES,
+  type Notifier,
+  WAKE_CHANNELS,
+  type WakeChannel,
+  type WakeListener,
+} from "./notifier.ts";
 export type { Database } from "./schema.ts";
 
 /** The database engine behind a store. */
@@ -50,6 +59,11 @@ export interface Store {
    * processes on hosts with skewed clocks agree), the process's on SQLite.
    */
   clock: StoreClock;
+  /**
+   * Wake-ups between processes (LISTEN/NOTIFY on PostgreSQL, in-process on SQLite): they only shorten
+   * the wait for the next poll, which must stay correct alone (see `notifier.ts`).
+   */
+  notifier: Notifier;
   /** True when this open created the schema (applied the first migration). */
   fresh: boolean;
   /** Closes the connection; pending statements finish first. */
@@ -67,7 +81,10 @@ export interface OpenStoreOptions {
   poolSize?: number;
   /** PostgreSQL: a session idle inside a transaction for longer is ended by the server (default 60 s). */
   idleInTransactionTimeoutMs?: number;
-  /** PostgreSQL: errors of idle pooled connections and of the clock's refresh (the store carries on). */
+  /**
+   * Errors the store carries on after: PostgreSQL's idle pooled connections, the clock's refresh and
+   * the notifier's listening connection (it reconnects); a wake-up listener that threw (both engines).
+   */
   onError?(error: unknown): void;
   /** Apply pending migrations (default true). */
   migrate?: boolean;
@@ -118,13 +135,16 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
     });
     sqlite.exec("PRAGMA wal_autocheckpoint = 0");
   }
+  const notifier = localNotifier(path, { onError: options.onError });
   return {
     db,
     engine: "sqlite",
     path,
     clock: systemClock(),
+    notifier,
     fresh,
     async close() {
+      await notifier.close();
       await checkpointer?.stop();
       await db.destroy();
     },
@@ -149,13 +169,16 @@ async function openPostgresStore(url: string, options: OpenStoreOptions): Promis
       });
     }
     const clock = await startDatabaseClock(() => readDatabaseMs(pool), { onError: options.onError });
+    const notifier = postgresNotifier(url, { db, onError: options.onError });
     return {
       db,
       engine: "postgres",
       path: redactDatabaseUrl(url),
       clock,
+      notifier,
       fresh,
       async close() {
+        await notifier.close();
         clock.stop();
         await db.destroy();
       },
@@ -263,13 +286,31 @@ export type Queryable = Kysely<Database> | Transaction<Database>;
  * A statement written once as SQL text with `?` placeholders, for the few statements on a per-request
  * path: building and compiling a Kysely query costs more than SQLite takes to run a small one. Keep
  * the SQL portable (standard SQL that PostgreSQL accepts too); on PostgreSQL the placeholders become
- * `$1`, `$2`, … (translated once, here).
+ * `$1`, `$2`, … (translated once, here). Where the engines must differ, give both texts (see
+ * `DialectStatement`).
  */
 export function rawStatement<Row = unknown>(
-  sqlText: string,
+  sqlText: string | DialectStatement,
 ): (db: Queryable, parameters: readonly unknown[]) => Promise<QueryResult<Row>> {
-  const compile: (parameters: readonly unknown[]) => CompiledQuery = portableQuery(sqlText);
+  const compile: (parameters: readonly unknown[]) => CompiledQuery = typeof sqlText === "string"
+    ? portableQuery(sqlText)
+    : portableQuery(sqlText.sqlite, { postgresSql: sqlText.postgres });
   return (db, parameters) => db.executeQuery<Row>(compile(parameters));
+}
+
+/**
+ * One statement written twice, for where the engines differ (a claim with `FOR UPDATE SKIP LOCKED` on
+ * PostgreSQL, a conditional update under SQLite's single writer): each engine runs its own text with
+ * the same parameters. Keep both next to each other and test both.
+ */
+export interface DialectStatement {
+  /** SQLite's text, with `?` placeholders in the order of the parameters. */
+  sqlite: string;
+  /**
+   * PostgreSQL's text, with `$1`, `$2`, … naming the same parameters by position (so its clauses may
+   * come in another order). It must name every parameter: PostgreSQL refuses one it cannot type.
+   */
+  postgres: string;
 }
 
 /** Whether `error` is the store refusing a row for a missing referenced row (a foreign key), on either engine. */

@@ -11,7 +11,7 @@ import { LightAbortController } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
-import { createGroupCommit, type Database } from "../store/mod.ts";
+import { createGroupCommit, type Database, type Notifier } from "../store/mod.ts";
 import { startTicker } from "../ticker/mod.ts";
 import type { GuardOptions } from "./destination_guard.ts";
 import {
@@ -50,6 +50,11 @@ export interface DeliveryWorkerOptions {
   pollMs?: number;
   /** Most attempts in flight at once (default 64). */
   maxInFlight?: number;
+  /**
+   * The store's wake-ups: one on `runplane_deliveries` (another process enqueued a delivery) makes the
+   * worker look at the outbox at once, as `wake()` does; the poll stays the fallback.
+   */
+  wakeUps?: Pick<Notifier, "listen">;
 }
 
 /**
@@ -205,10 +210,13 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     onError: (error) => options.logger.error({ err: error }, "webhook outbox poll failed"),
   });
 
+  const stopListening = options.wakeUps?.listen("runplane_deliveries", () => ticker.wake());
+
   return {
     wake: ticker.wake,
     handOff,
     async stop() {
+      stopListening?.();
       stopping.abort();
       await ticker.stop();
     },

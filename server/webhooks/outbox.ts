@@ -78,15 +78,26 @@ export async function enqueueDelivery(
   return Number(result.numAffectedRows ?? 0n) > 0;
 }
 
-// One statement claims a batch: SQLite runs it under its single writer lock (and PostgreSQL under row
-// locks), so a delivery is held by one process at a time; an expired lease (a dead process) frees it.
-const claimDue = rawStatement<ClaimedDelivery>(
-  `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?`
+// A claim is one autocommit statement, and the lease condition is checked again on the row it
+// updates. PostgreSQL: the candidates are locked `FOR UPDATE SKIP LOCKED`, so concurrent claimers take
+// disjoint rows (a plain `in (select … limit n)` lets two claimers' subqueries pick the same rows, and
+// the one that waited re-checks only the `in`: a delivery sent twice). SQLite: one writer at a time
+// runs the whole statement, so today's form holds. Parameters: owner, lease end, now, now, limit, now.
+const claimDue = rawStatement<ClaimedDelivery>({
+  sqlite: `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?`
     + ` where "run_id" in (select "run_id" from "webhook_deliveries"`
     + ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`
     + ` order by "next_attempt_at" limit ?)`
+    + ` and "status" = 'pending' and ("lease_expires_at" is null or "lease_expires_at" < ?)`
     + ` returning "run_id", "endpoint", "body", "secret", "credentials", "attempts", "created_at"`,
-);
+  postgres: `with "due" as materialized (select "run_id" from "webhook_deliveries"`
+    + ` where "status" = 'pending' and "next_attempt_at" <= $3 and ("lease_expires_at" is null or "lease_expires_at" < $4)`
+    + ` order by "next_attempt_at" limit $5 for update skip locked)`
+    + ` update "webhook_deliveries" as "d" set "lease_owner" = $1, "lease_expires_at" = $2 from "due"`
+    + ` where "d"."run_id" = "due"."run_id" and "d"."status" = 'pending'`
+    + ` and ("d"."lease_expires_at" is null or "d"."lease_expires_at" < $6)`
+    + ` returning "d"."run_id", "d"."endpoint", "d"."body", "d"."secret", "d"."credentials", "d"."attempts", "d"."created_at"`,
+});
 
 /** A delivery this process holds the lease of. */
 export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & {
@@ -96,13 +107,16 @@ export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" |
   created_at: number;
 };
 
-/** Claims up to `limit` of the longest-due deliveries for `owner` until `now + leaseMs`. */
+/**
+ * Claims up to `limit` of the longest-due deliveries for `owner` until `now + leaseMs`: each due
+ * delivery goes to one claimer, however many processes claim at once. `now` is the store's clock.
+ */
 export async function claimDueDeliveries(
   db: Kysely<Database>,
   options: { owner: string; now: number; leaseMs: number; limit: number },
 ): Promise<ClaimedDelivery[]> {
   const { owner, now, leaseMs, limit } = options;
-  const { rows } = await claimDue(db, [owner, now + leaseMs, now, now, limit]);
+  const { rows } = await claimDue(db, [owner, now + leaseMs, now, now, limit, now]);
   return rows.map((row) => ({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) }));
 }
 

@@ -5,7 +5,7 @@ import type { Kysely } from "kysely";
 import { createLogger } from "../../server/log.ts";
 import { createSecretBox } from "../../server/secrets/mod.ts";
 import { createRunService } from "../../server/runs/mod.ts";
-import { type Database, ensureProject } from "../../server/store/mod.ts";
+import { type Database, ensureProject, openStore } from "../../server/store/mod.ts";
 import {
   type DeliveryWorker,
   type DeliveryWorkerOptions,
@@ -36,6 +36,29 @@ function startTestWorker(db: Kysely<Database>, options: Partial<DeliveryWorkerOp
 
 for (const engine of await engines()) {
   describe(`the delivery worker (${engine})`, () => {
+    it("a wake-up from another store's process makes it claim at once, with no poll", async () => {
+      const scratch = await openTestStore(engine);
+      const other = await openStore(scratch.dataDir, { databaseUrl: scratch.databaseUrl, migrate: false });
+      const receiver = await startWebhookReceiver();
+      const worker = startTestWorker(scratch.store.db, { wakeUps: scratch.store.notifier });
+      try {
+        await scratch.store.notifier.listening();
+        // Let the worker's one poll at start find the outbox empty.
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        await other.db.transaction().execute(async (trx) => {
+          await enqueueDelivery(trx, { runId: "run_woken", endpoint: receiver.url, body: "{}", sealedSecret: null });
+          await other.notifier.notify("runplane_deliveries", "run_woken", { db: trx });
+        });
+        await receiver.waitFor(1);
+        assert.equal(receiver.requests[0].headers["x-request-id"], "run_woken");
+      } finally {
+        await worker.stop();
+        await receiver.close();
+        await other.close();
+        await scratch.close();
+      }
+    });
+
     it("works through a backlog bigger than one claim without waiting for the next poll", async () => {
       const scratch = await openTestStore(engine);
       const { store } = scratch;
