@@ -3,6 +3,7 @@
  * and how it is validated. `loadConfig` reports every problem at once.
  */
 import { resolve } from "node:path";
+import { MASTER_KEY_HOWTO, type MasterKey, parseMasterKey } from "./keys/master_key.ts";
 
 /** The server's validated settings. */
 export interface Config {
@@ -13,6 +14,11 @@ export interface Config {
   databaseUrl: string | null;
   /** The most PostgreSQL connections the process opens (its pool's size). */
   databasePoolSize: number;
+  /**
+   * Seals the keys kept in a PostgreSQL store (required with one, unused with SQLite). Prints as
+   * `[redacted]`; never log its bytes.
+   */
+  masterKey: MasterKey | null;
   appsDir: string;
   bodyLimitBytes: number;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
@@ -51,6 +57,8 @@ export interface SettingSpec<K extends keyof Config = keyof Config> {
   flag: string;
   default: string;
   description: string;
+  /** A secret: a problem with it never repeats its value. */
+  secret?: boolean;
   /** Returns the value, or throws an Error whose message says what is expected. */
   parse(raw: string, env: Record<string, string | undefined>): Config[K];
 }
@@ -195,6 +203,16 @@ export const SETTINGS = [
     default: "10",
     description: "Most connections to PostgreSQL this process opens",
     parse: integer(1, 1000),
+  },
+  {
+    key: "masterKey",
+    env: "RUNPLANE_MASTER_KEY",
+    flag: "--master-key",
+    default: "",
+    description:
+      "32 random bytes, base64 (`openssl rand -base64 32`), sealing the keys kept in PostgreSQL: required with RUNPLANE_DATABASE_URL, the same in every process, never logged (prefer the variable: a flag shows in the process list)",
+    secret: true,
+    parse: (raw) => (raw.trim() ? parseMasterKey(raw) : null),
   },
   {
     key: "appsDir",
@@ -367,7 +385,13 @@ export function settingProblem(
   const setting = SETTINGS.find((s) => s.key === key);
   if (!setting) throw new Error(`unknown setting ${key}`);
   const { raw, source } = rawValue(setting, options.env ?? process.env, options.overrides ?? {});
-  return `${source}=${JSON.stringify(raw)}: ${message}`;
+  return `${source}=${shownValue(setting, raw)}: ${message}`;
+}
+
+/** A setting's raw value as a problem shows it: a secret never, a URL without its password. */
+function shownValue(setting: AnySetting, raw: string): string {
+  if ("secret" in setting && setting.secret) return raw ? '"***"' : '""';
+  return JSON.stringify(raw.replace(/(\/\/[^/:@\s]*:)[^@\s]*@/g, "$1***@"));
 }
 
 /** Parses one setting into `out`; generic so that its key and value stay paired. */
@@ -401,10 +425,13 @@ export function loadConfig(
     try {
       parseInto(out, setting, raw, env);
     } catch (error) {
-      // A URL's password is never echoed back.
-      const shown = raw.replace(/(\/\/[^/:@\s]*:)[^@\s]*@/g, "$1***@");
-      problems.push(`${source}=${JSON.stringify(shown)}: ${(error as Error).message}`);
+      problems.push(`${source}=${shownValue(setting, raw)}: ${(error as Error).message}`);
     }
+  }
+  if (out.databaseUrl && out.masterKey === null) {
+    problems.push(
+      `RUNPLANE_MASTER_KEY is not set: with RUNPLANE_DATABASE_URL the signing and data keys are kept in the database, sealed with it; ${MASTER_KEY_HOWTO}`,
+    );
   }
   if (problems.length) throw new ConfigError(problems);
   if (!isComplete(out)) throw new Error("a setting was parsed to nothing");

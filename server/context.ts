@@ -1,5 +1,5 @@
 /** What the handlers share: the server's settings and its domain services. */
-import type { SigningKey } from "./auth/mod.ts";
+import type { SigningKey, SigningKeys } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
 import type { RepositoryTrees } from "./integrations/mod.ts";
 import type { Logger } from "./log.ts";
@@ -19,7 +19,10 @@ export interface Readiness {
 export interface ServerContext {
   config: Config;
   store: Store;
+  /** The key new tokens are signed with (`signingKeys.current`). */
   key: SigningKey;
+  /** Every key whose tokens are accepted, found by `kid`; the JWKS lists those that may have live tokens. */
+  signingKeys: SigningKeys;
   logger: Logger;
   readiness: Readiness;
   metrics: Metrics;

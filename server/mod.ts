@@ -7,19 +7,19 @@ import { existsSync } from "node:fs";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { createTokenVerifier, loadOrCreateSigningKey } from "./auth/mod.ts";
-import type { Config } from "./config.ts";
+import { createTokenVerifier } from "./auth/mod.ts";
+import { type Config, ConfigError } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { prepareDataDir } from "./data_dir.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { answerClientErrors, createDrainGate, createHttpApp } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
+import { keysBootstrap, loadKeys, MasterKeyError, type ProcessKeys } from "./keys/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime } from "./runtime/mod.ts";
 import { createRunService } from "./runs/mod.ts";
-import { loadSecretBox } from "./secrets/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
 
@@ -61,17 +61,25 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const freshSqliteFile = !existsSync(join(config.dataDir, "runplane.sqlite3"));
   const store = await openStore(config.dataDir, {
     databaseUrl: config.databaseUrl,
+    bootstrap: keysBootstrap(config.masterKey),
     poolSize: config.databasePoolSize,
     onError: (error) => logger.warn({ err: error }, "a background database operation failed; the store carries on"),
     checkpoints: "background",
     onCheckpointerLost: (error) =>
       logger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
-  });
+  }).catch(asConfigError);
   // With PostgreSQL the data dir holds no store: "fresh" means the schema was just created.
   const freshDataDir = store.engine === "sqlite" ? freshSqliteFile : store.fresh;
   logger.info({ engine: store.engine, database: store.path }, "store opened");
-  const key = await loadOrCreateSigningKey(config.dataDir);
-  const secrets = await loadSecretBox(config.dataDir);
+  let keys: ProcessKeys;
+  try {
+    keys = await loadKeys(store, { dataDir: config.dataDir, masterKey: config.masterKey });
+  } catch (error) {
+    await store.close();
+    return asConfigError(error);
+  }
+  const key = keys.signing.current;
+  const secrets = keys.secrets;
   const metrics = createMetrics();
   const gate = createDrainGate();
   let appsLoaded = false;
@@ -140,10 +148,22 @@ export async function createServer(config: Config, options: CreateServerOptions 
       Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value }))
     )
   );
-  const context: ServerContext = { config, store, key, logger, readiness, metrics, secrets, trees, runtime, runs };
+  const context: ServerContext = {
+    config,
+    store,
+    key,
+    signingKeys: keys.signing,
+    logger,
+    readiness,
+    metrics,
+    secrets,
+    trees,
+    runtime,
+    runs,
+  };
   const app = createHttpApp({
     handlers: createHandlers(context),
-    verifier: createTokenVerifier({ db: store.db, key }),
+    verifier: createTokenVerifier({ db: store.db, keys: keys.signing }),
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
     responseCheck: config.responseCheck,
@@ -243,4 +263,10 @@ export async function createServer(config: Config, options: CreateServerOptions 
     drain,
     close,
   };
+}
+
+/** Rethrows a missing or wrong master key as the bad setting it is (exit 2 at start); anything else as is. */
+function asConfigError(error: unknown): never {
+  if (error instanceof MasterKeyError) throw new ConfigError([error.message]);
+  throw error;
 }

@@ -9,5 +9,13 @@ export {
   type ServiceAccount,
   TOKEN_ISSUER,
 } from "./service_accounts.ts";
-export { loadOrCreateSigningKey, type SigningKey } from "./signing_key.ts";
+export {
+  generateSigningJwk,
+  loadOrCreateSigningKey,
+  type PublicSigningJwk,
+  type SigningKey,
+  signingKeyFromJwk,
+  type SigningKeys,
+  singleSigningKey,
+} from "./signing_key.ts";
 export { createTokenVerifier, type Principal, type TokenVerifier } from "./token_verifier.ts";

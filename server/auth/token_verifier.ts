@@ -1,11 +1,11 @@
-import { errors as joseErrors, jwtVerify } from "jose";
+import { errors as joseErrors, type JWTHeaderParameters, jwtVerify } from "jose";
 import type { Kysely } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
 import { rawStatement } from "../store/mod.ts";
 import type { Database } from "../store/schema.ts";
 import type { Scope } from "./scopes.ts";
 import { TOKEN_ISSUER } from "./service_accounts.ts";
-import type { SigningKey } from "./signing_key.ts";
+import type { SigningKeys } from "./signing_key.ts";
 
 /** Who is calling: the verified claims of a service-account token. */
 export interface Principal {
@@ -37,18 +37,28 @@ function unauthorized(detail: string, description: string): ProblemError {
   });
 }
 
+/** A token whose `kid` names no key of this server. */
+class UnknownKeyError extends Error {}
+
 /**
- * Creates a verifier for tokens signed with `key`. Signature checks are cached per token until it
+ * Creates a verifier for tokens signed with one of `keys`, chosen by the `kid` of the token's header (a
+ * token without one is checked against the current key). Signature checks are cached per token until it
  * expires; revocation is read from the store on every call, so `service-account revoke` takes effect at
  * once, even from another process.
  */
-export function createTokenVerifier(deps: { db: Kysely<Database>; key: SigningKey }): TokenVerifier {
+export function createTokenVerifier(deps: { db: Kysely<Database>; keys: SigningKeys }): TokenVerifier {
   const verified = new Map<string, Principal>();
+  async function keyOf(header: JWTHeaderParameters): Promise<CryptoKey> {
+    if (header.kid === undefined) return deps.keys.current.publicKey;
+    const key = await deps.keys.find(header.kid);
+    if (!key) throw new UnknownKeyError();
+    return key.publicKey;
+  }
   async function checkSignature(token: string): Promise<Principal> {
     const cached = verified.get(token);
     if (cached) return cached;
     try {
-      const { payload } = await jwtVerify(token, deps.key.publicKey, {
+      const { payload } = await jwtVerify(token, keyOf, {
         issuer: TOKEN_ISSUER,
         algorithms: ["EdDSA"],
         requiredClaims: ["sub", "jti", "exp", "project_id", "scope"],
@@ -67,7 +77,7 @@ export function createTokenVerifier(deps: { db: Kysely<Database>; key: SigningKe
       if (error instanceof joseErrors.JWTExpired) {
         throw unauthorized("The token has expired: create a new one with `runplane service-account create`", "expired");
       }
-      if (error instanceof joseErrors.JWSSignatureVerificationFailed) {
+      if (error instanceof joseErrors.JWSSignatureVerificationFailed || error instanceof UnknownKeyError) {
         throw unauthorized("The token's signature is not valid for this server", "bad signature");
       }
       throw unauthorized(

@@ -22,7 +22,9 @@ export const SERVICE_ACCOUNT_HELP = `Usage:
   runplane service-account revoke <service-account-id>
 
 Works on the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane), whether the server runs or
-not; with --database-url (or RUNPLANE_DATABASE_URL) on the store in that PostgreSQL database. create prints only the token on stdout; it is shown once and never stored. A new project is created.`;
+not; with --database-url (or RUNPLANE_DATABASE_URL) on the store in that PostgreSQL database. create prints only the token on stdout; it is shown once and never stored. A new project is created.
+create against a database signs with the key kept in it, so it needs RUNPLANE_MASTER_KEY: the master
+key the server processes are given (never a flag: it would show in the process list).`;
 
 /** Help of `runplane repo`. */
 export const REPO_HELP = `Usage:
@@ -44,4 +46,5 @@ github makes the project read repository trees from GitHub with the token (--tok
 stdin); the token is stored encrypted and never shown again. For GitHub Enterprise Server pass
 --github-api-url https://<host>/api/v3 (default ${GITHUB_API_URL}). local switches back to the data
 dir's repos folder (see runplane repo add). With --database-url (or RUNPLANE_DATABASE_URL) the setting is
-stored in that PostgreSQL database instead of the data dir's SQLite file.`;
+stored in that PostgreSQL database instead of the data dir's SQLite file; the token is then sealed with
+the database's data key, so RUNPLANE_MASTER_KEY must be the master key the server processes are given.`;

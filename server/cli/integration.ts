@@ -1,8 +1,9 @@
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../../client/cli_command.ts";
 import { GITHUB_API_URL, normalizeGithubApiUrl, saveProjectIntegration } from "../integrations/mod.ts";
-import { loadSecretBox } from "../secrets/mod.ts";
+import { keysBootstrap, loadKeys } from "../keys/mod.ts";
 import { openStore } from "../store/mod.ts";
+import { masterKeyFor } from "./_keys.ts";
 import { dataDirOf, requireProjectId } from "./_project_id.ts";
 
 async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
@@ -41,9 +42,12 @@ export async function integrationCommand(io: CommandIo): Promise<number> {
     integration = { provider: "github", apiUrl, token };
   }
   const dataDir = dataDirOf(values["data-dir"], io.env);
-  const store = await openStore(dataDir, { databaseUrl: values["database-url"] ?? io.env.RUNPLANE_DATABASE_URL });
+  const databaseUrl = values["database-url"] ?? io.env.RUNPLANE_DATABASE_URL;
+  const masterKey = masterKeyFor(databaseUrl, io.env);
+  const store = await openStore(dataDir, { databaseUrl, bootstrap: keysBootstrap(masterKey) });
   try {
-    await saveProjectIntegration({ db: store.db, secrets: await loadSecretBox(dataDir) }, { projectId, integration });
+    const { secrets } = await loadKeys(store, { dataDir, masterKey });
+    await saveProjectIntegration({ db: store.db, secrets }, { projectId, integration });
   } finally {
     await store.close();
   }

@@ -3,12 +3,13 @@ import { type CommandIo, UsageError } from "../../client/cli_command.ts";
 import {
   createServiceAccount,
   listServiceAccounts,
-  loadOrCreateSigningKey,
   parseExpiry,
   parseScopes,
   revokeServiceAccount,
 } from "../auth/mod.ts";
+import { keysBootstrap, loadKeys } from "../keys/mod.ts";
 import { openStore } from "../store/mod.ts";
+import { masterKeyFor } from "./_keys.ts";
 import { dataDirOf, requireProjectId } from "./_project_id.ts";
 
 /** `runplane service-account create|list|revoke`. */
@@ -42,11 +43,12 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
     } catch (error) {
       throw new UsageError((error as Error).message);
     }
-    const store = await openStore(dataDir, { databaseUrl });
+    const masterKey = masterKeyFor(databaseUrl, io.env);
+    const store = await openStore(dataDir, { databaseUrl, bootstrap: keysBootstrap(masterKey) });
     try {
-      const key = await loadOrCreateSigningKey(dataDir);
+      const keys = await loadKeys(store, { dataDir, masterKey });
       const { account, token } = await createServiceAccount(
-        { db: store.db, key },
+        { db: store.db, key: keys.signing.current },
         { projectId: values.project, name: values.name, scopes, expiresAt },
       );
       io.stdout.write(values.json ? `${JSON.stringify({ id: account.id, token })}\n` : `${token}\n`);

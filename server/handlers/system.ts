@@ -14,17 +14,13 @@ type SystemHandlers = Pick<Handlers, "getJwks" | "getHealth" | "getReadiness" | 
 /** JWKS, liveness, readiness and metrics: the operations that need no token. */
 export function systemHandlers(context: ServerContext): SystemHandlers {
   return {
-    getJwks() {
-      return Promise.resolve({
+    async getJwks() {
+      return {
         status: 200,
         contentType: "application/json",
         headers: { "Cache-Control": "public, max-age=300" },
-        body: {
-          keys: [
-            context.key.publicJwk as { kty: "OKP"; crv: "Ed25519"; x: string; kid: string; alg: "EdDSA"; use: "sig" },
-          ],
-        },
-      });
+        body: { keys: await context.signingKeys.jwks() },
+      };
     },
     getHealth() {
       return Promise.resolve({ status: 200, contentType: "application/json", body: { status: "ok" } });

@@ -116,6 +116,20 @@ export interface IdempotencyKeyTable {
   created_at: number;
 }
 
+/**
+ * A key shared by the processes of a PostgreSQL store, sealed with the master key (`purpose` says what
+ * it is for: `signing` holds an Ed25519 private JWK, `data` the 32-byte key of the secret box).
+ */
+export interface KeyTable {
+  kid: string;
+  purpose: "signing" | "data";
+  /** The key sealed with the master key (AES-256-GCM); never the plaintext. */
+  sealed: string;
+  created_at: number;
+  /** When it stopped signing or sealing; its tokens or sealed values may still need it. */
+  retired_at: number | null;
+}
+
 /** Every table of the store. */
 export interface Database {
   projects: ProjectTable;
@@ -126,4 +140,5 @@ export interface Database {
   webhook_deliveries: WebhookDeliveryTable;
   webhook_attempts: WebhookAttemptTable;
   idempotency_keys: IdempotencyKeyTable;
+  keys: KeyTable;
 }

@@ -11,6 +11,12 @@ import { join } from "node:path";
 import pg from "pg";
 import { openStore, type OpenStoreOptions, type Store, type StoreEngine } from "../../server/store/mod.ts";
 
+/**
+ * The master key (`RUNPLANE_MASTER_KEY`) the test servers and CLI runs of this test process give a
+ * PostgreSQL store unless told otherwise: one per process, so servers sharing a database share it.
+ */
+export const TEST_MASTER_KEY = randomBytes(32).toString("base64");
+
 /** The server tests use; its database is only used to create and drop the test databases. */
 export const TEST_DATABASE_URL = process.env.RUNPLANE_TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 

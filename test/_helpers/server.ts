@@ -12,7 +12,7 @@ import { createLogger } from "../../server/log.ts";
 import { createServer, type RunplaneServer } from "../../server/mod.ts";
 import type { StoreEngine } from "../../server/store/mod.ts";
 import { createTestClient, type TestClient } from "./client.ts";
-import { createTestDatabase } from "./postgres.ts";
+import { createTestDatabase, TEST_MASTER_KEY } from "./postgres.ts";
 
 /** The project every test server's default token belongs to. */
 export const TEST_PROJECT = "p-test";
@@ -50,7 +50,10 @@ export interface TestServerOptions {
    * unless `databaseUrl` names one to use (and keep). Default `sqlite`.
    */
   engine?: StoreEngine;
-  /** A PostgreSQL database to use (e.g. to restart on it, or to share it between servers). */
+  /**
+   * A PostgreSQL database to use (e.g. to restart on it, or to share it between servers). The store's
+   * master key is `TEST_MASTER_KEY` unless `env` gives `RUNPLANE_MASTER_KEY`.
+   */
   databaseUrl?: string;
 }
 
@@ -66,7 +69,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     RUNPLANE_APPS_DIR: join(dataDir, "apps"),
     RUNPLANE_LOG_LEVEL: "debug",
     RUNPLANE_RESPONSE_CHECK: "1",
-    ...(databaseUrl ? { RUNPLANE_DATABASE_URL: databaseUrl } : {}),
+    ...(databaseUrl ? { RUNPLANE_DATABASE_URL: databaseUrl, RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {}),
     ...options.env,
   });
   const lines: string[] = [];

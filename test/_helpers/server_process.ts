@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { writeApp } from "./apps.ts";
 import { createTestClient, type TestClient } from "./client.ts";
+import { TEST_MASTER_KEY } from "./postgres.ts";
 
 const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
 
@@ -74,7 +75,15 @@ export async function startServerProcess(
 ): Promise<ServerProcess> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
   const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
-    env: { ...base, PORT: "0", HOST: "127.0.0.1", RUNPLANE_LOG_LEVEL: "info", ...env },
+    env: {
+      ...base,
+      PORT: "0",
+      HOST: "127.0.0.1",
+      RUNPLANE_LOG_LEVEL: "info",
+      // A PostgreSQL store needs a master key; servers of one test share it unless `env` gives another.
+      ...(env.RUNPLANE_DATABASE_URL ? { RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {}),
+      ...env,
+    },
     stdio: ["ignore", "pipe", "pipe"],
     // Leading its own group, the server can be signalled as a terminal or systemd does: the whole group.
     detached: options.ownProcessGroup ?? false,

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { runMain } from "../_helpers/cli.ts";
 import { createTestClient } from "../_helpers/client.ts";
-import { createTestDatabase, engines } from "../_helpers/postgres.ts";
+import { createTestDatabase, engines, TEST_MASTER_KEY } from "../_helpers/postgres.ts";
 import { startTestServer } from "../_helpers/server.ts";
 
 for (const engine of await engines()) {
@@ -13,7 +13,10 @@ for (const engine of await engines()) {
     const dataDir = await mkdtemp(join(tmpdir(), "runplane-cli-"));
     // On PostgreSQL the CLI finds the store by RUNPLANE_DATABASE_URL, the keys still in the data dir.
     const database = engine === "postgres" ? await createTestDatabase() : null;
-    const cli = (args: string[]) => runMain(args, { env: database ? { RUNPLANE_DATABASE_URL: database.url } : {} });
+    const cli = (args: string[]) =>
+      runMain(args, {
+        env: database ? { RUNPLANE_DATABASE_URL: database.url, RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {},
+      });
     try {
       const created = await cli([
         "service-account",

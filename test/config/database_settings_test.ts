@@ -1,9 +1,12 @@
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { ConfigError, loadConfig } from "../../server/config.ts";
+
+const MASTER_KEY = randomBytes(32).toString("base64");
 
 describe("database settings", () => {
   let dir: string;
@@ -24,10 +27,14 @@ describe("database settings", () => {
       ...base(),
       RUNPLANE_DATABASE_URL: "postgresql://rp:pw@db:5432/runplane",
       RUNPLANE_DATABASE_POOL: "25",
+      RUNPLANE_MASTER_KEY: MASTER_KEY,
     });
     assert.equal(config.databaseUrl, "postgresql://rp:pw@db:5432/runplane");
     assert.equal(config.databasePoolSize, 25);
-    assert.equal(loadConfig(base(), { databaseUrl: "postgres://db/x" }).databaseUrl, "postgres://db/x");
+    assert.equal(
+      loadConfig({ ...base(), RUNPLANE_MASTER_KEY: MASTER_KEY }, { databaseUrl: "postgres://db/x" }).databaseUrl,
+      "postgres://db/x",
+    );
   });
 
   it("refuses another scheme and a bad pool size without echoing the URL's password", () => {

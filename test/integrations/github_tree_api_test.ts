@@ -6,7 +6,7 @@ import { main } from "../../server/cli/mod.ts";
 import { saveProjectIntegration } from "../../server/integrations/mod.ts";
 import { createTestClient } from "../_helpers/client.ts";
 import { type FakeGithub, type FakeNode, startFakeGithub } from "../_helpers/fake_github.ts";
-import { engines } from "../_helpers/postgres.ts";
+import { engines, TEST_MASTER_KEY } from "../_helpers/postgres.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const ROOT: Record<string, FakeNode> = {
@@ -65,7 +65,7 @@ for (const engine of await engines()) {
       ], {
         stdout: new Writable({ write: (_c, _e, done) => done() }),
         stderr: new Writable({ write: (chunk, _e, done) => ((stderr += chunk), done()) }),
-        env: {},
+        env: t.databaseUrl ? { RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {},
       });
       assert.equal(code, 0, stderr);
       assert.ok(!stderr.includes(token));
