@@ -43,6 +43,8 @@ export const DOMAIN_FOLDERS = [
   "deadline",
   "deployments",
   "integrations",
+  "json",
+  "keys",
   "metrics",
   "problems",
   "random",
