@@ -126,6 +126,9 @@ for (const engine of await engines()) {
     });
 
     it("ends a run past its app's grace period as failure/timeout and stops the worker", async () => {
+      // A warm worker first: on a loaded machine a cold start alone can outlast the 1 s grace period, and
+      // the function must have run for the test to see it stopped.
+      assert.equal((await callRun(ref("slow"), "echo")).response.status, 200);
       const runId = await submitAsync(ref("slow"), "hang");
       const done = await waitForStatus(ref("slow"), runId, ["failure"]);
       assert.equal(done.error?.type, "timeout");
