@@ -77,6 +77,7 @@ interface Pending {
   reject(error: unknown): void;
   stream?: ItemQueue<StreamItem>;
   failed?: RunFailure;
+  /** Set once the call was cancelled: a second cancel (the signal and the stream's reader both stop) is a no-op. */
   cancelTimer?: ReturnType<typeof setTimeout>;
   /** Output not yet logged because its line is not complete. */
   partial: Record<string, string>;
@@ -202,7 +203,13 @@ export class PythonReplica implements Replica {
       }, call.graceMs);
       const onAbort = () => this.#cancel(pending);
       this.#pending.set(call.runId, pending);
-      if (call.signal?.aborted) return onAbort();
+      if (call.signal?.aborted) {
+        // Interrupted before the worker was given the call: there is nothing to stop in it.
+        const failure = new RunFailure("interrupted", "The run was interrupted before it started", {
+          runId: call.runId,
+        });
+        return this.#fail(pending, failure);
+      }
       call.signal?.addEventListener("abort", onAbort, { once: true });
       let line: string;
       try {
@@ -252,6 +259,10 @@ export class PythonReplica implements Replica {
   }
 
   #cancel(pending: Pending): void {
+    // A stream is cancelled twice when its client goes away (the request's signal, then its reader's
+    // return): the second must not arm another timer, which would outlive the call and kill the worker
+    // under its other calls.
+    if (pending.cancelTimer !== undefined || this.#pending.get(pending.call.runId) !== pending) return;
     this.#fail(
       pending,
       new RunFailure("interrupted", "The run was interrupted before it finished", { runId: pending.call.runId }),
@@ -261,6 +272,7 @@ export class PythonReplica implements Replica {
     // The worker acknowledges with `cancelled` (or a last result); a call stuck in code that cannot be
     // interrupted costs the worker.
     pending.cancelTimer = setTimeout(() => {
+      if (this.#pending.get(pending.call.runId) !== pending) return;
       const log = { app: this.#options.label, run_id: pending.call.runId, pid: this.pid };
       if (this.#pending.size > 1) {
         // Killing the worker would fail its other calls: let this one run out (its grace period still

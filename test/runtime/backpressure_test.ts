@@ -33,7 +33,7 @@ describe("streams and big results are read without holding or stalling the serve
   let dirs: ServerDirs;
   before(async () => {
     dirs = await makeServerDirs("runplane-backpressure-");
-    // Two apps, so that each test has its own worker (the stalled stream's is killed when it is cancelled).
+    // Two apps, so that each test has its own worker.
     for (const app of ["big", "results"]) {
       await dirs.deploy(app, {
         "runplane.toml": "[scaling]\nmax_replicas = 1\nreplica_concurrency = 2\nresponse_grace_period = 120\n",
