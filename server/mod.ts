@@ -122,7 +122,19 @@ export async function createServer(config: Config, options: CreateServerOptions 
     guard: { allowPrivate: config.webhookAllowPrivate },
     metrics,
     wakeUps: store.notifier,
+    now: store.clock.now,
   });
+  // A delivery committed here wakes this worker at once, and (shared store) the other processes' ones:
+  // one wake-up in flight at a time is enough, they only shorten the next poll.
+  let announcingDeliveries = false;
+  function deliveriesAdded(): void {
+    deliveries.wake();
+    if (store.engine !== "postgres" || announcingDeliveries) return;
+    announcingDeliveries = true;
+    store.notifier.notify("runplane_deliveries").catch((error) =>
+      logger.warn({ err: error }, "announcing webhook deliveries failed; other processes poll for them")
+    ).finally(() => (announcingDeliveries = false));
+  }
   const runs = createRunService({
     db: store.db,
     secrets,
@@ -136,8 +148,12 @@ export async function createServer(config: Config, options: CreateServerOptions 
     executor: runtimeExecutor(runtime),
     metrics,
     owner,
-    ownersDir: join(config.dataDir, "run-owners"),
-    onDeliveries: deliveries.wake,
+    // The same-host pid shortcut only holds for SQLite (one host); on PostgreSQL another process's pid
+    // may be another host's, so leases alone decide which runs were left by a dead process.
+    ownersDir: store.engine === "sqlite" ? join(config.dataDir, "run-owners") : undefined,
+    notifier: store.notifier,
+    now: store.clock.now,
+    onDeliveries: deliveriesAdded,
     deliveryHandOff: deliveries.handOff,
   });
   metrics.setQueuedRunsSource(async () =>

@@ -34,6 +34,8 @@ export interface DispatcherOptions {
   resultLimitBytes: number;
   /** Called after a run's final state (and delivery) was committed. */
   onFinished(): void;
+  /** The store's clock, which decides leases (default the process's). */
+  now?: () => number;
 }
 
 /** Reads a stream to its end (each item is recorded as it passes); stops at the signal's abort. */
@@ -92,6 +94,7 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
         owner: options.owner,
         leaseMs: options.leaseMs,
         limit: Math.floor(free),
+        now: options.now?.(),
       });
       for (const row of claimed) {
         options.events.started({

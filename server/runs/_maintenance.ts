@@ -29,6 +29,8 @@ export interface MaintenanceOptions {
   local: LocalRuns;
   /** Called when deliveries were added to the outbox. */
   onDeliveries(): void;
+  /** The store's clock, which decides leases (default the process's). */
+  now?: () => number;
 }
 
 /** The error of a run whose process stopped while it ran. */
@@ -43,10 +45,11 @@ export const INTERRUPTED = {
 export function startMaintenance(options: MaintenanceOptions): Ticker {
   const { db, logger } = options;
   async function upkeep(): Promise<void> {
-    for (const runId of await renewLeases(db, { owner: options.owner, leaseMs: options.leaseMs })) {
+    const clock = options.now ?? Date.now;
+    for (const runId of await renewLeases(db, { owner: options.owner, leaseMs: options.leaseMs, now: clock() })) {
       options.local.get(runId)?.cancel();
     }
-    const now = Date.now();
+    const now = clock();
     let interrupted = 0; // runs ended (or deliveries freed) that the delivery worker must look at
     async function interrupt(row: RunRow, where: { staleBefore?: number; owner?: string }): Promise<void> {
       const ended = await finishAndReport({ ...row, started_at: null }, {

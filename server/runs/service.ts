@@ -3,12 +3,12 @@
  * run records, cancels runs, and — when given an executor — dispatches queued async runs.
  */
 import { randomBytes } from "node:crypto";
-import type { Insertable, Kysely } from "kysely";
+import type { Insertable, Kysely, Transaction } from "kysely";
 import type { components } from "../../generated/api.d.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
-import { createGroupCommit, type Database } from "../store/mod.ts";
+import { createGroupCommit, type Database, type Notifier } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import type { Ticker } from "../ticker/mod.ts";
 import {
@@ -102,7 +102,9 @@ export interface RunService {
   listRuns(app: { projectId: string; appId: string }, options?: ListRunsOptions): Promise<RunPage>;
   /**
    * Cancels a run: queued → `cancelled` at once; running here → interrupted and `cancelled`; running in
-   * another process → asked to stop (it ends `cancelled` within a lease period). 404 / 409 problems.
+   * another process → asked to stop (a wake-up on `runplane_cancel`, and its next lease renewal): it ends
+   * `cancelled` within a second or so, which this waits for (up to `remoteCancelWaitMs`). 404 / 409
+   * problems.
    */
   cancelRun(ref: RunRef): Promise<Run>;
   /** Queued runs per app, from the store (for the `runplane_runs_queued` gauge). */
@@ -160,6 +162,17 @@ export interface RunServiceOptions {
    * ends the runs of a dead process of this host at once instead of after their lease.
    */
   ownersDir?: string;
+  /**
+   * Wake-ups between processes sharing the store: a committed async run is announced on
+   * `runplane_runs` (idle processes claim it at once), a cancel of a run running elsewhere on
+   * `runplane_cancel` (with its id); this process listens to both. Without it, polling and lease
+   * renewal alone carry them.
+   */
+  notifier?: Pick<Notifier, "notify" | "listen">;
+  /** The store's clock, which decides leases (default the process's); see `Store.clock`. */
+  now?: () => number;
+  /** How long `cancelRun` waits for a run running in another process to end before answering (default 3 s). */
+  remoteCancelWaitMs?: number;
   /** Dispatcher poll interval when nothing woke it (default 250 ms). */
   pollMs?: number;
   /**
@@ -175,6 +188,8 @@ export function createRunService(options: RunServiceOptions): RunService {
   const owner = options.owner ?? `rp_${randomBytes(8).toString("hex")}`;
   const local: LocalRuns = new Map();
   const onDeliveries = options.onDeliveries ?? (() => {});
+  const clock = options.now ?? Date.now;
+  const notifier = options.notifier;
   const events = createRunEvents(logger, options.metrics);
   // Kept after a clean stop too: the next start sees the process is gone and ends what it left running.
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
@@ -207,6 +222,7 @@ export function createRunService(options: RunServiceOptions): RunService {
         onDeliveries();
         dispatcher?.wake();
       },
+      now: clock,
     });
     loops.push(dispatcher);
   }
@@ -221,14 +237,31 @@ export function createRunService(options: RunServiceOptions): RunService {
       resultTtlMs: config.resultTtlMs,
       local,
       onDeliveries,
+      now: clock,
     }),
   );
+  const unlisten: Array<() => void> = [];
+  if (notifier) {
+    // Another process queued a run: claim it now if there is room, rather than at the next poll.
+    if (dispatcher) unlisten.push(notifier.listen("runplane_runs", () => dispatcher?.wake()));
+    // Another process was asked to cancel a run this one runs. A lost wake-up is caught by the next
+    // lease renewal, which reads `cancel_requested`.
+    unlisten.push(notifier.listen("runplane_cancel", (runId) => {
+      if (runId) local.get(runId)?.cancel();
+    }));
+  }
+
+  /** Announces committed queued runs to every process (inside `trx`: sent on its commit). */
+  async function announceQueued(trx: Transaction<Database>): Promise<void> {
+    await notifier?.notify("runplane_runs", undefined, { db: trx });
+  }
 
   // Accepted async runs: the 202 follows the commit of the run's record, and the records of calls
   // accepted in the same turn of the event loop share one commit.
   const queued = createGroupCommit<Insertable<RunTable>>((rows) =>
     db.transaction().execute(async (trx) => {
       for (const row of rows) await insertRun(trx, row);
+      await announceQueued(trx);
     })
   );
 
@@ -307,7 +340,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       webhook_secret: null,
       webhook_credentials: null,
       lease_owner: owner,
-      lease_expires_at: now + config.runLeaseMs,
+      lease_expires_at: clock() + config.runLeaseMs,
     };
   }
 
@@ -357,7 +390,10 @@ export function createRunService(options: RunServiceOptions): RunService {
         runId: row.run_id,
         now: row.created_at,
       });
-      if (found.fresh) await insertRun(trx, row);
+      if (found.fresh) {
+        await insertRun(trx, row);
+        if (call.mode === "async") await announceQueued(trx);
+      }
       return found;
     });
     if (!reservation.fresh) {
@@ -405,6 +441,16 @@ export function createRunService(options: RunServiceOptions): RunService {
     return row;
   }
 
+  /** Waits (polling the store) until `ref` has ended, or `timeoutMs` passed. */
+  async function untilEnded(ref: RunRef, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      const row = await selectRun(db, ref);
+      if (!row || (TERMINAL_STATUSES as readonly string[]).includes(row.status)) return;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
   async function cancelRun(ref: RunRef): Promise<Run> {
     const row = await findRun(ref);
     if ((TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
@@ -431,11 +477,17 @@ export function createRunService(options: RunServiceOptions): RunService {
       if (!ended) return await cancelRun(ref);
       onDeliveries();
     } else {
-      await db.updateTable("runs").set({ cancel_requested: 1 }).where("run_id", "=", ref.runId).where(
+      // Running in another process: ask it (the flag survives a lost wake-up; its lease renewal reads
+      // it), wake it, and give it a moment to stop the function and record `cancelled`.
+      const asked = await db.updateTable("runs").set({ cancel_requested: 1 }).where("run_id", "=", ref.runId).where(
         "status",
         "=",
         "running",
-      ).execute();
+      ).executeTakeFirst();
+      if (Number(asked.numUpdatedRows) === 1) {
+        await notifier?.notify("runplane_cancel", ref.runId);
+        await untilEnded(ref, options.remoteCancelWaitMs ?? 3_000);
+      }
     }
     logger.info({ run_id: ref.runId, was: row.status }, "run cancelled");
     return await view(await findRun(ref));
@@ -502,6 +554,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       return ended;
     },
     async stop() {
+      for (const stopListening of unlisten) stopListening();
       await Promise.all(loops.map((loop) => loop.stop()));
       await writer.close();
     },

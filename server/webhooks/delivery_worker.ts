@@ -55,6 +55,8 @@ export interface DeliveryWorkerOptions {
    * worker look at the outbox at once, as `wake()` does; the poll stays the fallback.
    */
   wakeUps?: Pick<Notifier, "listen">;
+  /** The store's clock, which decides the outbox's leases (default the process's). */
+  now?: () => number;
 }
 
 /**
@@ -84,6 +86,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
   const maxInFlight = options.maxInFlight ?? 64;
+  const clock = options.now ?? Date.now;
   // Handed-off deliveries waiting for the window; past it, new ones stay in the outbox to be claimed.
   const maxReady = maxInFlight * 4;
   // Every attempt in flight listens to it (through its deadline): a light one, no listener limit.
@@ -166,7 +169,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     while (inFlight < maxInFlight && ready.length > 0 && !stopping.signal.aborted) {
       const { delivery, leaseEnds } = ready.shift()!;
       // Too close to its lease's end, another process may claim it as well: leave it to the outbox.
-      if (Date.now() + options.timeoutMs >= leaseEnds) continue;
+      if (clock() + options.timeoutMs >= leaseEnds) continue;
       inFlight++;
       attempt(delivery)
         .catch((error) =>
@@ -187,7 +190,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       backlog = true;
       return;
     }
-    const now = Date.now();
+    const now = clock();
     const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit: Math.min(room, 32) });
     backlog = due.length === Math.min(room, 32);
     const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now });
@@ -197,10 +200,14 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
 
   const handOff: DeliveryHandOff = {
     lease(now) {
-      return ready.length < maxReady && !stopping.signal.aborted ? { owner, expiresAt: now + leaseMs } : null;
+      // `now` is the process's clock (the delivery's created_at); the lease's end is the store's.
+      return ready.length < maxReady && !stopping.signal.aborted
+        ? { owner, expiresAt: now + (clock() - Date.now()) + leaseMs }
+        : null;
     },
     take(deliveries) {
-      for (const delivery of deliveries) ready.push({ delivery, leaseEnds: delivery.created_at + leaseMs });
+      const offset = clock() - Date.now();
+      for (const delivery of deliveries) ready.push({ delivery, leaseEnds: delivery.created_at + offset + leaseMs });
       pump();
     },
   };
