@@ -41,6 +41,7 @@ async function finishedBy(server: BenchServer): Promise<number> {
 async function drain(context: BenchContext, runs: number, processes: number): Promise<Drain> {
   const database: BenchDatabase = await createBenchDatabase();
   const servers: BenchServer[] = [];
+  let cancelHeld: (() => Promise<unknown>) | undefined;
   try {
     const submitter = await startRunplane({}, { databaseUrl: database.url, appsDir: join(APPS, "hold") });
     servers.push(submitter);
@@ -48,6 +49,7 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
     const url = `${submitter.url}/v4/${BENCH_PROJECT}/drain/run?async=true`;
     const held = await (await fetch(url, { method: "POST", headers, body: "{}" })).json() as { run_id: string };
     const runUrl = `${submitter.url}/v4/projects/${BENCH_PROJECT}/apps/drain/runs/${held.run_id}`;
+    cancelHeld = () => fetch(runUrl, { method: "DELETE", headers });
     for (let status = ""; status !== "running";) {
       status = ((await (await fetch(runUrl, { headers })).json()) as { status: string }).status;
       if (status !== "running") await new Promise((r) => setTimeout(r, 50));
@@ -99,6 +101,7 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
     };
   } finally {
     // The held run is cancelled first, so the submitting server stops at once.
+    if (cancelHeld) await cancelHeld().catch(() => {});
     for (const server of servers.reverse()) await server.stop();
     await database.drop();
   }
