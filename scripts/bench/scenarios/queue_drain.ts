@@ -21,6 +21,11 @@ interface Drain {
    */
   steadyRate: number;
   succeeded: number;
+  /** WAL bytes per run written while accepting, and while draining (cluster-wide: other sessions count too). */
+  walAccept: number;
+  walDrain: number;
+  /** Bytes of the runs table with its indexes and TOAST, per run, once drained. */
+  tableBytes: number;
   /** Runs each process finished (its `runplane_runs_finished_total`), in start order. */
   perProcess: number[];
 }
@@ -54,6 +59,10 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
       status = ((await (await fetch(runUrl, { headers })).json()) as { status: string }).status;
       if (status !== "running") await new Promise((r) => setTimeout(r, 50));
     }
+    const lsn = async () => (await database.query<{ lsn: string }>(`select pg_current_wal_lsn() as lsn`))[0].lsn;
+    const walBytes = async (from: string, to: string) =>
+      Number((await database.query<{ bytes: string }>(`select pg_wal_lsn_diff($1, $2) as bytes`, [to, from]))[0].bytes);
+    const beforeAccept = await lsn();
     context.log(`queue drain: submitting ${runs} async runs`);
     const submitted = await loadTest(url, { method: "POST", headers, body: "{}", amount: runs, connections: 32 });
     if (submitted.non2xx || submitted.errors) {
@@ -64,6 +73,7 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
     );
     if (Number(queued) !== runs) throw new Error(`${queued} runs queued, expected ${runs}`);
 
+    const beforeDrain = await lsn();
     context.log(`queue drain: draining with ${processes} process${processes > 1 ? "es" : ""}`);
     const drainers = await Promise.all(
       Array.from(
@@ -82,7 +92,9 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
       if (Date.now() > deadline) throw new Error(`${done} of ${runs} runs ended within 10 minutes`);
       await new Promise((r) => setTimeout(r, 200));
     }
+    const afterDrain = await lsn();
     const perProcess = await Promise.all(drainers.map(finishedBy));
+    const [{ size }] = await database.query<{ size: string }>(`select pg_total_relation_size('runs') as size`);
     const [figures] = await database.query<
       { succeeded: string; first: string; last: string; p10: string; p90: string }
     >(
@@ -97,6 +109,9 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
       rate: succeeded / ((Number(figures.last) - Number(figures.first)) / 1000),
       steadyRate: (0.8 * runs) / ((Number(figures.p90) - Number(figures.p10)) / 1000),
       succeeded,
+      walAccept: (await walBytes(beforeAccept, beforeDrain)) / runs,
+      walDrain: (await walBytes(beforeDrain, afterDrain)) / runs,
+      tableBytes: Number(size) / (runs + 1),
       perProcess,
     };
   } finally {
@@ -143,7 +158,9 @@ export async function queueDrainScenario(context: BenchContext): Promise<BenchRo
       unit: "runs/s",
       note: `${common}; rounds ${one.map((d) => Math.round(d.rate)).join(", ")} runs/s; p10–p90 of ends ${
         Math.round(mean(one.map((d) => d.steadyRate)))
-      } runs/s`,
+      } runs/s; per run: WAL ${Math.round(mean(one.map((d) => d.walAccept)))} B accepting + ${
+        Math.round(mean(one.map((d) => d.walDrain)))
+      } B draining (cluster-wide), runs table ${Math.round(mean(one.map((d) => d.tableBytes)))} B`,
     }),
     row({
       scenario: SCENARIO,
