@@ -1,9 +1,11 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createServiceAccount, loadOrCreateSigningKey } from "../../server/auth/mod.ts";
+import { createServiceAccount } from "../../server/auth/mod.ts";
+import { keysBootstrap, loadKeys, parseMasterKey } from "../../server/keys/mod.ts";
 import { openStore } from "../../server/store/mod.ts";
 import { ROOT } from "../generate.ts";
+import { BENCH_MASTER_KEY, createBenchDatabase } from "./_postgres.ts";
 import { type BenchProcess, startProcess } from "./_processes.ts";
 
 /** The benchmark's project (its apps are in scripts/bench/apps/p-bench). */
@@ -15,14 +17,26 @@ export interface BenchServer extends BenchProcess {
   dataDir: string;
 }
 
+/** Options of `startRunplane`. */
+export interface StartRunplaneOptions {
+  /** A `postgres://` URL: the server keeps its state there (with `BENCH_MASTER_KEY`), not in SQLite. */
+  databaseUrl?: string;
+  /** The apps dir (default scripts/bench/apps). */
+  appsDir?: string;
+}
+
 /**
  * Starts the built server (`dist/server/main.js`) as its own process, in production mode (no response
  * check), on a temporary data dir with the benchmark apps, and mints a token for `p-bench`.
  */
-export async function startRunplane(env: Record<string, string> = {}): Promise<BenchServer> {
+export async function startRunplane(
+  env: Record<string, string> = {},
+  options: StartRunplaneOptions = {},
+): Promise<BenchServer> {
   const dataDir = await mkdtemp(join(tmpdir(), "runplane-bench-"));
-  const store = await openStore(dataDir);
-  const key = await loadOrCreateSigningKey(dataDir);
+  const masterKey = options.databaseUrl ? parseMasterKey(BENCH_MASTER_KEY) : null;
+  const store = await openStore(dataDir, { databaseUrl: options.databaseUrl, bootstrap: keysBootstrap(masterKey) });
+  const key = (await loadKeys(store, { dataDir, masterKey })).signing.current;
   const { token } = await createServiceAccount({ db: store.db, key }, {
     projectId: BENCH_PROJECT,
     name: "bench",
@@ -37,8 +51,11 @@ export async function startRunplane(env: Record<string, string> = {}): Promise<B
     env: {
       NODE_ENV: "production",
       RUNPLANE_DATA_DIR: dataDir,
-      RUNPLANE_APPS_DIR: join(ROOT, "scripts", "bench", "apps"),
+      RUNPLANE_APPS_DIR: options.appsDir ?? join(ROOT, "scripts", "bench", "apps"),
       RUNPLANE_LOG_LEVEL: "warn",
+      ...(options.databaseUrl
+        ? { RUNPLANE_DATABASE_URL: options.databaseUrl, RUNPLANE_MASTER_KEY: BENCH_MASTER_KEY }
+        : {}),
       ...env,
     },
     readyPath: "/healthz",
@@ -52,4 +69,25 @@ export async function startRunplane(env: Record<string, string> = {}): Promise<B
       await rm(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Starts a server like `startRunplane` on a fresh PostgreSQL database of its own, dropped when the
+ * server is stopped.
+ */
+export async function startRunplaneOnPostgres(env: Record<string, string> = {}): Promise<BenchServer> {
+  const database = await createBenchDatabase();
+  try {
+    const server = await startRunplane(env, { databaseUrl: database.url });
+    return {
+      ...server,
+      async stop() {
+        await server.stop();
+        await database.drop();
+      },
+    };
+  } catch (error) {
+    await database.drop();
+    throw error;
+  }
 }

@@ -1,7 +1,9 @@
 /**
  * `npm run bench`: starts Runplane and its peers as separate processes on loopback, drives them with
  * autocannon, prints one table, and writes it as JSON (scripts/bench/results.json) and as the README's
- * Performance section. `npm run bench -- 1 5` runs only scenarios 1 and 5.
+ * Performance section. `npm run bench -- 1 5` runs only scenarios 1 and 5 (`npm run bench -- drain` is
+ * scenario 8 alone), and writes only results.json. PostgreSQL rows use `BENCH_DATABASE_URL` (see
+ * _postgres.ts); `BENCH_DRAIN_RUNS` sets the queue drain's size (default 10,000).
  */
 import { execFileSync } from "node:child_process";
 import { writeFile } from "node:fs/promises";
@@ -15,23 +17,32 @@ import { startRunplane } from "./_runplane.ts";
 import { asyncAcceptScenario } from "./scenarios/async_accept.ts";
 import { baseImageScenario } from "./scenarios/base_image.ts";
 import { idleRssScenario } from "./scenarios/idle_rss.ts";
+import { queueDrainScenario } from "./scenarios/queue_drain.ts";
 import { repositoryTreeScenario } from "./scenarios/repository_tree.ts";
 import { streamingScenario } from "./scenarios/streaming.ts";
 import { syncRunScenario } from "./scenarios/sync_run.ts";
 import { webhookDeliveryScenario } from "./scenarios/webhook_delivery.ts";
 
-/** Scenarios by number, in the order they run (idle memory first, before any load). */
-const SCENARIOS: Array<[string, Scenario]> = [
-  ["7", idleRssScenario],
-  ["1", syncRunScenario],
-  ["2", asyncAcceptScenario],
-  ["3", streamingScenario],
-  ["4", webhookDeliveryScenario],
-  ["5", baseImageScenario],
-  ["6", repositoryTreeScenario],
+/** Scenarios by number and name, in the order they run (idle memory first, before any load). */
+const SCENARIOS: Array<[string, string, Scenario]> = [
+  ["7", "idle", idleRssScenario],
+  ["1", "sync", syncRunScenario],
+  ["2", "accept", asyncAcceptScenario],
+  ["3", "streaming", streamingScenario],
+  ["4", "webhook", webhookDeliveryScenario],
+  ["5", "base-image", baseImageScenario],
+  ["6", "tree", repositoryTreeScenario],
+  ["8", "drain", queueDrainScenario],
 ];
 
 const only = process.argv.slice(2);
+const unknown = only.filter((wanted) => !SCENARIOS.some(([id, name]) => wanted === id || wanted === name));
+if (unknown.length) {
+  process.stderr.write(
+    `unknown scenario ${unknown.join(", ")}; known: ${SCENARIOS.map(([id, name]) => `${id} (${name})`).join(", ")}\n`,
+  );
+  process.exit(2);
+}
 const started = Date.now();
 const log = (message: string) =>
   process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${message}\n`);
@@ -48,8 +59,8 @@ const bareKoa = await startProcess(process.execPath, {
 const context: BenchContext = { runplane, bareKoa, durationSeconds: Number(process.env.BENCH_SECONDS ?? 8), log };
 const report: BenchReport = { date: new Date().toISOString().slice(0, 10), machine: machineInfo(), rows: [] };
 try {
-  for (const [id, scenario] of SCENARIOS) {
-    if (only.length && !only.includes(id)) continue;
+  for (const [id, name, scenario] of SCENARIOS) {
+    if (only.length && !only.includes(id) && !only.includes(name)) continue;
     try {
       report.rows.push(...(await scenario(context)));
     } catch (error) {

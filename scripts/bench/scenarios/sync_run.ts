@@ -2,6 +2,7 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { ROOT } from "../../generate.ts";
 import { type BenchContext, row } from "../_context.ts";
+import { postgresVersusSqlite } from "../_engines.ts";
 import { type LoadOptions, type LoadResult, loadTest } from "../_load.ts";
 import { memoryOf, startProcess } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";
@@ -183,5 +184,25 @@ export async function syncRunScenario(context: BenchContext): Promise<BenchRow[]
     }),
   );
   rows.push(await infoLevelRow(context, scenario));
+  const half = Math.max(1, Math.round(durationSeconds / 2));
+  const call = (server: BenchServer, seconds: number) =>
+    loadTest(`${server.url}/v4/${BENCH_PROJECT}/echo/run`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${server.token}`, "Content-Type": "application/json" },
+      body: BODY,
+      durationSeconds: seconds,
+    });
+  rows.push(
+    await postgresVersusSqlite(context, {
+      scenario,
+      target: "≥ 0.8× SQLite",
+      met: (_, ratio) => ratio >= 0.8,
+      warmUp: (server) => call(server, 2),
+      measure: async (server) => {
+        const result = await call(server, half);
+        return { rate: result.requestsPerSecond, p50Ms: result.p50Ms, p99Ms: result.p99Ms, failures: result.non2xx };
+      },
+    }),
+  );
   return rows;
 }

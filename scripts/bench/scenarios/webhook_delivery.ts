@@ -2,10 +2,11 @@ import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { type BenchContext, row } from "../_context.ts";
+import { postgresVersusSqlite } from "../_engines.ts";
 import { loadTest } from "../_load.ts";
 import { memoryOf } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";
-import { BENCH_PROJECT } from "../_runplane.ts";
+import { BENCH_PROJECT, type BenchServer } from "../_runplane.ts";
 
 // About as long as the other scenarios' 8 s, so that starting the load generator is not a share of it.
 const DELIVERIES = 20_000;
@@ -31,6 +32,29 @@ export async function webhookDeliveryScenario(context: BenchContext): Promise<Be
   });
   await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
   const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+
+  /** Makes `amount` deliveries through `server` and waits for them: from the first arrival to the last. */
+  async function deliver(server: BenchServer, amount: number) {
+    received = 0;
+    signed = 0;
+    const url = `${server.url}/v4/${BENCH_PROJECT}/echo/run?webhookEndpoint=${encodeURIComponent(hook)}`;
+    const calls = await loadTest(url, {
+      method: "POST" as const,
+      headers: {
+        Authorization: `Bearer ${server.token}`,
+        "Content-Type": "application/json",
+        "X-Webhook-Secret": "bench-secret",
+      },
+      body: JSON.stringify({ name: "bench" }),
+      connections: 32,
+      amount,
+    });
+    const deadline = Date.now() + 120_000;
+    while (received < amount - calls.non2xx && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    // From the first delivery's arrival to the last one's: the load generator's start is not counted.
+    return { rate: (received - 1) / ((lastAt - firstAt) / 1000), received, signed, calls };
+  }
+
   try {
     context.log("webhook: direct POSTs to the receiver (baseline)");
     const body = JSON.stringify({
@@ -49,34 +73,25 @@ export async function webhookDeliveryScenario(context: BenchContext): Promise<Be
       amount: DELIVERIES,
       connections: 32,
     });
-    received = 0;
-    signed = 0;
 
-    const url = `${runplane.url}/v4/${BENCH_PROJECT}/echo/run?webhookEndpoint=${encodeURIComponent(hook)}`;
-    const load = {
-      method: "POST" as const,
-      headers: {
-        Authorization: `Bearer ${runplane.token}`,
-        "Content-Type": "application/json",
-        "X-Webhook-Secret": "bench-secret",
-      },
-      body: JSON.stringify({ name: "bench" }),
-      connections: 32,
-    };
     // Like every other scenario, the measured part starts warm: the webhook path's code is compiled.
     context.log(`webhook: warming up with ${WARM_UP} deliveries`);
-    await loadTest(url, { ...load, amount: WARM_UP });
-    const warmDeadline = Date.now() + 60_000;
-    while (received < WARM_UP && Date.now() < warmDeadline) await new Promise((r) => setTimeout(r, 50));
-    received = 0;
-    signed = 0;
+    await deliver(runplane, WARM_UP);
 
     context.log(`webhook: ${DELIVERIES} signed deliveries through runplane`);
-    const calls = await loadTest(url, { ...load, amount: DELIVERIES });
-    const deadline = Date.now() + 120_000;
-    while (received < DELIVERIES - calls.non2xx && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    // From the first delivery's arrival to the last one's: the load generator's start is not counted.
-    const rate = (received - 1) / ((lastAt - firstAt) / 1000);
+    const ours = await deliver(runplane, DELIVERIES);
+    const memory = await memoryOf(runplane.child.pid!);
+    const half = DELIVERIES / 2;
+    const postgres = await postgresVersusSqlite(context, {
+      scenario,
+      unit: "deliveries/s",
+      target: "report",
+      warmUp: (server) => deliver(server, WARM_UP),
+      measure: async (server) => {
+        const round = await deliver(server, half);
+        return { rate: round.rate, failures: half - Math.min(round.received, round.signed) };
+      },
+    });
     return [
       row({
         scenario,
@@ -88,16 +103,18 @@ export async function webhookDeliveryScenario(context: BenchContext): Promise<Be
       row({
         scenario,
         subject: "runplane deliveries",
-        throughput: rate,
+        throughput: ours.rate,
         unit: "deliveries/s",
-        peakRssMiB: (await memoryOf(runplane.child.pid!)).peakRssMiB,
-        ratio: rate / direct.requestsPerSecond,
+        peakRssMiB: memory.peakRssMiB,
+        ratio: ours.rate / direct.requestsPerSecond,
         target: "≥ 3,000/s",
-        met: rate >= 3000 && signed === received && received === DELIVERIES,
-        note: `${received} of ${DELIVERIES} delivered, ${signed} signed; the sync calls that made them ran at ${
-          Math.round(calls.requestsPerSecond)
-        }/s`,
+        met: ours.rate >= 3000 && ours.signed === ours.received && ours.received === DELIVERIES,
+        note:
+          `${ours.received} of ${DELIVERIES} delivered, ${ours.signed} signed; the sync calls that made them ran at ${
+            Math.round(ours.calls.requestsPerSecond)
+          }/s`,
       }),
+      postgres,
     ];
   } finally {
     await new Promise((r) => receiver.close(r));

@@ -1,0 +1,5 @@
+"""The drain benchmark's no-op function."""
+
+
+def run():
+    return None
