@@ -7,8 +7,10 @@ import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/serv
 function parsePrometheus(text: string): Map<string, number> {
   const samples = new Map<string, number>();
   const metricName = "[a-zA-Z_:][a-zA-Z0-9_:]*";
+  // Values as Prometheus reads them (Go's ParseFloat: NaN and ±Inf in any case; prom-client writes an
+  // event-loop lag that has no sample yet as `Nan`).
   const sample = new RegExp(
-    `^(${metricName}(?:\\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\\]|\\\\.)*",?)*\\})?) (-?[0-9.e+-]+|NaN|\\+Inf|-Inf)$`,
+    `^(${metricName}(?:\\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\\]|\\\\.)*",?)*\\})?) (-?[0-9.e+-]+|[Nn][Aa][Nn]|[+-][Ii][Nn][Ff])$`,
   );
   for (const line of text.split("\n")) {
     if (line === "") continue;
@@ -18,7 +20,11 @@ function parsePrometheus(text: string): Map<string, number> {
     }
     const match = sample.exec(line);
     assert.ok(match, `not a Prometheus sample line: ${line}`);
-    samples.set(match[1], Number(match[2]));
+    const value = match[2].toLowerCase();
+    samples.set(
+      match[1],
+      value === "nan" ? NaN : value === "+inf" ? Infinity : value === "-inf" ? -Infinity : Number(value),
+    );
   }
   return samples;
 }
