@@ -81,6 +81,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/projects/{project_id}/apps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List apps
+         * @description Every app of the project: directory apps and deployed ones.
+         */
+        get: operations["listApps"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/projects/{project_id}/apps/{app_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an app
+         * @description One app: runtime, scaling, active deployment, state, replicas and queued runs.
+         */
+        get: operations["getApp"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an app
+         * @description Delete a deployed app: new calls answer 404 at once, calls in flight finish. Its deployments and
+         *     runs are kept until they expire. A directory app answers 409 (remove its folder instead).
+         */
+        delete: operations["deleteApp"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/projects/{project_id}/apps/{app_id}/base-image": {
         parameters: {
             query?: never;
@@ -96,6 +141,95 @@ export interface paths {
          *     has seen it before.
          */
         post: operations["createBaseImageHash"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/projects/{project_id}/apps/{app_id}/deployments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List deployments
+         * @description An app's deployments, newest first.
+         */
+        get: operations["listDeployments"];
+        put?: never;
+        /**
+         * Deploy an app
+         * @description Deploy an app: the body is the app folder as a gzip tarball (`application/gzip`, at most
+         *     `RUNPLANE_BUNDLE_LIMIT` bytes), or JSON naming a repository folder to deploy. The app is created if
+         *     it does not exist. 202 answers once the bundle is stored; the build runs after, and the deployment
+         *     becomes active when it is `ready`. Follow it with `getDeploymentLogs`.
+         */
+        post: operations["createDeployment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a deployment
+         * @description One deployment.
+         */
+        get: operations["getDeployment"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Activate a deployment
+         * @description Make a `ready` deployment the active one (roll back or forward): new calls go to it while calls in
+         *     flight finish on the version they started on. 409 for a deployment that is not `ready`.
+         */
+        post: operations["activateDeployment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a deployment's build log
+         * @description The build's output. With `Accept: text/event-stream` a build under way is followed line by line and
+         *     the stream ends with the outcome.
+         */
+        get: operations["getDeploymentLogs"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -218,8 +352,72 @@ export interface webhooks {
 }
 export interface components {
     schemas: {
+        /** @description A deployed app. */
+        App: {
+            /** @description The deployment serving calls; null for a directory app or before the first build succeeded. */
+            active_deployment_id: components["schemas"]["DeploymentId"] | null;
+            app_id: components["schemas"]["AppName"];
+            /** @description When the app was first deployed; null for a directory app. */
+            created_at: string | null;
+            /** @description Why the app cannot serve (a failed build or a `runplane.toml` that does not load). */
+            error: string | null;
+            project_id: components["schemas"]["ProjectId"];
+            /**
+             * Format: int32
+             * @description Async runs of the app waiting in the store (every process).
+             */
+            queued_runs: number;
+            replicas: components["schemas"]["AppReplicas"];
+            /** @description Null until a `runplane.toml` loaded. */
+            runtime: ("python" | "custom") | null;
+            scaling: components["schemas"]["AppScaling"] | null;
+            source: components["schemas"]["AppSource"];
+            state: components["schemas"]["AppState"];
+        };
+        /** @description Every app of a project, by name. */
+        AppList: {
+            apps: components["schemas"]["App"][];
+        };
         /** @description An app's name within its project: letters, digits, `_` and `-`. */
         AppName: string;
+        /** @description Replicas of an app on the process that answered, by state. */
+        AppReplicas: {
+            /** Format: int32 */
+            busy: number;
+            /** Format: int32 */
+            idle: number;
+            /** Format: int32 */
+            starting: number;
+        };
+        /** @description An app's scaling settings from its `runplane.toml`. */
+        AppScaling: {
+            /**
+             * Format: double
+             * @description Seconds an idle replica above `min_replicas` lives.
+             */
+            cooldown: number;
+            /** Format: int32 */
+            max_replicas: number;
+            /** Format: int32 */
+            min_replicas: number;
+            /** Format: int32 */
+            replica_concurrency: number;
+            /**
+             * Format: double
+             * @description Seconds one call may run.
+             */
+            response_grace_period: number;
+        };
+        /**
+         * @description Where an app comes from: a folder of `RUNPLANE_APPS_DIR` (read-only here) or deployments.
+         * @enum {string}
+         */
+        AppSource: "directory" | "deployment";
+        /**
+         * @description Whether an app can take calls: its active version loaded, or a build under way, or nothing that works.
+         * @enum {string}
+         */
+        AppState: "building" | "ready" | "failed";
         /** @description A shell command, Base64-encoded (RFC 4648, standard alphabet, padded). */
         Base64Command: string;
         /** @description The canonical digest of an app's build dependencies. */
@@ -248,6 +446,73 @@ export interface components {
          * @enum {string}
          */
         BaseImageStatus: "new" | "cached";
+        /** @description One uploaded (or fetched) version of an app, its build, and whether it serves. */
+        Deployment: {
+            /** @description True for the one deployment of the app that serves its calls. */
+            active: boolean;
+            app_id: components["schemas"]["AppName"];
+            /** @description The base-image digest of the app's dependencies, once `runplane.toml` was read. */
+            base_image_digest: components["schemas"]["Sha256Digest"] | null;
+            /** @description `cached` when a virtualenv for `base_image_digest` existed and nothing was installed. */
+            base_image_status: ("new" | "cached") | null;
+            /** Format: date-time */
+            created_at: string;
+            deployment_id: components["schemas"]["DeploymentId"];
+            /** @description The bundle's digest: equal bytes, equal digest (the store keeps each bundle once). */
+            digest: components["schemas"]["Sha256Digest"];
+            /** @description Why the build failed. */
+            error: string | null;
+            finished_at: string | null;
+            project_id: components["schemas"]["ProjectId"];
+            /** @description For a deployment from a repository. */
+            repository: components["schemas"]["DeploymentRepository"] | null;
+            /**
+             * Format: int64
+             * @description The bundle's size in bytes, compressed.
+             */
+            size_bytes: number;
+            source: components["schemas"]["DeploymentSourceKind"];
+            started_at: string | null;
+            status: components["schemas"]["DeploymentStatus"];
+        };
+        /** @description A deployment's id: `dep_` followed by a time-ordered, 26-character lowercase identifier. */
+        DeploymentId: string;
+        /** @description A page of deployments, newest first. */
+        DeploymentPage: {
+            deployments: components["schemas"]["Deployment"][];
+            /** @description Pass as `cursor` for the next page; null on the last page. */
+            next_cursor: string | null;
+        };
+        /** @description A deployment made from a repository: what was asked for and the commit it resolved to. */
+        DeploymentRepository: {
+            commit: components["schemas"]["GitObjectId"];
+            owner: components["schemas"]["RepoOwner"];
+            /** @description The app's folder inside the repository; empty for its root. */
+            path: string;
+            ref: string;
+            repo: components["schemas"]["RepoName"];
+        };
+        /**
+         * @description Where a deployment's files came from.
+         * @enum {string}
+         */
+        DeploymentSourceKind: "bundle" | "repository";
+        /** @description A repository folder to deploy, read through the project's tree provider (local mirror or GitHub). */
+        DeploymentSourceRequest: {
+            source: {
+                owner: components["schemas"]["RepoOwner"];
+                /** @description The app's folder inside the repository; its root when absent. */
+                path?: string;
+                /** @description A branch, tag or commit; the default branch when absent. */
+                ref?: string;
+                repo: components["schemas"]["RepoName"];
+            };
+        };
+        /**
+         * @description Where a deployment is in its life. `ready` and `failed` are terminal.
+         * @enum {string}
+         */
+        DeploymentStatus: "queued" | "building" | "ready" | "failed";
         /** @description One field that failed validation. */
         FieldError: {
             /** @description What was wrong with it and what is expected. */
@@ -440,6 +705,8 @@ export interface components {
             endpoint: string;
             status: components["schemas"]["WebhookStatus"];
         };
+        /** @description A SHA-256 digest: `sha256:` and 64 lowercase hex digits. */
+        Sha256Digest: string;
         /** @description One path in a repository's tree. */
         TreeEntry: {
             /** @description git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`. */
@@ -658,6 +925,285 @@ export interface operations {
             };
         };
     };
+    listApps: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppList"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getApp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_id: components["schemas"]["AppName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["App"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteApp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_id: components["schemas"]["AppName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description There is no content to send for this request, but the headers may be useful. */
+            204: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request conflicts with the resource's current state. */
+            409: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     createBaseImageHash: {
         parameters: {
             query?: never;
@@ -733,6 +1279,547 @@ export interface operations {
             };
             /** @description The request body's media type is not `application/json`. */
             415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listDeployments: {
+        parameters: {
+            query?: {
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                app_id: components["schemas"]["AppName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentPage"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_id: components["schemas"]["AppName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/gzip": string;
+                "application/json": components["schemas"]["DeploymentSourceRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has been accepted for processing, but processing has not yet completed. */
+            202: {
+                headers: {
+                    Location: string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request conflicts with the resource's current state. */
+            409: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not `application/json`. */
+            415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
+            502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_id: components["schemas"]["AppName"];
+                deployment_id: components["schemas"]["DeploymentId"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    activateDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_id: components["schemas"]["AppName"];
+                deployment_id: components["schemas"]["DeploymentId"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request conflicts with the resource's current state. */
+            409: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getDeploymentLogs: {
+        parameters: {
+            query?: never;
+            header?: {
+                accept?: string;
+            };
+            path: {
+                app_id: components["schemas"]["AppName"];
+                deployment_id: components["schemas"]["DeploymentId"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The build log as plain text, one line per line of output (`==> ` lines are the build's own). */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                    "text/plain": string;
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;

@@ -116,6 +116,211 @@ export const routes = [
     }
   },
   {
+    "operationId": "listApps",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/apps",
+    "koaPath": "/v3/projects/:project_id/apps",
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "listApps_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "listApps_200_headers",
+          "content": {
+            "application/json": "listApps_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "listApps_400_headers",
+          "content": {
+            "application/problem+json": "listApps_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "listApps_401_headers",
+          "content": {
+            "application/problem+json": "listApps_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "listApps_403_headers",
+          "content": {
+            "application/problem+json": "listApps_403_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "listApps_500_headers",
+          "content": {
+            "application/problem+json": "listApps_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "listApps_503_headers",
+          "content": {
+            "application/problem+json": "listApps_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "getApp",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/apps/{app_id}",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id",
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "getApp_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "getApp_200_headers",
+          "content": {
+            "application/json": "getApp_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "getApp_400_headers",
+          "content": {
+            "application/problem+json": "getApp_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "getApp_401_headers",
+          "content": {
+            "application/problem+json": "getApp_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "getApp_403_headers",
+          "content": {
+            "application/problem+json": "getApp_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "getApp_404_headers",
+          "content": {
+            "application/problem+json": "getApp_404_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getApp_500_headers",
+          "content": {
+            "application/problem+json": "getApp_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getApp_503_headers",
+          "content": {
+            "application/problem+json": "getApp_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "deleteApp",
+    "method": "DELETE",
+    "path": "/v3/projects/{project_id}/apps/{app_id}",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id",
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "deleteApp_params",
+      "body": null,
+      "responses": {
+        "204": {
+          "headers": "deleteApp_204_headers",
+          "content": {}
+        },
+        "400": {
+          "headers": "deleteApp_400_headers",
+          "content": {
+            "application/problem+json": "deleteApp_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "deleteApp_401_headers",
+          "content": {
+            "application/problem+json": "deleteApp_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "deleteApp_403_headers",
+          "content": {
+            "application/problem+json": "deleteApp_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "deleteApp_404_headers",
+          "content": {
+            "application/problem+json": "deleteApp_404_application_problem_json"
+          }
+        },
+        "409": {
+          "headers": "deleteApp_409_headers",
+          "content": {
+            "application/problem+json": "deleteApp_409_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "deleteApp_500_headers",
+          "content": {
+            "application/problem+json": "deleteApp_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "deleteApp_503_headers",
+          "content": {
+            "application/problem+json": "deleteApp_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "createBaseImageHash",
     "method": "POST",
     "path": "/v3/projects/{project_id}/apps/{app_id}/base-image",
@@ -192,6 +397,434 @@ export const routes = [
           "headers": "createBaseImageHash_503_headers",
           "content": {
             "application/problem+json": "createBaseImageHash_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "listDeployments",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/apps/{app_id}/deployments",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments",
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "limit",
+        "in": "query",
+        "type": "integer",
+        "required": false
+      },
+      {
+        "name": "cursor",
+        "in": "query",
+        "type": "string",
+        "required": false
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "listDeployments_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "listDeployments_200_headers",
+          "content": {
+            "application/json": "listDeployments_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "listDeployments_400_headers",
+          "content": {
+            "application/problem+json": "listDeployments_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "listDeployments_401_headers",
+          "content": {
+            "application/problem+json": "listDeployments_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "listDeployments_403_headers",
+          "content": {
+            "application/problem+json": "listDeployments_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "listDeployments_404_headers",
+          "content": {
+            "application/problem+json": "listDeployments_404_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "listDeployments_500_headers",
+          "content": {
+            "application/problem+json": "listDeployments_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "listDeployments_503_headers",
+          "content": {
+            "application/problem+json": "listDeployments_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "createDeployment",
+    "method": "POST",
+    "path": "/v3/projects/{project_id}/apps/{app_id}/deployments",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments",
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": true,
+      "contentTypes": [
+        "application/gzip",
+        "application/json"
+      ]
+    },
+    "validators": {
+      "params": "createDeployment_params",
+      "body": "createDeployment_body",
+      "responses": {
+        "202": {
+          "headers": "createDeployment_202_headers",
+          "content": {
+            "application/json": "createDeployment_202_application_json"
+          }
+        },
+        "400": {
+          "headers": "createDeployment_400_headers",
+          "content": {
+            "application/problem+json": "createDeployment_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "createDeployment_401_headers",
+          "content": {
+            "application/problem+json": "createDeployment_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "createDeployment_403_headers",
+          "content": {
+            "application/problem+json": "createDeployment_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "createDeployment_404_headers",
+          "content": {
+            "application/problem+json": "createDeployment_404_application_problem_json"
+          }
+        },
+        "409": {
+          "headers": "createDeployment_409_headers",
+          "content": {
+            "application/problem+json": "createDeployment_409_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "createDeployment_413_headers",
+          "content": {
+            "application/problem+json": "createDeployment_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "createDeployment_415_headers",
+          "content": {
+            "application/problem+json": "createDeployment_415_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "createDeployment_500_headers",
+          "content": {
+            "application/problem+json": "createDeployment_500_application_problem_json"
+          }
+        },
+        "502": {
+          "headers": "createDeployment_502_headers",
+          "content": {
+            "application/problem+json": "createDeployment_502_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "createDeployment_503_headers",
+          "content": {
+            "application/problem+json": "createDeployment_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "getDeployment",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments/:deployment_id",
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "deployment_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "getDeployment_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "getDeployment_200_headers",
+          "content": {
+            "application/json": "getDeployment_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "getDeployment_400_headers",
+          "content": {
+            "application/problem+json": "getDeployment_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "getDeployment_401_headers",
+          "content": {
+            "application/problem+json": "getDeployment_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "getDeployment_403_headers",
+          "content": {
+            "application/problem+json": "getDeployment_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "getDeployment_404_headers",
+          "content": {
+            "application/problem+json": "getDeployment_404_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getDeployment_500_headers",
+          "content": {
+            "application/problem+json": "getDeployment_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getDeployment_503_headers",
+          "content": {
+            "application/problem+json": "getDeployment_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "activateDeployment",
+    "method": "POST",
+    "path": "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/activate",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments/:deployment_id/activate",
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "deployment_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "activateDeployment_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "activateDeployment_200_headers",
+          "content": {
+            "application/json": "activateDeployment_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "activateDeployment_400_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "activateDeployment_401_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "activateDeployment_403_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "activateDeployment_404_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_404_application_problem_json"
+          }
+        },
+        "409": {
+          "headers": "activateDeployment_409_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_409_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "activateDeployment_500_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "activateDeployment_503_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "getDeploymentLogs",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/logs",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments/:deployment_id/logs",
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "deployment_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "accept",
+        "in": "header",
+        "type": "string",
+        "required": false
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "getDeploymentLogs_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "getDeploymentLogs_200_headers",
+          "content": {
+            "text/event-stream": "getDeploymentLogs_200_text_event_stream",
+            "text/plain": "getDeploymentLogs_200_text_plain"
+          }
+        },
+        "400": {
+          "headers": "getDeploymentLogs_400_headers",
+          "content": {
+            "application/problem+json": "getDeploymentLogs_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "getDeploymentLogs_401_headers",
+          "content": {
+            "application/problem+json": "getDeploymentLogs_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "getDeploymentLogs_403_headers",
+          "content": {
+            "application/problem+json": "getDeploymentLogs_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "getDeploymentLogs_404_headers",
+          "content": {
+            "application/problem+json": "getDeploymentLogs_404_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getDeploymentLogs_500_headers",
+          "content": {
+            "application/problem+json": "getDeploymentLogs_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getDeploymentLogs_503_headers",
+          "content": {
+            "application/problem+json": "getDeploymentLogs_503_application_problem_json"
           }
         }
       }

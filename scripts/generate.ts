@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import openapiTS, { astToString } from "openapi-typescript";
 import ts from "typescript";
 import { compileSpec } from "./_generate/compile_spec.ts";
+import { narrowMediaTypeBodies } from "./_generate/media_type_bodies.ts";
 import { addWebhooks } from "./_generate/openapi_webhooks.ts";
 import { operationSchemas } from "./_generate/operation_schemas.ts";
 import { buildRouteTable } from "./_generate/route_table.ts";
@@ -35,7 +36,7 @@ export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
 /** Builds every generated file from the spec, as a map of file name → contents. */
 export async function generateArtifacts(specDir = join(ROOT, "spec")): Promise<Map<string, string>> {
-  const document = addWebhooks(await compileSpec(specDir));
+  const document = addWebhooks(narrowMediaTypeBodies(await compileSpec(specDir)));
   const operations = operationSchemas(document);
   const validators = buildValidators(document, operations);
   const ast = await openapiTS(structuredClone(document) as never, { alphabetize: true, transform: openObjectType });

@@ -21,6 +21,14 @@ export interface Config {
   masterKey: MasterKey | null;
   appsDir: string;
   bodyLimitBytes: number;
+  /** The largest deploy bundle (gzip tarball) accepted, in bytes. */
+  bundleLimitBytes: number;
+  /** How long one build step (a command, the pip install) may run, in milliseconds. */
+  buildTimeoutMs: number;
+  /** pip's index for builds (`--index-url`); null: pip's default, or none when only find-links is set. Never log it unredacted. */
+  pipIndexUrl: string | null;
+  /** A folder or URL of wheels for builds (`--find-links`); null for none. */
+  pipFindLinks: string | null;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** Check every response against the contract and fail loudly on a mismatch. */
   responseCheck: boolean;
@@ -230,6 +238,44 @@ export const SETTINGS = [
     description:
       "Largest accepted request body (413 above it); JSON bodies also nest at most 512 levels (400 above it, on every operation)",
     parse: parseSize,
+  },
+  {
+    key: "bundleLimitBytes",
+    env: "RUNPLANE_BUNDLE_LIMIT",
+    flag: "--bundle-limit",
+    default: "100mb",
+    description: "Largest deploy bundle (the app folder as a gzip tarball) accepted; 413 above it",
+    parse: parseSize,
+  },
+  {
+    key: "buildTimeoutMs",
+    env: "RUNPLANE_BUILD_TIMEOUT",
+    flag: "--build-timeout",
+    default: "15m",
+    description: "Longest one build step (a pre-build or shell command, the pip install) may run",
+    parse: duration(1000, 86_400_000, "1s to 24h"),
+  },
+  {
+    key: "pipIndexUrl",
+    env: "RUNPLANE_PIP_INDEX_URL",
+    flag: "--pip-index-url",
+    default: "",
+    description:
+      "pip's package index for builds (unset: pip's default, or no index at all when RUNPLANE_PIP_FIND_LINKS is set)",
+    secret: true,
+    parse: (raw) => {
+      if (!raw.trim()) return null;
+      if (!/^https?:\/\//i.test(raw.trim()) || !URL.canParse(raw.trim())) throw new Error("must be an http(s) URL");
+      return raw.trim();
+    },
+  },
+  {
+    key: "pipFindLinks",
+    env: "RUNPLANE_PIP_FIND_LINKS",
+    flag: "--pip-find-links",
+    default: "",
+    description: "A folder (or URL) of wheels pip installs from during builds",
+    parse: (raw) => (raw.trim() ? (/^https?:\/\//i.test(raw.trim()) ? raw.trim() : resolve(raw.trim())) : null),
   },
   {
     key: "logLevel",

@@ -1,6 +1,7 @@
 /** What the handlers share: the server's settings and its domain services. */
 import type { SigningKey, SigningKeys } from "./auth/mod.ts";
 import type { Config } from "./config.ts";
+import type { Deployments } from "./deployments/mod.ts";
 import type { RepositoryTrees } from "./integrations/mod.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/mod.ts";
@@ -34,4 +35,6 @@ export interface ServerContext {
   runtime: Runtime;
   /** Run records, submitting calls, the async dispatcher, cancel. */
   runs: RunService;
+  /** Deployments and deployed apps: bundles, builds, activation. */
+  deployments: Deployments;
 }

@@ -35,7 +35,12 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
   if (server.freshDataDir) {
     const { token } = await createServiceAccount(
       { db: server.context.store.db, key: server.context.key },
-      { projectId: DEMO_PROJECT, name: "demo", scopes: ["rest", "run"], expiresAt: Date.now() + 30 * 86_400_000 },
+      {
+        projectId: DEMO_PROJECT,
+        name: "demo",
+        scopes: ["deploy", "rest", "run"],
+        expiresAt: Date.now() + 30 * 86_400_000,
+      },
     );
     process.stdout.write(
       [

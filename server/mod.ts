@@ -11,6 +11,7 @@ import { createTokenVerifier } from "./auth/mod.ts";
 import { type Config, ConfigError } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { prepareDataDir } from "./data_dir.ts";
+import { createDeployments } from "./deployments/mod.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { answerClientErrors, createDrainGate, createHttpApp } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
@@ -18,7 +19,7 @@ import { keysBootstrap, loadKeys, MasterKeyError, type ProcessKeys } from "./key
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
-import { createRuntime } from "./runtime/mod.ts";
+import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
 import { createRunService } from "./runs/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
@@ -103,14 +104,37 @@ export async function createServer(config: Config, options: CreateServerOptions 
     metrics: metrics.registry,
     cacheEntries: config.treeCacheEntries,
   });
-  const runtime = createRuntime(config.appsDir, { logger, queueLimit: config.appQueueLimit });
+  // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
+  let deployedApps: () => DeployedApp[] = () => [];
+  const runtime = createRuntime(config.appsDir, {
+    logger,
+    queueLimit: config.appQueueLimit,
+    deployedApps: () => deployedApps(),
+  });
+  // One lease owner id for this process's runs, deliveries and builds, recorded in the data dir with its pid.
+  const owner = `rp_${randomBytes(8).toString("hex")}`;
+  const deployments = createDeployments({
+    db: store.db,
+    notifier: store.notifier,
+    logger,
+    owner,
+    now: store.clock.now,
+    settings: {
+      dataDir: config.dataDir,
+      timeoutMs: config.buildTimeoutMs,
+      pipIndexUrl: config.pipIndexUrl,
+      pipFindLinks: config.pipFindLinks,
+      bundleLimitBytes: config.bundleLimitBytes,
+    },
+    runtime,
+    archiveRepository: (projectId, request) => trees.archive(projectId, request),
+  });
+  deployedApps = () => deployments.deployedApps();
   // Calls load an app on demand, so the server listens while apps load; readiness says when they have.
-  const loading = runtime.start().then(() => runtime.warm()).then(
+  const loading = runtime.start().then(() => deployments.start()).then(() => runtime.warm()).then(
     () => void (appsLoaded = true),
     (error) => logger.error({ err: error }, "loading apps failed"),
   );
-  // One lease owner id for this process's runs and deliveries, recorded in the data dir with its pid.
-  const owner = `rp_${randomBytes(8).toString("hex")}`;
   const deliveries = startDeliveryWorker({
     owner,
     db: store.db,
@@ -176,12 +200,14 @@ export async function createServer(config: Config, options: CreateServerOptions 
     trees,
     runtime,
     runs,
+    deployments,
   };
   const app = createHttpApp({
     handlers: createHandlers(context),
     verifier: createTokenVerifier({ db: store.db, keys: keys.signing }),
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
+    bundleLimitBytes: config.bundleLimitBytes,
     responseCheck: config.responseCheck,
     gate,
     onRequestFinished(request) {
@@ -210,6 +236,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       // Stopping the dispatcher first keeps it from starting runs on replicas that are going away;
       // stopping the replicas ends the calls (and streams) still open, so the connections can finish.
       await runs.stop();
+      await deployments.stop();
       await runtime.close();
       await connectionsEnded;
       await deliveries.stop();

@@ -1,5 +1,5 @@
 /** The scopes a service-account token can carry. */
-export const SCOPES = ["rest", "run"] as const;
+export const SCOPES = ["deploy", "rest", "run"] as const;
 
 /** A token scope: `rest` for the REST API, `run` for the run API. */
 export type Scope = (typeof SCOPES)[number];

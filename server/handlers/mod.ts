@@ -2,6 +2,7 @@
 import type { ServerContext } from "../context.ts";
 import type { Handlers } from "../http/mod.ts";
 import { buildHandlers } from "./builds.ts";
+import { deploymentHandlers } from "./deployments.ts";
 import { integrationHandlers } from "./integrations.ts";
 import { runHandlers } from "./runs.ts";
 import { systemHandlers } from "./system.ts";
@@ -11,6 +12,7 @@ export function createHandlers(context: ServerContext): Handlers {
   return {
     ...runHandlers(context),
     ...buildHandlers(context),
+    ...deploymentHandlers(context),
     ...integrationHandlers(context),
     ...systemHandlers(context),
   } satisfies Handlers;

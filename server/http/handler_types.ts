@@ -13,9 +13,12 @@ type Parameters<K extends OperationId> = operations[K]["parameters"];
 type Part<P, F extends string> = F extends keyof P
   ? ([NonNullable<P[F]>] extends [never] ? Record<never, never> : NonNullable<P[F]>)
   : Record<never, never>;
+type JsonBodyOf<C> = C extends { "application/json": infer J } ? J : never;
+/** A body of any other media type (a bundle) arrives as its bytes. */
+type BytesBodyOf<C> = [Exclude<keyof C, "application/json">] extends [never] ? never : Uint8Array;
 type RequestBodyOf<K extends OperationId> = operations[K] extends { requestBody?: infer B }
   ? [NonNullable<B>] extends [never] ? undefined
-  : NonNullable<B> extends { content: { "application/json": infer J } } ? J | undefined
+  : NonNullable<B> extends { content: infer C } ? JsonBodyOf<C> | BytesBodyOf<C> | undefined
   : undefined
   : undefined;
 

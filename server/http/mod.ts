@@ -47,6 +47,8 @@ export interface HttpAppOptions {
   verifier: TokenVerifier;
   logger: Logger;
   bodyLimitBytes: number;
+  /** The largest body of a media type other than JSON (a deploy bundle). */
+  bundleLimitBytes: number;
   /** Check every response against the contract (development and tests). */
   responseCheck: boolean;
   /** Counts requests in flight and turns new calls away while the server drains. */
@@ -132,7 +134,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
   const { logger } = options;
   const app = new Koa();
   const router = new Router();
-  const readBody = createBodyReader(options.bodyLimitBytes);
+  const readBody = createBodyReader({ json: options.bodyLimitBytes, bytes: options.bundleLimitBytes });
   const logsRequests = logger.isLevelEnabled("info");
 
   app.use(async (ctx, next) => {

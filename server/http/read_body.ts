@@ -3,10 +3,21 @@ import { koaBody } from "koa-body";
 import { ProblemError } from "../problems/mod.ts";
 import { MAX_JSON_DEPTH, nestsDeeperThan } from "./json_depth.ts";
 
-/** A JSON body: its value, and its text as received (handed on as is where the value must not change). */
+/**
+ * A body: a JSON body's value and its text as received (handed on as is where the value must not
+ * change), or the bytes of a body of another media type (`text` undefined).
+ */
 export interface ReadBody {
   value: unknown;
-  text: string;
+  text: string | undefined;
+}
+
+/** Limits of `createBodyReader`. */
+export interface BodyLimits {
+  /** The largest JSON body. */
+  json: number;
+  /** The largest body of another media type (a deploy bundle). */
+  bytes: number;
 }
 
 /** Reads JSON request bodies with a size and a nesting limit; every failure becomes a problem. */
@@ -34,12 +45,30 @@ function wellFormedScalar(error: { message?: string; body?: unknown }): { wellFo
   }
 }
 
+/** Reads a body of another media type as bytes, refusing it once it passes `limitBytes`. */
+async function readBytes(ctx: Context, limitBytes: number): Promise<Uint8Array> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limitBytes) {
+      // Stop reading; the connection closes after the problem is sent, so the rest is never uploaded.
+      ctx.set("Connection", "close");
+      throw new ProblemError("content-too-large", `The body is larger than the limit of ${limitBytes} bytes`);
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size);
+}
+
 /**
- * Creates a body reader: undefined for a request without a body, else the parsed JSON and its text. 415
- * for another media type, 413 above `limitBytes`, 400 for malformed JSON or nesting deeper than
+ * Creates a body reader: undefined for a request without a body, the parsed JSON and its text for a JSON
+ * body, the bytes of a body of another media type the operation takes. 415 for a media type the
+ * operation does not take, 413 above the limit, 400 for malformed JSON or nesting deeper than
  * `MAX_JSON_DEPTH`.
  */
-export function createBodyReader(limitBytes: number): BodyReader {
+export function createBodyReader(limits: BodyLimits): BodyReader {
+  const limitBytes = limits.json;
   const parse = koaBody({
     json: true,
     jsonStrict: true,
@@ -60,6 +89,16 @@ export function createBodyReader(limitBytes: number): BodyReader {
         "unsupported-media-type",
         `Send the body as ${contentTypes.join(" or ")}, not ${ctx.get("Content-Type") || "no content type"}`,
       );
+    }
+    if (!ctx.is("json")) {
+      if (ctx.request.length !== undefined && ctx.request.length > limits.bytes) {
+        ctx.set("Connection", "close");
+        throw new ProblemError(
+          "content-too-large",
+          `The body is ${ctx.request.length} bytes; the limit is ${limits.bytes}`,
+        );
+      }
+      return { value: await readBytes(ctx, limits.bytes), text: undefined };
     }
     if (ctx.request.length !== undefined && ctx.request.length > limitBytes) {
       throw new ProblemError(

@@ -12,7 +12,7 @@ export interface RawRequest {
   query: Record<string, string | string[] | undefined>;
   /** Header lookup by name, case-insensitive: every value when the header was sent more than once. */
   header(name: string): string | string[] | undefined;
-  /** The parsed JSON body, or undefined when the request had none. */
+  /** The parsed JSON body, the bytes of a body of another media type, or undefined when the request had none. */
   body: unknown;
 }
 
@@ -55,7 +55,8 @@ export function decodeRequest(route: RouteSpec, raw: RawRequest): DecodedRequest
   if (route.body) {
     if (raw.body === undefined) {
       if (route.body.required) errors.push({ path: "body", message: "is required: send a JSON object" });
-    } else if (route.validators.body) {
+    } else if (route.validators.body && !(raw.body instanceof Uint8Array)) {
+      // Bytes (a bundle) are checked by whoever reads them; the validator describes the JSON body.
       const bodyValid = validator(route.validators.body);
       if (!bodyValid(raw.body)) errors.push(...fieldErrors(bodyValid.errors, "body"));
     }

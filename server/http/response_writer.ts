@@ -50,7 +50,7 @@ export function writeResult(ctx: Context, result: AnyHandlerResult): void {
     return;
   }
   // A handler may name a more precise type (Prometheus: `text/plain; version=0.0.4; charset=utf-8`).
-  if (!ctx.response.get("Content-Type").startsWith(result.contentType)) {
+  if (!(ctx.response.get("Content-Type") ?? "").startsWith(result.contentType)) {
     ctx.type = `${result.contentType}; charset=utf-8`;
   }
   ctx.body = String(result.body);

@@ -1,6 +1,7 @@
 /** Runs git itself, without a shell, with an environment that ignores the caller's git settings. */
 import { spawn } from "node:child_process";
 import { dirname } from "node:path";
+import { PassThrough, type Readable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 
 /** git exited with a failure; `stderr` says why (never shown to API callers as is). */
@@ -40,6 +41,17 @@ function gitEnv(cwd: string): NodeJS.ProcessEnv {
   };
 }
 
+function spawnGit(args: string[], options: GitOptions) {
+  return spawn("git", args, {
+    cwd: options.cwd,
+    env: gitEnv(options.cwd),
+    shell: false,
+    stdio: ["ignore", "pipe", "pipe"],
+    signal: options.signal,
+    timeout: options.timeoutMs ?? 120_000,
+  });
+}
+
 /**
  * Runs `git <args>` and calls `onRecord` with each `separator`-terminated record of its output as it
  * arrives, so a large listing is never held whole. Rejects with a `GitError` when git fails.
@@ -49,14 +61,7 @@ export function streamGit(
   options: GitOptions & { separator: string; onRecord(record: string): void },
 ): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn("git", args, {
-      cwd: options.cwd,
-      env: gitEnv(options.cwd),
-      shell: false,
-      stdio: ["ignore", "pipe", "pipe"],
-      signal: options.signal,
-      timeout: options.timeoutMs ?? 120_000,
-    });
+    const child = spawnGit(args, options);
     const decoder = new StringDecoder("utf8");
     let pending = "";
     let stderr = "";
@@ -97,4 +102,22 @@ export async function runGit(args: string[], options: GitOptions): Promise<strin
   const parts: string[] = [];
   await streamGit(args, { ...options, separator: "\n", onRecord: (line) => parts.push(line) });
   return parts.join("\n").trim();
+}
+
+/**
+ * Runs `git <args>` and gives its output as a stream of bytes, for output too large to hold (an archive);
+ * the stream ends with a `GitError` when git fails, and destroying it kills git.
+ */
+export function gitOutputStream(args: string[], options: GitOptions): Readable {
+  const child = spawnGit(args, options);
+  const out = new PassThrough();
+  let stderr = "";
+  child.stderr.on("data", (chunk: Buffer) => {
+    if (stderr.length < 8192) stderr += chunk.toString("utf8");
+  });
+  child.stdout.pipe(out, { end: false });
+  child.once("error", (error) => out.destroy(error));
+  child.once("close", (code) => (code === 0 ? out.end() : out.destroy(new GitError(args, code, stderr))));
+  out.once("close", () => child.kill());
+  return out;
 }

@@ -3,6 +3,9 @@
  * reads `GET /repos/{o}/{r}/git/trees/{sha}?recursive=1`, and walks subtrees when GitHub truncates.
  */
 import { startDeadline } from "../deadline/mod.ts";
+import { Readable } from "node:stream";
+import type { ReadableStream as NodeReadableStream } from "node:stream/web";
+import { repackSubfolder } from "./_archive.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { assertRepoCoordinates } from "./_repo_names.ts";
 import { entryTypeOfMode, type RepoCoordinates, type TreeEntry, type TreeProvider } from "./_tree_types.ts";
@@ -98,6 +101,11 @@ export function createGithubProvider(options: GithubProviderOptions): TreeProvid
       }
     }
     deadline.clear();
+    return await failed(response, missing);
+  }
+
+  /** Throws the problem for a GitHub answer that is not a success. */
+  async function failed(response: Response, missing: Missing): Promise<never> {
     await response.body?.cancel();
     if (isRateLimited(response)) {
       const seconds = retryAfterSeconds(response.headers);
@@ -198,6 +206,29 @@ export function createGithubProvider(options: GithubProviderOptions): TreeProvid
       }
       await walk(resolved.tree, "");
       return entries;
+    },
+    async archive(coordinates, resolved, call) {
+      const name = `${coordinates.owner}/${coordinates.repo}`;
+      const deadline = startDeadline(options.timeoutMs ?? 120_000, { signal: call.signal });
+      try {
+        // GitHub answers 302 to codeload; fetch follows it (and drops the token for the other host).
+        const response = await fetch(`${apiUrl}${repoPath(coordinates)}/tarball/${resolved.commit}`, {
+          headers,
+          signal: deadline.signal,
+        }).catch((error) => {
+          throw new ProblemError("bad-gateway", `Could not reach GitHub at ${host}: ${(error as Error).message}`);
+        });
+        if (!response.ok || !response.body) {
+          return await failed(response, { notFound: `GitHub has no archive of ${name} at ${resolved.commit}` });
+        }
+        return await repackSubfolder(Readable.fromWeb(response.body as NodeReadableStream), {
+          path: call.path,
+          maxBytes: call.maxBytes,
+          what: `${name} at ${resolved.ref}`,
+        });
+      } finally {
+        deadline.clear();
+      }
     },
   };
 }

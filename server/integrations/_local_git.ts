@@ -5,7 +5,8 @@
 import { realpath, stat } from "node:fs/promises";
 import { join, sep } from "node:path";
 import { ProblemError } from "../problems/mod.ts";
-import { GitError, runGit, streamGit } from "./_git_process.ts";
+import { gzipLimited } from "./_archive.ts";
+import { GitError, gitOutputStream, runGit, streamGit } from "./_git_process.ts";
 import { assertRepoCoordinates } from "./_repo_names.ts";
 import {
   entryTypeOfMode,
@@ -131,6 +132,22 @@ export function createLocalGitProvider(root: string): TreeProvider {
         onRecord: (record) => entries.push(parseRecord(record)),
       });
       return entries;
+    },
+    async archive(coordinates, resolved, options) {
+      const cwd = await locate(root, coordinates);
+      const treeish = options.path ? `${resolved.commit}:${options.path}` : resolved.commit;
+      const type = await runGit(["cat-file", "-t", treeish], { cwd, signal: options.signal }).catch(() => "");
+      if (type !== "tree") {
+        throw new ProblemError(
+          "not-found",
+          `The repository ${fullName(coordinates)} has no folder ${options.path} at ${resolved.ref}`,
+        );
+      }
+      // The path was checked by archivePath: git reads `<commit>:<path>` as that folder's tree, at the root.
+      return await gzipLimited(
+        gitOutputStream(["archive", "--format=tar", treeish], { cwd, signal: options.signal }),
+        options.maxBytes,
+      );
     },
   };
 }

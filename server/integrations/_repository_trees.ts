@@ -4,6 +4,7 @@
  */
 import type { Logger } from "pino";
 import { Counter, type Registry } from "prom-client";
+import { archivePath } from "./_archive.ts";
 import { createGithubProvider } from "./_github.ts";
 import { createLocalGitProvider, projectReposDir } from "./_local_git.ts";
 import { type IntegrationStore, loadProjectIntegration } from "./_project_integrations.ts";
@@ -46,6 +47,14 @@ export interface ResolvedTree {
 export interface RepositoryTrees {
   /** Resolves the tree `request` names in `projectId`'s provider; throws 400/404/502/503 problems. */
   resolve(projectId: string, request: TreeRequest): Promise<ResolvedTree>;
+  /**
+   * The folder `request.path` (the root when absent) of the resolved ref as a gzip tarball with the folder
+   * at its root — a deploy bundle; throws 400/404/413/502/503 problems.
+   */
+  archive(
+    projectId: string,
+    request: TreeRequest & { path?: string; maxBytes: number },
+  ): Promise<{ ref: string; commit: string; bytes: Uint8Array }>;
 }
 
 /** Creates the service. */
@@ -67,6 +76,19 @@ export function createRepositoryTrees(options: RepositoryTreesOptions): Reposito
   }
 
   return {
+    async archive(projectId, request) {
+      const coordinates = { owner: request.owner, repo: request.repo };
+      assertRepoCoordinates(coordinates, request.ref);
+      const path = archivePath(request.path);
+      const provider = await providerFor(projectId);
+      const resolved = await provider.resolve(coordinates, request.ref, { signal: request.signal });
+      const bytes = await provider.archive(coordinates, resolved, {
+        path,
+        maxBytes: request.maxBytes,
+        signal: request.signal,
+      });
+      return { ref: resolved.ref, commit: resolved.commit, bytes };
+    },
     async resolve(projectId, request) {
       const coordinates = { owner: request.owner, repo: request.repo };
       assertRepoCoordinates(coordinates, request.ref);

@@ -41,6 +41,15 @@ export interface TreeProvider {
   resolve(coordinates: RepoCoordinates, ref: string | undefined, options?: ProviderCallOptions): Promise<ResolvedRef>;
   /** Every entry of `resolved`'s tree, every level, in any order. */
   readTree(coordinates: RepoCoordinates, resolved: ResolvedRef, options?: ProviderCallOptions): Promise<TreeEntry[]>;
+  /**
+   * The folder `path` (checked by `archivePath`; `""` the root) of `resolved` as a gzip tarball with the
+   * folder at its root; 404 when it is no folder, 413 past `maxBytes`.
+   */
+  archive(
+    coordinates: RepoCoordinates,
+    resolved: ResolvedRef,
+    options: ProviderCallOptions & { path: string; maxBytes: number },
+  ): Promise<Uint8Array>;
 }
 
 const TYPES_BY_MODE: Record<string, TreeEntryType> = {

@@ -174,7 +174,9 @@ export function parseAppConfig(text: string, appDir: string): AppConfig {
     throw new AppConfigError(`runplane.toml is not valid TOML: ${(error as Error).message.split("\n")[0]}`);
   }
   const root = new Reader(raw, "", ["deployment", "scaling", "dependencies", "build", "runtime"]);
-  const deployment = root.section("deployment", ["name", "runtime", "python"]);
+  const deployment = root.section("deployment", ["name", "runtime", "python", "exclude"]);
+  // `exclude` is read by `runplane deploy` when it packs the folder; checked here, unused by the server.
+  deployment.strings("exclude");
   const scaling = root.section("scaling", [
     "min_replicas",
     "max_replicas",

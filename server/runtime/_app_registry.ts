@@ -7,10 +7,32 @@ import { readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { type AppConfig, AppConfigError, parseAppConfig } from "./_app_config.ts";
 
+/** Where an app comes from: a folder of the apps dir, or a deployment materialised by this process. */
+export type AppSource = "directory" | "deployment";
+
+interface VersionBase {
+  projectId: string;
+  name: string;
+  dir: string;
+  fingerprint: string;
+  source: AppSource;
+}
+
 /** One loaded (or failed) version of an app. */
 export type AppVersion =
-  | { projectId: string; name: string; dir: string; fingerprint: string; config: AppConfig; error?: undefined }
-  | { projectId: string; name: string; dir: string; fingerprint: string; config?: undefined; error: string };
+  | VersionBase & { config: AppConfig; error?: undefined }
+  | VersionBase & { config?: undefined; error: string };
+
+/** A deployment's files, ready to serve: built into `dir`, with the interpreter of its virtualenv. */
+export interface DeployedApp {
+  projectId: string;
+  name: string;
+  dir: string;
+  /** Changes with each deployment (its id): a new version drains the old one. */
+  version: string;
+  /** The virtualenv's interpreter, when the build made one; it replaces `[deployment] python`. */
+  python?: string;
+}
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
 
@@ -54,17 +76,31 @@ export async function loadApp(
   const print = await fingerprint(dir);
   if (print === undefined) return undefined;
   if (known?.dir === dir && known.fingerprint === print) return known;
-  const base = { projectId, name, dir, fingerprint: print };
+  return readVersion({ projectId, name, dir, fingerprint: print, source: "directory" });
+}
+
+/** Reads an app version's `runplane.toml`; a file that does not load gives a version with its error. */
+async function readVersion(base: VersionBase, python?: string): Promise<AppVersion> {
   try {
-    const config = parseAppConfig(await readFile(join(dir, "runplane.toml"), "utf8"), dir);
-    if (config.runtime === "python" && !(await stat(join(dir, "main.py")).catch(() => undefined))) {
+    const config = parseAppConfig(await readFile(join(base.dir, "runplane.toml"), "utf8"), base.dir);
+    if (config.runtime === "python" && !(await stat(join(base.dir, "main.py")).catch(() => undefined))) {
       return { ...base, error: "main.py is missing; the python runtime calls functions of main.py" };
     }
-    return { ...base, config };
+    return { ...base, config: python ? { ...config, python } : config };
   } catch (error) {
     if (error instanceof AppConfigError) return { ...base, error: `runplane.toml: ${error.message}` };
     return { ...base, error: `runplane.toml cannot be read: ${(error as Error).message}` };
   }
+}
+
+/** Reads a deployed app; `known` is returned as it is while the deployment is the same. */
+export async function loadDeployedApp(app: DeployedApp, known?: AppVersion): Promise<AppVersion> {
+  const fingerprint = `deployment:${app.version}`;
+  if (known?.fingerprint === fingerprint) return known;
+  return readVersion(
+    { projectId: app.projectId, name: app.name, dir: app.dir, fingerprint, source: "deployment" },
+    app.python,
+  );
 }
 
 /** Every app folder under `appsDir`, loaded; `known` names the version read before, kept while its folder is unchanged. */

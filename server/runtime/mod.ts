@@ -5,9 +5,17 @@
  * so the synchronous handler and a durable async dispatcher call it the same way.
  */
 import type { AbortSignalLike } from "../abort/mod.ts";
+import type { AppConfig } from "./_app_config.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
-import { type AppVersion, loadApp, scanApps } from "./_app_registry.ts";
+import {
+  type AppSource,
+  type AppVersion,
+  type DeployedApp,
+  loadApp,
+  loadDeployedApp,
+  scanApps,
+} from "./_app_registry.ts";
 import { CustomProcessReplica, type Upstream, UrlUpstream } from "./_custom_replica.ts";
 import { RunFailure } from "./_failures.ts";
 import type { CallOutcome } from "./_outcome.ts";
@@ -16,8 +24,10 @@ import { PythonReplica } from "./_python_replica.ts";
 import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
 
 export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
+export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
+export { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 
 type AnyReplica = PythonReplica | Upstream;
@@ -54,6 +64,18 @@ export interface AppSettings {
   replicaConcurrency: number;
 }
 
+/** What the runtime knows of one app on this process. */
+export interface AppInfo {
+  projectId: string;
+  name: string;
+  source: AppSource;
+  /** Its settings; undefined when its `runplane.toml` does not load (see `error`). */
+  config?: AppConfig;
+  error?: string;
+  /** Replicas of every version of the app still running, by state. */
+  replicas: ReplicaStates;
+}
+
 /** Options of `createRuntime`. */
 export interface RuntimeOptions {
   logger: Logger;
@@ -61,6 +83,11 @@ export interface RuntimeOptions {
   queueLimit: number;
   /** How often app folders are checked for changes. */
   pollIntervalMs?: number;
+  /**
+   * The deployments this process serves, read at every reload (call `reload()` after a change); an app
+   * of the apps folder with the same name wins over a deployed one.
+   */
+  deployedApps?(): DeployedApp[];
 }
 
 /** Deployed apps and their replicas. */
@@ -85,8 +112,10 @@ export interface Runtime {
   warm(): Promise<void>;
   /** Replicas per app (`project/app`) by state, retired versions still finishing calls included. */
   replicaStates(): Array<{ app: string } & ReplicaStates>;
-  /** Re-reads the apps folder now (it is also polled). */
+  /** Re-reads the apps folder and the deployed apps now (it is also polled). */
   reload(): Promise<void>;
+  /** Every app loaded (or failed to load), optionally of one project, sorted by name. */
+  apps(projectId?: string): AppInfo[];
   /** Stops watching and stops every replica. */
   close(): Promise<void>;
 }
@@ -157,6 +186,11 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
   async function reload(): Promise<void> {
     // Unchanged folders (by name, size and time of their files) are not read again.
     const found = await scanApps(appsDir, (projectId, name) => apps.get(`${projectId}/${name}`)?.version);
+    const inFolder = new Set(found.map(label));
+    for (const deployed of options.deployedApps?.() ?? []) {
+      const key = `${deployed.projectId}/${deployed.name}`;
+      if (!inFolder.has(key)) found.push(await loadDeployedApp(deployed, apps.get(key)?.version));
+    }
     if (closed) return;
     const seen = new Set<string>();
     for (const version of found) {
@@ -202,7 +236,9 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
   async function liveOrLoad(projectId: string, app: string) {
     // An app deployed since the last poll is served at once.
     if (!apps.has(`${projectId}/${app}`) && !closed) {
-      const version = await loadApp(appsDir, projectId, app);
+      const deployed = options.deployedApps?.().find((d) => d.projectId === projectId && d.name === app);
+      const version = (await loadApp(appsDir, projectId, app))
+        ?? (deployed ? await loadDeployedApp(deployed) : undefined);
       if (version && !apps.has(label(version))) install(version);
     }
     return live(projectId, app);
@@ -283,6 +319,20 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
         maxReplicas: config.maxReplicas,
         replicaConcurrency: config.replicaConcurrency,
       };
+    },
+    apps(projectId) {
+      const states = new Map(this.replicaStates().map(({ app, ...rest }) => [app, rest]));
+      return [...apps.values()]
+        .filter((live) => projectId === undefined || live.version.projectId === projectId)
+        .map(({ version }) => ({
+          projectId: version.projectId,
+          name: version.name,
+          source: version.source,
+          config: version.config,
+          error: version.error,
+          replicas: states.get(label(version)) ?? { starting: 0, idle: 0, busy: 0 },
+        }))
+        .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     },
     replicaStates() {
       const byApp = new Map<string, ReplicaStates>();

@@ -319,3 +319,10 @@ export function isForeignKeyViolation(error: unknown): boolean {
   // SQLite: SQLITE_CONSTRAINT_FOREIGNKEY; PostgreSQL: SQLSTATE 23503 foreign_key_violation.
   return e?.code === "SQLITE_CONSTRAINT_FOREIGNKEY" || e?.code === "23503";
 }
+
+/** Whether `error` is the store refusing a row that breaks a unique constraint or index, on either engine. */
+export function isUniqueViolation(error: unknown): boolean {
+  const e = error as { code?: unknown } | null;
+  // SQLite: SQLITE_CONSTRAINT_UNIQUE (or _PRIMARYKEY); PostgreSQL: SQLSTATE 23505 unique_violation.
+  return e?.code === "SQLITE_CONSTRAINT_UNIQUE" || e?.code === "SQLITE_CONSTRAINT_PRIMARYKEY" || e?.code === "23505";
+}

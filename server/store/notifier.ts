@@ -14,8 +14,13 @@ import { type Kysely, sql, type Transaction } from "kysely";
 import pg from "pg";
 import type { Database } from "./schema.ts";
 
-/** The fixed channels: new queued runs, due webhook deliveries, cancels asked of another process. */
-export const WAKE_CHANNELS = ["runplane_runs", "runplane_deliveries", "runplane_cancel"] as const;
+/** The fixed channels: new queued runs, due webhook deliveries, cancels asked of another process, deployments queued or activated. */
+export const WAKE_CHANNELS = [
+  "runplane_runs",
+  "runplane_deliveries",
+  "runplane_cancel",
+  "runplane_deployments",
+] as const;
 
 /** One of `WAKE_CHANNELS`. */
 export type WakeChannel = typeof WAKE_CHANNELS[number];

@@ -130,6 +130,61 @@ export interface KeyTable {
   retired_at: number | null;
 }
 
+/** A deploy bundle (a gzip tarball of an app folder), kept once by the SHA-256 of its bytes. */
+export interface BundleTable {
+  /** `sha256:<hex>` of `data`. */
+  digest: string;
+  size_bytes: number;
+  data: Uint8Array;
+  created_at: number;
+}
+
+/** An app made by deploying (apps of the apps folder have no row). */
+export interface AppTable {
+  project_id: string;
+  app_id: string;
+  created_at: number;
+  /** The deployment that serves calls; null before the first build succeeded. */
+  active_deployment_id: string | null;
+  /** Set when the app was deleted; deploying again brings it back. */
+  deleted_at: number | null;
+}
+
+/** One deployment of an app: its bundle, its build's state and the process building it. */
+export interface DeploymentTable {
+  deployment_id: string;
+  project_id: string;
+  app_id: string;
+  /** `queued`, `building`, `ready` or `failed`. */
+  status: string;
+  bundle_digest: string;
+  size_bytes: number;
+  /** `bundle` or `repository`. */
+  source: string;
+  /** For `repository`: `{owner, repo, ref, commit, path}`. */
+  repository_json: string | null;
+  base_image_digest: string | null;
+  /** `new` or `cached`. */
+  base_image_status: string | null;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+  error: string | null;
+  /** The process building it, and until when unless renewed. */
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+}
+
+/** One line of a build's output. */
+export interface DeploymentLogTable {
+  deployment_id: string;
+  seq: number;
+  at: number;
+  /** `stdout`, `stderr` or `build` (the build's own lines). */
+  stream: string;
+  line: string;
+}
+
 /** Every table of the store. */
 export interface Database {
   projects: ProjectTable;
@@ -141,4 +196,8 @@ export interface Database {
   webhook_attempts: WebhookAttemptTable;
   idempotency_keys: IdempotencyKeyTable;
   keys: KeyTable;
+  bundles: BundleTable;
+  apps: AppTable;
+  deployments: DeploymentTable;
+  deployment_logs: DeploymentLogTable;
 }

@@ -5,6 +5,7 @@ import * as integrations from "./0003_integrations.ts";
 import * as resultTruncated from "./0004_result_truncated.ts";
 import * as webhookCredentials from "./0005_webhook_credentials.ts";
 import * as keys from "./0006_keys.ts";
+import * as deployments from "./0007_deployments.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -14,4 +15,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0004_result_truncated": resultTruncated,
   "0005_webhook_credentials": webhookCredentials,
   "0006_keys": keys,
+  "0007_deployments": deployments,
 };

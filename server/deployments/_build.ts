@@ -1,0 +1,284 @@
+/**
+ * Running a deployment's build in its folder, in the platform's order: pre-build commands → apt and conda
+ * packages (checked on the host, not installed) → pip dependencies (a virtualenv per base-image digest,
+ * shared by every deployment and app with that digest) → the code → shell commands. Every command runs in
+ * its own process group, its output line by line into the build log, killed with its group past the step
+ * timeout or when the build is stopped.
+ */
+import { spawn } from "node:child_process";
+import { mkdir, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { OWN_PROCESS_GROUP, signalGroup } from "../runtime/mod.ts";
+import type { BuildLogLine } from "./_build_log.ts";
+import type { BuildPlan } from "./_build_plan.ts";
+
+export type { BuildLogLine } from "./_build_log.ts";
+
+/** A step of the build that failed; the message says which and why. */
+export class BuildError extends Error {
+  readonly step: string;
+  constructor(step: string, message: string) {
+    super(message);
+    this.name = "BuildError";
+    this.step = step;
+  }
+}
+
+/** The build's dependency layer. */
+export interface BuildResult {
+  /** `none`: no pip dependencies; `new`: this build made the virtualenv; `cached`: it existed. */
+  venv: "none" | "new" | "cached";
+  /** The virtualenv's interpreter, when there is one. */
+  python?: string;
+}
+
+/** Options of `runBuild`. */
+export interface RunBuildOptions {
+  /** Where the virtualenvs live, one folder per digest. */
+  venvsDir: string;
+  /** The interpreter a virtualenv is made with. */
+  python: string;
+  pipIndexUrl?: string;
+  pipFindLinks?: string;
+  /** The longest one step may run. */
+  timeoutMs: number;
+  log(line: BuildLogLine): void;
+  signal?: AbortSignal;
+}
+
+const READY = ".runplane-ready";
+const LOCK_RETRY_MS = 250;
+
+/** The server's environment without its own settings (`RUNPLANE_*` may hold secrets). */
+function commandEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [key, value] of Object.entries(process.env)) {
+    if (value !== undefined && !key.startsWith("RUNPLANE_")) env[key] = value;
+  }
+  return { ...env, ...extra };
+}
+
+/** Runs one command of `step`, its output into the log; throws a BuildError unless it exits 0. */
+async function run(
+  step: string,
+  command: { file: string; args: string[]; shown: string; cwd: string; env: Record<string, string> },
+  options: RunBuildOptions,
+): Promise<void> {
+  options.signal?.throwIfAborted();
+  const child = spawn(command.file, command.args, {
+    cwd: command.cwd,
+    env: command.env,
+    stdio: ["ignore", "pipe", "pipe"],
+    ...OWN_PROCESS_GROUP,
+  });
+  for (const stream of ["stdout", "stderr"] as const) {
+    createInterface({ input: child[stream]!, crlfDelay: Infinity })
+      .on("line", (text) => options.log({ stream, text }));
+  }
+  let stopped: "timeout" | "aborted" | undefined;
+  const stop = (why: "timeout" | "aborted") => {
+    stopped ??= why;
+    signalGroup(child, "SIGKILL");
+  };
+  const timer = setTimeout(() => stop("timeout"), options.timeoutMs);
+  const onAbort = () => stop("aborted");
+  options.signal?.addEventListener("abort", onAbort);
+  const outcome = await new Promise<{ code: number | null; error?: Error }>((resolve) => {
+    child.once("error", (error) => resolve({ code: null, error }));
+    child.once("close", (code) => resolve({ code }));
+  }).finally(() => {
+    clearTimeout(timer);
+    options.signal?.removeEventListener("abort", onAbort);
+  });
+  if (stopped === "timeout") {
+    throw new BuildError(
+      step,
+      `${step} failed: \`${command.shown}\` ran past the build timeout of ${
+        options.timeoutMs / 1000
+      } s (RUNPLANE_BUILD_TIMEOUT)`,
+    );
+  }
+  if (stopped === "aborted") throw new BuildError(step, `${step} stopped: the build was cancelled`);
+  if (outcome.error) {
+    throw new BuildError(step, `${step} failed: \`${command.shown}\` did not start (${outcome.error.message})`);
+  }
+  if (outcome.code !== 0) {
+    throw new BuildError(step, `${step} failed: \`${command.shown}\` exited with code ${outcome.code}`);
+  }
+}
+
+async function shellCommands(
+  step: string,
+  commands: string[],
+  dir: string,
+  options: RunBuildOptions,
+  env: Record<string, string>,
+) {
+  for (const shown of commands) {
+    options.log({ stream: "build", text: `$ ${shown}` });
+    await run(step, { file: "/bin/sh", args: ["-c", shown], shown, cwd: dir, env }, options);
+  }
+}
+
+/** Whether a Debian package is installed on this host (`dpkg-query`); `name=version` pins the version. */
+function aptInstalled(spec: string): Promise<boolean> {
+  const [name, version] = spec.split("=");
+  return new Promise((resolve) => {
+    const child = spawn("dpkg-query", ["-W", "-f=${Status}\\t${Version}", name], {
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    let out = "";
+    child.stdout.setEncoding("utf8").on("data", (text: string) => (out += text));
+    child.once("error", () => resolve(false));
+    child.once("close", (code) => {
+      const [status, installed] = out.split("\t");
+      resolve(code === 0 && status === "install ok installed" && (!version || installed === version));
+    });
+  });
+}
+
+async function checkApt(packages: string[], options: RunBuildOptions): Promise<void> {
+  if (packages.length === 0) return;
+  options.log({
+    stream: "build",
+    text: `==> apt: checking ${packages.join(", ")} (installed on the host, not by the build)`,
+  });
+  const missing: string[] = [];
+  for (const spec of packages) if (!(await aptInstalled(spec))) missing.push(spec);
+  if (missing.length) {
+    throw new BuildError(
+      "apt",
+      `apt failed: ${missing.join(", ")} ${
+        missing.length === 1 ? "is" : "are"
+      } not installed on this host; Runplane checks [dependencies.apt] and does not install it: ask the operator to install ${
+        missing.length === 1 ? "it" : "them"
+      }`,
+    );
+  }
+}
+
+async function checkConda(packages: string[], options: RunBuildOptions): Promise<void> {
+  if (packages.length === 0) return;
+  options.log({
+    stream: "build",
+    text: `==> conda: checking ${packages.join(", ")} (installed on the host, not by the build)`,
+  });
+  const listed = await new Promise<string | null>((resolve) => {
+    const child = spawn("conda", ["list", "--json"], { stdio: ["ignore", "pipe", "ignore"] });
+    let out = "";
+    child.stdout.setEncoding("utf8").on("data", (text: string) => (out += text));
+    child.once("error", () => resolve(null));
+    child.once("close", (code) => resolve(code === 0 ? out : null));
+  });
+  const names = new Set(listed === null ? [] : (JSON.parse(listed) as { name: string }[]).map((p) => p.name));
+  const missing = packages.filter((spec) => !names.has(spec.split("=")[0]));
+  if (missing.length) {
+    const where = listed === null ? "conda is not installed on this host" : "conda on this host does not have them";
+    throw new BuildError(
+      "conda",
+      `conda failed: ${
+        missing.join(", ")
+      } missing (${where}); Runplane checks [dependencies.conda] and does not install it`,
+    );
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(() => true, () => false);
+}
+
+/** Holds the digest's lock while `work` runs: two builds of one digest on a host never race. */
+async function withLock<T>(lock: string, options: RunBuildOptions, work: () => Promise<T>): Promise<T> {
+  for (;;) {
+    try {
+      await mkdir(lock);
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      const age = await stat(lock).then((s) => Date.now() - s.mtimeMs, () => 0);
+      // A lock older than a whole step's timeout belongs to a process that died while building.
+      if (age > options.timeoutMs + 60_000) await rm(lock, { recursive: true, force: true });
+      else await new Promise((resolve) => setTimeout(resolve, LOCK_RETRY_MS));
+      options.signal?.throwIfAborted();
+    }
+  }
+  try {
+    return await work();
+  } finally {
+    await rm(lock, { recursive: true, force: true });
+  }
+}
+
+/** pip's own settings come only from the operator: the host's pip.conf and PIP_* variables are left out. */
+function pipEnv(venv: string): Record<string, string> {
+  const env = commandEnv({ VIRTUAL_ENV: venv, PIP_CONFIG_FILE: "/dev/null" });
+  for (const key of Object.keys(env)) if (key.startsWith("PIP_") && key !== "PIP_CONFIG_FILE") delete env[key];
+  return env;
+}
+
+async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
+  if (plan.pipRequirements.length === 0) return { venv: "none" };
+  await mkdir(options.venvsDir, { recursive: true });
+  const hex = plan.digest.replace(/^sha256:/, "");
+  const venv = join(options.venvsDir, hex);
+  const python = join(venv, "bin", "python");
+  if (await exists(join(venv, READY))) {
+    options.log({ stream: "build", text: `==> pip: cached virtualenv ${plan.digest}` });
+    return { venv: "cached", python };
+  }
+  return await withLock<BuildResult>(`${venv}.lock`, options, async () => {
+    if (await exists(join(venv, READY))) {
+      options.log({ stream: "build", text: `==> pip: cached virtualenv ${plan.digest} (built meanwhile)` });
+      return { venv: "cached", python };
+    }
+    options.log({ stream: "build", text: `==> pip: new virtualenv ${plan.digest}: ${plan.pipRequirements.join(" ")}` });
+    // A virtualenv is not relocatable: it is made in place, and only the marker written last makes it usable.
+    await rm(venv, { recursive: true, force: true });
+    const env = pipEnv(venv);
+    await run("pip", {
+      file: options.python,
+      args: ["-m", "venv", venv],
+      shown: `${options.python} -m venv`,
+      cwd: dir,
+      env,
+    }, options);
+    const requirements = join(venv, "runplane-requirements.txt");
+    await writeFile(requirements, `${plan.pipRequirements.join("\n")}\n`);
+    const args = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r", requirements];
+    if (options.pipIndexUrl) args.push("--index-url", options.pipIndexUrl);
+    else if (options.pipFindLinks) args.push("--no-index");
+    if (options.pipFindLinks) args.push("--find-links", options.pipFindLinks);
+    await run(
+      "pip",
+      { file: python, args, shown: `pip install ${plan.pipRequirements.join(" ")}`, cwd: dir, env },
+      options,
+    );
+    await writeFile(join(venv, READY), `${plan.digest}\n`);
+    return { venv: "new", python };
+  }).catch(async (error) => {
+    if (!(await exists(join(venv, READY)))) await rm(venv, { recursive: true, force: true });
+    throw error;
+  });
+}
+
+/** Builds the deployment in `dir` by `plan`; throws a BuildError naming the step that failed. */
+export async function runBuild(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
+  const env = commandEnv();
+  if (plan.preBuildCommands.length) {
+    options.log({ stream: "build", text: "==> pre-build commands" });
+    await shellCommands("pre-build", plan.preBuildCommands, dir, options, env);
+  }
+  await checkApt(plan.apt, options);
+  await checkConda(plan.conda, options);
+  const result = await pipLayer(dir, plan, options);
+  options.log({ stream: "build", text: "==> code: in place" });
+  if (plan.shellCommands.length) {
+    options.log({ stream: "build", text: "==> shell commands" });
+    const venvEnv = result.python
+      ? { ...env, VIRTUAL_ENV: join(result.python, "..", ".."), PATH: `${join(result.python, "..")}:${env.PATH ?? ""}` }
+      : env;
+    await shellCommands("shell", plan.shellCommands, dir, options, venvEnv);
+  }
+  return result;
+}

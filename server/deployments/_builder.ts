@@ -1,0 +1,157 @@
+/**
+ * The build worker of one process: claims queued builds from the store (one at a time, oldest first,
+ * one per app across every process), builds each with its log in the store, and makes a successful
+ * one its app's active deployment. A build whose process died is failed once its lease has expired.
+ */
+import type { Kysely } from "kysely";
+import type { Logger } from "../log.ts";
+import type { Database, Notifier } from "../store/mod.ts";
+import { createBuildLog } from "./_build_log.ts";
+import { type BuildSettings, DeploymentBuildError, materialise } from "./_materialise.ts";
+import {
+  claimNextBuild,
+  type DeploymentRow,
+  failAbandonedBuilds,
+  finishBuild,
+  recordBaseImage,
+  renewBuildLease,
+} from "./_records.ts";
+
+/** Options of `startBuilder`. */
+export interface BuilderOptions {
+  db: Kysely<Database>;
+  notifier: Notifier;
+  logger: Logger;
+  owner: string;
+  now(): number;
+  settings: BuildSettings;
+  /** How long a claim lasts without renewal (renewed every third of it). */
+  leaseMs?: number;
+  /** How often the queue is polled when no wake-up comes. */
+  pollMs?: number;
+  /** Called after a build ended `ready` (its deployment is active). */
+  onReady(deployment: DeploymentRow): void;
+}
+
+/** A running build worker. */
+export interface Builder {
+  /** Looks for queued builds now. */
+  wake(): void;
+  /** Stops claiming; waits for the build under way to end. */
+  stop(): Promise<void>;
+}
+
+/** Starts the worker. */
+export function startBuilder(options: BuilderOptions): Builder {
+  const { db, logger } = options;
+  const leaseMs = options.leaseMs ?? 30_000;
+  let stopped = false;
+  // A wake-up that comes while a claim is under way is kept, so the next pause does not wait for it.
+  let woken = false;
+  let wakeUp: () => void = () => {};
+  const stopping = new AbortController();
+  const unlisten = options.notifier.listen("runplane_deployments", wake);
+
+  function wake(): void {
+    woken = true;
+    wakeUp();
+  }
+
+  async function build(deployment: DeploymentRow): Promise<void> {
+    const id = deployment.deployment_id;
+    const app = `${deployment.project_id}/${deployment.app_id}`;
+    logger.info({ deployment_id: id, app }, "build started");
+    const log = createBuildLog(db, id, {
+      now: options.now,
+      onError: (error) => logger.warn({ err: error, deployment_id: id }, "writing a build log line failed"),
+    });
+    const renewal = setInterval(() => {
+      renewBuildLease(db, { deploymentId: id, owner: options.owner, until: options.now() + leaseMs }).catch((error) =>
+        logger.warn({ err: error, deployment_id: id }, "renewing a build's lease failed")
+      );
+    }, leaseMs / 3);
+    let error: string | undefined;
+    try {
+      const done = await materialise(db, deployment, {
+        ...options.settings,
+        log: (line) => log.write(line),
+        signal: stopping.signal,
+        onPlan: (digest) => recordBaseImage(db, { deploymentId: id, digest, status: null }),
+      });
+      await recordBaseImage(db, {
+        deploymentId: id,
+        digest: done.baseImageDigest,
+        status: done.venv === "none" ? null : done.venv,
+      });
+      log.write({ stream: "build", text: "==> ready: new calls go to this deployment" });
+    } catch (failure) {
+      if (!(failure instanceof DeploymentBuildError)) {
+        logger.error({ err: failure, deployment_id: id }, "build failed unexpectedly");
+      }
+      error = stopping.signal.aborted
+        ? "The server stopped during the build; deploy again"
+        : failure instanceof DeploymentBuildError
+        ? failure.message
+        : "The build failed unexpectedly; see the server log";
+      log.write({ stream: "build", text: `==> failed: ${error}` });
+    } finally {
+      clearInterval(renewal);
+    }
+    await log.close();
+    const finished = await finishBuild(db, { deployment, owner: options.owner, now: options.now(), error });
+    logger.info({ deployment_id: id, app, status: error ? "failed" : "ready", recorded: finished }, "build ended");
+    if (finished && !error) {
+      options.onReady(deployment);
+      await options.notifier.notify("runplane_deployments").catch((e) =>
+        logger.warn({ err: e }, "announcing a deployment failed; other processes poll for it")
+      );
+    }
+  }
+
+  function pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      if (woken) {
+        woken = false;
+        return resolve();
+      }
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        woken = false;
+        wakeUp = () => {};
+        resolve();
+      }
+      wakeUp = done;
+    });
+  }
+
+  async function loop(): Promise<void> {
+    while (!stopped) {
+      woken = false;
+      try {
+        const deployment = await claimNextBuild(db, { owner: options.owner, leaseMs, now: options.now() });
+        if (deployment) {
+          await build(deployment);
+          continue;
+        }
+        const abandoned = await failAbandonedBuilds(db, options.now());
+        if (abandoned) logger.warn({ builds: abandoned }, "failed builds whose process stopped");
+      } catch (error) {
+        logger.error({ err: error }, "the build worker failed; it retries");
+      }
+      if (!stopped) await pause(options.pollMs ?? 2000);
+    }
+  }
+
+  const running = loop();
+  return {
+    wake,
+    async stop() {
+      stopped = true;
+      unlisten();
+      stopping.abort(new Error("The server is stopping"));
+      wakeUp();
+      await running;
+    },
+  };
+}

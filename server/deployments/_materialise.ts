@@ -1,0 +1,109 @@
+/**
+ * Makes a deployment's files servable on this host: the stored bundle extracted into
+ * `<dataDir>/deployments/<deployment_id>/` and built there (pre-build, dependency checks, the virtualenv
+ * of its base-image digest, shell commands). The process that claims the build does it with the build
+ * log in the store; every other process does the same when the deployment becomes active, so hosts
+ * share nothing but the store (the virtualenv of an equal digest is reused on each host).
+ */
+import { readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { Kysely } from "kysely";
+import { ProblemError } from "../problems/mod.ts";
+import { AppConfigError, parseAppConfig } from "../runtime/mod.ts";
+import type { Database } from "../store/mod.ts";
+import { type BuildLogLine, type BuildResult, runBuild } from "./_build.ts";
+import { buildPlan } from "./_build_plan.ts";
+import { type BundleLimits, extractBundle } from "./_bundle_extract.ts";
+import { type DeploymentRow, selectBundle } from "./_records.ts";
+
+/** How builds run on this host. */
+export interface BuildSettings {
+  dataDir: string;
+  timeoutMs: number;
+  pipIndexUrl?: string | null;
+  pipFindLinks?: string | null;
+  bundleLimits?: Partial<BundleLimits>;
+}
+
+/** A deployment ready to serve on this host. */
+export interface Materialised {
+  dir: string;
+  /** The virtualenv's interpreter, when the build made or reused one. */
+  python?: string;
+  baseImageDigest: string;
+  venv: BuildResult["venv"];
+}
+
+/** A build that cannot succeed; its message is the deployment's error. */
+export class DeploymentBuildError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "DeploymentBuildError";
+  }
+}
+
+const MARKER = ".runplane-deployment.json";
+
+/** The folder a deployment is built in on this host. */
+export function deploymentDir(dataDir: string, deploymentId: string): string {
+  return join(dataDir, "deployments", deploymentId);
+}
+
+/**
+ * Extracts and builds `deployment` (or finds it built already: a marker file is written last); `log`
+ * gets every line of output. Throws `DeploymentBuildError` when the build fails.
+ */
+export async function materialise(
+  db: Kysely<Database>,
+  deployment: DeploymentRow,
+  options: BuildSettings & {
+    log(line: BuildLogLine): void;
+    onPlan?(digest: string): Promise<void>;
+    /** Stops the build (its step's process group is killed). */
+    signal?: AbortSignal;
+  },
+): Promise<Materialised> {
+  const dir = deploymentDir(options.dataDir, deployment.deployment_id);
+  const built = await readFile(join(dir, MARKER), "utf8").then((text) => JSON.parse(text) as Materialised, () => null);
+  if (built) return built;
+  // A folder without the marker is a build that did not finish (the process stopped): start over.
+  await rm(dir, { recursive: true, force: true });
+  const bundle = await selectBundle(db, deployment.bundle_digest);
+  if (!bundle) throw new DeploymentBuildError(`The bundle ${deployment.bundle_digest} is missing from the store`);
+  try {
+    const extracted = await extractBundle(bundle, dir, options.bundleLimits);
+    options.log({ stream: "build", text: `==> bundle ${deployment.bundle_digest}: ${extracted.files} files` });
+    let config;
+    try {
+      config = parseAppConfig(await readFile(join(dir, "runplane.toml"), "utf8"), dir);
+    } catch (error) {
+      const reason = error instanceof AppConfigError ? error.message : "it cannot be read";
+      throw new DeploymentBuildError(`runplane.toml: ${reason}`);
+    }
+    const plan = buildPlan(config);
+    await options.onPlan?.(plan.digest);
+    const result = await runBuild(dir, plan, {
+      venvsDir: join(options.dataDir, "venvs"),
+      python: config.python,
+      pipIndexUrl: options.pipIndexUrl ?? undefined,
+      pipFindLinks: options.pipFindLinks ?? undefined,
+      timeoutMs: options.timeoutMs,
+      log: options.log,
+      signal: options.signal,
+    });
+    const done: Materialised = {
+      dir,
+      python: result.venv === "none" ? undefined : result.python,
+      baseImageDigest: plan.digest,
+      venv: result.venv,
+    };
+    await writeFile(join(dir, MARKER), JSON.stringify(done));
+    return done;
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    if (error instanceof DeploymentBuildError) throw error;
+    if (error instanceof ProblemError) throw new DeploymentBuildError(error.message, { cause: error });
+    if (error instanceof Error && error.name === "BuildError") throw new DeploymentBuildError(error.message);
+    throw error;
+  }
+}

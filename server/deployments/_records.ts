@@ -1,0 +1,361 @@
+/**
+ * The deployment records' store queries: bundles kept once by digest, apps, deployments with their
+ * build claims, and build log lines. Every state change is one conditional statement.
+ */
+import type { Kysely, Selectable } from "kysely";
+import { type Database, isUniqueViolation, rawStatement } from "../store/mod.ts";
+import type { DeploymentTable } from "../store/schema.ts";
+
+/** A deployment as stored. */
+export type DeploymentRow = Selectable<DeploymentTable>;
+
+/** What a new deployment is made of. */
+export interface NewDeployment {
+  deploymentId: string;
+  projectId: string;
+  appId: string;
+  bundle: Uint8Array;
+  digest: string;
+  source: "bundle" | "repository";
+  repository?: { owner: string; repo: string; ref: string; commit: string; path: string };
+  now: number;
+}
+
+/**
+ * Stores a deployment, `queued`: its bundle (unless the same bytes are stored already), its app (made, or
+ * brought back when it was deleted) and its row, in one transaction.
+ */
+export async function insertDeployment(db: Kysely<Database>, deployment: NewDeployment): Promise<DeploymentRow> {
+  return await db.transaction().execute(async (tx) => {
+    await tx
+      .insertInto("projects")
+      .values({ id: deployment.projectId, created_at: deployment.now })
+      .onConflict((oc) => oc.column("id").doNothing())
+      .execute();
+    await tx
+      .insertInto("bundles")
+      .values({
+        digest: deployment.digest,
+        size_bytes: deployment.bundle.byteLength,
+        data: deployment.bundle,
+        created_at: deployment.now,
+      })
+      .onConflict((oc) => oc.column("digest").doNothing())
+      .execute();
+    await tx
+      .insertInto("apps")
+      .values({
+        project_id: deployment.projectId,
+        app_id: deployment.appId,
+        created_at: deployment.now,
+        active_deployment_id: null,
+        deleted_at: null,
+      })
+      .onConflict((oc) => oc.columns(["project_id", "app_id"]).doUpdateSet({ deleted_at: null }))
+      .execute();
+    return await tx
+      .insertInto("deployments")
+      .values({
+        deployment_id: deployment.deploymentId,
+        project_id: deployment.projectId,
+        app_id: deployment.appId,
+        status: "queued",
+        bundle_digest: deployment.digest,
+        size_bytes: deployment.bundle.byteLength,
+        source: deployment.source,
+        repository_json: deployment.repository ? JSON.stringify(deployment.repository) : null,
+        base_image_digest: null,
+        base_image_status: null,
+        created_at: deployment.now,
+        started_at: null,
+        finished_at: null,
+        error: null,
+        lease_owner: null,
+        lease_expires_at: null,
+      })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+  });
+}
+
+/** The bytes of a stored bundle, or undefined. */
+export async function selectBundle(db: Kysely<Database>, digest: string): Promise<Uint8Array | undefined> {
+  const row = await db.selectFrom("bundles").select("data").where("digest", "=", digest).executeTakeFirst();
+  return row ? new Uint8Array(row.data) : undefined;
+}
+
+/** One deployment of an app, or undefined. */
+export function selectDeployment(
+  db: Kysely<Database>,
+  where: { projectId: string; appId: string; deploymentId: string },
+): Promise<DeploymentRow | undefined> {
+  return db
+    .selectFrom("deployments")
+    .selectAll()
+    .where("deployment_id", "=", where.deploymentId)
+    .where("project_id", "=", where.projectId)
+    .where("app_id", "=", where.appId)
+    .executeTakeFirst();
+}
+
+/** An app's deployments, newest first, after `before` (a deployment id) when given. */
+export function selectDeployments(
+  db: Kysely<Database>,
+  where: { projectId: string; appId: string; before?: string; limit: number },
+): Promise<DeploymentRow[]> {
+  let query = db
+    .selectFrom("deployments")
+    .selectAll()
+    .where("project_id", "=", where.projectId)
+    .where("app_id", "=", where.appId);
+  if (where.before) query = query.where("deployment_id", "<", where.before);
+  return query.orderBy("deployment_id", "desc").limit(where.limit).execute();
+}
+
+/** A deployed app as stored, with its newest deployment's status and error. */
+export interface AppRow {
+  project_id: string;
+  app_id: string;
+  created_at: number;
+  active_deployment_id: string | null;
+}
+
+/** The apps of a project made by deploying, not deleted (one app when `appId` is given). */
+export function selectApps(db: Kysely<Database>, where: { projectId: string; appId?: string }): Promise<AppRow[]> {
+  let query = db
+    .selectFrom("apps")
+    .select(["project_id", "app_id", "created_at", "active_deployment_id"])
+    .where("project_id", "=", where.projectId)
+    .where("deleted_at", "is", null);
+  if (where.appId) query = query.where("app_id", "=", where.appId);
+  return query.orderBy("app_id").execute();
+}
+
+/** Every app, of every project, whose active deployment this process should serve. */
+export function selectActiveDeployments(db: Kysely<Database>): Promise<DeploymentRow[]> {
+  return db
+    .selectFrom("deployments")
+    .innerJoin(
+      "apps",
+      (join) =>
+        join.onRef("apps.active_deployment_id", "=", "deployments.deployment_id").on("apps.deleted_at", "is", null),
+    )
+    .selectAll("deployments")
+    .execute();
+}
+
+/** Marks an app deleted (its deployments and runs stay); false when there was no such app. */
+export async function markAppDeleted(
+  db: Kysely<Database>,
+  where: { projectId: string; appId: string; now: number },
+): Promise<boolean> {
+  const result = await db
+    .updateTable("apps")
+    .set({ deleted_at: where.now })
+    .where("project_id", "=", where.projectId)
+    .where("app_id", "=", where.appId)
+    .where("deleted_at", "is", null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) > 0;
+}
+
+/** Makes a `ready` deployment its app's active one; false when it is not `ready` (or the app is deleted). */
+export async function activate(
+  db: Kysely<Database>,
+  where: { projectId: string; appId: string; deploymentId: string },
+): Promise<boolean> {
+  const result = await db
+    .updateTable("apps")
+    .set({ active_deployment_id: where.deploymentId })
+    .where("project_id", "=", where.projectId)
+    .where("app_id", "=", where.appId)
+    .where("deleted_at", "is", null)
+    .where((eb) =>
+      eb.exists(
+        eb.selectFrom("deployments").select("deployment_id")
+          .where("deployment_id", "=", where.deploymentId)
+          .where("status", "=", "ready"),
+      )
+    )
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) > 0;
+}
+
+// Claims the oldest queued build of an app that has none building, in one autocommit statement.
+// PostgreSQL locks the candidate `FOR UPDATE SKIP LOCKED`; two processes claiming builds of the same
+// app at once are kept apart by the unique index on building rows (the loser's statement fails and
+// claims nothing). Parameters: now, owner, lease end.
+const claimBuild = rawStatement<DeploymentRow>({
+  sqlite: `update "deployments" set "status" = 'building', "started_at" = ?, "lease_owner" = ?, "lease_expires_at" = ?`
+    + ` where "deployment_id" = (select "d"."deployment_id" from "deployments" as "d" where "d"."status" = 'queued'`
+    + ` and not exists (select 1 from "deployments" as "b" where "b"."project_id" = "d"."project_id"`
+    + ` and "b"."app_id" = "d"."app_id" and "b"."status" = 'building') order by "d"."deployment_id" limit 1)`
+    + ` and "status" = 'queued' returning *`,
+  postgres:
+    `with "next" as materialized (select "d"."deployment_id" from "deployments" as "d" where "d"."status" = 'queued'`
+    + ` and not exists (select 1 from "deployments" as "b" where "b"."project_id" = "d"."project_id"`
+    + ` and "b"."app_id" = "d"."app_id" and "b"."status" = 'building')`
+    + ` order by "d"."deployment_id" limit 1 for update skip locked)`
+    + ` update "deployments" as "u" set "status" = 'building', "started_at" = $1, "lease_owner" = $2, "lease_expires_at" = $3`
+    + ` from "next" where "u"."deployment_id" = "next"."deployment_id" and "u"."status" = 'queued' returning "u".*`,
+});
+
+/** Claims one queued build for `owner`, or undefined when none can start now. */
+export async function claimNextBuild(
+  db: Kysely<Database>,
+  options: { owner: string; leaseMs: number; now: number },
+): Promise<DeploymentRow | undefined> {
+  try {
+    const { rows } = await claimBuild(db, [options.now, options.owner, options.now + options.leaseMs]);
+    return rows[0];
+  } catch (error) {
+    // Another process claimed a build of the same app at the same instant: try again at the next poll.
+    if (isUniqueViolation(error)) return undefined;
+    throw error;
+  }
+}
+
+/** Extends the lease of `owner`'s build; false when it is no longer building under that owner. */
+export async function renewBuildLease(
+  db: Kysely<Database>,
+  options: { deploymentId: string; owner: string; until: number },
+): Promise<boolean> {
+  const result = await db
+    .updateTable("deployments")
+    .set({ lease_expires_at: options.until })
+    .where("deployment_id", "=", options.deploymentId)
+    .where("lease_owner", "=", options.owner)
+    .where("status", "=", "building")
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) > 0;
+}
+
+/** Records what the build found out before it ended (the base-image digest and whether it was cached). */
+export async function recordBaseImage(
+  db: Kysely<Database>,
+  options: { deploymentId: string; digest: string; status: "new" | "cached" | null },
+): Promise<void> {
+  await db
+    .updateTable("deployments")
+    .set({ base_image_digest: options.digest, base_image_status: options.status })
+    .where("deployment_id", "=", options.deploymentId)
+    .execute();
+}
+
+/**
+ * Ends `owner`'s build: `ready` (and active, in the same transaction) or `failed` with `error`. False
+ * when the build was no longer this owner's (its lease expired and another process failed it).
+ */
+export async function finishBuild(
+  db: Kysely<Database>,
+  options: { deployment: DeploymentRow; owner: string; now: number; error?: string },
+): Promise<boolean> {
+  const { deployment } = options;
+  return await db.transaction().execute(async (tx) => {
+    const result = await tx
+      .updateTable("deployments")
+      .set({
+        status: options.error === undefined ? "ready" : "failed",
+        error: options.error ?? null,
+        finished_at: options.now,
+        lease_owner: null,
+        lease_expires_at: null,
+      })
+      .where("deployment_id", "=", deployment.deployment_id)
+      .where("lease_owner", "=", options.owner)
+      .where("status", "=", "building")
+      .executeTakeFirst();
+    if (Number(result.numUpdatedRows) === 0) return false;
+    if (options.error === undefined) {
+      await tx
+        .updateTable("apps")
+        .set({ active_deployment_id: deployment.deployment_id })
+        .where("project_id", "=", deployment.project_id)
+        .where("app_id", "=", deployment.app_id)
+        .execute();
+    }
+    return true;
+  });
+}
+
+/** Fails the builds whose process stopped renewing their lease; returns how many. */
+export async function failAbandonedBuilds(db: Kysely<Database>, now: number): Promise<number> {
+  const result = await db
+    .updateTable("deployments")
+    .set({
+      status: "failed",
+      error: "The process building it stopped before the build ended; deploy again",
+      finished_at: now,
+      lease_owner: null,
+      lease_expires_at: null,
+    })
+    .where("status", "=", "building")
+    .where("lease_expires_at", "<", now)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/** One build log line as stored. */
+export interface LogLine {
+  seq: number;
+  at: number;
+  stream: string;
+  line: string;
+}
+
+/** Appends log lines (their `seq` numbers given by the one writer of the build). */
+export async function insertLogLines(
+  db: Kysely<Database>,
+  deploymentId: string,
+  lines: LogLine[],
+): Promise<void> {
+  if (lines.length === 0) return;
+  await db.insertInto("deployment_logs").values(lines.map((l) => ({ deployment_id: deploymentId, ...l }))).execute();
+}
+
+/** A build's log lines after `afterSeq`, in order, at most `limit`. */
+export function selectLogLines(
+  db: Kysely<Database>,
+  options: { deploymentId: string; afterSeq: number; limit: number },
+): Promise<LogLine[]> {
+  return db
+    .selectFrom("deployment_logs")
+    .select(["seq", "at", "stream", "line"])
+    .where("deployment_id", "=", options.deploymentId)
+    .where("seq", ">", options.afterSeq)
+    .orderBy("seq")
+    .limit(options.limit)
+    .execute();
+}
+
+/** Queued runs per app of a project (every process's). */
+export async function queuedRunsByApp(db: Kysely<Database>, projectId: string): Promise<Map<string, number>> {
+  const rows = await db
+    .selectFrom("runs")
+    .select(["app_id", (eb) => eb.fn.countAll<number | string>().as("count")])
+    .where("project_id", "=", projectId)
+    .where("status", "=", "queued")
+    .groupBy("app_id")
+    .execute();
+  return new Map(rows.map((r) => [r.app_id, Number(r.count)]));
+}
+
+/** The newest deployment of each of a project's apps (for an app's state while it has no active one). */
+export async function selectNewestDeployments(
+  db: Kysely<Database>,
+  projectId: string,
+): Promise<Map<string, DeploymentRow>> {
+  const rows = await db
+    .selectFrom("deployments")
+    .selectAll()
+    .where("project_id", "=", projectId)
+    .where(
+      "deployment_id",
+      "in",
+      (eb) =>
+        eb.selectFrom("deployments").select((e) => e.fn.max("deployment_id").as("newest"))
+          .where("project_id", "=", projectId).groupBy("app_id"),
+    )
+    .execute();
+  return new Map(rows.map((r) => [r.app_id, r]));
+}
