@@ -101,7 +101,8 @@ export async function extractBundle(
       bytes += header.size ?? 0;
       files++;
     })().then(() => next(), (error) => {
-      stream.resume();
+      // The refusal travels through the extractor; the entry's stream goes down with it.
+      stream.on("error", () => {});
       tar.destroy(error);
     });
   });

@@ -12,7 +12,7 @@ import { randomBytesPooled, timeOrderedId } from "../random/mod.ts";
 import { type AppInfo, AppConfigError, type DeployedApp, parseAppConfig } from "../runtime/mod.ts";
 import type { Database, Notifier } from "../store/mod.ts";
 import { type Builder, startBuilder } from "./_builder.ts";
-import { bundleDigest, DEFAULT_BUNDLE_LIMITS, extractBundle } from "./_bundle_extract.ts";
+import { bundleDigest, extractBundle } from "./_bundle_extract.ts";
 import { type LocalApps, startLocalApps } from "./_local_apps.ts";
 import type { BuildSettings } from "./_materialise.ts";
 import {
@@ -477,5 +477,4 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
   };
 }
 
-/** The default bundle limits (files and unpacked bytes) of an extracted bundle. */
-export { DEFAULT_BUNDLE_LIMITS };
+export { type BundleLimits, DEFAULT_BUNDLE_LIMITS, extractBundle } from "./_bundle_extract.ts";

@@ -135,15 +135,15 @@ export function createLocalGitProvider(root: string): TreeProvider {
     },
     async archive(coordinates, resolved, options) {
       const cwd = await locate(root, coordinates);
-      const treeish = options.path ? `${resolved.commit}:${options.path}` : resolved.commit;
+      // `<commit>:<path>` names the folder's tree (`<commit>:` the root's), which git archives at the root.
+      const treeish = `${resolved.commit}:${options.path}`;
       const type = await runGit(["cat-file", "-t", treeish], { cwd, signal: options.signal }).catch(() => "");
       if (type !== "tree") {
         throw new ProblemError(
           "not-found",
-          `The repository ${fullName(coordinates)} has no folder ${options.path} at ${resolved.ref}`,
+          `The repository ${fullName(coordinates)} has no folder ${options.path || "/"} at ${resolved.ref}`,
         );
       }
-      // The path was checked by archivePath: git reads `<commit>:<path>` as that folder's tree, at the root.
       return await gzipLimited(
         gitOutputStream(["archive", "--format=tar", treeish], { cwd, signal: options.signal }),
         options.maxBytes,

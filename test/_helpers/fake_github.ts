@@ -1,12 +1,15 @@
 /**
  * A GitHub REST API on loopback that answers with GitHub's wire format: `GET /repos/{o}/{r}`,
  * `GET /repos/{o}/{r}/commits/{ref}`, `GET /repos/{o}/{r}/git/trees/{sha}[?recursive=1]` (truncating
- * where told to, as GitHub does past its limit), 404/409/422 bodies, rate limits and 500s. It records
- * every request.
+ * where told to, as GitHub does past its limit), `GET /repos/{o}/{r}/tarball/{ref}` (a 302 to a
+ * codeload-like address serving a gzip tarball with one `owner-repo-sha/` folder, as GitHub does),
+ * 404/409/422 bodies, rate limits and 500s. It records every request.
  */
 import { createHash } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { gzipSync } from "node:zlib";
+import { pack } from "tar-stream";
 
 /** One object of a fake tree: a blob, a submodule commit, or a subtree. */
 export type FakeNode =
@@ -124,9 +127,47 @@ export async function startFakeGithub(repos: Record<string, FakeRepo>): Promise<
     send(res, 404, { message: "Not Found", documentation_url: "https://docs.github.com/rest", status: "404" });
   }
 
+  /** GitHub's tarball of a commit: every blob under `<owner>-<repo>-<short sha>/`, symlinks as links. */
+  async function tarball(full: string, ref: string): Promise<Buffer | null> {
+    const commit = commits.get(`${full}@${ref}`)
+      ?? [...commits.entries()].find(([key, c]) => key.startsWith(`${full}@`) && c.sha === ref)?.[1];
+    if (!commit) return null;
+    const tar = pack();
+    const top = `${full.replace("/", "-")}-${commit.sha.slice(0, 7)}`;
+    tar.entry({ name: `${top}/`, type: "directory" });
+    const walk = (treeSha: string, prefix: string) => {
+      const tree = objects.get(treeSha)!.node as Extract<FakeNode, { kind: "tree" }>;
+      for (const [name, child] of Object.entries(tree.children)) {
+        const path = `${top}/${prefix}${name}`;
+        if (child.kind === "tree") {
+          tar.entry({ name: `${path}/`, type: "directory" });
+          walk(store(child), `${prefix}${name}/`);
+        } else if (child.kind === "blob" && child.mode === "120000") {
+          tar.entry({ name: path, type: "symlink", linkname: child.content });
+        } else if (child.kind === "blob") {
+          tar.entry({ name: path, mode: child.mode === "100755" ? 0o755 : 0o644 }, child.content);
+        }
+      }
+    };
+    walk(commit.tree, "");
+    tar.finalize();
+    const chunks: Buffer[] = [];
+    for await (const chunk of tar) chunks.push(chunk as Buffer);
+    return gzipSync(Buffer.concat(chunks));
+  }
+
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? "/", "http://fake");
     requests.push({ path: url.pathname + url.search, headers: req.headers });
+    const codeload = /^\/codeload\/([^/]+)\/legacy\.tar\.gz\/(.+)$/.exec(url.pathname);
+    if (codeload) {
+      void tarball(decodeURIComponent(codeload[1]), decodeURIComponent(codeload[2])).then((bytes) => {
+        if (!bytes) return notFound(res);
+        res.writeHead(200, { "content-type": "application/x-gzip", "content-length": String(bytes.length) });
+        res.end(bytes);
+      });
+      return;
+    }
     if (!url.pathname.startsWith(`${PREFIX}/repos/`)) return notFound(res);
     const [owner, name, ...rest] = url.pathname.slice(`${PREFIX}/repos/`.length).split("/").map(decodeURIComponent);
     const full = `${owner}/${name}`;
@@ -175,6 +216,13 @@ export async function startFakeGithub(repos: Record<string, FakeRepo>): Promise<
         },
         parents: [],
       });
+    }
+    if (rest[0] === "tarball" && rest.length >= 2) {
+      const ref = rest.slice(1).join("/");
+      res.writeHead(302, {
+        location: `/codeload/${encodeURIComponent(full)}/legacy.tar.gz/${encodeURIComponent(ref)}`,
+      });
+      return res.end();
     }
     if (rest[0] === "git" && rest[1] === "trees" && rest.length === 3) {
       const stored = objects.get(rest[2]);

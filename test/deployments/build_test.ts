@@ -1,0 +1,150 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { baseImageRequestFromToml } from "../../client/base_image_request.ts";
+import { baseImageDigest } from "../../server/builds/mod.ts";
+import { BuildError, type BuildLogLine, runBuild } from "../../server/deployments/_build.ts";
+import { buildPlan } from "../../server/deployments/_build_plan.ts";
+import { parseAppConfig } from "../../server/runtime/mod.ts";
+
+/** Writes a pure-Python wheel `name`-`version` exposing `VALUE` into `dir` (a zip, as pip reads it). */
+function writeWheel(dir: string, name: string, version: string): void {
+  const script = `
+import sys, zipfile
+dir, name, version = sys.argv[1:4]
+info = f"{name}-{version}.dist-info"
+with zipfile.ZipFile(f"{dir}/{name}-{version}-py3-none-any.whl", "w") as z:
+    z.writestr(f"{name}/__init__.py", f"VALUE = {version!r}\\n")
+    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n")
+    z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\\nGenerator: runplane-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
+    z.writestr(f"{info}/RECORD", f"{name}/__init__.py,,\\n{info}/METADATA,,\\n{info}/WHEEL,,\\n{info}/RECORD,,\\n")
+`;
+  execFileSync("python3", ["-c", script, dir, name, version]);
+}
+
+function planOf(toml: string) {
+  return buildPlan(parseAppConfig(toml, "/app"));
+}
+
+describe("runBuild", () => {
+  let root: string;
+  let wheels: string;
+  let venvsDir: string;
+
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), "runplane-build-"));
+    wheels = join(root, "wheels");
+    venvsDir = join(root, "venvs");
+    await mkdir(wheels);
+    writeWheel(wheels, "rp_testdep", "1.0");
+  });
+  after(() => rm(root, { recursive: true, force: true }));
+
+  async function build(toml: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}) {
+    const dir = await mkdtemp(join(root, "app-"));
+    const lines: BuildLogLine[] = [];
+    const run = runBuild(dir, planOf(toml), {
+      venvsDir,
+      python: "python3",
+      pipFindLinks: wheels,
+      timeoutMs: options.timeoutMs ?? 120_000,
+      log: (line) => lines.push(line),
+      signal: options.signal,
+    });
+    const outcome = await run.then(
+      (result) => ({ result, error: undefined as unknown }),
+      (error: unknown) => ({ result: undefined, error }),
+    );
+    return { ...outcome, dir, lines, text: lines.map((l) => l.text).join("\n") };
+  }
+
+  it("installs a pip dependency from the operator's wheels, then reuses the virtualenv of the same digest", async () => {
+    const toml =
+      `[dependencies.pip]\nrp_testdep = "1.0"\n[build]\nshell_commands = ["python -c 'import rp_testdep; print(rp_testdep.VALUE)'"]\n`;
+    const first = await build(toml);
+    assert.equal(first.result?.venv, "new", first.text);
+    assert.match(first.text, /==> pip: new virtualenv/);
+    assert.ok(
+      first.lines.some((l) => l.stream === "stdout" && l.text === "1.0"),
+      "the shell step sees the venv first on PATH",
+    );
+    const imported = execFileSync(first.result!.python!, ["-c", "import rp_testdep; print(rp_testdep.VALUE)"], {
+      encoding: "utf8",
+    });
+    assert.equal(imported.trim(), "1.0");
+    const second = await build(toml);
+    assert.equal(second.result?.venv, "cached");
+    assert.equal(second.result?.python, first.result?.python);
+    assert.match(second.text, /==> pip: cached virtualenv sha256:/);
+    assert.doesNotMatch(second.text, /Processing|Installing|Successfully/, "pip did not run");
+    assert.equal((await readdir(venvsDir)).filter((n) => !n.endsWith(".lock")).length, 1);
+  });
+
+  it("runs the steps in the platform's order", async () => {
+    const { result, text } = await build(
+      `[build]\npre_build_commands = ["echo pre"]\nshell_commands = ["echo shell"]\n[dependencies.apt]\ncoreutils = "*"\n`,
+    );
+    assert.equal(result?.venv, "none", text);
+    const order = ["pre-build", "echo pre", "==> apt", "==> code", "==> shell", "echo shell"].map((s) =>
+      text.indexOf(s)
+    );
+    assert.ok(order.every((at, i) => at >= 0 && (i === 0 || at > order[i - 1])), text);
+  });
+
+  it("fails naming the cause: a missing wheel, a failing command, a missing apt package", async () => {
+    const missing = await build(`[dependencies.pip]\nrp_not_a_wheel = "2.0"\n`);
+    assert.ok(missing.error instanceof BuildError);
+    assert.equal(missing.error.step, "pip");
+    assert.match(missing.text, /No matching distribution found for rp_not_a_wheel|Could not find a version/);
+    assert.ok(
+      !(await readdir(venvsDir)).some((n) =>
+        n === planOf(`[dependencies.pip]\nrp_not_a_wheel = "2.0"\n`).digest.slice(7)
+      ),
+      "no half-made venv is left",
+    );
+
+    const shell = await build(`[build]\nshell_commands = ["echo before", "exit 3"]\n`);
+    assert.ok(shell.error instanceof BuildError);
+    assert.match(shell.error.message, /shell failed: `exit 3` exited with code 3/);
+
+    const apt = await build(`[dependencies.apt]\ndefinitely-not-a-package-xyz = "*"\n`);
+    assert.ok(apt.error instanceof BuildError);
+    assert.match(apt.error.message, /definitely-not-a-package-xyz is not installed on this host/);
+  });
+
+  it("keeps the server's RUNPLANE_ settings from build commands", async () => {
+    process.env.RUNPLANE_TEST_SECRET = "hidden";
+    try {
+      const { text } = await build(`[build]\nshell_commands = ["echo secret=[$RUNPLANE_TEST_SECRET]"]\n`);
+      assert.match(text, /secret=\[\]/);
+    } finally {
+      delete process.env.RUNPLANE_TEST_SECRET;
+    }
+  });
+
+  it("kills a step past the build timeout, and a cancelled build, with its process group", async () => {
+    const started = Date.now();
+    const slow = await build(`[build]\npre_build_commands = ["sleep 31 & sleep 30"]\n`, { timeoutMs: 500 });
+    assert.ok(slow.error instanceof BuildError);
+    assert.match(slow.error.message, /ran past the build timeout/);
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 300);
+    const cancelled = await build(`[build]\nshell_commands = ["sleep 30"]\n`, { signal: controller.signal });
+    assert.ok(cancelled.error instanceof BuildError);
+    assert.match(cancelled.error.message, /cancelled/);
+    assert.ok(Date.now() - started < 20_000, "neither waited for sleep 30");
+    // The background `sleep 31` was in the step's process group: it went down with it.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.throws(() => execFileSync("pgrep", ["-fx", "sleep 31"]), "no sleep 31 is left");
+  });
+
+  it("computes the digest createBaseImageHash answers for the same runplane.toml", () => {
+    const toml = `[dependencies.pip]\nRequests = ">=2.0"\nrp_testdep = "1.0"\n[dependencies.apt]\ncurl = "*"\n`
+      + `[build]\nbase_image = "python:3.12-slim"\nshell_commands = ["echo hi"]\npre_build_commands = ["true"]\n`;
+    assert.equal(planOf(toml).digest, baseImageDigest(baseImageRequestFromToml(toml)));
+    assert.equal(planOf("").digest, baseImageDigest(baseImageRequestFromToml("")));
+  });
+});
