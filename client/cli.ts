@@ -18,6 +18,21 @@ export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
     help: async () => (await import("./_commands/runs.ts")).RUNS_HELP,
     load: async () => (await import("./_commands/runs.ts")).runsCommand,
   },
+  deploy: {
+    summary: "Deploy an app folder or a repository folder, and follow its build",
+    help: async () => (await import("./_commands/deploy.ts")).DEPLOY_HELP,
+    load: async () => (await import("./_commands/deploy.ts")).deployCommand,
+  },
+  deployments: {
+    summary: "List deployments, show build logs, activate (roll back)",
+    help: async () => (await import("./_commands/deployments.ts")).DEPLOYMENTS_HELP,
+    load: async () => (await import("./_commands/deployments.ts")).deploymentsCommand,
+  },
+  apps: {
+    summary: "List, show and delete apps",
+    help: async () => (await import("./_commands/apps.ts")).APPS_HELP,
+    load: async () => (await import("./_commands/apps.ts")).appsCommand,
+  },
   "base-image": {
     summary: "Hash an app's build dependencies",
     help: async () => (await import("./_commands/base_image.ts")).BASE_IMAGE_HELP,

@@ -23,6 +23,19 @@ export async function* readEventStream(
   body: ReadableStream<Uint8Array>,
   options: { runId?: string } = {},
 ): AsyncGenerator<unknown, void, undefined> {
+  for await (const { event, data } of readServerEvents(body)) {
+    if (event === "error") throw streamError(data, options.runId);
+    if (event === "message" || event === "data") yield parseStreamItem(data);
+  }
+}
+
+/**
+ * Yields each event of an event-stream `body` as sent: its name (`message` when it has none) and its
+ * data. Leaving the loop early cancels the body.
+ */
+export async function* readServerEvents(
+  body: ReadableStream<Uint8Array>,
+): AsyncGenerator<{ event: string; data: string }, void, undefined> {
   const decoder = new TextDecoderStream() as unknown as ReadableWritablePair<string, Uint8Array>;
   const events = body.pipeThrough(decoder).pipeThrough(new EventSourceParserStream());
   const reader = events.getReader();
@@ -30,10 +43,7 @@ export async function* readEventStream(
     while (true) {
       const { done, value } = await reader.read();
       if (done) return;
-      if (value.event === "error") throw streamError(value.data, options.runId);
-      if (value.event === undefined || value.event === "message" || value.event === "data") {
-        yield parseStreamItem(value.data);
-      }
+      yield { event: value.event ?? "message", data: value.data };
     }
   } finally {
     await reader.cancel().catch(() => {});

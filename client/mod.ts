@@ -13,7 +13,7 @@
 import createClient, { type Client } from "openapi-fetch";
 import type { components, paths } from "../generated/api.d.ts";
 import { type AppLocation, type AppRef, resolveAppRef } from "./app_ref.ts";
-import { readEventStream } from "./event_stream.ts";
+import { readEventStream, readServerEvents } from "./event_stream.ts";
 import { errorFromResponse, RunplaneError, runIdFrom } from "./runplane_error.ts";
 
 export type { components, paths } from "../generated/api.d.ts";
@@ -44,6 +44,16 @@ export type BaseImageHash = Schemas["BaseImageHash"];
 export type RepositoryTree = Schemas["RepositoryTree"];
 /** The public keys that verify service-account tokens. */
 export type JsonWebKeySet = Schemas["JsonWebKeySet"];
+/** One version of an app and its build. */
+export type Deployment = Schemas["Deployment"];
+/** A page of an app's deployments, newest first. */
+export type DeploymentPage = Schemas["DeploymentPage"];
+/** An app: where it comes from, its state, scaling and replicas. */
+export type App = Schemas["App"];
+/** A repository folder to deploy. */
+export type DeploymentSource = Schemas["DeploymentSourceRequest"]["source"];
+/** What following a build log yields: each line, then the deployment once the build has ended. */
+export type BuildLogEvent = { line: string } | { end: Deployment };
 
 /** A `fetch` as openapi-fetch calls it: always with a `Request`. */
 export type RunplaneFetch = (request: Request) => Promise<Response>;
@@ -158,6 +168,33 @@ export interface RunplaneClient {
   /** Cancels a queued or running run; resolves with its record. Takes the run id alone like `getRun`. */
   cancelRun(runId: string, options?: RunCallOptions): Promise<Run>;
   cancelRun(app: AppRef, runId: string, options?: RunCallOptions): Promise<Run>;
+  /** Deploys an app: a bundle (the folder as a gzip tarball, see `packBundle`) or a repository folder. */
+  createDeployment(
+    app: AppRef,
+    body: Uint8Array | { source: DeploymentSource },
+    options?: { signal?: AbortSignal },
+  ): Promise<Deployment>;
+  getDeployment(app: AppRef, deploymentId: string, options?: { signal?: AbortSignal }): Promise<Deployment>;
+  /** A page of an app's deployments, newest first. */
+  listDeployments(
+    app: AppRef,
+    options?: { limit?: number; cursor?: string; signal?: AbortSignal },
+  ): Promise<DeploymentPage>;
+  /** Makes a `ready` deployment the active one (a rollback, or a roll forward). */
+  activateDeployment(app: AppRef, deploymentId: string, options?: { signal?: AbortSignal }): Promise<Deployment>;
+  /** A deployment's build log so far, as text. */
+  deploymentLogs(app: AppRef, deploymentId: string, options?: { signal?: AbortSignal }): Promise<string>;
+  /** Follows a build's log line by line, then yields the deployment once the build has ended. */
+  followDeploymentLogs(
+    app: AppRef,
+    deploymentId: string,
+    options?: { signal?: AbortSignal },
+  ): AsyncIterable<BuildLogEvent>;
+  /** The project's apps: from the apps folder and deployed. */
+  listApps(project: string, options?: { signal?: AbortSignal }): Promise<App[]>;
+  getApp(app: AppRef, options?: { signal?: AbortSignal }): Promise<App>;
+  /** Deletes a deployed app: new calls answer 404, calls in flight finish. */
+  deleteApp(app: AppRef, options?: { signal?: AbortSignal }): Promise<void>;
   /** The digest of an app's build dependencies and whether the project had seen it. */
   baseImageHash(app: AppRef, request: BaseImageRequest, options?: { signal?: AbortSignal }): Promise<BaseImageHash>;
   /** A repository's tree (`"owner/repo"`) through a project's git integration. */
@@ -406,6 +443,103 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     }));
   }
 
+  function appPath(app: AppRef) {
+    const ref = resolveAppRef(app);
+    return { project_id: ref.project, app_id: ref.app };
+  }
+
+  function deploymentPath(app: AppRef, deploymentId: string) {
+    return { ...appPath(app), deployment_id: deploymentId };
+  }
+
+  const deployments = {
+    createDeployment(
+      app: AppRef,
+      body: Uint8Array | { source: DeploymentSource },
+      call: { signal?: AbortSignal } = {},
+    ) {
+      const params = { path: appPath(app) };
+      if (!(body instanceof Uint8Array)) {
+        return unwrap(api.POST("/v3/projects/{project_id}/apps/{app_id}/deployments", {
+          params,
+          body,
+          headers: { "Content-Type": "application/json" },
+          signal: call.signal,
+        }));
+      }
+      return unwrap(api.POST("/v3/projects/{project_id}/apps/{app_id}/deployments", {
+        params,
+        // The contract types a binary body as a string; the bytes go as they are.
+        body: body as unknown as string,
+        bodySerializer: (bytes: unknown) => bytes as BodyInit,
+        headers: { "Content-Type": "application/gzip" },
+        signal: call.signal,
+      }));
+    },
+    getDeployment(app: AppRef, deploymentId: string, call: { signal?: AbortSignal } = {}) {
+      return unwrap(api.GET("/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}", {
+        params: { path: deploymentPath(app, deploymentId) },
+        signal: call.signal,
+      }));
+    },
+    listDeployments(app: AppRef, call: { limit?: number; cursor?: string; signal?: AbortSignal } = {}) {
+      return unwrap(api.GET("/v3/projects/{project_id}/apps/{app_id}/deployments", {
+        params: { path: appPath(app), query: { limit: call.limit, cursor: call.cursor } },
+        signal: call.signal,
+      }));
+    },
+    activateDeployment(app: AppRef, deploymentId: string, call: { signal?: AbortSignal } = {}) {
+      return unwrap(api.POST("/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/activate", {
+        params: { path: deploymentPath(app, deploymentId) },
+        signal: call.signal,
+      }));
+    },
+    deploymentLogs(app: AppRef, deploymentId: string, call: { signal?: AbortSignal } = {}) {
+      return unwrap(api.GET("/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/logs", {
+        params: { path: deploymentPath(app, deploymentId), header: { accept: "text/plain" } },
+        parseAs: "text",
+        signal: call.signal,
+      })) as Promise<string>;
+    },
+    async *followDeploymentLogs(app: AppRef, deploymentId: string, call: { signal?: AbortSignal } = {}) {
+      const { response, error } = await api.GET(
+        "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/logs",
+        {
+          params: { path: deploymentPath(app, deploymentId), header: { accept: "text/event-stream" } },
+          parseAs: "stream",
+          signal: call.signal,
+        },
+      );
+      if (!response.ok || !response.body) throw await errorFromResponse(response, error);
+      for await (const { event, data } of readServerEvents(response.body)) {
+        if (event === "end") {
+          yield { end: JSON.parse(data) as Deployment } satisfies BuildLogEvent;
+          return;
+        }
+        if (event === "message") yield { line: data } satisfies BuildLogEvent;
+      }
+    },
+    async listApps(project: string, call: { signal?: AbortSignal } = {}) {
+      const page = await unwrap(api.GET("/v3/projects/{project_id}/apps", {
+        params: { path: { project_id: project } },
+        signal: call.signal,
+      }));
+      return page.apps;
+    },
+    getApp(app: AppRef, call: { signal?: AbortSignal } = {}) {
+      return unwrap(api.GET("/v3/projects/{project_id}/apps/{app_id}", {
+        params: { path: appPath(app) },
+        signal: call.signal,
+      }));
+    },
+    async deleteApp(app: AppRef, call: { signal?: AbortSignal } = {}) {
+      await unwrap(api.DELETE("/v3/projects/{project_id}/apps/{app_id}", {
+        params: { path: appPath(app) },
+        signal: call.signal,
+      }));
+    },
+  };
+
   async function repositoryTree(
     project: string,
     repository: string,
@@ -442,6 +576,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     cancelRun,
     baseImageHash,
     repositoryTree,
+    ...deployments,
     jwks: () => unwrap(api.GET("/.well-known/jwks.json")),
     health: () => unwrap(api.GET("/healthz")),
     readiness: () => unwrap(api.GET("/readyz")),

@@ -30,11 +30,15 @@ export interface ConnectionFlags {
  * `RUNPLANE_TOKEN`.
  */
 export function connect(flags: ConnectionFlags, env: Record<string, string | undefined>): RunplaneClient {
+  return createRunplaneClient({ ...serverUrls(flags, env), token: flags.token ?? env.RUNPLANE_TOKEN });
+}
+
+/** The REST API's and the run API's addresses the flags and variables name (each defaults to the other). */
+export function serverUrls(
+  flags: ConnectionFlags,
+  env: Record<string, string | undefined>,
+): { baseUrl: string; apiUrl: string } {
   const baseUrl = flags["base-url"] ?? env.RUNPLANE_BASE_URL;
   const apiUrl = flags["api-url"] ?? env.RUNPLANE_API_URL;
-  return createRunplaneClient({
-    baseUrl: baseUrl ?? apiUrl ?? DEFAULT_URL,
-    apiUrl: apiUrl ?? baseUrl ?? DEFAULT_URL,
-    token: flags.token ?? env.RUNPLANE_TOKEN,
-  });
+  return { baseUrl: baseUrl ?? apiUrl ?? DEFAULT_URL, apiUrl: apiUrl ?? baseUrl ?? DEFAULT_URL };
 }

@@ -1,0 +1,84 @@
+import { parseArgs } from "node:util";
+import { type CommandIo, UsageError } from "../cli_command.ts";
+import type { Deployment } from "../mod.ts";
+import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { writeJson } from "./output.ts";
+
+/** Help of `runplane deployments`. */
+export const DEPLOYMENTS_HELP = `Usage:
+  runplane deployments list <project>/<app> [--limit N] [--cursor C]
+  runplane deployments logs <project>/<app> <deployment_id> [--follow]
+  runplane deployments activate <project>/<app> <deployment_id>   (roll back, or forward, to a ready one)
+
+${CONNECTION_HELP}`;
+
+/** One line per deployment: id, status, whether it serves, when, and why it failed. */
+export function formatDeploymentLine(d: Deployment): string {
+  const source = d.repository
+    ? `${d.repository.owner}/${d.repository.repo}@${d.repository.commit.slice(0, 7)}`
+    : "bundle";
+  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, d.error ?? ""].join("\t")
+    .trimEnd();
+}
+
+/** `runplane deployments list|logs|activate`. */
+export async function deploymentsCommand(io: CommandIo): Promise<number> {
+  const [sub, ...rest] = io.args;
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: {
+      ...CONNECTION_OPTIONS,
+      limit: { type: "string" },
+      cursor: { type: "string" },
+      follow: { type: "boolean", default: false },
+    },
+  });
+  if (sub !== "list" && sub !== "logs" && sub !== "activate") {
+    throw new UsageError(
+      sub ? `Unknown subcommand "${sub}": use list, logs or activate` : "Name a subcommand: list, logs or activate",
+    );
+  }
+  const [app, deploymentId] = positionals;
+  if (!app || !/^[^/]+\/[^/]+$/.test(app)) throw new UsageError(`deployments ${sub} needs <project>/<app>`);
+  const client = connect(values, io.env);
+  if (sub === "list") {
+    if (values.limit && !/^\d+$/.test(values.limit)) {
+      throw new UsageError("--limit must be a whole number from 1 to 200");
+    }
+    const page = await client.listDeployments(app, {
+      limit: values.limit ? Number(values.limit) : undefined,
+      cursor: values.cursor,
+      signal: io.signal,
+    });
+    if (values.json) return (writeJson(io, page), 0);
+    for (const d of page.deployments) io.stdout.write(`${formatDeploymentLine(d)}\n`);
+    if (page.next_cursor) io.stderr.write(`More deployments: add --cursor ${page.next_cursor}\n`);
+    return 0;
+  }
+  if (!deploymentId || positionals.length > 2) {
+    throw new UsageError(`deployments ${sub} needs <project>/<app> <deployment_id>`);
+  }
+  if (sub === "activate") {
+    const d = await client.activateDeployment(app, deploymentId, { signal: io.signal });
+    if (values.json) writeJson(io, d);
+    else io.stdout.write(`${app} now serves ${d.deployment_id}\n`);
+    return 0;
+  }
+  if (!values.follow) {
+    io.stdout.write(await client.deploymentLogs(app, deploymentId, { signal: io.signal }));
+    return 0;
+  }
+  for await (const event of client.followDeploymentLogs(app, deploymentId, { signal: io.signal })) {
+    if ("line" in event) {
+      io.stdout.write(`${event.line}\n`);
+      continue;
+    }
+    if (values.json) writeJson(io, event.end);
+    if (event.end.status === "failed") {
+      io.stderr.write(`Build failed: ${event.end.error}\n`);
+      return 1;
+    }
+  }
+  return 0;
+}

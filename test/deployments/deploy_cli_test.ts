@@ -1,0 +1,161 @@
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { runCli, runMain } from "../_helpers/cli.ts";
+import { git } from "../_helpers/git_repos.ts";
+import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
+import { writeWheel } from "../_helpers/wheels.ts";
+
+/** An app folder: `main.py` answers its version and the version of the wheel it imports. */
+async function writeApp(dir: string, version: string, toml = ""): Promise<string> {
+  await mkdir(dir, { recursive: true });
+  await writeFile(
+    join(dir, "runplane.toml"),
+    `[deployment]\nname = "hello"\nexclude = ["secrets/**"]\n\n[scaling]\nmax_replicas = 2\n\n`
+      + `[dependencies.pip]\nrp_clidep = "1.0"\n${toml}`,
+  );
+  await writeFile(
+    join(dir, "main.py"),
+    `import os, time\nimport rp_clidep\n\n`
+      + `def run(seconds=0):\n    time.sleep(seconds)\n`
+      + `    return {"v": "${version}", "dep": rp_clidep.VALUE, "secret": os.path.exists("secrets/key.txt")}\n`,
+  );
+  await mkdir(join(dir, "secrets"), { recursive: true });
+  await writeFile(join(dir, "secrets", "key.txt"), "never uploaded");
+  return dir;
+}
+
+describe("runplane deploy, deployments and apps against a running server", () => {
+  let t: TestServer;
+  let root: string;
+  let env: Record<string, string>;
+
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), "runplane-deploy-cli-"));
+    const wheels = join(root, "wheels");
+    await mkdir(wheels);
+    writeWheel(wheels, "rp_clidep", "1.0");
+    t = await startTestServer({ env: { RUNPLANE_PIP_FIND_LINKS: wheels } });
+    const { token } = await t.mintToken({ scopes: ["deploy", "rest", "run"] });
+    env = { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: token };
+  });
+  after(async () => {
+    await t?.close();
+    await rm(root, { recursive: true, force: true });
+  });
+
+  async function call(app: string, input: Record<string, unknown> = {}) {
+    const response = await fetch(`${t.url}/v4/${TEST_PROJECT}/${app}/run`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${env.RUNPLANE_TOKEN}`, "Content-Type": "application/json" },
+      body: JSON.stringify(input),
+    });
+    const answer = (await response.json()) as { result?: { v: string; dep: string; secret: boolean } };
+    return { status: response.status, body: answer.result ?? {} as { v?: string } };
+  }
+
+  const deploy = (dir: string, ...flags: string[]) =>
+    runMain(["deploy", dir, "--project", TEST_PROJECT, ...flags], { env });
+
+  it("deploys, redeploys under a call in flight, survives failed builds, rolls back and deletes", async () => {
+    // The first deploy runs the executable as a user does; the server's apps folder is empty.
+    const v1 = await runCli(["deploy", await writeApp(join(root, "v1"), "1"), "--project", TEST_PROJECT], { env });
+    assert.equal(v1.code, 0, v1.stderr + v1.stdout);
+    assert.match(v1.stdout, /Dependency layer: new \(sha256:[0-9a-f]{64}\)/);
+    assert.match(v1.stdout, /==> pip: new virtualenv/);
+    assert.match(v1.stdout, new RegExp(`Run URL: ${t.url}/v4/${TEST_PROJECT}/hello/run`));
+    assert.match(v1.stdout, /curl -X POST .*\n.*Authorization: Bearer \$RUNPLANE_TOKEN/);
+    assert.doesNotMatch(v1.stdout, new RegExp(env.RUNPLANE_TOKEN), "the token is never printed");
+    assert.deepEqual((await call("hello")).body, { v: "1", dep: "1.0", secret: false });
+
+    // A 3 s call in flight finishes on version 1; the next call gets version 2.
+    const inFlight = call("hello", { seconds: 3 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const v2 = await deploy(await writeApp(join(root, "v2"), "2"));
+    assert.equal(v2.code, 0, v2.stderr + v2.stdout);
+    assert.match(v2.stdout, /Dependency layer: cached/);
+    assert.match(v2.stdout, /==> pip: cached virtualenv/);
+    assert.doesNotMatch(v2.stdout, /Successfully installed|Processing /, "pip did not run");
+    assert.deepEqual((await inFlight).body, { v: "1", dep: "1.0", secret: false });
+    assert.equal((await call("hello")).body.v, "2");
+
+    // Another app with the same dependencies reuses the virtualenv.
+    const other = await deploy(await writeApp(join(root, "other"), "o"), "--app", "other");
+    assert.equal(other.code, 0, other.stderr);
+    assert.match(other.stdout, /==> pip: cached virtualenv/);
+    assert.equal((await call("other")).body.v, "o");
+
+    // Failed builds say why and leave version 2 serving.
+    const failures: Array<[string, RegExp]> = [
+      [`rp_missing_wheel = "9.9"\n`, /pip failed/],
+      [`\n[build]\nshell_commands = ["echo building", "exit 7"]\n`, /`exit 7` exited with code 7/],
+      [`\n[dependencies.apt]\ndefinitely-not-a-package-xyz = "*"\n`, /definitely-not-a-package-xyz is not installed/],
+    ];
+    for (const [index, [toml, reason]] of failures.entries()) {
+      const failed = await deploy(await writeApp(join(root, `bad-${index}`), "bad", toml));
+      assert.equal(failed.code, 1, failed.stdout);
+      assert.match(failed.stderr, /Build failed: /);
+      assert.match(failed.stderr + failed.stdout, reason);
+      assert.equal((await call("hello")).body.v, "2", "the previous version still serves");
+    }
+
+    // Roll back to the first deployment.
+    const list = await runMain(["deployments", "list", `${TEST_PROJECT}/hello`, "--json"], { env });
+    const page = JSON.parse(list.stdout) as {
+      deployments: Array<{ deployment_id: string; status: string; active: boolean }>;
+    };
+    assert.deepEqual(page.deployments.map((d) => d.status), ["failed", "failed", "failed", "ready", "ready"]);
+    const first = page.deployments[4];
+    const logs = await runMain(["deployments", "logs", `${TEST_PROJECT}/hello`, first.deployment_id], { env });
+    assert.match(logs.stdout, /==> ready/);
+    const activate = await runMain(["deployments", "activate", `${TEST_PROJECT}/hello`, first.deployment_id], { env });
+    assert.equal(activate.code, 0, activate.stderr);
+    assert.equal((await call("hello")).body.v, "1");
+
+    // Apps: both listed as deployed; deleting one makes its calls 404.
+    const apps = await runMain(["apps", "list", TEST_PROJECT], { env });
+    assert.match(apps.stdout, /^hello\tready\tdeployment\tpython\tdep_/m);
+    assert.match(apps.stdout, /^other\tready\tdeployment/m);
+    const got = await runMain(["apps", "get", `${TEST_PROJECT}/hello`], { env });
+    assert.match(got.stdout, new RegExp(`active deployment: ${first.deployment_id}`));
+    const deleted = await runMain(["apps", "delete", `${TEST_PROJECT}/other`], { env });
+    assert.equal(deleted.code, 0, deleted.stderr);
+    assert.equal((await call("other")).status, 404);
+  });
+
+  it("deploys a folder of a local mirror with --repo and --path", async () => {
+    const repo = join(t.dataDir, "repos", TEST_PROJECT, "acme", "apps");
+    await writeApp(join(repo, "services", "greeter"), "repo");
+    await git(repo, "init", "--quiet", "--initial-branch=main");
+    await git(repo, "add", "--all");
+    await git(repo, "commit", "--quiet", "-m", "greeter");
+    const outcome = await runMain([
+      "deploy",
+      "--repo",
+      "acme/apps",
+      "--path",
+      "services/greeter",
+      "--project",
+      TEST_PROJECT,
+      "--app",
+      "greeter",
+    ], { env });
+    assert.equal(outcome.code, 0, outcome.stderr + outcome.stdout);
+    assert.equal((await call("greeter")).body.v, "repo");
+    const list = await runMain(["deployments", "list", `${TEST_PROJECT}/greeter`], { env });
+    assert.match(list.stdout, /\tready\tactive\t.*\tacme\/apps@[0-9a-f]{7}/);
+  });
+
+  it("refuses usage errors with the command's help", async () => {
+    const none = await runMain(["deploy", root], { env });
+    assert.equal(none.code, 2);
+    assert.match(none.stderr, /deploy needs --project/);
+    const both = await runMain(["deploy", root, "--repo", "a/b", "--project", "p"], { env });
+    assert.equal(both.code, 2);
+    const missing = await runMain(["deploy", join(root, "nope"), "--project", TEST_PROJECT], { env });
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /Cannot read .*runplane\.toml/);
+  });
+});
