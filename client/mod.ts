@@ -50,6 +50,12 @@ export type Deployment = Schemas["Deployment"];
 export type DeploymentPage = Schemas["DeploymentPage"];
 /** An app: where it comes from, its state, scaling and replicas. */
 export type App = Schemas["App"];
+/** Options of `createDeployment`. */
+export interface CreateDeploymentOptions {
+  signal?: AbortSignal;
+  /** Called as the bundle's bytes are taken by the connection (for a progress bar). */
+  onUploadProgress?(sent: number, total: number): void;
+}
 /** A repository folder to deploy. */
 export type DeploymentSource = Schemas["DeploymentSourceRequest"]["source"];
 /** What following a build log yields: each line, then the deployment once the build has ended. */
@@ -172,7 +178,7 @@ export interface RunplaneClient {
   createDeployment(
     app: AppRef,
     body: Uint8Array | { source: DeploymentSource },
-    options?: { signal?: AbortSignal },
+    options?: CreateDeploymentOptions,
   ): Promise<Deployment>;
   getDeployment(app: AppRef, deploymentId: string, options?: { signal?: AbortSignal }): Promise<Deployment>;
   /** A page of an app's deployments, newest first. */
@@ -207,6 +213,24 @@ export interface RunplaneClient {
   readiness(): Promise<{ status: "ready" }>;
   /** The Prometheus metrics text. */
   metrics(): Promise<string>;
+}
+
+/** `bytes` as a stream of 256 KiB chunks, reporting each one as the connection pulls it. */
+function uploadStream(
+  bytes: Uint8Array,
+  onProgress: (sent: number, total: number) => void,
+): ReadableStream<Uint8Array> {
+  const CHUNK = 256 * 1024;
+  let sent = 0;
+  return new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (sent >= bytes.length) return controller.close();
+      const chunk = bytes.subarray(sent, sent + CHUNK);
+      sent += chunk.length;
+      controller.enqueue(chunk);
+      onProgress(sent, bytes.length);
+    },
+  });
 }
 
 /** The result of an openapi-fetch call, reduced to what `unwrap` needs. */
@@ -456,7 +480,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     createDeployment(
       app: AppRef,
       body: Uint8Array | { source: DeploymentSource },
-      call: { signal?: AbortSignal } = {},
+      call: CreateDeploymentOptions = {},
     ) {
       const params = { path: appPath(app) };
       if (!(body instanceof Uint8Array)) {
@@ -467,13 +491,18 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
           signal: call.signal,
         }));
       }
+      const progress = call.onUploadProgress;
       return unwrap(api.POST("/v3/projects/{project_id}/apps/{app_id}/deployments", {
         params,
-        // The contract types a binary body as a string; the bytes go as they are.
+        // The contract types a binary body as a string; the bytes go as they are (or as a stream that
+        // reports how much was taken, for a progress bar).
         body: body as unknown as string,
-        bodySerializer: (bytes: unknown) => bytes as BodyInit,
-        headers: { "Content-Type": "application/gzip" },
+        bodySerializer: (
+          bytes: unknown,
+        ) => (progress ? uploadStream(bytes as Uint8Array, progress) : bytes as BodyInit),
+        headers: { "Content-Type": "application/gzip", "Content-Length": String(body.length) },
         signal: call.signal,
+        ...(progress ? { duplex: "half" } : {}),
       }));
     },
     getDeployment(app: AppRef, deploymentId: string, call: { signal?: AbortSignal } = {}) {

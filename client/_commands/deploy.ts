@@ -7,7 +7,7 @@ import { packBundle } from "../bundle.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import { type Deployment, DEFAULT_FUNCTION, type RunplaneClient } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect, serverUrls } from "./connection.ts";
-import { clearProgress, showProgress, writeJson } from "./output.ts";
+import { clearProgress, isTerminal, showProgress, writeJson } from "./output.ts";
 
 /** Help of `runplane deploy`. */
 export const DEPLOY_HELP = `Usage:
@@ -49,6 +49,12 @@ function deploySettings(text: string, path: string): DeploySettings {
 
 function kib(bytes: number): string {
   return bytes < 1024 * 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/** `[#####     ]  50%`. */
+export function progressBar(fraction: number, width = 24): string {
+  const done = Math.round(Math.min(1, Math.max(0, fraction)) * width);
+  return `[${"#".repeat(done)}${" ".repeat(width - done)}] ${String(Math.round(fraction * 100)).padStart(3)}%`;
 }
 
 /** The ready-to-paste lines that call the deployed app. */
@@ -136,9 +142,13 @@ export async function deployCommand(io: CommandIo): Promise<number> {
     say(`Dependency layer: ${layer.status} (${layer.digest})`);
     const bundle = await packBundle(dir, { exclude: settings.exclude });
     say(`Packed ${bundle.files} files (${kib(bundle.bytes.length)})`);
-    showProgress(io, `Uploading ${kib(bundle.bytes.length)} to ${app}…`);
     try {
-      accepted = await client.createDeployment(app, bundle.bytes, { signal: io.signal });
+      accepted = await client.createDeployment(app, bundle.bytes, {
+        signal: io.signal,
+        onUploadProgress: isTerminal(io.stderr)
+          ? (sent, total) => showProgress(io, `Uploading ${progressBar(sent / total)} ${kib(sent)} of ${kib(total)}`)
+          : undefined,
+      });
     } finally {
       clearProgress(io);
     }

@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { runCli, runMain } from "../_helpers/cli.ts";
+import { CapturedOutput, runCli, runMain } from "../_helpers/cli.ts";
 import { git } from "../_helpers/git_repos.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { writeWheel } from "../_helpers/wheels.ts";
@@ -146,6 +147,19 @@ describe("runplane deploy, deployments and apps against a running server", () =>
     assert.equal((await call("greeter")).body.v, "repo");
     const list = await runMain(["deployments", "list", `${TEST_PROJECT}/greeter`], { env });
     assert.match(list.stdout, /\tready\tactive\t.*\tacme\/apps@[0-9a-f]{7}/);
+  });
+
+  it("shows an upload progress bar on a terminal, and none when piped", async () => {
+    const dir = await writeApp(join(root, "bar"), "bar");
+    // 2 MiB that gzip cannot shrink: the upload takes several chunks.
+    await writeFile(join(dir, "noise.bin"), randomBytes(2 * 1024 * 1024));
+    const stderr = new CapturedOutput({ isTTY: true });
+    const outcome = await runMain(["deploy", dir, "--project", TEST_PROJECT, "--app", "bar"], { env, stderr });
+    assert.equal(outcome.code, 0, outcome.stderr + outcome.stdout);
+    assert.match(stderr.text, /Uploading \[#{1,23} +\] +\d+% /);
+    assert.match(stderr.text, /Uploading \[#{24}\] 100% 2\.\d MiB of 2\.\d MiB/);
+    assert.equal((await call("bar")).body.v, "bar");
+    assert.doesNotMatch(outcome.stdout, /Uploading/);
   });
 
   it("refuses usage errors with the command's help", async () => {
