@@ -50,6 +50,12 @@ export type Deployment = Schemas["Deployment"];
 export type DeploymentPage = Schemas["DeploymentPage"];
 /** An app: where it comes from, its state, scaling and replicas. */
 export type App = Schemas["App"];
+/** A service account as listed (never its token). */
+export type ServiceAccount = Schemas["ServiceAccount"];
+/** A new service account with its token (shown once). */
+export type CreatedServiceAccount = Schemas["CreatedServiceAccount"];
+/** What `createServiceAccount` mints. */
+export type ServiceAccountRequest = Schemas["ServiceAccountRequest"];
 /** Options of `createDeployment`. */
 export interface CreateDeploymentOptions {
   signal?: AbortSignal;
@@ -201,6 +207,16 @@ export interface RunplaneClient {
   getApp(app: AppRef, options?: { signal?: AbortSignal }): Promise<App>;
   /** Deletes a deployed app: new calls answer 404, calls in flight finish. */
   deleteApp(app: AppRef, options?: { signal?: AbortSignal }): Promise<void>;
+  /** Mints a token (the `admin` scope; never beyond the caller's scopes or lifetime); the token is shown once. */
+  createServiceAccount(
+    project: string,
+    request: ServiceAccountRequest,
+    options?: { signal?: AbortSignal },
+  ): Promise<CreatedServiceAccount>;
+  /** The project's service accounts, oldest first, with when each was last used. */
+  listServiceAccounts(project: string, options?: { signal?: AbortSignal }): Promise<ServiceAccount[]>;
+  /** Revokes a service account: its token is refused from the next request on. */
+  revokeServiceAccount(project: string, serviceAccountId: string, options?: { signal?: AbortSignal }): Promise<void>;
   /** The digest of an app's build dependencies and whether the project had seen it. */
   baseImageHash(app: AppRef, request: BaseImageRequest, options?: { signal?: AbortSignal }): Promise<BaseImageHash>;
   /** A repository's tree (`"owner/repo"`) through a project's git integration. */
@@ -569,6 +585,29 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     },
   };
 
+  const serviceAccounts = {
+    createServiceAccount(project: string, request: ServiceAccountRequest, call: { signal?: AbortSignal } = {}) {
+      return unwrap(api.POST("/v3/projects/{project_id}/service-accounts", {
+        params: { path: { project_id: project } },
+        body: request,
+        signal: call.signal,
+      }));
+    },
+    async listServiceAccounts(project: string, call: { signal?: AbortSignal } = {}) {
+      const list = await unwrap(api.GET("/v3/projects/{project_id}/service-accounts", {
+        params: { path: { project_id: project } },
+        signal: call.signal,
+      }));
+      return list.service_accounts;
+    },
+    async revokeServiceAccount(project: string, serviceAccountId: string, call: { signal?: AbortSignal } = {}) {
+      await unwrap(api.DELETE("/v3/projects/{project_id}/service-accounts/{service_account_id}", {
+        params: { path: { project_id: project, service_account_id: serviceAccountId } },
+        signal: call.signal,
+      }));
+    },
+  };
+
   async function repositoryTree(
     project: string,
     repository: string,
@@ -606,6 +645,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     baseImageHash,
     repositoryTree,
     ...deployments,
+    ...serviceAccounts,
     jwks: () => unwrap(api.GET("/.well-known/jwks.json")),
     health: () => unwrap(api.GET("/healthz")),
     readiness: () => unwrap(api.GET("/readyz")),

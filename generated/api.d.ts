@@ -236,6 +236,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/projects/{project_id}/service-accounts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List service accounts
+         * @description The project's service accounts, with when each was last used; never a token.
+         */
+        get: operations["listServiceAccounts"];
+        put?: never;
+        /**
+         * Create a service account
+         * @description Mint a token. Needs the `admin` scope; the new token's scopes and lifetime never exceed the
+         *     caller's (403 otherwise). The token is in this answer only.
+         */
+        post: operations["createServiceAccount"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/projects/{project_id}/service-accounts/{service_account_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a service account
+         * @description Revoke a service account: its token is refused from the next request on.
+         */
+        delete: operations["revokeServiceAccount"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v4/{project_id}/{app_name}/{function_name}": {
         parameters: {
             query?: never;
@@ -446,6 +491,22 @@ export interface components {
          * @enum {string}
          */
         BaseImageStatus: "new" | "cached";
+        /** @description A new service account and its token: the token is in this answer only, and never stored. */
+        CreatedServiceAccount: {
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description When its token last authenticated a request (recorded at most once a minute); null if never. */
+            last_used_at: string | null;
+            name: string;
+            project_id: components["schemas"]["ProjectId"];
+            revoked_at: string | null;
+            scopes: components["schemas"]["TokenScope"][];
+            service_account_id: components["schemas"]["ServiceAccountId"];
+            /** @description The bearer token. Keep it secret: the server keeps only its id and cannot show it again. */
+            token: string;
+        };
         /** @description One uploaded (or fetched) version of an app, its build, and whether it serves. */
         Deployment: {
             /** @description True for the one deployment of the app that serves its calls. */
@@ -705,8 +766,45 @@ export interface components {
             endpoint: string;
             status: components["schemas"]["WebhookStatus"];
         };
+        /** @description A service account as listed: never its token. */
+        ServiceAccount: {
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description When its token last authenticated a request (recorded at most once a minute); null if never. */
+            last_used_at: string | null;
+            name: string;
+            project_id: components["schemas"]["ProjectId"];
+            revoked_at: string | null;
+            scopes: components["schemas"]["TokenScope"][];
+            service_account_id: components["schemas"]["ServiceAccountId"];
+        };
+        /** @description A service account's id: `sa_` and 16 base64url characters. */
+        ServiceAccountId: string;
+        /** @description A project's service accounts, oldest first. */
+        ServiceAccountList: {
+            service_accounts: components["schemas"]["ServiceAccount"][];
+        };
+        /** @description What to mint. */
+        ServiceAccountRequest: {
+            /**
+             * Format: date-time
+             * @description When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner.
+             */
+            expires_at?: string;
+            /** @description A label for people, e.g. the service that will use it. */
+            name: string;
+            /** @description At least one; never beyond the caller's own scopes. */
+            scopes: components["schemas"]["TokenScope"][];
+        };
         /** @description A SHA-256 digest: `sha256:` and 64 lowercase hex digits. */
         Sha256Digest: string;
+        /**
+         * @description What a token may do: `run` the run API, `rest` read the REST API, `deploy` deploy, `admin` manage tokens.
+         * @enum {string}
+         */
+        TokenScope: "admin" | "deploy" | "rest" | "run";
         /** @description One path in a repository's tree. */
         TreeEntry: {
             /** @description git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`. */
@@ -1782,6 +1880,266 @@ export interface operations {
                     "text/event-stream": string;
                     "text/plain": string;
                 };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listServiceAccounts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ServiceAccountList"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createServiceAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ServiceAccountRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded and a new resource has been created as a result. */
+            201: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedServiceAccount"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revokeServiceAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: components["schemas"]["ProjectId"];
+                service_account_id: components["schemas"]["ServiceAccountId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description There is no content to send for this request, but the headers may be useful. */
+            204: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The request is malformed or failed validation (see `errors`). */
             400: {

@@ -831,6 +831,198 @@ export const routes = [
     }
   },
   {
+    "operationId": "listServiceAccounts",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/service-accounts",
+    "koaPath": "/v3/projects/:project_id/service-accounts",
+    "auth": "bearer",
+    "scope": "admin",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "listServiceAccounts_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "listServiceAccounts_200_headers",
+          "content": {
+            "application/json": "listServiceAccounts_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "listServiceAccounts_400_headers",
+          "content": {
+            "application/problem+json": "listServiceAccounts_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "listServiceAccounts_401_headers",
+          "content": {
+            "application/problem+json": "listServiceAccounts_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "listServiceAccounts_403_headers",
+          "content": {
+            "application/problem+json": "listServiceAccounts_403_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "listServiceAccounts_500_headers",
+          "content": {
+            "application/problem+json": "listServiceAccounts_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "listServiceAccounts_503_headers",
+          "content": {
+            "application/problem+json": "listServiceAccounts_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "createServiceAccount",
+    "method": "POST",
+    "path": "/v3/projects/{project_id}/service-accounts",
+    "koaPath": "/v3/projects/:project_id/service-accounts",
+    "auth": "bearer",
+    "scope": "admin",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": true,
+      "contentTypes": [
+        "application/json"
+      ]
+    },
+    "validators": {
+      "params": "createServiceAccount_params",
+      "body": "createServiceAccount_body",
+      "responses": {
+        "201": {
+          "headers": "createServiceAccount_201_headers",
+          "content": {
+            "application/json": "createServiceAccount_201_application_json"
+          }
+        },
+        "400": {
+          "headers": "createServiceAccount_400_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "createServiceAccount_401_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "createServiceAccount_403_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_403_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "createServiceAccount_500_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "createServiceAccount_503_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "revokeServiceAccount",
+    "method": "DELETE",
+    "path": "/v3/projects/{project_id}/service-accounts/{service_account_id}",
+    "koaPath": "/v3/projects/:project_id/service-accounts/:service_account_id",
+    "auth": "bearer",
+    "scope": "admin",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "service_account_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "revokeServiceAccount_params",
+      "body": null,
+      "responses": {
+        "204": {
+          "headers": "revokeServiceAccount_204_headers",
+          "content": {}
+        },
+        "400": {
+          "headers": "revokeServiceAccount_400_headers",
+          "content": {
+            "application/problem+json": "revokeServiceAccount_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "revokeServiceAccount_401_headers",
+          "content": {
+            "application/problem+json": "revokeServiceAccount_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "revokeServiceAccount_403_headers",
+          "content": {
+            "application/problem+json": "revokeServiceAccount_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "revokeServiceAccount_404_headers",
+          "content": {
+            "application/problem+json": "revokeServiceAccount_404_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "revokeServiceAccount_500_headers",
+          "content": {
+            "application/problem+json": "revokeServiceAccount_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "revokeServiceAccount_503_headers",
+          "content": {
+            "application/problem+json": "revokeServiceAccount_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "listRuns",
     "method": "GET",
     "path": "/v4/projects/{project_id}/apps/{app_id}/runs",

@@ -1927,24 +1927,438 @@ return errors === 0;
 }
 validate32.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Deployment = validate33;
-const schema56 = {"type":"object","required":["deployment_id","project_id","app_id","status","active","digest","size_bytes","source","repository","base_image_digest","base_image_status","created_at","started_at","finished_at","error"],"properties":{"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"status":{"$ref":"runplane-openapi#/$defs/DeploymentStatus"},"active":{"type":"boolean","description":"True for the one deployment of the app that serves its calls."},"digest":{"allOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"}],"description":"The bundle's digest: equal bytes, equal digest (the store keeps each bundle once)."},"size_bytes":{"type":"integer","format":"int64","minimum":0,"description":"The bundle's size in bytes, compressed."},"source":{"$ref":"runplane-openapi#/$defs/DeploymentSourceKind"},"repository":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentRepository"},{"type":"null"}],"description":"For a deployment from a repository."},"base_image_digest":{"anyOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"},{"type":"null"}],"description":"The base-image digest of the app's dependencies, once `runplane.toml` was read."},"base_image_status":{"anyOf":[{"type":"string","enum":["new","cached"]},{"type":"null"}],"description":"`cached` when a virtualenv for `base_image_digest` existed and nothing was installed."},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"finished_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the build failed."}},"description":"One uploaded (or fetched) version of an app, its build, and whether it serves."};
-const schema60 = {"type":"string","enum":["queued","building","ready","failed"],"description":"Where a deployment is in its life. `ready` and `failed` are terminal."};
-const schema61 = {"type":"string","pattern":"^sha256:[0-9a-f]{64}$","description":"A SHA-256 digest: `sha256:` and 64 lowercase hex digits."};
-const schema62 = {"type":"string","enum":["bundle","repository"],"description":"Where a deployment's files came from."};
-const formats36 = require("ajv-formats/dist/formats").fullFormats.int64;
-const schema63 = {"type":"object","required":["owner","repo","ref","commit","path"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string"},"commit":{"$ref":"runplane-openapi#/$defs/GitObjectId"},"path":{"type":"string","description":"The app's folder inside the repository; empty for its root."}},"description":"A deployment made from a repository: what was asked for and the commit it resolved to."};
-const schema64 = {"type":"string","pattern":"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$","description":"A GitHub account name: letters, digits and single dashes, at most 39 characters."};
-const schema65 = {"type":"string","pattern":"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$","description":"A repository name: letters, digits, `.`, `_` and `-`, at most 100 characters, never `.` or `..`."};
-const schema66 = {"type":"string","pattern":"^[0-9a-f]{40}([0-9a-f]{24})?$","description":"A git object id (SHA-1 or SHA-256, lowercase hex)."};
-const pattern13 = new RegExp("^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$", "u");
-const pattern14 = new RegExp("^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$", "u");
-const pattern15 = new RegExp("^[0-9a-f]{40}([0-9a-f]{24})?$", "u");
+exports.schema_CreatedServiceAccount = validate33;
+const schema56 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at","token"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"token":{"type":"string","description":"The bearer token. Keep it secret: the server keeps only its id and cannot show it again."}},"description":"A new service account and its token: the token is in this answer only, and never stored."};
+const schema57 = {"type":"string","pattern":"^sa_[A-Za-z0-9_-]{16}$","description":"A service account's id: `sa_` and 16 base64url characters."};
+const schema59 = {"type":"string","enum":["admin","deploy","rest","run"],"description":"What a token may do: `run` the run API, `rest` read the REST API, `deploy` deploy, `admin` manage tokens."};
+const pattern9 = new RegExp("^sa_[A-Za-z0-9_-]{16}$", "u");
 
-function validate34(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate33(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate34.evaluated;
+const evaluated0 = validate33.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.service_account_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "service_account_id"},message:"must have required property '"+"service_account_id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.project_id === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.name === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.scopes === undefined){
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "scopes"},message:"must have required property '"+"scopes"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data.created_at === undefined){
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data.expires_at === undefined){
+const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expires_at"},message:"must have required property '"+"expires_at"+"'"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data.last_used_at === undefined){
+const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "last_used_at"},message:"must have required property '"+"last_used_at"+"'"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(data.revoked_at === undefined){
+const err7 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "revoked_at"},message:"must have required property '"+"revoked_at"+"'"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if(data.token === undefined){
+const err8 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "token"},message:"must have required property '"+"token"+"'"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+if(data.service_account_id !== undefined){
+let data0 = data.service_account_id;
+if(typeof data0 === "string"){
+if(!pattern9.test(data0)){
+const err9 = {instancePath:instancePath+"/service_account_id",schemaPath:"runplane-openapi#/$defs/ServiceAccountId/pattern",keyword:"pattern",params:{pattern: "^sa_[A-Za-z0-9_-]{16}$"},message:"must match pattern \""+"^sa_[A-Za-z0-9_-]{16}$"+"\""};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+else {
+const err10 = {instancePath:instancePath+"/service_account_id",schemaPath:"runplane-openapi#/$defs/ServiceAccountId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.project_id !== undefined){
+let data1 = data.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err11 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+else {
+const err12 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+if(data.name !== undefined){
+if(typeof data.name !== "string"){
+const err13 = {instancePath:instancePath+"/name",schemaPath:"#/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.scopes !== undefined){
+let data3 = data.scopes;
+if(Array.isArray(data3)){
+const len0 = data3.length;
+for(let i0=0; i0<len0; i0++){
+let data4 = data3[i0];
+if(typeof data4 !== "string"){
+const err14 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if(!((((data4 === "admin") || (data4 === "deploy")) || (data4 === "rest")) || (data4 === "run"))){
+const err15 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema59.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+}
+}
+else {
+const err16 = {instancePath:instancePath+"/scopes",schemaPath:"#/properties/scopes/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+if(data.created_at !== undefined){
+let data5 = data.created_at;
+if(typeof data5 === "string"){
+if(!(formats18.validate(data5))){
+const err17 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+}
+else {
+const err18 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+}
+if(data.expires_at !== undefined){
+let data6 = data.expires_at;
+if(typeof data6 === "string"){
+if(!(formats18.validate(data6))){
+const err19 = {instancePath:instancePath+"/expires_at",schemaPath:"#/properties/expires_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+}
+else {
+const err20 = {instancePath:instancePath+"/expires_at",schemaPath:"#/properties/expires_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+}
+if(data.last_used_at !== undefined){
+let data7 = data.last_used_at;
+const _errs19 = errors;
+let valid6 = false;
+const _errs20 = errors;
+if(typeof data7 === "string"){
+if(!(formats18.validate(data7))){
+const err21 = {instancePath:instancePath+"/last_used_at",schemaPath:"#/properties/last_used_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+}
+else {
+const err22 = {instancePath:instancePath+"/last_used_at",schemaPath:"#/properties/last_used_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+var _valid0 = _errs20 === errors;
+valid6 = valid6 || _valid0;
+const _errs22 = errors;
+if(data7 !== null){
+const err23 = {instancePath:instancePath+"/last_used_at",schemaPath:"#/properties/last_used_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+var _valid0 = _errs22 === errors;
+valid6 = valid6 || _valid0;
+if(!valid6){
+const err24 = {instancePath:instancePath+"/last_used_at",schemaPath:"#/properties/last_used_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
+}
+errors++;
+}
+else {
+errors = _errs19;
+if(vErrors !== null){
+if(_errs19){
+vErrors.length = _errs19;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.revoked_at !== undefined){
+let data8 = data.revoked_at;
+const _errs25 = errors;
+let valid7 = false;
+const _errs26 = errors;
+if(typeof data8 === "string"){
+if(!(formats18.validate(data8))){
+const err25 = {instancePath:instancePath+"/revoked_at",schemaPath:"#/properties/revoked_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err25];
+}
+else {
+vErrors.push(err25);
+}
+errors++;
+}
+}
+else {
+const err26 = {instancePath:instancePath+"/revoked_at",schemaPath:"#/properties/revoked_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err26];
+}
+else {
+vErrors.push(err26);
+}
+errors++;
+}
+var _valid1 = _errs26 === errors;
+valid7 = valid7 || _valid1;
+const _errs28 = errors;
+if(data8 !== null){
+const err27 = {instancePath:instancePath+"/revoked_at",schemaPath:"#/properties/revoked_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(vErrors === null){
+vErrors = [err27];
+}
+else {
+vErrors.push(err27);
+}
+errors++;
+}
+var _valid1 = _errs28 === errors;
+valid7 = valid7 || _valid1;
+if(!valid7){
+const err28 = {instancePath:instancePath+"/revoked_at",schemaPath:"#/properties/revoked_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err28];
+}
+else {
+vErrors.push(err28);
+}
+errors++;
+}
+else {
+errors = _errs25;
+if(vErrors !== null){
+if(_errs25){
+vErrors.length = _errs25;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.token !== undefined){
+if(typeof data.token !== "string"){
+const err29 = {instancePath:instancePath+"/token",schemaPath:"#/properties/token/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err29];
+}
+else {
+vErrors.push(err29);
+}
+errors++;
+}
+}
+}
+else {
+const err30 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err30];
+}
+else {
+vErrors.push(err30);
+}
+errors++;
+}
+validate33.errors = vErrors;
+return errors === 0;
+}
+validate33.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_Deployment = validate34;
+const schema60 = {"type":"object","required":["deployment_id","project_id","app_id","status","active","digest","size_bytes","source","repository","base_image_digest","base_image_status","created_at","started_at","finished_at","error"],"properties":{"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"status":{"$ref":"runplane-openapi#/$defs/DeploymentStatus"},"active":{"type":"boolean","description":"True for the one deployment of the app that serves its calls."},"digest":{"allOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"}],"description":"The bundle's digest: equal bytes, equal digest (the store keeps each bundle once)."},"size_bytes":{"type":"integer","format":"int64","minimum":0,"description":"The bundle's size in bytes, compressed."},"source":{"$ref":"runplane-openapi#/$defs/DeploymentSourceKind"},"repository":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentRepository"},{"type":"null"}],"description":"For a deployment from a repository."},"base_image_digest":{"anyOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"},{"type":"null"}],"description":"The base-image digest of the app's dependencies, once `runplane.toml` was read."},"base_image_status":{"anyOf":[{"type":"string","enum":["new","cached"]},{"type":"null"}],"description":"`cached` when a virtualenv for `base_image_digest` existed and nothing was installed."},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"finished_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the build failed."}},"description":"One uploaded (or fetched) version of an app, its build, and whether it serves."};
+const schema64 = {"type":"string","enum":["queued","building","ready","failed"],"description":"Where a deployment is in its life. `ready` and `failed` are terminal."};
+const schema65 = {"type":"string","pattern":"^sha256:[0-9a-f]{64}$","description":"A SHA-256 digest: `sha256:` and 64 lowercase hex digits."};
+const schema66 = {"type":"string","enum":["bundle","repository"],"description":"Where a deployment's files came from."};
+const formats44 = require("ajv-formats/dist/formats").fullFormats.int64;
+const schema67 = {"type":"object","required":["owner","repo","ref","commit","path"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string"},"commit":{"$ref":"runplane-openapi#/$defs/GitObjectId"},"path":{"type":"string","description":"The app's folder inside the repository; empty for its root."}},"description":"A deployment made from a repository: what was asked for and the commit it resolved to."};
+const schema68 = {"type":"string","pattern":"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$","description":"A GitHub account name: letters, digits and single dashes, at most 39 characters."};
+const schema69 = {"type":"string","pattern":"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$","description":"A repository name: letters, digits, `.`, `_` and `-`, at most 100 characters, never `.` or `..`."};
+const schema70 = {"type":"string","pattern":"^[0-9a-f]{40}([0-9a-f]{24})?$","description":"A git object id (SHA-1 or SHA-256, lowercase hex)."};
+const pattern15 = new RegExp("^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$", "u");
+const pattern16 = new RegExp("^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$", "u");
+const pattern17 = new RegExp("^[0-9a-f]{40}([0-9a-f]{24})?$", "u");
+
+function validate35(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate35.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2005,7 +2419,7 @@ errors++;
 if(data.owner !== undefined){
 let data0 = data.owner;
 if(typeof data0 === "string"){
-if(!pattern13.test(data0)){
+if(!pattern15.test(data0)){
 const err5 = {instancePath:instancePath+"/owner",schemaPath:"runplane-openapi#/$defs/RepoOwner/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"},message:"must match pattern \""+"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"+"\""};
 if(vErrors === null){
 vErrors = [err5];
@@ -2030,7 +2444,7 @@ errors++;
 if(data.repo !== undefined){
 let data1 = data.repo;
 if(typeof data1 === "string"){
-if(!pattern14.test(data1)){
+if(!pattern16.test(data1)){
 const err7 = {instancePath:instancePath+"/repo",schemaPath:"runplane-openapi#/$defs/RepoName/pattern",keyword:"pattern",params:{pattern: "^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"},message:"must match pattern \""+"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -2067,7 +2481,7 @@ errors++;
 if(data.commit !== undefined){
 let data3 = data.commit;
 if(typeof data3 === "string"){
-if(!pattern15.test(data3)){
+if(!pattern17.test(data3)){
 const err10 = {instancePath:instancePath+"/commit",schemaPath:"runplane-openapi#/$defs/GitObjectId/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -2112,16 +2526,16 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate34.errors = vErrors;
+validate35.errors = vErrors;
 return errors === 0;
 }
-validate34.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
+validate35.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate33(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate34(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate33.evaluated;
+const evaluated0 = validate34.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2367,7 +2781,7 @@ vErrors.push(err21);
 errors++;
 }
 if(!((((data3 === "queued") || (data3 === "building")) || (data3 === "ready")) || (data3 === "failed"))){
-const err22 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/DeploymentStatus/enum",keyword:"enum",params:{allowedValues: schema60.enum},message:"must be equal to one of the allowed values"};
+const err22 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/DeploymentStatus/enum",keyword:"enum",params:{allowedValues: schema64.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -2437,7 +2851,7 @@ vErrors.push(err27);
 }
 errors++;
 }
-if(!(formats36.validate(data6))){
+if(!(formats44.validate(data6))){
 const err28 = {instancePath:instancePath+"/size_bytes",schemaPath:"#/properties/size_bytes/format",keyword:"format",params:{format: "int64"},message:"must match format \""+"int64"+"\""};
 if(vErrors === null){
 vErrors = [err28];
@@ -2462,7 +2876,7 @@ vErrors.push(err29);
 errors++;
 }
 if(!((data7 === "bundle") || (data7 === "repository"))){
-const err30 = {instancePath:instancePath+"/source",schemaPath:"runplane-openapi#/$defs/DeploymentSourceKind/enum",keyword:"enum",params:{allowedValues: schema62.enum},message:"must be equal to one of the allowed values"};
+const err30 = {instancePath:instancePath+"/source",schemaPath:"runplane-openapi#/$defs/DeploymentSourceKind/enum",keyword:"enum",params:{allowedValues: schema66.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -2477,8 +2891,8 @@ let data8 = data.repository;
 const _errs25 = errors;
 let valid8 = false;
 const _errs26 = errors;
-if(!(validate34(data8, {instancePath:instancePath+"/repository",parentData:data,parentDataProperty:"repository",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
+if(!(validate35(data8, {instancePath:instancePath+"/repository",parentData:data,parentDataProperty:"repository",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate35.errors : vErrors.concat(validate35.errors);
 errors = vErrors.length;
 }
 var _valid0 = _errs26 === errors;
@@ -2606,7 +3020,7 @@ vErrors.push(err37);
 errors++;
 }
 if(!((data10 === "new") || (data10 === "cached"))){
-const err38 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema56.properties.base_image_status.anyOf[0].enum},message:"must be equal to one of the allowed values"};
+const err38 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema60.properties.base_image_status.anyOf[0].enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err38];
 }
@@ -2868,17 +3282,17 @@ vErrors.push(err54);
 }
 errors++;
 }
-validate33.errors = vErrors;
+validate34.errors = vErrors;
 return errors === 0;
 }
-validate33.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate34.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentId = validate36;
+exports.schema_DeploymentId = validate37;
 
-function validate36(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate37(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate36.evaluated;
+const evaluated0 = validate37.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2907,18 +3321,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate36.errors = vErrors;
+validate37.errors = vErrors;
 return errors === 0;
 }
-validate36.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate37.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentPage = validate37;
-const schema69 = {"type":"object","required":["deployments","next_cursor"],"properties":{"deployments":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/Deployment"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of deployments, newest first."};
+exports.schema_DeploymentPage = validate38;
+const schema73 = {"type":"object","required":["deployments","next_cursor"],"properties":{"deployments":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/Deployment"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of deployments, newest first."};
 
-function validate37(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate38(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate37.evaluated;
+const evaluated0 = validate38.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2951,8 +3365,8 @@ let data0 = data.deployments;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate33(data0[i0], {instancePath:instancePath+"/deployments/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
+if(!(validate34(data0[i0], {instancePath:instancePath+"/deployments/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
 errors = vErrors.length;
 }
 }
@@ -3031,17 +3445,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate37.errors = vErrors;
+validate38.errors = vErrors;
 return errors === 0;
 }
-validate37.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate38.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentRepository = validate39;
+exports.schema_DeploymentRepository = validate40;
 
-function validate39(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate40(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate39.evaluated;
+const evaluated0 = validate40.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3102,7 +3516,7 @@ errors++;
 if(data.owner !== undefined){
 let data0 = data.owner;
 if(typeof data0 === "string"){
-if(!pattern13.test(data0)){
+if(!pattern15.test(data0)){
 const err5 = {instancePath:instancePath+"/owner",schemaPath:"runplane-openapi#/$defs/RepoOwner/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"},message:"must match pattern \""+"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"+"\""};
 if(vErrors === null){
 vErrors = [err5];
@@ -3127,7 +3541,7 @@ errors++;
 if(data.repo !== undefined){
 let data1 = data.repo;
 if(typeof data1 === "string"){
-if(!pattern14.test(data1)){
+if(!pattern16.test(data1)){
 const err7 = {instancePath:instancePath+"/repo",schemaPath:"runplane-openapi#/$defs/RepoName/pattern",keyword:"pattern",params:{pattern: "^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"},message:"must match pattern \""+"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -3164,7 +3578,7 @@ errors++;
 if(data.commit !== undefined){
 let data3 = data.commit;
 if(typeof data3 === "string"){
-if(!pattern15.test(data3)){
+if(!pattern17.test(data3)){
 const err10 = {instancePath:instancePath+"/commit",schemaPath:"runplane-openapi#/$defs/GitObjectId/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -3209,17 +3623,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate39.errors = vErrors;
+validate40.errors = vErrors;
 return errors === 0;
 }
-validate39.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
+validate40.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentSourceKind = validate40;
+exports.schema_DeploymentSourceKind = validate41;
 
-function validate40(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate41(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate40.evaluated;
+const evaluated0 = validate41.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3237,7 +3651,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((data === "bundle") || (data === "repository"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema62.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema66.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3246,18 +3660,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate40.errors = vErrors;
+validate41.errors = vErrors;
 return errors === 0;
 }
-validate40.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate41.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentSourceRequest = validate41;
-const schema75 = {"type":"object","required":["source"],"properties":{"source":{"type":"object","properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","maxLength":255,"description":"A branch, tag or commit; the default branch when absent."},"path":{"type":"string","maxLength":1024,"description":"The app's folder inside the repository; its root when absent."}},"required":["owner","repo"]}},"description":"A repository folder to deploy, read through the project's tree provider (local mirror or GitHub)."};
+exports.schema_DeploymentSourceRequest = validate42;
+const schema79 = {"type":"object","required":["source"],"properties":{"source":{"type":"object","properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","maxLength":255,"description":"A branch, tag or commit; the default branch when absent."},"path":{"type":"string","maxLength":1024,"description":"The app's folder inside the repository; its root when absent."}},"required":["owner","repo"]}},"description":"A repository folder to deploy, read through the project's tree provider (local mirror or GitHub)."};
 
-function validate41(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate42(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate41.evaluated;
+const evaluated0 = validate42.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3301,7 +3715,7 @@ errors++;
 if(data0.owner !== undefined){
 let data1 = data0.owner;
 if(typeof data1 === "string"){
-if(!pattern13.test(data1)){
+if(!pattern15.test(data1)){
 const err3 = {instancePath:instancePath+"/source/owner",schemaPath:"runplane-openapi#/$defs/RepoOwner/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"},message:"must match pattern \""+"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"+"\""};
 if(vErrors === null){
 vErrors = [err3];
@@ -3326,7 +3740,7 @@ errors++;
 if(data0.repo !== undefined){
 let data2 = data0.repo;
 if(typeof data2 === "string"){
-if(!pattern14.test(data2)){
+if(!pattern16.test(data2)){
 const err5 = {instancePath:instancePath+"/source/repo",schemaPath:"runplane-openapi#/$defs/RepoName/pattern",keyword:"pattern",params:{pattern: "^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"},message:"must match pattern \""+"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"+"\""};
 if(vErrors === null){
 vErrors = [err5];
@@ -3421,17 +3835,17 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate41.errors = vErrors;
+validate42.errors = vErrors;
 return errors === 0;
 }
-validate41.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
+validate42.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentStatus = validate42;
+exports.schema_DeploymentStatus = validate43;
 
-function validate42(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate43(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate42.evaluated;
+const evaluated0 = validate43.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3449,7 +3863,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((((data === "queued") || (data === "building")) || (data === "ready")) || (data === "failed"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema60.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema64.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3458,18 +3872,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate42.errors = vErrors;
+validate43.errors = vErrors;
 return errors === 0;
 }
-validate42.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate43.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_FieldError = validate43;
-const schema79 = {"type":"object","required":["path","message"],"properties":{"path":{"type":"string","description":"Where the value was: `body.aptPackages[2]`, `query.limit`, `header.idempotency-key`."},"message":{"type":"string","description":"What was wrong with it and what is expected."}},"description":"One field that failed validation."};
+exports.schema_FieldError = validate44;
+const schema83 = {"type":"object","required":["path","message"],"properties":{"path":{"type":"string","description":"Where the value was: `body.aptPackages[2]`, `query.limit`, `header.idempotency-key`."},"message":{"type":"string","description":"What was wrong with it and what is expected."}},"description":"One field that failed validation."};
 
-function validate43(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate44(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate43.evaluated;
+const evaluated0 = validate44.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3532,53 +3946,14 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate43.errors = vErrors;
-return errors === 0;
-}
-validate43.evaluated = {"props":{"path":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.schema_FunctionName = validate44;
-const schema80 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$","description":"A function's name: `run` is the default; names starting with `_` are private and answer 404."};
-const pattern23 = new RegExp("^[A-Za-z_][A-Za-z0-9_.-]{0,127}$", "u");
-
-function validate44(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate44.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(typeof data === "string"){
-if(!pattern23.test(data)){
-const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
 validate44.errors = vErrors;
 return errors === 0;
 }
-validate44.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate44.evaluated = {"props":{"path":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_GitObjectId = validate45;
+exports.schema_FunctionName = validate45;
+const schema84 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$","description":"A function's name: `run` is the default; names starting with `_` are private and answer 404."};
+const pattern25 = new RegExp("^[A-Za-z_][A-Za-z0-9_.-]{0,127}$", "u");
 
 function validate45(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3591,8 +3966,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(typeof data === "string"){
-if(!pattern15.test(data)){
-const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
+if(!pattern25.test(data)){
+const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -3617,13 +3992,52 @@ return errors === 0;
 }
 validate45.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Health = validate46;
-const schema82 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ok"]}},"description":"The process is alive."};
+exports.schema_GitObjectId = validate46;
 
 function validate46(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate46.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data === "string"){
+if(!pattern17.test(data)){
+const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate46.errors = vErrors;
+return errors === 0;
+}
+validate46.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_Health = validate47;
+const schema86 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ok"]}},"description":"The process is alive."};
+
+function validate47(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate47.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3654,7 +4068,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ok")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema82.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema86.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -3675,18 +4089,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate46.errors = vErrors;
+validate47.errors = vErrors;
 return errors === 0;
 }
-validate46.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate47.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_JsonWebKey = validate47;
-const schema83 = {"type":"object","required":["kty","crv","x","kid","alg","use"],"properties":{"kty":{"type":"string","enum":["OKP"]},"crv":{"type":"string","enum":["Ed25519"]},"x":{"type":"string"},"kid":{"type":"string"},"alg":{"type":"string","enum":["EdDSA"]},"use":{"type":"string","enum":["sig"]}},"description":"An Ed25519 public key as a JSON Web Key (RFC 8037)."};
+exports.schema_JsonWebKey = validate48;
+const schema87 = {"type":"object","required":["kty","crv","x","kid","alg","use"],"properties":{"kty":{"type":"string","enum":["OKP"]},"crv":{"type":"string","enum":["Ed25519"]},"x":{"type":"string"},"kid":{"type":"string"},"alg":{"type":"string","enum":["EdDSA"]},"use":{"type":"string","enum":["sig"]}},"description":"An Ed25519 public key as a JSON Web Key (RFC 8037)."};
 
-function validate47(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate48(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate47.evaluated;
+const evaluated0 = validate48.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3767,7 +4181,7 @@ vErrors.push(err6);
 errors++;
 }
 if(!(data0 === "OKP")){
-const err7 = {instancePath:instancePath+"/kty",schemaPath:"#/properties/kty/enum",keyword:"enum",params:{allowedValues: schema83.properties.kty.enum},message:"must be equal to one of the allowed values"};
+const err7 = {instancePath:instancePath+"/kty",schemaPath:"#/properties/kty/enum",keyword:"enum",params:{allowedValues: schema87.properties.kty.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -3790,7 +4204,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!(data1 === "Ed25519")){
-const err9 = {instancePath:instancePath+"/crv",schemaPath:"#/properties/crv/enum",keyword:"enum",params:{allowedValues: schema83.properties.crv.enum},message:"must be equal to one of the allowed values"};
+const err9 = {instancePath:instancePath+"/crv",schemaPath:"#/properties/crv/enum",keyword:"enum",params:{allowedValues: schema87.properties.crv.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -3837,7 +4251,7 @@ vErrors.push(err12);
 errors++;
 }
 if(!(data4 === "EdDSA")){
-const err13 = {instancePath:instancePath+"/alg",schemaPath:"#/properties/alg/enum",keyword:"enum",params:{allowedValues: schema83.properties.alg.enum},message:"must be equal to one of the allowed values"};
+const err13 = {instancePath:instancePath+"/alg",schemaPath:"#/properties/alg/enum",keyword:"enum",params:{allowedValues: schema87.properties.alg.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -3860,7 +4274,7 @@ vErrors.push(err14);
 errors++;
 }
 if(!(data5 === "sig")){
-const err15 = {instancePath:instancePath+"/use",schemaPath:"#/properties/use/enum",keyword:"enum",params:{allowedValues: schema83.properties.use.enum},message:"must be equal to one of the allowed values"};
+const err15 = {instancePath:instancePath+"/use",schemaPath:"#/properties/use/enum",keyword:"enum",params:{allowedValues: schema87.properties.use.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3881,18 +4295,18 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate47.errors = vErrors;
+validate48.errors = vErrors;
 return errors === 0;
 }
-validate47.evaluated = {"props":{"kty":true,"crv":true,"x":true,"kid":true,"alg":true,"use":true},"dynamicProps":false,"dynamicItems":false};
+validate48.evaluated = {"props":{"kty":true,"crv":true,"x":true,"kid":true,"alg":true,"use":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_JsonWebKeySet = validate48;
-const schema84 = {"type":"object","required":["keys"],"properties":{"keys":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/JsonWebKey"}}},"description":"The keys that verify Runplane's service-account tokens."};
+exports.schema_JsonWebKeySet = validate49;
+const schema88 = {"type":"object","required":["keys"],"properties":{"keys":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/JsonWebKey"}}},"description":"The keys that verify Runplane's service-account tokens."};
 
-function validate48(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate49(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate48.evaluated;
+const evaluated0 = validate49.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3990,7 +4404,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!(data2 === "OKP")){
-const err8 = {instancePath:instancePath+"/keys/" + i0+"/kty",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/kty/enum",keyword:"enum",params:{allowedValues: schema83.properties.kty.enum},message:"must be equal to one of the allowed values"};
+const err8 = {instancePath:instancePath+"/keys/" + i0+"/kty",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/kty/enum",keyword:"enum",params:{allowedValues: schema87.properties.kty.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -4013,7 +4427,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!(data3 === "Ed25519")){
-const err10 = {instancePath:instancePath+"/keys/" + i0+"/crv",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/crv/enum",keyword:"enum",params:{allowedValues: schema83.properties.crv.enum},message:"must be equal to one of the allowed values"};
+const err10 = {instancePath:instancePath+"/keys/" + i0+"/crv",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/crv/enum",keyword:"enum",params:{allowedValues: schema87.properties.crv.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -4060,7 +4474,7 @@ vErrors.push(err13);
 errors++;
 }
 if(!(data6 === "EdDSA")){
-const err14 = {instancePath:instancePath+"/keys/" + i0+"/alg",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/alg/enum",keyword:"enum",params:{allowedValues: schema83.properties.alg.enum},message:"must be equal to one of the allowed values"};
+const err14 = {instancePath:instancePath+"/keys/" + i0+"/alg",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/alg/enum",keyword:"enum",params:{allowedValues: schema87.properties.alg.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -4083,7 +4497,7 @@ vErrors.push(err15);
 errors++;
 }
 if(!(data7 === "sig")){
-const err16 = {instancePath:instancePath+"/keys/" + i0+"/use",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/use/enum",keyword:"enum",params:{allowedValues: schema83.properties.use.enum},message:"must be equal to one of the allowed values"};
+const err16 = {instancePath:instancePath+"/keys/" + i0+"/use",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/use/enum",keyword:"enum",params:{allowedValues: schema87.properties.use.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -4128,17 +4542,17 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate48.errors = vErrors;
+validate49.errors = vErrors;
 return errors === 0;
 }
-validate48.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
+validate49.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_PackageSpec = validate49;
+exports.schema_PackageSpec = validate50;
 
-function validate49(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate50(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate49.evaluated;
+const evaluated0 = validate50.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4177,20 +4591,20 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate49.errors = vErrors;
+validate50.errors = vErrors;
 return errors === 0;
 }
-validate49.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate50.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Problem = validate50;
-const schema87 = {"type":"object","required":["type","title","status"],"properties":{"type":{"type":"string","description":"A URI reference that identifies the kind of problem, e.g. `https://runplane.dev/problems/validation`."},"title":{"type":"string","description":"A short, human-readable summary of the kind of problem."},"status":{"type":"integer","format":"int32","minimum":100,"maximum":599,"description":"The HTTP status code of this occurrence."},"detail":{"type":"string","description":"What happened in this occurrence, and what to do about it."},"instance":{"type":"string","description":"The request path of this occurrence."},"run_id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run this problem belongs to, when a run exists."},"errors":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/FieldError"},"description":"Every field that failed validation."},"exception_type":{"type":"string","description":"For a failed run: the exception's type, e.g. `ValueError`."},"traceback":{"type":"string","description":"For a failed run: the exception's traceback."}},"description":"An RFC 9457 problem document. `type` is stable for each kind of error and names its documentation."};
-const schema88 = {"type":"string","pattern":"^run_[0-9a-z]{26}$","description":"A run's id: `run_` followed by a time-ordered, 26-character lowercase identifier."};
-const pattern25 = new RegExp("^run_[0-9a-z]{26}$", "u");
+exports.schema_Problem = validate51;
+const schema91 = {"type":"object","required":["type","title","status"],"properties":{"type":{"type":"string","description":"A URI reference that identifies the kind of problem, e.g. `https://runplane.dev/problems/validation`."},"title":{"type":"string","description":"A short, human-readable summary of the kind of problem."},"status":{"type":"integer","format":"int32","minimum":100,"maximum":599,"description":"The HTTP status code of this occurrence."},"detail":{"type":"string","description":"What happened in this occurrence, and what to do about it."},"instance":{"type":"string","description":"The request path of this occurrence."},"run_id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run this problem belongs to, when a run exists."},"errors":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/FieldError"},"description":"Every field that failed validation."},"exception_type":{"type":"string","description":"For a failed run: the exception's type, e.g. `ValueError`."},"traceback":{"type":"string","description":"For a failed run: the exception's traceback."}},"description":"An RFC 9457 problem document. `type` is stable for each kind of error and names its documentation."};
+const schema92 = {"type":"string","pattern":"^run_[0-9a-z]{26}$","description":"A run's id: `run_` followed by a time-ordered, 26-character lowercase identifier."};
+const pattern27 = new RegExp("^run_[0-9a-z]{26}$", "u");
 
-function validate50(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate51(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate50.evaluated;
+const evaluated0 = validate51.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4324,7 +4738,7 @@ errors++;
 if(data.run_id !== undefined){
 let data5 = data.run_id;
 if(typeof data5 === "string"){
-if(!pattern25.test(data5)){
+if(!pattern27.test(data5)){
 const err11 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err11];
@@ -4456,17 +4870,17 @@ vErrors.push(err21);
 }
 errors++;
 }
-validate50.errors = vErrors;
+validate51.errors = vErrors;
 return errors === 0;
 }
-validate50.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate51.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectId = validate51;
+exports.schema_ProjectId = validate52;
 
-function validate51(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate51.evaluated;
+const evaluated0 = validate52.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4495,18 +4909,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate51.errors = vErrors;
+validate52.errors = vErrors;
 return errors === 0;
 }
-validate51.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate52.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Readiness = validate52;
-const schema91 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ready"]}},"description":"The process can take calls: store reachable, migrations applied, apps loaded."};
+exports.schema_Readiness = validate53;
+const schema95 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ready"]}},"description":"The process can take calls: store reachable, migrations applied, apps loaded."};
 
-function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate52.evaluated;
+const evaluated0 = validate53.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4537,7 +4951,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ready")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema91.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema95.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4558,51 +4972,12 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate52.errors = vErrors;
-return errors === 0;
-}
-validate52.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.schema_RepoName = validate53;
-
-function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate53.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(typeof data === "string"){
-if(!pattern14.test(data)){
-const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"},message:"must match pattern \""+"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"+"\""};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
 validate53.errors = vErrors;
 return errors === 0;
 }
-validate53.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate53.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepoOwner = validate54;
+exports.schema_RepoName = validate54;
 
 function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -4615,8 +4990,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(typeof data === "string"){
-if(!pattern13.test(data)){
-const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"},message:"must match pattern \""+"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"+"\""};
+if(!pattern16.test(data)){
+const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"},message:"must match pattern \""+"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"+"\""};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -4641,16 +5016,55 @@ return errors === 0;
 }
 validate54.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepositoryTree = validate55;
-const schema94 = {"type":"object","required":["owner","repo","ref","sha","entries"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","description":"The ref that was resolved: the one asked for, or the default branch."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The commit the tree belongs to."},"entries":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TreeEntry"}}},"description":"Every path of a repository at one commit, sorted by path, directories included."};
-const schema98 = {"type":"object","required":["path","type","mode","sha"],"properties":{"path":{"type":"string","description":"The path from the repository's root, `/`-separated."},"type":{"$ref":"runplane-openapi#/$defs/TreeEntryType"},"mode":{"type":"string","pattern":"^[0-7]{6}$","description":"git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The blob, tree or (for a submodule) commit id."},"size":{"type":"integer","minimum":0,"description":"The size in bytes, for files and symlinks."}},"description":"One path in a repository's tree."};
-const schema99 = {"type":"string","enum":["file","directory","symlink","submodule"],"description":"What a tree entry is."};
-const pattern32 = new RegExp("^[0-7]{6}$", "u");
+exports.schema_RepoOwner = validate55;
 
-function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate55(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate56.evaluated;
+const evaluated0 = validate55.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data === "string"){
+if(!pattern15.test(data)){
+const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"},message:"must match pattern \""+"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"+"\""};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate55.errors = vErrors;
+return errors === 0;
+}
+validate55.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_RepositoryTree = validate56;
+const schema98 = {"type":"object","required":["owner","repo","ref","sha","entries"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","description":"The ref that was resolved: the one asked for, or the default branch."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The commit the tree belongs to."},"entries":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TreeEntry"}}},"description":"Every path of a repository at one commit, sorted by path, directories included."};
+const schema102 = {"type":"object","required":["path","type","mode","sha"],"properties":{"path":{"type":"string","description":"The path from the repository's root, `/`-separated."},"type":{"$ref":"runplane-openapi#/$defs/TreeEntryType"},"mode":{"type":"string","pattern":"^[0-7]{6}$","description":"git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The blob, tree or (for a submodule) commit id."},"size":{"type":"integer","minimum":0,"description":"The size in bytes, for files and symlinks."}},"description":"One path in a repository's tree."};
+const schema103 = {"type":"string","enum":["file","directory","symlink","submodule"],"description":"What a tree entry is."};
+const pattern34 = new RegExp("^[0-7]{6}$", "u");
+
+function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate57.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4723,7 +5137,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((((data1 === "file") || (data1 === "directory")) || (data1 === "symlink")) || (data1 === "submodule"))){
-const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema99.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema103.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -4736,7 +5150,7 @@ errors++;
 if(data.mode !== undefined){
 let data2 = data.mode;
 if(typeof data2 === "string"){
-if(!pattern32.test(data2)){
+if(!pattern34.test(data2)){
 const err7 = {instancePath:instancePath+"/mode",schemaPath:"#/properties/mode/pattern",keyword:"pattern",params:{pattern: "^[0-7]{6}$"},message:"must match pattern \""+"^[0-7]{6}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -4761,7 +5175,7 @@ errors++;
 if(data.sha !== undefined){
 let data3 = data.sha;
 if(typeof data3 === "string"){
-if(!pattern15.test(data3)){
+if(!pattern17.test(data3)){
 const err9 = {instancePath:instancePath+"/sha",schemaPath:"runplane-openapi#/$defs/GitObjectId/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
 if(vErrors === null){
 vErrors = [err9];
@@ -4819,16 +5233,16 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate56.errors = vErrors;
+validate57.errors = vErrors;
 return errors === 0;
 }
-validate56.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
+validate57.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate55(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate55.evaluated;
+const evaluated0 = validate56.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4889,7 +5303,7 @@ errors++;
 if(data.owner !== undefined){
 let data0 = data.owner;
 if(typeof data0 === "string"){
-if(!pattern13.test(data0)){
+if(!pattern15.test(data0)){
 const err5 = {instancePath:instancePath+"/owner",schemaPath:"runplane-openapi#/$defs/RepoOwner/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"},message:"must match pattern \""+"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"+"\""};
 if(vErrors === null){
 vErrors = [err5];
@@ -4914,7 +5328,7 @@ errors++;
 if(data.repo !== undefined){
 let data1 = data.repo;
 if(typeof data1 === "string"){
-if(!pattern14.test(data1)){
+if(!pattern16.test(data1)){
 const err7 = {instancePath:instancePath+"/repo",schemaPath:"runplane-openapi#/$defs/RepoName/pattern",keyword:"pattern",params:{pattern: "^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"},message:"must match pattern \""+"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -4951,7 +5365,7 @@ errors++;
 if(data.sha !== undefined){
 let data3 = data.sha;
 if(typeof data3 === "string"){
-if(!pattern15.test(data3)){
+if(!pattern17.test(data3)){
 const err10 = {instancePath:instancePath+"/sha",schemaPath:"runplane-openapi#/$defs/GitObjectId/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -4978,8 +5392,8 @@ let data4 = data.entries;
 if(Array.isArray(data4)){
 const len0 = data4.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate56(data4[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data4,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate57(data4[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data4,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate57.errors : vErrors.concat(validate57.errors);
 errors = vErrors.length;
 }
 }
@@ -5006,25 +5420,25 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate55.errors = vErrors;
+validate56.errors = vErrors;
 return errors === 0;
 }
-validate55.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
+validate56.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Run = validate58;
-const schema101 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."}},"description":"One call of an app's function, with its outcome."};
-const schema106 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
-const schema107 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
-const schema108 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`."},"message":{"type":"string"},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}]}},"description":"Why a run failed."};
-const schema109 = {"type":"object","required":["endpoint","status","attempts"],"properties":{"endpoint":{"type":"string","format":"uri"},"status":{"$ref":"runplane-openapi#/$defs/WebhookStatus"},"attempts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/WebhookAttempt"}}},"description":"A run's webhook forwarding. The secret is never shown."};
-const schema110 = {"type":"string","enum":["pending","delivered","failed"],"description":"The state of a run's webhook forwarding."};
-const schema111 = {"type":"object","required":["attempt","at","status_code","error","duration_ms"],"properties":{"attempt":{"type":"integer","format":"int32","minimum":1,"description":"1, 2 or 3."},"at":{"type":"string","format":"date-time"},"status_code":{"anyOf":[{"type":"integer","format":"int32"},{"type":"null"}],"description":"The receiver's status code, or null when no response arrived."},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the attempt failed without a status code (network error, timeout, refused destination)."},"duration_ms":{"type":"number","format":"double"}},"description":"How a webhook delivery attempt ended."};
-const formats56 = require("ajv-formats/dist/formats").fullFormats.uri;
+exports.schema_Run = validate59;
+const schema105 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."}},"description":"One call of an app's function, with its outcome."};
+const schema110 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
+const schema111 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
+const schema112 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`."},"message":{"type":"string"},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}]}},"description":"Why a run failed."};
+const schema113 = {"type":"object","required":["endpoint","status","attempts"],"properties":{"endpoint":{"type":"string","format":"uri"},"status":{"$ref":"runplane-openapi#/$defs/WebhookStatus"},"attempts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/WebhookAttempt"}}},"description":"A run's webhook forwarding. The secret is never shown."};
+const schema114 = {"type":"string","enum":["pending","delivered","failed"],"description":"The state of a run's webhook forwarding."};
+const schema115 = {"type":"object","required":["attempt","at","status_code","error","duration_ms"],"properties":{"attempt":{"type":"integer","format":"int32","minimum":1,"description":"1, 2 or 3."},"at":{"type":"string","format":"date-time"},"status_code":{"anyOf":[{"type":"integer","format":"int32"},{"type":"null"}],"description":"The receiver's status code, or null when no response arrived."},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the attempt failed without a status code (network error, timeout, refused destination)."},"duration_ms":{"type":"number","format":"double"}},"description":"How a webhook delivery attempt ended."};
+const formats64 = require("ajv-formats/dist/formats").fullFormats.uri;
 
-function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate59.evaluated;
+const evaluated0 = validate60.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5065,7 +5479,7 @@ errors++;
 if(data.endpoint !== undefined){
 let data0 = data.endpoint;
 if(typeof data0 === "string"){
-if(!(formats56(data0))){
+if(!(formats64(data0))){
 const err3 = {instancePath:instancePath+"/endpoint",schemaPath:"#/properties/endpoint/format",keyword:"format",params:{format: "uri"},message:"must match format \""+"uri"+"\""};
 if(vErrors === null){
 vErrors = [err3];
@@ -5100,7 +5514,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!(((data1 === "pending") || (data1 === "delivered")) || (data1 === "failed"))){
-const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5403,16 +5817,16 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate59.errors = vErrors;
+validate60.errors = vErrors;
 return errors === 0;
 }
-validate59.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
+validate60.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate58.evaluated;
+const evaluated0 = validate59.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5583,7 +5997,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
+if(!pattern27.test(data0)){
 const err16 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err16];
@@ -5658,7 +6072,7 @@ errors++;
 if(data.function_name !== undefined){
 let data3 = data.function_name;
 if(typeof data3 === "string"){
-if(!pattern23.test(data3)){
+if(!pattern25.test(data3)){
 const err22 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err22];
@@ -5693,7 +6107,7 @@ vErrors.push(err24);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err25 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema106.enum},message:"must be equal to one of the allowed values"};
+const err25 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -5716,7 +6130,7 @@ vErrors.push(err26);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err27 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
+const err27 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -6192,8 +6606,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate59(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate60(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate60.errors : vErrors.concat(validate60.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -6290,18 +6704,18 @@ vErrors.push(err62);
 }
 errors++;
 }
-validate58.errors = vErrors;
+validate59.errors = vErrors;
 return errors === 0;
 }
-validate58.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate59.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunAccepted = validate61;
-const schema112 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
+exports.schema_RunAccepted = validate62;
+const schema116 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
 
-function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate61.evaluated;
+const evaluated0 = validate62.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6322,7 +6736,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
+if(!pattern27.test(data0)){
 const err1 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err1];
@@ -6355,17 +6769,17 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate61.errors = vErrors;
+validate62.errors = vErrors;
 return errors === 0;
 }
-validate61.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
+validate62.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunError = validate62;
+exports.schema_RunError = validate63;
 
-function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate62.evaluated;
+const evaluated0 = validate63.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6480,17 +6894,17 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate62.errors = vErrors;
+validate63.errors = vErrors;
 return errors === 0;
 }
-validate62.evaluated = {"props":{"type":true,"message":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate63.evaluated = {"props":{"type":true,"message":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunId = validate63;
+exports.schema_RunId = validate64;
 
-function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate63.evaluated;
+const evaluated0 = validate64.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6498,7 +6912,7 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(typeof data === "string"){
-if(!pattern25.test(data)){
+if(!pattern27.test(data)){
 const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err0];
@@ -6519,18 +6933,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate63.errors = vErrors;
+validate64.errors = vErrors;
 return errors === 0;
 }
-validate63.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate64.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunInput = validate64;
-const schema116 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
+exports.schema_RunInput = validate65;
+const schema120 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
 
-function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate64.evaluated;
+const evaluated0 = validate65.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6549,17 +6963,17 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate64.errors = vErrors;
+validate65.errors = vErrors;
 return errors === 0;
 }
-validate64.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate65.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunMode = validate65;
+exports.schema_RunMode = validate66;
 
-function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate65.evaluated;
+const evaluated0 = validate66.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6577,7 +6991,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((data === "sync") || (data === "async")) || (data === "stream"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema106.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -6586,19 +7000,19 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate65.errors = vErrors;
+validate66.errors = vErrors;
 return errors === 0;
 }
-validate65.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate66.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunPage = validate66;
-const schema118 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
-const schema119 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
+exports.schema_RunPage = validate67;
+const schema122 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
+const schema123 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
 
-function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate67.evaluated;
+const evaluated0 = validate68.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6759,7 +7173,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
+if(!pattern27.test(data0)){
 const err15 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err15];
@@ -6834,7 +7248,7 @@ errors++;
 if(data.function_name !== undefined){
 let data3 = data.function_name;
 if(typeof data3 === "string"){
-if(!pattern23.test(data3)){
+if(!pattern25.test(data3)){
 const err21 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err21];
@@ -6869,7 +7283,7 @@ vErrors.push(err23);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema106.enum},message:"must be equal to one of the allowed values"};
+const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -6892,7 +7306,7 @@ vErrors.push(err25);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
+const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -7368,8 +7782,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate59(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate60(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate60.errors : vErrors.concat(validate60.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -7426,16 +7840,16 @@ vErrors.push(err59);
 }
 errors++;
 }
-validate67.errors = vErrors;
+validate68.errors = vErrors;
 return errors === 0;
 }
-validate67.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
+validate68.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate66.evaluated;
+const evaluated0 = validate67.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7468,8 +7882,8 @@ let data0 = data.runs;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate67(data0[i0], {instancePath:instancePath+"/runs/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate67.errors : vErrors.concat(validate67.errors);
+if(!(validate68(data0[i0], {instancePath:instancePath+"/runs/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate68.errors : vErrors.concat(validate68.errors);
 errors = vErrors.length;
 }
 }
@@ -7548,18 +7962,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate66.errors = vErrors;
+validate67.errors = vErrors;
 return errors === 0;
 }
-validate66.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate67.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunResult = validate70;
-const schema127 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
+exports.schema_RunResult = validate71;
+const schema131 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
 
-function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate70.evaluated;
+const evaluated0 = validate71.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7600,7 +8014,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
+if(!pattern27.test(data0)){
 const err3 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err3];
@@ -7658,17 +8072,17 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate70.errors = vErrors;
+validate71.errors = vErrors;
 return errors === 0;
 }
-validate70.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate71.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunStatus = validate71;
+exports.schema_RunStatus = validate72;
 
-function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate71.evaluated;
+const evaluated0 = validate72.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7686,7 +8100,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((((data === "queued") || (data === "running")) || (data === "success")) || (data === "failure")) || (data === "cancelled"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7695,17 +8109,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate71.errors = vErrors;
+validate72.errors = vErrors;
 return errors === 0;
 }
-validate71.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate72.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunSummary = validate72;
+exports.schema_RunSummary = validate73;
 
-function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate72.evaluated;
+const evaluated0 = validate73.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7866,7 +8280,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
+if(!pattern27.test(data0)){
 const err15 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err15];
@@ -7941,7 +8355,7 @@ errors++;
 if(data.function_name !== undefined){
 let data3 = data.function_name;
 if(typeof data3 === "string"){
-if(!pattern23.test(data3)){
+if(!pattern25.test(data3)){
 const err21 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err21];
@@ -7976,7 +8390,7 @@ vErrors.push(err23);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema106.enum},message:"must be equal to one of the allowed values"};
+const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -7999,7 +8413,7 @@ vErrors.push(err25);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
+const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -8475,8 +8889,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate59(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate60(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate60.errors : vErrors.concat(validate60.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -8533,17 +8947,17 @@ vErrors.push(err59);
 }
 errors++;
 }
-validate72.errors = vErrors;
+validate73.errors = vErrors;
 return errors === 0;
 }
-validate72.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
+validate73.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunWebhook = validate74;
+exports.schema_RunWebhook = validate75;
 
-function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate74.evaluated;
+const evaluated0 = validate75.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8584,7 +8998,7 @@ errors++;
 if(data.endpoint !== undefined){
 let data0 = data.endpoint;
 if(typeof data0 === "string"){
-if(!(formats56(data0))){
+if(!(formats64(data0))){
 const err3 = {instancePath:instancePath+"/endpoint",schemaPath:"#/properties/endpoint/format",keyword:"format",params:{format: "uri"},message:"must match format \""+"uri"+"\""};
 if(vErrors === null){
 vErrors = [err3];
@@ -8619,7 +9033,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!(((data1 === "pending") || (data1 === "delivered")) || (data1 === "failed"))){
-const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -8922,17 +9336,666 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate74.errors = vErrors;
+validate75.errors = vErrors;
 return errors === 0;
 }
-validate74.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
+validate75.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Sha256Digest = validate75;
+exports.schema_ServiceAccount = validate76;
+const schema145 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
 
-function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate75.evaluated;
+const evaluated0 = validate76.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.service_account_id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "service_account_id"},message:"must have required property '"+"service_account_id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.project_id === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.name === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.scopes === undefined){
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "scopes"},message:"must have required property '"+"scopes"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data.created_at === undefined){
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data.expires_at === undefined){
+const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "expires_at"},message:"must have required property '"+"expires_at"+"'"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data.last_used_at === undefined){
+const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "last_used_at"},message:"must have required property '"+"last_used_at"+"'"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(data.revoked_at === undefined){
+const err7 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "revoked_at"},message:"must have required property '"+"revoked_at"+"'"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if(data.service_account_id !== undefined){
+let data0 = data.service_account_id;
+if(typeof data0 === "string"){
+if(!pattern9.test(data0)){
+const err8 = {instancePath:instancePath+"/service_account_id",schemaPath:"runplane-openapi#/$defs/ServiceAccountId/pattern",keyword:"pattern",params:{pattern: "^sa_[A-Za-z0-9_-]{16}$"},message:"must match pattern \""+"^sa_[A-Za-z0-9_-]{16}$"+"\""};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/service_account_id",schemaPath:"runplane-openapi#/$defs/ServiceAccountId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.project_id !== undefined){
+let data1 = data.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err10 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+else {
+const err11 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+if(data.name !== undefined){
+if(typeof data.name !== "string"){
+const err12 = {instancePath:instancePath+"/name",schemaPath:"#/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+if(data.scopes !== undefined){
+let data3 = data.scopes;
+if(Array.isArray(data3)){
+const len0 = data3.length;
+for(let i0=0; i0<len0; i0++){
+let data4 = data3[i0];
+if(typeof data4 !== "string"){
+const err13 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+if(!((((data4 === "admin") || (data4 === "deploy")) || (data4 === "rest")) || (data4 === "run"))){
+const err14 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema59.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+}
+}
+else {
+const err15 = {instancePath:instancePath+"/scopes",schemaPath:"#/properties/scopes/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+}
+if(data.created_at !== undefined){
+let data5 = data.created_at;
+if(typeof data5 === "string"){
+if(!(formats18.validate(data5))){
+const err16 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+else {
+const err17 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+}
+if(data.expires_at !== undefined){
+let data6 = data.expires_at;
+if(typeof data6 === "string"){
+if(!(formats18.validate(data6))){
+const err18 = {instancePath:instancePath+"/expires_at",schemaPath:"#/properties/expires_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+}
+else {
+const err19 = {instancePath:instancePath+"/expires_at",schemaPath:"#/properties/expires_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+}
+if(data.last_used_at !== undefined){
+let data7 = data.last_used_at;
+const _errs19 = errors;
+let valid6 = false;
+const _errs20 = errors;
+if(typeof data7 === "string"){
+if(!(formats18.validate(data7))){
+const err20 = {instancePath:instancePath+"/last_used_at",schemaPath:"#/properties/last_used_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+}
+else {
+const err21 = {instancePath:instancePath+"/last_used_at",schemaPath:"#/properties/last_used_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+var _valid0 = _errs20 === errors;
+valid6 = valid6 || _valid0;
+const _errs22 = errors;
+if(data7 !== null){
+const err22 = {instancePath:instancePath+"/last_used_at",schemaPath:"#/properties/last_used_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+var _valid0 = _errs22 === errors;
+valid6 = valid6 || _valid0;
+if(!valid6){
+const err23 = {instancePath:instancePath+"/last_used_at",schemaPath:"#/properties/last_used_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+else {
+errors = _errs19;
+if(vErrors !== null){
+if(_errs19){
+vErrors.length = _errs19;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.revoked_at !== undefined){
+let data8 = data.revoked_at;
+const _errs25 = errors;
+let valid7 = false;
+const _errs26 = errors;
+if(typeof data8 === "string"){
+if(!(formats18.validate(data8))){
+const err24 = {instancePath:instancePath+"/revoked_at",schemaPath:"#/properties/revoked_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
+}
+errors++;
+}
+}
+else {
+const err25 = {instancePath:instancePath+"/revoked_at",schemaPath:"#/properties/revoked_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err25];
+}
+else {
+vErrors.push(err25);
+}
+errors++;
+}
+var _valid1 = _errs26 === errors;
+valid7 = valid7 || _valid1;
+const _errs28 = errors;
+if(data8 !== null){
+const err26 = {instancePath:instancePath+"/revoked_at",schemaPath:"#/properties/revoked_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(vErrors === null){
+vErrors = [err26];
+}
+else {
+vErrors.push(err26);
+}
+errors++;
+}
+var _valid1 = _errs28 === errors;
+valid7 = valid7 || _valid1;
+if(!valid7){
+const err27 = {instancePath:instancePath+"/revoked_at",schemaPath:"#/properties/revoked_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err27];
+}
+else {
+vErrors.push(err27);
+}
+errors++;
+}
+else {
+errors = _errs25;
+if(vErrors !== null){
+if(_errs25){
+vErrors.length = _errs25;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+}
+else {
+const err28 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err28];
+}
+else {
+vErrors.push(err28);
+}
+errors++;
+}
+validate76.errors = vErrors;
+return errors === 0;
+}
+validate76.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_ServiceAccountId = validate77;
+
+function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate77.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data === "string"){
+if(!pattern9.test(data)){
+const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^sa_[A-Za-z0-9_-]{16}$"},message:"must match pattern \""+"^sa_[A-Za-z0-9_-]{16}$"+"\""};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate77.errors = vErrors;
+return errors === 0;
+}
+validate77.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_ServiceAccountList = validate78;
+const schema150 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
+
+function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate78.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.service_accounts === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "service_accounts"},message:"must have required property '"+"service_accounts"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.service_accounts !== undefined){
+let data0 = data.service_accounts;
+if(Array.isArray(data0)){
+const len0 = data0.length;
+for(let i0=0; i0<len0; i0++){
+if(!(validate76(data0[i0], {instancePath:instancePath+"/service_accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate76.errors : vErrors.concat(validate76.errors);
+errors = vErrors.length;
+}
+}
+}
+else {
+const err1 = {instancePath:instancePath+"/service_accounts",schemaPath:"#/properties/service_accounts/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate78.errors = vErrors;
+return errors === 0;
+}
+validate78.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_ServiceAccountRequest = validate80;
+const schema151 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
+
+function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate80.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.name === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.scopes === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "scopes"},message:"must have required property '"+"scopes"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.name !== undefined){
+let data0 = data.name;
+if(typeof data0 === "string"){
+if(func1(data0) > 100){
+const err2 = {instancePath:instancePath+"/name",schemaPath:"#/properties/name/maxLength",keyword:"maxLength",params:{limit: 100},message:"must NOT have more than 100 characters"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(func1(data0) < 1){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"#/properties/name/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+else {
+const err4 = {instancePath:instancePath+"/name",schemaPath:"#/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.scopes !== undefined){
+let data1 = data.scopes;
+if(Array.isArray(data1)){
+if(data1.length < 1){
+const err5 = {instancePath:instancePath+"/scopes",schemaPath:"#/properties/scopes/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+const len0 = data1.length;
+for(let i0=0; i0<len0; i0++){
+let data2 = data1[i0];
+if(typeof data2 !== "string"){
+const err6 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(!((((data2 === "admin") || (data2 === "deploy")) || (data2 === "rest")) || (data2 === "run"))){
+const err7 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema59.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/scopes",schemaPath:"#/properties/scopes/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+if(data.expires_at !== undefined){
+let data3 = data.expires_at;
+if(typeof data3 === "string"){
+if(!(formats18.validate(data3))){
+const err9 = {instancePath:instancePath+"/expires_at",schemaPath:"#/properties/expires_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+else {
+const err10 = {instancePath:instancePath+"/expires_at",schemaPath:"#/properties/expires_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+}
+else {
+const err11 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+validate80.errors = vErrors;
+return errors === 0;
+}
+validate80.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_Sha256Digest = validate81;
+
+function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate81.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8961,17 +10024,54 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate75.errors = vErrors;
+validate81.errors = vErrors;
 return errors === 0;
 }
-validate75.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate81.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TreeEntry = validate76;
+exports.schema_TokenScope = validate82;
 
-function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate76.evaluated;
+const evaluated0 = validate82.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data !== "string"){
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(!((((data === "admin") || (data === "deploy")) || (data === "rest")) || (data === "run"))){
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema59.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate82.errors = vErrors;
+return errors === 0;
+}
+validate82.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_TreeEntry = validate83;
+
+function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate83.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9044,7 +10144,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((((data1 === "file") || (data1 === "directory")) || (data1 === "symlink")) || (data1 === "submodule"))){
-const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema99.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema103.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -9057,7 +10157,7 @@ errors++;
 if(data.mode !== undefined){
 let data2 = data.mode;
 if(typeof data2 === "string"){
-if(!pattern32.test(data2)){
+if(!pattern34.test(data2)){
 const err7 = {instancePath:instancePath+"/mode",schemaPath:"#/properties/mode/pattern",keyword:"pattern",params:{pattern: "^[0-7]{6}$"},message:"must match pattern \""+"^[0-7]{6}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -9082,7 +10182,7 @@ errors++;
 if(data.sha !== undefined){
 let data3 = data.sha;
 if(typeof data3 === "string"){
-if(!pattern15.test(data3)){
+if(!pattern17.test(data3)){
 const err9 = {instancePath:instancePath+"/sha",schemaPath:"runplane-openapi#/$defs/GitObjectId/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
 if(vErrors === null){
 vErrors = [err9];
@@ -9140,17 +10240,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate76.errors = vErrors;
+validate83.errors = vErrors;
 return errors === 0;
 }
-validate76.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
+validate83.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TreeEntryType = validate77;
+exports.schema_TreeEntryType = validate84;
 
-function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate77.evaluated;
+const evaluated0 = validate84.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9168,7 +10268,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((((data === "file") || (data === "directory")) || (data === "symlink")) || (data === "submodule"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema99.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema103.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9177,17 +10277,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate77.errors = vErrors;
+validate84.errors = vErrors;
 return errors === 0;
 }
-validate77.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate84.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookAttempt = validate78;
+exports.schema_WebhookAttempt = validate85;
 
-function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate78.evaluated;
+const evaluated0 = validate85.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9457,18 +10557,18 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate78.errors = vErrors;
+validate85.errors = vErrors;
 return errors === 0;
 }
-validate78.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
+validate85.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookDelivery = validate79;
-const schema147 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
+exports.schema_WebhookDelivery = validate86;
+const schema160 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
 
-function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate79.evaluated;
+const evaluated0 = validate86.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9549,7 +10649,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
+if(!pattern27.test(data0)){
 const err7 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -9584,7 +10684,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!(((((data1 === "queued") || (data1 === "running")) || (data1 === "success")) || (data1 === "failure")) || (data1 === "cancelled"))){
-const err10 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
+const err10 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -9902,20 +11002,20 @@ vErrors.push(err30);
 }
 errors++;
 }
-validate79.errors = vErrors;
+validate86.errors = vErrors;
 return errors === 0;
 }
-validate79.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
+validate86.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookDeliveryHeaders = validate80;
-const schema151 = {"type":"object","required":["x-request-id","content-type"],"properties":{"x-request-id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run id."},"x-runplane-webhook-timestamp":{"type":"string","pattern":"^[0-9]{1,12}$","description":"Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`."},"x-runplane-webhook-signature":{"type":"string","pattern":"^v1,[0-9a-f]{64}$","description":"`v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over\n`run_id + \".\" + timestamp + \".\" + body` (the exact bytes sent)."},"content-type":{"type":"string","enum":["application/json"]}},"description":"The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two\nsignature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.","x-runplane-webhook-headers":"runFinished"};
-const pattern54 = new RegExp("^[0-9]{1,12}$", "u");
-const pattern55 = new RegExp("^v1,[0-9a-f]{64}$", "u");
+exports.schema_WebhookDeliveryHeaders = validate87;
+const schema164 = {"type":"object","required":["x-request-id","content-type"],"properties":{"x-request-id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run id."},"x-runplane-webhook-timestamp":{"type":"string","pattern":"^[0-9]{1,12}$","description":"Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`."},"x-runplane-webhook-signature":{"type":"string","pattern":"^v1,[0-9a-f]{64}$","description":"`v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over\n`run_id + \".\" + timestamp + \".\" + body` (the exact bytes sent)."},"content-type":{"type":"string","enum":["application/json"]}},"description":"The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two\nsignature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.","x-runplane-webhook-headers":"runFinished"};
+const pattern59 = new RegExp("^[0-9]{1,12}$", "u");
+const pattern60 = new RegExp("^v1,[0-9a-f]{64}$", "u");
 
-function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate80.evaluated;
+const evaluated0 = validate87.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9946,7 +11046,7 @@ errors++;
 if(data["x-request-id"] !== undefined){
 let data0 = data["x-request-id"];
 if(typeof data0 === "string"){
-if(!pattern25.test(data0)){
+if(!pattern27.test(data0)){
 const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err2];
@@ -9971,7 +11071,7 @@ errors++;
 if(data["x-runplane-webhook-timestamp"] !== undefined){
 let data1 = data["x-runplane-webhook-timestamp"];
 if(typeof data1 === "string"){
-if(!pattern54.test(data1)){
+if(!pattern59.test(data1)){
 const err4 = {instancePath:instancePath+"/x-runplane-webhook-timestamp",schemaPath:"#/properties/x-runplane-webhook-timestamp/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,12}$"},message:"must match pattern \""+"^[0-9]{1,12}$"+"\""};
 if(vErrors === null){
 vErrors = [err4];
@@ -9996,7 +11096,7 @@ errors++;
 if(data["x-runplane-webhook-signature"] !== undefined){
 let data2 = data["x-runplane-webhook-signature"];
 if(typeof data2 === "string"){
-if(!pattern55.test(data2)){
+if(!pattern60.test(data2)){
 const err6 = {instancePath:instancePath+"/x-runplane-webhook-signature",schemaPath:"#/properties/x-runplane-webhook-signature/pattern",keyword:"pattern",params:{pattern: "^v1,[0-9a-f]{64}$"},message:"must match pattern \""+"^v1,[0-9a-f]{64}$"+"\""};
 if(vErrors === null){
 vErrors = [err6];
@@ -10031,7 +11131,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!(data3 === "application/json")){
-const err9 = {instancePath:instancePath+"/content-type",schemaPath:"#/properties/content-type/enum",keyword:"enum",params:{allowedValues: schema151.properties["content-type"].enum},message:"must be equal to one of the allowed values"};
+const err9 = {instancePath:instancePath+"/content-type",schemaPath:"#/properties/content-type/enum",keyword:"enum",params:{allowedValues: schema164.properties["content-type"].enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -10052,17 +11152,17 @@ vErrors.push(err10);
 }
 errors++;
 }
-validate80.errors = vErrors;
+validate87.errors = vErrors;
 return errors === 0;
 }
-validate80.evaluated = {"props":{"x-request-id":true,"x-runplane-webhook-timestamp":true,"x-runplane-webhook-signature":true,"content-type":true},"dynamicProps":false,"dynamicItems":false};
+validate87.evaluated = {"props":{"x-request-id":true,"x-runplane-webhook-timestamp":true,"x-runplane-webhook-signature":true,"content-type":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookStatus = validate81;
+exports.schema_WebhookStatus = validate88;
 
-function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate81.evaluated;
+const evaluated0 = validate88.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10080,291 +11180,22 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((data === "pending") || (data === "delivered")) || (data === "failed"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
 else {
 vErrors.push(err1);
-}
-errors++;
-}
-validate81.errors = vErrors;
-return errors === 0;
-}
-validate81.evaluated = {"dynamicProps":false,"dynamicItems":false};
-
-exports.getJwks_params = validate82;
-const schema154 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
-
-function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate82.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.path !== undefined){
-let data0 = data.path;
-if(!(data0 && typeof data0 == "object" && !Array.isArray(data0))){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data1 = data.query;
-if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
-const err4 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data2 = data.header;
-if(!(data2 && typeof data2 == "object" && !Array.isArray(data2))){
-const err5 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-validate82.errors = vErrors;
-return errors === 0;
-}
-validate82.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getJwks_200_application_json = validate83;
-const schema155 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
-
-function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate83.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate48(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate48.errors : vErrors.concat(validate48.errors);
-errors = vErrors.length;
-}
-validate83.errors = vErrors;
-return errors === 0;
-}
-validate83.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getJwks_200_headers = validate85;
-const schema156 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
-
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate85.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["cache-control"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "cache-control"},message:"must have required property '"+"cache-control"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data["cache-control"] !== undefined){
-if(typeof data["cache-control"] !== "string"){
-const err3 = {instancePath:instancePath+"/cache-control",schemaPath:"#/properties/cache-control/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate85.errors = vErrors;
-return errors === 0;
-}
-validate85.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getJwks_500_application_problem_json = validate86;
-const schema157 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate86.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate86.errors = vErrors;
-return errors === 0;
-}
-validate86.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getJwks_500_headers = validate88;
-const schema158 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate88.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
 }
 errors++;
 }
 validate88.errors = vErrors;
 return errors === 0;
 }
-validate88.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate88.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_params = validate89;
-const schema159 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getJwks_params = validate89;
+const schema167 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10462,8 +11293,8 @@ return errors === 0;
 }
 validate89.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_200_application_json = validate90;
-const schema160 = {"$ref":"runplane-openapi#/$defs/Health"};
+exports.getJwks_200_application_json = validate90;
+const schema168 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
 
 function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10475,9 +11306,31 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate49(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate49.errors : vErrors.concat(validate49.errors);
+errors = vErrors.length;
+}
+validate90.errors = vErrors;
+return errors === 0;
+}
+validate90.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getJwks_200_headers = validate92;
+const schema169 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
+
+function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate92.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.status === undefined){
-const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/Health/required",keyword:"required",params:{missingProperty: "status"},message:"must have required property '"+"status"+"'"};
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -10486,10 +11339,8 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.status !== undefined){
-let data0 = data.status;
-if(typeof data0 !== "string"){
-const err1 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Health/properties/status/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data["cache-control"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "cache-control"},message:"must have required property '"+"cache-control"+"'"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -10498,8 +11349,9 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(!(data0 === "ok")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Health/properties/status/enum",keyword:"enum",params:{allowedValues: schema82.properties.status.enum},message:"must be equal to one of the allowed values"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -10509,9 +11361,9 @@ vErrors.push(err2);
 errors++;
 }
 }
-}
-else {
-const err3 = {instancePath,schemaPath:"runplane-openapi#/$defs/Health/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data["cache-control"] !== undefined){
+if(typeof data["cache-control"] !== "string"){
+const err3 = {instancePath:instancePath+"/cache-control",schemaPath:"#/properties/cache-control/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -10520,18 +11372,52 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate90.errors = vErrors;
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate92.errors = vErrors;
 return errors === 0;
 }
-validate90.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate92.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_200_headers = validate91;
-const schema162 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getJwks_500_application_problem_json = validate93;
+const schema170 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate91.evaluated;
+const evaluated0 = validate93.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate93.errors = vErrors;
+return errors === 0;
+}
+validate93.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getJwks_500_headers = validate95;
+const schema171 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate95.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10572,18 +11458,232 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate91.errors = vErrors;
+validate95.errors = vErrors;
 return errors === 0;
 }
-validate91.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate95.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_params = validate92;
-const schema163 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
+exports.getHealth_params = validate96;
+const schema172 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate92.evaluated;
+const evaluated0 = validate96.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(!(data0 && typeof data0 == "object" && !Array.isArray(data0))){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data1 = data.query;
+if(!(data1 && typeof data1 == "object" && !Array.isArray(data1))){
+const err4 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data2 = data.header;
+if(!(data2 && typeof data2 == "object" && !Array.isArray(data2))){
+const err5 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+validate96.errors = vErrors;
+return errors === 0;
+}
+validate96.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getHealth_200_application_json = validate97;
+const schema173 = {"$ref":"runplane-openapi#/$defs/Health"};
+
+function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate97.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.status === undefined){
+const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/Health/required",keyword:"required",params:{missingProperty: "status"},message:"must have required property '"+"status"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.status !== undefined){
+let data0 = data.status;
+if(typeof data0 !== "string"){
+const err1 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Health/properties/status/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(!(data0 === "ok")){
+const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Health/properties/status/enum",keyword:"enum",params:{allowedValues: schema86.properties.status.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"runplane-openapi#/$defs/Health/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate97.errors = vErrors;
+return errors === 0;
+}
+validate97.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getHealth_200_headers = validate98;
+const schema175 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate98.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate98.errors = vErrors;
+return errors === 0;
+}
+validate98.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getMetrics_params = validate99;
+const schema176 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
+
+function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate99.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10685,18 +11785,18 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate92.errors = vErrors;
+validate99.errors = vErrors;
 return errors === 0;
 }
-validate92.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate99.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_200_text_plain = validate93;
-const schema164 = {"type":"string"};
+exports.getMetrics_200_text_plain = validate100;
+const schema177 = {"type":"string"};
 
-function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate93.evaluated;
+const evaluated0 = validate100.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10713,18 +11813,18 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate93.errors = vErrors;
+validate100.errors = vErrors;
 return errors === 0;
 }
-validate93.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate100.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_200_headers = validate94;
-const schema165 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getMetrics_200_headers = validate101;
+const schema178 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate94.evaluated;
+const evaluated0 = validate101.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10765,40 +11865,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate94.errors = vErrors;
+validate101.errors = vErrors;
 return errors === 0;
 }
-validate94.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate101.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_401_application_problem_json = validate95;
-const schema166 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getMetrics_401_application_problem_json = validate102;
+const schema179 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate95.evaluated;
+const evaluated0 = validate102.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate95.errors = vErrors;
+validate102.errors = vErrors;
 return errors === 0;
 }
-validate95.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate102.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_401_headers = validate97;
-const schema167 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getMetrics_401_headers = validate104;
+const schema180 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate97.evaluated;
+const evaluated0 = validate104.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10861,18 +11961,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate97.errors = vErrors;
+validate104.errors = vErrors;
 return errors === 0;
 }
-validate97.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate104.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_params = validate98;
-const schema168 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getReadiness_params = validate105;
+const schema181 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate98.evaluated;
+const evaluated0 = validate105.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10960,18 +12060,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate98.errors = vErrors;
+validate105.errors = vErrors;
 return errors === 0;
 }
-validate98.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate105.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_200_application_json = validate99;
-const schema169 = {"$ref":"runplane-openapi#/$defs/Readiness"};
+exports.getReadiness_200_application_json = validate106;
+const schema182 = {"$ref":"runplane-openapi#/$defs/Readiness"};
 
-function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate99.evaluated;
+const evaluated0 = validate106.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11002,7 +12102,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ready")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Readiness/properties/status/enum",keyword:"enum",params:{allowedValues: schema91.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Readiness/properties/status/enum",keyword:"enum",params:{allowedValues: schema95.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -11023,18 +12123,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate99.errors = vErrors;
+validate106.errors = vErrors;
 return errors === 0;
 }
-validate99.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate106.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_200_headers = validate100;
-const schema171 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getReadiness_200_headers = validate107;
+const schema184 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate100.evaluated;
+const evaluated0 = validate107.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11075,40 +12175,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate100.errors = vErrors;
+validate107.errors = vErrors;
 return errors === 0;
 }
-validate100.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate107.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_503_application_problem_json = validate101;
-const schema172 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getReadiness_503_application_problem_json = validate108;
+const schema185 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate101.evaluated;
+const evaluated0 = validate108.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate101.errors = vErrors;
+validate108.errors = vErrors;
 return errors === 0;
 }
-validate101.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate108.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_503_headers = validate103;
-const schema173 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getReadiness_503_headers = validate110;
+const schema186 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate103.evaluated;
+const evaluated0 = validate110.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11174,18 +12274,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate103.errors = vErrors;
+validate110.errors = vErrors;
 return errors === 0;
 }
-validate103.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate110.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_params = validate104;
-const schema174 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listApps_params = validate111;
+const schema187 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate104.evaluated;
+const evaluated0 = validate111.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11310,18 +12410,18 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate104.errors = vErrors;
+validate111.errors = vErrors;
 return errors === 0;
 }
-validate104.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate111.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_200_application_json = validate105;
-const schema176 = {"$ref":"runplane-openapi#/$defs/AppList"};
+exports.listApps_200_application_json = validate112;
+const schema189 = {"$ref":"runplane-openapi#/$defs/AppList"};
 
-function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate105.evaluated;
+const evaluated0 = validate112.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11332,18 +12432,18 @@ if(!(validate22(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate22.errors : vErrors.concat(validate22.errors);
 errors = vErrors.length;
 }
-validate105.errors = vErrors;
+validate112.errors = vErrors;
 return errors === 0;
 }
-validate105.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
+validate112.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_200_headers = validate107;
-const schema177 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_200_headers = validate114;
+const schema190 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate107.evaluated;
+const evaluated0 = validate114.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11384,40 +12484,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate107.errors = vErrors;
+validate114.errors = vErrors;
 return errors === 0;
 }
-validate107.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate114.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_400_application_problem_json = validate108;
-const schema178 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_400_application_problem_json = validate115;
+const schema191 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate108.evaluated;
+const evaluated0 = validate115.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate108.errors = vErrors;
+validate115.errors = vErrors;
 return errors === 0;
 }
-validate108.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate115.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_400_headers = validate110;
-const schema179 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_400_headers = validate117;
+const schema192 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate110.evaluated;
+const evaluated0 = validate117.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11458,40 +12558,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate110.errors = vErrors;
+validate117.errors = vErrors;
 return errors === 0;
 }
-validate110.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate117.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_401_application_problem_json = validate111;
-const schema180 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_401_application_problem_json = validate118;
+const schema193 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate111.evaluated;
+const evaluated0 = validate118.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate111.errors = vErrors;
+validate118.errors = vErrors;
 return errors === 0;
 }
-validate111.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate118.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_401_headers = validate113;
-const schema181 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listApps_401_headers = validate120;
+const schema194 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate113.evaluated;
+const evaluated0 = validate120.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11554,260 +12654,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate113.errors = vErrors;
-return errors === 0;
-}
-validate113.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_403_application_problem_json = validate114;
-const schema182 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate114.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate114.errors = vErrors;
-return errors === 0;
-}
-validate114.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_403_headers = validate116;
-const schema183 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate116.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate116.errors = vErrors;
-return errors === 0;
-}
-validate116.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_500_application_problem_json = validate117;
-const schema184 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate117.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate117.errors = vErrors;
-return errors === 0;
-}
-validate117.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_500_headers = validate119;
-const schema185 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate119.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate119.errors = vErrors;
-return errors === 0;
-}
-validate119.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_503_application_problem_json = validate120;
-const schema186 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate120.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate120.errors = vErrors;
 return errors === 0;
 }
-validate120.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate120.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_503_headers = validate122;
-const schema187 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listApps_403_application_problem_json = validate121;
+const schema195 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate122.evaluated;
+const evaluated0 = validate121.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate122.errors = vErrors;
+validate121.errors = vErrors;
 return errors === 0;
 }
-validate122.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate121.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_params = validate123;
-const schema188 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listApps_403_headers = validate123;
+const schema196 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -11820,8 +12695,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -11830,8 +12705,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -11840,8 +12716,10 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -11850,135 +12728,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data0.app_id === undefined){
-const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-else {
-const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-if(data0.app_id !== undefined){
-let data2 = data0.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err7 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-else {
-const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data3 = data.query;
-if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
-const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data4 = data.header;
-if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
-const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-else {
-const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
 validate123.errors = vErrors;
 return errors === 0;
 }
-validate123.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate123.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_200_application_json = validate124;
-const schema191 = {"$ref":"runplane-openapi#/$defs/App"};
+exports.listApps_500_application_problem_json = validate124;
+const schema197 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -11990,17 +12746,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate21(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
 validate124.errors = vErrors;
 return errors === 0;
 }
-validate124.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true},"dynamicProps":false,"dynamicItems":false};
+validate124.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_200_headers = validate126;
-const schema192 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_500_headers = validate126;
+const schema198 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12051,8 +12807,8 @@ return errors === 0;
 }
 validate126.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_400_application_problem_json = validate127;
-const schema193 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_503_application_problem_json = validate127;
+const schema199 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12064,8 +12820,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
 validate127.errors = vErrors;
@@ -12073,8 +12829,8 @@ return errors === 0;
 }
 validate127.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_400_headers = validate129;
-const schema194 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_503_headers = validate129;
+const schema200 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12109,9 +12865,10 @@ vErrors.push(err1);
 errors++;
 }
 }
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -12120,13 +12877,37 @@ vErrors.push(err2);
 }
 errors++;
 }
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
 validate129.errors = vErrors;
 return errors === 0;
 }
-validate129.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate129.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_401_application_problem_json = validate130;
-const schema195 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_params = validate130;
+const schema201 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12138,22 +12919,341 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.app_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data0.app_id !== undefined){
+let data2 = data0.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err7 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data3 = data.query;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data4 = data.header;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
 }
 validate130.errors = vErrors;
 return errors === 0;
 }
-validate130.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate130.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_401_headers = validate132;
-const schema196 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getApp_200_application_json = validate131;
+const schema204 = {"$ref":"runplane-openapi#/$defs/App"};
 
-function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate132.evaluated;
+const evaluated0 = validate131.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate21(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
+errors = vErrors.length;
+}
+validate131.errors = vErrors;
+return errors === 0;
+}
+validate131.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_200_headers = validate133;
+const schema205 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate133.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate133.errors = vErrors;
+return errors === 0;
+}
+validate133.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_400_application_problem_json = validate134;
+const schema206 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate134.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate134.errors = vErrors;
+return errors === 0;
+}
+validate134.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_400_headers = validate136;
+const schema207 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate136.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate136.errors = vErrors;
+return errors === 0;
+}
+validate136.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_401_application_problem_json = validate137;
+const schema208 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate137.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate137.errors = vErrors;
+return errors === 0;
+}
+validate137.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_401_headers = validate139;
+const schema209 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate139.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12216,235 +13316,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate132.errors = vErrors;
-return errors === 0;
-}
-validate132.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_403_application_problem_json = validate133;
-const schema197 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate133.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate133.errors = vErrors;
-return errors === 0;
-}
-validate133.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_403_headers = validate135;
-const schema198 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate135.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate135.errors = vErrors;
-return errors === 0;
-}
-validate135.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_404_application_problem_json = validate136;
-const schema199 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate136.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate136.errors = vErrors;
-return errors === 0;
-}
-validate136.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_404_headers = validate138;
-const schema200 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate138.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate138.errors = vErrors;
-return errors === 0;
-}
-validate138.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_500_application_problem_json = validate139;
-const schema201 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate139.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate139.errors = vErrors;
 return errors === 0;
 }
-validate139.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate139.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_500_headers = validate141;
-const schema202 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_403_application_problem_json = validate140;
+const schema210 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate141.evaluated;
+const evaluated0 = validate140.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate141.errors = vErrors;
+validate140.errors = vErrors;
 return errors === 0;
 }
-validate141.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate140.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_503_application_problem_json = validate142;
-const schema203 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_403_headers = validate142;
+const schema211 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12456,28 +13356,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate142.errors = vErrors;
-return errors === 0;
-}
-validate142.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_503_headers = validate144;
-const schema204 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate144.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -12501,10 +13379,9 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -12513,37 +13390,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate144.errors = vErrors;
+validate142.errors = vErrors;
 return errors === 0;
 }
-validate144.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate142.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_params = validate145;
-const schema205 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getApp_404_application_problem_json = validate143;
+const schema212 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate143.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate143.errors = vErrors;
+return errors === 0;
+}
+validate143.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_404_headers = validate145;
+const schema213 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12556,8 +13431,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -12566,8 +13441,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -12576,8 +13452,10 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -12586,135 +13464,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data0.app_id === undefined){
-const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-else {
-const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-if(data0.app_id !== undefined){
-let data2 = data0.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err7 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-else {
-const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data3 = data.query;
-if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
-const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data4 = data.header;
-if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
-const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-else {
-const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
 validate145.errors = vErrors;
 return errors === 0;
 }
-validate145.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate145.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_204_headers = validate146;
-const schema208 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_500_application_problem_json = validate146;
+const schema214 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12726,6 +13482,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate146.errors = vErrors;
+return errors === 0;
+}
+validate146.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_500_headers = validate148;
+const schema215 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate148.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -12760,35 +13538,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate146.errors = vErrors;
+validate148.errors = vErrors;
 return errors === 0;
 }
-validate146.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate148.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_400_application_problem_json = validate147;
-const schema209 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate147.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate147.errors = vErrors;
-return errors === 0;
-}
-validate147.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_400_headers = validate149;
-const schema210 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_503_application_problem_json = validate149;
+const schema216 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12800,6 +13556,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate149.errors = vErrors;
+return errors === 0;
+}
+validate149.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_503_headers = validate151;
+const schema217 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate151.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -12823,9 +13601,10 @@ vErrors.push(err1);
 errors++;
 }
 }
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -12834,35 +13613,37 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate149.errors = vErrors;
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate151.errors = vErrors;
 return errors === 0;
 }
-validate149.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate151.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_401_application_problem_json = validate150;
-const schema211 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate150.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate150.errors = vErrors;
-return errors === 0;
-}
-validate150.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_401_headers = validate152;
-const schema212 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.deleteApp_params = validate152;
+const schema218 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12875,6 +13656,325 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.app_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data0.app_id !== undefined){
+let data2 = data0.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err7 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data3 = data.query;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data4 = data.header;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+validate152.errors = vErrors;
+return errors === 0;
+}
+validate152.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_204_headers = validate153;
+const schema221 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate153.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate153.errors = vErrors;
+return errors === 0;
+}
+validate153.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_400_application_problem_json = validate154;
+const schema222 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate154.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate154.errors = vErrors;
+return errors === 0;
+}
+validate154.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_400_headers = validate156;
+const schema223 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate156.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate156.errors = vErrors;
+return errors === 0;
+}
+validate156.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_401_application_problem_json = validate157;
+const schema224 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate157.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate157.errors = vErrors;
+return errors === 0;
+}
+validate157.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_401_headers = validate159;
+const schema225 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate159.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
 if(vErrors === null){
@@ -12930,235 +14030,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate152.errors = vErrors;
-return errors === 0;
-}
-validate152.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_403_application_problem_json = validate153;
-const schema213 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate153.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate153.errors = vErrors;
-return errors === 0;
-}
-validate153.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_403_headers = validate155;
-const schema214 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate155.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate155.errors = vErrors;
-return errors === 0;
-}
-validate155.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_404_application_problem_json = validate156;
-const schema215 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate156.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate156.errors = vErrors;
-return errors === 0;
-}
-validate156.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_404_headers = validate158;
-const schema216 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate158.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate158.errors = vErrors;
-return errors === 0;
-}
-validate158.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_409_application_problem_json = validate159;
-const schema217 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate159.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate159.errors = vErrors;
 return errors === 0;
 }
-validate159.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate159.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_409_headers = validate161;
-const schema218 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_403_application_problem_json = validate160;
+const schema226 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate161.evaluated;
+const evaluated0 = validate160.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate161.errors = vErrors;
+validate160.errors = vErrors;
 return errors === 0;
 }
-validate161.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate160.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_500_application_problem_json = validate162;
-const schema219 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_403_headers = validate162;
+const schema227 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13170,22 +14070,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate162.errors = vErrors;
 return errors === 0;
 }
-validate162.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate162.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_500_headers = validate164;
-const schema220 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_404_application_problem_json = validate163;
+const schema228 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate164(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate164.evaluated;
+const evaluated0 = validate163.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate163.errors = vErrors;
+return errors === 0;
+}
+validate163.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_404_headers = validate165;
+const schema229 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate165.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13226,40 +14178,188 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate164.errors = vErrors;
+validate165.errors = vErrors;
 return errors === 0;
 }
-validate164.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate165.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_503_application_problem_json = validate165;
-const schema221 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_409_application_problem_json = validate166;
+const schema230 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate165.evaluated;
+const evaluated0 = validate166.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate165.errors = vErrors;
+validate166.errors = vErrors;
 return errors === 0;
 }
-validate165.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate166.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_503_headers = validate167;
-const schema222 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.deleteApp_409_headers = validate168;
+const schema231 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate167.evaluated;
+const evaluated0 = validate168.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate168.errors = vErrors;
+return errors === 0;
+}
+validate168.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_500_application_problem_json = validate169;
+const schema232 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate169.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate169.errors = vErrors;
+return errors === 0;
+}
+validate169.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_500_headers = validate171;
+const schema233 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate171.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate171.errors = vErrors;
+return errors === 0;
+}
+validate171.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_503_application_problem_json = validate172;
+const schema234 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate172.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate172.errors = vErrors;
+return errors === 0;
+}
+validate172.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_503_headers = validate174;
+const schema235 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate174.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13325,18 +14425,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate167.errors = vErrors;
+validate174.errors = vErrors;
 return errors === 0;
 }
-validate167.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate174.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_params = validate168;
-const schema223 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createBaseImageHash_params = validate175;
+const schema236 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate168.evaluated;
+const evaluated0 = validate175.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13496,131 +14596,13 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate168.errors = vErrors;
+validate175.errors = vErrors;
 return errors === 0;
 }
-validate168.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate175.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_body = validate169;
-const schema226 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
-
-function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate169.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate31(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate31.errors : vErrors.concat(validate31.errors);
-errors = vErrors.length;
-}
-validate169.errors = vErrors;
-return errors === 0;
-}
-validate169.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_200_application_json = validate171;
-const schema227 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
-
-function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate171.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate30(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate30.errors : vErrors.concat(validate30.errors);
-errors = vErrors.length;
-}
-validate171.errors = vErrors;
-return errors === 0;
-}
-validate171.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_200_headers = validate173;
-const schema228 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate173.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate173.errors = vErrors;
-return errors === 0;
-}
-validate173.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_400_application_problem_json = validate174;
-const schema229 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate174.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate174.errors = vErrors;
-return errors === 0;
-}
-validate174.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_400_headers = validate176;
-const schema230 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_body = validate176;
+const schema239 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
 
 function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13632,6 +14614,50 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate31(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate31.errors : vErrors.concat(validate31.errors);
+errors = vErrors.length;
+}
+validate176.errors = vErrors;
+return errors === 0;
+}
+validate176.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_200_application_json = validate178;
+const schema240 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
+
+function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate178.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate30(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate30.errors : vErrors.concat(validate30.errors);
+errors = vErrors.length;
+}
+validate178.errors = vErrors;
+return errors === 0;
+}
+validate178.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_200_headers = validate180;
+const schema241 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate180(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate180.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -13666,40 +14692,114 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate176.errors = vErrors;
+validate180.errors = vErrors;
 return errors === 0;
 }
-validate176.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate180.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_401_application_problem_json = validate177;
-const schema231 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_400_application_problem_json = validate181;
+const schema242 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate177.evaluated;
+const evaluated0 = validate181.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate177.errors = vErrors;
+validate181.errors = vErrors;
 return errors === 0;
 }
-validate177.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate181.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_401_headers = validate179;
-const schema232 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createBaseImageHash_400_headers = validate183;
+const schema243 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate179.evaluated;
+const evaluated0 = validate183.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate183.errors = vErrors;
+return errors === 0;
+}
+validate183.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_401_application_problem_json = validate184;
+const schema244 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate184.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate184.errors = vErrors;
+return errors === 0;
+}
+validate184.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_401_headers = validate186;
+const schema245 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate186.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13762,235 +14862,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate179.errors = vErrors;
-return errors === 0;
-}
-validate179.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_403_application_problem_json = validate180;
-const schema233 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate180(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate180.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate180.errors = vErrors;
-return errors === 0;
-}
-validate180.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_403_headers = validate182;
-const schema234 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate182.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate182.errors = vErrors;
-return errors === 0;
-}
-validate182.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_413_application_problem_json = validate183;
-const schema235 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate183.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate183.errors = vErrors;
-return errors === 0;
-}
-validate183.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_413_headers = validate185;
-const schema236 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate185.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate185.errors = vErrors;
-return errors === 0;
-}
-validate185.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_415_application_problem_json = validate186;
-const schema237 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate186.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate186.errors = vErrors;
 return errors === 0;
 }
-validate186.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate186.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_415_headers = validate188;
-const schema238 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_403_application_problem_json = validate187;
+const schema246 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate188(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate188.evaluated;
+const evaluated0 = validate187.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate188.errors = vErrors;
+validate187.errors = vErrors;
 return errors === 0;
 }
-validate188.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate187.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_500_application_problem_json = validate189;
-const schema239 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_403_headers = validate189;
+const schema247 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14002,22 +14902,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate189.errors = vErrors;
 return errors === 0;
 }
-validate189.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate189.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_500_headers = validate191;
-const schema240 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_413_application_problem_json = validate190;
+const schema248 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate190(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate191.evaluated;
+const evaluated0 = validate190.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate190.errors = vErrors;
+return errors === 0;
+}
+validate190.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_413_headers = validate192;
+const schema249 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate192(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate192.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14058,40 +15010,188 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate191.errors = vErrors;
+validate192.errors = vErrors;
 return errors === 0;
 }
-validate191.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate192.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_503_application_problem_json = validate192;
-const schema241 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_415_application_problem_json = validate193;
+const schema250 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate192(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate192.evaluated;
+const evaluated0 = validate193.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate192.errors = vErrors;
+validate193.errors = vErrors;
 return errors === 0;
 }
-validate192.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate193.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_503_headers = validate194;
-const schema242 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createBaseImageHash_415_headers = validate195;
+const schema251 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate194(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate194.evaluated;
+const evaluated0 = validate195.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate195.errors = vErrors;
+return errors === 0;
+}
+validate195.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_500_application_problem_json = validate196;
+const schema252 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate196.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate196.errors = vErrors;
+return errors === 0;
+}
+validate196.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_500_headers = validate198;
+const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate198.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate198.errors = vErrors;
+return errors === 0;
+}
+validate198.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_503_application_problem_json = validate199;
+const schema254 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate199.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate199.errors = vErrors;
+return errors === 0;
+}
+validate199.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_503_headers = validate201;
+const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate201.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14157,18 +15257,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate194.errors = vErrors;
+validate201.errors = vErrors;
 return errors === 0;
 }
-validate194.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate201.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_params = validate195;
-const schema243 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.listDeployments_params = validate202;
+const schema256 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
-function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate202(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate195.evaluated;
+const evaluated0 = validate202.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14400,188 +15500,188 @@ vErrors.push(err18);
 }
 errors++;
 }
-validate195.errors = vErrors;
-return errors === 0;
-}
-validate195.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_200_application_json = validate196;
-const schema246 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
-
-function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate196.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate37(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate37.errors : vErrors.concat(validate37.errors);
-errors = vErrors.length;
-}
-validate196.errors = vErrors;
-return errors === 0;
-}
-validate196.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_200_headers = validate198;
-const schema247 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate198.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate198.errors = vErrors;
-return errors === 0;
-}
-validate198.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_400_application_problem_json = validate199;
-const schema248 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate199.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate199.errors = vErrors;
-return errors === 0;
-}
-validate199.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_400_headers = validate201;
-const schema249 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate201.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate201.errors = vErrors;
-return errors === 0;
-}
-validate201.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_401_application_problem_json = validate202;
-const schema250 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate202(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate202.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate202.errors = vErrors;
 return errors === 0;
 }
-validate202.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate202.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_401_headers = validate204;
-const schema251 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listDeployments_200_application_json = validate203;
+const schema259 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
 
-function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate204.evaluated;
+const evaluated0 = validate203.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate38(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate38.errors : vErrors.concat(validate38.errors);
+errors = vErrors.length;
+}
+validate203.errors = vErrors;
+return errors === 0;
+}
+validate203.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_200_headers = validate205;
+const schema260 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate205.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate205.errors = vErrors;
+return errors === 0;
+}
+validate205.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_400_application_problem_json = validate206;
+const schema261 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate206.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate206.errors = vErrors;
+return errors === 0;
+}
+validate206.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_400_headers = validate208;
+const schema262 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate208(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate208.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate208.errors = vErrors;
+return errors === 0;
+}
+validate208.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_401_application_problem_json = validate209;
+const schema263 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate209.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate209.errors = vErrors;
+return errors === 0;
+}
+validate209.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_401_headers = validate211;
+const schema264 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate211.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14644,235 +15744,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate204.errors = vErrors;
-return errors === 0;
-}
-validate204.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_403_application_problem_json = validate205;
-const schema252 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate205.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate205.errors = vErrors;
-return errors === 0;
-}
-validate205.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_403_headers = validate207;
-const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate207.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate207.errors = vErrors;
-return errors === 0;
-}
-validate207.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_404_application_problem_json = validate208;
-const schema254 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate208(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate208.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate208.errors = vErrors;
-return errors === 0;
-}
-validate208.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_404_headers = validate210;
-const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate210(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate210.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate210.errors = vErrors;
-return errors === 0;
-}
-validate210.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_500_application_problem_json = validate211;
-const schema256 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate211.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate211.errors = vErrors;
 return errors === 0;
 }
-validate211.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate211.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_500_headers = validate213;
-const schema257 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_403_application_problem_json = validate212;
+const schema265 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate213(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate212(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate213.evaluated;
+const evaluated0 = validate212.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate213.errors = vErrors;
+validate212.errors = vErrors;
 return errors === 0;
 }
-validate213.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate212.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_503_application_problem_json = validate214;
-const schema258 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_403_headers = validate214;
+const schema266 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate214(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14884,22 +15784,222 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate214.errors = vErrors;
 return errors === 0;
 }
-validate214.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate214.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_503_headers = validate216;
-const schema259 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listDeployments_404_application_problem_json = validate215;
+const schema267 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate216(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate216.evaluated;
+const evaluated0 = validate215.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate215.errors = vErrors;
+return errors === 0;
+}
+validate215.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_404_headers = validate217;
+const schema268 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate217.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate217.errors = vErrors;
+return errors === 0;
+}
+validate217.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_500_application_problem_json = validate218;
+const schema269 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate218(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate218.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate218.errors = vErrors;
+return errors === 0;
+}
+validate218.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_500_headers = validate220;
+const schema270 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate220(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate220.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate220.errors = vErrors;
+return errors === 0;
+}
+validate220.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_503_application_problem_json = validate221;
+const schema271 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate221.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate221.errors = vErrors;
+return errors === 0;
+}
+validate221.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_503_headers = validate223;
+const schema272 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate223.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14965,18 +16065,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate216.errors = vErrors;
+validate223.errors = vErrors;
 return errors === 0;
 }
-validate216.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate223.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_params = validate217;
-const schema260 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createDeployment_params = validate224;
+const schema273 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate224(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate217.evaluated;
+const evaluated0 = validate224.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15136,62 +16236,62 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate217.errors = vErrors;
+validate224.errors = vErrors;
 return errors === 0;
 }
-validate217.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate224.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_body = validate218;
-const schema263 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
+exports.createDeployment_body = validate225;
+const schema276 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
 
-function validate218(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate218.evaluated;
+const evaluated0 = validate225.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate41(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate41.errors : vErrors.concat(validate41.errors);
+if(!(validate42(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate42.errors : vErrors.concat(validate42.errors);
 errors = vErrors.length;
 }
-validate218.errors = vErrors;
+validate225.errors = vErrors;
 return errors === 0;
 }
-validate218.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
+validate225.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_202_application_json = validate220;
-const schema264 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+exports.createDeployment_202_application_json = validate227;
+const schema277 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
-function validate220(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate220.evaluated;
+const evaluated0 = validate227.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate33(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
+if(!(validate34(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
 errors = vErrors.length;
 }
-validate220.errors = vErrors;
+validate227.errors = vErrors;
 return errors === 0;
 }
-validate220.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate227.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_202_headers = validate222;
-const schema265 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
+exports.createDeployment_202_headers = validate229;
+const schema278 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
 
-function validate222(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate222.evaluated;
+const evaluated0 = validate229.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15254,40 +16354,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate222.errors = vErrors;
+validate229.errors = vErrors;
 return errors === 0;
 }
-validate222.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
+validate229.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_400_application_problem_json = validate223;
-const schema266 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_400_application_problem_json = validate230;
+const schema279 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate230(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate223.evaluated;
+const evaluated0 = validate230.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate223.errors = vErrors;
+validate230.errors = vErrors;
 return errors === 0;
 }
-validate223.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate230.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_400_headers = validate225;
-const schema267 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_400_headers = validate232;
+const schema280 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate232(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate225.evaluated;
+const evaluated0 = validate232.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15328,40 +16428,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate225.errors = vErrors;
+validate232.errors = vErrors;
 return errors === 0;
 }
-validate225.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate232.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_401_application_problem_json = validate226;
-const schema268 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_401_application_problem_json = validate233;
+const schema281 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate226(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate226.evaluated;
+const evaluated0 = validate233.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate226.errors = vErrors;
+validate233.errors = vErrors;
 return errors === 0;
 }
-validate226.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate233.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_401_headers = validate228;
-const schema269 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createDeployment_401_headers = validate235;
+const schema282 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate228(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate228.evaluated;
+const evaluated0 = validate235.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15424,235 +16524,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate228.errors = vErrors;
-return errors === 0;
-}
-validate228.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_403_application_problem_json = validate229;
-const schema270 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate229.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate229.errors = vErrors;
-return errors === 0;
-}
-validate229.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_403_headers = validate231;
-const schema271 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate231(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate231.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate231.errors = vErrors;
-return errors === 0;
-}
-validate231.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_404_application_problem_json = validate232;
-const schema272 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate232(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate232.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate232.errors = vErrors;
-return errors === 0;
-}
-validate232.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_404_headers = validate234;
-const schema273 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate234(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate234.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate234.errors = vErrors;
-return errors === 0;
-}
-validate234.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_409_application_problem_json = validate235;
-const schema274 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate235.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate235.errors = vErrors;
 return errors === 0;
 }
-validate235.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate235.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_409_headers = validate237;
-const schema275 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_403_application_problem_json = validate236;
+const schema283 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate237(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate236(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate237.evaluated;
+const evaluated0 = validate236.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate237.errors = vErrors;
+validate236.errors = vErrors;
 return errors === 0;
 }
-validate237.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate236.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_413_application_problem_json = validate238;
-const schema276 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_403_headers = validate238;
+const schema284 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate238(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15664,28 +16564,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate238.errors = vErrors;
-return errors === 0;
-}
-validate238.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_413_headers = validate240;
-const schema277 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate240(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate240.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -15720,13 +16598,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate240.errors = vErrors;
+validate238.errors = vErrors;
 return errors === 0;
 }
-validate240.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate238.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_415_application_problem_json = validate241;
-const schema278 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_404_application_problem_json = validate239;
+const schema285 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate239(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate239.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate239.errors = vErrors;
+return errors === 0;
+}
+validate239.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_404_headers = validate241;
+const schema286 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate241(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15738,28 +16638,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate241.errors = vErrors;
-return errors === 0;
-}
-validate241.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_415_headers = validate243;
-const schema279 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate243(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate243.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -15794,13 +16672,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate243.errors = vErrors;
+validate241.errors = vErrors;
 return errors === 0;
 }
-validate243.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate241.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_500_application_problem_json = validate244;
-const schema280 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_409_application_problem_json = validate242;
+const schema287 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate242(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate242.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate242.errors = vErrors;
+return errors === 0;
+}
+validate242.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_409_headers = validate244;
+const schema288 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate244(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15812,28 +16712,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate244.errors = vErrors;
-return errors === 0;
-}
-validate244.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_500_headers = validate246;
-const schema281 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate246(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate246.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -15868,13 +16746,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate246.errors = vErrors;
+validate244.errors = vErrors;
 return errors === 0;
 }
-validate246.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate244.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_502_application_problem_json = validate247;
-const schema282 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_413_application_problem_json = validate245;
+const schema289 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate245(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate245.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate245.errors = vErrors;
+return errors === 0;
+}
+validate245.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_413_headers = validate247;
+const schema290 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate247(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15886,22 +16786,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate247.errors = vErrors;
 return errors === 0;
 }
-validate247.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate247.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_502_headers = validate249;
-const schema283 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_415_application_problem_json = validate248;
+const schema291 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate249(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate248(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate249.evaluated;
+const evaluated0 = validate248.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate248.errors = vErrors;
+return errors === 0;
+}
+validate248.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_415_headers = validate250;
+const schema292 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate250(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate250.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15942,112 +16894,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate249.errors = vErrors;
-return errors === 0;
-}
-validate249.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_503_application_problem_json = validate250;
-const schema284 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate250(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate250.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate250.errors = vErrors;
 return errors === 0;
 }
-validate250.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate250.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_503_headers = validate252;
-const schema285 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createDeployment_500_application_problem_json = validate251;
+const schema293 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate252(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate251(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate252.evaluated;
+const evaluated0 = validate251.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate252.errors = vErrors;
+validate251.errors = vErrors;
 return errors === 0;
 }
-validate252.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate251.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_params = validate253;
-const schema286 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createDeployment_500_headers = validate253;
+const schema294 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate253(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16060,8 +16935,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -16070,8 +16945,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -16080,8 +16956,10 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -16090,170 +16968,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data0.app_id === undefined){
-const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data0.deployment_id === undefined){
-const err5 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "deployment_id"},message:"must have required property '"+"deployment_id"+"'"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-if(data0.app_id !== undefined){
-let data2 = data0.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data0.deployment_id !== undefined){
-let data3 = data0.deployment_id;
-if(typeof data3 === "string"){
-if(!pattern6.test(data3)){
-const err10 = {instancePath:instancePath+"/path/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/pattern",keyword:"pattern",params:{pattern: "^dep_[0-9a-z]{26}$"},message:"must match pattern \""+"^dep_[0-9a-z]{26}$"+"\""};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-else {
-const err11 = {instancePath:instancePath+"/path/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-else {
-const err12 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data4 = data.query;
-if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
-const err13 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data5 = data.header;
-if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
-const err14 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-}
-}
-else {
-const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
 validate253.errors = vErrors;
 return errors === 0;
 }
-validate253.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate253.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_200_application_json = validate254;
-const schema290 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+exports.createDeployment_502_application_problem_json = validate254;
+const schema295 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate254(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16265,17 +16986,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate33(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
 validate254.errors = vErrors;
 return errors === 0;
 }
-validate254.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate254.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_200_headers = validate256;
-const schema291 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_502_headers = validate256;
+const schema296 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate256(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16326,8 +17047,8 @@ return errors === 0;
 }
 validate256.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_400_application_problem_json = validate257;
-const schema292 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_503_application_problem_json = validate257;
+const schema297 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate257(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16339,8 +17060,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
 validate257.errors = vErrors;
@@ -16348,405 +17069,13 @@ return errors === 0;
 }
 validate257.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_400_headers = validate259;
-const schema293 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_503_headers = validate259;
+const schema298 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate259(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate259.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate259.errors = vErrors;
-return errors === 0;
-}
-validate259.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_401_application_problem_json = validate260;
-const schema294 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate260(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate260.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate260.errors = vErrors;
-return errors === 0;
-}
-validate260.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_401_headers = validate262;
-const schema295 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
-
-function validate262(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate262.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate262.errors = vErrors;
-return errors === 0;
-}
-validate262.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_403_application_problem_json = validate263;
-const schema296 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate263(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate263.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate263.errors = vErrors;
-return errors === 0;
-}
-validate263.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_403_headers = validate265;
-const schema297 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate265(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate265.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate265.errors = vErrors;
-return errors === 0;
-}
-validate265.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_404_application_problem_json = validate266;
-const schema298 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate266(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate266.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate266.errors = vErrors;
-return errors === 0;
-}
-validate266.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_404_headers = validate268;
-const schema299 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate268(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate268.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate268.errors = vErrors;
-return errors === 0;
-}
-validate268.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_500_application_problem_json = validate269;
-const schema300 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate269(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate269.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate269.errors = vErrors;
-return errors === 0;
-}
-validate269.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_500_headers = validate271;
-const schema301 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate271(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate271.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate271.errors = vErrors;
-return errors === 0;
-}
-validate271.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_503_application_problem_json = validate272;
-const schema302 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate272(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate272.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate272.errors = vErrors;
-return errors === 0;
-}
-validate272.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_503_headers = validate274;
-const schema303 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate274(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate274.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16812,18 +17141,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate274.errors = vErrors;
+validate259.errors = vErrors;
 return errors === 0;
 }
-validate274.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate259.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_params = validate275;
-const schema304 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getDeployment_params = validate260;
+const schema299 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate275(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate260(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate275.evaluated;
+const evaluated0 = validate260.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17018,40 +17347,40 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate275.errors = vErrors;
+validate260.errors = vErrors;
 return errors === 0;
 }
-validate275.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate260.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_200_application_json = validate276;
-const schema308 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+exports.getDeployment_200_application_json = validate261;
+const schema303 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
-function validate276(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate261(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate276.evaluated;
+const evaluated0 = validate261.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate33(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
+if(!(validate34(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
 errors = vErrors.length;
 }
-validate276.errors = vErrors;
+validate261.errors = vErrors;
 return errors === 0;
 }
-validate276.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate261.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_200_headers = validate278;
-const schema309 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_200_headers = validate263;
+const schema304 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate278(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate263(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate278.evaluated;
+const evaluated0 = validate263.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17092,40 +17421,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate278.errors = vErrors;
+validate263.errors = vErrors;
 return errors === 0;
 }
-validate278.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate263.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_400_application_problem_json = validate279;
-const schema310 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_400_application_problem_json = validate264;
+const schema305 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate279(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate264(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate279.evaluated;
+const evaluated0 = validate264.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate279.errors = vErrors;
+validate264.errors = vErrors;
 return errors === 0;
 }
-validate279.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate264.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_400_headers = validate281;
-const schema311 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_400_headers = validate266;
+const schema306 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate281(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate266(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate281.evaluated;
+const evaluated0 = validate266.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17166,40 +17495,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate281.errors = vErrors;
+validate266.errors = vErrors;
 return errors === 0;
 }
-validate281.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate266.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_401_application_problem_json = validate282;
-const schema312 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_401_application_problem_json = validate267;
+const schema307 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate282(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate267(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate282.evaluated;
+const evaluated0 = validate267.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate282.errors = vErrors;
+validate267.errors = vErrors;
 return errors === 0;
 }
-validate282.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate267.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_401_headers = validate284;
-const schema313 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getDeployment_401_headers = validate269;
+const schema308 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate284(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate269(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate284.evaluated;
+const evaluated0 = validate269.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17262,40 +17591,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate284.errors = vErrors;
+validate269.errors = vErrors;
 return errors === 0;
 }
-validate284.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate269.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_403_application_problem_json = validate285;
-const schema314 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_403_application_problem_json = validate270;
+const schema309 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate285(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate270(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate285.evaluated;
+const evaluated0 = validate270.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate285.errors = vErrors;
+validate270.errors = vErrors;
 return errors === 0;
 }
-validate285.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate270.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_403_headers = validate287;
-const schema315 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_403_headers = validate272;
+const schema310 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate287(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate272(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate287.evaluated;
+const evaluated0 = validate272.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17336,40 +17665,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate287.errors = vErrors;
+validate272.errors = vErrors;
 return errors === 0;
 }
-validate287.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate272.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_404_application_problem_json = validate288;
-const schema316 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_404_application_problem_json = validate273;
+const schema311 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate288(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate273(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate288.evaluated;
+const evaluated0 = validate273.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate288.errors = vErrors;
+validate273.errors = vErrors;
 return errors === 0;
 }
-validate288.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate273.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_404_headers = validate290;
-const schema317 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_404_headers = validate275;
+const schema312 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate290(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate275(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate290.evaluated;
+const evaluated0 = validate275.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17410,40 +17739,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate290.errors = vErrors;
+validate275.errors = vErrors;
 return errors === 0;
 }
-validate290.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate275.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_409_application_problem_json = validate291;
-const schema318 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_500_application_problem_json = validate276;
+const schema313 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate291(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate276(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate291.evaluated;
+const evaluated0 = validate276.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate291.errors = vErrors;
+validate276.errors = vErrors;
 return errors === 0;
 }
-validate291.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate276.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_409_headers = validate293;
-const schema319 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_500_headers = validate278;
+const schema314 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate293(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate278(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate293.evaluated;
+const evaluated0 = validate278.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17484,114 +17813,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate293.errors = vErrors;
+validate278.errors = vErrors;
 return errors === 0;
 }
-validate293.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate278.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_500_application_problem_json = validate294;
-const schema320 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_503_application_problem_json = validate279;
+const schema315 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate294(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate279(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate294.evaluated;
+const evaluated0 = validate279.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate294.errors = vErrors;
+validate279.errors = vErrors;
 return errors === 0;
 }
-validate294.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate279.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_500_headers = validate296;
-const schema321 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_503_headers = validate281;
+const schema316 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate296(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate281(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate296.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate296.errors = vErrors;
-return errors === 0;
-}
-validate296.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_503_application_problem_json = validate297;
-const schema322 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate297(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate297.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate297.errors = vErrors;
-return errors === 0;
-}
-validate297.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_503_headers = validate299;
-const schema323 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate299(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate299.evaluated;
+const evaluated0 = validate281.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17657,18 +17912,863 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate299.errors = vErrors;
+validate281.errors = vErrors;
 return errors === 0;
 }
-validate299.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate281.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_params = validate300;
-const schema324 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+exports.activateDeployment_params = validate282;
+const schema317 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate282(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate282.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.app_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.deployment_id === undefined){
+const err5 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "deployment_id"},message:"must have required property '"+"deployment_id"+"'"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data0.app_id !== undefined){
+let data2 = data0.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data0.deployment_id !== undefined){
+let data3 = data0.deployment_id;
+if(typeof data3 === "string"){
+if(!pattern6.test(data3)){
+const err10 = {instancePath:instancePath+"/path/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/pattern",keyword:"pattern",params:{pattern: "^dep_[0-9a-z]{26}$"},message:"must match pattern \""+"^dep_[0-9a-z]{26}$"+"\""};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+else {
+const err11 = {instancePath:instancePath+"/path/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data4 = data.query;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err13 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data5 = data.header;
+if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
+const err14 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+}
+}
+else {
+const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+validate282.errors = vErrors;
+return errors === 0;
+}
+validate282.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_200_application_json = validate283;
+const schema321 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+
+function validate283(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate283.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate34(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
+errors = vErrors.length;
+}
+validate283.errors = vErrors;
+return errors === 0;
+}
+validate283.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_200_headers = validate285;
+const schema322 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate285(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate285.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate285.errors = vErrors;
+return errors === 0;
+}
+validate285.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_400_application_problem_json = validate286;
+const schema323 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate286(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate286.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate286.errors = vErrors;
+return errors === 0;
+}
+validate286.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_400_headers = validate288;
+const schema324 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate288(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate288.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate288.errors = vErrors;
+return errors === 0;
+}
+validate288.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_401_application_problem_json = validate289;
+const schema325 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate289(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate289.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate289.errors = vErrors;
+return errors === 0;
+}
+validate289.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_401_headers = validate291;
+const schema326 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate291(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate291.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate291.errors = vErrors;
+return errors === 0;
+}
+validate291.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_403_application_problem_json = validate292;
+const schema327 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate292(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate292.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate292.errors = vErrors;
+return errors === 0;
+}
+validate292.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_403_headers = validate294;
+const schema328 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate294(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate294.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate294.errors = vErrors;
+return errors === 0;
+}
+validate294.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_404_application_problem_json = validate295;
+const schema329 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate295(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate295.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate295.errors = vErrors;
+return errors === 0;
+}
+validate295.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_404_headers = validate297;
+const schema330 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate297(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate297.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate297.errors = vErrors;
+return errors === 0;
+}
+validate297.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_409_application_problem_json = validate298;
+const schema331 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate298(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate298.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate298.errors = vErrors;
+return errors === 0;
+}
+validate298.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_409_headers = validate300;
+const schema332 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate300(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate300.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate300.errors = vErrors;
+return errors === 0;
+}
+validate300.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_500_application_problem_json = validate301;
+const schema333 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate301(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate301.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate301.errors = vErrors;
+return errors === 0;
+}
+validate301.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_500_headers = validate303;
+const schema334 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate303(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate303.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate303.errors = vErrors;
+return errors === 0;
+}
+validate303.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_503_application_problem_json = validate304;
+const schema335 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate304(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate304.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate304.errors = vErrors;
+return errors === 0;
+}
+validate304.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_503_headers = validate306;
+const schema336 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate306(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate306.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate306.errors = vErrors;
+return errors === 0;
+}
+validate306.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_params = validate307;
+const schema337 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+
+function validate307(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate307.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17877,222 +18977,222 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate300.errors = vErrors;
-return errors === 0;
-}
-validate300.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_200_text_event_stream = validate301;
-const schema328 = {"type":"string"};
-
-function validate301(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate301.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(typeof data !== "string"){
-const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-validate301.errors = vErrors;
-return errors === 0;
-}
-validate301.evaluated = {"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_200_text_plain = validate302;
-const schema329 = {"type":"string"};
-
-function validate302(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate302.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(typeof data !== "string"){
-const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-validate302.errors = vErrors;
-return errors === 0;
-}
-validate302.evaluated = {"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_200_headers = validate303;
-const schema330 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate303(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate303.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate303.errors = vErrors;
-return errors === 0;
-}
-validate303.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_400_application_problem_json = validate304;
-const schema331 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate304(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate304.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate304.errors = vErrors;
-return errors === 0;
-}
-validate304.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_400_headers = validate306;
-const schema332 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate306(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate306.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate306.errors = vErrors;
-return errors === 0;
-}
-validate306.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_401_application_problem_json = validate307;
-const schema333 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate307(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate307.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate307.errors = vErrors;
 return errors === 0;
 }
-validate307.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate307.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_401_headers = validate309;
-const schema334 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getDeploymentLogs_200_text_event_stream = validate308;
+const schema341 = {"type":"string"};
+
+function validate308(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate308.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data !== "string"){
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+validate308.errors = vErrors;
+return errors === 0;
+}
+validate308.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_200_text_plain = validate309;
+const schema342 = {"type":"string"};
 
 function validate309(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate309.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data !== "string"){
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+validate309.errors = vErrors;
+return errors === 0;
+}
+validate309.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_200_headers = validate310;
+const schema343 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate310(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate310.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate310.errors = vErrors;
+return errors === 0;
+}
+validate310.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_400_application_problem_json = validate311;
+const schema344 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate311(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate311.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate311.errors = vErrors;
+return errors === 0;
+}
+validate311.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_400_headers = validate313;
+const schema345 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate313(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate313.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate313.errors = vErrors;
+return errors === 0;
+}
+validate313.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_401_application_problem_json = validate314;
+const schema346 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate314(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate314.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate314.errors = vErrors;
+return errors === 0;
+}
+validate314.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_401_headers = validate316;
+const schema347 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate316(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate316.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18155,235 +19255,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate309.errors = vErrors;
-return errors === 0;
-}
-validate309.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_403_application_problem_json = validate310;
-const schema335 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate310(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate310.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate310.errors = vErrors;
-return errors === 0;
-}
-validate310.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_403_headers = validate312;
-const schema336 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate312(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate312.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate312.errors = vErrors;
-return errors === 0;
-}
-validate312.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_404_application_problem_json = validate313;
-const schema337 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate313(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate313.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate313.errors = vErrors;
-return errors === 0;
-}
-validate313.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_404_headers = validate315;
-const schema338 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate315(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate315.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate315.errors = vErrors;
-return errors === 0;
-}
-validate315.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_500_application_problem_json = validate316;
-const schema339 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate316(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate316.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
 validate316.errors = vErrors;
 return errors === 0;
 }
-validate316.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate316.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_500_headers = validate318;
-const schema340 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_403_application_problem_json = validate317;
+const schema348 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate318(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate317(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate318.evaluated;
+const evaluated0 = validate317.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate318.errors = vErrors;
+validate317.errors = vErrors;
 return errors === 0;
 }
-validate318.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate317.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_503_application_problem_json = validate319;
-const schema341 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_403_headers = validate319;
+const schema349 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate319(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18395,22 +19295,222 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate319.errors = vErrors;
 return errors === 0;
 }
-validate319.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate319.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_503_headers = validate321;
-const schema342 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_404_application_problem_json = validate320;
+const schema350 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate321(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate320(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate321.evaluated;
+const evaluated0 = validate320.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate320.errors = vErrors;
+return errors === 0;
+}
+validate320.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_404_headers = validate322;
+const schema351 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate322(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate322.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate322.errors = vErrors;
+return errors === 0;
+}
+validate322.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_500_application_problem_json = validate323;
+const schema352 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate323(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate323.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate323.errors = vErrors;
+return errors === 0;
+}
+validate323.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_500_headers = validate325;
+const schema353 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate325(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate325.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate325.errors = vErrors;
+return errors === 0;
+}
+validate325.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_503_application_problem_json = validate326;
+const schema354 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate326(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate326.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate326.errors = vErrors;
+return errors === 0;
+}
+validate326.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_503_headers = validate328;
+const schema355 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate328(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate328.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18476,18 +19576,2008 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate321.errors = vErrors;
+validate328.errors = vErrors;
 return errors === 0;
 }
-validate321.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate328.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_params = validate322;
-const schema343 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.listServiceAccounts_params = validate329;
+const schema356 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate322(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate329(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate322.evaluated;
+const evaluated0 = validate329.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err4 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data2 = data.query;
+if(!(data2 && typeof data2 == "object" && !Array.isArray(data2))){
+const err7 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data3 = data.header;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err8 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+validate329.errors = vErrors;
+return errors === 0;
+}
+validate329.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_200_application_json = validate330;
+const schema358 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
+
+function validate330(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate330.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate78(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate78.errors : vErrors.concat(validate78.errors);
+errors = vErrors.length;
+}
+validate330.errors = vErrors;
+return errors === 0;
+}
+validate330.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_200_headers = validate332;
+const schema359 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate332(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate332.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate332.errors = vErrors;
+return errors === 0;
+}
+validate332.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_400_application_problem_json = validate333;
+const schema360 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate333(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate333.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate333.errors = vErrors;
+return errors === 0;
+}
+validate333.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_400_headers = validate335;
+const schema361 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate335(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate335.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate335.errors = vErrors;
+return errors === 0;
+}
+validate335.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_401_application_problem_json = validate336;
+const schema362 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate336(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate336.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate336.errors = vErrors;
+return errors === 0;
+}
+validate336.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_401_headers = validate338;
+const schema363 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate338(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate338.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate338.errors = vErrors;
+return errors === 0;
+}
+validate338.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_403_application_problem_json = validate339;
+const schema364 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate339(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate339.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate339.errors = vErrors;
+return errors === 0;
+}
+validate339.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_403_headers = validate341;
+const schema365 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate341(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate341.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate341.errors = vErrors;
+return errors === 0;
+}
+validate341.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_500_application_problem_json = validate342;
+const schema366 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate342(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate342.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate342.errors = vErrors;
+return errors === 0;
+}
+validate342.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_500_headers = validate344;
+const schema367 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate344(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate344.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate344.errors = vErrors;
+return errors === 0;
+}
+validate344.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_503_application_problem_json = validate345;
+const schema368 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate345(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate345.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate345.errors = vErrors;
+return errors === 0;
+}
+validate345.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_503_headers = validate347;
+const schema369 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate347(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate347.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate347.errors = vErrors;
+return errors === 0;
+}
+validate347.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_params = validate348;
+const schema370 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate348(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate348.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err4 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data2 = data.query;
+if(!(data2 && typeof data2 == "object" && !Array.isArray(data2))){
+const err7 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data3 = data.header;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err8 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+validate348.errors = vErrors;
+return errors === 0;
+}
+validate348.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_body = validate349;
+const schema372 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
+
+function validate349(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate349.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate80(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate80.errors : vErrors.concat(validate80.errors);
+errors = vErrors.length;
+}
+validate349.errors = vErrors;
+return errors === 0;
+}
+validate349.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_201_application_json = validate351;
+const schema373 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
+
+function validate351(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate351.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate33(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
+errors = vErrors.length;
+}
+validate351.errors = vErrors;
+return errors === 0;
+}
+validate351.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_201_headers = validate353;
+const schema374 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate353(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate353.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate353.errors = vErrors;
+return errors === 0;
+}
+validate353.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_400_application_problem_json = validate354;
+const schema375 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate354(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate354.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate354.errors = vErrors;
+return errors === 0;
+}
+validate354.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_400_headers = validate356;
+const schema376 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate356(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate356.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate356.errors = vErrors;
+return errors === 0;
+}
+validate356.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_401_application_problem_json = validate357;
+const schema377 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate357(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate357.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate357.errors = vErrors;
+return errors === 0;
+}
+validate357.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_401_headers = validate359;
+const schema378 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate359(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate359.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate359.errors = vErrors;
+return errors === 0;
+}
+validate359.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_403_application_problem_json = validate360;
+const schema379 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate360(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate360.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate360.errors = vErrors;
+return errors === 0;
+}
+validate360.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_403_headers = validate362;
+const schema380 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate362(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate362.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate362.errors = vErrors;
+return errors === 0;
+}
+validate362.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_500_application_problem_json = validate363;
+const schema381 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate363(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate363.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate363.errors = vErrors;
+return errors === 0;
+}
+validate363.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_500_headers = validate365;
+const schema382 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate365(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate365.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate365.errors = vErrors;
+return errors === 0;
+}
+validate365.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_503_application_problem_json = validate366;
+const schema383 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate366(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate366.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate366.errors = vErrors;
+return errors === 0;
+}
+validate366.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_503_headers = validate368;
+const schema384 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate368(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate368.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate368.errors = vErrors;
+return errors === 0;
+}
+validate368.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_params = validate369;
+const schema385 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate369(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate369.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.service_account_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "service_account_id"},message:"must have required property '"+"service_account_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data0.service_account_id !== undefined){
+let data2 = data0.service_account_id;
+if(typeof data2 === "string"){
+if(!pattern9.test(data2)){
+const err7 = {instancePath:instancePath+"/path/service_account_id",schemaPath:"runplane-openapi#/$defs/ServiceAccountId/pattern",keyword:"pattern",params:{pattern: "^sa_[A-Za-z0-9_-]{16}$"},message:"must match pattern \""+"^sa_[A-Za-z0-9_-]{16}$"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/path/service_account_id",schemaPath:"runplane-openapi#/$defs/ServiceAccountId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data3 = data.query;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data4 = data.header;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+validate369.errors = vErrors;
+return errors === 0;
+}
+validate369.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_204_headers = validate370;
+const schema388 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate370(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate370.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate370.errors = vErrors;
+return errors === 0;
+}
+validate370.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_400_application_problem_json = validate371;
+const schema389 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate371(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate371.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate371.errors = vErrors;
+return errors === 0;
+}
+validate371.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_400_headers = validate373;
+const schema390 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate373(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate373.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate373.errors = vErrors;
+return errors === 0;
+}
+validate373.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_401_application_problem_json = validate374;
+const schema391 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate374(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate374.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate374.errors = vErrors;
+return errors === 0;
+}
+validate374.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_401_headers = validate376;
+const schema392 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate376(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate376.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate376.errors = vErrors;
+return errors === 0;
+}
+validate376.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_403_application_problem_json = validate377;
+const schema393 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate377(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate377.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate377.errors = vErrors;
+return errors === 0;
+}
+validate377.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_403_headers = validate379;
+const schema394 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate379(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate379.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate379.errors = vErrors;
+return errors === 0;
+}
+validate379.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_404_application_problem_json = validate380;
+const schema395 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate380(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate380.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate380.errors = vErrors;
+return errors === 0;
+}
+validate380.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_404_headers = validate382;
+const schema396 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate382(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate382.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate382.errors = vErrors;
+return errors === 0;
+}
+validate382.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_500_application_problem_json = validate383;
+const schema397 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate383(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate383.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate383.errors = vErrors;
+return errors === 0;
+}
+validate383.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_500_headers = validate385;
+const schema398 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate385(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate385.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate385.errors = vErrors;
+return errors === 0;
+}
+validate385.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_503_application_problem_json = validate386;
+const schema399 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate386(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate386.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate386.errors = vErrors;
+return errors === 0;
+}
+validate386.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_503_headers = validate388;
+const schema400 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate388(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate388.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate388.errors = vErrors;
+return errors === 0;
+}
+validate388.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_params = validate389;
+const schema401 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+
+function validate389(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate389.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18626,7 +21716,7 @@ vErrors.push(err10);
 errors++;
 }
 if(!(((((data4 === "queued") || (data4 === "running")) || (data4 === "success")) || (data4 === "failure")) || (data4 === "cancelled"))){
-const err11 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
+const err11 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -18742,2117 +21832,13 @@ vErrors.push(err20);
 }
 errors++;
 }
-validate322.errors = vErrors;
+validate389.errors = vErrors;
 return errors === 0;
 }
-validate322.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate389.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_200_application_json = validate323;
-const schema347 = {"$ref":"runplane-openapi#/$defs/RunPage"};
-
-function validate323(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate323.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate323.errors = vErrors;
-return errors === 0;
-}
-validate323.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_200_headers = validate325;
-const schema348 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate325(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate325.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate325.errors = vErrors;
-return errors === 0;
-}
-validate325.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_400_application_problem_json = validate326;
-const schema349 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate326(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate326.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate326.errors = vErrors;
-return errors === 0;
-}
-validate326.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_400_headers = validate328;
-const schema350 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate328(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate328.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate328.errors = vErrors;
-return errors === 0;
-}
-validate328.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_401_application_problem_json = validate329;
-const schema351 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate329(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate329.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate329.errors = vErrors;
-return errors === 0;
-}
-validate329.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_401_headers = validate331;
-const schema352 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
-
-function validate331(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate331.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate331.errors = vErrors;
-return errors === 0;
-}
-validate331.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_403_application_problem_json = validate332;
-const schema353 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate332(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate332.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate332.errors = vErrors;
-return errors === 0;
-}
-validate332.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_403_headers = validate334;
-const schema354 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate334(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate334.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate334.errors = vErrors;
-return errors === 0;
-}
-validate334.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_404_application_problem_json = validate335;
-const schema355 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate335(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate335.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate335.errors = vErrors;
-return errors === 0;
-}
-validate335.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_404_headers = validate337;
-const schema356 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate337(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate337.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate337.errors = vErrors;
-return errors === 0;
-}
-validate337.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_500_application_problem_json = validate338;
-const schema357 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate338(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate338.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate338.errors = vErrors;
-return errors === 0;
-}
-validate338.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_500_headers = validate340;
-const schema358 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate340(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate340.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate340.errors = vErrors;
-return errors === 0;
-}
-validate340.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_503_application_problem_json = validate341;
-const schema359 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate341(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate341.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate341.errors = vErrors;
-return errors === 0;
-}
-validate341.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_503_headers = validate343;
-const schema360 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate343(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate343.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate343.errors = vErrors;
-return errors === 0;
-}
-validate343.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_params = validate344;
-const schema361 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
-
-function validate344(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate344.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data0.app_id === undefined){
-const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data0.run_id === undefined){
-const err5 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "run_id"},message:"must have required property '"+"run_id"+"'"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-if(data0.app_id !== undefined){
-let data2 = data0.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data0.run_id !== undefined){
-let data3 = data0.run_id;
-if(typeof data3 === "string"){
-if(!pattern25.test(data3)){
-const err10 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-else {
-const err11 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-else {
-const err12 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data4 = data.query;
-if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
-const err13 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data5 = data.header;
-if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
-const err14 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-}
-}
-else {
-const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
-validate344.errors = vErrors;
-return errors === 0;
-}
-validate344.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_200_application_json = validate345;
-const schema365 = {"$ref":"runplane-openapi#/$defs/Run"};
-
-function validate345(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate345.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate58(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate58.errors : vErrors.concat(validate58.errors);
-errors = vErrors.length;
-}
-validate345.errors = vErrors;
-return errors === 0;
-}
-validate345.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_200_headers = validate347;
-const schema366 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate347(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate347.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate347.errors = vErrors;
-return errors === 0;
-}
-validate347.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_400_application_problem_json = validate348;
-const schema367 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate348(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate348.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate348.errors = vErrors;
-return errors === 0;
-}
-validate348.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_400_headers = validate350;
-const schema368 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate350(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate350.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate350.errors = vErrors;
-return errors === 0;
-}
-validate350.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_401_application_problem_json = validate351;
-const schema369 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate351(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate351.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate351.errors = vErrors;
-return errors === 0;
-}
-validate351.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_401_headers = validate353;
-const schema370 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
-
-function validate353(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate353.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate353.errors = vErrors;
-return errors === 0;
-}
-validate353.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_403_application_problem_json = validate354;
-const schema371 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate354(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate354.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate354.errors = vErrors;
-return errors === 0;
-}
-validate354.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_403_headers = validate356;
-const schema372 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate356(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate356.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate356.errors = vErrors;
-return errors === 0;
-}
-validate356.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_404_application_problem_json = validate357;
-const schema373 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate357(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate357.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate357.errors = vErrors;
-return errors === 0;
-}
-validate357.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_404_headers = validate359;
-const schema374 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate359(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate359.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate359.errors = vErrors;
-return errors === 0;
-}
-validate359.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_500_application_problem_json = validate360;
-const schema375 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate360(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate360.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate360.errors = vErrors;
-return errors === 0;
-}
-validate360.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_500_headers = validate362;
-const schema376 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate362(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate362.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate362.errors = vErrors;
-return errors === 0;
-}
-validate362.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_503_application_problem_json = validate363;
-const schema377 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate363(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate363.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate363.errors = vErrors;
-return errors === 0;
-}
-validate363.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_503_headers = validate365;
-const schema378 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate365(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate365.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate365.errors = vErrors;
-return errors === 0;
-}
-validate365.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_params = validate366;
-const schema379 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
-
-function validate366(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate366.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data0.app_id === undefined){
-const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data0.run_id === undefined){
-const err5 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "run_id"},message:"must have required property '"+"run_id"+"'"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-if(data0.app_id !== undefined){
-let data2 = data0.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data0.run_id !== undefined){
-let data3 = data0.run_id;
-if(typeof data3 === "string"){
-if(!pattern25.test(data3)){
-const err10 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-else {
-const err11 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-else {
-const err12 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data4 = data.query;
-if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
-const err13 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data5 = data.header;
-if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
-const err14 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-}
-}
-else {
-const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
-validate366.errors = vErrors;
-return errors === 0;
-}
-validate366.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_200_application_json = validate367;
-const schema383 = {"$ref":"runplane-openapi#/$defs/Run"};
-
-function validate367(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate367.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate58(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate58.errors : vErrors.concat(validate58.errors);
-errors = vErrors.length;
-}
-validate367.errors = vErrors;
-return errors === 0;
-}
-validate367.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_200_headers = validate369;
-const schema384 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate369(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate369.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate369.errors = vErrors;
-return errors === 0;
-}
-validate369.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_400_application_problem_json = validate370;
-const schema385 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate370(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate370.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate370.errors = vErrors;
-return errors === 0;
-}
-validate370.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_400_headers = validate372;
-const schema386 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate372(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate372.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate372.errors = vErrors;
-return errors === 0;
-}
-validate372.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_401_application_problem_json = validate373;
-const schema387 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate373(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate373.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate373.errors = vErrors;
-return errors === 0;
-}
-validate373.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_401_headers = validate375;
-const schema388 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
-
-function validate375(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate375.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate375.errors = vErrors;
-return errors === 0;
-}
-validate375.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_403_application_problem_json = validate376;
-const schema389 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate376(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate376.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate376.errors = vErrors;
-return errors === 0;
-}
-validate376.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_403_headers = validate378;
-const schema390 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate378(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate378.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate378.errors = vErrors;
-return errors === 0;
-}
-validate378.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_404_application_problem_json = validate379;
-const schema391 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate379(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate379.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate379.errors = vErrors;
-return errors === 0;
-}
-validate379.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_404_headers = validate381;
-const schema392 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate381(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate381.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate381.errors = vErrors;
-return errors === 0;
-}
-validate381.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_409_application_problem_json = validate382;
-const schema393 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate382(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate382.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate382.errors = vErrors;
-return errors === 0;
-}
-validate382.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_409_headers = validate384;
-const schema394 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate384(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate384.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate384.errors = vErrors;
-return errors === 0;
-}
-validate384.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_500_application_problem_json = validate385;
-const schema395 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate385(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate385.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate385.errors = vErrors;
-return errors === 0;
-}
-validate385.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_500_headers = validate387;
-const schema396 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate387(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate387.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate387.errors = vErrors;
-return errors === 0;
-}
-validate387.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_503_application_problem_json = validate388;
-const schema397 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate388(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate388.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
-errors = vErrors.length;
-}
-validate388.errors = vErrors;
-return errors === 0;
-}
-validate388.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_503_headers = validate390;
-const schema398 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listRuns_200_application_json = validate390;
+const schema405 = {"$ref":"runplane-openapi#/$defs/RunPage"};
 
 function validate390(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20864,6 +21850,494 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate67(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate67.errors : vErrors.concat(validate67.errors);
+errors = vErrors.length;
+}
+validate390.errors = vErrors;
+return errors === 0;
+}
+validate390.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_200_headers = validate392;
+const schema406 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate392(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate392.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate392.errors = vErrors;
+return errors === 0;
+}
+validate392.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_400_application_problem_json = validate393;
+const schema407 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate393(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate393.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate393.errors = vErrors;
+return errors === 0;
+}
+validate393.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_400_headers = validate395;
+const schema408 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate395(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate395.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate395.errors = vErrors;
+return errors === 0;
+}
+validate395.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_401_application_problem_json = validate396;
+const schema409 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate396(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate396.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate396.errors = vErrors;
+return errors === 0;
+}
+validate396.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_401_headers = validate398;
+const schema410 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate398(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate398.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate398.errors = vErrors;
+return errors === 0;
+}
+validate398.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_403_application_problem_json = validate399;
+const schema411 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate399(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate399.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate399.errors = vErrors;
+return errors === 0;
+}
+validate399.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_403_headers = validate401;
+const schema412 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate401(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate401.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate401.errors = vErrors;
+return errors === 0;
+}
+validate401.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_404_application_problem_json = validate402;
+const schema413 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate402(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate402.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate402.errors = vErrors;
+return errors === 0;
+}
+validate402.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_404_headers = validate404;
+const schema414 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate404(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate404.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate404.errors = vErrors;
+return errors === 0;
+}
+validate404.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_500_application_problem_json = validate405;
+const schema415 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate405(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate405.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate405.errors = vErrors;
+return errors === 0;
+}
+validate405.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_500_headers = validate407;
+const schema416 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate407.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate407.errors = vErrors;
+return errors === 0;
+}
+validate407.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_503_application_problem_json = validate408;
+const schema417 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate408(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate408.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate408.errors = vErrors;
+return errors === 0;
+}
+validate408.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_503_headers = validate410;
+const schema418 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate410(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate410.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -20923,18 +22397,1634 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate390.errors = vErrors;
+validate410.errors = vErrors;
 return errors === 0;
 }
-validate390.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate410.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_params = validate391;
-const schema399 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
+exports.getRun_params = validate411;
+const schema419 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate391(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate411(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate391.evaluated;
+const evaluated0 = validate411.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.app_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.run_id === undefined){
+const err5 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "run_id"},message:"must have required property '"+"run_id"+"'"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data0.app_id !== undefined){
+let data2 = data0.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data0.run_id !== undefined){
+let data3 = data0.run_id;
+if(typeof data3 === "string"){
+if(!pattern27.test(data3)){
+const err10 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+else {
+const err11 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data4 = data.query;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err13 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data5 = data.header;
+if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
+const err14 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+}
+}
+else {
+const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+validate411.errors = vErrors;
+return errors === 0;
+}
+validate411.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_200_application_json = validate412;
+const schema423 = {"$ref":"runplane-openapi#/$defs/Run"};
+
+function validate412(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate412.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+errors = vErrors.length;
+}
+validate412.errors = vErrors;
+return errors === 0;
+}
+validate412.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_200_headers = validate414;
+const schema424 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate414(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate414.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate414.errors = vErrors;
+return errors === 0;
+}
+validate414.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_400_application_problem_json = validate415;
+const schema425 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate415(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate415.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate415.errors = vErrors;
+return errors === 0;
+}
+validate415.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_400_headers = validate417;
+const schema426 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate417.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate417.errors = vErrors;
+return errors === 0;
+}
+validate417.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_401_application_problem_json = validate418;
+const schema427 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate418(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate418.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate418.errors = vErrors;
+return errors === 0;
+}
+validate418.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_401_headers = validate420;
+const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate420(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate420.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate420.errors = vErrors;
+return errors === 0;
+}
+validate420.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_403_application_problem_json = validate421;
+const schema429 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate421(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate421.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate421.errors = vErrors;
+return errors === 0;
+}
+validate421.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_403_headers = validate423;
+const schema430 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate423(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate423.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate423.errors = vErrors;
+return errors === 0;
+}
+validate423.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_404_application_problem_json = validate424;
+const schema431 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate424(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate424.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate424.errors = vErrors;
+return errors === 0;
+}
+validate424.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_404_headers = validate426;
+const schema432 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate426(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate426.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate426.errors = vErrors;
+return errors === 0;
+}
+validate426.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_500_application_problem_json = validate427;
+const schema433 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate427(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate427.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate427.errors = vErrors;
+return errors === 0;
+}
+validate427.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_500_headers = validate429;
+const schema434 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate429(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate429.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate429.errors = vErrors;
+return errors === 0;
+}
+validate429.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_503_application_problem_json = validate430;
+const schema435 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate430(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate430.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate430.errors = vErrors;
+return errors === 0;
+}
+validate430.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_503_headers = validate432;
+const schema436 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate432(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate432.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate432.errors = vErrors;
+return errors === 0;
+}
+validate432.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_params = validate433;
+const schema437 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate433(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate433.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.app_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.run_id === undefined){
+const err5 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "run_id"},message:"must have required property '"+"run_id"+"'"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data0.app_id !== undefined){
+let data2 = data0.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data0.run_id !== undefined){
+let data3 = data0.run_id;
+if(typeof data3 === "string"){
+if(!pattern27.test(data3)){
+const err10 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+else {
+const err11 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data4 = data.query;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err13 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data5 = data.header;
+if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
+const err14 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+}
+}
+else {
+const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+validate433.errors = vErrors;
+return errors === 0;
+}
+validate433.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_200_application_json = validate434;
+const schema441 = {"$ref":"runplane-openapi#/$defs/Run"};
+
+function validate434(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate434.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+errors = vErrors.length;
+}
+validate434.errors = vErrors;
+return errors === 0;
+}
+validate434.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_200_headers = validate436;
+const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate436(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate436.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate436.errors = vErrors;
+return errors === 0;
+}
+validate436.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_400_application_problem_json = validate437;
+const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate437(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate437.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate437.errors = vErrors;
+return errors === 0;
+}
+validate437.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_400_headers = validate439;
+const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate439(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate439.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate439.errors = vErrors;
+return errors === 0;
+}
+validate439.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_401_application_problem_json = validate440;
+const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate440(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate440.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate440.errors = vErrors;
+return errors === 0;
+}
+validate440.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_401_headers = validate442;
+const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate442(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate442.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate442.errors = vErrors;
+return errors === 0;
+}
+validate442.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_403_application_problem_json = validate443;
+const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate443(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate443.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate443.errors = vErrors;
+return errors === 0;
+}
+validate443.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_403_headers = validate445;
+const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate445(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate445.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate445.errors = vErrors;
+return errors === 0;
+}
+validate445.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_404_application_problem_json = validate446;
+const schema449 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate446(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate446.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate446.errors = vErrors;
+return errors === 0;
+}
+validate446.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_404_headers = validate448;
+const schema450 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate448(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate448.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate448.errors = vErrors;
+return errors === 0;
+}
+validate448.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_409_application_problem_json = validate449;
+const schema451 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate449(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate449.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate449.errors = vErrors;
+return errors === 0;
+}
+validate449.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_409_headers = validate451;
+const schema452 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate451(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate451.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate451.errors = vErrors;
+return errors === 0;
+}
+validate451.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_500_application_problem_json = validate452;
+const schema453 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate452(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate452.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate452.errors = vErrors;
+return errors === 0;
+}
+validate452.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_500_headers = validate454;
+const schema454 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate454(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate454.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate454.errors = vErrors;
+return errors === 0;
+}
+validate454.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_503_application_problem_json = validate455;
+const schema455 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate455(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate455.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate455.errors = vErrors;
+return errors === 0;
+}
+validate455.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_503_headers = validate457;
+const schema456 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate457(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate457.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate457.errors = vErrors;
+return errors === 0;
+}
+validate457.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_params = validate458;
+const schema457 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
+
+function validate458(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate458.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21033,7 +24123,7 @@ errors++;
 if(data0.owner !== undefined){
 let data2 = data0.owner;
 if(typeof data2 === "string"){
-if(!pattern13.test(data2)){
+if(!pattern15.test(data2)){
 const err8 = {instancePath:instancePath+"/path/owner",schemaPath:"runplane-openapi#/$defs/RepoOwner/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"},message:"must match pattern \""+"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$"+"\""};
 if(vErrors === null){
 vErrors = [err8];
@@ -21058,7 +24148,7 @@ errors++;
 if(data0.repo !== undefined){
 let data3 = data0.repo;
 if(typeof data3 === "string"){
-if(!pattern14.test(data3)){
+if(!pattern16.test(data3)){
 const err10 = {instancePath:instancePath+"/path/repo",schemaPath:"runplane-openapi#/$defs/RepoName/pattern",keyword:"pattern",params:{pattern: "^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"},message:"must match pattern \""+"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -21193,40 +24283,40 @@ vErrors.push(err20);
 }
 errors++;
 }
-validate391.errors = vErrors;
+validate458.errors = vErrors;
 return errors === 0;
 }
-validate391.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate458.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_200_application_json = validate392;
-const schema403 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
+exports.getRepositoryTree_200_application_json = validate459;
+const schema461 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
 
-function validate392(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate459(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate392.evaluated;
+const evaluated0 = validate459.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate55(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate55.errors : vErrors.concat(validate55.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
-validate392.errors = vErrors;
+validate459.errors = vErrors;
 return errors === 0;
 }
-validate392.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
+validate459.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_200_headers = validate394;
-const schema404 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+exports.getRepositoryTree_200_headers = validate461;
+const schema462 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
-function validate394(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate461(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate394.evaluated;
+const evaluated0 = validate461.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21289,18 +24379,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate394.errors = vErrors;
+validate461.errors = vErrors;
 return errors === 0;
 }
-validate394.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
+validate461.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_304_headers = validate395;
-const schema405 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+exports.getRepositoryTree_304_headers = validate462;
+const schema463 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
-function validate395(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate462(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate395.evaluated;
+const evaluated0 = validate462.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21363,40 +24453,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate395.errors = vErrors;
+validate462.errors = vErrors;
 return errors === 0;
 }
-validate395.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
+validate462.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_400_application_problem_json = validate396;
-const schema406 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_400_application_problem_json = validate463;
+const schema464 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate396(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate463(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate396.evaluated;
+const evaluated0 = validate463.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate396.errors = vErrors;
+validate463.errors = vErrors;
 return errors === 0;
 }
-validate396.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate463.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_400_headers = validate398;
-const schema407 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_400_headers = validate465;
+const schema465 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate398(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate465(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate398.evaluated;
+const evaluated0 = validate465.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21437,40 +24527,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate398.errors = vErrors;
+validate465.errors = vErrors;
 return errors === 0;
 }
-validate398.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate465.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_401_application_problem_json = validate399;
-const schema408 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_401_application_problem_json = validate466;
+const schema466 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate399(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate466(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate399.evaluated;
+const evaluated0 = validate466.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate399.errors = vErrors;
+validate466.errors = vErrors;
 return errors === 0;
 }
-validate399.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate466.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_401_headers = validate401;
-const schema409 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRepositoryTree_401_headers = validate468;
+const schema467 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate401(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate468(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate401.evaluated;
+const evaluated0 = validate468.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21533,40 +24623,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate401.errors = vErrors;
+validate468.errors = vErrors;
 return errors === 0;
 }
-validate401.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate468.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_403_application_problem_json = validate402;
-const schema410 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_403_application_problem_json = validate469;
+const schema468 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate402(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate469(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate402.evaluated;
+const evaluated0 = validate469.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate402.errors = vErrors;
+validate469.errors = vErrors;
 return errors === 0;
 }
-validate402.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate469.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_403_headers = validate404;
-const schema411 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_403_headers = validate471;
+const schema469 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate404(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate471(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate404.evaluated;
+const evaluated0 = validate471.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21607,40 +24697,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate404.errors = vErrors;
+validate471.errors = vErrors;
 return errors === 0;
 }
-validate404.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate471.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_404_application_problem_json = validate405;
-const schema412 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_404_application_problem_json = validate472;
+const schema470 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate405(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate472(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate405.evaluated;
+const evaluated0 = validate472.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate405.errors = vErrors;
+validate472.errors = vErrors;
 return errors === 0;
 }
-validate405.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate472.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_404_headers = validate407;
-const schema413 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_404_headers = validate474;
+const schema471 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate474(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate407.evaluated;
+const evaluated0 = validate474.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21681,40 +24771,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate407.errors = vErrors;
+validate474.errors = vErrors;
 return errors === 0;
 }
-validate407.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate474.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_500_application_problem_json = validate408;
-const schema414 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_500_application_problem_json = validate475;
+const schema472 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate408(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate475(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate408.evaluated;
+const evaluated0 = validate475.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate408.errors = vErrors;
+validate475.errors = vErrors;
 return errors === 0;
 }
-validate408.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate475.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_500_headers = validate410;
-const schema415 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_500_headers = validate477;
+const schema473 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate410(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate477(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate410.evaluated;
+const evaluated0 = validate477.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21755,40 +24845,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate410.errors = vErrors;
+validate477.errors = vErrors;
 return errors === 0;
 }
-validate410.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate477.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_502_application_problem_json = validate411;
-const schema416 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_502_application_problem_json = validate478;
+const schema474 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate411(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate478(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate411.evaluated;
+const evaluated0 = validate478.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate411.errors = vErrors;
+validate478.errors = vErrors;
 return errors === 0;
 }
-validate411.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate478.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_502_headers = validate413;
-const schema417 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_502_headers = validate480;
+const schema475 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate413(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate480(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate413.evaluated;
+const evaluated0 = validate480.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21829,40 +24919,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate413.errors = vErrors;
+validate480.errors = vErrors;
 return errors === 0;
 }
-validate413.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate480.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_503_application_problem_json = validate414;
-const schema418 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_503_application_problem_json = validate481;
+const schema476 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate414(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate481(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate414.evaluated;
+const evaluated0 = validate481.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate414.errors = vErrors;
+validate481.errors = vErrors;
 return errors === 0;
 }
-validate414.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate481.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_503_headers = validate416;
-const schema419 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRepositoryTree_503_headers = validate483;
+const schema477 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate416(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate483(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate416.evaluated;
+const evaluated0 = validate483.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21928,18 +25018,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate416.errors = vErrors;
+validate483.errors = vErrors;
 return errors === 0;
 }
-validate416.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate483.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_params = validate417;
-const schema420 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
+exports.runFunction_params = validate484;
+const schema478 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
 
-function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate484(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate417.evaluated;
+const evaluated0 = validate484.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22063,7 +25153,7 @@ errors++;
 if(data0.function_name !== undefined){
 let data3 = data0.function_name;
 if(typeof data3 === "string"){
-if(!pattern23.test(data3)){
+if(!pattern25.test(data3)){
 const err10 = {instancePath:instancePath+"/path/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -22115,7 +25205,7 @@ errors++;
 if(data4.webhookEndpoint !== undefined){
 let data6 = data4.webhookEndpoint;
 if(typeof data6 === "string"){
-if(!(formats56(data6))){
+if(!(formats64(data6))){
 const err14 = {instancePath:instancePath+"/query/webhookEndpoint",schemaPath:"#/properties/query/properties/webhookEndpoint/format",keyword:"format",params:{format: "uri"},message:"must match format \""+"uri"+"\""};
 if(vErrors === null){
 vErrors = [err14];
@@ -22257,18 +25347,18 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate417.errors = vErrors;
+validate484.errors = vErrors;
 return errors === 0;
 }
-validate417.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate484.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_body = validate418;
-const schema424 = {"$ref":"runplane-openapi#/$defs/RunInput"};
+exports.runFunction_body = validate485;
+const schema482 = {"$ref":"runplane-openapi#/$defs/RunInput"};
 
-function validate418(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate485(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate418.evaluated;
+const evaluated0 = validate485.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22287,40 +25377,40 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate418.errors = vErrors;
+validate485.errors = vErrors;
 return errors === 0;
 }
-validate418.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate485.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_application_json = validate419;
-const schema426 = {"$ref":"runplane-openapi#/$defs/RunResult"};
+exports.runFunction_200_application_json = validate486;
+const schema484 = {"$ref":"runplane-openapi#/$defs/RunResult"};
 
-function validate419(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate486(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate419.evaluated;
+const evaluated0 = validate486.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate70(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate70.errors : vErrors.concat(validate70.errors);
+if(!(validate71(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate71.errors : vErrors.concat(validate71.errors);
 errors = vErrors.length;
 }
-validate419.errors = vErrors;
+validate486.errors = vErrors;
 return errors === 0;
 }
-validate419.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate486.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_text_event_stream = validate421;
-const schema427 = {"type":"string"};
+exports.runFunction_200_text_event_stream = validate488;
+const schema485 = {"type":"string"};
 
-function validate421(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate488(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate421.evaluated;
+const evaluated0 = validate488.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22337,18 +25427,18 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate421.errors = vErrors;
+validate488.errors = vErrors;
 return errors === 0;
 }
-validate421.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate488.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_headers = validate422;
-const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_200_headers = validate489;
+const schema486 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate422(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate489(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate422.evaluated;
+const evaluated0 = validate489.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22389,40 +25479,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate422.errors = vErrors;
+validate489.errors = vErrors;
 return errors === 0;
 }
-validate422.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate489.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_202_application_json = validate423;
-const schema429 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
+exports.runFunction_202_application_json = validate490;
+const schema487 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
 
-function validate423(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate490(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate423.evaluated;
+const evaluated0 = validate490.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+if(!(validate62(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate62.errors : vErrors.concat(validate62.errors);
 errors = vErrors.length;
 }
-validate423.errors = vErrors;
+validate490.errors = vErrors;
 return errors === 0;
 }
-validate423.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
+validate490.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_202_headers = validate425;
-const schema430 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_202_headers = validate492;
+const schema488 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate425(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate492(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate425.evaluated;
+const evaluated0 = validate492.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22463,40 +25553,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate425.errors = vErrors;
+validate492.errors = vErrors;
 return errors === 0;
 }
-validate425.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate492.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_400_application_problem_json = validate426;
-const schema431 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_400_application_problem_json = validate493;
+const schema489 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate426(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate493(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate426.evaluated;
+const evaluated0 = validate493.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate426.errors = vErrors;
+validate493.errors = vErrors;
 return errors === 0;
 }
-validate426.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate493.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_400_headers = validate428;
-const schema432 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_400_headers = validate495;
+const schema490 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate428(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate495(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate428.evaluated;
+const evaluated0 = validate495.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22537,40 +25627,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate428.errors = vErrors;
+validate495.errors = vErrors;
 return errors === 0;
 }
-validate428.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate495.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_401_application_problem_json = validate429;
-const schema433 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_401_application_problem_json = validate496;
+const schema491 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate429(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate496(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate429.evaluated;
+const evaluated0 = validate496.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate429.errors = vErrors;
+validate496.errors = vErrors;
 return errors === 0;
 }
-validate429.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate496.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_401_headers = validate431;
-const schema434 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.runFunction_401_headers = validate498;
+const schema492 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate431(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate498(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate431.evaluated;
+const evaluated0 = validate498.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22633,40 +25723,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate431.errors = vErrors;
+validate498.errors = vErrors;
 return errors === 0;
 }
-validate431.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate498.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_403_application_problem_json = validate432;
-const schema435 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_403_application_problem_json = validate499;
+const schema493 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate432(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate499(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate432.evaluated;
+const evaluated0 = validate499.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate432.errors = vErrors;
+validate499.errors = vErrors;
 return errors === 0;
 }
-validate432.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate499.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_403_headers = validate434;
-const schema436 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_403_headers = validate501;
+const schema494 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate434(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate501(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate434.evaluated;
+const evaluated0 = validate501.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22707,40 +25797,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate434.errors = vErrors;
+validate501.errors = vErrors;
 return errors === 0;
 }
-validate434.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate501.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_404_application_problem_json = validate435;
-const schema437 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_404_application_problem_json = validate502;
+const schema495 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate435(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate502(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate435.evaluated;
+const evaluated0 = validate502.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate435.errors = vErrors;
+validate502.errors = vErrors;
 return errors === 0;
 }
-validate435.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate502.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_404_headers = validate437;
-const schema438 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_404_headers = validate504;
+const schema496 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate437(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate504(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate437.evaluated;
+const evaluated0 = validate504.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22781,40 +25871,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate437.errors = vErrors;
+validate504.errors = vErrors;
 return errors === 0;
 }
-validate437.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate504.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_409_application_problem_json = validate438;
-const schema439 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_409_application_problem_json = validate505;
+const schema497 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate438(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate505(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate438.evaluated;
+const evaluated0 = validate505.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate438.errors = vErrors;
+validate505.errors = vErrors;
 return errors === 0;
 }
-validate438.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate505.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_409_headers = validate440;
-const schema440 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_409_headers = validate507;
+const schema498 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate440(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate507(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate440.evaluated;
+const evaluated0 = validate507.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22855,40 +25945,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate440.errors = vErrors;
+validate507.errors = vErrors;
 return errors === 0;
 }
-validate440.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate507.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_413_application_problem_json = validate441;
-const schema441 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_413_application_problem_json = validate508;
+const schema499 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate441(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate508(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate441.evaluated;
+const evaluated0 = validate508.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate441.errors = vErrors;
+validate508.errors = vErrors;
 return errors === 0;
 }
-validate441.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate508.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_413_headers = validate443;
-const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_413_headers = validate510;
+const schema500 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate443(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate510(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate443.evaluated;
+const evaluated0 = validate510.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22929,40 +26019,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate443.errors = vErrors;
+validate510.errors = vErrors;
 return errors === 0;
 }
-validate443.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate510.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_415_application_problem_json = validate444;
-const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_415_application_problem_json = validate511;
+const schema501 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate444(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate511(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate444.evaluated;
+const evaluated0 = validate511.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate444.errors = vErrors;
+validate511.errors = vErrors;
 return errors === 0;
 }
-validate444.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate511.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_415_headers = validate446;
-const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_415_headers = validate513;
+const schema502 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate446(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate513(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate446.evaluated;
+const evaluated0 = validate513.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23003,40 +26093,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate446.errors = vErrors;
+validate513.errors = vErrors;
 return errors === 0;
 }
-validate446.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate513.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_422_application_problem_json = validate447;
-const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_422_application_problem_json = validate514;
+const schema503 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate447(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate514(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate447.evaluated;
+const evaluated0 = validate514.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate447.errors = vErrors;
+validate514.errors = vErrors;
 return errors === 0;
 }
-validate447.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate514.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_422_headers = validate449;
-const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_422_headers = validate516;
+const schema504 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate449(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate516(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate449.evaluated;
+const evaluated0 = validate516.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23077,40 +26167,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate449.errors = vErrors;
+validate516.errors = vErrors;
 return errors === 0;
 }
-validate449.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate516.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_429_application_problem_json = validate450;
-const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_429_application_problem_json = validate517;
+const schema505 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate450(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate517(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate450.evaluated;
+const evaluated0 = validate517.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate450.errors = vErrors;
+validate517.errors = vErrors;
 return errors === 0;
 }
-validate450.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate517.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_429_headers = validate452;
-const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+exports.runFunction_429_headers = validate519;
+const schema506 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
 
-function validate452(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate519(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate452.evaluated;
+const evaluated0 = validate519.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23186,40 +26276,40 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate452.errors = vErrors;
+validate519.errors = vErrors;
 return errors === 0;
 }
-validate452.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate519.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_500_application_problem_json = validate453;
-const schema449 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_500_application_problem_json = validate520;
+const schema507 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate453(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate520(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate453.evaluated;
+const evaluated0 = validate520.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate453.errors = vErrors;
+validate520.errors = vErrors;
 return errors === 0;
 }
-validate453.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate520.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_500_headers = validate455;
-const schema450 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_500_headers = validate522;
+const schema508 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate455(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate522(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate455.evaluated;
+const evaluated0 = validate522.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23260,40 +26350,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate455.errors = vErrors;
+validate522.errors = vErrors;
 return errors === 0;
 }
-validate455.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate522.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_502_application_problem_json = validate456;
-const schema451 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_502_application_problem_json = validate523;
+const schema509 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate456(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate523(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate456.evaluated;
+const evaluated0 = validate523.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate456.errors = vErrors;
+validate523.errors = vErrors;
 return errors === 0;
 }
-validate456.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate523.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_502_headers = validate458;
-const schema452 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_502_headers = validate525;
+const schema510 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate458(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate525(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate458.evaluated;
+const evaluated0 = validate525.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23334,40 +26424,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate458.errors = vErrors;
+validate525.errors = vErrors;
 return errors === 0;
 }
-validate458.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate525.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_503_application_problem_json = validate459;
-const schema453 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_503_application_problem_json = validate526;
+const schema511 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate459(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate526(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate459.evaluated;
+const evaluated0 = validate526.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate459.errors = vErrors;
+validate526.errors = vErrors;
 return errors === 0;
 }
-validate459.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate526.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_503_headers = validate461;
-const schema454 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.runFunction_503_headers = validate528;
+const schema512 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate461(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate528(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate461.evaluated;
+const evaluated0 = validate528.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23433,40 +26523,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate461.errors = vErrors;
+validate528.errors = vErrors;
 return errors === 0;
 }
-validate461.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate528.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_504_application_problem_json = validate462;
-const schema455 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_504_application_problem_json = validate529;
+const schema513 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate462(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate529(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate462.evaluated;
+const evaluated0 = validate529.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate50(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate50.errors : vErrors.concat(validate50.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate462.errors = vErrors;
+validate529.errors = vErrors;
 return errors === 0;
 }
-validate462.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate529.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_504_headers = validate464;
-const schema456 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_504_headers = validate531;
+const schema514 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate464(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate531(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate464.evaluated;
+const evaluated0 = validate531.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23507,8 +26597,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate464.errors = vErrors;
+validate531.errors = vErrors;
 return errors === 0;
 }
-validate464.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate531.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -38,7 +38,7 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
       {
         projectId: DEMO_PROJECT,
         name: "demo",
-        scopes: ["deploy", "rest", "run"],
+        scopes: ["admin", "deploy", "rest", "run"],
         expiresAt: Date.now() + 30 * 86_400_000,
       },
     );

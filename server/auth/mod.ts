@@ -1,5 +1,6 @@
 /** Service-account auth: Ed25519-signed JWTs, their verification, and the accounts behind them. */
 export { parseExpiry } from "./expiry.ts";
+export { DEFAULT_TOKEN_LIFETIME_MS, mintingGrant } from "./minting.ts";
 export { parseScopes, type Scope, SCOPES } from "./scopes.ts";
 export {
   createServiceAccount,

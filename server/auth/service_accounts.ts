@@ -18,6 +18,8 @@ export interface ServiceAccount {
   createdAt: Date;
   expiresAt: Date;
   revokedAt: Date | null;
+  /** When its token last authenticated a request (to the minute); null if never. */
+  lastUsedAt: Date | null;
 }
 
 /** What `createServiceAccount` needs beyond the store and key. */
@@ -55,6 +57,7 @@ export async function createServiceAccount(
     created_at: now,
     expires_at: options.expiresAt,
     revoked_at: null,
+    last_used_at: null,
   }).execute();
   const token = await new SignJWT({ project_id: options.projectId, scope: options.scopes.join(" ") })
     .setProtectedHeader({ alg: "EdDSA", kid: key.kid, typ: "JWT" })
@@ -73,6 +76,7 @@ export async function createServiceAccount(
       createdAt: new Date(now),
       expiresAt: new Date(options.expiresAt),
       revokedAt: null,
+      lastUsedAt: null,
     },
     token,
   };
@@ -90,12 +94,27 @@ export async function listServiceAccounts(db: Kysely<Database>, projectId: strin
     createdAt: new Date(Number(row.created_at)),
     expiresAt: new Date(Number(row.expires_at)),
     revokedAt: row.revoked_at === null ? null : new Date(Number(row.revoked_at)),
+    lastUsedAt: row.last_used_at === null ? null : new Date(Number(row.last_used_at)),
   }));
 }
 
-/** Revokes a service account: its token is refused from now on. Returns false when the id is unknown. */
-export async function revokeServiceAccount(db: Kysely<Database>, id: string): Promise<boolean> {
-  const found = await db.selectFrom("service_accounts").select("id").where("id", "=", id).executeTakeFirst();
+/** Records that the account's token was used at `now` (Unix ms). */
+export async function touchServiceAccount(db: Kysely<Database>, input: { id: string; now: number }): Promise<void> {
+  await db.updateTable("service_accounts").set({ last_used_at: input.now }).where("id", "=", input.id).execute();
+}
+
+/**
+ * Revokes a service account: its token is refused from now on. Returns false when the id is unknown (or,
+ * with `projectId`, belongs to another project).
+ */
+export async function revokeServiceAccount(
+  db: Kysely<Database>,
+  id: string,
+  options: { projectId?: string } = {},
+): Promise<boolean> {
+  let query = db.selectFrom("service_accounts").select("id").where("id", "=", id);
+  if (options.projectId !== undefined) query = query.where("project_id", "=", options.projectId);
+  const found = await query.executeTakeFirst();
   if (!found) return false;
   await db.updateTable("service_accounts").set({ revoked_at: Date.now() }).where("id", "=", id)
     .where("revoked_at", "is", null).execute();

@@ -4,8 +4,11 @@ import { ProblemError } from "../problems/mod.ts";
 import { rawStatement } from "../store/mod.ts";
 import type { Database } from "../store/schema.ts";
 import type { Scope } from "./scopes.ts";
-import { TOKEN_ISSUER } from "./service_accounts.ts";
+import { TOKEN_ISSUER, touchServiceAccount } from "./service_accounts.ts";
 import type { SigningKeys } from "./signing_key.ts";
+
+/** How often an account's `last_used_at` is written at most. */
+const USE_WRITE_INTERVAL_MS = 60_000;
 
 /** Who is calling: the verified claims of a service-account token. */
 export interface Principal {
@@ -86,6 +89,18 @@ export function createTokenVerifier(deps: { db: Kysely<Database>; keys: SigningK
       );
     }
   }
+  // When each account's use was last written: `last_used_at` costs one write a minute per account,
+  // made after the request is let through (a failed write only leaves the time older).
+  const lastWritten = new Map<string, number>();
+  function noteUse(id: string): void {
+    const now = Date.now();
+    if (now - (lastWritten.get(id) ?? 0) < USE_WRITE_INTERVAL_MS) return;
+    lastWritten.delete(id);
+    lastWritten.set(id, now);
+    if (lastWritten.size > CACHE_LIMIT) lastWritten.delete(lastWritten.keys().next().value as string);
+    touchServiceAccount(deps.db, { id, now }).catch(() => lastWritten.delete(id));
+  }
+
   return {
     async verify(token) {
       const principal = await checkSignature(token);
@@ -97,6 +112,7 @@ export function createTokenVerifier(deps: { db: Kysely<Database>; keys: SigningK
       if (!account || account.revoked_at !== null || account.id !== principal.serviceAccountId) {
         throw unauthorized("The token was revoked: create a new one with `runplane service-account create`", "revoked");
       }
+      noteUse(principal.serviceAccountId);
       return principal;
     },
   };

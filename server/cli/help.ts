@@ -17,14 +17,23 @@ export function serveHelp(): string {
 
 /** Help of `runplane service-account`. */
 export const SERVICE_ACCOUNT_HELP = `Usage:
-  runplane service-account create --project <id> --name <name> --expires <ISO date | 30d> [--scope rest,run]
+  runplane service-account create --project <id> --name <name> [--expires <ISO date | 30d>] [--scope rest,run]
   runplane service-account list --project <id> [--json]
-  runplane service-account revoke <service-account-id>
+  runplane service-account revoke <service-account-id> [--project <id>]
 
-Works on the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane), whether the server runs or
-not; with --database-url (or RUNPLANE_DATABASE_URL) on the store in that PostgreSQL database. create prints only the token on stdout; it is shown once and never stored. A new project is created.
-create against a database signs with the key kept in it, so it needs RUNPLANE_MASTER_KEY: the master
-key the server processes are given (never a flag: it would show in the process list).`;
+Scopes: run (the run API), rest (read the REST API), deploy (deploy apps), admin (manage tokens).
+
+Against a running server (--base-url, or RUNPLANE_BASE_URL) it uses the REST API with a token that has
+the admin scope (--token, or RUNPLANE_TOKEN): a new token never has scopes or a lifetime beyond that
+token's (default expiry: 90 days, or the caller's if sooner); list shows when each token was last used;
+revoke needs --project.
+
+Otherwise it works on the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane), whether the
+server runs or not, and --expires is required; with --database-url (or RUNPLANE_DATABASE_URL) on the store
+in that PostgreSQL database. That is how the first token is made. create prints only the token on stdout;
+it is shown once and never stored. A new project is created. create against a database signs with the key
+kept in it, so it needs RUNPLANE_MASTER_KEY: the master key the server processes are given (never a flag:
+it would show in the process list).`;
 
 /** Help of `runplane repo`. */
 export const REPO_HELP = `Usage:

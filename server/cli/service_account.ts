@@ -10,6 +10,7 @@ import {
 import { keysBootstrap, loadKeys } from "../keys/mod.ts";
 import { openStore } from "../store/mod.ts";
 import { masterKeyFor } from "./_keys.ts";
+import { serviceAccountOverApi } from "./_service_account_api.ts";
 import { dataDirOf, requireProjectId } from "./_project_id.ts";
 
 /** `runplane service-account create|list|revoke`. */
@@ -25,9 +26,16 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
       scope: { type: "string", default: "rest,run" },
       "data-dir": { type: "string" },
       "database-url": { type: "string" },
+      "base-url": { type: "string" },
+      token: { type: "string" },
       json: { type: "boolean", default: false },
     },
   });
+  // A server named (and no data dir or database): the REST API, with an admin token.
+  const baseUrl = values["base-url"] ?? io.env.RUNPLANE_BASE_URL;
+  if (baseUrl && !values["data-dir"] && !values["database-url"]) {
+    return await serviceAccountOverApi(io, { sub, positionals, flags: { ...values, "base-url": baseUrl } });
+  }
   const dataDir = dataDirOf(values["data-dir"], io.env);
   const databaseUrl = values["database-url"] ?? io.env.RUNPLANE_DATABASE_URL;
   if (sub === "create") {

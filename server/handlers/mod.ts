@@ -5,6 +5,7 @@ import { buildHandlers } from "./builds.ts";
 import { deploymentHandlers } from "./deployments.ts";
 import { integrationHandlers } from "./integrations.ts";
 import { runHandlers } from "./runs.ts";
+import { serviceAccountHandlers } from "./service_accounts.ts";
 import { systemHandlers } from "./system.ts";
 
 /** Creates the handlers; a missing or mistyped one is a compile error. */
@@ -14,6 +15,7 @@ export function createHandlers(context: ServerContext): Handlers {
     ...buildHandlers(context),
     ...deploymentHandlers(context),
     ...integrationHandlers(context),
+    ...serviceAccountHandlers(context),
     ...systemHandlers(context),
   } satisfies Handlers;
 }

@@ -15,12 +15,14 @@ export interface ServiceAccountTable {
   id: string;
   project_id: string;
   name: string;
-  /** Space-separated scopes: `rest`, `run`. */
+  /** Space-separated scopes: `admin`, `deploy`, `rest`, `run`. */
   scopes: string;
   token_id: string;
   created_at: number;
   expires_at: number;
   revoked_at: number | null;
+  /** When its token last authenticated a request (at most once a minute is written). */
+  last_used_at: number | null;
 }
 
 /** A base-image digest a project has seen. */

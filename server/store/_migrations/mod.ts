@@ -6,6 +6,7 @@ import * as resultTruncated from "./0004_result_truncated.ts";
 import * as webhookCredentials from "./0005_webhook_credentials.ts";
 import * as keys from "./0006_keys.ts";
 import * as deployments from "./0007_deployments.ts";
+import * as serviceAccountUsage from "./0008_service_account_usage.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -16,4 +17,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0005_webhook_credentials": webhookCredentials,
   "0006_keys": keys,
   "0007_deployments": deployments,
+  "0008_service_account_usage": serviceAccountUsage,
 };
