@@ -11,15 +11,27 @@ import { createGzip } from "node:zlib";
 /** What `runplane deploy` never uploads: VCS data, caches and local virtualenvs. */
 export const DEFAULT_EXCLUDES: readonly string[] = [".git", "__pycache__", ".venv", "*.pyc"];
 
-/** A glob as a RegExp: `**` any path, `*` and `?` within one segment. */
+/**
+ * A glob as a RegExp over a `/`-separated path: `*` and `?` stay within one segment; `**` as a whole segment
+ * spans any number of folders, none included, and a trailing one matches its folder too (`data/**`: `data`
+ * and all inside it).
+ */
 function globRegExp(pattern: string): RegExp {
   let source = "";
   for (let i = 0; i < pattern.length; i++) {
     const c = pattern[i];
     if (c === "*" && pattern[i + 1] === "*") {
-      source += ".*";
-      i++;
-      if (pattern[i + 1] === "/") i++;
+      const segmentStart = i === 0 || pattern[i - 1] === "/";
+      if (segmentStart && pattern[i + 2] === "/") {
+        source += "(?:.*/)?";
+        i += 2;
+      } else if (segmentStart && i > 0 && i + 2 === pattern.length) {
+        source = `${source.slice(0, -1)}(?:/.*)?`;
+        i += 1;
+      } else {
+        source += ".*";
+        i += 1;
+      }
     } else if (c === "*") source += "[^/]*";
     else if (c === "?") source += "[^/]";
     else source += c.replace(/[.+^${}()|[\]\\]/g, "\\$&");
@@ -60,13 +72,23 @@ async function listEntries(
   return out;
 }
 
+/** Options of `packBundle`. */
+export interface PackBundleOptions {
+  /**
+   * Patterns left out besides `DEFAULT_EXCLUDES`: without `/` one matches any file's or folder's name
+   * (`*.md`, `tmp?`), with `/` the path from the folder's root (`data/**`, `docs/*.pdf`).
+   */
+  exclude?: readonly string[];
+}
+
 /**
- * Packs `dir` as a gzip tarball with `DEFAULT_EXCLUDES` and `options.exclude` left out; resolves with the
- * bytes and the number of files.
+ * Packs `dir` as a gzip tarball of its files and folders (symlinks and other special files skipped) with
+ * `DEFAULT_EXCLUDES` and `options.exclude` left out; resolves with the bytes and the number of files.
+ * Equal folders pack to equal bytes: entries in path order, mtime 0, owner 0, mode 0o755 or 0o644.
  */
 export async function packBundle(
   dir: string,
-  options: { exclude?: readonly string[] } = {},
+  options: PackBundleOptions = {},
 ): Promise<{ bytes: Uint8Array; files: number }> {
   const entries = await listEntries(dir, excluder([...DEFAULT_EXCLUDES, ...(options.exclude ?? [])]));
   const tar = pack();
@@ -78,25 +100,32 @@ export async function packBundle(
     gzip.on("error", reject);
     tar.on("error", reject);
   });
+  done.catch(() => {}); // awaited below; a failure while adding entries must not leave it unhandled
   tar.pipe(gzip);
   const mtime = new Date(0);
   let files = 0;
-  for (const entry of entries) {
-    if (entry.dir) {
-      tar.entry({ name: `${entry.path}/`, type: "directory", mode: 0o755, mtime });
-      continue;
+  try {
+    for (const entry of entries) {
+      if (entry.dir) {
+        tar.entry({ name: `${entry.path}/`, type: "directory", mode: 0o755, mtime });
+        continue;
+      }
+      const full = join(dir, entry.path);
+      const executable = ((await stat(full)).mode & 0o111) !== 0;
+      const content = await readFile(full);
+      await new Promise<void>((resolve, reject) =>
+        tar.entry(
+          { name: entry.path, mode: executable ? 0o755 : 0o644, mtime },
+          content,
+          (error) => error ? reject(error) : resolve(),
+        )
+      );
+      files++;
     }
-    const full = join(dir, entry.path);
-    const executable = ((await stat(full)).mode & 0o111) !== 0;
-    const content = await readFile(full);
-    await new Promise<void>((resolve, reject) =>
-      tar.entry(
-        { name: entry.path, mode: executable ? 0o755 : 0o644, mtime },
-        content,
-        (error) => error ? reject(error) : resolve(),
-      )
-    );
-    files++;
+  } catch (error) {
+    tar.destroy();
+    gzip.destroy();
+    throw error;
   }
   tar.finalize();
   await done;

@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, symlink, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { gunzipSync } from "node:zlib";
+import { extract } from "tar-stream";
 import { DEFAULT_EXCLUDES, packBundle } from "../../client/bundle.ts";
 import { extractBundle } from "../../server/deployments/mod.ts";
 
@@ -18,6 +20,21 @@ async function listFiles(dir: string): Promise<string[]> {
     .filter((e) => e.isFile())
     .map((e) => join(e.parentPath ?? e.path, e.name).slice(dir.length + 1))
     .sort();
+}
+
+/** The entries of a packed bundle, in order, folders with a trailing `/`, each with its mode. */
+async function entriesOf(bundle: Uint8Array): Promise<string[]> {
+  const tar = extract();
+  const names: string[] = [];
+  tar.end(gunzipSync(bundle));
+  for await (const entry of tar) {
+    const { name, mode, mtime, uid, gid } = entry.header;
+    assert.equal(mtime.getTime(), 0, `${name}: mtime`);
+    assert.deepEqual([uid, gid], [0, 0], `${name}: owner`);
+    names.push(`${name} ${mode.toString(8)}`);
+    entry.resume();
+  }
+  return names;
 }
 
 describe("packBundle", () => {
@@ -55,5 +72,92 @@ describe("packBundle", () => {
     await new Promise((resolve) => setTimeout(resolve, 20));
     await write(b, { "a/b.py": "2", "z.py": "1", "runplane.toml": "" });
     assert.deepEqual((await packBundle(a)).bytes, (await packBundle(b)).bytes);
+  });
+
+  it("packs entries in path order with mtime 0, owner 0 and only the executable bit", async () => {
+    const app = join(root, "modes");
+    await write(app, { "runplane.toml": "", "bin/run": "#!/bin/sh\n", "b.txt": "", "a.txt": "" });
+    await chmod(join(app, "bin/run"), 0o750);
+    await chmod(join(app, "a.txt"), 0o600);
+    assert.deepEqual(await entriesOf((await packBundle(app)).bytes), [
+      "a.txt 644",
+      "b.txt 644",
+      "bin/ 755",
+      "bin/run 755",
+      "runplane.toml 644",
+    ]);
+  });
+
+  it("packs equal folders to equal bytes whatever their times", async () => {
+    const a = join(root, "same-a");
+    const b = join(root, "same-b");
+    await write(a, { "runplane.toml": "x", "lib/m.py": "1" });
+    await write(b, { "lib/m.py": "1", "runplane.toml": "x" });
+    await utimes(join(b, "lib/m.py"), new Date(2001, 1, 1), new Date(2001, 1, 1));
+    await utimes(join(b, "lib"), new Date(2002, 1, 1), new Date(2002, 1, 1));
+    assert.deepEqual((await packBundle(a)).bytes, (await packBundle(b)).bytes);
+    await writeFile(join(b, "lib/m.py"), "2");
+    assert.notDeepEqual((await packBundle(a)).bytes, (await packBundle(b)).bytes);
+  });
+
+  it("matches a name pattern against every segment, with * and ? inside one name", async () => {
+    const app = join(root, "names");
+    await write(app, {
+      "runplane.toml": "",
+      "tmp1/a.py": "",
+      "tmp12/b.py": "",
+      "src/tmp2/c.py": "",
+      "src/keep.log.txt": "",
+      "src/drop.log": "",
+      "c++.txt": "",
+    });
+    const { bytes } = await packBundle(app, { exclude: ["tmp?", "*.log", "c++.txt"] });
+    assert.deepEqual(await entriesOf(bytes), [
+      "runplane.toml 644",
+      "src/ 755",
+      "src/keep.log.txt 644",
+      "tmp12/ 755",
+      "tmp12/b.py 644",
+    ]);
+  });
+
+  it("matches a path pattern from the root, with ** for any number of folders", async () => {
+    const app = join(root, "paths");
+    await write(app, {
+      "runplane.toml": "",
+      "docs/a.pdf": "",
+      "docs/x/b.pdf": "",
+      "docs/x/keep.md": "",
+      "assets/big/y/z.bin": "",
+      "assets/bigger.bin": "",
+      "lib/cache/1": "",
+      "lib/a/b/cache/2": "",
+      "lib/cachexyz": "",
+      "sub/docs/a.pdf": "",
+    });
+    const { bytes, files } = await packBundle(app, {
+      exclude: ["docs/*.pdf", "docs/**/*.pdf", "/assets/big/**", "lib/**/cache"],
+    });
+    assert.deepEqual(await entriesOf(bytes), [
+      "assets/ 755",
+      "assets/bigger.bin 644",
+      "docs/ 755",
+      "docs/x/ 755",
+      "docs/x/keep.md 644",
+      "lib/ 755",
+      "lib/a/ 755",
+      "lib/a/b/ 755",
+      "lib/cachexyz 644",
+      "runplane.toml 644",
+      "sub/ 755",
+      "sub/docs/ 755",
+      "sub/docs/a.pdf 644",
+    ]);
+    assert.equal(files, 5);
+  });
+
+  it("imports nothing from the server", async () => {
+    const source = await readFile(new URL("../../client/bundle.ts", import.meta.url), "utf8");
+    assert.doesNotMatch(source, /from "[^"]*server\//);
   });
 });

@@ -24,19 +24,22 @@ async function tarball(entries: Entry[]): Promise<Uint8Array> {
   return new Uint8Array(gzipSync(Buffer.concat(chunks)));
 }
 
+/** `count` bytes of zeros as gzip members (RFC 1952 lets members follow one another), about 1/1000 the size. */
+function gzippedZeros(count: number): Buffer[] {
+  const block = 8 * 1024 * 1024;
+  const member = gzipSync(Buffer.alloc(block), { level: 9 });
+  return Array<Buffer>(Math.ceil(count / block)).fill(member);
+}
+
 /**
- * A gzip bomb: one entry declaring `declared` bytes of zeros. gzip members may be concatenated (RFC 1952),
- * so it is the tar header's member followed by one member of 64 MiB of zeros (about 64 KB) repeated:
- * 10 GB of zeros in about 10 MB, made in milliseconds.
+ * A gzip bomb: one entry whose header declares `declared` bytes, then that many zeros. The zeros are never
+ * held unpacked: the same small gzip member is repeated, so 10 GB comes to about 10 MB, made in milliseconds.
  */
 async function gzipBomb(declared: number): Promise<Uint8Array> {
   const header = pack();
   const headerBytes = new Promise<Buffer>((resolve) => header.once("data", (chunk) => resolve(chunk as Buffer)));
   header.entry({ name: "zeros.bin", size: declared });
-  const block = 64 * 1024 * 1024;
-  const zeros = gzipSync(Buffer.alloc(block), { level: 9 });
-  const members = [gzipSync(await headerBytes), ...Array<Buffer>(Math.ceil(declared / block)).fill(zeros)];
-  return new Uint8Array(Buffer.concat(members));
+  return new Uint8Array(Buffer.concat([gzipSync(await headerBytes), ...gzippedZeros(declared)]));
 }
 
 /**
@@ -79,26 +82,56 @@ describe("extractBundle", () => {
     const error = await extractBundle(bundle, dir, options.limits).then(() => null, (e: unknown) => e);
     assert.ok(error instanceof ProblemError, `expected a problem, got ${error}`);
     assert.equal(error.status, options.status ?? 400);
+    assert.equal(error.kind, error.status === 400 ? "validation" : "content-too-large");
+    if (error.status === 400) assert.equal(error.options.errors?.[0]?.path, "body");
     assert.match(error.message, pattern);
+    assert.doesNotMatch(error.message, new RegExp(root), "the server's folders are not named");
     assert.deepEqual((await readdir(parent)).sort(), ["sentinel"], "nothing is left next to the build folder");
     assert.equal(await readFile(join(parent, "sentinel"), "utf8"), "untouched");
     assert.deepEqual(await readdir(root), ["parent"], "nothing is written above it");
+    await assert.rejects(stat("/tmp/runplane-abs.txt"), "nothing is written at an absolute path");
   }
 
-  it("unpacks a packed folder with its executable bits", async () => {
+  it("unpacks a packed folder with its executable bits, whatever the umask", async () => {
     const app = join(root, "app");
-    await mkdir(join(app, "lib"), { recursive: true });
+    const long = `lib/${"deep/".repeat(30)}name.txt`; // past tar's 100 characters: a pax header
+    await mkdir(join(app, long, ".."), { recursive: true });
     await writeFile(join(app, "runplane.toml"), '[deployment]\nname = "x"\n');
     await writeFile(join(app, "lib", "run.sh"), "#!/bin/sh\necho hi\n", { mode: 0o755 });
+    await writeFile(join(app, long), "long");
     const { bytes, files } = await packBundle(app);
     const dir = join(root, "out");
-    assert.deepEqual(await extractBundle(bytes, dir), { files, bytes: 24 + 18 });
+    const umask = process.umask(0o077);
+    try {
+      assert.deepEqual(await extractBundle(bytes, dir), { files: 3, bytes: 24 + 18 + 4 });
+    } finally {
+      process.umask(umask);
+    }
+    assert.equal(files, 3);
     assert.equal(await readFile(join(dir, "lib", "run.sh"), "utf8"), "#!/bin/sh\necho hi\n");
+    assert.equal(await readFile(join(dir, long), "utf8"), "long");
     assert.equal((await stat(join(dir, "lib", "run.sh"))).mode & 0o777, 0o755);
     assert.equal((await stat(join(dir, "runplane.toml"))).mode & 0o777, 0o644);
     await rm(app, { recursive: true });
     await rm(dir, { recursive: true });
     assert.deepEqual(await readdir(root), ["parent"]);
+  });
+
+  it("keeps only the executable bit of a crafted entry's mode", async () => {
+    const bundle = await tarball([
+      { name: "setuid", text: "x", mode: 0o4777 },
+      { name: "private", text: "y", mode: 0o600 },
+    ]);
+    const dir = join(root, "modes");
+    await extractBundle(bundle, dir);
+    assert.equal((await stat(join(dir, "setuid"))).mode & 0o7777, 0o755);
+    assert.equal((await stat(join(dir, "private"))).mode & 0o7777, 0o644);
+    await rm(dir, { recursive: true });
+  });
+
+  it("refuses a folder that is not empty, leaving it as it was", async () => {
+    await assert.rejects(extractBundle(await tarball([{ name: "a", text: "1" }]), parent), /is not empty/);
+    assert.deepEqual(await readdir(parent), ["sentinel"]);
   });
 
   it("refuses '..' paths, absolute paths, links and devices, naming the entry", async () => {
@@ -118,8 +151,28 @@ describe("extractBundle", () => {
     );
     await refused(await tarball([ok, { name: "pipe", type: "fifo" }]), /pipe: a fifo/);
     await refused(
-      await tarball([ok, { name: "dup", text: "1" }, { name: "dup", text: "2" }]),
-      /dup: the bundle holds this file twice/,
+      await tarball([ok, { name: "disk", type: "block-device", devmajor: 8, devminor: 0 }]),
+      /disk: a block/,
+    );
+  });
+
+  it("refuses a path held twice or as both a file and a folder, naming the entry", async () => {
+    const ok = { name: "runplane.toml", text: "" };
+    await refused(
+      await tarball([ok, { name: "dup", text: "1" }, { name: "./dup", text: "2" }]),
+      /\.\/dup: the bundle holds this file twice/,
+    );
+    await refused(
+      await tarball([ok, { name: "lib", text: "1" }, { name: "lib/x.py", text: "2" }]),
+      /lib\/x\.py: its folder lib is a file in the bundle/,
+    );
+    await refused(
+      await tarball([ok, { name: "lib", text: "1" }, { name: "lib", type: "directory" }]),
+      /lib: the bundle holds this path both as a file and as a folder/,
+    );
+    await refused(
+      await tarball([ok, { name: "lib/x.py", text: "1" }, { name: "lib", text: "2" }]),
+      /lib: the bundle holds this path both as a file and as a folder/,
     );
   });
 
@@ -128,19 +181,41 @@ describe("extractBundle", () => {
     await refused(new Uint8Array(gzipSync(Buffer.alloc(1024, 7))), /not a readable tarball/);
   });
 
-  // The cap is lowered to keep the test fast: the default (20,000) makes this unpack 20,000 files first.
-  it("refuses 100k tiny files past the file cap, with 413", async () => {
-    await refused(await manyEmptyFiles(100_000), /more than 2000 entries/, { status: 413, limits: { maxFiles: 2000 } });
+  // The cap is lowered to keep the test fast: at the default (20,000) it writes 20,000 files first (14 s).
+  it("refuses 100k tiny files past the file cap, with 413, naming the first entry over it", async () => {
+    await refused(await manyEmptyFiles(100_000), /f\/002000: the bundle has more than 2000 entries/, {
+      status: 413,
+      limits: { maxFiles: 2000 },
+    });
   });
 
-  it("stops a 10 GB gzip bomb at the unpacked-bytes limit without writing it", async () => {
+  it("stops a gzip bomb declaring 10 GB at the default limit before a byte of it is written", async () => {
     const bomb = await gzipBomb(10 * 1024 ** 3);
     assert.ok(bomb.length < 20 * 1024 * 1024, `the bomb is ${bomb.length} bytes`);
-    // The header declares 10 GB: refused before a byte of it is written, at the default limit of 1 GiB.
-    await refused(bomb, /unpacks to more than 1073741824 bytes/, { status: 413 });
-    // An entry that declares less than it holds cannot happen in tar; padding past the entries is bounded too.
-    const small = await tarball([{ name: "a", text: "x".repeat(4096) }]);
-    await refused(small, /unpacks to more than 1000 bytes/, { status: 413, limits: { maxUnpackedBytes: 1000 } });
+    const started = performance.now();
+    await refused(bomb, /zeros\.bin: the bundle unpacks to more than 1073741824 bytes/, { status: 413 });
+    assert.ok(performance.now() - started < 5000, "refused at the header, not after unpacking");
+  });
+
+  it("refuses files that together pass the unpacked-bytes limit, naming the first one over it", async () => {
+    const bundle = await tarball([{ name: "a", text: "x".repeat(600) }, { name: "b", text: "y".repeat(600) }]);
+    await refused(bundle, /b: the bundle unpacks to more than 1000 bytes/, {
+      status: 413,
+      limits: { maxUnpackedBytes: 1000 },
+    });
+  });
+
+  // Zeros after the last entry are end-of-archive blocks to tar: no header counts them, the gunzip bound
+  // does. At the default limit this unpacks 1 GiB first (6 s), so the limit is lowered.
+  it("stops a gzip bomb padding a small tarball with 10 GB of zeros soon after the limit", async () => {
+    const small = await tarball([{ name: "runplane.toml", text: "" }]);
+    const bomb = new Uint8Array(Buffer.concat([small, ...gzippedZeros(10 * 1024 ** 3)]));
+    const started = performance.now();
+    await refused(bomb, /the bundle unpacks to more than 67108864 bytes/, {
+      status: 413,
+      limits: { maxUnpackedBytes: 64 * 1024 ** 2, maxFiles: 100 },
+    });
+    assert.ok(performance.now() - started < 5000, "stopped long before 10 GB are unpacked");
   });
 
   it("addresses a bundle by the SHA-256 of its bytes", async () => {
