@@ -209,6 +209,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     bodyLimitBytes: config.bodyLimitBytes,
     bundleLimitBytes: config.bundleLimitBytes,
     responseCheck: config.responseCheck,
+    secrets: context.secrets,
     gate,
     onRequestFinished(request) {
       metrics.httpRequestDuration.observe(

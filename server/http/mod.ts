@@ -10,7 +10,9 @@ import type { TokenVerifier } from "../auth/mod.ts";
 import type { Logger } from "../log.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
 import { randomBytesPooled } from "../random/mod.ts";
+import type { SecretBox } from "../secrets/mod.ts";
 import { authenticate } from "./authenticate.ts";
+import { createDashboardSessions, dashboardMiddleware } from "./dashboard.ts";
 import type { AnyHandlerResult, HandlerInput, Handlers, LoggedOutcome, OperationId } from "./handler_types.ts";
 import { createBodyReader } from "./read_body.ts";
 import type { DrainGate } from "./drain_gate.ts";
@@ -55,6 +57,8 @@ export interface HttpAppOptions {
   gate?: DrainGate;
   /** Called once per request when its response has been sent (metrics). */
   onRequestFinished?(request: FinishedRequest): void;
+  /** Seals dashboard sessions; without it there is no dashboard and no cookie is read. */
+  secrets?: SecretBox;
 }
 
 /** What is known of a request once its response has been sent. */
@@ -223,6 +227,17 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     else void outcome.done.then(() => logger.info(Object.assign(line, outcome.logFields()), "request"));
   }
 
+  const sessions = options.secrets ? createDashboardSessions(options.secrets) : undefined;
+  if (sessions) app.use(dashboardMiddleware({ sessions, verifier: options.verifier }));
+
+  /** The `Authorization` header, else the dashboard session's token as one. */
+  function authorizationOf(ctx: Context): string | undefined {
+    const header = ctx.get("Authorization");
+    if (header) return header;
+    const token = sessions?.tokenOf(ctx);
+    return token === undefined ? undefined : `Bearer ${token}`;
+  }
+
   for (const route of routes) {
     const handler = options.handlers[route.operationId as OperationId] as unknown as (
       input: HandlerInput<OperationId>,
@@ -234,7 +249,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       const principal = route.auth === "bearer"
         ? await authenticate(options.verifier, {
           route,
-          authorization: ctx.get("Authorization") || undefined,
+          authorization: authorizationOf(ctx),
           projectId: ctx.params.project_id,
         })
         : null;

@@ -1,0 +1,206 @@
+/**
+ * The dashboard's HTTP side: its static files (served from `client/dashboard/`, the generated client's
+ * `openapi-fetch` from node_modules; no bundler), strict security headers, and the session.
+ *
+ * Signing in posts a token once; the server checks it and answers with an HttpOnly, SameSite=Strict
+ * cookie holding the token sealed (AES-GCM with the server's secret box), never in clear. The browser then
+ * calls the public REST and run APIs like any client: a request without `Authorization` is authenticated
+ * by that cookie, and a state-changing one only when it comes from this origin (`Origin`, or
+ * `Sec-Fetch-Site: same-origin`), so a cross-site form cannot act with the user's session.
+ */
+import { readFile } from "node:fs/promises";
+import { extname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Context, Next } from "koa";
+import type { TokenVerifier } from "../auth/mod.ts";
+import { ProblemError } from "../problems/mod.ts";
+import type { SecretBox } from "../secrets/mod.ts";
+
+/** The session cookie's name. */
+export const SESSION_COOKIE = "runplane_session";
+
+/** The longest a dashboard session lasts (the token's own expiry ends it sooner). */
+const SESSION_MAX_MS = 12 * 3_600_000;
+
+const STATIC_DIR = fileURLToPath(new URL("../../client/dashboard/", import.meta.url));
+const OPENAPI_FETCH = fileURLToPath(import.meta.resolve("openapi-fetch"));
+
+const TYPES: Record<string, string> = {
+  ".html": "text/html; charset=utf-8",
+  ".js": "text/javascript; charset=utf-8",
+  ".mjs": "text/javascript; charset=utf-8",
+  ".css": "text/css; charset=utf-8",
+  ".svg": "image/svg+xml",
+};
+
+/** Only the server's own scripts and styles; no framing, no referrer, no sniffing. */
+const SECURITY_HEADERS: Record<string, string> = {
+  "Content-Security-Policy":
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    + "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  "X-Content-Type-Options": "nosniff",
+  "Referrer-Policy": "no-referrer",
+  "X-Frame-Options": "DENY",
+  "Cross-Origin-Opener-Policy": "same-origin",
+  "Cross-Origin-Resource-Policy": "same-origin",
+};
+
+/** What a sealed session holds. */
+interface Session {
+  token: string;
+  /** Unix ms. */
+  expiresAt: number;
+}
+
+/** Dashboard sessions: sealing cookies and reading them back. */
+export interface DashboardSessions {
+  /**
+   * The bearer token of the request's session cookie, or undefined (no cookie, or one that does not
+   * open). Throws a 403 problem for a state-changing request from another origin.
+   */
+  tokenOf(ctx: Context): string | undefined;
+}
+
+/** Whether the request comes from a page of this server (for state-changing requests). */
+function sameOrigin(ctx: Context): boolean {
+  const origin = ctx.get("Origin");
+  // Not `ctx.origin`: in Koa 3 that is the request's Origin header itself.
+  if (origin) return origin === `${ctx.protocol}://${ctx.host}`;
+  return ctx.get("Sec-Fetch-Site") === "same-origin";
+}
+
+function isSafeMethod(method: string): boolean {
+  return method === "GET" || method === "HEAD" || method === "OPTIONS";
+}
+
+function crossSite(): ProblemError {
+  return new ProblemError(
+    "forbidden",
+    "A dashboard session acts only from the dashboard's own pages: this request came from another origin",
+  );
+}
+
+/** Creates the sessions over `secrets`. */
+export function createDashboardSessions(secrets: SecretBox): DashboardSessions & {
+  seal(session: Session): string;
+  open(value: string): Session | undefined;
+} {
+  function open(value: string): Session | undefined {
+    try {
+      const session = JSON.parse(secrets.open(value)) as Session;
+      return session.expiresAt > Date.now() ? session : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+  return {
+    seal: (session) => secrets.seal(JSON.stringify(session)),
+    open,
+    tokenOf(ctx) {
+      const value = ctx.cookies.get(SESSION_COOKIE);
+      if (!value) return undefined;
+      const session = open(value);
+      if (!session) return undefined;
+      if (!isSafeMethod(ctx.method) && !sameOrigin(ctx)) throw crossSite();
+      return session.token;
+    },
+  };
+}
+
+async function serveFile(ctx: Context, path: string, cache: string): Promise<void> {
+  const body = await readFile(path).catch(() => undefined);
+  if (!body) throw new ProblemError("not-found", `No dashboard file ${ctx.path}`);
+  ctx.set("Cache-Control", cache);
+  ctx.type = TYPES[extname(path)] ?? "application/octet-stream";
+  ctx.body = body;
+}
+
+/**
+ * The dashboard's routes as one Koa middleware: `/dashboard` and its pages (the same HTML; the script
+ * reads the path), `/dashboard/assets/*`, and `POST /dashboard/session` (sign in: `{token}`),
+ * `GET /dashboard/session` (who is signed in), `POST /dashboard/session/end` (sign out).
+ */
+export function dashboardMiddleware(
+  options: { sessions: ReturnType<typeof createDashboardSessions>; verifier: TokenVerifier },
+) {
+  const { sessions, verifier } = options;
+
+  async function signIn(ctx: Context, body: unknown): Promise<void> {
+    if (!sameOrigin(ctx)) throw crossSite();
+    const given = (body as { token?: unknown } | null)?.token;
+    const token = typeof given === "string" ? given.trim() : "";
+    if (!token) {
+      throw new ProblemError("validation", "Paste a service-account token to sign in", {
+        errors: [{ path: "body.token", message: "is required" }],
+      });
+    }
+    const principal = await verifier.verify(token);
+    const expiresAt = Math.min(principal.expiresAt * 1000, Date.now() + SESSION_MAX_MS);
+    ctx.cookies.set(SESSION_COOKIE, sessions.seal({ token, expiresAt }), {
+      httpOnly: true,
+      sameSite: "strict",
+      secure: ctx.secure,
+      path: "/",
+      expires: new Date(expiresAt),
+      overwrite: true,
+    });
+    ctx.body = whoAmI(principal, expiresAt);
+  }
+
+  function whoAmI(principal: { projectId: string; scopes: string[]; serviceAccountId: string }, expiresAt: number) {
+    return {
+      project_id: principal.projectId,
+      service_account_id: principal.serviceAccountId,
+      scopes: principal.scopes,
+      expires_at: new Date(expiresAt).toISOString(),
+    };
+  }
+
+  return async function dashboard(ctx: Context, next: Next): Promise<void> {
+    if (ctx.path !== "/dashboard" && !ctx.path.startsWith("/dashboard/")) return await next();
+    ctx.set(SECURITY_HEADERS);
+    const rest = ctx.path.slice("/dashboard".length);
+    if (rest === "/session") {
+      ctx.set("Cache-Control", "no-store");
+      if (ctx.method === "POST") return await signIn(ctx, await readJsonBody(ctx));
+      if (ctx.method !== "GET") throw new ProblemError("method-not-allowed", "Use GET or POST");
+      const value = ctx.cookies.get(SESSION_COOKIE);
+      const session = value ? sessions.open(value) : undefined;
+      if (!session) throw new ProblemError("unauthorized", "Not signed in: paste a token on the sign-in page");
+      ctx.body = whoAmI(await verifier.verify(session.token), session.expiresAt);
+      return;
+    }
+    if (rest === "/session/end") {
+      if (ctx.method !== "POST") throw new ProblemError("method-not-allowed", "Use POST");
+      if (!sameOrigin(ctx)) throw crossSite();
+      ctx.cookies.set(SESSION_COOKIE, "", { httpOnly: true, sameSite: "strict", path: "/", expires: new Date(0) });
+      ctx.status = 204;
+      return;
+    }
+    if (ctx.method !== "GET" && ctx.method !== "HEAD") throw new ProblemError("method-not-allowed", "Use GET");
+    if (rest === "/assets/openapi-fetch.mjs") return await serveFile(ctx, OPENAPI_FETCH, "public, max-age=3600");
+    const asset = /^\/assets\/([a-z0-9_]+\.(?:js|css|svg))$/.exec(rest);
+    if (asset) return await serveFile(ctx, join(STATIC_DIR, asset[1]), "no-cache");
+    if (rest.startsWith("/assets/")) throw new ProblemError("not-found", `No dashboard file ${ctx.path}`);
+    await serveFile(ctx, join(STATIC_DIR, "index.html"), "no-store");
+  };
+}
+
+/** A small JSON body (a token): at most 16 KiB. */
+async function readJsonBody(ctx: Context): Promise<unknown> {
+  if (!ctx.is("application/json")) {
+    throw new ProblemError("unsupported-media-type", 'Send the token as JSON: {"token": "…"}');
+  }
+  let size = 0;
+  const chunks: Buffer[] = [];
+  for await (const chunk of ctx.req) {
+    size += (chunk as Buffer).length;
+    if (size > 16 * 1024) throw new ProblemError("content-too-large", "A sign-in body is at most 16 KiB");
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+  } catch {
+    throw new ProblemError("malformed-json", "The body is not JSON");
+  }
+}

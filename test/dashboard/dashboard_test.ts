@@ -1,0 +1,235 @@
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import type { BrowserContext, Page } from "playwright-core";
+import { deployApp, waitFor } from "../_helpers/apps.ts";
+import { launchBrowser } from "../_helpers/browser.ts";
+import { runMain } from "../_helpers/cli.ts";
+import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
+import { startWebhookReceiver, type WebhookReceiver } from "../_helpers/webhook_receiver.ts";
+
+const SHOTS = join(import.meta.dirname, "..", "..", "docs");
+const XSS = {
+  html: "<img src=x onerror=alert(1)>",
+  script: "</script><script>alert(2)</script>",
+  link: "javascript:alert(3)",
+};
+
+const browser = await launchBrowser();
+
+describe("the dashboard in a real browser", { skip: browser === null ? "Chromium is not installed" : false }, () => {
+  let t: TestServer;
+  let admin: string;
+  let context: BrowserContext;
+  let page: Page;
+  let receiver: WebhookReceiver;
+  let root: string;
+  const dialogs: string[] = [];
+
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), "runplane-dashboard-"));
+    t = await startTestServer({ env: { RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" } });
+    admin = (await t.mintToken({ scopes: ["admin", "deploy", "rest", "run"] })).token;
+    await deployApp(t, "hello", {
+      toml: "[scaling]\nmax_replicas = 2\n",
+      files: {
+        "main.py":
+          `import time\n\ndef run(name="world", seconds=0):\n    time.sleep(seconds)\n    return {"message": f"Hello, {name}!"}\n`,
+      },
+    });
+    await deployApp(t, "xss", {
+      toml: "",
+      files: {
+        "main.py": `def run():\n    return ${JSON.stringify(XSS)}\n\ndef boom():\n    raise ValueError(${
+          JSON.stringify(XSS.html)
+        })\n`,
+      },
+    });
+    receiver = await startWebhookReceiver();
+    context = await browser!.newContext({ viewport: { width: 1280, height: 860 } });
+    page = await context.newPage();
+    page.on("dialog", (dialog) => {
+      dialogs.push(`${dialog.type()}: ${dialog.message()}`);
+      // The revoke button's confirm() is the only dialog a page may open: accept it; any alert is an XSS.
+      void (dialog.type() === "confirm" ? dialog.accept() : dialog.dismiss());
+    });
+  });
+  after(async () => {
+    await context?.close();
+    await browser?.close();
+    await receiver?.close();
+    await t?.close();
+    await rm(root, { recursive: true, force: true });
+  });
+
+  async function runApi(path: string, options: { token?: string; body?: unknown; query?: string } = {}) {
+    return await fetch(`${t.url}/v4/${TEST_PROJECT}/${path}${options.query ?? ""}`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${options.token ?? admin}`, "Content-Type": "application/json" },
+      body: JSON.stringify(options.body ?? {}),
+    });
+  }
+
+  it("shows a signed-out browser nothing but the sign-in page", async () => {
+    await page.goto(`${t.url}/dashboard/runs`);
+    await page.getByLabel("Service-account token").waitFor();
+    assert.equal(new URL(page.url()).pathname, "/dashboard/signin");
+    assert.equal(await page.locator("#runs").count(), 0);
+    const headers = (await page.request.get(`${t.url}/dashboard/runs`)).headers();
+    assert.match(headers["content-security-policy"], /script-src 'self'/);
+    assert.match(headers["content-security-policy"], /frame-ancestors 'none'/);
+    assert.equal(headers["x-content-type-options"], "nosniff");
+    assert.equal(headers["referrer-policy"], "no-referrer");
+    await page.screenshot({ path: join(SHOTS, "dashboard-signin.png") });
+  });
+
+  it("signs in with a token kept sealed in an HttpOnly, SameSite=Strict cookie", async () => {
+    await page.getByLabel("Service-account token").fill("not a token");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("alert").waitFor();
+    await page.getByLabel("Service-account token").fill(admin);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("heading", { name: "Runs" }).waitFor();
+    const [cookie] = await context.cookies();
+    assert.equal(cookie.name, "runplane_session");
+    assert.equal(cookie.httpOnly, true);
+    assert.equal(cookie.sameSite, "Strict");
+    assert.ok(!cookie.value.includes(admin) && !cookie.value.includes(admin.split(".")[1]), "no token in clear");
+  });
+
+  it("lists a run made with curl, filters by status in the URL, and shows its detail", async () => {
+    const made = await runApi("hello/run", { body: { name: "curl" } });
+    const { run_id: runId } = (await made.json()) as { run_id: string };
+    await page.goto(`${t.url}/dashboard/runs?app=hello`);
+    await page.locator(`tr[data-run="${runId}"]`).waitFor();
+    await page.getByRole("link", { name: /^success/ }).click();
+    await page.waitForURL(/status=success/);
+    await page.locator(`tr[data-run="${runId}"]`).waitFor();
+    await page.screenshot({ path: join(SHOTS, "dashboard-runs.png") });
+    await page.getByRole("link", { name: runId }).click();
+    await page.locator("#run-id", { hasText: runId }).waitFor();
+    assert.match(await page.locator("pre").first().innerText(), /"message": "Hello, curl!"/);
+    await page.screenshot({ path: join(SHOTS, "dashboard-run.png"), fullPage: true });
+  });
+
+  it("shows a run's webhook attempts", async () => {
+    const made = await runApi("hello/run", {
+      query: `?async=true&webhookEndpoint=${encodeURIComponent(receiver.url)}`,
+    });
+    const { run_id: runId } = (await made.json()) as { run_id: string };
+    await receiver.waitFor(1);
+    await waitFor(async () => {
+      await page.goto(`${t.url}/dashboard/runs/${runId}?app=hello`);
+      await page.locator("#run-id").waitFor();
+      return (await page.locator("#attempts tr").count()) === 1;
+    }, "the attempt to show");
+    assert.match(await page.locator("#attempts").innerText(), /200/);
+  });
+
+  it("cancels a running run from its page", async () => {
+    const made = await runApi("hello/run", { query: "?async=true", body: { seconds: 30 } });
+    const { run_id: runId } = (await made.json()) as { run_id: string };
+    await waitFor(async () => {
+      await page.goto(`${t.url}/dashboard/runs/${runId}?app=hello`);
+      await page.locator("#run-id").waitFor();
+      return (await page.locator("#status").innerText()) === "running";
+    }, "the run to start");
+    await page.getByRole("button", { name: "Cancel run" }).click();
+    await page.locator("#status", { hasText: "cancelled" }).waitFor();
+  });
+
+  it("shows hostile results and errors as text: no script runs, no dialog opens", async () => {
+    const ok = (await (await runApi("xss/run")).json()) as { run_id: string };
+    await page.goto(`${t.url}/dashboard/runs/${ok.run_id}?app=xss`);
+    await page.locator("#run-id").waitFor();
+    const result = await page.locator("pre").first().innerText();
+    for (const value of Object.values(XSS)) assert.ok(result.includes(JSON.stringify(value).slice(1, -1)), result);
+    assert.equal(await page.locator("main img").count(), 0);
+    assert.equal(await page.locator("main script").count(), 0);
+    const failed = await runApi("xss/boom");
+    const runId = failed.headers.get("x-request-id")!;
+    await page.goto(`${t.url}/dashboard/runs/${runId}?app=xss`);
+    await page.locator("#error").waitFor();
+    assert.match(await page.locator("#error").innerText(), /<img src=x onerror=alert\(1\)>/);
+    assert.equal(await page.locator("main img").count(), 0);
+    await page.goto(`${t.url}/dashboard/runs?app=xss`);
+    await page.locator("#runs").waitFor();
+    assert.deepEqual(dialogs, []);
+  });
+
+  it("creates an API key shown once, which works until it is revoked", async () => {
+    await page.goto(`${t.url}/dashboard/keys`);
+    await page.getByLabel("Name").fill("from the dashboard");
+    await page.getByRole("button", { name: "Create key" }).click();
+    const token = (await page.locator("#new-token").innerText()).trim();
+    assert.match(token, /^eyJ/);
+    await page.screenshot({ path: join(SHOTS, "dashboard-keys.png") });
+    assert.equal((await runApi("hello/run", { token })).status, 200);
+    const row = page.locator("tr", { hasText: "from the dashboard" });
+    await row.getByRole("button", { name: /^Revoke/ }).click();
+    await row.getByText("revoked").waitFor();
+    assert.deepEqual(dialogs.filter((d) => !d.startsWith("confirm")), []);
+    assert.equal((await runApi("hello/run", { token })).status, 401);
+    await page.reload();
+    assert.equal(await page.locator("#new-token").count(), 0, "the token is not shown again");
+  });
+
+  it("rolls back from the app page after two deploys through the CLI", async () => {
+    const env = { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: admin };
+    for (const version of ["1", "2"]) {
+      const dir = join(root, `v${version}`);
+      await mkdir(dir, { recursive: true });
+      await writeFile(join(dir, "runplane.toml"), `[deployment]\nname = "svc"\n`);
+      await writeFile(join(dir, "main.py"), `def run():\n    return {"v": "${version}"}\n`);
+      const outcome = await runMain(["deploy", dir, "--project", TEST_PROJECT], { env });
+      assert.equal(outcome.code, 0, outcome.stderr + outcome.stdout);
+    }
+    const version = async () => ((await (await runApi("svc/run")).json()) as { result: { v: string } }).result.v;
+    assert.equal(await version(), "2");
+    await page.goto(`${t.url}/dashboard/apps/svc`);
+    await page.locator("#deployments tr").nth(1).waitFor();
+    await page.screenshot({ path: join(SHOTS, "dashboard-app.png"), fullPage: true });
+    await page.locator("#deployments tr").nth(1).getByRole("button", { name: "Activate" }).click();
+    await page.locator("#deployments tr").nth(1).getByText("(active)").waitFor();
+    assert.equal(await version(), "1");
+  });
+
+  it("refuses a cross-site form POST to a state-changing route, and signs out", async () => {
+    const deployments = await (await fetch(`${t.url}/v3/projects/${TEST_PROJECT}/apps/svc/deployments`, {
+      headers: { Authorization: `Bearer ${admin}` },
+    })).json() as { deployments: Array<{ deployment_id: string; active: boolean }> };
+    const inactive = deployments.deployments.find((d) => !d.active)!;
+    const target = `${t.url}/v3/projects/${TEST_PROJECT}/apps/svc/deployments/${inactive.deployment_id}/activate`;
+    // Another origin (127.0.0.1 on another port is the same *site*, so SameSite alone would not stop it).
+    const attacker: Server = createServer((_req, res) => {
+      res.setHeader("Content-Type", "text/html");
+      res.end(
+        `<form id="f" method="POST" action="${target}"></form><script>document.getElementById("f").submit()</script>`,
+      );
+    });
+    await new Promise<void>((resolve) => attacker.listen(0, "127.0.0.1", resolve));
+    try {
+      const evil = await context.newPage();
+      const answer = evil.waitForResponse((r) => r.url() === target);
+      await evil.goto(`http://127.0.0.1:${(attacker.address() as AddressInfo).port}/`);
+      assert.equal((await answer).status(), 403);
+      await evil.close();
+    } finally {
+      attacker.close();
+    }
+    const after = await (await fetch(`${t.url}/v3/projects/${TEST_PROJECT}/apps/svc`, {
+      headers: { Authorization: `Bearer ${admin}` },
+    })).json() as { active_deployment_id: string };
+    assert.notEqual(after.active_deployment_id, inactive.deployment_id, "the cross-site POST changed nothing");
+
+    await page.goto(`${t.url}/dashboard/apps`);
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByLabel("Service-account token").waitFor();
+    assert.deepEqual(await context.cookies(), []);
+    assert.equal((await page.request.get(`${t.url}/v3/projects/${TEST_PROJECT}/apps`)).status(), 401);
+  });
+});
