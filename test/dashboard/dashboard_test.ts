@@ -12,7 +12,14 @@ import { runMain } from "../_helpers/cli.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { startWebhookReceiver, type WebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
-const SHOTS = join(import.meta.dirname, "..", "..", "docs");
+// Every run saves a screenshot of each page in test-results/screenshots/ (ignored by git); with
+// RUNPLANE_UPDATE_SCREENSHOTS=1 they go to docs/, where the README shows them.
+const SHOTS = join(
+  import.meta.dirname,
+  "..",
+  "..",
+  process.env.RUNPLANE_UPDATE_SCREENSHOTS === "1" ? "docs" : join("test-results", "screenshots"),
+);
 const XSS = {
   html: "<img src=x onerror=alert(1)>",
   script: "</script><script>alert(2)</script>",
@@ -32,6 +39,7 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
 
   before(async () => {
     root = await mkdtemp(join(tmpdir(), "runplane-dashboard-"));
+    await mkdir(SHOTS, { recursive: true });
     t = await startTestServer({ env: { RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" } });
     admin = (await t.mintToken({ scopes: ["admin", "deploy", "rest", "run"] })).token;
     await deployApp(t, "hello", {
