@@ -371,6 +371,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v4/projects/{project_id}/runs/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow run changes
+         * @description Follow the project's runs: an event per run created, started or ended, in every app and from every
+         *     process sharing the store, so a page never polls.
+         */
+        get: operations["watchRuns"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     runFinished: {
@@ -689,6 +710,22 @@ export interface components {
         /** @description The body of an accepted asynchronous call. */
         RunAccepted: {
             run_id: components["schemas"]["RunId"];
+        };
+        /** @description What a run-change event holds. */
+        RunChange: {
+            app_id: components["schemas"]["AppName"];
+            /**
+             * Format: date-time
+             * @description When the change happened.
+             */
+            at: string;
+            function_name: components["schemas"]["FunctionName"];
+            mode: components["schemas"]["RunMode"];
+            project_id: components["schemas"]["ProjectId"];
+            run_id: components["schemas"]["RunId"];
+            /** @description Milliseconds it ran, in the change that ends it. */
+            run_time_ms?: number | null;
+            status: components["schemas"]["RunStatus"];
         };
         /** @description Why a run failed. */
         RunError: {
@@ -2815,6 +2852,92 @@ export interface operations {
             };
             /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
             502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    watchRuns: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description Every change of the project's runs as it happens: one `data:` event per change, a JSON `RunChange`;
+             *     `event: resync` when changes may have been missed (read the list again). `: ping` comments keep a quiet
+             *     stream open. A subscriber that falls far behind is disconnected (reconnect and read the list again).
+             */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;

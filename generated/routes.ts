@@ -1371,6 +1371,65 @@ export const routes = [
     }
   },
   {
+    "operationId": "watchRuns",
+    "method": "GET",
+    "path": "/v4/projects/{project_id}/runs/events",
+    "koaPath": "/v4/projects/:project_id/runs/events",
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "watchRuns_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "watchRuns_200_headers",
+          "content": {
+            "text/event-stream": "watchRuns_200_text_event_stream"
+          }
+        },
+        "400": {
+          "headers": "watchRuns_400_headers",
+          "content": {
+            "application/problem+json": "watchRuns_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "watchRuns_401_headers",
+          "content": {
+            "application/problem+json": "watchRuns_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "watchRuns_403_headers",
+          "content": {
+            "application/problem+json": "watchRuns_403_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "watchRuns_500_headers",
+          "content": {
+            "application/problem+json": "watchRuns_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "watchRuns_503_headers",
+          "content": {
+            "application/problem+json": "watchRuns_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "runFunction",
     "method": "POST",
     "path": "/v4/{project_id}/{app_name}/{function_name}",

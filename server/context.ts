@@ -6,7 +6,7 @@ import type { RepositoryTrees } from "./integrations/mod.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/mod.ts";
 import type { Runtime } from "./runtime/mod.ts";
-import type { RunService } from "./runs/mod.ts";
+import type { RunChangeFeed, RunService } from "./runs/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
@@ -35,6 +35,8 @@ export interface ServerContext {
   runtime: Runtime;
   /** Run records, submitting calls, the async dispatcher, cancel. */
   runs: RunService;
+  /** Each run's creation, start and end, from every process: the dashboard's live updates. */
+  runChanges: RunChangeFeed;
   /** Deployments and deployed apps: bundles, builds, activation. */
   deployments: Deployments;
 }

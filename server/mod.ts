@@ -20,7 +20,7 @@ import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
-import { createRunService } from "./runs/mod.ts";
+import { createRunChangeFeed, createRunService } from "./runs/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
 
@@ -159,6 +159,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       logger.warn({ err: error }, "announcing webhook deliveries failed; other processes poll for them")
     ).finally(() => (announcingDeliveries = false));
   }
+  const runChanges = createRunChangeFeed({ notifier: store.notifier, logger });
   const runs = createRunService({
     db: store.db,
     secrets,
@@ -179,6 +180,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     now: store.clock.now,
     onDeliveries: deliveriesAdded,
     deliveryHandOff: deliveries.handOff,
+    onChange: runChanges.publish,
   });
   metrics.setQueuedRunsSource(async () =>
     (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count }))
@@ -200,6 +202,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     trees,
     runtime,
     runs,
+    runChanges,
     deployments,
   };
   const app = createHttpApp({
@@ -237,6 +240,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
       // Stopping the dispatcher first keeps it from starting runs on replicas that are going away;
       // stopping the replicas ends the calls (and streams) still open, so the connections can finish.
       await runs.stop();
+      // Ends the pages' event streams, so their connections can close.
+      await runChanges.close();
       await deployments.stop();
       await runtime.close();
       await connectionsEnded;

@@ -8,6 +8,8 @@ const main = document.getElementById("main");
 const STATUSES = ["queued", "running", "success", "failure", "cancelled"];
 const MODES = ["sync", "async", "stream"];
 let session = null;
+/** The open run-change stream of the page shown, closed when another page is shown. */
+let live = null;
 
 /** An element with attributes (`on*` functions become listeners) and children (strings become text). */
 function h(tag, attrs = {}, ...children) {
@@ -771,6 +773,30 @@ async function keysPage() {
   ];
 }
 
+/**
+ * Follows the project's run changes (server-sent events, authenticated by the session cookie): each change
+ * that `matters` re-reads the page a moment later (changes in a burst are read once), unless someone is
+ * typing in it.
+ */
+function followRuns(matters) {
+  live?.close();
+  live = new EventSource(`/v4/projects/${encodeURIComponent(session.project_id)}/runs/events`);
+  let timer;
+  const refresh = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      const typing = main.contains(document.activeElement)
+        && /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName);
+      if (typing) return refresh();
+      void render({ keepLive: true });
+    }, 250);
+  };
+  live.addEventListener("message", (event) => {
+    if (matters(JSON.parse(event.data))) refresh();
+  });
+  live.addEventListener("resync", refresh);
+}
+
 // ---- Shell ----
 
 async function loadSession() {
@@ -778,7 +804,11 @@ async function loadSession() {
   session = response.ok ? await response.json() : null;
 }
 
-async function render() {
+async function render(options = {}) {
+  if (!options.keepLive) {
+    live?.close();
+    live = null;
+  }
   const url = new URL(location.href);
   const route = url.pathname.replace(/^\/dashboard\/?/, "").split("/").map(decodeURIComponent);
   if (session === null) await loadSession();
@@ -799,8 +829,14 @@ async function render() {
     if (route[0] === "apps" && route[1]) nodes = await appPage(route[1]);
     else if (route[0] === "apps") nodes = await appsPage();
     else if (route[0] === "keys") nodes = await keysPage();
-    else if (route[0] === "runs" && route[1]) nodes = await runPage(route[1], url.searchParams);
-    else nodes = await runsPage(url.searchParams);
+    else if (route[0] === "runs" && route[1]) {
+      nodes = await runPage(route[1], url.searchParams);
+      if (!live) followRuns((change) => change.run_id === route[1]);
+    } else {
+      nodes = await runsPage(url.searchParams);
+      const app = url.searchParams.get("app");
+      if (!live) followRuns((change) => !app || change.app_id === app);
+    }
     show(...nodes);
     document.title = `${main.querySelector("h1")?.textContent ?? "Runplane"} · Runplane`;
   } catch (error) {

@@ -4,6 +4,7 @@ import type { Handlers } from "../http/mod.ts";
 import { buildHandlers } from "./builds.ts";
 import { deploymentHandlers } from "./deployments.ts";
 import { integrationHandlers } from "./integrations.ts";
+import { runEventHandlers } from "./run_events.ts";
 import { runHandlers } from "./runs.ts";
 import { serviceAccountHandlers } from "./service_accounts.ts";
 import { systemHandlers } from "./system.ts";
@@ -12,6 +13,7 @@ import { systemHandlers } from "./system.ts";
 export function createHandlers(context: ServerContext): Handlers {
   return {
     ...runHandlers(context),
+    ...runEventHandlers(context),
     ...buildHandlers(context),
     ...deploymentHandlers(context),
     ...integrationHandlers(context),

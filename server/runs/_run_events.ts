@@ -7,6 +7,7 @@
  */
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
+import type { RunChange } from "./change_feed.ts";
 
 /** The instruments a run service records into. */
 export type RunMetrics = Pick<Metrics, "runsStarted" | "runsFinished" | "runDuration" | "runQueueTime">;
@@ -38,18 +39,50 @@ export interface FinishedRun {
   loggedByCaller?: boolean;
 }
 
-/** Tells starts and ends. */
+/** A run whose first record was written (`queued`, or `running` for a live call). */
+export interface CreatedRun {
+  runId: string;
+  projectId: string;
+  appId: string;
+  functionName: string;
+  mode: string;
+  status: string;
+}
+
+/** Tells creations, starts and ends. */
 export interface RunEvents {
+  created(run: CreatedRun): void;
   started(run: StartedRun): void;
   finished(run: FinishedRun): void;
 }
 
-/** Creates the teller; without `metrics` it only logs. */
-export function createRunEvents(logger: Logger, metrics?: RunMetrics): RunEvents {
+function change(run: CreatedRun, extra: Partial<RunChange> = {}): RunChange {
+  return {
+    run_id: run.runId,
+    project_id: run.projectId,
+    app_id: run.appId,
+    function_name: run.functionName,
+    mode: run.mode,
+    status: run.status,
+    at: new Date().toISOString(),
+    ...extra,
+  };
+}
+
+/** Creates the teller; without `metrics` it only logs, without `onChange` it tells no page. */
+export function createRunEvents(
+  logger: Logger,
+  options: { metrics?: RunMetrics; onChange?(change: RunChange): void } = {},
+): RunEvents {
+  const { metrics, onChange } = options;
   // Checked once: a sync call must not build a line nobody writes.
   const debug = logger.isLevelEnabled("debug");
   return {
+    created(run) {
+      onChange?.(change(run));
+    },
     started(run) {
+      onChange?.(change({ ...run, status: "running" }));
       const app = `${run.projectId}/${run.appId}`;
       metrics?.runsStarted.inc({ app, mode: run.mode });
       metrics?.runQueueTime.observe({ app, mode: run.mode }, run.queueTimeMs / 1000);
@@ -61,6 +94,7 @@ export function createRunEvents(logger: Logger, metrics?: RunMetrics): RunEvents
       }
     },
     finished(run) {
+      onChange?.(change(run, { run_time_ms: run.runTimeMs }));
       const app = `${run.projectId}/${run.appId}`;
       const labels = { app, mode: run.mode, status: run.status };
       metrics?.runsFinished.inc(labels);

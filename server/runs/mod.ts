@@ -6,6 +6,7 @@
 export { DEFAULT_GRACE_MS, MAX_GRACE_MS } from "./_dispatcher.ts";
 export type { RunExecution } from "./_execute_run.ts";
 export type { Run } from "./_view.ts";
+export { createRunChangeFeed, type RunChange, type RunChangeFeed, type RunChangeListener } from "./change_feed.ts";
 export {
   type AppTarget,
   type ExecutedCall,

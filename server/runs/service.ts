@@ -32,6 +32,7 @@ import { type Run, type RunRow, toRun, toRunSummary } from "./_view.ts";
 import { type CheckedWebhook, LiveRunRecord } from "./_live_run.ts";
 import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
+import type { RunChange } from "./change_feed.ts";
 import { insertRun } from "./_run_rows.ts";
 import { createWriteBehind } from "./_write_behind.ts";
 import { newRunId } from "./run_id.ts";
@@ -151,6 +152,8 @@ export interface RunServiceOptions {
   executor?: RunExecutor;
   /** Where run starts and ends are counted; without it they are only logged. */
   metrics?: RunMetrics;
+  /** Told each run's creation, start and end (the live pages' feed). */
+  onChange?(change: RunChange): void;
   /** Called when deliveries were added to the outbox: wake the delivery worker. */
   onDeliveries?(): void;
   /** The delivery worker's hand-off: deliveries of sync and stream runs go to it without a claim. */
@@ -190,7 +193,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   const onDeliveries = options.onDeliveries ?? (() => {});
   const clock = options.now ?? Date.now;
   const notifier = options.notifier;
-  const events = createRunEvents(logger, options.metrics);
+  const events = createRunEvents(logger, { metrics: options.metrics, onChange: options.onChange });
   // Kept after a clean stop too: the next start sees the process is gone and ends what it left running.
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
@@ -344,6 +347,18 @@ export function createRunService(options: RunServiceOptions): RunService {
     };
   }
 
+  /** Tells a queued run's creation (a live run's start tells its creation). */
+  function created(row: Insertable<RunTable>): void {
+    events.created({
+      runId: row.run_id,
+      projectId: row.project_id,
+      appId: row.app_id,
+      functionName: row.function_name,
+      mode: row.mode,
+      status: row.status,
+    });
+  }
+
   /** An accepted async run, once its record is committed: wakes the dispatcher when the app has room. */
   async function accepted(call: RunCall, runId: string): Promise<Submission> {
     // Waking the dispatcher scans the queue; when the app has no free slot, the run waits for the
@@ -358,6 +373,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   async function acceptAsync(call: RunCall, webhook: CheckedWebhook | null): Promise<Submission> {
     const row = firstRow(call, webhook);
     await queued.add(row);
+    created(row);
     return await accepted(call, row.run_id);
   }
 
@@ -406,7 +422,10 @@ export function createRunService(options: RunServiceOptions): RunService {
       }
       return await existingRun(call, reservation.runId);
     }
-    if (call.mode === "async") return await accepted(call, row.run_id);
+    if (call.mode === "async") {
+      created(row);
+      return await accepted(call, row.run_id);
+    }
     return { kind: "live", run: new LiveRunRecord(liveRunDeps, call, row, webhook) };
   }
 

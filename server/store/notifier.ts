@@ -20,6 +20,7 @@ export const WAKE_CHANNELS = [
   "runplane_deliveries",
   "runplane_cancel",
   "runplane_deployments",
+  "runplane_run_events",
 ] as const;
 
 /** One of `WAKE_CHANNELS`. */

@@ -109,11 +109,13 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     assert.ok(!cookie.value.includes(admin) && !cookie.value.includes(admin.split(".")[1]), "no token in clear");
   });
 
-  it("lists a run made with curl, filters by status in the URL, and shows its detail", async () => {
+  it("shows a run made with curl without a reload, filters by status in the URL, and shows its detail", async () => {
+    await page.goto(`${t.url}/dashboard/runs?app=hello`);
+    await page.getByRole("heading", { name: "Runs" }).waitFor();
     const made = await runApi("hello/run", { body: { name: "curl" } });
     const { run_id: runId } = (await made.json()) as { run_id: string };
-    await page.goto(`${t.url}/dashboard/runs?app=hello`);
-    await page.locator(`tr[data-run="${runId}"]`).waitFor();
+    // The page follows the project's run changes: the row appears with no navigation.
+    await page.locator(`tr[data-run="${runId}"]`).waitFor({ timeout: 10_000 });
     await page.getByRole("link", { name: /^success/ }).click();
     await page.waitForURL(/status=success/);
     await page.locator(`tr[data-run="${runId}"]`).waitFor();

@@ -1,0 +1,37 @@
+/** Run changes on two processes sharing one PostgreSQL: a subscriber on one sees the other's runs. */
+import assert from "node:assert/strict";
+import { after, it } from "node:test";
+import { followEvents } from "../_helpers/event_reader.ts";
+import { createTestDatabase, engines } from "../_helpers/postgres.ts";
+import { makeServerDirs, PROCESS_PROJECT, startServerProcess } from "../_helpers/server_process.ts";
+
+const POSTGRES = (await engines()).includes("postgres");
+
+it("a run made through one process is followed live on the other", { skip: !POSTGRES }, async () => {
+  const database = await createTestDatabase();
+  after(() => database.drop());
+  const dirs = [await makeServerDirs("runplane-events-a-"), await makeServerDirs("runplane-events-b-")];
+  after(() => Promise.all(dirs.map((d) => d.remove())));
+  for (const d of dirs) {
+    await d.deploy("hello", { "runplane.toml": "", "main.py": "def run(name='x'):\n    return name\n" });
+  }
+  const env = (i: number) => ({ ...dirs[i].env, RUNPLANE_DATABASE_URL: database.url });
+  const a = await startServerProcess(env(0));
+  after(() => a.kill());
+  const b = await startServerProcess(env(1), { token: a.token });
+  after(() => b.kill());
+  const feed = await followEvents(`${a.url}/v4/projects/${PROCESS_PROJECT}/runs/events`, {
+    Authorization: `Bearer ${a.token}`,
+  });
+  after(() => feed.stop());
+  const response = await fetch(`${b.url}/v4/${PROCESS_PROJECT}/hello/run?async=true`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${a.token}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ name: "from b" }),
+  });
+  assert.equal(response.status, 202);
+  const { run_id: runId } = (await response.json()) as { run_id: string };
+  await feed.waitFor((e) => e.data.includes(runId) && e.data.includes('"success"'), 30_000);
+  const statuses = feed.events.filter((e) => e.data.includes(runId)).map((e) => JSON.parse(e.data).status);
+  assert.deepEqual(statuses, ["queued", "running", "success"]);
+});
