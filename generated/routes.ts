@@ -1272,6 +1272,89 @@ export const routes = [
     }
   },
   {
+    "operationId": "redeliverWebhook",
+    "method": "POST",
+    "path": "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/webhook/redeliver",
+    "koaPath": "/v4/projects/:project_id/apps/:app_id/runs/:run_id/webhook/redeliver",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "run_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "redeliverWebhook_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "redeliverWebhook_200_headers",
+          "content": {
+            "application/json": "redeliverWebhook_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "redeliverWebhook_400_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "redeliverWebhook_401_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "redeliverWebhook_403_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "redeliverWebhook_404_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_404_application_problem_json"
+          }
+        },
+        "409": {
+          "headers": "redeliverWebhook_409_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_409_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "redeliverWebhook_500_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "redeliverWebhook_503_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "getRepositoryTree",
     "method": "GET",
     "path": "/v4/projects/{project_id}/integrations/github/repos/{owner}/{repo}/tree",

@@ -381,7 +381,30 @@ async function runPage(runId, params) {
   }
   if (run.webhook) {
     sections.push(h("h2", {}, "Webhook"));
-    sections.push(h("p", {}, h("span", { class: "mono" }, run.webhook.endpoint), " — ", badge(run.webhook.status)));
+    const finished = !["queued", "running"].includes(run.status);
+    sections.push(h(
+      "p",
+      { class: "row" },
+      h("span", { class: "mono" }, run.webhook.endpoint),
+      badge(run.webhook.status),
+      finished && run.webhook.status !== "pending"
+        ? h("button", {
+          type: "button",
+          class: "secondary",
+          onclick: async (event) => {
+            try {
+              await call(api.POST("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/webhook/redeliver", {
+                params: { path },
+              }));
+              event.currentTarget.replaceWith(h("span", { class: "muted", role: "status" }, "Redelivery queued"));
+              setTimeout(() => void render({ keepLive: true }), 1000);
+            } catch (error) {
+              event.currentTarget.after(errorBox(error));
+            }
+          },
+        }, "Redeliver webhook")
+        : null,
+    ));
     sections.push(
       run.webhook.attempts.length
         ? h(

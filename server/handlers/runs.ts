@@ -4,7 +4,7 @@ import { isProblemError, ProblemError } from "../problems/mod.ts";
 import type { ExecutedItem, Run } from "../runs/mod.ts";
 import { failureFromRunError } from "../runtime/mod.ts";
 
-type RunHandlers = Pick<Handlers, "runFunction" | "getRun" | "cancelRun" | "listRuns">;
+type RunHandlers = Pick<Handlers, "runFunction" | "getRun" | "cancelRun" | "listRuns" | "redeliverWebhook">;
 
 /** Options of `frames`. */
 interface FrameOptions {
@@ -111,6 +111,10 @@ export function runHandlers(context: ServerContext): RunHandlers {
     },
     async cancelRun({ path }) {
       const run = await runs.cancelRun({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });
+      return { status: 200, contentType: "application/json", body: run };
+    },
+    async redeliverWebhook({ path }) {
+      const run = await runs.redeliverWebhook({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });
       return { status: 200, contentType: "application/json", body: run };
     },
     async listRuns({ path, query }) {

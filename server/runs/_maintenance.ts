@@ -5,7 +5,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
-import { releaseDeliveryLeases } from "../webhooks/mod.ts";
+import { forgetDeliverySecrets, releaseDeliveryLeases } from "../webhooks/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { startTicker, type Ticker } from "../ticker/mod.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "./_idempotency.ts";
@@ -73,6 +73,7 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
     for (const row of await selectStaleRuns(db, now)) await interrupt(row, { staleBefore: now });
     if (interrupted) options.onDeliveries();
     await expireResults(db, { resultTtlMs: options.resultTtlMs, now });
+    await forgetDeliverySecrets(db, { before: now - options.resultTtlMs });
     await db.deleteFrom("idempotency_keys").where("created_at", "<=", now - IDEMPOTENCY_WINDOW_MS).execute();
   }
   return startTicker(upkeep, {

@@ -47,6 +47,8 @@ export interface CreatedRun {
   functionName: string;
   mode: string;
   status: string;
+  /** When the record was made (Unix ms): the change's time, even when it is told after a commit. */
+  createdAt: number;
 }
 
 /** Tells creations, starts and ends. */
@@ -56,7 +58,7 @@ export interface RunEvents {
   finished(run: FinishedRun): void;
 }
 
-function change(run: CreatedRun, extra: Partial<RunChange> = {}): RunChange {
+function change(run: Omit<CreatedRun, "createdAt">, extra: Partial<RunChange> = {}): RunChange {
   return {
     run_id: run.runId,
     project_id: run.projectId,
@@ -79,7 +81,7 @@ export function createRunEvents(
   const debug = logger.isLevelEnabled("debug");
   return {
     created(run) {
-      onChange?.(change(run));
+      onChange?.(change(run, { at: new Date(run.createdAt).toISOString() }));
     },
     started(run) {
       onChange?.(change({ ...run, status: "running" }));

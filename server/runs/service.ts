@@ -15,6 +15,7 @@ import {
   checkEndpointUrl,
   type DeliveryHandOff,
   DestinationRefusedError,
+  redeliver,
   takeEndpointCredentials,
   webhookViews,
 } from "../webhooks/mod.ts";
@@ -108,6 +109,12 @@ export interface RunService {
    * problems.
    */
   cancelRun(ref: RunRef): Promise<Run>;
+  /**
+   * Delivers a finished run's webhook once more, through the outbox, signed as the first delivery was;
+   * resolves with the run (its delivery `pending` again). 409 problems: the run has not ended, it had no
+   * webhook, a delivery is under way, or its result (and so the sealed secret) has expired.
+   */
+  redeliverWebhook(ref: RunRef): Promise<Run>;
   /** Queued runs per app, from the store (for the `runplane_runs_queued` gauge). */
   queuedByApp(): Promise<Array<{ projectId: string; appId: string; count: number }>>;
   /** Writes buffered sync records now. */
@@ -356,6 +363,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       functionName: row.function_name,
       mode: row.mode,
       status: row.status,
+      createdAt: row.created_at,
     });
   }
 
@@ -512,9 +520,32 @@ export function createRunService(options: RunServiceOptions): RunService {
     return await view(await findRun(ref));
   }
 
+  async function redeliverWebhook(ref: RunRef): Promise<Run> {
+    const row = await findRun(ref);
+    if (!(TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
+      throw new ProblemError("conflict", `Run ${ref.runId} is ${row.status}; its webhook is delivered when it ends`, {
+        runId: ref.runId,
+      });
+    }
+    const now = clock();
+    const outcome = await redeliver(db, { runId: ref.runId, now, expiredBefore: now - config.resultTtlMs });
+    if (!outcome.ok) {
+      const why = {
+        "no-webhook": `Run ${ref.runId} was called without a webhookEndpoint: there is nothing to deliver`,
+        "in-progress": `Run ${ref.runId}'s webhook is being delivered now; wait for its attempts to end`,
+        expired: `Run ${ref.runId}'s result has expired, and its webhook's secret with it (RUNPLANE_RESULT_TTL)`,
+      }[outcome.reason];
+      throw new ProblemError("conflict", why, { runId: ref.runId });
+    }
+    logger.info({ run_id: ref.runId }, "webhook redelivery queued");
+    onDeliveries();
+    return await view(await findRun(ref));
+  }
+
   return {
     submit,
     execute,
+    redeliverWebhook,
     async getRun(ref) {
       return await view(await findRun(ref));
     },

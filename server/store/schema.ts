@@ -97,6 +97,8 @@ export interface WebhookDeliveryTable {
   lease_owner: string | null;
   lease_expires_at: number | null;
   created_at: number;
+  /** The attempts it may make in all, when not the retry table's (a redelivery: one more). */
+  attempt_limit: number | null;
 }
 
 /** One attempt of a webhook delivery. */

@@ -142,7 +142,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       outcome,
       verdict,
       nextAttemptAt: Date.now() + options.retryDelayMs,
-      maxAttempts: MAX_ATTEMPTS,
+      maxAttempts: delivery.attempt_limit ?? MAX_ATTEMPTS,
     };
     await records.add(record);
     const status = statusAfter(record);

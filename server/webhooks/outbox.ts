@@ -89,14 +89,14 @@ const claimDue = rawStatement<ClaimedDelivery>({
     + ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`
     + ` order by "next_attempt_at" limit ?)`
     + ` and "status" = 'pending' and ("lease_expires_at" is null or "lease_expires_at" < ?)`
-    + ` returning "run_id", "endpoint", "body", "secret", "credentials", "attempts", "created_at"`,
+    + ` returning "run_id", "endpoint", "body", "secret", "credentials", "attempts", "created_at", "attempt_limit"`,
   postgres: `with "due" as materialized (select "run_id" from "webhook_deliveries"`
     + ` where "status" = 'pending' and "next_attempt_at" <= $3 and ("lease_expires_at" is null or "lease_expires_at" < $4)`
     + ` order by "next_attempt_at" limit $5 for update skip locked)`
     + ` update "webhook_deliveries" as "d" set "lease_owner" = $1, "lease_expires_at" = $2 from "due"`
     + ` where "d"."run_id" = "due"."run_id" and "d"."status" = 'pending'`
     + ` and ("d"."lease_expires_at" is null or "d"."lease_expires_at" < $6)`
-    + ` returning "d"."run_id", "d"."endpoint", "d"."body", "d"."secret", "d"."credentials", "d"."attempts", "d"."created_at"`,
+    + ` returning "d"."run_id", "d"."endpoint", "d"."body", "d"."secret", "d"."credentials", "d"."attempts", "d"."created_at", "d"."attempt_limit"`,
 });
 
 /** A delivery this process holds the lease of. */
@@ -105,6 +105,8 @@ export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" |
   credentials?: string | null;
   attempts: number;
   created_at: number;
+  /** The attempts it may make in all; undefined or null: the retry table's. */
+  attempt_limit?: number | null;
 };
 
 /**
@@ -205,7 +207,7 @@ export async function settleInterruptedAttempts(
   await db.transaction().execute(async (trx) => {
     for (const delivery of resumed) {
       await markOutcomeUnknown(trx, [OUTCOME_UNKNOWN, delivery.run_id, delivery.attempts]);
-      if (delivery.attempts >= options.maxAttempts) {
+      if (delivery.attempts >= (delivery.attempt_limit ?? options.maxAttempts)) {
         await settleDelivery(trx, ["failed", delivery.attempts, options.now, delivery.run_id]);
         exhausted.add(delivery.run_id);
       }
@@ -216,14 +218,15 @@ export async function settleInterruptedAttempts(
 const moveOnPending = rawStatement(
   `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
 );
-// A settled delivery drops its secret and credentials.
+// A settled delivery keeps its sealed secret and credentials for a redelivery, until the run's result
+// expires (`forgetDeliverySecrets`).
 const settleDelivery = rawStatement(
-  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null, "secret" = null, "credentials" = null where "run_id" = ?`,
+  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
 );
 
 /**
  * Records attempts (one transaction for all of them) and moves each delivery on: delivered, failed
- * (`statusAfter`), or due again at `nextAttemptAt`. A settled delivery drops its secret and credentials.
+ * (`statusAfter`), or due again at `nextAttemptAt`.
  */
 export async function recordAttempts(db: Kysely<Database>, records: readonly AttemptRecord[]): Promise<void> {
   await db.transaction().execute(async (trx) => {
@@ -272,4 +275,51 @@ export async function webhookViews(db: Kysely<Database>, runIds: string[]): Prom
     });
   }
   return views;
+}
+
+/**
+ * Drops the sealed secrets and credentials of settled deliveries made at or before `before` (the runs'
+ * results expire then, and a redelivery is no longer offered). Returns how many were dropped.
+ */
+export async function forgetDeliverySecrets(db: Kysely<Database>, options: { before: number }): Promise<number> {
+  const result = await db.updateTable("webhook_deliveries")
+    .set({ secret: null, credentials: null })
+    .where("status", "<>", "pending")
+    .where("created_at", "<=", options.before)
+    .where((eb) => eb.or([eb("secret", "is not", null), eb("credentials", "is not", null)]))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/** Why a delivery cannot be made again. */
+export type RedeliveryRefusal = "no-webhook" | "in-progress" | "expired";
+
+/**
+ * Queues one more delivery of a settled webhook (its attempts go on from the last; it may make one
+ * more), due at once; signed and authorised as the first was. Refuses (`no-webhook`, `in-progress`,
+ * `expired`: made at or before `expiredBefore`, its secret is gone) without changing anything.
+ */
+export async function redeliver(
+  db: Kysely<Database>,
+  input: { runId: string; now: number; expiredBefore: number },
+): Promise<{ ok: true } | { ok: false; reason: RedeliveryRefusal }> {
+  return await db.transaction().execute(async (trx) => {
+    const delivery = await trx.selectFrom("webhook_deliveries").select(["status", "attempts", "created_at"])
+      .where("run_id", "=", input.runId).executeTakeFirst();
+    if (!delivery) return { ok: false, reason: "no-webhook" };
+    if (delivery.status === "pending") return { ok: false, reason: "in-progress" };
+    if (Number(delivery.created_at) <= input.expiredBefore) return { ok: false, reason: "expired" };
+    const updated = await trx.updateTable("webhook_deliveries")
+      .set({
+        status: "pending",
+        next_attempt_at: input.now,
+        lease_owner: null,
+        lease_expires_at: null,
+        attempt_limit: Number(delivery.attempts) + 1,
+      })
+      .where("run_id", "=", input.runId)
+      .where("status", "<>", "pending")
+      .executeTakeFirst();
+    return Number(updated.numUpdatedRows) === 1 ? { ok: true } : { ok: false, reason: "in-progress" };
+  });
 }

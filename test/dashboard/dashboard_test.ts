@@ -126,7 +126,7 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.screenshot({ path: join(SHOTS, "dashboard-run.png"), fullPage: true });
   });
 
-  it("shows a run's webhook attempts", async () => {
+  it("shows a run's webhook attempts, and redelivers it to the receiver", async () => {
     const made = await runApi("hello/run", {
       query: `?async=true&webhookEndpoint=${encodeURIComponent(receiver.url)}`,
     });
@@ -138,6 +138,14 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
       return (await page.locator("#attempts tr").count()) === 1;
     }, "the attempt to show");
     assert.match(await page.locator("#attempts").innerText(), /200/);
+    await page.getByRole("button", { name: "Redeliver webhook" }).click();
+    await receiver.waitFor(2);
+    assert.equal(receiver.requests[1].headers["x-request-id"], runId);
+    await waitFor(async () => {
+      await page.goto(`${t.url}/dashboard/runs/${runId}?app=hello`);
+      await page.locator("#run-id").waitFor();
+      return (await page.locator("#attempts tr").count()) === 2;
+    }, "the second attempt to show");
   });
 
   it("cancels a running run from its page", async () => {

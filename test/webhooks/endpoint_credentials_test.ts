@@ -81,7 +81,9 @@ describe("webhook endpoint credentials", () => {
     const delivery = await db.selectFrom("webhook_deliveries").selectAll().where("run_id", "=", runId)
       .executeTakeFirstOrThrow();
     assert.equal(delivery.endpoint, receiver.url);
-    assert.equal(delivery.credentials, null, "a settled delivery drops its credentials");
+    // Kept sealed for a redelivery until the run's result expires (redelivery_test.ts), never in clear.
+    assert.ok(delivery.credentials && !delivery.credentials.includes("pa:ss"), "sealed, not in clear");
+    assert.equal(t.server.context.secrets.open(delivery.credentials), `${USER}:${PASSWORD}`);
   });
 
   it("an async call keeps them sealed while it waits, then drops them", async () => {

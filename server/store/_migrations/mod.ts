@@ -7,6 +7,7 @@ import * as webhookCredentials from "./0005_webhook_credentials.ts";
 import * as keys from "./0006_keys.ts";
 import * as deployments from "./0007_deployments.ts";
 import * as serviceAccountUsage from "./0008_service_account_usage.ts";
+import * as webhookRedelivery from "./0009_webhook_redelivery.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -18,4 +19,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0006_keys": keys,
   "0007_deployments": deployments,
   "0008_service_account_usage": serviceAccountUsage,
+  "0009_webhook_redelivery": webhookRedelivery,
 };
