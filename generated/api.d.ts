@@ -350,6 +350,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a run's logs
+         * @description A run's captured output (a Python function's stdout, stderr and `logging`; each line with its time and
+         *     stream), kept with the run as long as its result. With `Accept: text/event-stream` a running run is
+         *     followed line by line until it ends.
+         */
+        get: operations["getRunLogs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/webhook/redeliver": {
         parameters: {
             query?: never;
@@ -764,6 +786,20 @@ export interface components {
         RunId: string;
         /** @description The app's function's named parameters. */
         RunInput: Record<string, unknown>;
+        /** @description A run's captured output: its function's stdout, stderr and `logging` lines, oldest first. */
+        RunLog: {
+            lines: components["schemas"]["RunLogLine"][];
+            /** @description The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`. */
+            truncated: boolean;
+        };
+        /** @description One line of a run's output. */
+        RunLogLine: {
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            stream: "stdout" | "stderr";
+            text: string;
+        };
         /**
          * @description How a run was called.
          * @enum {string}
@@ -2740,6 +2776,104 @@ export interface operations {
             };
             /** @description The request conflicts with the resource's current state. */
             409: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getRunLogs: {
+        parameters: {
+            query?: never;
+            header?: {
+                accept?: string;
+            };
+            path: {
+                app_id: components["schemas"]["AppName"];
+                project_id: components["schemas"]["ProjectId"];
+                run_id: components["schemas"]["RunId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunLog"];
+                    "text/event-stream": string;
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;

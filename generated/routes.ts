@@ -1272,6 +1272,90 @@ export const routes = [
     }
   },
   {
+    "operationId": "getRunLogs",
+    "method": "GET",
+    "path": "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/logs",
+    "koaPath": "/v4/projects/:project_id/apps/:app_id/runs/:run_id/logs",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "run_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "accept",
+        "in": "header",
+        "type": "string",
+        "required": false
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "getRunLogs_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "getRunLogs_200_headers",
+          "content": {
+            "application/json": "getRunLogs_200_application_json",
+            "text/event-stream": "getRunLogs_200_text_event_stream"
+          }
+        },
+        "400": {
+          "headers": "getRunLogs_400_headers",
+          "content": {
+            "application/problem+json": "getRunLogs_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "getRunLogs_401_headers",
+          "content": {
+            "application/problem+json": "getRunLogs_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "getRunLogs_403_headers",
+          "content": {
+            "application/problem+json": "getRunLogs_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "getRunLogs_404_headers",
+          "content": {
+            "application/problem+json": "getRunLogs_404_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getRunLogs_500_headers",
+          "content": {
+            "application/problem+json": "getRunLogs_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getRunLogs_503_headers",
+          "content": {
+            "application/problem+json": "getRunLogs_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "redeliverWebhook",
     "method": "POST",
     "path": "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/webhook/redeliver",

@@ -42,6 +42,8 @@ export interface Config {
   appQueueLimit: number;
   /** Silence on an event stream after which a `: ping` comment is sent. */
   sseHeartbeatMs: number;
+  /** Most bytes of output kept per run. */
+  runLogLimitBytes: number;
   /** How long a finished run keeps its result, in milliseconds. */
   resultTtlMs: number;
   /** The largest result stored with a run (and sent in its webhook), in bytes of JSON. */
@@ -341,6 +343,19 @@ export const SETTINGS = [
     default: "24h",
     description: "How long a finished run keeps its result (then `result_expired`)",
     parse: duration(1000, 3650 * 86_400_000, "1s to 3650d"),
+  },
+  {
+    key: "runLogLimitBytes",
+    env: "RUNPLANE_RUN_LOG_LIMIT",
+    flag: "--run-log-limit",
+    default: "1mb",
+    description:
+      "Most output kept per run (its function's stdout, stderr and logging lines); past it the oldest lines are dropped and the log says `truncated`",
+    parse: (raw) => {
+      const value = parseSize(raw);
+      if (value < 1024 || value > 1024 ** 3) throw new Error("must be a size from 1kb to 1gb");
+      return value;
+    },
   },
   {
     key: "resultLimitBytes",

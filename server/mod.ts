@@ -20,7 +20,7 @@ import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
-import { createRunChangeFeed, createRunService } from "./runs/mod.ts";
+import { createRunChangeFeed, createRunLogWriter, createRunService } from "./runs/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
 
@@ -106,10 +106,12 @@ export async function createServer(config: Config, options: CreateServerOptions 
   });
   // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
   let deployedApps: () => DeployedApp[] = () => [];
+  const runLogs = createRunLogWriter(store.db, { limitBytes: config.runLogLimitBytes, logger });
   const runtime = createRuntime(config.appsDir, {
     logger,
     queueLimit: config.appQueueLimit,
     deployedApps: () => deployedApps(),
+    onOutput: (line) => runLogs.add(line),
   });
   // One lease owner id for this process's runs, deliveries and builds, recorded in the data dir with its pid.
   const owner = `rp_${randomBytes(8).toString("hex")}`;
@@ -181,6 +183,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     onDeliveries: deliveriesAdded,
     deliveryHandOff: deliveries.handOff,
     onChange: runChanges.publish,
+    logs: runLogs,
   });
   metrics.setQueuedRunsSource(async () =>
     (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count }))
@@ -244,6 +247,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       await runChanges.close();
       await deployments.stop();
       await runtime.close();
+      await runLogs.close();
       await connectionsEnded;
       await deliveries.stop();
       await store.close();

@@ -10,6 +10,8 @@ const MODES = ["sync", "async", "stream"];
 let session = null;
 /** The open run-change stream of the page shown, closed when another page is shown. */
 let live = null;
+/** The open log stream of a running run's page. */
+let logStream = null;
 
 /** An element with attributes (`on*` functions become listeners) and children (strings become text). */
 function h(tag, attrs = {}, ...children) {
@@ -374,6 +376,8 @@ async function runPage(runId, params) {
       sections.push(h("p", { class: "muted" }, "The stored result was cut at the server's limit."));
     }
   }
+  sections.push(h("h2", {}, "Logs"));
+  sections.push(await logSection(path, run));
   if (run.error) {
     sections.push(h("h2", {}, "Error"));
     sections.push(h("p", { id: "error" }, `${run.error.type}: ${run.error.message}`));
@@ -443,6 +447,36 @@ async function runPage(runId, params) {
     actions,
     ...sections,
   ];
+}
+
+/** A run's captured output; followed line by line while the run has not ended. */
+async function logSection(path, run) {
+  const log = await call(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/logs", { params: { path } }));
+  const pre = h("pre", { class: "mono", id: "logs", "aria-live": "polite" });
+  const show = (line) =>
+    pre.append(`${new Date(line.at).toLocaleTimeString()} ${line.stream === "stderr" ? "!" : " "} ${line.text}\n`);
+  for (const line of log.lines) show(line);
+  if (["queued", "running"].includes(run.status)) {
+    const url = `/v4/projects/${encodeURIComponent(path.project_id)}/apps/${encodeURIComponent(path.app_id)}/runs/${
+      encodeURIComponent(path.run_id)
+    }/logs`;
+    logStream = new EventSource(url);
+    let replaced = false;
+    logStream.addEventListener("message", (event) => {
+      // The stream starts from the first line: it replaces what was read above.
+      if (!replaced) pre.replaceChildren();
+      replaced = true;
+      show(JSON.parse(event.data));
+    });
+    logStream.addEventListener("end", () => logStream?.close());
+  }
+  const note = log.truncated
+    ? h("p", { class: "muted" }, "The oldest lines were dropped (the run wrote more than the log limit).")
+    : null;
+  if (!log.lines.length && !["queued", "running"].includes(run.status)) {
+    return h("p", { class: "muted" }, "The function wrote nothing (or its lines have expired).");
+  }
+  return h("div", {}, note, pre);
 }
 
 async function appsPage() {
@@ -828,6 +862,8 @@ async function loadSession() {
 }
 
 async function render(options = {}) {
+  logStream?.close();
+  logStream = null;
   if (!options.keepLive) {
     live?.close();
     live = null;

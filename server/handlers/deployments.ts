@@ -1,5 +1,5 @@
 import type { ServerContext } from "../context.ts";
-import { frameEvent, type Handlers, withHeartbeat } from "../http/mod.ts";
+import { frameEvent, type Handlers, wantsEventStream, withHeartbeat } from "../http/mod.ts";
 
 type DeploymentHandlers = Pick<
   Handlers,
@@ -12,11 +12,6 @@ type DeploymentHandlers = Pick<
   | "getApp"
   | "deleteApp"
 >;
-
-/** Whether an `Accept` header asks for an event stream. */
-function wantsEventStream(accept: string | undefined): boolean {
-  return accept !== undefined && /(^|,)\s*text\/event-stream\s*(;|,|$)/i.test(accept);
-}
 
 /** Deployments and apps. */
 export function deploymentHandlers(context: ServerContext): DeploymentHandlers {

@@ -1,10 +1,13 @@
 import type { ServerContext } from "../context.ts";
-import { frameEvent, type Handlers, withHeartbeat } from "../http/mod.ts";
+import { frameEvent, type Handlers, wantsEventStream, withHeartbeat } from "../http/mod.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
 import type { ExecutedItem, Run } from "../runs/mod.ts";
 import { failureFromRunError } from "../runtime/mod.ts";
 
-type RunHandlers = Pick<Handlers, "runFunction" | "getRun" | "cancelRun" | "listRuns" | "redeliverWebhook">;
+type RunHandlers = Pick<
+  Handlers,
+  "runFunction" | "getRun" | "cancelRun" | "listRuns" | "redeliverWebhook" | "getRunLogs"
+>;
 
 /** Options of `frames`. */
 interface FrameOptions {
@@ -112,6 +115,25 @@ export function runHandlers(context: ServerContext): RunHandlers {
     async cancelRun({ path }) {
       const run = await runs.cancelRun({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });
       return { status: 200, contentType: "application/json", body: run };
+    },
+    async getRunLogs({ path, header, signal }) {
+      const ref = { projectId: path.project_id, appId: path.app_id, runId: path.run_id };
+      if (!wantsEventStream(header.accept)) {
+        return { status: 200, contentType: "application/json", body: await runs.getRunLog(ref) };
+      }
+      const lines = await runs.followRunLog(ref, signal);
+      async function* framed(): AsyncGenerator<string> {
+        for await (const line of lines) {
+          yield "end" in line
+            ? frameEvent(JSON.stringify({ status: line.end }), { event: "end" })
+            : frameEvent(JSON.stringify(line));
+        }
+      }
+      return {
+        status: 200,
+        contentType: "text/event-stream",
+        body: withHeartbeat(framed(), { intervalMs: config.sseHeartbeatMs }),
+      };
     },
     async redeliverWebhook({ path }) {
       const run = await runs.redeliverWebhook({ projectId: path.project_id, appId: path.app_id, runId: path.run_id });

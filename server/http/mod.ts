@@ -40,6 +40,7 @@ export {
   type HeartbeatOptions,
   type ServerSentEventMessage,
   SSE_PING,
+  wantsEventStream,
   withHeartbeat,
 } from "./sse.ts";
 

@@ -110,3 +110,8 @@ export async function* withHeartbeat(source: AsyncIterable<string>, options: Hea
     void Promise.resolve(iterator.return?.()).catch(() => undefined);
   }
 }
+
+/** Whether an `Accept` header asks for an event stream. */
+export function wantsEventStream(accept: string | undefined): boolean {
+  return accept !== undefined && /(^|,)\s*text\/event-stream\s*(;|,|$)/i.test(accept);
+}

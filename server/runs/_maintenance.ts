@@ -14,6 +14,7 @@ import type { RunEvents } from "./_run_events.ts";
 import { deadOwners, forgetOwner } from "./_owners.ts";
 import { finishAndReport } from "./_finish_and_report.ts";
 import { expireResults, renewLeases, selectRunsOf, selectStaleRuns } from "./_queries.ts";
+import { expireRunLogs } from "./run_logs.ts";
 import type { RunRow } from "./_view.ts";
 
 /** What upkeep needs. */
@@ -74,6 +75,7 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
     if (interrupted) options.onDeliveries();
     await expireResults(db, { resultTtlMs: options.resultTtlMs, now });
     await forgetDeliverySecrets(db, { before: now - options.resultTtlMs });
+    await expireRunLogs(db, { before: now - options.resultTtlMs });
     await db.deleteFrom("idempotency_keys").where("created_at", "<=", now - IDEMPOTENCY_WINDOW_MS).execute();
   }
   return startTicker(upkeep, {

@@ -19,6 +19,13 @@ export {
 export type { LiveRun, RunCall, RunLogFields, RunMode, RunRecorder } from "./run_call.ts";
 export { isRunId, newRunId } from "./run_id.ts";
 export {
+  createRunLogWriter,
+  type OutputLineInput,
+  type RunLog,
+  type RunLogLine,
+  type RunLogWriter,
+} from "./run_logs.ts";
+export {
   createRunService,
   type ExecuteOptions,
   type Execution,

@@ -34,6 +34,7 @@ import { type CheckedWebhook, LiveRunRecord } from "./_live_run.ts";
 import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
 import type { RunChange } from "./change_feed.ts";
+import { readRunLog, type RunLog, type RunLogLine, type RunLogWriter } from "./run_logs.ts";
 import { insertRun } from "./_run_rows.ts";
 import { createWriteBehind } from "./_write_behind.ts";
 import { newRunId } from "./run_id.ts";
@@ -115,6 +116,13 @@ export interface RunService {
    * webhook, a delivery is under way, or its result (and so the sealed secret) has expired.
    */
   redeliverWebhook(ref: RunRef): Promise<Run>;
+  /** The run's captured output so far; 404 for an unknown run. */
+  getRunLog(ref: RunRef): Promise<RunLog>;
+  /**
+   * The run's output line by line as it is written (from the first line), then `{ end }` with the run's
+   * status once it has ended; stops early when `signal` aborts.
+   */
+  followRunLog(ref: RunRef, signal: AbortSignal): Promise<AsyncIterable<RunLogLine | { end: string }>>;
   /** Queued runs per app, from the store (for the `runplane_runs_queued` gauge). */
   queuedByApp(): Promise<Array<{ projectId: string; appId: string; count: number }>>;
   /** Writes buffered sync records now. */
@@ -159,6 +167,8 @@ export interface RunServiceOptions {
   executor?: RunExecutor;
   /** Where run starts and ends are counted; without it they are only logged. */
   metrics?: RunMetrics;
+  /** Where the runtime's output lines are collected (the run logs); without it logs are read only. */
+  logs?: RunLogWriter;
   /** Told each run's creation, start and end (the live pages' feed). */
   onChange?(change: RunChange): void;
   /** Called when deliveries were added to the outbox: wake the delivery worker. */
@@ -542,10 +552,41 @@ export function createRunService(options: RunServiceOptions): RunService {
     return await view(await findRun(ref));
   }
 
+  async function getRunLog(ref: RunRef): Promise<RunLog> {
+    await findRun(ref);
+    await options.logs?.flush();
+    const { lines, truncated } = await readRunLog(db, { runId: ref.runId });
+    return { lines: lines.map(({ seq: _seq, ...line }) => line), truncated };
+  }
+
+  async function followRunLog(ref: RunRef, signal: AbortSignal) {
+    await findRun(ref);
+    return (async function*(): AsyncGenerator<RunLogLine | { end: string }> {
+      let after = 0;
+      while (!signal.aborted) {
+        const { status } = await findRun(ref);
+        await options.logs?.flush();
+        const { lines } = await readRunLog(db, { runId: ref.runId, afterSeq: after, limit: 1000 });
+        for (const { seq, ...line } of lines) {
+          after = seq;
+          yield line;
+        }
+        // The status was read before the lines, and the writer flushed: once ended, every line is in.
+        if ((TERMINAL_STATUSES as readonly string[]).includes(status) && lines.length < 1000) {
+          yield { end: status };
+          return;
+        }
+        if (lines.length < 1000) await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+    })();
+  }
+
   return {
     submit,
     execute,
     redeliverWebhook,
+    getRunLog,
+    followRunLog,
     async getRun(ref) {
       return await view(await findRun(ref));
     },

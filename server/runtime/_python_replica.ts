@@ -54,6 +54,17 @@ export interface PythonReplicaOptions {
   python: string;
   concurrency: number;
   logger: Logger;
+  /** Told every line a call's function writes (stdout, stderr, `logging`), as it is written. */
+  onOutput?(line: OutputLine): void;
+}
+
+/** One line of a call's output. */
+export interface OutputLine {
+  runId: string;
+  stream: "stdout" | "stderr";
+  text: string;
+  /** Unix ms. */
+  at: number;
 }
 
 /** What the caller of `PythonReplica.call` provides. */
@@ -514,6 +525,7 @@ export class PythonReplica implements Replica {
 
   #logOutput(runId: string, stream: string, text: string): void {
     this.#options.logger.info({ run_id: runId, app: this.#options.label, stream, text }, "function output");
+    this.#options.onOutput?.({ runId, stream: stream as OutputLine["stream"], text, at: Date.now() });
   }
 
   #failWith(pending: Pending, error: ProblemError): void {

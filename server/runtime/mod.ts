@@ -20,7 +20,7 @@ import { CustomProcessReplica, type Upstream, UrlUpstream } from "./_custom_repl
 import { RunFailure } from "./_failures.ts";
 import type { CallOutcome } from "./_outcome.ts";
 import { proxyCall } from "./_proxy.ts";
-import { PythonReplica } from "./_python_replica.ts";
+import { type OutputLine, PythonReplica } from "./_python_replica.ts";
 import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
 
 export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
@@ -28,6 +28,7 @@ export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
+export type { OutputLine } from "./_python_replica.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 
 type AnyReplica = PythonReplica | Upstream;
@@ -88,6 +89,8 @@ export interface RuntimeOptions {
    * of the apps folder with the same name wins over a deployed one.
    */
   deployedApps?(): DeployedApp[];
+  /** Told every line a Python function writes during a call (the run's log). */
+  onOutput?(line: OutputLine): void;
 }
 
 /** Deployed apps and their replicas. */
@@ -143,6 +146,7 @@ function createPool(version: AppVersion, options: RuntimeOptions): ReplicaPool<A
         python: config!.python,
         concurrency: config!.replicaConcurrency,
         logger,
+        onOutput: options.onOutput,
       });
     }
     if (custom.kind === "url") return new UrlUpstream(custom.url);

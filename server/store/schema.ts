@@ -101,6 +101,17 @@ export interface WebhookDeliveryTable {
   attempt_limit: number | null;
 }
 
+/** One line of a run's output. */
+export interface RunLogTable {
+  run_id: string;
+  /** From 1 per run; lines cut for the per-run limit leave a gap at the head. */
+  seq: number;
+  at: number;
+  /** `stdout` or `stderr`. */
+  stream: string;
+  line: string;
+}
+
 /** One attempt of a webhook delivery. */
 export interface WebhookAttemptTable {
   run_id: string;
@@ -204,4 +215,5 @@ export interface Database {
   apps: AppTable;
   deployments: DeploymentTable;
   deployment_logs: DeploymentLogTable;
+  run_logs: RunLogTable;
 }

@@ -52,9 +52,16 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await deployApp(t, "xss", {
       toml: "",
       files: {
-        "main.py": `def run():\n    return ${JSON.stringify(XSS)}\n\ndef boom():\n    raise ValueError(${
-          JSON.stringify(XSS.html)
-        })\n`,
+        "main.py": [
+          "def run():",
+          `    print(${JSON.stringify(XSS.script)})`,
+          `    print(${JSON.stringify(XSS.html)})`,
+          `    return ${JSON.stringify(XSS)}`,
+          "",
+          "def boom():",
+          `    raise ValueError(${JSON.stringify(XSS.html)})`,
+          "",
+        ].join("\n"),
       },
     });
     receiver = await startWebhookReceiver();
@@ -160,10 +167,12 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.locator("#status", { hasText: "cancelled" }).waitFor();
   });
 
-  it("shows hostile results and errors as text: no script runs, no dialog opens", async () => {
+  it("shows hostile results, logs and errors as text: no script runs, no dialog opens", async () => {
     const ok = (await (await runApi("xss/run")).json()) as { run_id: string };
     await page.goto(`${t.url}/dashboard/runs/${ok.run_id}?app=xss`);
     await page.locator("#run-id").waitFor();
+    const logs = await page.locator("#logs").innerText();
+    assert.ok(logs.includes(XSS.html) && logs.includes(XSS.script), logs);
     const result = await page.locator("pre").first().innerText();
     for (const value of Object.values(XSS)) assert.ok(result.includes(JSON.stringify(value).slice(1, -1)), result);
     assert.equal(await page.locator("main img").count(), 0);

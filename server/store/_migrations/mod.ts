@@ -8,6 +8,7 @@ import * as keys from "./0006_keys.ts";
 import * as deployments from "./0007_deployments.ts";
 import * as serviceAccountUsage from "./0008_service_account_usage.ts";
 import * as webhookRedelivery from "./0009_webhook_redelivery.ts";
+import * as runLogs from "./0010_run_logs.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -20,4 +21,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0007_deployments": deployments,
   "0008_service_account_usage": serviceAccountUsage,
   "0009_webhook_redelivery": webhookRedelivery,
+  "0010_run_logs": runLogs,
 };
