@@ -54,6 +54,8 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
         "",
         `  curl -s -X POST ${url}/v4/${DEMO_PROJECT}/hello/run -H "Authorization: Bearer $RUNPLANE_TOKEN" -H 'Content-Type: application/json' -d '{"name":"world"}'`,
         "",
+        `Then open ${url}/dashboard and paste the token to see the run.`,
+        "",
         "",
       ].join("\n"),
     );
