@@ -727,10 +727,16 @@ export interface components {
             created_at: string;
             error: components["schemas"]["RunError"] | null;
             function_name: components["schemas"]["FunctionName"];
+            /** @description An async run's input (its JSON body), kept as long as its result; null for sync and stream runs. */
+            input: unknown | null;
             mode: components["schemas"]["RunMode"];
             project_id: components["schemas"]["ProjectId"];
             /** @description Time between acceptance and start. */
             queue_time_ms: number | null;
+            /** @description The run this call ran again (`rerunOf`). */
+            rerun_of: components["schemas"]["RunId"] | null;
+            /** @description The runs that ran this one again, oldest first. */
+            reruns: components["schemas"]["RunId"][];
             /**
              * @description The function's JSON result (for a stream, the list of items); null until success, once expired, or
              *     when too large to store (see `result_truncated`).
@@ -2312,6 +2318,8 @@ export interface operations {
             query?: {
                 /** @description Queue the run and answer 202 at once. */
                 async?: boolean;
+                /** @description This call runs that run of the same app again: recorded as `rerun_of`, and listed in its `reruns`. */
+                rerunOf?: components["schemas"]["RunId"];
                 /** @description An http(s) URL that receives the result after the run ends. */
                 webhookEndpoint?: string;
             };

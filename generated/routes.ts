@@ -1641,6 +1641,12 @@ export const routes = [
         "required": false
       },
       {
+        "name": "rerunOf",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
         "name": "Idempotency-Key",
         "in": "header",
         "type": "string",

@@ -5426,7 +5426,7 @@ return errors === 0;
 validate56.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_Run = validate59;
-const schema105 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."}},"description":"One call of an app's function, with its outcome."};
+const schema105 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook","result","input","rerun_of","reruns"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."},"input":{"anyOf":[{},{"type":"null"}],"description":"An async run's input (its JSON body), kept as long as its result; null for sync and stream runs."},"rerun_of":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunId"},{"type":"null"}],"description":"The run this call ran again (`rerunOf`)."},"reruns":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunId"},"description":"The runs that ran this one again, oldest first."}},"description":"One call of an app's function, with its outcome."};
 const schema110 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
 const schema111 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
 const schema112 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`."},"message":{"type":"string"},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}]}},"description":"Why a run failed."};
@@ -5994,11 +5994,8 @@ vErrors.push(err15);
 }
 errors++;
 }
-if(data.run_id !== undefined){
-let data0 = data.run_id;
-if(typeof data0 === "string"){
-if(!pattern27.test(data0)){
-const err16 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
+if(data.input === undefined){
+const err16 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "input"},message:"must have required property '"+"input"+"'"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -6007,9 +6004,8 @@ vErrors.push(err16);
 }
 errors++;
 }
-}
-else {
-const err17 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.rerun_of === undefined){
+const err17 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "rerun_of"},message:"must have required property '"+"rerun_of"+"'"};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -6018,12 +6014,8 @@ vErrors.push(err17);
 }
 errors++;
 }
-}
-if(data.project_id !== undefined){
-let data1 = data.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err18 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(data.reruns === undefined){
+const err18 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reruns"},message:"must have required property '"+"reruns"+"'"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -6032,9 +6024,11 @@ vErrors.push(err18);
 }
 errors++;
 }
-}
-else {
-const err19 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.run_id !== undefined){
+let data0 = data.run_id;
+if(typeof data0 === "string"){
+if(!pattern27.test(data0)){
+const err19 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -6044,11 +6038,8 @@ vErrors.push(err19);
 errors++;
 }
 }
-if(data.app_id !== undefined){
-let data2 = data.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err20 = {instancePath:instancePath+"/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+else {
+const err20 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -6058,8 +6049,11 @@ vErrors.push(err20);
 errors++;
 }
 }
-else {
-const err21 = {instancePath:instancePath+"/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.project_id !== undefined){
+let data1 = data.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err21 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -6069,11 +6063,8 @@ vErrors.push(err21);
 errors++;
 }
 }
-if(data.function_name !== undefined){
-let data3 = data.function_name;
-if(typeof data3 === "string"){
-if(!pattern25.test(data3)){
-const err22 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
+else {
+const err22 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -6083,8 +6074,11 @@ vErrors.push(err22);
 errors++;
 }
 }
-else {
-const err23 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.app_id !== undefined){
+let data2 = data.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err23 = {instancePath:instancePath+"/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -6094,10 +6088,8 @@ vErrors.push(err23);
 errors++;
 }
 }
-if(data.mode !== undefined){
-let data4 = data.mode;
-if(typeof data4 !== "string"){
-const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/type",keyword:"type",params:{type: "string"},message:"must be string"};
+else {
+const err24 = {instancePath:instancePath+"/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -6106,8 +6098,12 @@ vErrors.push(err24);
 }
 errors++;
 }
-if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err25 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+}
+if(data.function_name !== undefined){
+let data3 = data.function_name;
+if(typeof data3 === "string"){
+if(!pattern25.test(data3)){
+const err25 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -6117,10 +6113,8 @@ vErrors.push(err25);
 errors++;
 }
 }
-if(data.status !== undefined){
-let data5 = data.status;
-if(typeof data5 !== "string"){
-const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/type",keyword:"type",params:{type: "string"},message:"must be string"};
+else {
+const err26 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -6129,8 +6123,11 @@ vErrors.push(err26);
 }
 errors++;
 }
-if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err27 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+}
+if(data.mode !== undefined){
+let data4 = data.mode;
+if(typeof data4 !== "string"){
+const err27 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -6139,12 +6136,8 @@ vErrors.push(err27);
 }
 errors++;
 }
-}
-if(data.created_at !== undefined){
-let data6 = data.created_at;
-if(typeof data6 === "string"){
-if(!(formats18.validate(data6))){
-const err28 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
+const err28 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -6154,13 +6147,50 @@ vErrors.push(err28);
 errors++;
 }
 }
-else {
-const err29 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.status !== undefined){
+let data5 = data.status;
+if(typeof data5 !== "string"){
+const err29 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err29];
 }
 else {
 vErrors.push(err29);
+}
+errors++;
+}
+if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
+const err30 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err30];
+}
+else {
+vErrors.push(err30);
+}
+errors++;
+}
+}
+if(data.created_at !== undefined){
+let data6 = data.created_at;
+if(typeof data6 === "string"){
+if(!(formats18.validate(data6))){
+const err31 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err31];
+}
+else {
+vErrors.push(err31);
+}
+errors++;
+}
+}
+else {
+const err32 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err32];
+}
+else {
+vErrors.push(err32);
 }
 errors++;
 }
@@ -6172,23 +6202,23 @@ let valid7 = false;
 const _errs23 = errors;
 if(typeof data7 === "string"){
 if(!(formats18.validate(data7))){
-const err30 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+const err33 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
 if(vErrors === null){
-vErrors = [err30];
+vErrors = [err33];
 }
 else {
-vErrors.push(err30);
+vErrors.push(err33);
 }
 errors++;
 }
 }
 else {
-const err31 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err34 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err31];
+vErrors = [err34];
 }
 else {
-vErrors.push(err31);
+vErrors.push(err34);
 }
 errors++;
 }
@@ -6196,24 +6226,24 @@ var _valid0 = _errs23 === errors;
 valid7 = valid7 || _valid0;
 const _errs25 = errors;
 if(data7 !== null){
-const err32 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err35 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err32];
+vErrors = [err35];
 }
 else {
-vErrors.push(err32);
+vErrors.push(err35);
 }
 errors++;
 }
 var _valid0 = _errs25 === errors;
 valid7 = valid7 || _valid0;
 if(!valid7){
-const err33 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err36 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err33];
+vErrors = [err36];
 }
 else {
-vErrors.push(err33);
+vErrors.push(err36);
 }
 errors++;
 }
@@ -6236,23 +6266,23 @@ let valid8 = false;
 const _errs29 = errors;
 if(typeof data8 === "string"){
 if(!(formats18.validate(data8))){
-const err34 = {instancePath:instancePath+"/completed_at",schemaPath:"#/properties/completed_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+const err37 = {instancePath:instancePath+"/completed_at",schemaPath:"#/properties/completed_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
 if(vErrors === null){
-vErrors = [err34];
+vErrors = [err37];
 }
 else {
-vErrors.push(err34);
+vErrors.push(err37);
 }
 errors++;
 }
 }
 else {
-const err35 = {instancePath:instancePath+"/completed_at",schemaPath:"#/properties/completed_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err38 = {instancePath:instancePath+"/completed_at",schemaPath:"#/properties/completed_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err35];
+vErrors = [err38];
 }
 else {
-vErrors.push(err35);
+vErrors.push(err38);
 }
 errors++;
 }
@@ -6260,24 +6290,24 @@ var _valid1 = _errs29 === errors;
 valid8 = valid8 || _valid1;
 const _errs31 = errors;
 if(data8 !== null){
-const err36 = {instancePath:instancePath+"/completed_at",schemaPath:"#/properties/completed_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err39 = {instancePath:instancePath+"/completed_at",schemaPath:"#/properties/completed_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err36];
+vErrors = [err39];
 }
 else {
-vErrors.push(err36);
+vErrors.push(err39);
 }
 errors++;
 }
 var _valid1 = _errs31 === errors;
 valid8 = valid8 || _valid1;
 if(!valid8){
-const err37 = {instancePath:instancePath+"/completed_at",schemaPath:"#/properties/completed_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err40 = {instancePath:instancePath+"/completed_at",schemaPath:"#/properties/completed_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err37];
+vErrors = [err40];
 }
 else {
-vErrors.push(err37);
+vErrors.push(err40);
 }
 errors++;
 }
@@ -6300,23 +6330,23 @@ let valid9 = false;
 const _errs35 = errors;
 if((typeof data9 == "number") && (isFinite(data9))){
 if(!(formats6.validate(data9))){
-const err38 = {instancePath:instancePath+"/queue_time_ms",schemaPath:"#/properties/queue_time_ms/anyOf/0/format",keyword:"format",params:{format: "double"},message:"must match format \""+"double"+"\""};
+const err41 = {instancePath:instancePath+"/queue_time_ms",schemaPath:"#/properties/queue_time_ms/anyOf/0/format",keyword:"format",params:{format: "double"},message:"must match format \""+"double"+"\""};
 if(vErrors === null){
-vErrors = [err38];
+vErrors = [err41];
 }
 else {
-vErrors.push(err38);
+vErrors.push(err41);
 }
 errors++;
 }
 }
 else {
-const err39 = {instancePath:instancePath+"/queue_time_ms",schemaPath:"#/properties/queue_time_ms/anyOf/0/type",keyword:"type",params:{type: "number"},message:"must be number"};
+const err42 = {instancePath:instancePath+"/queue_time_ms",schemaPath:"#/properties/queue_time_ms/anyOf/0/type",keyword:"type",params:{type: "number"},message:"must be number"};
 if(vErrors === null){
-vErrors = [err39];
+vErrors = [err42];
 }
 else {
-vErrors.push(err39);
+vErrors.push(err42);
 }
 errors++;
 }
@@ -6324,24 +6354,24 @@ var _valid2 = _errs35 === errors;
 valid9 = valid9 || _valid2;
 const _errs37 = errors;
 if(data9 !== null){
-const err40 = {instancePath:instancePath+"/queue_time_ms",schemaPath:"#/properties/queue_time_ms/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err43 = {instancePath:instancePath+"/queue_time_ms",schemaPath:"#/properties/queue_time_ms/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err40];
+vErrors = [err43];
 }
 else {
-vErrors.push(err40);
+vErrors.push(err43);
 }
 errors++;
 }
 var _valid2 = _errs37 === errors;
 valid9 = valid9 || _valid2;
 if(!valid9){
-const err41 = {instancePath:instancePath+"/queue_time_ms",schemaPath:"#/properties/queue_time_ms/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err44 = {instancePath:instancePath+"/queue_time_ms",schemaPath:"#/properties/queue_time_ms/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err41];
+vErrors = [err44];
 }
 else {
-vErrors.push(err41);
+vErrors.push(err44);
 }
 errors++;
 }
@@ -6364,23 +6394,23 @@ let valid10 = false;
 const _errs41 = errors;
 if((typeof data10 == "number") && (isFinite(data10))){
 if(!(formats6.validate(data10))){
-const err42 = {instancePath:instancePath+"/run_time_ms",schemaPath:"#/properties/run_time_ms/anyOf/0/format",keyword:"format",params:{format: "double"},message:"must match format \""+"double"+"\""};
+const err45 = {instancePath:instancePath+"/run_time_ms",schemaPath:"#/properties/run_time_ms/anyOf/0/format",keyword:"format",params:{format: "double"},message:"must match format \""+"double"+"\""};
 if(vErrors === null){
-vErrors = [err42];
+vErrors = [err45];
 }
 else {
-vErrors.push(err42);
+vErrors.push(err45);
 }
 errors++;
 }
 }
 else {
-const err43 = {instancePath:instancePath+"/run_time_ms",schemaPath:"#/properties/run_time_ms/anyOf/0/type",keyword:"type",params:{type: "number"},message:"must be number"};
+const err46 = {instancePath:instancePath+"/run_time_ms",schemaPath:"#/properties/run_time_ms/anyOf/0/type",keyword:"type",params:{type: "number"},message:"must be number"};
 if(vErrors === null){
-vErrors = [err43];
+vErrors = [err46];
 }
 else {
-vErrors.push(err43);
+vErrors.push(err46);
 }
 errors++;
 }
@@ -6388,24 +6418,24 @@ var _valid3 = _errs41 === errors;
 valid10 = valid10 || _valid3;
 const _errs43 = errors;
 if(data10 !== null){
-const err44 = {instancePath:instancePath+"/run_time_ms",schemaPath:"#/properties/run_time_ms/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err47 = {instancePath:instancePath+"/run_time_ms",schemaPath:"#/properties/run_time_ms/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err44];
+vErrors = [err47];
 }
 else {
-vErrors.push(err44);
+vErrors.push(err47);
 }
 errors++;
 }
 var _valid3 = _errs43 === errors;
 valid10 = valid10 || _valid3;
 if(!valid10){
-const err45 = {instancePath:instancePath+"/run_time_ms",schemaPath:"#/properties/run_time_ms/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err48 = {instancePath:instancePath+"/run_time_ms",schemaPath:"#/properties/run_time_ms/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err45];
+vErrors = [err48];
 }
 else {
-vErrors.push(err45);
+vErrors.push(err48);
 }
 errors++;
 }
@@ -6423,24 +6453,24 @@ vErrors = null;
 }
 if(data.result_expired !== undefined){
 if(typeof data.result_expired !== "boolean"){
-const err46 = {instancePath:instancePath+"/result_expired",schemaPath:"#/properties/result_expired/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+const err49 = {instancePath:instancePath+"/result_expired",schemaPath:"#/properties/result_expired/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
-vErrors = [err46];
+vErrors = [err49];
 }
 else {
-vErrors.push(err46);
+vErrors.push(err49);
 }
 errors++;
 }
 }
 if(data.result_truncated !== undefined){
 if(typeof data.result_truncated !== "boolean"){
-const err47 = {instancePath:instancePath+"/result_truncated",schemaPath:"#/properties/result_truncated/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+const err50 = {instancePath:instancePath+"/result_truncated",schemaPath:"#/properties/result_truncated/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
-vErrors = [err47];
+vErrors = [err50];
 }
 else {
-vErrors.push(err47);
+vErrors.push(err50);
 }
 errors++;
 }
@@ -6452,45 +6482,45 @@ let valid11 = false;
 const _errs51 = errors;
 if(data13 && typeof data13 == "object" && !Array.isArray(data13)){
 if(data13.type === undefined){
-const err48 = {instancePath:instancePath+"/error",schemaPath:"runplane-openapi#/$defs/RunError/required",keyword:"required",params:{missingProperty: "type"},message:"must have required property '"+"type"+"'"};
+const err51 = {instancePath:instancePath+"/error",schemaPath:"runplane-openapi#/$defs/RunError/required",keyword:"required",params:{missingProperty: "type"},message:"must have required property '"+"type"+"'"};
 if(vErrors === null){
-vErrors = [err48];
+vErrors = [err51];
 }
 else {
-vErrors.push(err48);
+vErrors.push(err51);
 }
 errors++;
 }
 if(data13.message === undefined){
-const err49 = {instancePath:instancePath+"/error",schemaPath:"runplane-openapi#/$defs/RunError/required",keyword:"required",params:{missingProperty: "message"},message:"must have required property '"+"message"+"'"};
+const err52 = {instancePath:instancePath+"/error",schemaPath:"runplane-openapi#/$defs/RunError/required",keyword:"required",params:{missingProperty: "message"},message:"must have required property '"+"message"+"'"};
 if(vErrors === null){
-vErrors = [err49];
+vErrors = [err52];
 }
 else {
-vErrors.push(err49);
+vErrors.push(err52);
 }
 errors++;
 }
 if(data13.type !== undefined){
 if(typeof data13.type !== "string"){
-const err50 = {instancePath:instancePath+"/error/type",schemaPath:"runplane-openapi#/$defs/RunError/properties/type/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err53 = {instancePath:instancePath+"/error/type",schemaPath:"runplane-openapi#/$defs/RunError/properties/type/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err50];
+vErrors = [err53];
 }
 else {
-vErrors.push(err50);
+vErrors.push(err53);
 }
 errors++;
 }
 }
 if(data13.message !== undefined){
 if(typeof data13.message !== "string"){
-const err51 = {instancePath:instancePath+"/error/message",schemaPath:"runplane-openapi#/$defs/RunError/properties/message/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err54 = {instancePath:instancePath+"/error/message",schemaPath:"runplane-openapi#/$defs/RunError/properties/message/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err51];
+vErrors = [err54];
 }
 else {
-vErrors.push(err51);
+vErrors.push(err54);
 }
 errors++;
 }
@@ -6501,12 +6531,12 @@ const _errs59 = errors;
 let valid14 = false;
 const _errs60 = errors;
 if(typeof data16 !== "string"){
-const err52 = {instancePath:instancePath+"/error/traceback",schemaPath:"runplane-openapi#/$defs/RunError/properties/traceback/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err55 = {instancePath:instancePath+"/error/traceback",schemaPath:"runplane-openapi#/$defs/RunError/properties/traceback/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err52];
+vErrors = [err55];
 }
 else {
-vErrors.push(err52);
+vErrors.push(err55);
 }
 errors++;
 }
@@ -6514,24 +6544,24 @@ var _valid5 = _errs60 === errors;
 valid14 = valid14 || _valid5;
 const _errs62 = errors;
 if(data16 !== null){
-const err53 = {instancePath:instancePath+"/error/traceback",schemaPath:"runplane-openapi#/$defs/RunError/properties/traceback/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err56 = {instancePath:instancePath+"/error/traceback",schemaPath:"runplane-openapi#/$defs/RunError/properties/traceback/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err53];
+vErrors = [err56];
 }
 else {
-vErrors.push(err53);
+vErrors.push(err56);
 }
 errors++;
 }
 var _valid5 = _errs62 === errors;
 valid14 = valid14 || _valid5;
 if(!valid14){
-const err54 = {instancePath:instancePath+"/error/traceback",schemaPath:"runplane-openapi#/$defs/RunError/properties/traceback/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err57 = {instancePath:instancePath+"/error/traceback",schemaPath:"runplane-openapi#/$defs/RunError/properties/traceback/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err54];
+vErrors = [err57];
 }
 else {
-vErrors.push(err54);
+vErrors.push(err57);
 }
 errors++;
 }
@@ -6549,12 +6579,12 @@ vErrors = null;
 }
 }
 else {
-const err55 = {instancePath:instancePath+"/error",schemaPath:"runplane-openapi#/$defs/RunError/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err58 = {instancePath:instancePath+"/error",schemaPath:"runplane-openapi#/$defs/RunError/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
-vErrors = [err55];
+vErrors = [err58];
 }
 else {
-vErrors.push(err55);
+vErrors.push(err58);
 }
 errors++;
 }
@@ -6568,24 +6598,24 @@ props0.traceback = true;
 }
 const _errs64 = errors;
 if(data13 !== null){
-const err56 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err59 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err56];
+vErrors = [err59];
 }
 else {
-vErrors.push(err56);
+vErrors.push(err59);
 }
 errors++;
 }
 var _valid4 = _errs64 === errors;
 valid11 = valid11 || _valid4;
 if(!valid11){
-const err57 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err60 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err57];
+vErrors = [err60];
 }
 else {
-vErrors.push(err57);
+vErrors.push(err60);
 }
 errors++;
 }
@@ -6620,24 +6650,24 @@ props1.attempts = true;
 }
 const _errs69 = errors;
 if(data17 !== null){
-const err58 = {instancePath:instancePath+"/webhook",schemaPath:"#/properties/webhook/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err61 = {instancePath:instancePath+"/webhook",schemaPath:"#/properties/webhook/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err58];
+vErrors = [err61];
 }
 else {
-vErrors.push(err58);
+vErrors.push(err61);
 }
 errors++;
 }
 var _valid6 = _errs69 === errors;
 valid15 = valid15 || _valid6;
 if(!valid15){
-const err59 = {instancePath:instancePath+"/webhook",schemaPath:"#/properties/webhook/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err62 = {instancePath:instancePath+"/webhook",schemaPath:"#/properties/webhook/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err59];
+vErrors = [err62];
 }
 else {
-vErrors.push(err59);
+vErrors.push(err62);
 }
 errors++;
 }
@@ -6660,24 +6690,24 @@ var _valid7 = true;
 valid16 = valid16 || _valid7;
 const _errs73 = errors;
 if(data.result !== null){
-const err60 = {instancePath:instancePath+"/result",schemaPath:"#/properties/result/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err63 = {instancePath:instancePath+"/result",schemaPath:"#/properties/result/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err60];
+vErrors = [err63];
 }
 else {
-vErrors.push(err60);
+vErrors.push(err63);
 }
 errors++;
 }
 var _valid7 = _errs73 === errors;
 valid16 = valid16 || _valid7;
 if(!valid16){
-const err61 = {instancePath:instancePath+"/result",schemaPath:"#/properties/result/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err64 = {instancePath:instancePath+"/result",schemaPath:"#/properties/result/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err61];
+vErrors = [err64];
 }
 else {
-vErrors.push(err61);
+vErrors.push(err64);
 }
 errors++;
 }
@@ -6693,24 +6723,169 @@ vErrors = null;
 }
 }
 }
-}
-else {
-const err62 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data.input !== undefined){
+const _errs76 = errors;
+let valid17 = false;
+var _valid8 = true;
+valid17 = valid17 || _valid8;
+const _errs77 = errors;
+if(data.input !== null){
+const err65 = {instancePath:instancePath+"/input",schemaPath:"#/properties/input/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err62];
+vErrors = [err65];
 }
 else {
-vErrors.push(err62);
+vErrors.push(err65);
+}
+errors++;
+}
+var _valid8 = _errs77 === errors;
+valid17 = valid17 || _valid8;
+if(!valid17){
+const err66 = {instancePath:instancePath+"/input",schemaPath:"#/properties/input/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err66];
+}
+else {
+vErrors.push(err66);
+}
+errors++;
+}
+else {
+errors = _errs76;
+if(vErrors !== null){
+if(_errs76){
+vErrors.length = _errs76;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.rerun_of !== undefined){
+let data20 = data.rerun_of;
+const _errs80 = errors;
+let valid18 = false;
+const _errs81 = errors;
+if(typeof data20 === "string"){
+if(!pattern27.test(data20)){
+const err67 = {instancePath:instancePath+"/rerun_of",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
+if(vErrors === null){
+vErrors = [err67];
+}
+else {
+vErrors.push(err67);
+}
+errors++;
+}
+}
+else {
+const err68 = {instancePath:instancePath+"/rerun_of",schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err68];
+}
+else {
+vErrors.push(err68);
+}
+errors++;
+}
+var _valid9 = _errs81 === errors;
+valid18 = valid18 || _valid9;
+const _errs84 = errors;
+if(data20 !== null){
+const err69 = {instancePath:instancePath+"/rerun_of",schemaPath:"#/properties/rerun_of/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(vErrors === null){
+vErrors = [err69];
+}
+else {
+vErrors.push(err69);
+}
+errors++;
+}
+var _valid9 = _errs84 === errors;
+valid18 = valid18 || _valid9;
+if(!valid18){
+const err70 = {instancePath:instancePath+"/rerun_of",schemaPath:"#/properties/rerun_of/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err70];
+}
+else {
+vErrors.push(err70);
+}
+errors++;
+}
+else {
+errors = _errs80;
+if(vErrors !== null){
+if(_errs80){
+vErrors.length = _errs80;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.reruns !== undefined){
+let data21 = data.reruns;
+if(Array.isArray(data21)){
+const len0 = data21.length;
+for(let i0=0; i0<len0; i0++){
+let data22 = data21[i0];
+if(typeof data22 === "string"){
+if(!pattern27.test(data22)){
+const err71 = {instancePath:instancePath+"/reruns/" + i0,schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
+if(vErrors === null){
+vErrors = [err71];
+}
+else {
+vErrors.push(err71);
+}
+errors++;
+}
+}
+else {
+const err72 = {instancePath:instancePath+"/reruns/" + i0,schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err72];
+}
+else {
+vErrors.push(err72);
+}
+errors++;
+}
+}
+}
+else {
+const err73 = {instancePath:instancePath+"/reruns",schemaPath:"#/properties/reruns/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err73];
+}
+else {
+vErrors.push(err73);
+}
+errors++;
+}
+}
+}
+else {
+const err74 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err74];
+}
+else {
+vErrors.push(err74);
 }
 errors++;
 }
 validate59.errors = vErrors;
 return errors === 0;
 }
-validate59.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate59.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_RunAccepted = validate62;
-const schema116 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
+const schema118 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
 
 function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -6775,7 +6950,7 @@ return errors === 0;
 validate62.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_RunChange = validate63;
-const schema118 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","at"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"at":{"type":"string","format":"date-time","description":"When the change happened."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Milliseconds it ran, in the change that ends it."}},"description":"What a run-change event holds."};
+const schema120 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","at"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"at":{"type":"string","format":"date-time","description":"When the change happened."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Milliseconds it ran, in the change that ends it."}},"description":"What a run-change event holds."};
 
 function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7274,7 +7449,7 @@ return errors === 0;
 validate65.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_RunInput = validate66;
-const schema127 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
+const schema129 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
 
 function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7304,8 +7479,8 @@ return errors === 0;
 validate66.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_RunLog = validate67;
-const schema128 = {"type":"object","required":["lines","truncated"],"properties":{"lines":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunLogLine"}},"truncated":{"type":"boolean","description":"The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`."}},"description":"A run's captured output: its function's stdout, stderr and `logging` lines, oldest first."};
-const schema129 = {"type":"object","required":["at","stream","text"],"properties":{"at":{"type":"string","format":"date-time"},"stream":{"type":"string","enum":["stdout","stderr"]},"text":{"type":"string"}},"description":"One line of a run's output."};
+const schema130 = {"type":"object","required":["lines","truncated"],"properties":{"lines":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunLogLine"}},"truncated":{"type":"boolean","description":"The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`."}},"description":"A run's captured output: its function's stdout, stderr and `logging` lines, oldest first."};
+const schema131 = {"type":"object","required":["at","stream","text"],"properties":{"at":{"type":"string","format":"date-time"},"stream":{"type":"string","enum":["stdout","stderr"]},"text":{"type":"string"}},"description":"One line of a run's output."};
 
 function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -7413,7 +7588,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!((data3 === "stdout") || (data3 === "stderr"))){
-const err8 = {instancePath:instancePath+"/lines/" + i0+"/stream",schemaPath:"runplane-openapi#/$defs/RunLogLine/properties/stream/enum",keyword:"enum",params:{allowedValues: schema129.properties.stream.enum},message:"must be equal to one of the allowed values"};
+const err8 = {instancePath:instancePath+"/lines/" + i0+"/stream",schemaPath:"runplane-openapi#/$defs/RunLogLine/properties/stream/enum",keyword:"enum",params:{allowedValues: schema131.properties.stream.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -7568,7 +7743,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((data1 === "stdout") || (data1 === "stderr"))){
-const err6 = {instancePath:instancePath+"/stream",schemaPath:"#/properties/stream/enum",keyword:"enum",params:{allowedValues: schema129.properties.stream.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/stream",schemaPath:"#/properties/stream/enum",keyword:"enum",params:{allowedValues: schema131.properties.stream.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -7644,8 +7819,8 @@ return errors === 0;
 validate69.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_RunPage = validate70;
-const schema132 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
-const schema133 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
+const schema134 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
+const schema135 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
 
 function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8606,7 +8781,7 @@ return errors === 0;
 validate70.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_RunResult = validate74;
-const schema141 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
+const schema143 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
 
 function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -9980,7 +10155,7 @@ return errors === 0;
 validate78.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_ServiceAccount = validate79;
-const schema155 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
+const schema157 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
 
 function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10408,7 +10583,7 @@ return errors === 0;
 validate80.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_ServiceAccountList = validate81;
-const schema160 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
+const schema162 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
 
 function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -10470,7 +10645,7 @@ return errors === 0;
 validate81.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_ServiceAccountRequest = validate83;
-const schema161 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
+const schema163 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
 
 function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -11201,7 +11376,7 @@ return errors === 0;
 validate88.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_WebhookDelivery = validate89;
-const schema170 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
+const schema172 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
 
 function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -11646,9 +11821,9 @@ return errors === 0;
 validate89.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_WebhookDeliveryHeaders = validate90;
-const schema174 = {"type":"object","required":["x-request-id","content-type"],"properties":{"x-request-id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run id."},"x-runplane-webhook-timestamp":{"type":"string","pattern":"^[0-9]{1,12}$","description":"Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`."},"x-runplane-webhook-signature":{"type":"string","pattern":"^v1,[0-9a-f]{64}$","description":"`v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over\n`run_id + \".\" + timestamp + \".\" + body` (the exact bytes sent)."},"content-type":{"type":"string","enum":["application/json"]}},"description":"The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two\nsignature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.","x-runplane-webhook-headers":"runFinished"};
-const pattern63 = new RegExp("^[0-9]{1,12}$", "u");
-const pattern64 = new RegExp("^v1,[0-9a-f]{64}$", "u");
+const schema176 = {"type":"object","required":["x-request-id","content-type"],"properties":{"x-request-id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run id."},"x-runplane-webhook-timestamp":{"type":"string","pattern":"^[0-9]{1,12}$","description":"Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`."},"x-runplane-webhook-signature":{"type":"string","pattern":"^v1,[0-9a-f]{64}$","description":"`v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over\n`run_id + \".\" + timestamp + \".\" + body` (the exact bytes sent)."},"content-type":{"type":"string","enum":["application/json"]}},"description":"The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two\nsignature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.","x-runplane-webhook-headers":"runFinished"};
+const pattern65 = new RegExp("^[0-9]{1,12}$", "u");
+const pattern66 = new RegExp("^v1,[0-9a-f]{64}$", "u");
 
 function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -11709,7 +11884,7 @@ errors++;
 if(data["x-runplane-webhook-timestamp"] !== undefined){
 let data1 = data["x-runplane-webhook-timestamp"];
 if(typeof data1 === "string"){
-if(!pattern63.test(data1)){
+if(!pattern65.test(data1)){
 const err4 = {instancePath:instancePath+"/x-runplane-webhook-timestamp",schemaPath:"#/properties/x-runplane-webhook-timestamp/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,12}$"},message:"must match pattern \""+"^[0-9]{1,12}$"+"\""};
 if(vErrors === null){
 vErrors = [err4];
@@ -11734,7 +11909,7 @@ errors++;
 if(data["x-runplane-webhook-signature"] !== undefined){
 let data2 = data["x-runplane-webhook-signature"];
 if(typeof data2 === "string"){
-if(!pattern64.test(data2)){
+if(!pattern66.test(data2)){
 const err6 = {instancePath:instancePath+"/x-runplane-webhook-signature",schemaPath:"#/properties/x-runplane-webhook-signature/pattern",keyword:"pattern",params:{pattern: "^v1,[0-9a-f]{64}$"},message:"must match pattern \""+"^v1,[0-9a-f]{64}$"+"\""};
 if(vErrors === null){
 vErrors = [err6];
@@ -11769,7 +11944,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!(data3 === "application/json")){
-const err9 = {instancePath:instancePath+"/content-type",schemaPath:"#/properties/content-type/enum",keyword:"enum",params:{allowedValues: schema174.properties["content-type"].enum},message:"must be equal to one of the allowed values"};
+const err9 = {instancePath:instancePath+"/content-type",schemaPath:"#/properties/content-type/enum",keyword:"enum",params:{allowedValues: schema176.properties["content-type"].enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -11833,7 +12008,7 @@ return errors === 0;
 validate91.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.getJwks_params = validate92;
-const schema177 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema179 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -11932,7 +12107,7 @@ return errors === 0;
 validate92.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getJwks_200_application_json = validate93;
-const schema178 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
+const schema180 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
 
 function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -11954,7 +12129,7 @@ return errors === 0;
 validate93.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getJwks_200_headers = validate95;
-const schema179 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
+const schema181 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
 
 function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12028,7 +12203,7 @@ return errors === 0;
 validate95.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getJwks_500_application_problem_json = validate96;
-const schema180 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema182 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12050,7 +12225,7 @@ return errors === 0;
 validate96.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getJwks_500_headers = validate98;
-const schema181 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema183 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12102,7 +12277,7 @@ return errors === 0;
 validate98.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getHealth_params = validate99;
-const schema182 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema184 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12201,7 +12376,7 @@ return errors === 0;
 validate99.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getHealth_200_application_json = validate100;
-const schema183 = {"$ref":"runplane-openapi#/$defs/Health"};
+const schema185 = {"$ref":"runplane-openapi#/$defs/Health"};
 
 function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12264,7 +12439,7 @@ return errors === 0;
 validate100.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getHealth_200_headers = validate101;
-const schema185 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema187 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12316,7 +12491,7 @@ return errors === 0;
 validate101.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getMetrics_params = validate102;
-const schema186 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
+const schema188 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
 
 function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12429,7 +12604,7 @@ return errors === 0;
 validate102.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getMetrics_200_text_plain = validate103;
-const schema187 = {"type":"string"};
+const schema189 = {"type":"string"};
 
 function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12457,7 +12632,7 @@ return errors === 0;
 validate103.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.getMetrics_200_headers = validate104;
-const schema188 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema190 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12509,7 +12684,7 @@ return errors === 0;
 validate104.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getMetrics_401_application_problem_json = validate105;
-const schema189 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema191 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12531,7 +12706,7 @@ return errors === 0;
 validate105.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getMetrics_401_headers = validate107;
-const schema190 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema192 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12605,7 +12780,7 @@ return errors === 0;
 validate107.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getReadiness_params = validate108;
-const schema191 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema193 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12704,7 +12879,7 @@ return errors === 0;
 validate108.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getReadiness_200_application_json = validate109;
-const schema192 = {"$ref":"runplane-openapi#/$defs/Readiness"};
+const schema194 = {"$ref":"runplane-openapi#/$defs/Readiness"};
 
 function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12767,7 +12942,7 @@ return errors === 0;
 validate109.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getReadiness_200_headers = validate110;
-const schema194 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema196 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12819,7 +12994,7 @@ return errors === 0;
 validate110.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getReadiness_503_application_problem_json = validate111;
-const schema195 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema197 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12841,7 +13016,7 @@ return errors === 0;
 validate111.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getReadiness_503_headers = validate113;
-const schema196 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema198 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -12918,7 +13093,7 @@ return errors === 0;
 validate113.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_params = validate114;
-const schema197 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema199 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13054,7 +13229,7 @@ return errors === 0;
 validate114.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_200_application_json = validate115;
-const schema199 = {"$ref":"runplane-openapi#/$defs/AppList"};
+const schema201 = {"$ref":"runplane-openapi#/$defs/AppList"};
 
 function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13076,7 +13251,7 @@ return errors === 0;
 validate115.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_200_headers = validate117;
-const schema200 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema202 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13128,7 +13303,7 @@ return errors === 0;
 validate117.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_400_application_problem_json = validate118;
-const schema201 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema203 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13150,7 +13325,7 @@ return errors === 0;
 validate118.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_400_headers = validate120;
-const schema202 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema204 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13202,7 +13377,7 @@ return errors === 0;
 validate120.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_401_application_problem_json = validate121;
-const schema203 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema205 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13224,7 +13399,7 @@ return errors === 0;
 validate121.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_401_headers = validate123;
-const schema204 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema206 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13298,7 +13473,7 @@ return errors === 0;
 validate123.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_403_application_problem_json = validate124;
-const schema205 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema207 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13320,7 +13495,7 @@ return errors === 0;
 validate124.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_403_headers = validate126;
-const schema206 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema208 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13372,7 +13547,7 @@ return errors === 0;
 validate126.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_500_application_problem_json = validate127;
-const schema207 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema209 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13394,7 +13569,7 @@ return errors === 0;
 validate127.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_500_headers = validate129;
-const schema208 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema210 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13446,7 +13621,7 @@ return errors === 0;
 validate129.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_503_application_problem_json = validate130;
-const schema209 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema211 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13468,7 +13643,7 @@ return errors === 0;
 validate130.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listApps_503_headers = validate132;
-const schema210 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema212 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13545,7 +13720,7 @@ return errors === 0;
 validate132.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_params = validate133;
-const schema211 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema213 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13716,7 +13891,7 @@ return errors === 0;
 validate133.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_200_application_json = validate134;
-const schema214 = {"$ref":"runplane-openapi#/$defs/App"};
+const schema216 = {"$ref":"runplane-openapi#/$defs/App"};
 
 function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13738,7 +13913,7 @@ return errors === 0;
 validate134.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_200_headers = validate136;
-const schema215 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema217 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13790,7 +13965,7 @@ return errors === 0;
 validate136.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_400_application_problem_json = validate137;
-const schema216 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema218 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13812,7 +13987,7 @@ return errors === 0;
 validate137.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_400_headers = validate139;
-const schema217 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema219 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13864,7 +14039,7 @@ return errors === 0;
 validate139.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_401_application_problem_json = validate140;
-const schema218 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema220 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13886,7 +14061,7 @@ return errors === 0;
 validate140.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_401_headers = validate142;
-const schema219 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema221 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13960,7 +14135,7 @@ return errors === 0;
 validate142.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_403_application_problem_json = validate143;
-const schema220 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema222 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13982,7 +14157,7 @@ return errors === 0;
 validate143.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_403_headers = validate145;
-const schema221 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema223 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14034,7 +14209,7 @@ return errors === 0;
 validate145.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_404_application_problem_json = validate146;
-const schema222 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema224 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14056,7 +14231,7 @@ return errors === 0;
 validate146.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_404_headers = validate148;
-const schema223 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema225 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14108,7 +14283,7 @@ return errors === 0;
 validate148.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_500_application_problem_json = validate149;
-const schema224 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema226 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14130,7 +14305,7 @@ return errors === 0;
 validate149.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_500_headers = validate151;
-const schema225 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema227 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14182,7 +14357,7 @@ return errors === 0;
 validate151.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_503_application_problem_json = validate152;
-const schema226 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema228 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14204,7 +14379,7 @@ return errors === 0;
 validate152.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getApp_503_headers = validate154;
-const schema227 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema229 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14281,7 +14456,7 @@ return errors === 0;
 validate154.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_params = validate155;
-const schema228 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema230 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14452,7 +14627,7 @@ return errors === 0;
 validate155.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_204_headers = validate156;
-const schema231 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema233 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14504,7 +14679,7 @@ return errors === 0;
 validate156.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_400_application_problem_json = validate157;
-const schema232 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema234 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14526,7 +14701,7 @@ return errors === 0;
 validate157.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_400_headers = validate159;
-const schema233 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema235 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14578,7 +14753,7 @@ return errors === 0;
 validate159.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_401_application_problem_json = validate160;
-const schema234 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema236 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14600,7 +14775,7 @@ return errors === 0;
 validate160.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_401_headers = validate162;
-const schema235 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema237 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14674,7 +14849,7 @@ return errors === 0;
 validate162.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_403_application_problem_json = validate163;
-const schema236 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema238 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14696,7 +14871,7 @@ return errors === 0;
 validate163.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_403_headers = validate165;
-const schema237 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema239 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14748,7 +14923,7 @@ return errors === 0;
 validate165.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_404_application_problem_json = validate166;
-const schema238 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema240 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14770,7 +14945,7 @@ return errors === 0;
 validate166.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_404_headers = validate168;
-const schema239 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema241 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14822,7 +14997,7 @@ return errors === 0;
 validate168.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_409_application_problem_json = validate169;
-const schema240 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema242 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14844,7 +15019,7 @@ return errors === 0;
 validate169.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_409_headers = validate171;
-const schema241 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema243 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14896,7 +15071,7 @@ return errors === 0;
 validate171.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_500_application_problem_json = validate172;
-const schema242 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema244 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14918,7 +15093,7 @@ return errors === 0;
 validate172.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_500_headers = validate174;
-const schema243 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema245 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14970,7 +15145,7 @@ return errors === 0;
 validate174.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_503_application_problem_json = validate175;
-const schema244 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema246 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14992,7 +15167,7 @@ return errors === 0;
 validate175.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.deleteApp_503_headers = validate177;
-const schema245 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema247 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15069,7 +15244,7 @@ return errors === 0;
 validate177.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_params = validate178;
-const schema246 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema248 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15240,7 +15415,7 @@ return errors === 0;
 validate178.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_body = validate179;
-const schema249 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
+const schema251 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
 
 function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15262,7 +15437,7 @@ return errors === 0;
 validate179.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_200_application_json = validate181;
-const schema250 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
+const schema252 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
 
 function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15284,7 +15459,7 @@ return errors === 0;
 validate181.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_200_headers = validate183;
-const schema251 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15336,7 +15511,7 @@ return errors === 0;
 validate183.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_400_application_problem_json = validate184;
-const schema252 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema254 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15358,7 +15533,7 @@ return errors === 0;
 validate184.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_400_headers = validate186;
-const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15410,7 +15585,7 @@ return errors === 0;
 validate186.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_401_application_problem_json = validate187;
-const schema254 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema256 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15432,7 +15607,7 @@ return errors === 0;
 validate187.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_401_headers = validate189;
-const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema257 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15506,7 +15681,7 @@ return errors === 0;
 validate189.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_403_application_problem_json = validate190;
-const schema256 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema258 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate190(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15528,7 +15703,7 @@ return errors === 0;
 validate190.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_403_headers = validate192;
-const schema257 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema259 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate192(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15580,7 +15755,7 @@ return errors === 0;
 validate192.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_413_application_problem_json = validate193;
-const schema258 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema260 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15602,7 +15777,7 @@ return errors === 0;
 validate193.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_413_headers = validate195;
-const schema259 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema261 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15654,7 +15829,7 @@ return errors === 0;
 validate195.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_415_application_problem_json = validate196;
-const schema260 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema262 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15676,7 +15851,7 @@ return errors === 0;
 validate196.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_415_headers = validate198;
-const schema261 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema263 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15728,7 +15903,7 @@ return errors === 0;
 validate198.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_500_application_problem_json = validate199;
-const schema262 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema264 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15750,7 +15925,7 @@ return errors === 0;
 validate199.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_500_headers = validate201;
-const schema263 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema265 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15802,7 +15977,7 @@ return errors === 0;
 validate201.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_503_application_problem_json = validate202;
-const schema264 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema266 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate202(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15824,7 +15999,7 @@ return errors === 0;
 validate202.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createBaseImageHash_503_headers = validate204;
-const schema265 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema267 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15901,7 +16076,7 @@ return errors === 0;
 validate204.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_params = validate205;
-const schema266 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+const schema268 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
 function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16144,7 +16319,7 @@ return errors === 0;
 validate205.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_200_application_json = validate206;
-const schema269 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
+const schema271 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
 
 function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16166,7 +16341,7 @@ return errors === 0;
 validate206.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_200_headers = validate208;
-const schema270 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema272 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate208(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16218,7 +16393,7 @@ return errors === 0;
 validate208.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_400_application_problem_json = validate209;
-const schema271 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema273 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16240,7 +16415,7 @@ return errors === 0;
 validate209.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_400_headers = validate211;
-const schema272 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema274 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16292,7 +16467,7 @@ return errors === 0;
 validate211.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_401_application_problem_json = validate212;
-const schema273 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema275 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate212(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16314,7 +16489,7 @@ return errors === 0;
 validate212.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_401_headers = validate214;
-const schema274 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema276 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate214(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16388,7 +16563,7 @@ return errors === 0;
 validate214.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_403_application_problem_json = validate215;
-const schema275 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema277 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16410,7 +16585,7 @@ return errors === 0;
 validate215.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_403_headers = validate217;
-const schema276 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema278 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16462,7 +16637,7 @@ return errors === 0;
 validate217.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_404_application_problem_json = validate218;
-const schema277 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema279 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate218(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16484,7 +16659,7 @@ return errors === 0;
 validate218.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_404_headers = validate220;
-const schema278 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema280 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate220(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16536,7 +16711,7 @@ return errors === 0;
 validate220.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_500_application_problem_json = validate221;
-const schema279 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema281 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16558,7 +16733,7 @@ return errors === 0;
 validate221.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_500_headers = validate223;
-const schema280 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema282 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16610,7 +16785,7 @@ return errors === 0;
 validate223.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_503_application_problem_json = validate224;
-const schema281 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema283 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate224(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16632,7 +16807,7 @@ return errors === 0;
 validate224.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listDeployments_503_headers = validate226;
-const schema282 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema284 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate226(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16709,7 +16884,7 @@ return errors === 0;
 validate226.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_params = validate227;
-const schema283 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema285 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16880,7 +17055,7 @@ return errors === 0;
 validate227.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_body = validate228;
-const schema286 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
+const schema288 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
 
 function validate228(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16902,7 +17077,7 @@ return errors === 0;
 validate228.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_202_application_json = validate230;
-const schema287 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+const schema289 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
 function validate230(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16924,7 +17099,7 @@ return errors === 0;
 validate230.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_202_headers = validate232;
-const schema288 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
+const schema290 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
 
 function validate232(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16998,7 +17173,7 @@ return errors === 0;
 validate232.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_400_application_problem_json = validate233;
-const schema289 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema291 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17020,7 +17195,7 @@ return errors === 0;
 validate233.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_400_headers = validate235;
-const schema290 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema292 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17072,7 +17247,7 @@ return errors === 0;
 validate235.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_401_application_problem_json = validate236;
-const schema291 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema293 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate236(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17094,7 +17269,7 @@ return errors === 0;
 validate236.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_401_headers = validate238;
-const schema292 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema294 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate238(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17168,7 +17343,7 @@ return errors === 0;
 validate238.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_403_application_problem_json = validate239;
-const schema293 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema295 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate239(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17190,7 +17365,7 @@ return errors === 0;
 validate239.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_403_headers = validate241;
-const schema294 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema296 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate241(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17242,7 +17417,7 @@ return errors === 0;
 validate241.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_404_application_problem_json = validate242;
-const schema295 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema297 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate242(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17264,7 +17439,7 @@ return errors === 0;
 validate242.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_404_headers = validate244;
-const schema296 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema298 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate244(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17316,7 +17491,7 @@ return errors === 0;
 validate244.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_409_application_problem_json = validate245;
-const schema297 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema299 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate245(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17338,7 +17513,7 @@ return errors === 0;
 validate245.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_409_headers = validate247;
-const schema298 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema300 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate247(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17390,7 +17565,7 @@ return errors === 0;
 validate247.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_413_application_problem_json = validate248;
-const schema299 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema301 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate248(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17412,7 +17587,7 @@ return errors === 0;
 validate248.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_413_headers = validate250;
-const schema300 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema302 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate250(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17464,7 +17639,7 @@ return errors === 0;
 validate250.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_415_application_problem_json = validate251;
-const schema301 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema303 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate251(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17486,7 +17661,7 @@ return errors === 0;
 validate251.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_415_headers = validate253;
-const schema302 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema304 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate253(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17538,7 +17713,7 @@ return errors === 0;
 validate253.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_500_application_problem_json = validate254;
-const schema303 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema305 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate254(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17560,7 +17735,7 @@ return errors === 0;
 validate254.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_500_headers = validate256;
-const schema304 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema306 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate256(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17612,7 +17787,7 @@ return errors === 0;
 validate256.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_502_application_problem_json = validate257;
-const schema305 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema307 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate257(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17634,7 +17809,7 @@ return errors === 0;
 validate257.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_502_headers = validate259;
-const schema306 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema308 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate259(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17686,7 +17861,7 @@ return errors === 0;
 validate259.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_503_application_problem_json = validate260;
-const schema307 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema309 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate260(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17708,7 +17883,7 @@ return errors === 0;
 validate260.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createDeployment_503_headers = validate262;
-const schema308 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema310 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate262(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17785,7 +17960,7 @@ return errors === 0;
 validate262.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_params = validate263;
-const schema309 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema311 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate263(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17991,7 +18166,7 @@ return errors === 0;
 validate263.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_200_application_json = validate264;
-const schema313 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+const schema315 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
 function validate264(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18013,7 +18188,7 @@ return errors === 0;
 validate264.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_200_headers = validate266;
-const schema314 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema316 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate266(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18065,7 +18240,7 @@ return errors === 0;
 validate266.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_400_application_problem_json = validate267;
-const schema315 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema317 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate267(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18087,7 +18262,7 @@ return errors === 0;
 validate267.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_400_headers = validate269;
-const schema316 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema318 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate269(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18139,7 +18314,7 @@ return errors === 0;
 validate269.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_401_application_problem_json = validate270;
-const schema317 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema319 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate270(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18161,7 +18336,7 @@ return errors === 0;
 validate270.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_401_headers = validate272;
-const schema318 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema320 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate272(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18235,7 +18410,7 @@ return errors === 0;
 validate272.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_403_application_problem_json = validate273;
-const schema319 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema321 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate273(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18257,7 +18432,7 @@ return errors === 0;
 validate273.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_403_headers = validate275;
-const schema320 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema322 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate275(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18309,7 +18484,7 @@ return errors === 0;
 validate275.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_404_application_problem_json = validate276;
-const schema321 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema323 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate276(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18331,7 +18506,7 @@ return errors === 0;
 validate276.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_404_headers = validate278;
-const schema322 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema324 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate278(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18383,7 +18558,7 @@ return errors === 0;
 validate278.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_500_application_problem_json = validate279;
-const schema323 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema325 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate279(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18405,7 +18580,7 @@ return errors === 0;
 validate279.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_500_headers = validate281;
-const schema324 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema326 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate281(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18457,7 +18632,7 @@ return errors === 0;
 validate281.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_503_application_problem_json = validate282;
-const schema325 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema327 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate282(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18479,7 +18654,7 @@ return errors === 0;
 validate282.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeployment_503_headers = validate284;
-const schema326 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema328 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate284(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18556,7 +18731,7 @@ return errors === 0;
 validate284.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_params = validate285;
-const schema327 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema329 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate285(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18762,7 +18937,7 @@ return errors === 0;
 validate285.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_200_application_json = validate286;
-const schema331 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+const schema333 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
 function validate286(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18784,7 +18959,7 @@ return errors === 0;
 validate286.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_200_headers = validate288;
-const schema332 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema334 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate288(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18836,7 +19011,7 @@ return errors === 0;
 validate288.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_400_application_problem_json = validate289;
-const schema333 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema335 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate289(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18858,7 +19033,7 @@ return errors === 0;
 validate289.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_400_headers = validate291;
-const schema334 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema336 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate291(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18910,7 +19085,7 @@ return errors === 0;
 validate291.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_401_application_problem_json = validate292;
-const schema335 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema337 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate292(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18932,7 +19107,7 @@ return errors === 0;
 validate292.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_401_headers = validate294;
-const schema336 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema338 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate294(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19006,7 +19181,7 @@ return errors === 0;
 validate294.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_403_application_problem_json = validate295;
-const schema337 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema339 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate295(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19028,7 +19203,7 @@ return errors === 0;
 validate295.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_403_headers = validate297;
-const schema338 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema340 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate297(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19080,7 +19255,7 @@ return errors === 0;
 validate297.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_404_application_problem_json = validate298;
-const schema339 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema341 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate298(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19102,7 +19277,7 @@ return errors === 0;
 validate298.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_404_headers = validate300;
-const schema340 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema342 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate300(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19154,7 +19329,7 @@ return errors === 0;
 validate300.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_409_application_problem_json = validate301;
-const schema341 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema343 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate301(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19176,7 +19351,7 @@ return errors === 0;
 validate301.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_409_headers = validate303;
-const schema342 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema344 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate303(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19228,7 +19403,7 @@ return errors === 0;
 validate303.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_500_application_problem_json = validate304;
-const schema343 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema345 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate304(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19250,7 +19425,7 @@ return errors === 0;
 validate304.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_500_headers = validate306;
-const schema344 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema346 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate306(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19302,7 +19477,7 @@ return errors === 0;
 validate306.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_503_application_problem_json = validate307;
-const schema345 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema347 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate307(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19324,7 +19499,7 @@ return errors === 0;
 validate307.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.activateDeployment_503_headers = validate309;
-const schema346 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema348 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate309(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19401,7 +19576,7 @@ return errors === 0;
 validate309.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_params = validate310;
-const schema347 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+const schema349 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
 
 function validate310(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19621,7 +19796,7 @@ return errors === 0;
 validate310.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_200_text_event_stream = validate311;
-const schema351 = {"type":"string"};
+const schema353 = {"type":"string"};
 
 function validate311(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19649,7 +19824,7 @@ return errors === 0;
 validate311.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_200_text_plain = validate312;
-const schema352 = {"type":"string"};
+const schema354 = {"type":"string"};
 
 function validate312(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19677,7 +19852,7 @@ return errors === 0;
 validate312.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_200_headers = validate313;
-const schema353 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema355 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate313(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19729,7 +19904,7 @@ return errors === 0;
 validate313.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_400_application_problem_json = validate314;
-const schema354 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema356 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate314(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19751,7 +19926,7 @@ return errors === 0;
 validate314.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_400_headers = validate316;
-const schema355 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema357 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate316(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19803,7 +19978,7 @@ return errors === 0;
 validate316.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_401_application_problem_json = validate317;
-const schema356 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema358 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate317(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19825,7 +20000,7 @@ return errors === 0;
 validate317.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_401_headers = validate319;
-const schema357 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema359 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate319(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19899,7 +20074,7 @@ return errors === 0;
 validate319.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_403_application_problem_json = validate320;
-const schema358 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema360 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate320(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19921,7 +20096,7 @@ return errors === 0;
 validate320.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_403_headers = validate322;
-const schema359 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema361 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate322(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19973,7 +20148,7 @@ return errors === 0;
 validate322.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_404_application_problem_json = validate323;
-const schema360 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema362 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate323(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19995,7 +20170,7 @@ return errors === 0;
 validate323.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_404_headers = validate325;
-const schema361 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema363 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate325(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20047,7 +20222,7 @@ return errors === 0;
 validate325.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_500_application_problem_json = validate326;
-const schema362 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema364 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate326(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20069,7 +20244,7 @@ return errors === 0;
 validate326.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_500_headers = validate328;
-const schema363 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema365 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate328(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20121,7 +20296,7 @@ return errors === 0;
 validate328.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_503_application_problem_json = validate329;
-const schema364 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema366 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate329(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20143,7 +20318,7 @@ return errors === 0;
 validate329.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_503_headers = validate331;
-const schema365 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema367 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate331(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20220,7 +20395,7 @@ return errors === 0;
 validate331.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_params = validate332;
-const schema366 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema368 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate332(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20356,7 +20531,7 @@ return errors === 0;
 validate332.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_200_application_json = validate333;
-const schema368 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
+const schema370 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
 
 function validate333(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20378,7 +20553,7 @@ return errors === 0;
 validate333.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_200_headers = validate335;
-const schema369 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema371 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate335(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20430,7 +20605,7 @@ return errors === 0;
 validate335.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_400_application_problem_json = validate336;
-const schema370 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema372 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate336(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20452,7 +20627,7 @@ return errors === 0;
 validate336.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_400_headers = validate338;
-const schema371 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema373 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate338(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20504,7 +20679,7 @@ return errors === 0;
 validate338.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_401_application_problem_json = validate339;
-const schema372 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema374 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate339(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20526,7 +20701,7 @@ return errors === 0;
 validate339.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_401_headers = validate341;
-const schema373 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema375 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate341(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20600,7 +20775,7 @@ return errors === 0;
 validate341.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_403_application_problem_json = validate342;
-const schema374 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema376 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate342(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20622,7 +20797,7 @@ return errors === 0;
 validate342.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_403_headers = validate344;
-const schema375 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema377 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate344(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20674,7 +20849,7 @@ return errors === 0;
 validate344.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_500_application_problem_json = validate345;
-const schema376 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema378 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate345(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20696,7 +20871,7 @@ return errors === 0;
 validate345.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_500_headers = validate347;
-const schema377 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema379 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate347(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20748,7 +20923,7 @@ return errors === 0;
 validate347.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_503_application_problem_json = validate348;
-const schema378 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema380 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate348(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20770,7 +20945,7 @@ return errors === 0;
 validate348.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listServiceAccounts_503_headers = validate350;
-const schema379 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema381 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate350(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20847,7 +21022,7 @@ return errors === 0;
 validate350.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_params = validate351;
-const schema380 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema382 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate351(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20983,7 +21158,7 @@ return errors === 0;
 validate351.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_body = validate352;
-const schema382 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
+const schema384 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
 
 function validate352(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21005,7 +21180,7 @@ return errors === 0;
 validate352.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_201_application_json = validate354;
-const schema383 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
+const schema385 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
 
 function validate354(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21027,7 +21202,7 @@ return errors === 0;
 validate354.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_201_headers = validate356;
-const schema384 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema386 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate356(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21079,7 +21254,7 @@ return errors === 0;
 validate356.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_400_application_problem_json = validate357;
-const schema385 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema387 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate357(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21101,7 +21276,7 @@ return errors === 0;
 validate357.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_400_headers = validate359;
-const schema386 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema388 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate359(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21153,7 +21328,7 @@ return errors === 0;
 validate359.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_401_application_problem_json = validate360;
-const schema387 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema389 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate360(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21175,7 +21350,7 @@ return errors === 0;
 validate360.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_401_headers = validate362;
-const schema388 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema390 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate362(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21249,7 +21424,7 @@ return errors === 0;
 validate362.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_403_application_problem_json = validate363;
-const schema389 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema391 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate363(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21271,7 +21446,7 @@ return errors === 0;
 validate363.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_403_headers = validate365;
-const schema390 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema392 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate365(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21323,7 +21498,7 @@ return errors === 0;
 validate365.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_500_application_problem_json = validate366;
-const schema391 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema393 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate366(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21345,7 +21520,7 @@ return errors === 0;
 validate366.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_500_headers = validate368;
-const schema392 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema394 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate368(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21397,7 +21572,7 @@ return errors === 0;
 validate368.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_503_application_problem_json = validate369;
-const schema393 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema395 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate369(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21419,7 +21594,7 @@ return errors === 0;
 validate369.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.createServiceAccount_503_headers = validate371;
-const schema394 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema396 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate371(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21496,7 +21671,7 @@ return errors === 0;
 validate371.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_params = validate372;
-const schema395 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema397 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate372(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21667,7 +21842,7 @@ return errors === 0;
 validate372.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_204_headers = validate373;
-const schema398 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema400 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate373(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21719,7 +21894,7 @@ return errors === 0;
 validate373.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_400_application_problem_json = validate374;
-const schema399 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema401 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate374(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21741,7 +21916,7 @@ return errors === 0;
 validate374.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_400_headers = validate376;
-const schema400 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema402 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate376(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21793,7 +21968,7 @@ return errors === 0;
 validate376.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_401_application_problem_json = validate377;
-const schema401 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema403 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate377(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21815,7 +21990,7 @@ return errors === 0;
 validate377.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_401_headers = validate379;
-const schema402 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema404 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate379(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21889,7 +22064,7 @@ return errors === 0;
 validate379.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_403_application_problem_json = validate380;
-const schema403 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema405 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate380(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21911,7 +22086,7 @@ return errors === 0;
 validate380.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_403_headers = validate382;
-const schema404 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema406 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate382(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21963,7 +22138,7 @@ return errors === 0;
 validate382.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_404_application_problem_json = validate383;
-const schema405 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema407 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate383(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21985,7 +22160,7 @@ return errors === 0;
 validate383.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_404_headers = validate385;
-const schema406 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema408 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate385(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22037,7 +22212,7 @@ return errors === 0;
 validate385.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_500_application_problem_json = validate386;
-const schema407 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema409 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate386(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22059,7 +22234,7 @@ return errors === 0;
 validate386.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_500_headers = validate388;
-const schema408 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema410 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate388(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22111,7 +22286,7 @@ return errors === 0;
 validate388.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_503_application_problem_json = validate389;
-const schema409 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema411 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate389(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22133,7 +22308,7 @@ return errors === 0;
 validate389.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.revokeServiceAccount_503_headers = validate391;
-const schema410 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema412 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate391(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22210,7 +22385,7 @@ return errors === 0;
 validate391.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_params = validate392;
-const schema411 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+const schema413 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
 function validate392(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22476,7 +22651,7 @@ return errors === 0;
 validate392.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_200_application_json = validate393;
-const schema415 = {"$ref":"runplane-openapi#/$defs/RunPage"};
+const schema417 = {"$ref":"runplane-openapi#/$defs/RunPage"};
 
 function validate393(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22498,7 +22673,7 @@ return errors === 0;
 validate393.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_200_headers = validate395;
-const schema416 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema418 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate395(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22550,7 +22725,7 @@ return errors === 0;
 validate395.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_400_application_problem_json = validate396;
-const schema417 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema419 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate396(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22572,7 +22747,7 @@ return errors === 0;
 validate396.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_400_headers = validate398;
-const schema418 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema420 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate398(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22624,7 +22799,7 @@ return errors === 0;
 validate398.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_401_application_problem_json = validate399;
-const schema419 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema421 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate399(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22646,7 +22821,7 @@ return errors === 0;
 validate399.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_401_headers = validate401;
-const schema420 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema422 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate401(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22720,7 +22895,7 @@ return errors === 0;
 validate401.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_403_application_problem_json = validate402;
-const schema421 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema423 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate402(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22742,7 +22917,7 @@ return errors === 0;
 validate402.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_403_headers = validate404;
-const schema422 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema424 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate404(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22794,7 +22969,7 @@ return errors === 0;
 validate404.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_404_application_problem_json = validate405;
-const schema423 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema425 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate405(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22816,7 +22991,7 @@ return errors === 0;
 validate405.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_404_headers = validate407;
-const schema424 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema426 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22868,7 +23043,7 @@ return errors === 0;
 validate407.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_500_application_problem_json = validate408;
-const schema425 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema427 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate408(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22890,7 +23065,7 @@ return errors === 0;
 validate408.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_500_headers = validate410;
-const schema426 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate410(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22942,7 +23117,7 @@ return errors === 0;
 validate410.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_503_application_problem_json = validate411;
-const schema427 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema429 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate411(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22964,7 +23139,7 @@ return errors === 0;
 validate411.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.listRuns_503_headers = validate413;
-const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema430 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate413(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23041,7 +23216,7 @@ return errors === 0;
 validate413.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_params = validate414;
-const schema429 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema431 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate414(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23247,7 +23422,7 @@ return errors === 0;
 validate414.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_200_application_json = validate415;
-const schema433 = {"$ref":"runplane-openapi#/$defs/Run"};
+const schema435 = {"$ref":"runplane-openapi#/$defs/Run"};
 
 function validate415(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23266,10 +23441,10 @@ errors = vErrors.length;
 validate415.errors = vErrors;
 return errors === 0;
 }
-validate415.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate415.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_200_headers = validate417;
-const schema434 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema436 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23321,7 +23496,7 @@ return errors === 0;
 validate417.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_400_application_problem_json = validate418;
-const schema435 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema437 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate418(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23343,7 +23518,7 @@ return errors === 0;
 validate418.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_400_headers = validate420;
-const schema436 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema438 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate420(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23395,7 +23570,7 @@ return errors === 0;
 validate420.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_401_application_problem_json = validate421;
-const schema437 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema439 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate421(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23417,7 +23592,7 @@ return errors === 0;
 validate421.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_401_headers = validate423;
-const schema438 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema440 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate423(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23491,7 +23666,7 @@ return errors === 0;
 validate423.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_403_application_problem_json = validate424;
-const schema439 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema441 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate424(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23513,7 +23688,7 @@ return errors === 0;
 validate424.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_403_headers = validate426;
-const schema440 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate426(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23565,7 +23740,7 @@ return errors === 0;
 validate426.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_404_application_problem_json = validate427;
-const schema441 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate427(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23587,7 +23762,7 @@ return errors === 0;
 validate427.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_404_headers = validate429;
-const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate429(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23639,7 +23814,7 @@ return errors === 0;
 validate429.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_500_application_problem_json = validate430;
-const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate430(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23661,7 +23836,7 @@ return errors === 0;
 validate430.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_500_headers = validate432;
-const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate432(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23713,7 +23888,7 @@ return errors === 0;
 validate432.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_503_application_problem_json = validate433;
-const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate433(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23735,7 +23910,7 @@ return errors === 0;
 validate433.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRun_503_headers = validate435;
-const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate435(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23812,7 +23987,7 @@ return errors === 0;
 validate435.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_params = validate436;
-const schema447 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema449 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate436(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24018,7 +24193,7 @@ return errors === 0;
 validate436.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_200_application_json = validate437;
-const schema451 = {"$ref":"runplane-openapi#/$defs/Run"};
+const schema453 = {"$ref":"runplane-openapi#/$defs/Run"};
 
 function validate437(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24037,10 +24212,10 @@ errors = vErrors.length;
 validate437.errors = vErrors;
 return errors === 0;
 }
-validate437.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate437.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_200_headers = validate439;
-const schema452 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema454 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate439(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24092,7 +24267,7 @@ return errors === 0;
 validate439.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_400_application_problem_json = validate440;
-const schema453 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema455 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate440(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24114,7 +24289,7 @@ return errors === 0;
 validate440.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_400_headers = validate442;
-const schema454 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema456 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate442(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24166,7 +24341,7 @@ return errors === 0;
 validate442.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_401_application_problem_json = validate443;
-const schema455 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema457 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate443(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24188,7 +24363,7 @@ return errors === 0;
 validate443.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_401_headers = validate445;
-const schema456 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema458 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate445(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24262,7 +24437,7 @@ return errors === 0;
 validate445.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_403_application_problem_json = validate446;
-const schema457 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema459 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate446(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24284,7 +24459,7 @@ return errors === 0;
 validate446.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_403_headers = validate448;
-const schema458 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema460 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate448(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24336,7 +24511,7 @@ return errors === 0;
 validate448.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_404_application_problem_json = validate449;
-const schema459 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema461 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate449(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24358,7 +24533,7 @@ return errors === 0;
 validate449.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_404_headers = validate451;
-const schema460 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema462 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate451(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24410,7 +24585,7 @@ return errors === 0;
 validate451.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_409_application_problem_json = validate452;
-const schema461 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema463 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate452(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24432,7 +24607,7 @@ return errors === 0;
 validate452.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_409_headers = validate454;
-const schema462 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema464 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate454(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24484,7 +24659,7 @@ return errors === 0;
 validate454.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_500_application_problem_json = validate455;
-const schema463 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema465 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate455(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24506,7 +24681,7 @@ return errors === 0;
 validate455.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_500_headers = validate457;
-const schema464 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema466 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate457(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24558,7 +24733,7 @@ return errors === 0;
 validate457.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_503_application_problem_json = validate458;
-const schema465 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema467 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate458(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24580,7 +24755,7 @@ return errors === 0;
 validate458.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.cancelRun_503_headers = validate460;
-const schema466 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema468 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate460(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24657,7 +24832,7 @@ return errors === 0;
 validate460.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_params = validate461;
-const schema467 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+const schema469 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
 
 function validate461(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24877,7 +25052,7 @@ return errors === 0;
 validate461.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_200_application_json = validate462;
-const schema471 = {"$ref":"runplane-openapi#/$defs/RunLog"};
+const schema473 = {"$ref":"runplane-openapi#/$defs/RunLog"};
 
 function validate462(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24899,7 +25074,7 @@ return errors === 0;
 validate462.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_200_text_event_stream = validate464;
-const schema472 = {"type":"string"};
+const schema474 = {"type":"string"};
 
 function validate464(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24927,7 +25102,7 @@ return errors === 0;
 validate464.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_200_headers = validate465;
-const schema473 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema475 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate465(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24979,7 +25154,7 @@ return errors === 0;
 validate465.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_400_application_problem_json = validate466;
-const schema474 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema476 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate466(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25001,7 +25176,7 @@ return errors === 0;
 validate466.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_400_headers = validate468;
-const schema475 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema477 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate468(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25053,7 +25228,7 @@ return errors === 0;
 validate468.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_401_application_problem_json = validate469;
-const schema476 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema478 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate469(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25075,7 +25250,7 @@ return errors === 0;
 validate469.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_401_headers = validate471;
-const schema477 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema479 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate471(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25149,7 +25324,7 @@ return errors === 0;
 validate471.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_403_application_problem_json = validate472;
-const schema478 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema480 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate472(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25171,7 +25346,7 @@ return errors === 0;
 validate472.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_403_headers = validate474;
-const schema479 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema481 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate474(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25223,7 +25398,7 @@ return errors === 0;
 validate474.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_404_application_problem_json = validate475;
-const schema480 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema482 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate475(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25245,7 +25420,7 @@ return errors === 0;
 validate475.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_404_headers = validate477;
-const schema481 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema483 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate477(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25297,7 +25472,7 @@ return errors === 0;
 validate477.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_500_application_problem_json = validate478;
-const schema482 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema484 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate478(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25319,7 +25494,7 @@ return errors === 0;
 validate478.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_500_headers = validate480;
-const schema483 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema485 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate480(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25371,7 +25546,7 @@ return errors === 0;
 validate480.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_503_application_problem_json = validate481;
-const schema484 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema486 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate481(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25393,7 +25568,7 @@ return errors === 0;
 validate481.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_503_headers = validate483;
-const schema485 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema487 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate483(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25470,7 +25645,7 @@ return errors === 0;
 validate483.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_params = validate484;
-const schema486 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema488 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate484(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25676,7 +25851,7 @@ return errors === 0;
 validate484.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_200_application_json = validate485;
-const schema490 = {"$ref":"runplane-openapi#/$defs/Run"};
+const schema492 = {"$ref":"runplane-openapi#/$defs/Run"};
 
 function validate485(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25695,10 +25870,10 @@ errors = vErrors.length;
 validate485.errors = vErrors;
 return errors === 0;
 }
-validate485.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate485.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_200_headers = validate487;
-const schema491 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema493 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate487(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25750,7 +25925,7 @@ return errors === 0;
 validate487.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_400_application_problem_json = validate488;
-const schema492 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema494 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate488(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25772,7 +25947,7 @@ return errors === 0;
 validate488.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_400_headers = validate490;
-const schema493 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema495 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate490(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25824,7 +25999,7 @@ return errors === 0;
 validate490.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_401_application_problem_json = validate491;
-const schema494 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema496 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate491(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25846,7 +26021,7 @@ return errors === 0;
 validate491.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_401_headers = validate493;
-const schema495 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema497 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate493(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25920,7 +26095,7 @@ return errors === 0;
 validate493.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_403_application_problem_json = validate494;
-const schema496 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema498 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate494(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25942,7 +26117,7 @@ return errors === 0;
 validate494.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_403_headers = validate496;
-const schema497 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema499 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate496(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25994,7 +26169,7 @@ return errors === 0;
 validate496.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_404_application_problem_json = validate497;
-const schema498 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema500 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate497(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26016,7 +26191,7 @@ return errors === 0;
 validate497.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_404_headers = validate499;
-const schema499 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema501 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate499(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26068,7 +26243,7 @@ return errors === 0;
 validate499.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_409_application_problem_json = validate500;
-const schema500 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema502 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate500(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26090,7 +26265,7 @@ return errors === 0;
 validate500.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_409_headers = validate502;
-const schema501 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema503 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate502(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26142,7 +26317,7 @@ return errors === 0;
 validate502.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_500_application_problem_json = validate503;
-const schema502 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema504 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate503(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26164,7 +26339,7 @@ return errors === 0;
 validate503.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_500_headers = validate505;
-const schema503 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema505 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate505(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26216,7 +26391,7 @@ return errors === 0;
 validate505.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_503_application_problem_json = validate506;
-const schema504 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema506 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate506(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26238,7 +26413,7 @@ return errors === 0;
 validate506.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.redeliverWebhook_503_headers = validate508;
-const schema505 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema507 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate508(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26315,7 +26490,7 @@ return errors === 0;
 validate508.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_params = validate509;
-const schema506 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
+const schema508 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
 
 function validate509(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26585,7 +26760,7 @@ return errors === 0;
 validate509.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_200_application_json = validate510;
-const schema510 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
+const schema512 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
 
 function validate510(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26607,7 +26782,7 @@ return errors === 0;
 validate510.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_200_headers = validate512;
-const schema511 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+const schema513 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
 function validate512(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26681,7 +26856,7 @@ return errors === 0;
 validate512.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_304_headers = validate513;
-const schema512 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+const schema514 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
 function validate513(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26755,7 +26930,7 @@ return errors === 0;
 validate513.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_400_application_problem_json = validate514;
-const schema513 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema515 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate514(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26777,7 +26952,7 @@ return errors === 0;
 validate514.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_400_headers = validate516;
-const schema514 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema516 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate516(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26829,7 +27004,7 @@ return errors === 0;
 validate516.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_401_application_problem_json = validate517;
-const schema515 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema517 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate517(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26851,7 +27026,7 @@ return errors === 0;
 validate517.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_401_headers = validate519;
-const schema516 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema518 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate519(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26925,7 +27100,7 @@ return errors === 0;
 validate519.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_403_application_problem_json = validate520;
-const schema517 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema519 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate520(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26947,7 +27122,7 @@ return errors === 0;
 validate520.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_403_headers = validate522;
-const schema518 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema520 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate522(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26999,7 +27174,7 @@ return errors === 0;
 validate522.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_404_application_problem_json = validate523;
-const schema519 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema521 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate523(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27021,7 +27196,7 @@ return errors === 0;
 validate523.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_404_headers = validate525;
-const schema520 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema522 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate525(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27073,7 +27248,7 @@ return errors === 0;
 validate525.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_500_application_problem_json = validate526;
-const schema521 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema523 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate526(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27095,7 +27270,7 @@ return errors === 0;
 validate526.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_500_headers = validate528;
-const schema522 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema524 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate528(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27147,7 +27322,7 @@ return errors === 0;
 validate528.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_502_application_problem_json = validate529;
-const schema523 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema525 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate529(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27169,7 +27344,7 @@ return errors === 0;
 validate529.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_502_headers = validate531;
-const schema524 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema526 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate531(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27221,7 +27396,7 @@ return errors === 0;
 validate531.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_503_application_problem_json = validate532;
-const schema525 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema527 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate532(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27243,7 +27418,7 @@ return errors === 0;
 validate532.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRepositoryTree_503_headers = validate534;
-const schema526 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema528 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate534(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27320,7 +27495,7 @@ return errors === 0;
 validate534.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_params = validate535;
-const schema527 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+const schema529 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate535(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27456,7 +27631,7 @@ return errors === 0;
 validate535.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_200_text_event_stream = validate536;
-const schema529 = {"type":"string"};
+const schema531 = {"type":"string"};
 
 function validate536(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27484,7 +27659,7 @@ return errors === 0;
 validate536.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_200_headers = validate537;
-const schema530 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema532 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate537(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27536,7 +27711,7 @@ return errors === 0;
 validate537.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_400_application_problem_json = validate538;
-const schema531 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema533 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate538(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27558,7 +27733,7 @@ return errors === 0;
 validate538.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_400_headers = validate540;
-const schema532 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema534 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate540(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27610,7 +27785,7 @@ return errors === 0;
 validate540.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_401_application_problem_json = validate541;
-const schema533 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema535 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate541(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27632,7 +27807,7 @@ return errors === 0;
 validate541.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_401_headers = validate543;
-const schema534 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema536 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate543(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27706,7 +27881,7 @@ return errors === 0;
 validate543.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_403_application_problem_json = validate544;
-const schema535 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema537 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate544(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27728,7 +27903,7 @@ return errors === 0;
 validate544.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_403_headers = validate546;
-const schema536 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema538 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate546(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27780,7 +27955,7 @@ return errors === 0;
 validate546.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_500_application_problem_json = validate547;
-const schema537 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema539 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate547(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27802,7 +27977,7 @@ return errors === 0;
 validate547.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_500_headers = validate549;
-const schema538 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema540 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate549(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27854,7 +28029,7 @@ return errors === 0;
 validate549.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_503_application_problem_json = validate550;
-const schema539 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema541 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate550(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27876,7 +28051,7 @@ return errors === 0;
 validate550.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_503_headers = validate552;
-const schema540 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema542 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate552(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27953,7 +28128,7 @@ return errors === 0;
 validate552.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_params = validate553;
-const schema541 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
+const schema543 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"},"rerunOf":{"$ref":"runplane-openapi#/$defs/RunId"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
 
 function validate553(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28156,9 +28331,11 @@ vErrors.push(err15);
 errors++;
 }
 }
-}
-else {
-const err16 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data4.rerunOf !== undefined){
+let data7 = data4.rerunOf;
+if(typeof data7 === "string"){
+if(!pattern27.test(data7)){
+const err16 = {instancePath:instancePath+"/query/rerunOf",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -28168,14 +28345,8 @@ vErrors.push(err16);
 errors++;
 }
 }
-if(data.header !== undefined){
-let data7 = data.header;
-if(data7 && typeof data7 == "object" && !Array.isArray(data7)){
-if(data7["X-Webhook-Secret"] !== undefined){
-let data8 = data7["X-Webhook-Secret"];
-if(typeof data8 === "string"){
-if(func1(data8) > 512){
-const err17 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/maxLength",keyword:"maxLength",params:{limit: 512},message:"must NOT have more than 512 characters"};
+else {
+const err17 = {instancePath:instancePath+"/query/rerunOf",schemaPath:"runplane-openapi#/$defs/RunId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -28184,8 +28355,10 @@ vErrors.push(err17);
 }
 errors++;
 }
-if(func1(data8) < 1){
-const err18 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+}
+}
+else {
+const err18 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -28195,8 +28368,14 @@ vErrors.push(err18);
 errors++;
 }
 }
-else {
-const err19 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.header !== undefined){
+let data8 = data.header;
+if(data8 && typeof data8 == "object" && !Array.isArray(data8)){
+if(data8["X-Webhook-Secret"] !== undefined){
+let data9 = data8["X-Webhook-Secret"];
+if(typeof data9 === "string"){
+if(func1(data9) > 512){
+const err19 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/maxLength",keyword:"maxLength",params:{limit: 512},message:"must NOT have more than 512 characters"};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -28205,12 +28384,8 @@ vErrors.push(err19);
 }
 errors++;
 }
-}
-if(data7["Idempotency-Key"] !== undefined){
-let data9 = data7["Idempotency-Key"];
-if(typeof data9 === "string"){
-if(func1(data9) > 255){
-const err20 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/maxLength",keyword:"maxLength",params:{limit: 255},message:"must NOT have more than 255 characters"};
+if(func1(data9) < 1){
+const err20 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -28219,8 +28394,9 @@ vErrors.push(err20);
 }
 errors++;
 }
-if(func1(data9) < 1){
-const err21 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+}
+else {
+const err21 = {instancePath:instancePath+"/header/X-Webhook-Secret",schemaPath:"#/properties/header/properties/X-Webhook-Secret/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -28230,8 +28406,11 @@ vErrors.push(err21);
 errors++;
 }
 }
-else {
-const err22 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data8["Idempotency-Key"] !== undefined){
+let data10 = data8["Idempotency-Key"];
+if(typeof data10 === "string"){
+if(func1(data10) > 255){
+const err22 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/maxLength",keyword:"maxLength",params:{limit: 255},message:"must NOT have more than 255 characters"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -28240,10 +28419,8 @@ vErrors.push(err22);
 }
 errors++;
 }
-}
-if(data7.accept !== undefined){
-if(typeof data7.accept !== "string"){
-const err23 = {instancePath:instancePath+"/header/accept",schemaPath:"#/properties/header/properties/accept/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(func1(data10) < 1){
+const err23 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -28253,9 +28430,8 @@ vErrors.push(err23);
 errors++;
 }
 }
-}
 else {
-const err24 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err24 = {instancePath:instancePath+"/header/Idempotency-Key",schemaPath:"#/properties/header/properties/Idempotency-Key/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -28265,14 +28441,38 @@ vErrors.push(err24);
 errors++;
 }
 }
-}
-else {
-const err25 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data8.accept !== undefined){
+if(typeof data8.accept !== "string"){
+const err25 = {instancePath:instancePath+"/header/accept",schemaPath:"#/properties/header/properties/accept/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err25];
 }
 else {
 vErrors.push(err25);
+}
+errors++;
+}
+}
+}
+else {
+const err26 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err26];
+}
+else {
+vErrors.push(err26);
+}
+errors++;
+}
+}
+}
+else {
+const err27 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err27];
+}
+else {
+vErrors.push(err27);
 }
 errors++;
 }
@@ -28282,7 +28482,7 @@ return errors === 0;
 validate553.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_body = validate554;
-const schema545 = {"$ref":"runplane-openapi#/$defs/RunInput"};
+const schema548 = {"$ref":"runplane-openapi#/$defs/RunInput"};
 
 function validate554(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28312,7 +28512,7 @@ return errors === 0;
 validate554.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_200_application_json = validate555;
-const schema547 = {"$ref":"runplane-openapi#/$defs/RunResult"};
+const schema550 = {"$ref":"runplane-openapi#/$defs/RunResult"};
 
 function validate555(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28334,7 +28534,7 @@ return errors === 0;
 validate555.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_200_text_event_stream = validate557;
-const schema548 = {"type":"string"};
+const schema551 = {"type":"string"};
 
 function validate557(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28362,7 +28562,7 @@ return errors === 0;
 validate557.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_200_headers = validate558;
-const schema549 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema552 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate558(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28414,7 +28614,7 @@ return errors === 0;
 validate558.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_202_application_json = validate559;
-const schema550 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
+const schema553 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
 
 function validate559(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28436,7 +28636,7 @@ return errors === 0;
 validate559.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_202_headers = validate561;
-const schema551 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema554 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate561(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28488,7 +28688,7 @@ return errors === 0;
 validate561.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_400_application_problem_json = validate562;
-const schema552 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema555 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate562(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28510,7 +28710,7 @@ return errors === 0;
 validate562.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_400_headers = validate564;
-const schema553 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema556 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate564(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28562,7 +28762,7 @@ return errors === 0;
 validate564.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_401_application_problem_json = validate565;
-const schema554 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema557 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate565(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28584,7 +28784,7 @@ return errors === 0;
 validate565.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_401_headers = validate567;
-const schema555 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+const schema558 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
 function validate567(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28658,7 +28858,7 @@ return errors === 0;
 validate567.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_403_application_problem_json = validate568;
-const schema556 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema559 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate568(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28680,7 +28880,7 @@ return errors === 0;
 validate568.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_403_headers = validate570;
-const schema557 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema560 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate570(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28732,7 +28932,7 @@ return errors === 0;
 validate570.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_404_application_problem_json = validate571;
-const schema558 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema561 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate571(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28754,7 +28954,7 @@ return errors === 0;
 validate571.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_404_headers = validate573;
-const schema559 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema562 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate573(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28806,7 +29006,7 @@ return errors === 0;
 validate573.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_409_application_problem_json = validate574;
-const schema560 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema563 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate574(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28828,7 +29028,7 @@ return errors === 0;
 validate574.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_409_headers = validate576;
-const schema561 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema564 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate576(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28880,7 +29080,7 @@ return errors === 0;
 validate576.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_413_application_problem_json = validate577;
-const schema562 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema565 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate577(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28902,7 +29102,7 @@ return errors === 0;
 validate577.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_413_headers = validate579;
-const schema563 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema566 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate579(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28954,7 +29154,7 @@ return errors === 0;
 validate579.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_415_application_problem_json = validate580;
-const schema564 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema567 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate580(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28976,7 +29176,7 @@ return errors === 0;
 validate580.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_415_headers = validate582;
-const schema565 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema568 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate582(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29028,7 +29228,7 @@ return errors === 0;
 validate582.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_422_application_problem_json = validate583;
-const schema566 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema569 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate583(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29050,7 +29250,7 @@ return errors === 0;
 validate583.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_422_headers = validate585;
-const schema567 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema570 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate585(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29102,7 +29302,7 @@ return errors === 0;
 validate585.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_429_application_problem_json = validate586;
-const schema568 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema571 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate586(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29124,7 +29324,7 @@ return errors === 0;
 validate586.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_429_headers = validate588;
-const schema569 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+const schema572 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
 
 function validate588(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29211,7 +29411,7 @@ return errors === 0;
 validate588.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_500_application_problem_json = validate589;
-const schema570 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema573 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate589(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29233,7 +29433,7 @@ return errors === 0;
 validate589.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_500_headers = validate591;
-const schema571 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema574 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate591(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29285,7 +29485,7 @@ return errors === 0;
 validate591.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_502_application_problem_json = validate592;
-const schema572 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema575 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate592(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29307,7 +29507,7 @@ return errors === 0;
 validate592.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_502_headers = validate594;
-const schema573 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema576 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate594(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29359,7 +29559,7 @@ return errors === 0;
 validate594.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_503_application_problem_json = validate595;
-const schema574 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema577 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate595(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29381,7 +29581,7 @@ return errors === 0;
 validate595.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_503_headers = validate597;
-const schema575 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+const schema578 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate597(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29458,7 +29658,7 @@ return errors === 0;
 validate597.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_504_application_problem_json = validate598;
-const schema576 = {"$ref":"runplane-openapi#/$defs/Problem"};
+const schema579 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate598(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29480,7 +29680,7 @@ return errors === 0;
 validate598.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_504_headers = validate600;
-const schema577 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+const schema580 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate600(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;

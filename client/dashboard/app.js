@@ -22,7 +22,7 @@ function h(tag, attrs = {}, ...children) {
     else if (key === "class") el.className = value;
     else el.setAttribute(key, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     el.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -332,6 +332,25 @@ async function runPage(runId, params) {
   const path = { project_id: session.project_id, app_id: app, run_id: runId };
   const run = await call(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: { path } }));
   const actions = h("div", { class: "row" });
+  if (run.mode === "async" && run.input !== null && !["queued", "running"].includes(run.status)) {
+    actions.append(h("button", {
+      type: "button",
+      onclick: async () => {
+        try {
+          const accepted = await call(api.POST("/v4/{project_id}/{app_name}/{function_name}", {
+            params: {
+              path: { project_id: session.project_id, app_name: app, function_name: run.function_name },
+              query: { async: true, rerunOf: run.run_id },
+            },
+            body: run.input,
+          }));
+          go(`/dashboard/runs/${encodeURIComponent(accepted.run_id)}?app=${encodeURIComponent(app)}`);
+        } catch (error) {
+          actions.append(errorBox(error));
+        }
+      },
+    }, "Run again"));
+  }
   if (run.status === "queued" || run.status === "running") {
     actions.append(h("button", {
       type: "button",
@@ -369,6 +388,35 @@ async function runPage(runId, params) {
     h("dd", {}, ms(run.run_time_ms)),
   );
   const sections = [];
+  if (run.rerun_of || run.reruns.length) {
+    sections.push(h(
+      "p",
+      { id: "reruns" },
+      run.rerun_of
+        ? [
+          "Runs again ",
+          link(`/runs/${encodeURIComponent(run.rerun_of)}?app=${encodeURIComponent(app)}`, run.rerun_of),
+          ". ",
+        ]
+        : null,
+      run.reruns.length
+        ? [
+          "Run again as ",
+          run.reruns.map((
+            id,
+            i,
+          ) => [i ? ", " : "", link(`/runs/${encodeURIComponent(id)}?app=${encodeURIComponent(app)}`, id)]),
+          ".",
+        ]
+        : null,
+    ));
+  }
+  if (run.mode === "async") {
+    sections.push(h("h2", {}, "Input"));
+    sections.push(
+      run.input === null ? h("p", { class: "muted" }, "The input has expired with the result.") : jsonBlock(run.input),
+    );
+  }
   if (run.status === "success") {
     sections.push(h("h2", {}, "Result"));
     sections.push(run.result_expired ? h("p", { class: "muted" }, "The result has expired.") : jsonBlock(run.result));

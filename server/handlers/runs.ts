@@ -72,6 +72,7 @@ export function runHandlers(context: ServerContext): RunHandlers {
           ? { endpoint: query.webhookEndpoint, secret: header["X-Webhook-Secret"] }
           : undefined,
         idempotencyKey: header["Idempotency-Key"],
+        rerunOf: query.rerunOf,
       }, {
         onLive(run) {
           input.setRequestId(run.runId);

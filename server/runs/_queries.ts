@@ -89,7 +89,7 @@ export function outcomeColumns(
     error_type: outcome.status === "failure" ? outcome.error.type : null,
     error_message: outcome.status === "failure" ? outcome.error.message : null,
     error_traceback: outcome.status === "failure" ? outcome.error.traceback : null,
-    input_json: null,
+    // An async run's input stays (shown with the run, and run again) until its result expires.
     webhook_secret: null,
     webhook_credentials: null,
     lease_owner: null,
@@ -270,12 +270,20 @@ export function selectRunsOf(db: Db, owner: string): Promise<RunRow[]> {
 
 /** Removes results older than the TTL, marking them expired; returns how many. */
 export async function expireResults(db: Db, options: { resultTtlMs: number; now: number }): Promise<number> {
+  // Every ended run is marked (a failed or cancelled one has no result, but its input goes too).
   const result = await db
     .updateTable("runs")
-    .set({ result_json: null, result_expired: 1 })
+    .set({ result_json: null, input_json: null, result_expired: 1 })
     .where("result_expired", "=", 0)
-    .where("status", "=", "success")
+    .where("status", "in", ["success", "failure", "cancelled"])
     .where("completed_at", "<=", options.now - options.resultTtlMs)
     .executeTakeFirst();
   return Number(result.numUpdatedRows);
+}
+
+/** The runs that ran `runId` again, oldest first. */
+export async function selectReruns(db: Db, runId: string): Promise<string[]> {
+  const rows = await db.selectFrom("runs").select("run_id").where("rerun_of", "=", runId).orderBy("run_id").limit(100)
+    .execute();
+  return rows.map((r) => r.run_id);
 }

@@ -29,6 +29,7 @@ const COLUMNS = [
   "webhook_credentials",
   "lease_owner",
   "lease_expires_at",
+  "rerun_of",
 ] as const satisfies ReadonlyArray<keyof RunTable>;
 
 const INSERT = `insert into "runs" (${COLUMNS.map((c) => `"${c}"`).join(", ")}) values (${

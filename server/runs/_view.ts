@@ -36,6 +36,8 @@ export interface RunViewOptions {
   webhook: WebhookView | null;
   resultTtlMs: number;
   now: number;
+  /** The runs that ran this one again (a whole run's view only). */
+  reruns?: string[];
 }
 
 /** The `Run` for a row and its webhook's state. */
@@ -44,6 +46,11 @@ export function toRun(row: RunRow, options: RunViewOptions): Run {
   return {
     ...summary,
     result: summary.result_expired || row.result_json === null ? null : JSON.parse(row.result_json),
+    input: row.mode === "async" && row.input_json !== null && row.result_expired !== 1
+      ? JSON.parse(row.input_json)
+      : null,
+    rerun_of: row.rerun_of,
+    reruns: options.reruns ?? [],
   };
 }
 

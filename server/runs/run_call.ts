@@ -21,6 +21,8 @@ export interface RunCall {
   webhook?: { endpoint: string; secret?: string };
   /** `Idempotency-Key`, when the call has one. */
   idempotencyKey?: string;
+  /** The run of the same app this call runs again (`rerunOf`). */
+  rerunOf?: string;
 }
 
 /**

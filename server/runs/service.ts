@@ -27,7 +27,15 @@ import { executeRun, type RunExecution } from "./_execute_run.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import type { LocalRuns } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
-import { finishRun, queuedRunsByApp, selectRun, selectRunById, selectRunPage, TERMINAL_STATUSES } from "./_queries.ts";
+import {
+  finishRun,
+  queuedRunsByApp,
+  selectReruns,
+  selectRun,
+  selectRunById,
+  selectRunPage,
+  TERMINAL_STATUSES,
+} from "./_queries.ts";
 import { DEFAULT_RESULT_LIMIT_BYTES } from "./_stored_result.ts";
 import { type Run, type RunRow, toRun, toRunSummary } from "./_view.ts";
 import { type CheckedWebhook, LiveRunRecord } from "./_live_run.ts";
@@ -304,8 +312,27 @@ export function createRunService(options: RunServiceOptions): RunService {
   }
 
   async function view(row: RunRow): Promise<Run> {
-    const webhooks = row.webhook_endpoint ? await webhookViews(db, [row.run_id]) : new Map();
-    return toRun(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now: Date.now() });
+    const [webhooks, reruns] = await Promise.all([
+      row.webhook_endpoint ? webhookViews(db, [row.run_id]) : new Map(),
+      selectReruns(db, row.run_id),
+    ]);
+    return toRun(row, {
+      webhook: webhooks.get(row.run_id) ?? null,
+      resultTtlMs: config.resultTtlMs,
+      now: Date.now(),
+      reruns,
+    });
+  }
+
+  /** A `rerunOf` must name a run of the same app (400 otherwise). */
+  async function checkRerunOf(call: RunCall): Promise<void> {
+    await writer.flush();
+    const found = await selectRun(db, { projectId: call.projectId, appId: call.app, runId: call.rerunOf! });
+    if (!found) {
+      throw new ProblemError("validation", `rerunOf names no run of ${call.projectId}/${call.app}: ${call.rerunOf}`, {
+        errors: [{ path: "query.rerunOf", message: "must be a run of this app" }],
+      });
+    }
   }
 
   async function existingRun(call: RunCall, runId: string): Promise<Submission> {
@@ -336,6 +363,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       mode: call.mode,
       created_at: now,
       webhook_endpoint: webhook?.endpoint ?? null,
+      rerun_of: call.rerunOf ?? null,
     };
     if (call.mode === "async") {
       return {
@@ -449,6 +477,7 @@ export function createRunService(options: RunServiceOptions): RunService {
 
   async function submit(call: RunCall): Promise<Submission> {
     const webhook = checkWebhook(call);
+    if (call.rerunOf !== undefined) await checkRerunOf(call);
     if (call.idempotencyKey !== undefined) return await submitWithKey(call, webhook, call.idempotencyKey);
     if (call.mode === "async") return await acceptAsync(call, webhook);
     return startLive(call, webhook);

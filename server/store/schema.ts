@@ -80,6 +80,8 @@ export interface RunTable {
   lease_expires_at: number | null;
   /** 1 when a cancel was asked for while another process ran it. */
   cancel_requested: Generated<number>;
+  /** The run this one ran again (`rerunOf`). */
+  rerun_of: string | null;
 }
 
 /** The webhook outbox: one delivery per run, its exact body and (sealed) secret until it is settled. */

@@ -155,6 +155,26 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     }, "the second attempt to show");
   });
 
+  it("shows an async run's input and runs it again, linked from the old run", async () => {
+    const made = await runApi("hello/run", { query: "?async=true", body: { name: "again" } });
+    const { run_id: runId } = (await made.json()) as { run_id: string };
+    await waitFor(async () => {
+      await page.goto(`${t.url}/dashboard/runs/${runId}?app=hello`);
+      await page.locator("#run-id").waitFor();
+      return (await page.locator("#status").innerText()) === "success";
+    }, "the run to end");
+    assert.match(await page.locator("main").innerText(), /"name": "again"/);
+    await page.getByRole("button", { name: "Run again" }).click();
+    await page.waitForURL((url) => !url.pathname.endsWith(runId));
+    const newId = new URL(page.url()).pathname.split("/").pop()!;
+    await page.locator("#run-id", { hasText: newId }).waitFor();
+    await page.locator("#reruns").getByRole("link", { name: runId }).waitFor();
+    await page.locator("#status", { hasText: "success" }).waitFor({ timeout: 15_000 });
+    assert.match(await page.locator("pre").first().innerText(), /"name": "again"/);
+    await page.goto(`${t.url}/dashboard/runs/${runId}?app=hello`);
+    await page.locator("#reruns").getByRole("link", { name: newId }).waitFor();
+  });
+
   it("cancels a running run from its page", async () => {
     const made = await runApi("hello/run", { query: "?async=true", body: { seconds: 30 } });
     const { run_id: runId } = (await made.json()) as { run_id: string };

@@ -9,6 +9,7 @@ import * as deployments from "./0007_deployments.ts";
 import * as serviceAccountUsage from "./0008_service_account_usage.ts";
 import * as webhookRedelivery from "./0009_webhook_redelivery.ts";
 import * as runLogs from "./0010_run_logs.ts";
+import * as runReruns from "./0011_run_reruns.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -22,4 +23,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0008_service_account_usage": serviceAccountUsage,
   "0009_webhook_redelivery": webhookRedelivery,
   "0010_run_logs": runLogs,
+  "0011_run_reruns": runReruns,
 };
