@@ -83,6 +83,15 @@ function when(iso) {
   if (!iso) return h("span", { class: "muted" }, "–");
   const at = new Date(iso);
   const seconds = Math.round((Date.now() - at.getTime()) / 1000);
+  if (seconds < -5) {
+    const ahead = -seconds;
+    const future = ahead < 3600
+      ? `in ${Math.round(ahead / 60)} min`
+      : ahead < 86400
+      ? `in ${Math.round(ahead / 3600)} h`
+      : `in ${Math.round(ahead / 86400)} days`;
+    return h("time", { datetime: iso, title: at.toLocaleString() }, future);
+  }
   const text = seconds < 5
     ? "just now"
     : seconds < 60
