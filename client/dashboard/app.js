@@ -688,8 +688,39 @@ async function appPage(appId) {
     ));
     sections.push(logs);
   }
+  const recent = await call(
+    api.GET("/v4/projects/{project_id}/apps/{app_id}/runs", { params: { path, query: { limit: 10 } } }),
+  );
+  sections.push(h("h2", {}, "Recent runs"));
+  sections.push(
+    recent.runs.length
+      ? h(
+        "table",
+        { id: "recent-runs" },
+        h("thead", {}, h("tr", {}, ["Run", "Function", "Status", "Created"].map((t) => h("th", { scope: "col" }, t)))),
+        h(
+          "tbody",
+          {},
+          recent.runs.map((run) =>
+            h(
+              "tr",
+              {},
+              h(
+                "td",
+                { class: "mono" },
+                link(`/runs/${encodeURIComponent(run.run_id)}?app=${encodeURIComponent(appId)}`, run.run_id),
+              ),
+              h("td", {}, run.function_name),
+              h("td", {}, badge(run.status)),
+              h("td", {}, when(run.created_at)),
+            )
+          ),
+        ),
+      )
+      : h("p", { class: "muted" }, "No runs yet: call a function below."),
+  );
+  sections.push(h("p", {}, link(`/runs?app=${encodeURIComponent(appId)}`, "All runs of this app →")));
   sections.push(callForm(appId));
-  sections.push(h("p", {}, link(`/runs?app=${encodeURIComponent(appId)}`, "Recent runs of this app →")));
   return sections;
 }
 

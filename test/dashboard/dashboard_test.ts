@@ -246,6 +246,9 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.locator("#deployments tr").nth(1).getByRole("button", { name: "Activate" }).click();
     await page.locator("#deployments tr").nth(1).getByText("(active)").waitFor();
     assert.equal(await version(), "1");
+    // The app page lists its recent runs (the calls above).
+    await page.reload();
+    assert.ok((await page.locator("#recent-runs tbody tr").count()) >= 2);
   });
 
   it("refuses a cross-site form POST to a state-changing route, and signs out", async () => {
