@@ -107,6 +107,22 @@ export function createDashboardSessions(secrets: SecretBox): DashboardSessions &
   };
 }
 
+/**
+ * Sets (or, with an empty value and a past date, ends) the session cookie: HttpOnly, SameSite=Strict,
+ * and Secure when the page was reached over https — directly, or through a proxy that says so in
+ * `X-Forwarded-Proto` (a lying header can only make the browser keep the cookie to https). Written by
+ * hand because Koa's cookie jar refuses a Secure cookie on the proxy's plain-http hop.
+ */
+function setSessionCookie(ctx: Context, cookie: { value: string; expires: Date }): void {
+  const https = ctx.secure || ctx.get("X-Forwarded-Proto").split(",")[0].trim() === "https";
+  ctx.append(
+    "Set-Cookie",
+    `${SESSION_COOKIE}=${cookie.value}; Path=/; Expires=${cookie.expires.toUTCString()}; HttpOnly; SameSite=Strict${
+      https ? "; Secure" : ""
+    }`,
+  );
+}
+
 async function serveFile(ctx: Context, path: string, cache: string): Promise<void> {
   const body = await readFile(path).catch(() => undefined);
   if (!body) throw new ProblemError("not-found", `No dashboard file ${ctx.path}`);
@@ -136,14 +152,7 @@ export function dashboardMiddleware(
     }
     const principal = await verifier.verify(token);
     const expiresAt = Math.min(principal.expiresAt * 1000, Date.now() + SESSION_MAX_MS);
-    ctx.cookies.set(SESSION_COOKIE, sessions.seal({ token, expiresAt }), {
-      httpOnly: true,
-      sameSite: "strict",
-      secure: ctx.secure,
-      path: "/",
-      expires: new Date(expiresAt),
-      overwrite: true,
-    });
+    setSessionCookie(ctx, { value: sessions.seal({ token, expiresAt }), expires: new Date(expiresAt) });
     ctx.body = whoAmI(principal, expiresAt);
   }
 
@@ -173,7 +182,7 @@ export function dashboardMiddleware(
     if (rest === "/session/end") {
       if (ctx.method !== "POST") throw new ProblemError("method-not-allowed", "Use POST");
       if (!sameOrigin(ctx)) throw crossSite();
-      ctx.cookies.set(SESSION_COOKIE, "", { httpOnly: true, sameSite: "strict", path: "/", expires: new Date(0) });
+      setSessionCookie(ctx, { value: "", expires: new Date(0) });
       ctx.status = 204;
       return;
     }
