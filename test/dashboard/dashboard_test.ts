@@ -225,6 +225,7 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     assert.deepEqual(dialogs.filter((d) => !d.startsWith("confirm")), []);
     assert.equal((await runApi("hello/run", { token })).status, 401);
     await page.reload();
+    await page.locator("#accounts tr", { hasText: "from the dashboard" }).getByText("revoked").waitFor();
     assert.equal(await page.locator("#new-token").count(), 0, "the token is not shown again");
   });
 
@@ -248,7 +249,7 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     assert.equal(await version(), "1");
     // The app page lists its recent runs (the calls above).
     await page.reload();
-    assert.ok((await page.locator("#recent-runs tbody tr").count()) >= 2);
+    await page.locator("#recent-runs tbody tr").nth(1).waitFor();
   });
 
   it("refuses a cross-site form POST to a state-changing route, and signs out", async () => {
