@@ -46,7 +46,8 @@ export async function startRunplane(
   await store.close();
   const server = await startProcess(process.execPath, {
     // The built server, as production runs it (`npm run build` first; mod.ts does).
-    args: [join(ROOT, "dist", "server", "main.js")],
+    // `BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof"` profiles the servers a run starts.
+    args: [...(process.env.BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []), join(ROOT, "dist", "server", "main.js")],
     cwd: ROOT,
     env: {
       NODE_ENV: "production",

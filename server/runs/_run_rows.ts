@@ -32,10 +32,12 @@ const COLUMNS = [
   "rerun_of",
 ] as const satisfies ReadonlyArray<keyof RunTable>;
 
-const INSERT = `insert into "runs" (${COLUMNS.map((c) => `"${c}"`).join(", ")}) values (${
-  COLUMNS.map(() => "?").join(", ")
-})`;
+const INSERT_INTO = `insert into "runs" (${COLUMNS.map((c) => `"${c}"`).join(", ")}) values `;
+const VALUES = `(${COLUMNS.map(() => "?").join(", ")})`;
+const INSERT = INSERT_INTO + VALUES;
 const insert = rawStatement(INSERT);
+/** Multi-row inserts by row count, made on first use (a group commit's batches are at most a few hundred rows). */
+const insertMany = new Map<number, ReturnType<typeof rawStatement>>();
 // A run another process already ended (e.g. marked interrupted) keeps its final state.
 const upsert = rawStatement(
   `${INSERT} on conflict ("run_id") do update set ${COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")}`
@@ -54,6 +56,20 @@ function parameters(row: Insertable<RunTable>): unknown[] {
 /** Inserts a new run. */
 export async function insertRun(db: Queryable, row: Insertable<RunTable>): Promise<void> {
   await insert(db, parameters(row));
+}
+
+/**
+ * Inserts new runs with one statement: on PostgreSQL a batch costs one round trip, not one per row.
+ */
+export async function insertRuns(db: Queryable, rows: ReadonlyArray<Insertable<RunTable>>): Promise<void> {
+  if (rows.length === 0) return;
+  if (rows.length === 1) return await insertRun(db, rows[0]);
+  let statement = insertMany.get(rows.length);
+  if (!statement) {
+    statement = rawStatement(INSERT_INTO + new Array(rows.length).fill(VALUES).join(", "));
+    insertMany.set(rows.length, statement);
+  }
+  await statement(db, rows.flatMap(parameters));
 }
 
 /** Inserts a run or, while the stored one is still queued or running, replaces it with `row`. */

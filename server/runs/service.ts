@@ -43,7 +43,7 @@ import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
 import type { RunChange } from "./change_feed.ts";
 import { readRunLog, type RunLog, type RunLogLine, type RunLogWriter } from "./run_logs.ts";
-import { insertRun } from "./_run_rows.ts";
+import { insertRun, insertRuns } from "./_run_rows.ts";
 import { createWriteBehind } from "./_write_behind.ts";
 import { newRunId } from "./run_id.ts";
 import type { LiveRun, RunCall } from "./run_call.ts";
@@ -271,7 +271,13 @@ export function createRunService(options: RunServiceOptions): RunService {
   const unlisten: Array<() => void> = [];
   if (notifier) {
     // Another process queued a run: claim it now if there is room, rather than at the next poll.
-    if (dispatcher) unlisten.push(notifier.listen("runplane_runs", () => dispatcher?.wake()));
+    // A wake-up names the process that queued the runs; that one woke its own dispatcher already
+    // (`accepted`), and a wake-up per accepted batch would cost it a queue scan per batch.
+    if (dispatcher) {
+      unlisten.push(notifier.listen("runplane_runs", (from) => {
+        if (from !== owner) dispatcher?.wake();
+      }));
+    }
     // Another process was asked to cancel a run this one runs. A lost wake-up is caught by the next
     // lease renewal, which reads `cancel_requested`.
     unlisten.push(notifier.listen("runplane_cancel", (runId) => {
@@ -281,17 +287,18 @@ export function createRunService(options: RunServiceOptions): RunService {
 
   /** Announces committed queued runs to every process (inside `trx`: sent on its commit). */
   async function announceQueued(trx: Transaction<Database>): Promise<void> {
-    await notifier?.notify("runplane_runs", undefined, { db: trx });
+    await notifier?.notify("runplane_runs", owner, { db: trx });
   }
 
   // Accepted async runs: the 202 follows the commit of the run's record, and the records of calls
   // accepted in the same turn of the event loop share one commit.
-  const queued = createGroupCommit<Insertable<RunTable>>((rows) =>
-    db.transaction().execute(async (trx) => {
-      for (const row of rows) await insertRun(trx, row);
-      await announceQueued(trx);
-    })
-  );
+  // One batch at a time: the next one collects while one commits, so under load one statement (one
+  // round trip and one commit on PostgreSQL) carries many records. The wake-up follows the commit; the
+  // 202s do not wait for it (a lost one only leaves the runs to the next poll).
+  const queued = createGroupCommit<Insertable<RunTable>>(async (rows) => {
+    await insertRuns(db, rows);
+    notifier?.notify("runplane_runs", owner).catch((error) => logger.warn({ err: error }, "queued runs not announced"));
+  }, { maxInFlight: 1 });
 
   function checkWebhook(call: RunCall): CheckedWebhook | null {
     if (!call.webhook) return null;

@@ -33,6 +33,7 @@ import { localNotifier, type Notifier, postgresNotifier } from "./notifier.ts";
 import type { Database } from "./schema.ts";
 
 export { isPostgresUrl, redactDatabaseUrl } from "./_postgres.ts";
+export { type BatchedLookup, type BatchedLookupOptions, createBatchedLookup } from "./batched_lookup.ts";
 export type { StoreClock } from "./clock.ts";
 export { createGroupCommit, type GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 export {

@@ -43,4 +43,30 @@ describe("group commit", () => {
     await Promise.all([1, 2, 3, 4, 5].map((n) => group.add(n)));
     assert.deepEqual(batches, [[1, 2], [3, 4], [5]]);
   });
+
+  it("with maxInFlight 1, writes one batch at a time and collects what arrives meanwhile into the next", async () => {
+    const batches: number[][] = [];
+    let writing = 0;
+    let mostAtOnce = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const group = createGroupCommit<number>(async (batch) => {
+      writing++;
+      mostAtOnce = Math.max(mostAtOnce, writing);
+      batches.push(batch);
+      if (batch[0] === 1) await gate;
+      writing--;
+    }, { maxInFlight: 1 });
+    const first = group.add(1);
+    await nextTurn();
+    await nextTurn();
+    const later = [2, 3, 4].map((n) => group.add(n));
+    await nextTurn();
+    await nextTurn();
+    assert.deepEqual(batches, [[1]], "the second batch waits for the first to be written");
+    release();
+    await Promise.all([first, ...later]);
+    assert.deepEqual(batches, [[1], [2, 3, 4]]);
+    assert.equal(mostAtOnce, 1);
+  });
 });
