@@ -46,6 +46,8 @@ export interface Config {
   runLogLimitBytes: number;
   /** How long a finished run keeps its result, in milliseconds. */
   resultTtlMs: number;
+  /** How long a finished run's whole record is kept, in milliseconds (then deleted). */
+  runRetentionMs: number;
   /** The largest result stored with a run (and sent in its webhook), in bytes of JSON. */
   resultLimitBytes: number;
   /** How long a run's claim lasts without renewal before another process may end it, in milliseconds. */
@@ -342,6 +344,15 @@ export const SETTINGS = [
     flag: "--result-ttl",
     default: "24h",
     description: "How long a finished run keeps its result (then `result_expired`)",
+    parse: duration(1000, 3650 * 86_400_000, "1s to 3650d"),
+  },
+  {
+    key: "runRetentionMs",
+    env: "RUNPLANE_RUN_RETENTION",
+    flag: "--run-retention",
+    default: "30d",
+    description:
+      "How long a finished run's record is kept (with its logs and webhook attempts); then it is deleted. Never before its result TTL or its Idempotency-Key's 24 h",
     parse: duration(1000, 3650 * 86_400_000, "1s to 3650d"),
   },
   {

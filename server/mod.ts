@@ -168,6 +168,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     logger,
     config: {
       resultTtlMs: config.resultTtlMs,
+      runRetentionMs: config.runRetentionMs,
       runLeaseMs: config.runLeaseMs,
       webhookAllowPrivate: config.webhookAllowPrivate,
       resultLimitBytes: config.resultLimitBytes,

@@ -153,3 +153,8 @@ export async function expireRunLogs(db: Kysely<Database>, options: { before: num
   const result = await db.deleteFrom("run_logs").where("at", "<=", options.before).executeTakeFirst();
   return Number(result.numDeletedRows);
 }
+
+/** Deletes every line of `runIds` (their records are being deleted). */
+export async function deleteRunLogsOf(db: Kysely<Database>, runIds: readonly string[]): Promise<void> {
+  if (runIds.length) await db.deleteFrom("run_logs").where("run_id", "in", runIds).execute();
+}

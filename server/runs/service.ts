@@ -27,6 +27,7 @@ import { executeRun, type RunExecution } from "./_execute_run.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import type { LocalRuns } from "./_local_runs.ts";
 import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
+import { DEFAULT_RETENTION_MS, startRetention } from "./_retention.ts";
 import {
   finishRun,
   queuedRunsByApp,
@@ -156,6 +157,8 @@ export interface RunService {
 export interface RunSettings {
   /** How long a finished run keeps its result. */
   resultTtlMs: number;
+  /** How long a finished run's record is kept before it is deleted (default 30 days). */
+  runRetentionMs?: number;
   /** How long a run's lease lasts without renewal before another process may end it. */
   runLeaseMs: number;
   /** Whether webhook endpoints may be private addresses. */
@@ -268,6 +271,13 @@ export function createRunService(options: RunServiceOptions): RunService {
       now: clock,
     }),
   );
+  loops.push(startRetention({
+    db,
+    logger,
+    retentionMs: config.runRetentionMs ?? DEFAULT_RETENTION_MS,
+    resultTtlMs: config.resultTtlMs,
+    now: clock,
+  }));
   const unlisten: Array<() => void> = [];
   if (notifier) {
     // Another process queued a run: claim it now if there is room, rather than at the next poll.

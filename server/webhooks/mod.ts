@@ -19,6 +19,7 @@ export { basicAuthorization, takeEndpointCredentials } from "./endpoint_credenti
 export {
   type ClaimedDelivery,
   type DeliveryLease,
+  deleteDeliveriesOf,
   enqueueDelivery,
   forgetDeliverySecrets,
   redeliver,

@@ -323,3 +323,10 @@ export async function redeliver(
     return Number(updated.numUpdatedRows) === 1 ? { ok: true } : { ok: false, reason: "in-progress" };
   });
 }
+
+/** Deletes the deliveries of `runIds` and their attempts (their run records are being deleted). */
+export async function deleteDeliveriesOf(db: Kysely<Database>, runIds: readonly string[]): Promise<void> {
+  if (runIds.length === 0) return;
+  await db.deleteFrom("webhook_attempts").where("run_id", "in", runIds).execute();
+  await db.deleteFrom("webhook_deliveries").where("run_id", "in", runIds).execute();
+}
