@@ -58,6 +58,8 @@ export interface Config {
   webhookAllowPrivate: boolean;
   /** The longest one webhook delivery attempt may take, in milliseconds. */
   webhookTimeoutMs: number;
+  /** Most webhook attempts in flight at once to one destination (scheme, host, port), per process. */
+  webhookPerDestination: number;
   /** The pause between two attempts of a webhook delivery, in milliseconds (at most 5 s). */
   webhookRetryDelayMs: number;
 }
@@ -416,6 +418,15 @@ export const SETTINGS = [
     default: "10s",
     description: "Longest one webhook delivery attempt may take",
     parse: duration(100, 120_000, "100ms to 120s"),
+  },
+  {
+    key: "webhookPerDestination",
+    env: "RUNPLANE_WEBHOOK_PER_DESTINATION",
+    flag: "--webhook-per-destination",
+    default: "16",
+    description:
+      "Most webhook attempts in flight at once to one destination (scheme, host, port) per process, of 64 in all: a receiver that hangs holds no more",
+    parse: integer(1, 64),
   },
   {
     key: "webhookRetryDelayMs",

@@ -144,6 +144,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     logger,
     headerVendor: config.webhookHeaderVendor,
     timeoutMs: config.webhookTimeoutMs,
+    perDestination: config.webhookPerDestination,
     retryDelayMs: config.webhookRetryDelayMs,
     guard: { allowPrivate: config.webhookAllowPrivate },
     metrics,

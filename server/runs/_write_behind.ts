@@ -102,7 +102,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
       const now = Date.now();
       for (const { delivery } of entries) {
         if (!delivery) continue;
-        const lease = options.handOff?.lease(now) ?? undefined;
+        const lease = options.handOff?.lease(now, delivery.endpoint) ?? undefined;
         if (!(await enqueueDelivery(trx, delivery, { now, lease }))) continue;
         if (lease) {
           handed.push({

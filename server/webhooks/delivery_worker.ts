@@ -23,6 +23,7 @@ import {
   recordAttemptStarts,
   recordAttempts,
   settleInterruptedAttempts,
+  snoozeDeliveries,
   statusAfter,
 } from "./outbox.ts";
 import { basicAuthorization } from "./endpoint_credentials.ts";
@@ -51,6 +52,11 @@ export interface DeliveryWorkerOptions {
   /** Most attempts in flight at once (default 64). */
   maxInFlight?: number;
   /**
+   * Most attempts in flight at once to one destination (scheme, host and port; default 16): a receiver
+   * that hangs holds that many of the window, not all of it, so the others' deliveries go on.
+   */
+  perDestination?: number;
+  /**
    * The store's wake-ups: one on `runplane_deliveries` (another process enqueued a delivery) makes the
    * worker look at the outbox at once, as `wake()` does; the poll stays the fallback.
    */
@@ -64,8 +70,11 @@ export interface DeliveryWorkerOptions {
  * worker's queue is bounded: when `lease` says no, store the delivery unleased and `wake()` the worker.
  */
 export interface DeliveryHandOff {
-  /** A lease to insert one more delivery with, or null when the worker's queue is full. */
-  lease(now: number): DeliveryLease | null;
+  /**
+   * A lease to insert one more delivery to `endpoint` with, or null when the worker's queue is full or
+   * its destination is (`perDestination` in flight and as many waiting).
+   */
+  lease(now: number, endpoint: string): DeliveryLease | null;
   /** Attempts deliveries that were committed with a lease from `lease()`. */
   take(deliveries: readonly ClaimedDelivery[]): void;
 }
@@ -80,12 +89,25 @@ export interface DeliveryWorker {
   stop(): Promise<void>;
 }
 
+/** Where a delivery goes: its endpoint's scheme, host and port. */
+function destinationOf(endpoint: string): string {
+  try {
+    return new URL(endpoint).origin;
+  } catch {
+    return endpoint;
+  }
+}
+
+/** How long a delivery put back for a busy destination waits before it is due again. */
+const SNOOZE_MS = 1000;
+
 /** Starts a worker that runs until `stop()`. */
 export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWorker {
   const owner = options.owner ?? `dw_${randomBytes(8).toString("hex")}`;
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
   const maxInFlight = options.maxInFlight ?? 64;
+  const perDestination = Math.min(options.perDestination ?? 16, maxInFlight);
   const clock = options.now ?? Date.now;
   // Handed-off deliveries waiting for the window; past it, new ones stay in the outbox to be claimed.
   const maxReady = maxInFlight * 4;
@@ -162,29 +184,85 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     if (status === "pending") ticker.wakeAfter(options.retryDelayMs);
   }
 
-  // Claimed and handed-off deliveries wait here for room in the window, with their lease's end.
-  const ready: Array<{ delivery: ClaimedDelivery; leaseEnds: number }> = [];
+  // Claimed and handed-off deliveries wait here for room in the window (and at their destination), with
+  // their lease's end.
+  const ready: Array<{ delivery: ClaimedDelivery; leaseEnds: number; destination: string }> = [];
+  // Attempts in flight, and deliveries in `ready`, by destination.
+  const busy = new Map<string, number>();
+  const waiting = new Map<string, number>();
+  const saturated = (destination: string) => (busy.get(destination) ?? 0) >= perDestination;
+  function count(counts: Map<string, number>, destination: string, by: number): void {
+    const value = (counts.get(destination) ?? 0) + by;
+    if (value) counts.set(destination, value);
+    else counts.delete(destination);
+  }
 
+  function enqueue(delivery: ClaimedDelivery, leaseEnds: number): void {
+    const destination = destinationOf(delivery.endpoint);
+    ready.push({ delivery, leaseEnds, destination });
+    count(waiting, destination, 1);
+  }
+
+  function dequeue(index: number): (typeof ready)[number] {
+    const [entry] = ready.splice(index, 1);
+    count(waiting, entry.destination, -1);
+    return entry;
+  }
+
+  function start(entry: (typeof ready)[number]): void {
+    const { delivery, destination } = entry;
+    inFlight++;
+    count(busy, destination, 1);
+    attempt(delivery)
+      .catch((error) =>
+        options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded")
+      )
+      .finally(() => {
+        inFlight--;
+        count(busy, destination, -1);
+        pump();
+        if (backlog) ticker.wake();
+      });
+  }
+
+  /**
+   * Starts what the window and the destinations have room for, oldest first. Past what its destination
+   * may start soon (`perDestination` more), a delivery goes back to the outbox, due again a little
+   * later: the window and the claims stay free for the other destinations.
+   */
   function pump(): void {
-    while (inFlight < maxInFlight && ready.length > 0 && !stopping.signal.aborted) {
-      const { delivery, leaseEnds } = ready.shift()!;
+    const kept = new Map<string, number>();
+    const snoozed: string[] = [];
+    for (let i = 0; i < ready.length && !stopping.signal.aborted;) {
+      const entry = ready[i];
       // Too close to its lease's end, another process may claim it as well: leave it to the outbox.
-      if (clock() + options.timeoutMs >= leaseEnds) continue;
-      inFlight++;
-      attempt(delivery)
-        .catch((error) =>
-          options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded")
-        )
-        .finally(() => {
-          inFlight--;
-          pump();
-          if (backlog) ticker.wake();
-        });
+      if (clock() + options.timeoutMs >= entry.leaseEnds) {
+        dequeue(i);
+      } else if (inFlight < maxInFlight && !saturated(entry.destination)) {
+        start(dequeue(i));
+      } else if (saturated(entry.destination) && (kept.get(entry.destination) ?? 0) >= perDestination) {
+        snoozed.push(dequeue(i).delivery.run_id);
+      } else {
+        count(kept, entry.destination, 1);
+        i++;
+      }
+    }
+    if (snoozed.length) {
+      snoozeDeliveries(options.db, { runIds: snoozed, owner, dueAt: clock() + SNOOZE_MS }).catch((error) =>
+        options.logger.warn({ err: error }, "deliveries to a busy destination not put back; their leases will end")
+      );
     }
   }
 
+  /** Deliveries in `ready` that could start once the window has room (their destination has room). */
+  function startable(): number {
+    let count = 0;
+    for (const entry of ready) if (!saturated(entry.destination)) count++;
+    return count;
+  }
+
   async function tick(): Promise<void> {
-    const room = maxInFlight - inFlight - ready.length;
+    const room = maxInFlight - inFlight - startable();
     if (room <= 0) {
       // Woken with a full window: look again as soon as an attempt finishes.
       backlog = true;
@@ -194,20 +272,21 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit: Math.min(room, 32) });
     backlog = due.length === Math.min(room, 32);
     const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now });
-    for (const delivery of claimed) ready.push({ delivery, leaseEnds: now + leaseMs });
+    for (const delivery of claimed) enqueue(delivery, now + leaseMs);
     pump();
   }
 
   const handOff: DeliveryHandOff = {
-    lease(now) {
+    lease(now, endpoint) {
+      const destination = destinationOf(endpoint);
+      const full = ready.length >= maxReady
+        || (saturated(destination) && (waiting.get(destination) ?? 0) >= perDestination);
       // `now` is the process's clock (the delivery's created_at); the lease's end is the store's.
-      return ready.length < maxReady && !stopping.signal.aborted
-        ? { owner, expiresAt: now + (clock() - Date.now()) + leaseMs }
-        : null;
+      return full || stopping.signal.aborted ? null : { owner, expiresAt: now + (clock() - Date.now()) + leaseMs };
     },
     take(deliveries) {
       const offset = clock() - Date.now();
-      for (const delivery of deliveries) ready.push({ delivery, leaseEnds: delivery.created_at + offset + leaseMs });
+      for (const delivery of deliveries) enqueue(delivery, delivery.created_at + offset + leaseMs);
       pump();
     },
   };

@@ -330,3 +330,20 @@ export async function deleteDeliveriesOf(db: Kysely<Database>, runIds: readonly 
   await db.deleteFrom("webhook_attempts").where("run_id", "in", runIds).execute();
   await db.deleteFrom("webhook_deliveries").where("run_id", "in", runIds).execute();
 }
+
+/**
+ * Puts deliveries `owner` holds back in the outbox unattempted, due again at `dueAt` (their destination
+ * is busy): no attempt is counted.
+ */
+export async function snoozeDeliveries(
+  db: Kysely<Database>,
+  options: { runIds: readonly string[]; owner: string; dueAt: number },
+): Promise<void> {
+  if (options.runIds.length === 0) return;
+  await db.updateTable("webhook_deliveries")
+    .set({ lease_owner: null, lease_expires_at: null, next_attempt_at: options.dueAt })
+    .where("run_id", "in", options.runIds)
+    .where("lease_owner", "=", options.owner)
+    .where("status", "=", "pending")
+    .execute();
+}

@@ -167,32 +167,42 @@ for (const engine of await engines()) {
       const scratch = await openTestStore(engine);
       const { store } = scratch;
       const receiver = await startWebhookReceiver(() => "hang");
+      const other = await startWebhookReceiver(() => "hang");
       const worker = startTestWorker(store.db, { timeoutMs: 60_000, maxInFlight: 1 });
-      try {
-        let taken = 0;
-        for (; taken < 100; taken++) {
+      let taken = 0;
+      async function handOffUntilRefused(url: string): Promise<number> {
+        let count = 0;
+        for (; count < 100; count++, taken++) {
           const now = Date.now();
-          const lease = worker.handOff.lease(now);
+          const lease = worker.handOff.lease(now, url);
           if (!lease) break;
           const runId = `run_${String(taken).padStart(26, "0")}`;
-          const delivery = { runId, endpoint: receiver.url, body: `{"n":${taken}}`, sealedSecret: null };
+          const delivery = { runId, endpoint: url, body: `{"n":${taken}}`, sealedSecret: null };
           assert.ok(await enqueueDelivery(store.db, delivery, { now, lease }));
           worker.handOff.take([{
             run_id: runId,
-            endpoint: receiver.url,
+            endpoint: url,
             body: delivery.body,
             secret: null,
             attempts: 0,
             created_at: now,
           }]);
         }
-        // One attempt hangs in the window; four wait behind it.
-        assert.equal(taken, 5);
+        return count;
+      }
+      try {
+        // One attempt hangs in the window and one waits behind it: with a window of one, a destination
+        // may have one attempt in flight and one waiting.
+        assert.equal(await handOffUntilRefused(receiver.url), 2);
+        // Another destination fills the queue up to its own bound (four per window slot).
+        assert.equal(await handOffUntilRefused(other.url), 3);
         await receiver.waitFor(1, 10_000);
         assert.equal(receiver.requests.length, 1);
+        assert.equal(other.requests.length, 0);
       } finally {
         await worker.stop();
         await receiver.close();
+        await other.close();
         await scratch.close();
       }
     });
@@ -239,6 +249,39 @@ for (const engine of await engines()) {
       } finally {
         await worker.stop();
         await receiver.close();
+        await scratch.close();
+      }
+    });
+
+    it("a receiver that hangs holds at most perDestination attempts; the other destination's deliveries go on", async () => {
+      const scratch = await openTestStore(engine);
+      const { store } = scratch;
+      const hanging = await startWebhookReceiver(() => "hang");
+      const fast = await startWebhookReceiver();
+      // The hanging receiver's deliveries are older, so a plain oldest-first window would fill with them.
+      await store.db.transaction().execute(async (trx) => {
+        for (let i = 0; i < 30; i++) {
+          await enqueueDelivery(trx, { runId: `run_hang_${i}`, endpoint: hanging.url, body: "{}", sealedSecret: null });
+        }
+        for (let i = 0; i < 40; i++) {
+          await enqueueDelivery(trx, { runId: `run_fast_${i}`, endpoint: fast.url, body: "{}", sealedSecret: null });
+        }
+      });
+      // A long timeout: no attempt at the hanging receiver ends while the test runs.
+      const worker = startTestWorker(store.db, { maxInFlight: 8, perDestination: 3, timeoutMs: 60_000, pollMs: 100 });
+      try {
+        await fast.waitFor(40);
+        assert.equal(hanging.requests.length, 3, "the hanging receiver got exactly perDestination attempts");
+        const hangingRows = await store.db.selectFrom("webhook_deliveries").select(["run_id", "attempts", "status"])
+          .where("endpoint", "=", hanging.url).execute();
+        assert.ok(hangingRows.every((r) => r.status === "pending"));
+        const attempted = await store.db.selectFrom("webhook_attempts").select("run_id")
+          .where("run_id", "like", "run_hang_%").execute();
+        assert.equal(attempted.length, 3, "deliveries put back for a busy destination count no attempt");
+      } finally {
+        await worker.stop();
+        await hanging.close();
+        await fast.close();
         await scratch.close();
       }
     });
