@@ -423,10 +423,10 @@ export const SETTINGS = [
     key: "webhookPerDestination",
     env: "RUNPLANE_WEBHOOK_PER_DESTINATION",
     flag: "--webhook-per-destination",
-    default: "16",
+    default: "64",
     description:
-      "Most webhook attempts in flight at once to one destination (scheme, host, port) per process, of 64 in all: a receiver that hangs holds no more",
-    parse: integer(1, 64),
+      "Most webhook attempts in flight at once to one destination (scheme, host, port) per process, of 128 in all: a receiver that hangs holds no more",
+    parse: integer(1, 128),
   },
   {
     key: "webhookRetryDelayMs",

@@ -77,15 +77,57 @@ export function textReport(report: BenchReport): string {
   return [line(header), ...rows.map(line), ...(notes.length ? ["", "notes:", ...notes] : [])].join("\n");
 }
 
-/** Replaces the README's Performance section (up to the next `<!-- section:` marker or the end). */
-export async function writeReadmeSection(readmePath: string, markdown: string): Promise<void> {
+/** The growth scenarios' rows as one small table per scenario (size → figure), with the machine and date. */
+export function growthMarkdown(report: BenchReport): string {
+  const m = report.machine;
+  const lines = [
+    `Measured ${report.date} on ${m.cores} cores (${m.cpuModel}), ${m.memoryGiB} GiB, Node ${m.node}, ${m.platform},`,
+    "by `npm run bench -- --scenario growth` (each scenario alone: `--scenario records`, `streams`,",
+    "`cold-start`, `receivers`, `backlog`). Server, receivers and load each in their own process on loopback;",
+    "PostgreSQL 15 on the same host.",
+  ];
+  const scenarios = [...new Set(report.rows.map((r) => r.scenario))];
+  for (const scenario of scenarios) {
+    lines.push(
+      "",
+      `**${scenario}**`,
+      "",
+      "| Subject | Figure | p50 ms | p99 ms | Target | Met | Note |",
+      "|---|---:|---:|---:|---|---|---|",
+    );
+    for (const r of report.rows.filter((row) => row.scenario === scenario)) {
+      lines.push(
+        `| ${r.subject} | ${r.throughput === null ? "–" : `${fmt(r.throughput)} ${r.unit}`} | ${fmt(r.p50Ms, 2)} | ${
+          fmt(r.p99Ms, 2)
+        } | ${r.target || "–"} | ${r.met === null ? "–" : r.met ? "yes" : "**no**"} | ${r.note} |`,
+      );
+    }
+  }
+  return lines.join("\n");
+}
+
+/** Where `writeReadmeSection` writes: the section's marker name and its heading. */
+export interface ReadmeSectionOptions {
+  /** Default `performance`. */
+  section?: "performance" | "growth";
+}
+
+const SECTION_TITLES = { performance: "Performance", growth: "Cost as the work grows" } as const;
+
+/** Replaces a README section (up to the next `<!-- section:` marker or the end); default Performance. */
+export async function writeReadmeSection(
+  readmePath: string,
+  markdown: string,
+  options: ReadmeSectionOptions = {},
+): Promise<void> {
+  const section = options.section ?? "performance";
   const readme = await readFile(readmePath, "utf8");
-  const marker = "<!-- section: performance -->";
+  const marker = `<!-- section: ${section} -->`;
   const start = readme.indexOf(marker);
   if (start < 0) throw new Error(`README has no ${marker} marker`);
   const rest = readme.slice(start + marker.length);
   const next = rest.indexOf("<!-- section:");
   const tail = next < 0 ? "" : rest.slice(next);
-  const body = `${marker}\n## Performance\n\n${markdown}\n\n`;
+  const body = `${marker}\n## ${SECTION_TITLES[section]}\n\n${markdown}\n\n`;
   await writeFile(readmePath, readme.slice(0, start) + body + tail);
 }

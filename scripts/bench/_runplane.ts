@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServiceAccount } from "../../server/auth/mod.ts";
 import { keysBootstrap, loadKeys, parseMasterKey } from "../../server/keys/mod.ts";
-import { openStore } from "../../server/store/mod.ts";
+import { openStore, type Store } from "../../server/store/mod.ts";
 import { ROOT } from "../generate.ts";
 import { BENCH_MASTER_KEY, createBenchDatabase } from "./_postgres.ts";
 import { type BenchProcess, startProcess } from "./_processes.ts";
@@ -15,6 +15,8 @@ export const BENCH_PROJECT = "p-bench";
 export interface BenchServer extends BenchProcess {
   token: string;
   dataDir: string;
+  /** Its PostgreSQL database, when it keeps its state there (else the SQLite file in `dataDir`). */
+  databaseUrl?: string;
 }
 
 /** Options of `startRunplane`. */
@@ -23,6 +25,8 @@ export interface StartRunplaneOptions {
   databaseUrl?: string;
   /** The apps dir (default scripts/bench/apps). */
   appsDir?: string;
+  /** A data dir to use, kept when the server stops (default: a new one, removed when it stops). */
+  dataDir?: string;
 }
 
 /**
@@ -33,7 +37,7 @@ export async function startRunplane(
   env: Record<string, string> = {},
   options: StartRunplaneOptions = {},
 ): Promise<BenchServer> {
-  const dataDir = await mkdtemp(join(tmpdir(), "runplane-bench-"));
+  const dataDir = options.dataDir ?? await mkdtemp(join(tmpdir(), "runplane-bench-"));
   const masterKey = options.databaseUrl ? parseMasterKey(BENCH_MASTER_KEY) : null;
   const store = await openStore(dataDir, { databaseUrl: options.databaseUrl, bootstrap: keysBootstrap(masterKey) });
   const key = (await loadKeys(store, { dataDir, masterKey })).signing.current;
@@ -65,9 +69,10 @@ export async function startRunplane(
     ...server,
     token,
     dataDir,
+    databaseUrl: options.databaseUrl,
     async stop() {
       await server.stop();
-      await rm(dataDir, { recursive: true, force: true });
+      if (!options.dataDir) await rm(dataDir, { recursive: true, force: true });
     },
   };
 }
@@ -91,4 +96,12 @@ export async function startRunplaneOnPostgres(env: Record<string, string> = {}):
     await database.drop();
     throw error;
   }
+}
+
+/**
+ * Opens the store a running bench server uses (its SQLite file or its PostgreSQL database) from the
+ * benchmark's process, to fill it in bulk or read it; close it before stopping the server.
+ */
+export function openServerStore(server: BenchServer): Promise<Store> {
+  return openStore(server.dataDir, { databaseUrl: server.databaseUrl, migrate: false });
 }

@@ -1,24 +1,39 @@
 /**
  * `npm run bench`: starts Runplane and its peers as separate processes on loopback, drives them with
  * autocannon, prints one table, and writes it as JSON (scripts/bench/results.json) and as the README's
- * Performance section. `npm run bench -- 1 5` runs only scenarios 1 and 5 (`npm run bench -- drain` is
- * scenario 8 alone), and writes only results.json. PostgreSQL rows use `BENCH_DATABASE_URL` (see
+ * Performance section. `npm run bench -- --scenario sync --scenario accept` (or the numbers, `-- 1 2`)
+ * runs only those, and writes only results.json. PostgreSQL rows use `BENCH_DATABASE_URL` (see
  * _postgres.ts); `BENCH_DRAIN_RUNS` sets the queue drain's size (default 10,000).
+ *
+ * The growth scenarios (how each cost grows with the work: `records`, `streams`, `cold-start`,
+ * `receivers`, `backlog`; `--scenario growth` runs all five) take minutes each and run only when named.
+ * Their rows go to scripts/bench/growth_results.json (merged by scenario with the previous run's) and to
+ * the README's "Cost as the work grows" section.
  */
 import { execFileSync } from "node:child_process";
-import { writeFile } from "node:fs/promises";
+import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ROOT } from "../generate.ts";
 import type { BenchContext, Scenario } from "./_context.ts";
 import { machineInfo } from "./_machine.ts";
 import { startProcess } from "./_processes.ts";
-import { type BenchReport, markdownReport, textReport, writeReadmeSection } from "./_report.ts";
+import {
+  type BenchReport,
+  type BenchRow,
+  growthMarkdown,
+  markdownReport,
+  textReport,
+  writeReadmeSection,
+} from "./_report.ts";
 import { startRunplane } from "./_runplane.ts";
 import { asyncAcceptScenario } from "./scenarios/async_accept.ts";
+import { asyncBacklogScenario } from "./scenarios/async_backlog.ts";
 import { baseImageScenario } from "./scenarios/base_image.ts";
 import { idleRssScenario } from "./scenarios/idle_rss.ts";
 import { queueDrainScenario } from "./scenarios/queue_drain.ts";
 import { repositoryTreeScenario } from "./scenarios/repository_tree.ts";
+import { runRecordsScenario } from "./scenarios/run_records.ts";
+import { slowReceiversScenario } from "./scenarios/slow_receivers.ts";
 import { streamingScenario } from "./scenarios/streaming.ts";
 import { syncRunScenario } from "./scenarios/sync_run.ts";
 import { webhookDeliveryScenario } from "./scenarios/webhook_delivery.ts";
@@ -35,14 +50,40 @@ const SCENARIOS: Array<[string, string, Scenario]> = [
   ["8", "drain", queueDrainScenario],
 ];
 
-const only = process.argv.slice(2);
-const unknown = only.filter((wanted) => !SCENARIOS.some(([id, name]) => wanted === id || wanted === name));
+/** The growth scenarios: run only when named (`growth` names them all). */
+const GROWTH: Array<[string, string, Scenario]> = [
+  ["11", "records", runRecordsScenario],
+  ["12", "receivers", slowReceiversScenario],
+  ["13", "backlog", asyncBacklogScenario],
+];
+
+/** The scenario names and numbers given as `--scenario x`, `--scenario=x` or bare arguments. */
+function requestedScenarios(args: string[]): string[] {
+  const wanted: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    if (arg === "--scenario") wanted.push(...(args[++i] ?? "").split(","));
+    else if (arg.startsWith("--scenario=")) wanted.push(...arg.slice("--scenario=".length).split(","));
+    else wanted.push(arg);
+  }
+  return wanted.filter(Boolean).flatMap((name) => name === "growth" ? GROWTH.map(([, n]) => n) : [name]);
+}
+
+const only = requestedScenarios(process.argv.slice(2));
+const known = [...SCENARIOS, ...GROWTH];
+const unknown = only.filter((wanted) => !known.some(([id, name]) => wanted === id || wanted === name));
 if (unknown.length) {
   process.stderr.write(
-    `unknown scenario ${unknown.join(", ")}; known: ${SCENARIOS.map(([id, name]) => `${id} (${name})`).join(", ")}\n`,
+    `unknown scenario ${unknown.join(", ")}; known: ${
+      known.map(([id, name]) => `${id} (${name})`).join(", ")
+    }, growth\n`,
   );
   process.exit(2);
 }
+const selected = known.filter(([id, name]) =>
+  only.length ? only.includes(id) || only.includes(name) : SCENARIOS.some(([other]) => other === id)
+);
+const growthRun = selected.some(([id]) => GROWTH.some(([other]) => other === id));
 const started = Date.now();
 const log = (message: string) =>
   process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${message}\n`);
@@ -59,8 +100,7 @@ const bareKoa = await startProcess(process.execPath, {
 const context: BenchContext = { runplane, bareKoa, durationSeconds: Number(process.env.BENCH_SECONDS ?? 8), log };
 const report: BenchReport = { date: new Date().toISOString().slice(0, 10), machine: machineInfo(), rows: [] };
 try {
-  for (const [id, name, scenario] of SCENARIOS) {
-    if (only.length && !only.includes(id) && !only.includes(name)) continue;
+  for (const [id, , scenario] of selected) {
     try {
       report.rows.push(...(await scenario(context)));
     } catch (error) {
@@ -86,6 +126,25 @@ try {
 }
 report.rows.sort((a, b) => a.scenario.localeCompare(b.scenario, "en", { numeric: true }));
 process.stdout.write(`${textReport(report)}\n`);
-await writeFile(join(ROOT, "scripts", "bench", "results.json"), `${JSON.stringify(report, null, 2)}\n`);
+const growthIds = new Set(GROWTH.map(([id]) => `${id}.`));
+const isGrowth = (row: BenchRow) => growthIds.has(row.scenario.split(" ")[0]);
+await writeFile(
+  join(ROOT, "scripts", "bench", "results.json"),
+  `${JSON.stringify({ ...report, rows: report.rows.filter((r) => !isGrowth(r)) }, null, 2)}\n`,
+);
 if (only.length === 0) await writeReadmeSection(join(ROOT, "README.md"), markdownReport(report));
+if (growthRun) {
+  // Merged by scenario: a scenario run alone replaces its own rows and keeps the others'.
+  const path = join(ROOT, "scripts", "bench", "growth_results.json");
+  const previous: BenchReport | null = await readFile(path, "utf8").then((t) => JSON.parse(t), () => null);
+  const fresh = report.rows.filter(isGrowth);
+  const freshScenarios = new Set(fresh.map((r) => r.scenario.split(" ")[0]));
+  const growth: BenchReport = {
+    ...report,
+    rows: [...(previous?.rows ?? []).filter((r) => !freshScenarios.has(r.scenario.split(" ")[0])), ...fresh]
+      .sort((a, b) => a.scenario.localeCompare(b.scenario, "en", { numeric: true })),
+  };
+  await writeFile(path, `${JSON.stringify(growth, null, 2)}\n`);
+  await writeReadmeSection(join(ROOT, "README.md"), growthMarkdown(growth), { section: "growth" });
+}
 log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);

@@ -3,6 +3,7 @@
  * result expiry, restart recovery and `Idempotency-Key`. The runtime is reached only through the
  * `RunExecutor` it is given.
  */
+export { encodeCursor } from "./_cursor.ts";
 export { DEFAULT_GRACE_MS, MAX_GRACE_MS } from "./_dispatcher.ts";
 export type { RunExecution } from "./_execute_run.ts";
 export type { Run } from "./_view.ts";

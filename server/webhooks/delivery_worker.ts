@@ -49,11 +49,12 @@ export interface DeliveryWorkerOptions {
   owner?: string;
   /** How often the outbox is polled when nothing woke the worker (default 500 ms). */
   pollMs?: number;
-  /** Most attempts in flight at once (default 64). */
+  /** Most attempts in flight at once (default 128). */
   maxInFlight?: number;
   /**
-   * Most attempts in flight at once to one destination (scheme, host and port; default 16): a receiver
-   * that hangs holds that many of the window, not all of it, so the others' deliveries go on.
+   * Most attempts in flight at once to one destination (scheme, host and port; default 64, half the
+   * window): a receiver that hangs holds that many of the window, not all of it, so the others'
+   * deliveries go on, while one fast receiver alone still gets as many as a window of 64 gave it.
    */
   perDestination?: number;
   /**
@@ -106,15 +107,16 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const owner = options.owner ?? `dw_${randomBytes(8).toString("hex")}`;
   const names = webhookHeaderNames(options.headerVendor);
   const leaseMs = options.timeoutMs + 10_000;
-  const maxInFlight = options.maxInFlight ?? 64;
-  const perDestination = Math.min(options.perDestination ?? 16, maxInFlight);
+  const maxInFlight = options.maxInFlight ?? 128;
+  const perDestination = Math.min(options.perDestination ?? 64, maxInFlight);
   const clock = options.now ?? Date.now;
   // Handed-off deliveries waiting for the window; past it, new ones stay in the outbox to be claimed.
-  const maxReady = maxInFlight * 4;
+  const maxReady = maxInFlight * 2;
   // Every attempt in flight listens to it (through its deadline): a light one, no listener limit.
   const stopping = new LightAbortController();
   let inFlight = 0;
-  // The last claim filled the window: more deliveries may be due, so a finished attempt claims again.
+  // More deliveries may be due (the last claim was full, or left a busy destination out): a finished
+  // attempt claims again.
   let backlog = false;
   // Attempts that end within 10 ms of each other are recorded in one transaction. Until it commits, the
   // delivery's lease holds it: a crash in between means one more attempt, never a lost one.
@@ -139,7 +141,12 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     return headers;
   }
 
-  async function attempt(delivery: ClaimedDelivery): Promise<void> {
+  /**
+   * Makes one attempt and records it. `sent()` is called once the receiver answered (or the attempt
+   * ended without an answer): the window's and the destination's slot is free from then, while the
+   * outcome is committed (the delivery's lease holds it until then).
+   */
+  async function attempt(delivery: ClaimedDelivery, sent: () => void): Promise<void> {
     const number = delivery.attempts + 1;
     const at = Date.now();
     await starts.add({ runId: delivery.run_id, attempt: number, at });
@@ -153,6 +160,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       guard: options.guard,
       signal: stopping.signal,
     });
+    sent();
     if (stopping.signal.aborted) return;
     const durationMs = Math.round((performance.now() - started) * 100) / 100;
     const verdict = judgeAttempt(outcome);
@@ -190,6 +198,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   // Attempts in flight, and deliveries in `ready`, by destination.
   const busy = new Map<string, number>();
   const waiting = new Map<string, number>();
+  // Endpoints of the attempts in flight, to leave a busy destination's deliveries out of the claims.
+  const endpointsInFlight = new Map<string, number>();
   const saturated = (destination: string) => (busy.get(destination) ?? 0) >= perDestination;
   function count(counts: Map<string, number>, destination: string, by: number): void {
     const value = (counts.get(destination) ?? 0) + by;
@@ -213,16 +223,22 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     const { delivery, destination } = entry;
     inFlight++;
     count(busy, destination, 1);
-    attempt(delivery)
+    count(endpointsInFlight, delivery.endpoint, 1);
+    let released = false;
+    function release(): void {
+      if (released) return;
+      released = true;
+      inFlight--;
+      count(busy, destination, -1);
+      count(endpointsInFlight, delivery.endpoint, -1);
+      pump();
+      if (backlog) ticker.wake();
+    }
+    attempt(delivery, release)
       .catch((error) =>
         options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded")
       )
-      .finally(() => {
-        inFlight--;
-        count(busy, destination, -1);
-        pump();
-        if (backlog) ticker.wake();
-      });
+      .finally(release);
   }
 
   /**
@@ -269,8 +285,12 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       return;
     }
     const now = clock();
-    const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit: Math.min(room, 32) });
-    backlog = due.length === Math.min(room, 32);
+    // A busy destination's deliveries are not claimed: they would only go back to the outbox.
+    const skipEndpoints = [...endpointsInFlight.keys()].filter((endpoint) => saturated(destinationOf(endpoint)));
+    const limit = Math.min(room, 32);
+    const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints });
+    // More may be due: the claim was full, or it left a busy destination's out (claim again as it frees).
+    backlog = due.length === limit || skipEndpoints.length > 0;
     const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now });
     for (const delivery of claimed) enqueue(delivery, now + leaseMs);
     pump();

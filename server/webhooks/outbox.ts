@@ -82,20 +82,23 @@ export async function enqueueDelivery(
 // updates. PostgreSQL: the candidates are locked `FOR UPDATE SKIP LOCKED`, so concurrent claimers take
 // disjoint rows (a plain `in (select … limit n)` lets two claimers' subqueries pick the same rows, and
 // the one that waited re-checks only the `in`: a delivery sent twice). SQLite: one writer at a time
-// runs the whole statement, so today's form holds. Parameters: owner, lease end, now, now, limit, now.
+// runs the whole statement, so today's form holds. Endpoints in a JSON array are skipped (their
+// destination is busy). Parameters: owner, lease end, now, now, skipped endpoints, limit, now.
 const claimDue = rawStatement<ClaimedDelivery>({
   sqlite: `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?`
     + ` where "run_id" in (select "run_id" from "webhook_deliveries"`
     + ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`
+    + ` and "endpoint" not in (select "value" from json_each(?))`
     + ` order by "next_attempt_at" limit ?)`
     + ` and "status" = 'pending' and ("lease_expires_at" is null or "lease_expires_at" < ?)`
     + ` returning "run_id", "endpoint", "body", "secret", "credentials", "attempts", "created_at", "attempt_limit"`,
   postgres: `with "due" as materialized (select "run_id" from "webhook_deliveries"`
     + ` where "status" = 'pending' and "next_attempt_at" <= $3 and ("lease_expires_at" is null or "lease_expires_at" < $4)`
-    + ` order by "next_attempt_at" limit $5 for update skip locked)`
+    + ` and not ("endpoint" = any (array(select jsonb_array_elements_text($5::jsonb))))`
+    + ` order by "next_attempt_at" limit $6 for update skip locked)`
     + ` update "webhook_deliveries" as "d" set "lease_owner" = $1, "lease_expires_at" = $2 from "due"`
     + ` where "d"."run_id" = "due"."run_id" and "d"."status" = 'pending'`
-    + ` and ("d"."lease_expires_at" is null or "d"."lease_expires_at" < $6)`
+    + ` and ("d"."lease_expires_at" is null or "d"."lease_expires_at" < $7)`
     + ` returning "d"."run_id", "d"."endpoint", "d"."body", "d"."secret", "d"."credentials", "d"."attempts", "d"."created_at", "d"."attempt_limit"`,
 });
 
@@ -110,15 +113,17 @@ export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" |
 };
 
 /**
- * Claims up to `limit` of the longest-due deliveries for `owner` until `now + leaseMs`: each due
- * delivery goes to one claimer, however many processes claim at once. `now` is the store's clock.
+ * Claims up to `limit` of the longest-due deliveries for `owner` until `now + leaseMs`, except those to
+ * `skipEndpoints`: each due delivery goes to one claimer, however many processes claim at once. `now` is
+ * the store's clock.
  */
 export async function claimDueDeliveries(
   db: Kysely<Database>,
-  options: { owner: string; now: number; leaseMs: number; limit: number },
+  options: { owner: string; now: number; leaseMs: number; limit: number; skipEndpoints?: Iterable<string> },
 ): Promise<ClaimedDelivery[]> {
   const { owner, now, leaseMs, limit } = options;
-  const { rows } = await claimDue(db, [owner, now + leaseMs, now, now, limit, now]);
+  const skipped = JSON.stringify([...(options.skipEndpoints ?? [])]);
+  const { rows } = await claimDue(db, [owner, now + leaseMs, now, now, skipped, limit, now]);
   return rows.map((row) => ({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) }));
 }
 
