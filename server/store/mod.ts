@@ -10,6 +10,7 @@ import BetterSqlite3 from "better-sqlite3";
 import {
   type CompiledQuery,
   Kysely,
+  type KyselyConfig,
   type MigrationProvider,
   Migrator,
   type QueryResult,
@@ -24,6 +25,7 @@ import {
   createPostgresPool,
   isPostgresUrl,
   portableQuery,
+  POSTGRES_SQL,
   postgresDialect,
   readDatabaseMs,
   redactDatabaseUrl,
@@ -101,6 +103,21 @@ export interface OpenStoreOptions {
   checkpoints?: "commit" | "background";
   /** Called when the background checkpointer failed; checkpoints are then made in commits again. */
   onCheckpointerLost?(error: unknown): void;
+  /**
+   * Told every statement run, with the text and parameters its engine ran (for diagnostics and the
+   * query-plan test; it costs a call per statement).
+   */
+  onStatement?(statement: { sql: string; parameters: readonly unknown[] }): void;
+}
+
+/** Kysely's `log` for `onStatement`: the engine's own text of each statement (PostgreSQL's `$n` one for raw statements). */
+function statementLog(options: OpenStoreOptions): KyselyConfig["log"] {
+  const onStatement = options.onStatement;
+  if (!onStatement) return undefined;
+  return (event) => {
+    const query = event.query as CompiledQuery & { [POSTGRES_SQL]?: string };
+    onStatement({ sql: (options.databaseUrl && query[POSTGRES_SQL]) || query.sql, parameters: query.parameters });
+  };
 }
 
 /**
@@ -121,7 +138,10 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
   // `exec`, not `pragma`: no `Statement` object (see neverCollected).
   sqlite.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000");
   sqlite.exec("PRAGMA foreign_keys = ON");
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
+  const db = new Kysely<Database>({
+    dialect: new SqliteDialect({ database: cachingStatements(sqlite) }),
+    log: statementLog(options),
+  });
   let fresh = false;
   if (options.migrate !== false) fresh = (await migrate(db)).includes(FIRST_MIGRATION);
   await options.bootstrap?.(db, "sqlite");
@@ -160,7 +180,7 @@ async function openPostgresStore(url: string, options: OpenStoreOptions): Promis
     idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 60_000,
     onError: options.onError,
   });
-  const db = new Kysely<Database>({ dialect: postgresDialect(pool) });
+  const db = new Kysely<Database>({ dialect: postgresDialect(pool), log: statementLog(options) });
   try {
     let fresh = false;
     if (options.migrate !== false || options.bootstrap) {

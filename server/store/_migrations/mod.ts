@@ -10,6 +10,7 @@ import * as serviceAccountUsage from "./0008_service_account_usage.ts";
 import * as webhookRedelivery from "./0009_webhook_redelivery.ts";
 import * as runLogs from "./0010_run_logs.ts";
 import * as runReruns from "./0011_run_reruns.ts";
+import * as upkeepIndexes from "./0012_upkeep_indexes.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -24,4 +25,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0009_webhook_redelivery": webhookRedelivery,
   "0010_run_logs": runLogs,
   "0011_run_reruns": runReruns,
+  "0012_upkeep_indexes": upkeepIndexes,
 };

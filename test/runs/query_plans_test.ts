@@ -1,0 +1,111 @@
+/**
+ * No statement of the run, outbox and log paths reads a growing table whole. Every statement the real
+ * functions run is captured (`onStatement`) and explained on both engines: SQLite's plan may not `SCAN`
+ * a growing table (a `SEARCH` through an index is what we want); PostgreSQL, with sequential scans
+ * priced out (`enable_seqscan = off`, so a tiny table's cheap scan does not hide a missing index), may
+ * not show a `Seq Scan` of one.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { CompiledQuery } from "kysely";
+import { purgeExpiredRuns } from "../../server/runs/_retention.ts";
+import {
+  appsWithQueuedRuns,
+  claimQueuedRuns,
+  expireResults,
+  queuedRunsByApp,
+  renewLeases,
+  selectReruns,
+  selectRun,
+  selectRunPage,
+  selectRunsOf,
+  selectStaleRuns,
+} from "../../server/runs/_queries.ts";
+import { deleteRunLogsOf, expireRunLogs, readRunLog } from "../../server/runs/run_logs.ts";
+import { IDEMPOTENCY_WINDOW_MS } from "../../server/runs/_idempotency.ts";
+import {
+  claimDueDeliveries,
+  deleteDeliveriesOf,
+  forgetDeliverySecrets,
+  releaseDeliveryLeases,
+  webhookViews,
+} from "../../server/webhooks/outbox.ts";
+import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
+
+/** Tables that grow with the work: a whole read of one costs more every day. */
+const GROWING = ["runs", "webhook_deliveries", "webhook_attempts", "run_logs", "idempotency_keys"];
+
+interface Statement {
+  sql: string;
+  parameters: readonly unknown[];
+}
+
+/** The growing tables `plan` reads whole, by name. */
+function fullScans(engine: string, plan: string[]): string[] {
+  const found: string[] = [];
+  for (const line of plan) {
+    const table = engine === "sqlite"
+      ? /^SCAN (\w+)/.exec(line)?.[1]
+      : /Seq Scan on "?(\w+)"?/.exec(line)?.[1];
+    if (table && GROWING.includes(table)) found.push(line.trim());
+  }
+  return found;
+}
+
+for (const engine of await engines()) {
+  describe(`query plans (${engine})`, () => {
+    let t: TestStore;
+    const seen: Statement[] = [];
+    before(async () => {
+      t = await openTestStore(engine, { onStatement: (statement) => seen.push(statement) });
+    });
+    after(() => t?.close());
+
+    it("every statement of the hot and upkeep paths reads growing tables through an index", async () => {
+      const { db } = t.store;
+      const now = Date.now();
+      seen.length = 0;
+      // The paths, each as the server runs it.
+      const ref = { projectId: "p", appId: "a", runId: "run_00000000000000000000000001" };
+      await selectRun(db, ref);
+      await selectRunPage(db, { projectId: "p", appId: "a", limit: 51 });
+      await selectRunPage(db, { projectId: "p", appId: "a", status: "failure", limit: 51 });
+      await selectRunPage(db, { projectId: "p", appId: "a", before: ref.runId, limit: 51 });
+      await selectRunPage(db, { projectId: "p", appId: "a", status: "queued", before: ref.runId, limit: 51 });
+      await selectReruns(db, ref.runId);
+      await appsWithQueuedRuns(db);
+      await queuedRunsByApp(db);
+      await claimQueuedRuns(db, { projectId: "p", appId: "a", owner: "o", leaseMs: 30_000, limit: 4, now });
+      await renewLeases(db, { owner: "o", leaseMs: 30_000, now });
+      await selectStaleRuns(db, now);
+      await selectRunsOf(db, "o");
+      await expireResults(db, { resultTtlMs: 86_400_000, now });
+      await purgeExpiredRuns(db, { retentionMs: 30 * 86_400_000, resultTtlMs: 86_400_000, now, pauseMs: 0 });
+      await deleteRunLogsOf(db, [ref.runId]);
+      await deleteDeliveriesOf(db, [ref.runId]);
+      await readRunLog(db, { runId: ref.runId });
+      await expireRunLogs(db, { before: now - 86_400_000 });
+      await claimDueDeliveries(db, { owner: "o", now, leaseMs: 20_000, limit: 32, skipEndpoints: ["https://x/"] });
+      await forgetDeliverySecrets(db, { before: now - 86_400_000 });
+      await releaseDeliveryLeases(db, "o");
+      await webhookViews(db, [ref.runId]);
+      await db.deleteFrom("idempotency_keys").where("created_at", "<=", now - IDEMPOTENCY_WINDOW_MS).execute();
+
+      const statements = [...new Map(seen.map((s) => [s.sql, s])).values()];
+      assert.ok(statements.length >= 20, `captured ${statements.length} statements`);
+      const problems: string[] = [];
+      for (const statement of statements) {
+        const plan = await db.transaction().execute(async (trx) => {
+          if (engine === "postgres") await trx.executeQuery(CompiledQuery.raw("set local enable_seqscan = off"));
+          const explain = engine === "sqlite" ? "explain query plan " : "explain ";
+          const result = await trx.executeQuery<Record<string, unknown>>(
+            CompiledQuery.raw(explain + statement.sql, [...statement.parameters]),
+          );
+          return result.rows.map((r) => String(engine === "sqlite" ? r.detail : r["QUERY PLAN"]));
+        });
+        for (const scan of fullScans(engine, plan)) problems.push(`${scan}\n    in: ${statement.sql}`);
+      }
+      assert.deepEqual(problems, [], `full scans of growing tables:\n${problems.join("\n")}`);
+    });
+  });
+}
