@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 
 import { freePort } from "../../server/runtime/free_port.ts";
 
@@ -8,6 +8,32 @@ export async function memoryOf(pid: number): Promise<{ rssMiB: number; peakRssMi
   const status = await readFile(`/proc/${pid}/status`, "utf8");
   const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? 0) / 1024;
   return { rssMiB: field("VmRSS"), peakRssMiB: field("VmHWM") };
+}
+
+/** The pids of `pid`'s descendants (children, their children, …), from /proc. */
+export async function descendantsOf(pid: number): Promise<number[]> {
+  const parents = new Map<number, number>();
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, "utf8").catch(() => "");
+    // The fields after the command (which may hold spaces) start after its closing parenthesis.
+    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    if (ppid) parents.set(Number(entry), ppid);
+  }
+  const found: number[] = [];
+  let frontier = [pid];
+  while (frontier.length) {
+    frontier = [...parents].filter(([, parent]) => frontier.includes(parent)).map(([child]) => child);
+    found.push(...frontier);
+  }
+  return found;
+}
+
+/** The resident memory of `pid`'s descendants together, in MiB (processes gone meanwhile count 0). */
+export async function descendantsRssMiB(pid: number): Promise<number> {
+  let total = 0;
+  for (const child of await descendantsOf(pid)) total += await memoryOf(child).then((m) => m.rssMiB, () => 0);
+  return total;
 }
 
 /** Polls `url` until it answers (any status), or throws after `timeoutMs`. */

@@ -29,7 +29,9 @@ import { startRunplane } from "./_runplane.ts";
 import { asyncAcceptScenario } from "./scenarios/async_accept.ts";
 import { asyncBacklogScenario } from "./scenarios/async_backlog.ts";
 import { baseImageScenario } from "./scenarios/base_image.ts";
+import { coldStartScenario } from "./scenarios/cold_start.ts";
 import { idleRssScenario } from "./scenarios/idle_rss.ts";
+import { openStreamsScenario } from "./scenarios/open_streams.ts";
 import { queueDrainScenario } from "./scenarios/queue_drain.ts";
 import { repositoryTreeScenario } from "./scenarios/repository_tree.ts";
 import { runRecordsScenario } from "./scenarios/run_records.ts";
@@ -52,6 +54,8 @@ const SCENARIOS: Array<[string, string, Scenario]> = [
 
 /** The growth scenarios: run only when named (`growth` names them all). */
 const GROWTH: Array<[string, string, Scenario]> = [
+  ["9", "streams", openStreamsScenario],
+  ["10", "cold-start", coldStartScenario],
   ["11", "records", runRecordsScenario],
   ["12", "receivers", slowReceiversScenario],
   ["13", "backlog", asyncBacklogScenario],

@@ -26,7 +26,7 @@ export interface PurgeOptions {
   now: number;
   /** Runs deleted per transaction (default 200). */
   batchSize?: number;
-  /** The pause between two batches, in milliseconds (default 20). */
+  /** The shortest pause between two batches, in milliseconds (default 20; at least 3× the batch's time). */
   pauseMs?: number;
   /** The most batches of this call (default: until none is left). */
   maxBatches?: number;
@@ -82,12 +82,15 @@ export async function purgeExpiredRuns(db: Kysely<Database>, options: PurgeOptio
   let deleted = 0;
   for (let batch = 0; batch < (options.maxBatches ?? Infinity); batch++) {
     if (options.signal?.aborted) break;
+    const started = performance.now();
     const runIds = await expiredRunIds(db, { before, limit: batchSize });
     if (runIds.length) await deleteRuns(db, runIds);
     deleted += runIds.length;
     if (runIds.length < batchSize) break;
-    // Calls waiting for the store (on SQLite, for its one writer) go first.
-    await new Promise((resolve) => setTimeout(resolve, pauseMs));
+    // Calls waiting for the store (on SQLite, for its one writer) go first: the purge takes at most a
+    // quarter of the time (measured: 20 ms pauses let it take half, and sync calls' p99 doubled).
+    const tookMs = performance.now() - started;
+    await new Promise((resolve) => setTimeout(resolve, Math.max(pauseMs, tookMs * 3)));
   }
   return deleted;
 }

@@ -23,6 +23,7 @@ import {
   recordAttemptStarts,
   recordAttempts,
   settleInterruptedAttempts,
+  postponeDue,
   snoozeDeliveries,
   statusAfter,
 } from "./outbox.ts";
@@ -118,6 +119,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   // More deliveries may be due (the last claim was full, or left a busy destination out): a finished
   // attempt claims again.
   let backlog = false;
+  let lastPostponedAt = -Infinity;
   // Attempts that end within 10 ms of each other are recorded in one transaction. Until it commits, the
   // delivery's lease holds it: a crash in between means one more attempt, never a lost one.
   const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch), { delayMs: 10 });
@@ -287,6 +289,12 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     const now = clock();
     // A busy destination's deliveries are not claimed: they would only go back to the outbox.
     const skipEndpoints = [...endpointsInFlight.keys()].filter((endpoint) => saturated(destinationOf(endpoint)));
+    // Their due deliveries would stay at the head of the due index, read past by every claim: move them
+    // out of the way until the attempts in flight there may have ended (once per timeout at most).
+    if (skipEndpoints.length && now - lastPostponedAt >= options.timeoutMs) {
+      lastPostponedAt = now;
+      await postponeDue(options.db, { endpoints: skipEndpoints, now, dueAt: now + options.timeoutMs });
+    }
     const limit = Math.min(room, 32);
     const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints });
     // More may be due: the claim was full, or it left a busy destination's out (claim again as it frees).

@@ -352,3 +352,22 @@ export async function snoozeDeliveries(
     .where("status", "=", "pending")
     .execute();
 }
+
+/**
+ * Moves the due, unleased deliveries to `endpoints` (a busy destination's) to `dueAt`: they leave the
+ * head of the due index, so claims stop reading past them. Reads the due range through its index.
+ */
+export async function postponeDue(
+  db: Kysely<Database>,
+  options: { endpoints: readonly string[]; now: number; dueAt: number },
+): Promise<number> {
+  if (options.endpoints.length === 0) return 0;
+  const result = await db.updateTable("webhook_deliveries")
+    .set({ next_attempt_at: options.dueAt })
+    .where("status", "=", "pending")
+    .where("next_attempt_at", "<=", options.now)
+    .where("endpoint", "in", options.endpoints)
+    .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<", options.now)]))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
