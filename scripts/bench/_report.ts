@@ -82,9 +82,9 @@ export function growthMarkdown(report: BenchReport): string {
   const m = report.machine;
   const lines = [
     `Measured ${report.date} on ${m.cores} cores (${m.cpuModel}), ${m.memoryGiB} GiB, Node ${m.node}, ${m.platform},`,
-    "by `npm run bench -- --scenario growth` (each scenario alone: `--scenario records`, `streams`,",
-    "`cold-start`, `receivers`, `backlog`). Server, receivers and load each in their own process on loopback;",
-    "PostgreSQL 15 on the same host.",
+    "each scenario's latest run by `npm run bench -- --scenario <name>` (`records`, `streams`, `cold-start`,",
+    "`receivers`, `backlog`; `--scenario growth` runs all five), merged by scenario. Server, receivers and",
+    "load each in their own process on loopback; PostgreSQL 15 on the same host.",
   ];
   const scenarios = [...new Set(report.rows.map((r) => r.scenario))];
   for (const scenario of scenarios) {

@@ -100,6 +100,9 @@ function destinationOf(endpoint: string): string {
   }
 }
 
+/** A full destination that has not answered for this long is slow: its due deliveries are postponed. */
+const SLOW_AFTER_MS = 2000;
+
 /** How long a delivery put back for a busy destination waits before it is due again. */
 const SNOOZE_MS = 1000;
 
@@ -120,6 +123,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   // attempt claims again.
   let backlog = false;
   let lastPostponedAt = -Infinity;
+  // When each busy destination last answered (or became busy): one that is full and has not answered
+  // for `SLOW_AFTER_MS` is slow, not merely busy.
+  const answeredAt = new Map<string, number>();
   // Attempts that end within 10 ms of each other are recorded in one transaction. Until it commits, the
   // delivery's lease holds it: a crash in between means one more attempt, never a lost one.
   const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch), { delayMs: 10 });
@@ -225,6 +231,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     const { delivery, destination } = entry;
     inFlight++;
     count(busy, destination, 1);
+    if (!answeredAt.has(destination)) answeredAt.set(destination, performance.now());
     count(endpointsInFlight, delivery.endpoint, 1);
     let released = false;
     function release(): void {
@@ -232,6 +239,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       released = true;
       inFlight--;
       count(busy, destination, -1);
+      if (busy.has(destination)) answeredAt.set(destination, performance.now());
+      else answeredAt.delete(destination);
       count(endpointsInFlight, delivery.endpoint, -1);
       pump();
       if (backlog) ticker.wake();
@@ -289,11 +298,15 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     const now = clock();
     // A busy destination's deliveries are not claimed: they would only go back to the outbox.
     const skipEndpoints = [...endpointsInFlight.keys()].filter((endpoint) => saturated(destinationOf(endpoint)));
-    // Their due deliveries would stay at the head of the due index, read past by every claim: move them
-    // out of the way until the attempts in flight there may have ended (once per timeout at most).
-    if (skipEndpoints.length && now - lastPostponedAt >= options.timeoutMs) {
+    // A slow destination's due deliveries would stay at the head of the due index, read past by every
+    // claim: move them out of the way until its attempts in flight may have ended (once per timeout at
+    // most). A fast one that is merely full keeps its place in line.
+    const slow = skipEndpoints.filter((endpoint) =>
+      performance.now() - (answeredAt.get(destinationOf(endpoint)) ?? Infinity) >= SLOW_AFTER_MS
+    );
+    if (slow.length && now - lastPostponedAt >= options.timeoutMs) {
       lastPostponedAt = now;
-      await postponeDue(options.db, { endpoints: skipEndpoints, now, dueAt: now + options.timeoutMs });
+      await postponeDue(options.db, { endpoints: slow, now, dueAt: now + options.timeoutMs });
     }
     const limit = Math.min(room, 32);
     const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints });

@@ -10,7 +10,8 @@ import { BENCH_PROJECT, type BenchServer, startRunplane } from "../_runplane.ts"
 
 const SCENARIO = "10. Cold start";
 const PER_KIND = 50;
-const COOLDOWN_S = 3;
+// Longer than the first calls of all 100 apps take, so every replica is still warm when they are counted.
+const COOLDOWN_S = 30;
 const run = promisify(execFile);
 
 const PYTHON_MAIN = `def hello(name="world"):
