@@ -920,8 +920,8 @@ async function keysPage() {
 
 /**
  * Follows the project's run changes (server-sent events, authenticated by the session cookie): each change
- * that `matters` re-reads the page a moment later (changes in a burst are read once), unless someone is
- * typing in it.
+ * that `matters`, and the feed's opening, re-reads the page a moment later (changes in a burst are read
+ * once), unless someone is typing in it.
  */
 function followRuns(matters) {
   live?.close();
@@ -940,6 +940,9 @@ function followRuns(matters) {
     if (matters(JSON.parse(event.data))) refresh();
   });
   live.addEventListener("resync", refresh);
+  // The page was read before this feed was open: a change in between (a quick run ending) would be
+  // missed, so read it once more when the feed opens.
+  live.addEventListener("open", refresh);
 }
 
 // ---- Shell ----
