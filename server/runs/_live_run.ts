@@ -137,6 +137,8 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   #end(outcome: RunOutcome, runTimeMs?: number): Promise<void> {
     if (this.#ended) return Promise.resolve();
     this.#ended = true;
+    // A stored list was read by `succeed` already; any other end drops it.
+    this.#items?.close();
     const row = this.#row;
     const webhook = this.#webhook;
     const { writer, local, events } = this.#deps;

@@ -83,6 +83,8 @@ export class QueuedRunRecord implements RunRecorder {
   }
 
   #end(outcome: RunOutcome): Promise<void> {
+    // A stored list was read by `succeed` already; any other end drops it.
+    this.#items?.close();
     this.#ending ??= this.#write(outcome);
     return this.#ending;
   }

@@ -4,6 +4,7 @@
  * since a cut JSON value means nothing. Either way `truncated` says that something was left out.
  */
 import { RawJson } from "../json/mod.ts";
+import { SpillFile } from "./_spill_file.ts";
 
 /** A result as stored. */
 export interface StoredResult {
@@ -59,16 +60,24 @@ export function storedResult(value: unknown, limitBytes: number): StoredResult {
   return overLimit(json, limitBytes) ? { json: null, truncated: true } : { json, truncated: false };
 }
 
+/** Stored items kept in memory before they are set aside on disk (see `_spill_file.ts`). */
+const IN_MEMORY_BYTES = 64 * 1024;
+
 /**
  * A stream's items as they arrive, serialised once each and kept while the JSON list stays within the
  * limit; after the first item that does not fit, later ones are counted out too (the stored list is a
- * prefix of the stream). Memory stays within the limit however long the stream.
+ * prefix of the stream). At most `IN_MEMORY_BYTES` of it is held in memory: the rest waits in a spill
+ * file until `result()`, so a long stream, or one whose reader stalls, holds a few KiB, not the limit.
+ * `close()` drops what was kept when the run ends without a stored list.
  */
 export class StoredItems {
   readonly #limit: number;
-  readonly #parts: string[] = [];
+  #parts: string[] = [];
+  #partBytes = 0;
+  #spill: SpillFile | undefined = undefined;
   // The list's brackets.
   #bytes = 2;
+  #count = 0;
   #truncated = false;
 
   constructor(limitBytes: number) {
@@ -78,18 +87,33 @@ export class StoredItems {
   /** Adds one item. */
   add(value: unknown): void {
     if (this.#truncated) return;
-    const text = JSON.stringify(value ?? null);
-    const room = this.#limit - this.#bytes - (this.#parts.length ? 1 : 0);
-    if (overLimit(text, room)) {
+    const text = (this.#count ? "," : "") + JSON.stringify(value ?? null);
+    if (overLimit(text, this.#limit - this.#bytes)) {
       this.#truncated = true;
       return;
     }
-    this.#bytes += (this.#parts.length ? 1 : 0) + Buffer.byteLength(text);
+    const bytes = Buffer.byteLength(text);
+    this.#bytes += bytes;
+    this.#count++;
     this.#parts.push(text);
+    this.#partBytes += bytes;
+    if (this.#partBytes > IN_MEMORY_BYTES) {
+      (this.#spill ??= new SpillFile()).append(this.#parts.join(""));
+      this.#parts = [];
+      this.#partBytes = 0;
+    }
   }
 
-  /** The stored list. */
+  /** The stored list (read once: the spilled part is freed). */
   result(): StoredResult {
-    return { json: `[${this.#parts.join(",")}]`, truncated: this.#truncated };
+    const spilled = this.#spill?.take() ?? "";
+    return { json: `[${spilled}${this.#parts.join("")}]`, truncated: this.#truncated };
+  }
+
+  /** Drops the kept items; later items are not kept (idempotent). */
+  close(): void {
+    this.#spill?.close();
+    this.#parts = [];
+    this.#truncated = true;
   }
 }

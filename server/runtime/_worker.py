@@ -57,7 +57,7 @@ MESSAGES_FD = 4
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 RAW_RESULT_BYTES = 1024 * 1024
 STREAM_WINDOW_ITEMS = 64
-STREAM_WINDOW_BYTES = 512 * 1024
+STREAM_WINDOW_BYTES = 128 * 1024
 # The server writes a call's id first, so a line that cannot be parsed can still be failed by name.
 _LEADING_ID = re.compile(rb'^\{"op":"call","id":("(?:[^"\\]|\\.)*")')
 

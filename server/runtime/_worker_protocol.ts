@@ -44,7 +44,7 @@ export const RAW_RESULT_BYTES = 1024 * 1024;
 /** Items a stream may have sent and not yet consumed. */
 export const STREAM_WINDOW_ITEMS = 64;
 /** Bytes of `item` lines a stream may have sent and not yet consumed (one item may exceed it alone). */
-export const STREAM_WINDOW_BYTES = 512 * 1024;
+export const STREAM_WINDOW_BYTES = 128 * 1024;
 
 /** How a call failed in the worker (`fail.kind`). */
 export type FailKind =

@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { readdirSync, readlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { after, before, describe, it } from "node:test";
 import { deployApp } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
@@ -6,7 +8,8 @@ import { type AppRef, callRun, getRun, listRuns, submitAsync, waitForStatus } fr
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { startWebhookReceiver, type WebhookReceiver } from "../_helpers/webhook_receiver.ts";
 import { RawJson } from "../../server/json/mod.ts";
-import { storedResult } from "../../server/runs/_stored_result.ts";
+import { SpillFile } from "../../server/runs/_spill_file.ts";
+import { StoredItems, storedResult } from "../../server/runs/_stored_result.ts";
 
 const LIMIT = 4096;
 
@@ -171,5 +174,58 @@ describe("the stored form of a result", () => {
     assert.deepEqual(storedResult(raw, 1024), { json: text, truncated: false });
     assert.deepEqual(storedResult(raw, text.length - 1), { json: null, truncated: true });
     assert.equal(JSON.stringify({ result: raw }), `{"result":{"a":[1,2,"é"]}}`);
+  });
+});
+
+/** The open descriptors of this process that point at a deleted runplane spill file. */
+function openSpillFiles(): number {
+  return readdirSync("/proc/self/fd").filter((fd) => {
+    try {
+      return /runplane-spill-.* \(deleted\)$/.test(readlinkSync(`/proc/self/fd/${fd}`));
+    } catch {
+      return false; // the descriptor readdir itself used, closed since
+    }
+  }).length;
+}
+
+describe("a stream's stored items", () => {
+  const item = (i: number) => ({ i, text: "z".repeat(1000) });
+
+  it("keeps every item that fits, in order, across what it set aside on disk", () => {
+    const stored = new StoredItems(1024 * 1024);
+    const items = Array.from({ length: 300 }, (_, i) => item(i));
+    for (const value of items) stored.add(value);
+    assert.equal(openSpillFiles(), 1, "300 KB of items spill past the 64 KiB held in memory");
+    assert.deepEqual(stored.result(), { json: JSON.stringify(items), truncated: false });
+    assert.equal(openSpillFiles(), 0, "reading the result frees the file");
+  });
+
+  it("stores a prefix of the stream when the limit is reached after a spill", () => {
+    const stored = new StoredItems(200_000);
+    for (let i = 0; i < 300; i++) stored.add(item(i));
+    const { json, truncated } = stored.result();
+    assert.equal(truncated, true);
+    const kept = JSON.parse(json!) as { i: number }[];
+    assert.ok(Buffer.byteLength(json!) <= 200_000);
+    assert.ok(kept.length > 150, `kept ${kept.length} items`);
+    assert.deepEqual(kept.map((k) => k.i), Array.from({ length: kept.length }, (_, i) => i));
+  });
+
+  it("drops what it set aside when closed, and keeps nothing added after", () => {
+    const stored = new StoredItems(1024 * 1024);
+    for (let i = 0; i < 100; i++) stored.add(item(i));
+    assert.equal(openSpillFiles(), 1);
+    stored.close();
+    assert.equal(openSpillFiles(), 0);
+    for (let i = 0; i < 100; i++) stored.add(item(i));
+    assert.equal(openSpillFiles(), 0);
+  });
+
+  it("never leaves its file where another process could open it", () => {
+    const spill = new SpillFile();
+    spill.append("secret");
+    assert.deepEqual(readdirSync(tmpdir()).filter((name) => name.startsWith(`runplane-spill-${process.pid}-`)), []);
+    assert.equal(spill.take(), "secret");
+    assert.equal(openSpillFiles(), 0);
   });
 });
