@@ -24,6 +24,7 @@ import {
   recordAttempts,
   settleInterruptedAttempts,
   postponeDue,
+  restoreDue,
   snoozeDeliveries,
   statusAfter,
 } from "./outbox.ts";
@@ -100,8 +101,13 @@ function destinationOf(endpoint: string): string {
   }
 }
 
-/** A full destination that has not answered for this long is slow: its due deliveries are postponed. */
-const SLOW_AFTER_MS = 2000;
+/**
+ * A full destination that has not answered for this long is slow: its due deliveries are postponed
+ * until its attempts time out, and put back in line as soon as it answers. A misjudged one (a burst's
+ * first answers are merely slower than this) costs two small updates; a dead one judged late costs a
+ * claim that reads past all its due deliveries for as long as it is not postponed.
+ */
+const SLOW_AFTER_MS = 500;
 
 /** How long a delivery put back for a busy destination waits before it is due again. */
 const SNOOZE_MS = 1000;
@@ -122,7 +128,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   // More deliveries may be due (the last claim was full, or left a busy destination out): a finished
   // attempt claims again.
   let backlog = false;
-  let lastPostponedAt = -Infinity;
+  // Slow destinations whose due deliveries were postponed: their endpoints and the time they are due
+  // again (when the attempts in flight have timed out), until then or until the destination answers.
+  const postponed = new Map<string, { endpoints: string[]; dueAt: number }>();
   // When each busy destination last answered (or became busy): one that is full and has not answered
   // for `SLOW_AFTER_MS` is slow, not merely busy.
   const answeredAt = new Map<string, number>();
@@ -150,11 +158,11 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   }
 
   /**
-   * Makes one attempt and records it. `sent()` is called once the receiver answered (or the attempt
-   * ended without an answer): the window's and the destination's slot is free from then, while the
-   * outcome is committed (the delivery's lease holds it until then).
+   * Makes one attempt and records it. `sent(answered)` is called once the receiver answered (or the
+   * attempt ended without an answer): the window's and the destination's slot is free from then, while
+   * the outcome is committed (the delivery's lease holds it until then).
    */
-  async function attempt(delivery: ClaimedDelivery, sent: () => void): Promise<void> {
+  async function attempt(delivery: ClaimedDelivery, sent: (answered: boolean) => void): Promise<void> {
     const number = delivery.attempts + 1;
     const at = Date.now();
     await starts.add({ runId: delivery.run_id, attempt: number, at });
@@ -168,7 +176,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       guard: options.guard,
       signal: stopping.signal,
     });
-    sent();
+    sent("statusCode" in outcome);
     if (stopping.signal.aborted) return;
     const durationMs = Math.round((performance.now() - started) * 100) / 100;
     const verdict = judgeAttempt(outcome);
@@ -234,13 +242,14 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     if (!answeredAt.has(destination)) answeredAt.set(destination, performance.now());
     count(endpointsInFlight, delivery.endpoint, 1);
     let released = false;
-    function release(): void {
+    function release(answered = false): void {
       if (released) return;
       released = true;
       inFlight--;
       count(busy, destination, -1);
       if (busy.has(destination)) answeredAt.set(destination, performance.now());
       else answeredAt.delete(destination);
+      if (answered) restorePostponed(destination);
       count(endpointsInFlight, delivery.endpoint, -1);
       pump();
       if (backlog) ticker.wake();
@@ -249,7 +258,21 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       .catch((error) =>
         options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded")
       )
-      .finally(release);
+      .finally(() => release());
+  }
+
+  /** Puts a postponed destination's deliveries back in line: it answered, so it is not dead. */
+  function restorePostponed(destination: string): void {
+    const entry = postponed.get(destination);
+    if (!entry) return;
+    postponed.delete(destination);
+    restoreDue(options.db, { endpoints: entry.endpoints, postponedTo: entry.dueAt, now: clock() })
+      .then((restored) => {
+        if (restored) ticker.wake();
+      })
+      .catch((error) =>
+        options.logger.warn({ err: error }, "postponed deliveries not put back in line; they are due after the timeout")
+      );
   }
 
   /**
@@ -301,12 +324,17 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     // A slow destination's due deliveries would stay at the head of the due index, read past by every
     // claim: move them out of the way until its attempts in flight may have ended (once per timeout at
     // most). A fast one that is merely full keeps its place in line.
-    const slow = skipEndpoints.filter((endpoint) =>
-      performance.now() - (answeredAt.get(destinationOf(endpoint)) ?? Infinity) >= SLOW_AFTER_MS
-    );
-    if (slow.length && now - lastPostponedAt >= options.timeoutMs) {
-      lastPostponedAt = now;
-      await postponeDue(options.db, { endpoints: slow, now, dueAt: now + options.timeoutMs });
+    const slow = new Map<string, string[]>();
+    for (const endpoint of skipEndpoints) {
+      const destination = destinationOf(endpoint);
+      const silentFor = performance.now() - (answeredAt.get(destination) ?? Infinity);
+      if (silentFor < SLOW_AFTER_MS || (postponed.get(destination)?.dueAt ?? -Infinity) > now) continue;
+      slow.set(destination, [...(slow.get(destination) ?? []), endpoint]);
+    }
+    if (slow.size) {
+      const dueAt = now + options.timeoutMs;
+      for (const [destination, endpoints] of slow) postponed.set(destination, { endpoints, dueAt });
+      await postponeDue(options.db, { endpoints: [...slow.values()].flat(), now, dueAt });
     }
     const limit = Math.min(room, 32);
     const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints });

@@ -354,6 +354,25 @@ export async function snoozeDeliveries(
 }
 
 /**
+ * Makes the deliveries to `endpoints` that `postponeDue` moved to `postponedTo` due again at `now` (their
+ * destination answered). Reads the one instant of the due index they were moved to.
+ */
+export async function restoreDue(
+  db: Kysely<Database>,
+  options: { endpoints: readonly string[]; postponedTo: number; now: number },
+): Promise<number> {
+  if (options.endpoints.length === 0) return 0;
+  const result = await db.updateTable("webhook_deliveries")
+    .set({ next_attempt_at: options.now })
+    .where("status", "=", "pending")
+    .where("next_attempt_at", "=", options.postponedTo)
+    .where("endpoint", "in", options.endpoints)
+    .where((eb) => eb.or([eb("lease_expires_at", "is", null), eb("lease_expires_at", "<", options.now)]))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/**
  * Moves the due, unleased deliveries to `endpoints` (a busy destination's) to `dueAt`: they leave the
  * head of the due index, so claims stop reading past them. Reads the due range through its index.
  */

@@ -15,8 +15,8 @@ export interface ReceivedRequest {
   at: number;
 }
 
-/** How to answer the n-th request (1-based): a status code, or `hang` to never answer. */
-export type Answer = number | "hang";
+/** How to answer the n-th request (1-based): a status code, `hang` to never answer, or a status after a delay. */
+export type Answer = number | "hang" | { status: number; afterMs: number };
 
 /** A running receiver. */
 export interface WebhookReceiver {
@@ -48,6 +48,10 @@ export async function startWebhookReceiver(
       waiters.splice(0).forEach((wake) => wake());
       const reply = answer(requests.length, request);
       if (reply === "hang") return;
+      if (typeof reply === "object") {
+        setTimeout(() => res.writeHead(reply.status).end("ok"), reply.afterMs);
+        return;
+      }
       res.writeHead(reply, reply >= 300 && reply < 400 ? { Location: "/redirected" } : {});
       res.end("ok");
     });

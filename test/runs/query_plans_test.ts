@@ -28,6 +28,7 @@ import {
   deleteDeliveriesOf,
   forgetDeliverySecrets,
   postponeDue,
+  restoreDue,
   releaseDeliveryLeases,
   webhookViews,
 } from "../../server/webhooks/outbox.ts";
@@ -89,6 +90,7 @@ for (const engine of await engines()) {
       await claimDueDeliveries(db, { owner: "o", now, leaseMs: 20_000, limit: 32, skipEndpoints: ["https://x/"] });
       await forgetDeliverySecrets(db, { before: now - 86_400_000 });
       await postponeDue(db, { endpoints: ["https://x/"], now, dueAt: now + 10_000 });
+      await restoreDue(db, { endpoints: ["https://x/"], postponedTo: now + 10_000, now });
       await releaseDeliveryLeases(db, "o");
       await webhookViews(db, [ref.runId]);
       await db.deleteFrom("idempotency_keys").where("created_at", "<=", now - IDEMPOTENCY_WINDOW_MS).execute();

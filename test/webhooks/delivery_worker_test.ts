@@ -253,6 +253,33 @@ for (const engine of await engines()) {
       }
     });
 
+    it("a slow receiver's postponed deliveries are put back in line when it answers, not after the timeout", async () => {
+      const scratch = await openTestStore(engine);
+      const { store } = scratch;
+      // Slower than the worker's "slow" threshold (500 ms of silence while full), but alive.
+      const slow = await startWebhookReceiver(() => ({ status: 200, afterMs: 1200 }));
+      await store.db.transaction().execute(async (trx) => {
+        for (let i = 0; i < 9; i++) {
+          await enqueueDelivery(trx, { runId: `run_slow_${i}`, endpoint: slow.url, body: "{}", sealedSecret: null });
+        }
+      });
+      // Postponed deliveries would wait out this timeout (60 s) if its answers did not bring them back.
+      const worker = startTestWorker(store.db, { maxInFlight: 8, perDestination: 3, timeoutMs: 60_000, pollMs: 100 });
+      try {
+        await slow.waitFor(9, 30_000);
+        const delivered = await eventually(async () => {
+          const rows = await store.db.selectFrom("webhook_deliveries").select("status")
+            .where("endpoint", "=", slow.url).execute();
+          return rows.every((r) => r.status === "delivered") ? rows : undefined;
+        });
+        assert.equal(delivered.length, 9);
+      } finally {
+        await worker.stop();
+        await slow.close();
+        await scratch.close();
+      }
+    });
+
     it("a receiver that hangs holds at most perDestination attempts; the other destination's deliveries go on", async () => {
       const scratch = await openTestStore(engine);
       const { store } = scratch;
