@@ -9,8 +9,24 @@ import { postgresPlaceholders } from "./_placeholders.ts";
 /** Where a portable raw statement (see `rawStatement`) carries its text with `$n` placeholders. */
 export const POSTGRES_SQL: unique symbol = Symbol("runplane.postgresSql");
 
-/** A compiled query that may carry its PostgreSQL text. */
-type PortableQuery = CompiledQuery & { [POSTGRES_SQL]?: string };
+/** Where it carries how PostgreSQL's text takes the parameters, when not as they are. */
+const POSTGRES_PARAMETERS: unique symbol = Symbol("runplane.postgresParameters");
+
+/** A compiled query that may carry its PostgreSQL text, and how that text takes the parameters. */
+type PortableQuery = CompiledQuery & {
+  [POSTGRES_SQL]?: string;
+  [POSTGRES_PARAMETERS]?: (parameters: readonly unknown[]) => unknown[];
+};
+
+/** The text and parameters PostgreSQL runs for `query` (a portable raw statement's own, or Kysely's). */
+export function postgresForm(query: CompiledQuery): { sql: string; parameters: readonly unknown[] } {
+  const portable = query as PortableQuery;
+  const reshape = portable[POSTGRES_PARAMETERS];
+  return {
+    sql: portable[POSTGRES_SQL] ?? query.sql,
+    parameters: reshape ? reshape(query.parameters) : query.parameters,
+  };
+}
 
 const INT8_OID = 20;
 
@@ -53,24 +69,34 @@ export function postgresDialect(pool: pg.Pool): PostgresDialect {
     onCreateConnection(connection: DatabaseConnection) {
       const executeQuery = connection.executeQuery.bind(connection);
       connection.executeQuery = <R>(query: PortableQuery): Promise<QueryResult<R>> => {
-        const postgresSql = query[POSTGRES_SQL];
-        return executeQuery<R>(postgresSql === undefined ? query : { ...query, sql: postgresSql });
+        if (query[POSTGRES_SQL] === undefined) return executeQuery<R>(query);
+        return executeQuery<R>({ ...query, ...postgresForm(query) });
       };
       return Promise.resolve();
     },
   });
 }
 
+/** Options of `portableQuery`. */
+export interface PortableQueryOptions {
+  /** PostgreSQL's own text, with `$n` placeholders (not translated). */
+  postgresSql?: string;
+  /** How PostgreSQL's text takes the parameters (e.g. one array per column), when not as they are. */
+  postgresParameters?: (parameters: readonly unknown[]) => unknown[];
+}
+
 /**
  * `sqlText` (with `?` placeholders) as a compiled query that runs on either engine. With
  * `postgresSql`, PostgreSQL runs that text instead (its own `$n` placeholders, numbered after the
- * same parameters, not translated): for the few statements the engines need written differently.
+ * same parameters, or after what `postgresParameters` makes of them): for the few statements the
+ * engines need written differently.
  */
 export function portableQuery(
   sqlText: string,
-  options: { postgresSql?: string } = {},
+  options: PortableQueryOptions = {},
 ): (parameters: readonly unknown[]) => CompiledQuery {
   const postgresSql = options.postgresSql ?? postgresPlaceholders(sqlText);
+  const reshape = options.postgresParameters;
   return (parameters) =>
     ({
       sql: sqlText,
@@ -78,6 +104,7 @@ export function portableQuery(
       query: { kind: "RawNode", sqlFragments: [sqlText], parameters: [] },
       queryId: { queryId: "" },
       [POSTGRES_SQL]: postgresSql,
+      [POSTGRES_PARAMETERS]: reshape,
     }) as unknown as CompiledQuery;
 }
 

@@ -25,8 +25,8 @@ import {
   createPostgresPool,
   isPostgresUrl,
   portableQuery,
-  POSTGRES_SQL,
   postgresDialect,
+  postgresForm,
   readDatabaseMs,
   redactDatabaseUrl,
   withMigrationLock,
@@ -115,8 +115,8 @@ function statementLog(options: OpenStoreOptions): KyselyConfig["log"] {
   const onStatement = options.onStatement;
   if (!onStatement) return undefined;
   return (event) => {
-    const query = event.query as CompiledQuery & { [POSTGRES_SQL]?: string };
-    onStatement({ sql: (options.databaseUrl && query[POSTGRES_SQL]) || query.sql, parameters: query.parameters });
+    const query = event.query;
+    onStatement(options.databaseUrl ? postgresForm(query) : { sql: query.sql, parameters: query.parameters });
   };
 }
 
@@ -315,7 +315,7 @@ export function rawStatement<Row = unknown>(
 ): (db: Queryable, parameters: readonly unknown[]) => Promise<QueryResult<Row>> {
   const compile: (parameters: readonly unknown[]) => CompiledQuery = typeof sqlText === "string"
     ? portableQuery(sqlText)
-    : portableQuery(sqlText.sqlite, { postgresSql: sqlText.postgres });
+    : portableQuery(sqlText.sqlite, { postgresSql: sqlText.postgres, postgresParameters: sqlText.postgresParameters });
   return (db, parameters) => db.executeQuery<Row>(compile(parameters));
 }
 
@@ -332,6 +332,11 @@ export interface DialectStatement {
    * come in another order). It must name every parameter: PostgreSQL refuses one it cannot type.
    */
   postgres: string;
+  /**
+   * How PostgreSQL's text takes the parameters, when it needs them in another shape (a batch insert
+   * that takes one array per column instead of a parameter per value).
+   */
+  postgresParameters?: (parameters: readonly unknown[]) => unknown[];
 }
 
 /** Whether `error` is the store refusing a row for a missing referenced row (a foreign key), on either engine. */

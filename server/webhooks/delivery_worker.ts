@@ -323,7 +323,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     const skipEndpoints = [...endpointsInFlight.keys()].filter((endpoint) => saturated(destinationOf(endpoint)));
     // A slow destination's due deliveries would stay at the head of the due index, read past by every
     // claim: move them out of the way until its attempts in flight may have ended (once per timeout at
-    // most). A fast one that is merely full keeps its place in line.
+    // most, per destination; its first answer puts them back). A fast one that is merely full keeps its
+    // place in line.
     const slow = new Map<string, string[]>();
     for (const endpoint of skipEndpoints) {
       const destination = destinationOf(endpoint);
