@@ -98,7 +98,15 @@ export class StoredItems {
     this.#parts.push(text);
     this.#partBytes += bytes;
     if (this.#partBytes > IN_MEMORY_BYTES) {
-      (this.#spill ??= new SpillFile()).append(this.#parts.join(""));
+      try {
+        (this.#spill ??= new SpillFile()).append(this.#parts.join(""));
+      } catch {
+        // No room on disk for the record's copy: the stream goes on, and its stored list ends here.
+        this.#bytes -= bytes;
+        this.#parts.pop();
+        this.#truncated = true;
+        return;
+      }
       this.#parts = [];
       this.#partBytes = 0;
     }
@@ -106,7 +114,14 @@ export class StoredItems {
 
   /** The stored list (read once: the spilled part is freed). */
   result(): StoredResult {
-    const spilled = this.#spill?.take() ?? "";
+    let spilled: string;
+    try {
+      spilled = this.#spill?.take() ?? "";
+    } catch {
+      // The spilled part is lost (the disk failed): an empty list is the only prefix left to store.
+      this.close();
+      return { json: "[]", truncated: true };
+    }
     return { json: `[${spilled}${this.#parts.join("")}]`, truncated: this.#truncated };
   }
 

@@ -221,6 +221,23 @@ describe("a stream's stored items", () => {
     assert.equal(openSpillFiles(), 0);
   });
 
+  it("stores a shorter prefix, and lets the stream go on, when nothing can be set aside on disk", () => {
+    const tmp = process.env.TMPDIR;
+    process.env.TMPDIR = "/nonexistent/runplane-test";
+    try {
+      const stored = new StoredItems(1024 * 1024);
+      for (let i = 0; i < 300; i++) stored.add(item(i));
+      const { json, truncated } = stored.result();
+      assert.equal(truncated, true);
+      const kept = JSON.parse(json!) as { i: number }[];
+      assert.ok(kept.length >= 60, `the items held in memory are kept (${kept.length})`);
+      assert.deepEqual(kept.map((k) => k.i), Array.from({ length: kept.length }, (_, i) => i));
+    } finally {
+      if (tmp === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = tmp;
+    }
+  });
+
   it("never leaves its file where another process could open it", () => {
     const spill = new SpillFile();
     spill.append("secret");
