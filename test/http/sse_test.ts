@@ -84,6 +84,20 @@ describe("withHeartbeat", () => {
     assert.ok(out.slice(1, -1).length >= 2 && out.slice(1, -1).every((c) => c === SSE_PING), JSON.stringify(out));
   });
 
+  it("passes the source's failure through after its chunks, and pings while it waits", async () => {
+    async function* failing() {
+      yield "one";
+      await sleep(150);
+      throw new Error("source failed");
+    }
+    const out: string[] = [];
+    await assert.rejects(async () => {
+      for await (const chunk of withHeartbeat(failing(), { intervalMs: 40 })) out.push(chunk);
+    }, /source failed/);
+    assert.equal(out[0], "one");
+    assert.ok(out.slice(1).length >= 1 && out.slice(1).every((c) => c === SSE_PING), JSON.stringify(out));
+  });
+
   it("returns the source when the reader stops early", async () => {
     let closed = false;
     async function* endless() {
