@@ -260,6 +260,8 @@ interface HeapMessage {
   rssMiB: number;
   heapUsedMiB: number;
   arrayBuffersMiB: number;
+  /** Just before the forced GC: RSS, and what of it is V8's heap (committed and used). */
+  before: { rssMiB: number; heapTotalMiB: number; heapUsedMiB: number };
 }
 
 /**
@@ -287,15 +289,20 @@ async function heapMain(inspectorUrl: string): Promise<void> {
   const mib = (bytes: number) => bytes / 1048576;
   process.on("message", async (message: { kind: string }) => {
     if (message.kind !== "gc") return;
+    const read = async () =>
+      JSON.parse(
+        (await call("Runtime.evaluate", { expression: "JSON.stringify(process.memoryUsage())" })).result!.value!,
+      ) as NodeJS.MemoryUsage;
+    const before = await read();
     await call("HeapProfiler.collectGarbage");
-    const usage = await call("Runtime.evaluate", { expression: "JSON.stringify(process.memoryUsage())" });
-    const memory = JSON.parse(usage.result!.value!) as NodeJS.MemoryUsage;
+    const memory = await read();
     process.send!(
       {
         kind: "heap",
         rssMiB: mib(memory.rss),
         heapUsedMiB: mib(memory.heapUsed),
         arrayBuffersMiB: mib(memory.arrayBuffers),
+        before: { rssMiB: mib(before.rss), heapTotalMiB: mib(before.heapTotal), heapUsedMiB: mib(before.heapUsed) },
       } satisfies HeapMessage,
     );
   });
@@ -471,6 +478,11 @@ async function openStreams({ server, probe }: Setup, context: BenchContext): Pro
           `live heap after a forced GC: ${
             (((liveHeap.heapUsedMiB - idleHeap.heapUsedMiB) * 1024) / STREAMS).toFixed(1)
           } KiB per stream`,
+          `just before it, RSS ${liveHeap.before.rssMiB.toFixed(0)} MiB of which V8's heap ${
+            liveHeap.before.heapTotalMiB.toFixed(0)
+          } MiB (${liveHeap.before.heapUsedMiB.toFixed(0)} in use; idle after a GC: RSS ${
+            idleHeap.rssMiB.toFixed(0)
+          }, heap ${idleHeap.before.heapTotalMiB.toFixed(0)} before its GC)`,
         ]
         : []),
       `Python workers ${idle.workersMiB.toFixed(0)} → ${median(plateau.map((s) => s.workersMiB)).toFixed(0)} MiB`,
