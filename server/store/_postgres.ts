@@ -7,7 +7,7 @@ import pg from "pg";
 import { postgresPlaceholders } from "./_placeholders.ts";
 
 /** Where a portable raw statement (see `rawStatement`) carries its text with `$n` placeholders. */
-export const POSTGRES_SQL: unique symbol = Symbol("runplane.postgresSql");
+const POSTGRES_SQL: unique symbol = Symbol("runplane.postgresSql");
 
 /** Where it carries how PostgreSQL's text takes the parameters, when not as they are. */
 const POSTGRES_PARAMETERS: unique symbol = Symbol("runplane.postgresParameters");

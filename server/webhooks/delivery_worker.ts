@@ -330,7 +330,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       const destination = destinationOf(endpoint);
       const silentFor = performance.now() - (answeredAt.get(destination) ?? Infinity);
       if (silentFor < SLOW_AFTER_MS || (postponed.get(destination)?.dueAt ?? -Infinity) > now) continue;
-      slow.set(destination, [...(slow.get(destination) ?? []), endpoint]);
+      const endpoints = slow.get(destination);
+      if (endpoints) endpoints.push(endpoint);
+      else slow.set(destination, [endpoint]);
     }
     if (slow.size) {
       const dueAt = now + options.timeoutMs;
