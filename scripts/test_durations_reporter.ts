@@ -1,0 +1,27 @@
+/**
+ * A node:test reporter that writes how long each test file's tests took, as one JSON object
+ * `{ "<path relative to the checkout>": seconds }`, for `npm test -- --store-durations`
+ * (`scripts/run_tests.ts`). A file's time is the sum of its top-level tests' durations; imports shared
+ * with other files of its shard are not counted.
+ */
+import { relative } from "node:path";
+import { ROOT } from "./generate.ts";
+
+/** A node:test event, as far as this reporter reads it. */
+interface TestEvent {
+  type: string;
+  data: { nesting?: number; file?: string; details?: { duration_ms?: number } };
+}
+
+/** The reporter: yields the durations once, when the run ends. */
+export default async function* testDurations(source: AsyncIterable<TestEvent>): AsyncGenerator<string> {
+  const seconds: Record<string, number> = {};
+  for await (const event of source) {
+    if (event.type !== "test:pass" && event.type !== "test:fail") continue;
+    const { nesting, file, details } = event.data;
+    if (nesting !== 0 || file === undefined || details?.duration_ms === undefined) continue;
+    const path = relative(ROOT, file);
+    seconds[path] = (seconds[path] ?? 0) + details.duration_ms / 1000;
+  }
+  yield JSON.stringify(seconds);
+}
