@@ -9,9 +9,15 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { generateArtifacts, ROOT } from "./generate.ts";
 
-/** Lists the generated files that differ from the spec's output (missing, stale or extra). */
-export async function staleGenerated(generatedDir = join(ROOT, "generated")): Promise<string[]> {
-  const artifacts = await generateArtifacts();
+/**
+ * Lists the generated files that differ from the spec's output (missing, stale or extra). `artifacts` is
+ * that output when the caller has already generated it.
+ */
+export async function staleGenerated(
+  options: { generatedDir?: string; artifacts?: Map<string, string> } = {},
+): Promise<string[]> {
+  const generatedDir = options.generatedDir ?? join(ROOT, "generated");
+  const artifacts = options.artifacts ?? await generateArtifacts();
   const stale: string[] = [];
   for (const [name, contents] of artifacts) {
     const current = await readFile(join(generatedDir, name), "utf8").catch(() => null);

@@ -93,7 +93,7 @@ const reporters = storeDurations
   ? [
     `--test-reporter=${process.stdout.isTTY ? "spec" : "tap"}`,
     "--test-reporter-destination=stdout",
-    `--test-reporter=${pathToFileURL(join(ROOT, "scripts", "test_durations_reporter.ts")).href}`,
+    `--test-reporter=${pathToFileURL(join(ROOT, "scripts", "test_durations_reporter.mjs")).href}`,
     `--test-reporter-destination=${measured}`,
   ]
   : [];

@@ -4,35 +4,24 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import ts from "typescript";
 import { ROOT } from "../../scripts/generate.ts";
+import { cachingCompilerHost, formatDiagnostics } from "../_helpers/typescript.ts";
 
 const HANDLERS = join(ROOT, "server", "handlers");
 
-/**
- * The project's compiler options, and a compiler host that parses each unedited file once for every probe
- * (lib and node typings included): the three probes then cost one parse and three checks of the handlers.
- */
-function probeCompiler(): { options: ts.CompilerOptions; host: ts.CompilerHost; parsed: Map<string, ts.SourceFile> } {
+/** The project's compiler options (tsconfig.json). */
+function projectOptions(): ts.CompilerOptions {
   const config = ts.getParsedCommandLineOfConfigFile(join(ROOT, "tsconfig.json"), {}, {
     ...ts.sys,
     onUnRecoverableConfigFileDiagnostic: (diagnostic) =>
       assert.fail(ts.flattenDiagnosticMessageText(diagnostic.messageText, "\n")),
   });
   assert.ok(config, "tsconfig.json parses");
-  const host = ts.createCompilerHost(config.options);
-  const parsed = new Map<string, ts.SourceFile>();
-  const getSourceFile = host.getSourceFile.bind(host);
-  host.getSourceFile = (fileName, languageVersion, onError, shouldCreate) => {
-    let sourceFile = parsed.get(fileName);
-    if (sourceFile === undefined) {
-      sourceFile = getSourceFile(fileName, languageVersion, onError, shouldCreate);
-      if (sourceFile !== undefined) parsed.set(fileName, sourceFile);
-    }
-    return sourceFile;
-  };
-  return { options: config.options, host, parsed };
+  return config.options;
 }
 
-const compiler = probeCompiler();
+// One host for the three probes: each unedited file is parsed once, so they cost one parse and three checks.
+const options = projectOptions();
+const host = cachingCompilerHost(options);
 
 /**
  * Type-checks the handler map (`server/handlers/mod.ts` and what it imports) with the project's compiler
@@ -45,14 +34,11 @@ function typecheckEditedHandlers(file: string, edit: (source: string) => string)
   assert.ok(source !== undefined, `${path} exists`);
   const edited = edit(source);
   assert.notEqual(edited, source, "the edit changed the file");
-  const host: ts.CompilerHost = {
-    ...compiler.host,
-    getSourceFile: (fileName, languageVersion, onError, shouldCreate) =>
-      fileName === path
-        ? ts.createSourceFile(fileName, edited, languageVersion, true)
-        : compiler.host.getSourceFile(fileName, languageVersion, onError, shouldCreate),
-  };
-  const program = ts.createProgram({ rootNames: [join(HANDLERS, "mod.ts")], options: compiler.options, host });
+  const program = ts.createProgram({
+    rootNames: [join(HANDLERS, "mod.ts")],
+    options,
+    host: host.withOverrides(new Map([[path, edited]])),
+  });
   const handlerFiles = readdirSync(HANDLERS).filter((name) => name.endsWith(".ts")).map((name) => join(HANDLERS, name));
   const diagnostics = [
     ...program.getOptionsDiagnostics(),
@@ -63,12 +49,7 @@ function typecheckEditedHandlers(file: string, edit: (source: string) => string)
       return [...program.getSyntacticDiagnostics(sourceFile), ...program.getSemanticDiagnostics(sourceFile)];
     }),
   ];
-  const output = ts.formatDiagnostics(diagnostics, {
-    getCanonicalFileName: (name) => name,
-    getCurrentDirectory: () => ROOT,
-    getNewLine: () => "\n",
-  });
-  return { ok: diagnostics.length === 0, output };
+  return { ok: diagnostics.length === 0, output: formatDiagnostics(diagnostics, ROOT) };
 }
 
 describe("the handler map is checked against the contract", () => {

@@ -2,20 +2,21 @@
  * A node:test reporter that writes how long each test file's tests took, as one JSON object
  * `{ "<path relative to the checkout>": seconds }`, for `npm test -- --store-durations`
  * (`scripts/run_tests.ts`). A file's time is the sum of its top-level tests' durations; imports shared
- * with other files of its shard are not counted.
+ * with other files of its shard are not counted. Plain JavaScript: node:test loads reporters before
+ * tsx's loader is registered.
  */
-import { relative } from "node:path";
-import { ROOT } from "./generate.ts";
+import { join, relative } from "node:path";
 
-/** A node:test event, as far as this reporter reads it. */
-interface TestEvent {
-  type: string;
-  data: { nesting?: number; file?: string; details?: { duration_ms?: number } };
-}
+const ROOT = join(import.meta.dirname, "..");
 
-/** The reporter: yields the durations once, when the run ends. */
-export default async function* testDurations(source: AsyncIterable<TestEvent>): AsyncGenerator<string> {
-  const seconds: Record<string, number> = {};
+/**
+ * The reporter: yields the durations once, when the run ends.
+ * @param {AsyncIterable<{ type: string, data: { nesting?: number, file?: string, details?: { duration_ms?: number } } }>} source
+ * @returns {AsyncGenerator<string>}
+ */
+export default async function* testDurations(source) {
+  /** @type {Record<string, number>} */
+  const seconds = {};
   for await (const event of source) {
     if (event.type !== "test:pass" && event.type !== "test:fail") continue;
     const { nesting, file, details } = event.data;
