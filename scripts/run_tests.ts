@@ -9,13 +9,18 @@
  * listed counts as the median), and every shard runs at once: most of a shard's time is spent waiting on
  * processes, sockets and timers, not on the CPU. `RUNPLANE_TEST_CONCURRENCY` sets the number of shards.
  * Within a shard, files run one after another and their tests in order, as they would alone.
+ *
+ * The tests that start the server as a process start it from one bundled file built here
+ * (`scripts/server_bundle.ts`, `RUNPLANE_TEST_SERVER_BUNDLE`); a test file run on its own starts it
+ * through tsx.
  */
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { pathToFileURL } from "node:url";
 import { ROOT } from "./generate.ts";
+import { bundleServer } from "./server_bundle.ts";
 
 const DURATIONS = join(ROOT, "test", "_durations.json");
 const DEFAULT_SHARDS = 6;
@@ -89,6 +94,11 @@ const shardFiles = shards.map((shard, i) => {
   return path;
 });
 const measured = join(work, "durations.json");
+// Inside the checkout, so that the bundle's imports of packages resolve to its node_modules.
+mkdirSync(join(ROOT, "node_modules", ".cache"), { recursive: true });
+const bundleDir = mkdtempSync(join(ROOT, "node_modules", ".cache", "runplane-test-server-"));
+const bundle = join(bundleDir, "main.mjs");
+await bundleServer(bundle);
 const reporters = storeDurations
   ? [
     `--test-reporter=${process.stdout.isTTY ? "spec" : "tap"}`,
@@ -100,7 +110,7 @@ const reporters = storeDurations
 const child = spawn(
   process.execPath,
   ["--import", "tsx", "--test", `--test-concurrency=${shards.length}`, ...reporters, ...shardFiles],
-  { cwd: ROOT, stdio: "inherit" },
+  { cwd: ROOT, stdio: "inherit", env: { ...process.env, RUNPLANE_TEST_SERVER_BUNDLE: bundle } },
 );
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => child.kill(signal));
 child.on("exit", (code, signal) => {
@@ -115,5 +125,6 @@ child.on("exit", (code, signal) => {
     console.error(`Wrote the durations of ${Object.keys(seconds).length} files to ${relative(ROOT, DURATIONS)}`);
   }
   rmSync(work, { recursive: true, force: true });
+  rmSync(bundleDir, { recursive: true, force: true });
   process.exit(code ?? (signal ? 1 : 0));
 });
