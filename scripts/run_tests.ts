@@ -98,7 +98,16 @@ const measured = join(work, "durations.json");
 mkdirSync(join(ROOT, "node_modules", ".cache"), { recursive: true });
 const bundleDir = mkdtempSync(join(ROOT, "node_modules", ".cache", "runplane-test-server-"));
 const bundle = join(bundleDir, "main.mjs");
-await bundleServer(bundle);
+function removeScratch(): void {
+  rmSync(work, { recursive: true, force: true });
+  rmSync(bundleDir, { recursive: true, force: true });
+}
+try {
+  await bundleServer(bundle);
+} catch (error) {
+  removeScratch();
+  throw error;
+}
 const reporters = storeDurations
   ? [
     `--test-reporter=${process.stdout.isTTY ? "spec" : "tap"}`,
@@ -124,7 +133,6 @@ child.on("exit", (code, signal) => {
     writeFileSync(DURATIONS, JSON.stringify(rounded, null, 2) + "\n");
     console.error(`Wrote the durations of ${Object.keys(seconds).length} files to ${relative(ROOT, DURATIONS)}`);
   }
-  rmSync(work, { recursive: true, force: true });
-  rmSync(bundleDir, { recursive: true, force: true });
+  removeScratch();
   process.exit(code ?? (signal ? 1 : 0));
 });
