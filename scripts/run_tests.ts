@@ -118,7 +118,16 @@ const reporters = storeDurations
   : [];
 const child = spawn(
   process.execPath,
-  ["--import", "tsx", "--test", `--test-concurrency=${shards.length}`, ...reporters, ...shardFiles],
+  [
+    "--import",
+    "tsx",
+    "--test",
+    `--test-concurrency=${shards.length}`,
+    // A backstop: a test that hangs fails after 10 minutes instead of holding its shard (and CI) forever.
+    "--test-timeout=600000",
+    ...reporters,
+    ...shardFiles,
+  ],
   { cwd: ROOT, stdio: "inherit", env: { ...process.env, RUNPLANE_TEST_SERVER_BUNDLE: bundle } },
 );
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => child.kill(signal));

@@ -22,6 +22,9 @@ function serverArgs(): string[] {
   return bundle ? [bundle] : ["--import", "tsx", MAIN];
 }
 
+/** How long a server process may take to report that it listens (generous: ten start at once under load). */
+const START_TIMEOUT_MS = 90_000;
+
 /** The project a fresh data dir's printed demo token belongs to (`DEMO_PROJECT` of server/main.ts). */
 export const PROCESS_PROJECT = "p-demo";
 
@@ -106,13 +109,36 @@ export async function startServerProcess(
   const started = new Promise<{ url: string; token: string }>((resolve, reject) => {
     let url = "";
     let token = options.token ?? "";
+    const seen: string[] = [];
+    // A server that neither listens nor exits fails the test with what it wrote, instead of hanging it.
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(
+        new Error(
+          `The server process did not report listening within ${START_TIMEOUT_MS} ms (url ${url || "not seen"}, `
+            + `token ${token ? "seen" : "not seen"}); stdout: ${JSON.stringify(seen)}; stderr: ${stderr}`,
+        ),
+      );
+    }, START_TIMEOUT_MS);
+    void exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`The server process exited before it listened: ${stderr}`));
+    });
     const lines = createInterface({ input: child.stdout! });
     const done = () => {
-      if (url && token) resolve({ url, token });
+      if (!url || !token) return;
+      clearTimeout(timer);
+      resolve({ url, token });
     };
     lines.on("line", (line) => {
+      if (seen.length < 50) seen.push(line);
       if (line.startsWith("{")) {
-        const entry = JSON.parse(line) as Record<string, unknown>;
+        let entry: Record<string, unknown>;
+        try {
+          entry = JSON.parse(line) as Record<string, unknown>;
+        } catch {
+          return; // kept in `seen`, for the start timeout's message: a throw here would hang the start
+        }
         logs.push(entry);
         if (entry.msg === "listening") url = String(entry.url);
         done();
@@ -122,7 +148,6 @@ export async function startServerProcess(
       if (match) token = match[1];
       done();
     });
-    void exited.then(() => reject(new Error(`The server process exited before it listened: ${stderr}`)));
   });
   const { url, token } = await started;
   return {
