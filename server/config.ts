@@ -14,6 +14,8 @@ export interface Config {
   databaseUrl: string | null;
   /** The most PostgreSQL connections the process opens (its pool's size). */
   databasePoolSize: number;
+  /** Whether the hot paths' statements are named prepared statements on PostgreSQL (planned once per connection). */
+  databasePreparedStatements: boolean;
   /**
    * Seals the keys kept in a PostgreSQL store (required with one, unused with SQLite). Prints as
    * `[redacted]`; never log its bytes.
@@ -217,6 +219,15 @@ export const SETTINGS = [
     default: "10",
     description: "Most connections to PostgreSQL this process opens",
     parse: integer(1, 1000),
+  },
+  {
+    key: "databasePreparedStatements",
+    env: "RUNPLANE_DATABASE_PREPARED_STATEMENTS",
+    flag: "--database-prepared-statements",
+    default: "true",
+    description:
+      "Plan the hot paths' PostgreSQL statements once per connection (named prepared statements); false behind PgBouncer older than 1.21 in transaction mode, or without its max_prepared_statements",
+    parse: boolean,
   },
   {
     key: "masterKey",

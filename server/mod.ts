@@ -64,6 +64,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     databaseUrl: config.databaseUrl,
     bootstrap: keysBootstrap(config.masterKey),
     poolSize: config.databasePoolSize,
+    preparedStatements: config.databasePreparedStatements,
     onError: (error) => logger.warn({ err: error }, "a background database operation failed; the store carries on"),
     checkpoints: "background",
     onCheckpointerLost: (error) =>

@@ -1,6 +1,6 @@
 /** The run records' store queries: portable Kysely builders, and portable SQL compiled once on the hot paths; every state change a conditional UPDATE. */
 import type { Kysely, Transaction, Updateable } from "kysely";
-import { type Database, rawStatement } from "../store/mod.ts";
+import { columnList, type Database, rawStatement } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { enqueueDelivery, webhookBody } from "../webhooks/mod.ts";
 import type { RunErrorInfo } from "./executor.ts";
@@ -196,16 +196,45 @@ export async function queuedRunsByApp(db: Db): Promise<Array<{ projectId: string
 // concurrent claimers take disjoint runs (a plain `in (select … limit n)` lets two claimers' subqueries
 // pick the same rows). SQLite: one writer at a time runs the whole statement. Parameters: now, now,
 // owner, lease end, project, app, limit.
+const RUN_COLUMNS = {
+  run_id: true,
+  project_id: true,
+  app_id: true,
+  function_name: true,
+  mode: true,
+  status: true,
+  created_at: true,
+  started_at: true,
+  completed_at: true,
+  queue_time_ms: true,
+  run_time_ms: true,
+  input_json: true,
+  result_json: true,
+  result_expired: true,
+  result_truncated: true,
+  error_type: true,
+  error_message: true,
+  error_traceback: true,
+  webhook_endpoint: true,
+  webhook_secret: true,
+  webhook_credentials: true,
+  lease_owner: true,
+  lease_expires_at: true,
+  cancel_requested: true,
+  rerun_of: true,
+} satisfies Record<keyof RunTable, true>;
+
 const claimQueued = rawStatement<RunRow>({
   sqlite: `update "runs" set "status" = 'running', "started_at" = ?, "queue_time_ms" = max(0, ? - "created_at"),`
     + ` "lease_owner" = ?, "lease_expires_at" = ?`
     + ` where "run_id" in (select "run_id" from "runs" where "status" = 'queued' and "project_id" = ? and "app_id" = ?`
-    + ` order by "run_id" limit ?) and "status" = 'queued' returning *`,
+    + ` order by "run_id" limit ?) and "status" = 'queued' returning ${columnList(RUN_COLUMNS)}`,
   postgres: `with "next" as materialized (select "run_id" from "runs"`
     + ` where "status" = 'queued' and "project_id" = $5 and "app_id" = $6 order by "run_id" limit $7 for update skip locked)`
     + ` update "runs" as "r" set "status" = 'running', "started_at" = $1, "queue_time_ms" = greatest(0, $2 - "r"."created_at"),`
     + ` "lease_owner" = $3, "lease_expires_at" = $4`
-    + ` from "next" where "r"."run_id" = "next"."run_id" and "r"."status" = 'queued' returning "r".*`,
+    + ` from "next" where "r"."run_id" = "next"."run_id" and "r"."status" = 'queued'`
+    + ` returning ${columnList(RUN_COLUMNS, "r")}`,
 });
 
 /**

@@ -42,15 +42,47 @@ const TYPES = {
 /** Options of `createPostgresPool`. */
 export interface PostgresPoolOptions {
   poolSize: number;
+  /** Run the fixed texts of portable raw statements as named prepared statements (see `PreparingClient`). */
+  preparedStatements: boolean;
   /** Ends a session left idle inside a transaction for longer (milliseconds). */
   idleInTransactionTimeoutMs: number;
   /** Called with errors of idle connections (e.g. the server ended them); the pool replaces them. */
   onError?(error: Error): void;
 }
 
+/**
+ * The names of the texts `portableQuery` made: fixed texts, written once in the source (a few dozen),
+ * unlike Kysely's builder queries, whose texts vary (e.g. with the length of an `in` list).
+ */
+const STATEMENT_NAMES = new Map<string, string>();
+
+function nameStatement(text: string): void {
+  if (!STATEMENT_NAMES.has(text)) STATEMENT_NAMES.set(text, `runplane_${STATEMENT_NAMES.size + 1}`);
+}
+
+/**
+ * A `pg` client that runs the texts of portable raw statements as named prepared statements:
+ * PostgreSQL parses, analyses and plans each once per connection instead of at every call (pg sends
+ * the Parse message once per connection and name). These are the hot paths' statements: measured on
+ * PostgreSQL 15, the backend's CPU for a 15-run batch insert fell from ~330 to ~200 µs, for the token
+ * lookup from ~33 to ~20 µs, and async accept rose ~7% against SQLite in interleaved runs. Behind
+ * PgBouncer in transaction mode this needs PgBouncer 1.21 or later with `max_prepared_statements`
+ * set; else turn it off (`RUNPLANE_DATABASE_PREPARED_STATEMENTS=false`). Kysely calls
+ * `query(text, values)`; every other form passes through.
+ */
+class PreparingClient extends pg.Client {
+  // `any`: pg's overloads of `query`, passed through unchanged.
+  override query(config: any, values?: any, callback?: any): any {
+    const name = typeof config === "string" ? STATEMENT_NAMES.get(config) : undefined;
+    if (name === undefined || typeof values === "function") return super.query(config, values, callback);
+    return super.query({ name, text: config, values }, callback);
+  }
+}
+
 /** A `pg` pool for `url`. */
 export function createPostgresPool(url: string, options: PostgresPoolOptions): pg.Pool {
   const pool = new pg.Pool({
+    Client: options.preparedStatements ? PreparingClient : pg.Client,
     connectionString: url,
     max: options.poolSize,
     types: TYPES,
@@ -96,6 +128,7 @@ export function portableQuery(
   options: PortableQueryOptions = {},
 ): (parameters: readonly unknown[]) => CompiledQuery {
   const postgresSql = options.postgresSql ?? postgresPlaceholders(sqlText);
+  nameStatement(postgresSql);
   const reshape = options.postgresParameters;
   return (parameters) =>
     ({

@@ -82,6 +82,11 @@ export interface OpenStoreOptions {
   databaseUrl?: string | null;
   /** PostgreSQL: the most connections the pool opens (default 10). */
   poolSize?: number;
+  /**
+   * PostgreSQL: run the raw statements (the hot paths') as named prepared statements, each planned
+   * once per connection (default false: worth it for a server, not for a CLI's few statements).
+   */
+  preparedStatements?: boolean;
   /** PostgreSQL: a session idle inside a transaction for longer is ended by the server (default 60 s). */
   idleInTransactionTimeoutMs?: number;
   /**
@@ -177,6 +182,7 @@ const FIRST_MIGRATION = Object.keys(MIGRATIONS)[0];
 async function openPostgresStore(url: string, options: OpenStoreOptions): Promise<Store> {
   const pool = createPostgresPool(url, {
     poolSize: options.poolSize ?? 10,
+    preparedStatements: options.preparedStatements ?? false,
     idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 60_000,
     onError: options.onError,
   });
@@ -337,6 +343,18 @@ export interface DialectStatement {
    * that takes one array per column instead of a parameter per value).
    */
   postgresParameters?: (parameters: readonly unknown[]) => unknown[];
+}
+
+/**
+ * A statement's column list, quoted (and qualified by `table` when given), from a record naming every
+ * column: `satisfies Record<keyof SomeTable, true>` makes a column added to the table a compile error
+ * until it is listed. Use it for `returning` instead of `*`: a prepared statement's result may not
+ * change shape, so a column that a newer process's migration adds during a rolling upgrade must not
+ * reach this version's statements.
+ */
+export function columnList(columns: Record<string, true>, table?: string): string {
+  const prefix = table === undefined ? "" : `"${table}".`;
+  return Object.keys(columns).map((column) => `${prefix}"${column}"`).join(", ");
 }
 
 /** Whether `error` is the store refusing a row for a missing referenced row (a foreign key), on either engine. */

@@ -10,9 +10,13 @@
  * session it ran on is handed to another client), so there polling is all there is.
  */
 import { EventEmitter } from "node:events";
-import { type Kysely, sql, type Transaction } from "kysely";
+import type { Kysely, Transaction } from "kysely";
 import pg from "pg";
+import { portableQuery } from "./_postgres.ts";
 import type { Database } from "./schema.ts";
+
+// A portable raw statement, so that the server's pool runs it prepared (it is sent under load).
+const notifyQuery = portableQuery("select pg_notify(?, ?)");
 
 /** The fixed channels: new queued runs, due webhook deliveries, cancels asked of another process, deployments queued or activated. */
 export const WAKE_CHANNELS = [
@@ -172,7 +176,7 @@ export function postgresNotifier(url: string, options: PostgresNotifierOptions):
     const entry = state;
     const send = () => {
       entry.lastSentAt = performance.now();
-      return sql`select pg_notify(${channel}, ${payload})`.execute(options.db).then(() => {});
+      return options.db.executeQuery(notifyQuery([channel, payload])).then(() => {});
     };
     const wait = entry.lastSentAt + NOTIFY_WINDOW_MS - performance.now();
     if (wait <= 0 && !entry.trailing) return send();
@@ -187,7 +191,7 @@ export function postgresNotifier(url: string, options: PostgresNotifierOptions):
     async notify(channel, payload, notifyOptions = {}) {
       checked(channel, payload);
       if (!notifyOptions.db) return await sendThrottled(channel, payload ?? "");
-      await sql`select pg_notify(${channel}, ${payload ?? ""})`.execute(notifyOptions.db);
+      await notifyOptions.db.executeQuery(notifyQuery([channel, payload ?? ""]));
     },
     listen(channel, listener) {
       checked(channel, undefined);

@@ -5,12 +5,15 @@
 import { openStore, type Store } from "../../server/store/mod.ts";
 import type { TestStore } from "./postgres.ts";
 
-/** Opens `count` more stores on the test store's database (without migrating again). */
+/**
+ * Opens `count` more stores on the test store's database (without migrating again), with prepared
+ * statements as the server has them.
+ */
 export async function openClaimerStores(t: TestStore, count: number): Promise<Store[]> {
   return await Promise.all(
     Array.from(
       { length: count },
-      () => openStore(t.dataDir, { databaseUrl: t.databaseUrl, poolSize: 2, migrate: false }),
+      () => openStore(t.dataDir, { databaseUrl: t.databaseUrl, poolSize: 2, migrate: false, preparedStatements: true }),
     ),
   );
 }

@@ -16,10 +16,19 @@ describe("database settings", () => {
   after(() => rm(dir, { recursive: true, force: true }));
   const base = () => ({ RUNPLANE_DATA_DIR: dir, RUNPLANE_APPS_DIR: dir });
 
-  it("defaults to the SQLite file (no URL) and a pool of 10", () => {
+  it("defaults to the SQLite file (no URL), a pool of 10 and prepared statements", () => {
     const config = loadConfig(base());
     assert.equal(config.databaseUrl, null);
     assert.equal(config.databasePoolSize, 10);
+    assert.equal(config.databasePreparedStatements, true);
+  });
+
+  it("turns prepared statements off (PgBouncer before 1.21 in transaction mode)", () => {
+    assert.equal(
+      loadConfig({ ...base(), RUNPLANE_DATABASE_PREPARED_STATEMENTS: "false" }).databasePreparedStatements,
+      false,
+    );
+    assert.throws(() => loadConfig({ ...base(), RUNPLANE_DATABASE_PREPARED_STATEMENTS: "sometimes" }), ConfigError);
   });
 
   it("takes a postgres:// or postgresql:// URL and a pool size", () => {

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { claimQueuedRuns, renewLeases } from "../../server/runs/_queries.ts";
 import type { Queryable, Store } from "../../server/store/mod.ts";
+import { sql } from "kysely";
 import { claimConcurrently, openClaimerStores, tally } from "../_helpers/claimers.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
 
@@ -92,6 +93,26 @@ for (const engine of await engines()) {
         limit: 50,
       });
       assert.deepEqual(rest.map((r) => r.run_id), ids.slice(3), "running runs are not claimed again");
+    });
+
+    it("a prepared claim still claims after a newer version's migration adds a column to runs", async () => {
+      // The server's pool prepares the claim; another process's migration then changes the table.
+      const [claimer] = await openClaimerStores(t, 1);
+      try {
+        await queueRuns(t.store.db, { app: "upgrade", count: 6, createdAt: 1_000 });
+        const claim = (appId: string) =>
+          claimQueuedRuns(claimer.db, { projectId: "p", appId, owner: "old", leaseMs: 1_000, limit: 1 });
+        // Six claims: past the five after which PostgreSQL may keep a prepared statement's generic plan.
+        for (let i = 0; i < 6; i++) assert.equal((await claim("upgrade")).length, 1);
+        await sql`alter table "runs" add column "added_by_a_newer_version" integer`.execute(t.store.db);
+        await queueRuns(t.store.db, { app: "upgraded", count: 1, createdAt: 2_000 });
+        const [claimed] = await claim("upgraded");
+        assert.equal(claimed?.run_id, "run-upgraded-00000");
+        assert.ok(!("added_by_a_newer_version" in claimed), "the claim returns the columns this version knows");
+      } finally {
+        await claimer.close();
+        await sql`alter table "runs" drop column "added_by_a_newer_version"`.execute(t.store.db);
+      }
     });
 
     it("renews the owner's leases in one statement and reports the runs whose cancel was asked for", async () => {

@@ -7,13 +7,14 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { sql } from "kysely";
+import { type Kysely, sql } from "kysely";
 import pg from "pg";
 import { hashBaseImage } from "../../server/builds/mod.ts";
 import { startDatabaseClock } from "../../server/store/clock.ts";
 import { postgresPlaceholders } from "../../server/store/_placeholders.ts";
 import { MIGRATIONS } from "../../server/store/_migrations/mod.ts";
 import {
+  type Database,
   ensureProject,
   isForeignKeyViolation,
   migrationsApplied,
@@ -179,6 +180,32 @@ if ((await engines()).includes("postgres")) {
       } finally {
         await database.drop();
         await rm(dir, { recursive: true, force: true });
+      }
+    });
+
+    it("runs portable raw statements as named prepared statements when asked, builder queries unnamed", async () => {
+      const ask = rawStatement<{ n: number }>('select count(*) as n from "runs" where "status" = ?');
+      const prepared = (db: Kysely<Database>) =>
+        sql<{ name: string; statement: string }>`select name, statement from pg_prepared_statements
+          where not from_sql order by name`.execute(db).then((r) => r.rows);
+      // One connection, so that the session asked about is the one that ran the statements.
+      const on = await openTestStore("postgres", { poolSize: 1, preparedStatements: true });
+      try {
+        for (let i = 0; i < 3; i++) assert.equal(Number((await ask(on.store.db, ["queued"])).rows[0].n), 0);
+        await on.store.db.selectFrom("runs").select("run_id").where("status", "=", "queued").execute();
+        const statements = await prepared(on.store.db);
+        assert.equal(statements.length, 1, JSON.stringify(statements));
+        assert.match(statements[0].name, /^runplane_\d+$/);
+        assert.equal(statements[0].statement, `select count(*) as n from "runs" where "status" = $1`);
+      } finally {
+        await on.close();
+      }
+      const off = await openTestStore("postgres", { poolSize: 1 });
+      try {
+        await ask(off.store.db, ["queued"]);
+        assert.deepEqual(await prepared(off.store.db), [], "the default (a CLI's) prepares nothing");
+      } finally {
+        await off.close();
       }
     });
 
