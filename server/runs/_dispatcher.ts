@@ -11,6 +11,7 @@ import type { RunExecutor } from "./executor.ts";
 import { executeRun } from "./_execute_run.ts";
 import { type LocalRuns, RunCancelled, RunTimedOut, untilAborted } from "./_local_runs.ts";
 import { appsWithQueuedRuns, claimQueuedRuns } from "./_queries.ts";
+import { createLeasedFinishes } from "./_leased_finishes.ts";
 import { QueuedRunRecord } from "./_queued_run.ts";
 import type { RunEvents } from "./_run_events.ts";
 import type { RunRow } from "./_view.ts";
@@ -46,10 +47,11 @@ async function drain(items: AsyncIterable<unknown>, signal: AbortSignal): Promis
 /** Starts dispatching; `wake()` after queueing a run, `stop()` on close. */
 export function startDispatcher(options: DispatcherOptions): Ticker {
   const { db, executor, logger } = options;
+  const finishes = createLeasedFinishes(db, options.owner);
 
   async function execute(row: RunRow, controller: AbortController): Promise<void> {
     const target = { projectId: row.project_id, app: row.app_id };
-    const record = new QueuedRunRecord(row, { ...options, signal: controller.signal });
+    const record = new QueuedRunRecord(row, { ...options, finishes, signal: controller.signal });
     // Called before any await so the executor counts this run when the next app is looked at.
     const running = executeRun(executor, {
       ...target,

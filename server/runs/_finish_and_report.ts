@@ -1,4 +1,7 @@
-/** Ending a stored run and telling its end: what the dispatcher, upkeep and a cancel all do. */
+/**
+ * Ending a stored run and telling its end: what upkeep and a cancel do. The dispatcher ends its runs in
+ * shared commits (`_leased_finishes.ts`) and tells them with `reportFinished` too.
+ */
 import type { Kysely } from "kysely";
 import type { Database } from "../store/mod.ts";
 import { finishRun, type RunOutcome } from "./_queries.ts";
@@ -28,16 +31,26 @@ export async function finishAndReport(
   row: RunRow,
   options: FinishAndReportOptions,
 ): Promise<boolean> {
-  const { outcome } = options;
   const ended = await finishRun(options.db, row, {
-    outcome,
+    outcome: options.outcome,
     from: options.from,
     owner: options.owner,
     now: options.now,
     staleBefore: options.staleBefore,
   });
   if (!ended) return false;
-  options.events.finished({
+  reportFinished(options.events, row, options);
+  return true;
+}
+
+/** Tells `events` that `row` ended with `outcome` (once its end is committed). */
+export function reportFinished(
+  events: RunEvents,
+  row: RunRow,
+  options: { outcome: RunOutcome; runTimeMs: number | null; queueTimeMs?: number | null },
+): void {
+  const { outcome } = options;
+  events.finished({
     runId: row.run_id,
     projectId: row.project_id,
     appId: row.app_id,
@@ -48,5 +61,4 @@ export async function finishAndReport(
     errorType: outcome.status === "failure" ? outcome.error.type : null,
     queueTimeMs: options.queueTimeMs,
   });
-  return true;
 }

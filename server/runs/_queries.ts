@@ -1,6 +1,7 @@
 /** The run records' store queries: portable Kysely builders, and portable SQL compiled once on the hot paths; every state change a conditional UPDATE. */
 import type { Kysely, Transaction, Updateable } from "kysely";
 import { columnList, type Database, rawStatement } from "../store/mod.ts";
+import { endLeasedRuns } from "./_run_rows.ts";
 import type { RunTable } from "../store/schema.ts";
 import { enqueueDelivery, webhookBody } from "../webhooks/mod.ts";
 import type { RunErrorInfo } from "./executor.ts";
@@ -147,6 +148,54 @@ export async function finishRun(
       }, { now });
     }
     return true;
+  });
+}
+
+/** A run this process ran under its lease, and how it ended (see `finishLeasedRuns`). */
+export interface LeasedFinish {
+  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret" | "webhook_credentials" | "started_at">;
+  outcome: RunOutcome;
+  /** When it ended (its `completed_at`). */
+  now: number;
+}
+
+/**
+ * Ends runs still `running` under `owner`'s lease, like `finishRun` from `running` with that owner, but
+ * many in one transaction: one statement for their final states, then the webhook deliveries of those it
+ * ended, then one commit. Answers the ids it ended; the others had been ended elsewhere first.
+ */
+export async function finishLeasedRuns(
+  db: Kysely<Database>,
+  owner: string,
+  finishes: readonly LeasedFinish[],
+): Promise<Set<string>> {
+  const ends = finishes.map(({ run, outcome, now }) => {
+    const columns = outcomeColumns(outcome, { startedAt: Number(run.started_at ?? now), completedAt: now });
+    return {
+      run_id: run.run_id,
+      status: outcome.status,
+      completed_at: now,
+      run_time_ms: run.started_at === null ? null : columns.run_time_ms as number,
+      result_json: columns.result_json as string | null,
+      result_truncated: columns.result_truncated as number,
+      error_type: columns.error_type as string | null,
+      error_message: columns.error_message as string | null,
+      error_traceback: columns.error_traceback as string | null,
+    };
+  });
+  return await db.transaction().execute(async (trx) => {
+    const ended = new Set(await endLeasedRuns(trx, owner, ends));
+    for (const [i, { run, outcome, now }] of finishes.entries()) {
+      if (!run.webhook_endpoint || !ended.has(run.run_id)) continue;
+      await enqueueDelivery(trx, {
+        runId: run.run_id,
+        endpoint: run.webhook_endpoint,
+        body: deliveryBodyFor(run.run_id, outcome, ends[i].run_time_ms, now),
+        sealedSecret: run.webhook_secret,
+        sealedCredentials: run.webhook_credentials,
+      }, { now });
+    }
+    return ended;
   });
 }
 

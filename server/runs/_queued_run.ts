@@ -2,12 +2,11 @@
  * The record of an async run the dispatcher executes: what `executeRun` reports to. Its outcome is
  * written once, to the store, with its webhook delivery, from this process's lease.
  */
-import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import { isProblemError } from "../problems/mod.ts";
-import type { Database } from "../store/mod.ts";
 import { toRunError } from "./executor.ts";
-import { finishAndReport } from "./_finish_and_report.ts";
+import { reportFinished } from "./_finish_and_report.ts";
+import type { LeasedFinishes } from "./_leased_finishes.ts";
 import { RunCancelled, RunTimedOut } from "./_local_runs.ts";
 import type { RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
@@ -17,11 +16,10 @@ import type { RunRow } from "./_view.ts";
 
 /** What a queued run's record writes to. */
 export interface QueuedRunDeps {
-  db: Kysely<Database>;
+  /** Ends runs still leased to this process, in shared commits. */
+  finishes: LeasedFinishes;
   events: RunEvents;
   logger: Logger;
-  /** This process's lease owner id: only a run still leased here is ended. */
-  owner: string;
   /** The largest result stored (and sent in the webhook), in JSON bytes. */
   resultLimitBytes: number;
 }
@@ -91,20 +89,16 @@ export class QueuedRunRecord implements RunRecorder {
 
   async #write(outcome: RunOutcome): Promise<void> {
     const row = this.#row;
-    const { db, events, logger, owner } = this.#deps;
+    const { finishes, events, logger } = this.#deps;
     const now = Date.now();
-    const written = await finishAndReport(row, {
-      db,
-      events,
+    if (!(await finishes.finish({ run: row, outcome, now }))) {
+      logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
+      return;
+    }
+    reportFinished(events, row, {
       outcome,
-      from: ["running"],
-      owner,
-      now,
       runTimeMs: Math.max(0, now - Number(row.started_at ?? now)),
       queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
     });
-    if (!written) {
-      logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
-    }
   }
 }

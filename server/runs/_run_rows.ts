@@ -49,12 +49,10 @@ const INSERT_UNNEST = `insert into "runs" (${COLUMNS.map((c) => `"${c}"`).join("
   COLUMNS.map((c, i) => `$${i + 1}::${COLUMN_TYPES[c]}[]`).join(", ")
 })`;
 
-/** The rows' parameters (row after row) as one array per column. */
-function byColumn(parameters: readonly unknown[]): unknown[][] {
-  const columns = COLUMNS.map(() => new Array<unknown>(parameters.length / COLUMNS.length));
-  for (let i = 0; i < parameters.length; i++) {
-    columns[i % COLUMNS.length][Math.floor(i / COLUMNS.length)] = parameters[i];
-  }
+/** The rows' parameters (row after row, `width` each) as one array per column. */
+function byColumn(parameters: readonly unknown[], width: number): unknown[][] {
+  const columns = Array.from({ length: width }, () => new Array<unknown>(parameters.length / width));
+  for (let i = 0; i < parameters.length; i++) columns[i % width][Math.floor(i / width)] = parameters[i];
   return columns;
 }
 // A run another process already ended (e.g. marked interrupted) keeps its final state.
@@ -88,7 +86,7 @@ export async function insertRuns(db: Queryable, rows: ReadonlyArray<Insertable<R
     statement = rawStatement({
       sqlite: INSERT_INTO + new Array(rows.length).fill(VALUES).join(", "),
       postgres: INSERT_UNNEST,
-      postgresParameters: byColumn,
+      postgresParameters: (flat) => byColumn(flat, COLUMNS.length),
     });
     insertMany.set(rows.length, statement);
   }
@@ -98,4 +96,76 @@ export async function insertRuns(db: Queryable, rows: ReadonlyArray<Insertable<R
 /** Inserts a run or, while the stored one is still queued or running, replaces it with `row`. */
 export async function upsertRun(db: Queryable, row: Insertable<RunTable>): Promise<void> {
   await upsert(db, parameters(row));
+}
+
+/** The final state of a run this process ran under its lease (see `endLeasedRuns`). */
+export interface LeasedRunEnd {
+  run_id: string;
+  status: string;
+  completed_at: number;
+  run_time_ms: number | null;
+  result_json: string | null;
+  result_truncated: number;
+  error_type: string | null;
+  error_message: string | null;
+  error_traceback: string | null;
+}
+
+const END_TYPES = {
+  run_id: "text",
+  status: "text",
+  completed_at: "bigint",
+  run_time_ms: "double precision",
+  result_json: "text",
+  result_truncated: "integer",
+  error_type: "text",
+  error_message: "text",
+  error_traceback: "text",
+} as const satisfies Record<keyof LeasedRunEnd, string>;
+const END_COLUMNS = Object.keys(END_TYPES) as Array<keyof LeasedRunEnd>;
+// Secrets, input and lease go with the end; the input stays until the result expires.
+const END_SET = END_COLUMNS.slice(1).map((c) => `"${c}" = "v"."${c}"`).concat(
+  ["webhook_secret", "webhook_credentials", "lease_owner", "lease_expires_at"].map((c) => `"${c}" = null`),
+).join(", ");
+const END_WHERE = `"status" = 'running' and "runs"."lease_owner" = `;
+const END_POSTGRES =
+  `update "runs" set ${END_SET} from unnest(${
+    END_COLUMNS.map((c, i) => `$${i + 1}::${END_TYPES[c]}[]`).join(", ")
+  }) as "v"(${END_COLUMNS.map((c) => `"${c}"`).join(", ")})`
+  + ` where "runs"."run_id" = "v"."run_id" and "runs".${END_WHERE}$${END_COLUMNS.length + 1} returning "runs"."run_id"`;
+const endMany = new Map<number, ReturnType<typeof rawStatement<{ run_id: string }>>>();
+
+/**
+ * Ends runs that are still `running` under `owner`'s lease, in one statement, and answers the ids it
+ * ended (a run another process ended first, e.g. as interrupted, keeps that end). PostgreSQL runs one
+ * text whatever the count (`unnest` of one array per column); SQLite a `VALUES` list per count.
+ */
+export async function endLeasedRuns(
+  db: Queryable,
+  owner: string,
+  ends: readonly LeasedRunEnd[],
+): Promise<string[]> {
+  if (ends.length === 0) return [];
+  let statement = endMany.get(ends.length);
+  if (!statement) {
+    const values = `(${END_COLUMNS.map(() => "?").join(", ")})`;
+    // SQLite names a VALUES list's columns column1, column2, …: select them under the column names.
+    const named = END_COLUMNS.map((c, i) => `"column${i + 1}" as "${c}"`).join(", ");
+    statement = rawStatement<{ run_id: string }>({
+      sqlite: `update "runs" set ${END_SET} from (select ${named} from (values ${
+        new Array(ends.length).fill(values).join(", ")
+      })) as "v" where "runs"."run_id" = "v"."run_id" and "runs".${END_WHERE}? returning "runs"."run_id"`,
+      postgres: END_POSTGRES,
+      postgresParameters: (parameters) => [
+        ...byColumn(parameters.slice(0, -1), END_COLUMNS.length),
+        parameters[parameters.length - 1],
+      ],
+    });
+    endMany.set(ends.length, statement);
+  }
+  const parameters: unknown[] = [];
+  for (const end of ends) for (const column of END_COLUMNS) parameters.push(end[column]);
+  parameters.push(owner);
+  const { rows } = await statement(db, parameters);
+  return rows.map((row) => row.run_id);
 }

@@ -1,10 +1,13 @@
 /**
  * Whole run rows written in batches, on both engines: SQLite takes a multi-row `VALUES`, PostgreSQL one
- * `unnest` of an array per column, so every value must come back as it went in, whatever it holds.
+ * `unnest` of an array per column, so every value must come back as it went in, whatever it holds. The
+ * same for the ends of leased runs, written together.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import type { Insertable } from "kysely";
+import { type Insertable, sql } from "kysely";
+import { createLeasedFinishes } from "../../server/runs/_leased_finishes.ts";
+import { finishLeasedRuns, type RunOutcome } from "../../server/runs/_queries.ts";
 import { insertRuns } from "../../server/runs/_run_rows.ts";
 import type { RunTable } from "../../server/store/schema.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
@@ -58,6 +61,130 @@ for (const engine of await engines()) {
         assert.equal(got.queue_time_ms, expected.queue_time_ms);
         assert.equal(got.result_json, null);
         assert.equal(Number(got.result_truncated), 0, "a column left out is written as its default");
+      }
+    });
+  });
+}
+
+/** A running run leased to `owner`, with a webhook when `webhook` is given. */
+function running(id: string, owner: string, webhook: string | null = null): Insertable<RunTable> {
+  return {
+    run_id: id,
+    project_id: "p",
+    app_id: "ends",
+    function_name: "f",
+    mode: "async",
+    status: "running",
+    created_at: 1_764_000_000_000,
+    started_at: 1_764_000_000_100,
+    queue_time_ms: 100,
+    input_json: "{}",
+    webhook_endpoint: webhook,
+    webhook_secret: webhook ? "sealed-secret" : null,
+    lease_owner: owner,
+    lease_expires_at: 1_764_000_030_000,
+    rerun_of: null,
+  };
+}
+
+const SUCCESS = (json: string): RunOutcome => ({ status: "success", result: { json, truncated: false } });
+
+for (const engine of await engines()) {
+  describe(`ends of leased runs written together (${engine})`, () => {
+    let t: TestStore;
+    const statements: string[] = [];
+    before(async () => {
+      t = await openTestStore(engine, { onStatement: (s) => statements.push(s.sql) });
+      await t.store.db.insertInto("projects").values({ id: "p", created_at: Date.now() }).onConflict((oc) =>
+        oc.column("id").doNothing()
+      ).execute();
+    });
+    after(() => t?.close());
+
+    it("ends many runs in one statement: only those still running under the owner's lease, with their webhook deliveries", async () => {
+      await insertRuns(t.store.db, [
+        running("end_a", "me", "https://hooks.example/a"),
+        running("end_b", "me"),
+        running("end_c", "someone-else"),
+        { ...running("end_d", "me", "https://hooks.example/d"), status: "failure", lease_owner: null },
+        running("end_e", "me"),
+      ]);
+      const now = 1_764_000_001_100;
+      const rowOf = async (id: string) =>
+        await t.store.db.selectFrom("runs").selectAll().where("run_id", "=", id).executeTakeFirstOrThrow();
+      statements.length = 0;
+      const ended = await finishLeasedRuns(t.store.db, "me", [
+        { run: await rowOf("end_a"), outcome: SUCCESS(`{"x":"${AWKWARD[0].replace(/"/g, '\\"')}"}`), now },
+        {
+          run: await rowOf("end_b"),
+          outcome: { status: "failure", error: { type: "ValueError", message: AWKWARD[5], traceback: AWKWARD[2] } },
+          now,
+        },
+        { run: await rowOf("end_c"), outcome: SUCCESS("1"), now },
+        { run: await rowOf("end_d"), outcome: SUCCESS("2"), now },
+        { run: await rowOf("end_e"), outcome: { status: "cancelled" }, now },
+      ]);
+      assert.deepEqual([...ended].sort(), ["end_a", "end_b", "end_e"]);
+      assert.equal(statements.filter((s) => /^update "runs"/.test(s)).length, 1, statements.join("\n"));
+
+      const a = await rowOf("end_a");
+      assert.equal(a.status, "success");
+      assert.equal(a.result_json, `{"x":"\\"quoted\\""}`);
+      assert.equal(Number(a.completed_at), now);
+      assert.equal(a.run_time_ms, 1000);
+      assert.equal(a.lease_owner, null);
+      assert.equal(a.lease_expires_at, null);
+      assert.equal(a.webhook_secret, null, "the secret moves to the delivery");
+      assert.equal(a.input_json, "{}", "the input stays until the result expires");
+      const b = await rowOf("end_b");
+      assert.deepEqual([b.status, b.error_type, b.error_message, b.error_traceback, b.result_json], [
+        "failure",
+        "ValueError",
+        AWKWARD[5],
+        AWKWARD[2],
+        null,
+      ]);
+      assert.equal((await rowOf("end_e")).status, "cancelled");
+      assert.equal((await rowOf("end_c")).status, "running", "another owner's run is left alone");
+      assert.equal((await rowOf("end_d")).status, "failure", "a run ended first keeps its end");
+
+      const deliveries = await t.store.db.selectFrom("webhook_deliveries").select(["run_id", "secret", "body"])
+        .where("run_id", "like", "end_%").execute();
+      assert.deepEqual(deliveries.map((d) => d.run_id), ["end_a"], "a delivery only for an ended run with a webhook");
+      assert.equal(deliveries[0].secret, "sealed-secret");
+      assert.equal(JSON.parse(deliveries[0].body).status, "success");
+    });
+
+    it("ends reported together share a commit; a batch the store refuses is written again run by run", async () => {
+      await insertRuns(t.store.db, ["fin_1", "fin_2", "fin_bad", "fin_3"].map((id) => running(id, "me")));
+      // The store refuses any end of fin_bad (as a full disk or a broken row would).
+      if (engine === "sqlite") {
+        await sql`create trigger "refuse_bad" before update on "runs" when new."run_id" = 'fin_bad'
+          begin select raise(abort, 'refused for the test'); end`.execute(t.store.db);
+      } else {
+        await sql`create function "refuse_bad"() returns trigger language plpgsql as $$
+          begin if new."run_id" = 'fin_bad' then raise exception 'refused for the test'; end if; return new; end $$`
+          .execute(t.store.db);
+        await sql`create trigger "refuse_bad" before update on "runs" for each row execute function "refuse_bad"()`
+          .execute(t.store.db);
+      }
+      try {
+        const finishes = createLeasedFinishes(t.store.db, "me");
+        const rows = await t.store.db.selectFrom("runs").selectAll().where("run_id", "like", "fin_%").orderBy("run_id")
+          .execute();
+        statements.length = 0;
+        const results = await Promise.allSettled(
+          rows.map((run) => finishes.finish({ run, outcome: SUCCESS("true"), now: 1_764_000_002_000 })),
+        );
+        assert.deepEqual(results.map((r) => r.status), ["fulfilled", "fulfilled", "fulfilled", "rejected"]);
+        assert.match(String((results[3] as PromiseRejectedResult).reason), /refused for the test/);
+        // One batch for all four, refused; then each again on its own.
+        assert.equal(statements.filter((s) => /^update "runs"/.test(s)).length, 1 + rows.length, statements.join("\n"));
+        const stored = await t.store.db.selectFrom("runs").select(["run_id", "status"]).where("run_id", "like", "fin_%")
+          .orderBy("run_id").execute();
+        assert.deepEqual(stored.map((r) => r.status), ["success", "success", "success", "running"]);
+      } finally {
+        await sql`drop trigger "refuse_bad"${engine === "postgres" ? sql` on "runs"` : sql``}`.execute(t.store.db);
       }
     });
   });

@@ -1,7 +1,9 @@
+import { cpus } from "node:os";
 import { join } from "node:path";
 import { ROOT } from "../../generate.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { loadTest } from "../_load.ts";
+import { busyCoresSince, cpuTimes } from "../_machine.ts";
 import { type BenchDatabase, createBenchDatabase, postgresUnavailable } from "../_postgres.ts";
 import type { BenchRow } from "../_report.ts";
 import { BENCH_PROJECT, type BenchServer, startRunplane } from "../_runplane.ts";
@@ -28,6 +30,8 @@ interface Drain {
   tableBytes: number;
   /** Runs each process finished (its `runplane_runs_finished_total`), in start order. */
   perProcess: number[];
+  /** The machine's busy cores on average while the runs drained (every process: servers, workers, PostgreSQL). */
+  busyCores: number;
 }
 
 async function finishedBy(server: BenchServer): Promise<number> {
@@ -82,6 +86,8 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
       ),
     );
     servers.push(...drainers);
+    // From when the servers are up (their start-up uses about one core), to the last run's end.
+    const cpuBeforeDrain = cpuTimes();
     const deadline = Date.now() + 600_000;
     for (;;) {
       const [{ done }] = await database.query<{ done: string }>(
@@ -92,6 +98,7 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
       if (Date.now() > deadline) throw new Error(`${done} of ${runs} runs ended within 10 minutes`);
       await new Promise((r) => setTimeout(r, 200));
     }
+    const busyCores = busyCoresSince(cpuBeforeDrain);
     const afterDrain = await lsn();
     const perProcess = await Promise.all(drainers.map(finishedBy));
     const [{ size }] = await database.query<{ size: string }>(`select pg_total_relation_size('runs') as size`);
@@ -113,6 +120,7 @@ async function drain(context: BenchContext, runs: number, processes: number): Pr
       walDrain: (await walBytes(beforeDrain, afterDrain)) / runs,
       tableBytes: Number(size) / (runs + 1),
       perProcess,
+      busyCores,
     };
   } finally {
     // The held run is cancelled first, so the submitting server stops at once.
@@ -150,6 +158,9 @@ export async function queueDrainScenario(context: BenchContext): Promise<BenchRo
   const oneRate = mean(one.map((d) => d.rate));
   const twoRate = mean(two.map((d) => d.rate));
   const ratio = twoRate / oneRate;
+  // How much of the machine a drain used: a second process can only add what one left idle.
+  const cores = (drains: Drain[]) =>
+    `${mean(drains.map((d) => d.busyCores)).toFixed(2)} of ${cpus().length} cores busy while draining`;
   return [
     row({
       scenario: SCENARIO,
@@ -160,7 +171,7 @@ export async function queueDrainScenario(context: BenchContext): Promise<BenchRo
         Math.round(mean(one.map((d) => d.steadyRate)))
       } runs/s; per run: WAL ${Math.round(mean(one.map((d) => d.walAccept)))} B accepting + ${
         Math.round(mean(one.map((d) => d.walDrain)))
-      } B draining (cluster-wide), runs table ${Math.round(mean(one.map((d) => d.tableBytes)))} B`,
+      } B draining (cluster-wide), runs table ${Math.round(mean(one.map((d) => d.tableBytes)))} B; ${cores(one)}`,
     }),
     row({
       scenario: SCENARIO,
@@ -174,7 +185,7 @@ export async function queueDrainScenario(context: BenchContext): Promise<BenchRo
         Math.round(mean(two.map((d) => d.steadyRate)))
       } runs/s (${(mean(two.map((d) => d.steadyRate)) / mean(one.map((d) => d.steadyRate))).toFixed(2)}×); split ${
         two.map((d) => d.perProcess.join("/")).join(", ")
-      }${lost ? `; ${lost} drain(s) did not end every run success` : ""}`,
+      }; ${cores(two)}${lost ? `; ${lost} drain(s) did not end every run success` : ""}`,
     }),
   ];
 }
