@@ -3159,8 +3159,9 @@ export interface operations {
             /**
              * @description Every change of the project's runs as it happens: one `data:` event per change, a JSON `RunChange`
              *     (changes told by different processes may arrive out of order: each has its time, `at`);
-             *     `event: resync` when changes may have been missed (read the list again). `: ping` comments keep a quiet
-             *     stream open. A subscriber that falls far behind is disconnected (reconnect and read the list again).
+             *     `event: resync` when changes may have been missed (read the list again): once about a second after the
+             *     stream opens (when every process has heard of it), and after a lost database connection. `: ping`
+             *     comments keep a quiet stream open. A subscriber that falls far behind is disconnected (reconnect and read the list again).
              */
             200: {
                 headers: {

@@ -3,6 +3,16 @@
  * project, from every process sharing the store. Changes are batched (one wake-up per `flushMs`, a JSON
  * array under PostgreSQL's NOTIFY limit) on `runplane_run_events`, so a busy process adds a few small
  * NOTIFYs a second, not one per status change; on SQLite the wake-up stays in the process.
+ *
+ * Only the changes of watched projects are sent. A process with a page following a project says so on
+ * `runplane_run_watch` (the project's id) when the first one opens, every `renewMs` while any is open,
+ * and when a process asks (`?`: one that has just started, or whose listening connection was lost);
+ * every process sends that project's changes until `watchTtlMs` after the last such word. Sending every
+ * change to every process (and PostgreSQL queueing each for all of them) cost more than accepting the
+ * runs did: async accept on PostgreSQL rose from 0.63x to 0.79x SQLite's when it stopped. Until the
+ * answers are in (`settleMs`), a process that asked sends every project's changes; and a new page is
+ * told to read again (`resync`) once `settleMs` have passed, so that a change sent before every process
+ * heard of the page is not missed.
  */
 import type { Logger } from "../log.ts";
 import { MAX_WAKE_PAYLOAD_BYTES, type Notifier } from "../store/mod.ts";
@@ -37,14 +47,42 @@ export interface RunChangeFeed {
   close(): Promise<void>;
 }
 
+/** The word on `runplane_run_watch` that asks which projects are followed (never a project's id). */
+const ASK = "?";
+
+/** Options of `createRunChangeFeed`. */
+export interface RunChangeFeedOptions {
+  notifier: Pick<Notifier, "notify" | "listen">;
+  logger: Logger;
+  /** How long changes collect before they are sent (default 100 ms). */
+  flushMs?: number;
+  /** How often a process with pages open says which projects they follow (default 10 s). */
+  renewMs?: number;
+  /** How long a project stays watched after the last word of it (default 30 s; keep it ≥ 2× `renewMs`). */
+  watchTtlMs?: number;
+  /**
+   * How long the other processes are given to hear of a page or to answer which projects they follow
+   * (default 1 s): a new page is told to read again after it; a process that asked sends everything
+   * until then.
+   */
+  settleMs?: number;
+}
+
 /** Creates the feed over `notifier`. */
-export function createRunChangeFeed(
-  options: { notifier: Pick<Notifier, "notify" | "listen">; logger: Logger; flushMs?: number },
-): RunChangeFeed {
+export function createRunChangeFeed(options: RunChangeFeedOptions): RunChangeFeed {
   const flushMs = options.flushMs ?? 100;
+  const renewMs = options.renewMs ?? 10_000;
+  const watchTtlMs = options.watchTtlMs ?? 30_000;
+  const settleMs = options.settleMs ?? 1_000;
   const listeners = new Map<string, Set<RunChangeListener>>();
   let pending: RunChange[] = [];
   let timer: ReturnType<typeof setTimeout> | undefined;
+  // Projects followed by a page in some process (this one's included), until when.
+  const watchedUntil = new Map<string, number>();
+  // Until when every project counts as watched: what is watched elsewhere is not known yet.
+  let everythingUntil = 0;
+  const renewals = new Map<string, ReturnType<typeof setInterval>>();
+  const settles = new Set<ReturnType<typeof setTimeout>>();
 
   function deliver(change: RunChange | "missed" | "closed", projectId?: string): void {
     const targets = projectId === undefined ? [...listeners.values()] : [listeners.get(projectId)];
@@ -59,6 +97,41 @@ export function createRunChangeFeed(
       options.logger.warn({ err: error }, "a run-change wake-up did not parse");
     }
   });
+
+  const stopWatchListening = options.notifier.listen("runplane_run_watch", (word) => {
+    if (word === undefined) ask(); // back after a lost connection: words may have been missed
+    else if (word === ASK) { for (const projectId of listeners.keys()) announce(projectId); }
+    else watchedUntil.set(word, performance.now() + watchTtlMs);
+  });
+
+  /** Asks every process which projects it follows, and sends everything until the answers are in. */
+  function ask(): void {
+    everythingUntil = performance.now() + settleMs;
+    options.notifier.notify("runplane_run_watch", ASK).catch((error) =>
+      options.logger.warn({ err: error }, "asking which projects are followed failed; every change is sent meanwhile")
+    );
+  }
+  ask();
+
+  function watched(projectId: string): boolean {
+    const now = performance.now();
+    if (now < everythingUntil) return true;
+    const until = watchedUntil.get(projectId);
+    if (until === undefined) return false;
+    if (until > now) return true;
+    watchedUntil.delete(projectId);
+    return false;
+  }
+
+  function announce(projectId: string): void {
+    // Heard back by this process too, which then sends the project's changes.
+    options.notifier.notify("runplane_run_watch", projectId).catch((error) =>
+      options.logger.warn(
+        { err: error },
+        "announcing a followed project failed; its changes may wait for the next word",
+      )
+    );
+  }
 
   /** The pending changes as payloads under the NOTIFY limit. */
   function payloads(changes: RunChange[]): string[] {
@@ -92,22 +165,43 @@ export function createRunChangeFeed(
 
   return {
     publish(change) {
+      if (!watched(change.project_id)) return;
       pending.push(change);
       timer ??= setTimeout(() => void flush(), flushMs);
     },
     subscribe(projectId, listener) {
       let set = listeners.get(projectId);
-      if (!set) listeners.set(projectId, set = new Set());
+      if (!set) {
+        listeners.set(projectId, set = new Set());
+        // Watched here from now on; the other processes from when they hear of it.
+        watchedUntil.set(projectId, performance.now() + watchTtlMs);
+        announce(projectId);
+        const renewal = setInterval(() => announce(projectId), renewMs);
+        renewal.unref();
+        renewals.set(projectId, renewal);
+      }
       set.add(listener);
+      const settle = setTimeout(() => {
+        settles.delete(settle);
+        if (set.has(listener)) listener("missed");
+      }, settleMs);
+      settle.unref();
+      settles.add(settle);
       return () => {
         set.delete(listener);
-        if (set.size === 0) listeners.delete(projectId);
+        if (set.size > 0 || listeners.get(projectId) !== set) return;
+        listeners.delete(projectId);
+        clearInterval(renewals.get(projectId));
+        renewals.delete(projectId);
       };
     },
     async close() {
       if (timer) clearTimeout(timer);
+      for (const renewal of renewals.values()) clearInterval(renewal);
+      for (const settle of settles) clearTimeout(settle);
       await flush();
       stopListening();
+      stopWatchListening();
       deliver("closed");
     },
   };

@@ -18,13 +18,17 @@ import type { Database } from "./schema.ts";
 // A portable raw statement, so that the server's pool runs it prepared (it is sent under load).
 const notifyQuery = portableQuery("select pg_notify(?, ?)");
 
-/** The fixed channels: new queued runs, due webhook deliveries, cancels asked of another process, deployments queued or activated. */
+/**
+ * The fixed channels: new queued runs, due webhook deliveries, cancels asked of another process,
+ * deployments queued or activated, run changes of watched projects, and which projects are watched.
+ */
 export const WAKE_CHANNELS = [
   "runplane_runs",
   "runplane_deliveries",
   "runplane_cancel",
   "runplane_deployments",
   "runplane_run_events",
+  "runplane_run_watch",
 ] as const;
 
 /** One of `WAKE_CHANNELS`. */
@@ -111,7 +115,7 @@ export function postgresNotifier(url: string, options: PostgresNotifierOptions):
   }
 
   function settleWaiters(): void {
-    if (!closed && !(live && [...listeners.keys()].every((c) => listened.has(c)))) return;
+    if (!closed && listeners.size > 0 && !(live && [...listeners.keys()].every((c) => listened.has(c)))) return;
     const ready = waiters;
     waiters = [];
     for (const resolve of ready) resolve();

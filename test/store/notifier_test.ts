@@ -59,6 +59,15 @@ for (const engine of await engines()) {
       await t?.close();
     });
 
+    it("listening() resolves at once while nothing is listened to", async () => {
+      // A store that has listened to nothing has no listening session to wait for.
+      const resolved = await Promise.race([
+        other.notifier.listening().then(() => true),
+        new Promise<false>((resolve) => setTimeout(() => resolve(false), 2_000)),
+      ]);
+      assert.equal(resolved, true);
+    });
+
     it("a notify from one store reaches a listener of another within a second, with its ids or with none", async () => {
       const runs = collect(t.store, "runplane_runs");
       const deliveries = collect(t.store, "runplane_deliveries");
