@@ -115,7 +115,8 @@ export function createRunChangeFeed(options: RunChangeFeedOptions): RunChangeFee
 
   function watched(projectId: string): boolean {
     const now = performance.now();
-    if (now < everythingUntil) return true;
+    // A page open here is followed whether or not this process's own word came back.
+    if (now < everythingUntil || listeners.has(projectId)) return true;
     const until = watchedUntil.get(projectId);
     if (until === undefined) return false;
     if (until > now) return true;
