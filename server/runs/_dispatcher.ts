@@ -47,7 +47,10 @@ async function drain(items: AsyncIterable<unknown>, signal: AbortSignal): Promis
 /** Starts dispatching; `wake()` after queueing a run, `stop()` on close. */
 export function startDispatcher(options: DispatcherOptions): Ticker {
   const { db, executor, logger } = options;
-  const finishes = createLeasedFinishes(db, options.owner);
+  const finishes = createLeasedFinishes(db, options.owner, {
+    onRetry: (error, runId) =>
+      logger.error({ run_id: runId, err: error }, "the end of an async run could not be stored; trying again"),
+  });
 
   async function execute(row: RunRow, controller: AbortController): Promise<void> {
     const target = { projectId: row.project_id, app: row.app_id };

@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { after, it } from "node:test";
+import { it } from "node:test";
+import { deferCleanup } from "../_helpers/cleanup.ts";
 import { createTestDatabase, engines, TEST_MASTER_KEY } from "../_helpers/postgres.ts";
 import { type AppRef, submitAsync, TERMINAL, waitForStatus } from "../_helpers/runs.ts";
 import { makeServerDirs, PROCESS_PROJECT, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
@@ -38,10 +39,11 @@ it(
     skip: !POSTGRES,
   },
   async () => {
+    const defer = deferCleanup();
     const database = await createTestDatabase();
-    after(() => database.drop());
+    defer(() => database.drop());
     const dirs = [await makeServerDirs("runplane-crash-a-"), await makeServerDirs("runplane-crash-b-")];
-    after(() => Promise.all(dirs.map((d) => d.remove())));
+    defer(() => Promise.all(dirs.map((d) => d.remove())));
     const marks = join(dirs[0].root, "marks");
     await mkdir(marks, { recursive: true });
     for (const d of dirs) await d.deploy("q", { "runplane.toml": TOML, "main.py": mainPy(marks) });
@@ -60,7 +62,7 @@ it(
       seen.set(runId, statuses);
       return statuses[statuses.length - 1];
     });
-    after(() => receiver.close());
+    defer(() => receiver.close());
     const env = (i: number) => ({
       ...dirs[i].env,
       RUNPLANE_DATABASE_URL: database.url,
@@ -71,9 +73,9 @@ it(
       RUNPLANE_WEBHOOK_TIMEOUT: "1s",
     });
     const a: ServerProcess = await startServerProcess(env(0));
-    after(() => a.kill());
+    defer(() => a.kill());
     const b: ServerProcess = await startServerProcess(env(1), { token: a.token });
-    after(() => b.kill());
+    defer(() => b.kill());
     const on = (server: ServerProcess): AppRef => ({ client: server.client, project: PROCESS_PROJECT, app: "q" });
 
     const ids: string[] = [];

@@ -7,9 +7,10 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, it } from "node:test";
+import { it } from "node:test";
 import { packBundle } from "../../client/bundle.ts";
 import { waitFor } from "../_helpers/apps.ts";
+import { deferCleanup } from "../_helpers/cleanup.ts";
 import { createTestDatabase, engines } from "../_helpers/postgres.ts";
 import { makeServerDirs, PROCESS_PROJECT, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 
@@ -32,15 +33,16 @@ async function bundle(version: string): Promise<Uint8Array> {
 it("a deployment made through one process serves on both, and a rollback through the other switches both", {
   skip: !POSTGRES,
 }, async () => {
+  const defer = deferCleanup();
   const database = await createTestDatabase();
-  after(() => database.drop());
+  defer(() => database.drop());
   const dirs = [await makeServerDirs("runplane-deploy-a-"), await makeServerDirs("runplane-deploy-b-")];
-  after(() => Promise.all(dirs.map((d) => d.remove())));
+  defer(() => Promise.all(dirs.map((d) => d.remove())));
   const env = (i: number) => ({ ...dirs[i].env, RUNPLANE_DATABASE_URL: database.url });
   const a: ServerProcess = await startServerProcess(env(0));
-  after(() => a.kill());
+  defer(() => a.kill());
   const b: ServerProcess = await startServerProcess(env(1), { token: a.token });
-  after(() => b.kill());
+  defer(() => b.kill());
   const headers = { Authorization: `Bearer ${a.token}` };
   const deployments = `/v3/projects/${PROCESS_PROJECT}/apps/shared/deployments`;
 

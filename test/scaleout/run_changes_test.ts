@@ -1,29 +1,31 @@
 /** Run changes on two processes sharing one PostgreSQL: a subscriber on one sees the other's runs. */
 import assert from "node:assert/strict";
-import { after, it } from "node:test";
+import { it } from "node:test";
 import { followEvents } from "../_helpers/event_reader.ts";
+import { deferCleanup } from "../_helpers/cleanup.ts";
 import { createTestDatabase, engines } from "../_helpers/postgres.ts";
 import { makeServerDirs, PROCESS_PROJECT, startServerProcess } from "../_helpers/server_process.ts";
 
 const POSTGRES = (await engines()).includes("postgres");
 
 it("a run made through one process is followed live on the other", { skip: !POSTGRES }, async () => {
+  const defer = deferCleanup();
   const database = await createTestDatabase();
-  after(() => database.drop());
+  defer(() => database.drop());
   const dirs = [await makeServerDirs("runplane-events-a-"), await makeServerDirs("runplane-events-b-")];
-  after(() => Promise.all(dirs.map((d) => d.remove())));
+  defer(() => Promise.all(dirs.map((d) => d.remove())));
   for (const d of dirs) {
     await d.deploy("hello", { "runplane.toml": "", "main.py": "def run(name='x'):\n    return name\n" });
   }
   const env = (i: number) => ({ ...dirs[i].env, RUNPLANE_DATABASE_URL: database.url });
   const a = await startServerProcess(env(0));
-  after(() => a.kill());
+  defer(() => a.kill());
   const b = await startServerProcess(env(1), { token: a.token });
-  after(() => b.kill());
+  defer(() => b.kill());
   const feed = await followEvents(`${a.url}/v4/projects/${PROCESS_PROJECT}/runs/events`, {
     Authorization: `Bearer ${a.token}`,
   });
-  after(() => feed.stop());
+  defer(() => feed.stop());
   const response = await fetch(`${b.url}/v4/${PROCESS_PROJECT}/hello/run?async=true`, {
     method: "POST",
     headers: { Authorization: `Bearer ${a.token}`, "Content-Type": "application/json" },
