@@ -137,18 +137,25 @@ export async function finishRun(
     if (options.staleBefore !== undefined) update = update.where("lease_expires_at", "<", options.staleBefore);
     const result = await update.executeTakeFirst();
     if (Number(result.numUpdatedRows) !== 1) return false;
-    if (run.webhook_endpoint) {
-      const body = deliveryBodyFor(run.run_id, options.outcome, columns.run_time_ms ?? null, now);
-      await enqueueDelivery(trx, {
-        runId: run.run_id,
-        endpoint: run.webhook_endpoint,
-        body,
-        sealedSecret: run.webhook_secret,
-        sealedCredentials: run.webhook_credentials,
-      }, { now });
-    }
+    await enqueueEndDelivery(trx, run, { outcome: options.outcome, runTimeMs: columns.run_time_ms ?? null, now });
     return true;
   });
+}
+
+/** Queues the webhook delivery of a run that just ended, when it has a webhook (in the ending transaction). */
+async function enqueueEndDelivery(
+  trx: Transaction<Database>,
+  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret" | "webhook_credentials">,
+  end: { outcome: RunOutcome; runTimeMs: number | null; now: number },
+): Promise<void> {
+  if (!run.webhook_endpoint) return;
+  await enqueueDelivery(trx, {
+    runId: run.run_id,
+    endpoint: run.webhook_endpoint,
+    body: deliveryBodyFor(run.run_id, end.outcome, end.runTimeMs, end.now),
+    sealedSecret: run.webhook_secret,
+    sealedCredentials: run.webhook_credentials,
+  }, { now: end.now });
 }
 
 /** A run this process ran under its lease, and how it ended (see `finishLeasedRuns`). */
@@ -186,14 +193,7 @@ export async function finishLeasedRuns(
   return await db.transaction().execute(async (trx) => {
     const ended = new Set(await endLeasedRuns(trx, owner, ends));
     for (const [i, { run, outcome, now }] of finishes.entries()) {
-      if (!run.webhook_endpoint || !ended.has(run.run_id)) continue;
-      await enqueueDelivery(trx, {
-        runId: run.run_id,
-        endpoint: run.webhook_endpoint,
-        body: deliveryBodyFor(run.run_id, outcome, ends[i].run_time_ms, now),
-        sealedSecret: run.webhook_secret,
-        sealedCredentials: run.webhook_credentials,
-      }, { now });
+      if (ended.has(run.run_id)) await enqueueEndDelivery(trx, run, { outcome, runTimeMs: ends[i].run_time_ms, now });
     }
     return ended;
   });

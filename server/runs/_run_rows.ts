@@ -127,12 +127,13 @@ const END_COLUMNS = Object.keys(END_TYPES) as Array<keyof LeasedRunEnd>;
 const END_SET = END_COLUMNS.slice(1).map((c) => `"${c}" = "v"."${c}"`).concat(
   ["webhook_secret", "webhook_credentials", "lease_owner", "lease_expires_at"].map((c) => `"${c}" = null`),
 ).join(", ");
-const END_WHERE = `"status" = 'running' and "runs"."lease_owner" = `;
-const END_POSTGRES =
-  `update "runs" set ${END_SET} from unnest(${
-    END_COLUMNS.map((c, i) => `$${i + 1}::${END_TYPES[c]}[]`).join(", ")
-  }) as "v"(${END_COLUMNS.map((c) => `"${c}"`).join(", ")})`
-  + ` where "runs"."run_id" = "v"."run_id" and "runs".${END_WHERE}$${END_COLUMNS.length + 1} returning "runs"."run_id"`;
+// Each engine's text ends with the owner's placeholder.
+const END_WHERE = `where "runs"."run_id" = "v"."run_id" and "runs"."status" = 'running' and "runs"."lease_owner" =`;
+const END_POSTGRES = `update "runs" set ${END_SET} from unnest(${
+  END_COLUMNS.map((c, i) => `$${i + 1}::${END_TYPES[c]}[]`).join(", ")
+}) as "v"(${END_COLUMNS.map((c) => `"${c}"`).join(", ")}) ${END_WHERE} $${
+  END_COLUMNS.length + 1
+} returning "runs"."run_id"`;
 const endMany = new Map<number, ReturnType<typeof rawStatement<{ run_id: string }>>>();
 
 /**
@@ -154,7 +155,7 @@ export async function endLeasedRuns(
     statement = rawStatement<{ run_id: string }>({
       sqlite: `update "runs" set ${END_SET} from (select ${named} from (values ${
         new Array(ends.length).fill(values).join(", ")
-      })) as "v" where "runs"."run_id" = "v"."run_id" and "runs".${END_WHERE}? returning "runs"."run_id"`,
+      })) as "v" ${END_WHERE} ? returning "runs"."run_id"`,
       postgres: END_POSTGRES,
       postgresParameters: (parameters) => [
         ...byColumn(parameters.slice(0, -1), END_COLUMNS.length),

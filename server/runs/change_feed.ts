@@ -100,16 +100,21 @@ export function createRunChangeFeed(options: RunChangeFeedOptions): RunChangeFee
 
   const stopWatchListening = options.notifier.listen("runplane_run_watch", (word) => {
     if (word === undefined) ask(); // back after a lost connection: words may have been missed
-    else if (word === ASK) { for (const projectId of listeners.keys()) announce(projectId); }
+    else if (word === ASK) { for (const projectId of listeners.keys()) say(projectId); }
     else watchedUntil.set(word, performance.now() + watchTtlMs);
   });
+
+  /** Says `word` on `runplane_run_watch`; a word lost only delays what it tells until the next one. */
+  function say(word: string): void {
+    options.notifier.notify("runplane_run_watch", word).catch((error) =>
+      options.logger.warn({ err: error, word }, "a word on which projects are followed was not sent")
+    );
+  }
 
   /** Asks every process which projects it follows, and sends everything until the answers are in. */
   function ask(): void {
     everythingUntil = performance.now() + settleMs;
-    options.notifier.notify("runplane_run_watch", ASK).catch((error) =>
-      options.logger.warn({ err: error }, "asking which projects are followed failed; every change is sent meanwhile")
-    );
+    say(ASK);
   }
   ask();
 
@@ -122,16 +127,6 @@ export function createRunChangeFeed(options: RunChangeFeedOptions): RunChangeFee
     if (until > now) return true;
     watchedUntil.delete(projectId);
     return false;
-  }
-
-  function announce(projectId: string): void {
-    // Heard back by this process too, which then sends the project's changes.
-    options.notifier.notify("runplane_run_watch", projectId).catch((error) =>
-      options.logger.warn(
-        { err: error },
-        "announcing a followed project failed; its changes may wait for the next word",
-      )
-    );
   }
 
   /** The pending changes as payloads under the NOTIFY limit. */
@@ -173,11 +168,10 @@ export function createRunChangeFeed(options: RunChangeFeedOptions): RunChangeFee
     subscribe(projectId, listener) {
       let set = listeners.get(projectId);
       if (!set) {
+        // Watched here from now on (`watched` reads `listeners`); the other processes from when they hear it.
         listeners.set(projectId, set = new Set());
-        // Watched here from now on; the other processes from when they hear of it.
-        watchedUntil.set(projectId, performance.now() + watchTtlMs);
-        announce(projectId);
-        const renewal = setInterval(() => announce(projectId), renewMs);
+        say(projectId);
+        const renewal = setInterval(() => say(projectId), renewMs);
         renewal.unref();
         renewals.set(projectId, renewal);
       }
