@@ -27,6 +27,15 @@ export interface Config {
   bundleLimitBytes: number;
   /** How long one build step (a command, the pip install) may run, in milliseconds. */
   buildTimeoutMs: number;
+  /**
+   * Whether tenants' code (replicas, build steps) runs in the sandbox: `auto` when bubblewrap and user
+   * namespaces work (a loud warning otherwise), `required` refuses to start without it, `off` never.
+   */
+  sandbox: "auto" | "required" | "off";
+  /** Lets deployed apps name an external `runtime.custom.url` (checked by the webhook guard at connect time). */
+  allowExternalRuntimes: boolean;
+  /** Lets `[dependencies.pip]` entries be pip options, paths or URLs instead of PEP 508 names with versions. */
+  pipAllowUnpinned: boolean;
   /** pip's index for builds (`--index-url`); null: pip's default, or none when only find-links is set. Never log it unredacted. */
   pipIndexUrl: string | null;
   /** A folder or URL of wheels for builds (`--find-links`); null for none. */
@@ -285,6 +294,36 @@ export const SETTINGS = [
       if (!/^https?:\/\//i.test(raw.trim()) || !URL.canParse(raw.trim())) throw new Error("must be an http(s) URL");
       return raw.trim();
     },
+  },
+  {
+    key: "sandbox",
+    env: "RUNPLANE_SANDBOX",
+    flag: "--sandbox",
+    default: "auto",
+    description:
+      "Jail replicas and build steps with bubblewrap: auto (when it works here, else a loud warning), required (refuse to start without it) or off",
+    parse: (raw) => {
+      if (raw !== "auto" && raw !== "required" && raw !== "off") throw new Error("must be one of auto, required, off");
+      return raw;
+    },
+  },
+  {
+    key: "allowExternalRuntimes",
+    env: "RUNPLANE_ALLOW_EXTERNAL_RUNTIMES",
+    flag: "--allow-external-runtimes",
+    default: "false",
+    description:
+      "Let deployed apps forward calls to a runtime.custom.url of their own (only to addresses the webhook guard accepts, checked at connect time)",
+    parse: boolean,
+  },
+  {
+    key: "pipAllowUnpinned",
+    env: "RUNPLANE_PIP_ALLOW_UNPINNED",
+    flag: "--pip-allow-unpinned",
+    default: "false",
+    description:
+      "Let [dependencies.pip] entries be pip options, paths or URLs (by default each must be a PEP 508 name with a version specifier)",
+    parse: boolean,
   },
   {
     key: "pipFindLinks",
