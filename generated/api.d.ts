@@ -702,6 +702,7 @@ export interface components {
         ProjectId: string;
         /** @description The process can take calls: store reachable, migrations applied, apps loaded. */
         Readiness: {
+            sandbox: components["schemas"]["SandboxReport"];
             /** @enum {string} */
             status: "ready";
         };
@@ -866,6 +867,18 @@ export interface components {
             /** Format: uri */
             endpoint: string;
             status: components["schemas"]["WebhookStatus"];
+        };
+        /** @description How tenants' code (replicas, build steps) is jailed on this process. */
+        SandboxReport: {
+            /** @description Whether replicas and build steps run in the sandbox. */
+            jailed: boolean;
+            /**
+             * @description `RUNPLANE_SANDBOX`.
+             * @enum {string}
+             */
+            setting: "auto" | "required" | "off";
+            /** @description What is missing or weaker than the full policy, each with what to do; empty when complete. */
+            warnings: string[];
         };
         /** @description A service account as listed: never its token. */
         ServiceAccount: {

@@ -50,6 +50,7 @@ export declare const schema_RunResult: Validator;
 export declare const schema_RunStatus: Validator;
 export declare const schema_RunSummary: Validator;
 export declare const schema_RunWebhook: Validator;
+export declare const schema_SandboxReport: Validator;
 export declare const schema_ServiceAccount: Validator;
 export declare const schema_ServiceAccountId: Validator;
 export declare const schema_ServiceAccountList: Validator;

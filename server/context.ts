@@ -7,6 +7,7 @@ import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/mod.ts";
 import type { Runtime } from "./runtime/mod.ts";
 import type { RunChangeFeed, RunService } from "./runs/mod.ts";
+import type { SandboxStatus } from "./sandbox/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
@@ -31,6 +32,8 @@ export interface ServerContext {
   secrets: SecretBox;
   /** Repository file trees from each project's provider, cached by commit. */
   trees: RepositoryTrees;
+  /** Whether tenants' code runs jailed here, and what is missing (shown by `/readyz`). */
+  sandbox: SandboxStatus;
   /** Deployed apps and their replicas: runs functions. */
   runtime: Runtime;
   /** Run records, submitting calls, the async dispatcher, cancel. */

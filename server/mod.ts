@@ -21,6 +21,7 @@ import { createMetrics } from "./metrics/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
 import { createRunChangeFeed, createRunLogWriter, createRunService } from "./runs/mod.ts";
+import { createSandbox, type Sandbox, SandboxUnavailableError } from "./sandbox/mod.ts";
 import { migrationsApplied, openStore } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
 
@@ -82,6 +83,23 @@ export async function createServer(config: Config, options: CreateServerOptions 
   }
   const key = keys.signing.current;
   const secrets = keys.secrets;
+  let sandbox: Sandbox;
+  try {
+    sandbox = await createSandbox(config.sandbox, { logger });
+  } catch (error) {
+    await store.close();
+    if (error instanceof SandboxUnavailableError) throw new ConfigError([error.message]);
+    throw error;
+  }
+  if (sandbox.status.jailed) {
+    logger.info(
+      { sandbox: sandbox.status.identity, warnings: sandbox.status.problems },
+      `sandbox: tenants' code runs jailed by bubblewrap (${
+        sandbox.status.identity === "root" ? "each project as a uid of its own" : "in user namespaces"
+      })`,
+    );
+  }
+  for (const problem of sandbox.status.problems) logger.warn({ sandbox: config.sandbox }, `SANDBOX: ${problem}`);
   const metrics = createMetrics();
   const gate = createDrainGate();
   let appsLoaded = false;
@@ -110,6 +128,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const runLogs = createRunLogWriter(store.db, { limitBytes: config.runLogLimitBytes, logger });
   const runtime = createRuntime(config.appsDir, {
     logger,
+    sandbox,
     queueLimit: config.appQueueLimit,
     deployedApps: () => deployedApps(),
     onOutput: (line) => runLogs.add(line),
@@ -128,6 +147,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       pipIndexUrl: config.pipIndexUrl,
       pipFindLinks: config.pipFindLinks,
       bundleLimitBytes: config.bundleLimitBytes,
+      sandbox,
     },
     runtime,
     archiveRepository: (projectId, request) => trees.archive(projectId, request),
@@ -210,6 +230,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     runs,
     runChanges,
     deployments,
+    sandbox: sandbox.status,
   };
   const app = createHttpApp({
     handlers: createHandlers(context),
@@ -254,6 +275,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       await connectionsEnded;
       await deliveries.stop();
       await store.close();
+      sandbox.close();
     })();
     return closing;
   }

@@ -7,9 +7,10 @@
  */
 import { spawn } from "node:child_process";
 import { mkdir, rm, stat, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { isAbsolute, join } from "node:path";
 import { createInterface } from "node:readline";
-import { OWN_PROCESS_GROUP, signalGroup } from "../runtime/mod.ts";
+import { signalGroup } from "../runtime/mod.ts";
+import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
 import type { BuildLogLine } from "./_build_log.ts";
 import type { BuildPlan } from "./_build_plan.ts";
 
@@ -45,32 +46,32 @@ export interface RunBuildOptions {
   timeoutMs: number;
   log(line: BuildLogLine): void;
   signal?: AbortSignal;
+  /** Jails every step: the deployment's project, and whether its commands reach public addresses. */
+  sandbox: Sandbox;
+  projectId: string;
+  egress: boolean;
 }
 
 const READY = ".runplane-ready";
 const LOCK_RETRY_MS = 250;
 
-/** The server's environment without its own settings (`RUNPLANE_*` may hold secrets). */
-function commandEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    if (value !== undefined && !key.startsWith("RUNPLANE_")) env[key] = value;
-  }
-  return { ...env, ...extra };
+/** One command of a build step, and the jail it runs in. */
+interface StepCommand {
+  file: string;
+  args: string[];
+  shown: string;
+  /** The folders it reads and writes, its working directory, its environment (built from scratch). */
+  jail: Omit<JailSpec, "projectId" | "egress">;
+  /** Whether it reaches public addresses; the app's `[network] egress` when not said. */
+  egress?: boolean;
 }
 
-/** Runs one command of `step`, its output into the log; throws a BuildError unless it exits 0. */
-async function run(
-  step: string,
-  command: { file: string; args: string[]; shown: string; cwd: string; env: Record<string, string> },
-  options: RunBuildOptions,
-): Promise<void> {
+/** Runs one command of `step` in its jail, its output into the log; throws a BuildError unless it exits 0. */
+async function run(step: string, command: StepCommand, options: RunBuildOptions): Promise<void> {
   options.signal?.throwIfAborted();
-  const child = spawn(command.file, command.args, {
-    cwd: command.cwd,
-    env: command.env,
+  const child = options.sandbox.spawn(command.file, command.args, {
+    jail: { ...command.jail, projectId: options.projectId, egress: command.egress ?? options.egress },
     stdio: ["ignore", "pipe", "pipe"],
-    ...OWN_PROCESS_GROUP,
   });
   for (const stream of ["stdout", "stderr"] as const) {
     createInterface({ input: child[stream]!, crlfDelay: Infinity })
@@ -108,16 +109,25 @@ async function run(
   }
 }
 
+/** Runs commands with `/bin/sh -c`: the deployment folder writable, the virtualenv (if any) read-only. */
 async function shellCommands(
   step: string,
   commands: string[],
-  dir: string,
-  options: RunBuildOptions,
-  env: Record<string, string>,
+  options: RunBuildOptions & { dir: string; venv?: string },
 ) {
-  for (const shown of commands) {
-    options.log({ stream: "build", text: `$ ${shown}` });
-    await run(step, { file: "/bin/sh", args: ["-c", shown], shown, cwd: dir, env }, options);
+  const { dir, venv } = options;
+  const env: Record<string, string> = venv
+    ? { VIRTUAL_ENV: venv, PATH: `${join(venv, "bin")}:/usr/local/bin:/usr/bin:/bin` }
+    : {};
+  const jail = { cwd: dir, writable: [dir], readOnly: venv ? [venv] : [], env };
+  const giveBack = await options.sandbox.lend([dir], options.projectId);
+  try {
+    for (const shown of commands) {
+      options.log({ stream: "build", text: `$ ${shown}` });
+      await run(step, { file: "/bin/sh", args: ["-c", shown], shown, jail }, options);
+    }
+  } finally {
+    await giveBack();
   }
 }
 
@@ -210,11 +220,15 @@ async function withLock<T>(lock: string, options: RunBuildOptions, work: () => P
   }
 }
 
-/** pip's own settings come only from the operator: the host's pip.conf and PIP_* variables are left out. */
-function pipEnv(venv: string): Record<string, string> {
-  const env = commandEnv({ VIRTUAL_ENV: venv, PIP_CONFIG_FILE: "/dev/null" });
-  for (const key of Object.keys(env)) if (key.startsWith("PIP_") && key !== "PIP_CONFIG_FILE") delete env[key];
-  return env;
+/** pip's own settings come only from the operator: no pip.conf (the environment has no PIP_* either). */
+function pipJail(dir: string, venv: string, options: RunBuildOptions): StepCommand["jail"] {
+  const findLinks = options.pipFindLinks && isAbsolute(options.pipFindLinks) ? [options.pipFindLinks] : [];
+  return {
+    cwd: dir,
+    readOnly: [dir, ...findLinks],
+    writable: [venv],
+    env: { VIRTUAL_ENV: venv, PIP_CONFIG_FILE: "/dev/null", PIP_NO_INPUT: "1" },
+  };
 }
 
 async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
@@ -234,26 +248,31 @@ async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions):
     }
     options.log({ stream: "build", text: `==> pip: new virtualenv ${plan.digest}: ${plan.pipRequirements.join(" ")}` });
     // A virtualenv is not relocatable: it is made in place, and only the marker written last makes it usable.
+    // It is made writable for the pip step alone (lent to the project's uid), then given back read-only:
+    // it is shared by every deployment of the same digest, so no later command of any of them may change it.
     await rm(venv, { recursive: true, force: true });
-    const env = pipEnv(venv);
-    await run("pip", {
-      file: options.python,
-      args: ["-m", "venv", venv],
-      shown: `${options.python} -m venv`,
-      cwd: dir,
-      env,
-    }, options);
-    const requirements = join(venv, "runplane-requirements.txt");
-    await writeFile(requirements, `${plan.pipRequirements.join("\n")}\n`);
-    const args = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r", requirements];
-    if (options.pipIndexUrl) args.push("--index-url", options.pipIndexUrl);
-    else if (options.pipFindLinks) args.push("--no-index");
-    if (options.pipFindLinks) args.push("--find-links", options.pipFindLinks);
-    await run(
-      "pip",
-      { file: python, args, shown: `pip install ${plan.pipRequirements.join(" ")}`, cwd: dir, env },
-      options,
-    );
+    await mkdir(venv, { mode: 0o755 });
+    const jail = pipJail(dir, venv, options);
+    const giveBack = await options.sandbox.lend([venv], options.projectId);
+    try {
+      await run("pip", {
+        file: options.python,
+        args: ["-m", "venv", venv],
+        shown: `${options.python} -m venv`,
+        jail,
+        egress: true,
+      }, options);
+      const requirements = join(venv, "runplane-requirements.txt");
+      await writeFile(requirements, `${plan.pipRequirements.join("\n")}\n`);
+      const args = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r", requirements];
+      if (options.pipIndexUrl) args.push("--index-url", options.pipIndexUrl);
+      else if (options.pipFindLinks) args.push("--no-index");
+      if (options.pipFindLinks) args.push("--find-links", options.pipFindLinks);
+      const shown = `pip install ${plan.pipRequirements.join(" ")}`;
+      await run("pip", { file: python, args, shown, jail, egress: true }, options);
+    } finally {
+      await giveBack();
+    }
     await writeFile(join(venv, READY), `${plan.digest}\n`);
     return { venv: "new", python };
   }).catch(async (error) => {
@@ -264,10 +283,9 @@ async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions):
 
 /** Builds the deployment in `dir` by `plan`; throws a BuildError naming the step that failed. */
 export async function runBuild(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
-  const env = commandEnv();
   if (plan.preBuildCommands.length) {
     options.log({ stream: "build", text: "==> pre-build commands" });
-    await shellCommands("pre-build", plan.preBuildCommands, dir, options, env);
+    await shellCommands("pre-build", plan.preBuildCommands, { ...options, dir });
   }
   await checkApt(plan.apt, options);
   await checkConda(plan.conda, options);
@@ -275,10 +293,8 @@ export async function runBuild(dir: string, plan: BuildPlan, options: RunBuildOp
   options.log({ stream: "build", text: "==> code: in place" });
   if (plan.shellCommands.length) {
     options.log({ stream: "build", text: "==> shell commands" });
-    const venvEnv = result.python
-      ? { ...env, VIRTUAL_ENV: join(result.python, "..", ".."), PATH: `${join(result.python, "..")}:${env.PATH ?? ""}` }
-      : env;
-    await shellCommands("shell", plan.shellCommands, dir, options, venvEnv);
+    const venv = result.python ? join(result.python, "..", "..") : undefined;
+    await shellCommands("shell", plan.shellCommands, { ...options, dir, venv });
   }
   return result;
 }

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import type { Kysely } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
 import { AppConfigError, parseAppConfig } from "../runtime/mod.ts";
+import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { type BuildLogLine, type BuildResult, runBuild } from "./_build.ts";
 import { buildPlan } from "./_build_plan.ts";
@@ -23,6 +24,8 @@ export interface BuildSettings {
   pipIndexUrl?: string | null;
   pipFindLinks?: string | null;
   bundleLimits?: Partial<BundleLimits>;
+  /** Jails the build's steps; unjailed (with an environment built from scratch) without it. */
+  sandbox?: Sandbox;
 }
 
 /** A deployment ready to serve on this host. */
@@ -90,6 +93,9 @@ export async function materialise(
       timeoutMs: options.timeoutMs,
       log: options.log,
       signal: options.signal,
+      sandbox: options.sandbox ?? unjailedSandbox(),
+      projectId: deployment.project_id,
+      egress: (config as { egress?: boolean }).egress ?? true,
     });
     const done: Materialised = {
       dir,

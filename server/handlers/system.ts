@@ -32,7 +32,12 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
           headers: { "Retry-After": "1" },
         });
       }
-      return { status: 200, contentType: "application/json", body: { status: "ready" } };
+      const { setting, jailed, problems } = context.sandbox;
+      return {
+        status: 200,
+        contentType: "application/json",
+        body: { status: "ready", sandbox: { setting, jailed, warnings: problems } },
+      };
     },
     async getMetrics({ header }) {
       const expected = context.config.metricsToken;

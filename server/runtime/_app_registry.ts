@@ -4,7 +4,7 @@
  * version; the caller drains the old one.
  */
 import { readdir, readFile, stat } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { type AppConfig, AppConfigError, parseAppConfig } from "./_app_config.ts";
 
 /** Where an app comes from: a folder of the apps dir, or a deployment materialised by this process. */
@@ -16,6 +16,8 @@ interface VersionBase {
   dir: string;
   fingerprint: string;
   source: AppSource;
+  /** The virtualenv the deployment's build made, when it made one (its replicas may read it). */
+  venv?: string;
 }
 
 /** One loaded (or failed) version of an app. */
@@ -98,7 +100,14 @@ export async function loadDeployedApp(app: DeployedApp, known?: AppVersion): Pro
   const fingerprint = `deployment:${app.version}`;
   if (known?.fingerprint === fingerprint) return known;
   return readVersion(
-    { projectId: app.projectId, name: app.name, dir: app.dir, fingerprint, source: "deployment" },
+    {
+      projectId: app.projectId,
+      name: app.name,
+      dir: app.dir,
+      fingerprint,
+      source: "deployment",
+      venv: app.python ? dirname(dirname(app.python)) : undefined,
+    },
     app.python,
   );
 }

@@ -1,20 +1,29 @@
 /**
- * The custom runtime: an app's own HTTP server, started from its entrypoint with `PORT` and watched by
- * its health check, or an external URL. Calls are forwarded by `proxyCall`.
+ * The custom runtime: an app's own HTTP server, started from its entrypoint with `PORT` beside the relay
+ * (`_relay.py`) in its sandbox, and reached only through the relay's Unix socket in a folder the server
+ * hands in; watched by its health check. Calls are forwarded by `proxyCall`.
  */
 import type { ChildProcess } from "node:child_process";
+import { rm } from "node:fs/promises";
 import { connect } from "node:net";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Writable } from "node:stream";
+import { Agent, type Dispatcher, fetch } from "undici";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
+import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
 import { freePort } from "./free_port.ts";
-import { orphanGuarded } from "./_orphan_guard.ts";
 import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
 
+const RELAY_PATH = fileURLToPath(new URL("./_relay.py", import.meta.url));
 const START_TIMEOUT_MS = 30_000;
 const HEALTH_INTERVAL_MS = 2_000;
 const HEALTH_TIMEOUT_MS = 2_000;
 const STOP_GRACE_MS = 2_000;
+/** The port a jailed app listens on when it names none: each replica has a network namespace of its own. */
+const JAILED_DEFAULT_PORT = 8080;
 
 /** Options of `CustomProcessReplica`. */
 export interface CustomProcessOptions {
@@ -24,42 +33,32 @@ export interface CustomProcessOptions {
   port?: number;
   healthcheckEndpoint?: string;
   logger: Logger;
+  sandbox: Sandbox;
+  jail: JailSpec;
 }
 
 /** Something calls can be forwarded to. */
 export interface Upstream extends Replica {
   /** The base URL, without a trailing slash; known once `ready` resolved. */
   readonly baseUrl: string;
+  /** How to reach `baseUrl` (the relay's Unix socket); the default network when absent. */
+  readonly dispatcher?: Dispatcher;
 }
 
-function tcpReachable(port: number): Promise<boolean> {
+/** Asks the relay whether the app's port accepts a connection (one byte back: "1" or "0"). */
+function portAccepts(socketDir: string): Promise<boolean> {
   return new Promise((resolve) => {
-    const socket = connect({ port, host: "127.0.0.1" });
-    socket.setTimeout(HEALTH_TIMEOUT_MS);
-    socket.once("connect", () => {
-      socket.destroy();
-      resolve(true);
-    });
+    const socket = connect(join(socketDir, "probe.sock"));
+    let answer = "";
+    socket.setTimeout(HEALTH_TIMEOUT_MS + 500);
+    socket.setEncoding("utf8").on("data", (text: string) => (answer += text));
+    socket.once("close", () => resolve(answer === "1"));
     socket.once("error", () => resolve(false));
-    socket.once("timeout", () => {
-      socket.destroy();
-      resolve(false);
-    });
+    socket.once("timeout", () => socket.destroy());
   });
 }
 
-async function healthy(port: number, endpoint: string | undefined): Promise<boolean> {
-  if (!endpoint) return tcpReachable(port);
-  try {
-    const response = await fetch(`http://127.0.0.1:${port}${endpoint}`, {
-      signal: AbortSignal.timeout(HEALTH_TIMEOUT_MS),
-    });
-    await response.body?.cancel();
-    return response.ok;
-  } catch {
-    return false;
-  }
-}
+let replicaCount = 0;
 
 /** One process of a custom runtime, restarted by its pool when it exits or fails its health check. */
 export class CustomProcessReplica implements Upstream {
@@ -67,7 +66,10 @@ export class CustomProcessReplica implements Upstream {
   readonly exited: Promise<void>;
   wasReady = false;
   usable = true;
-  baseUrl = "";
+  /** The host part is a placeholder: every request goes through the relay's socket. */
+  readonly baseUrl = "http://app.runplane.internal";
+  dispatcher: Agent | undefined;
+  #socketDir = "";
   #child: ChildProcess | undefined;
   #resolveExited!: () => void;
   #stopped = false;
@@ -84,30 +86,60 @@ export class CustomProcessReplica implements Upstream {
     return this.#child?.pid;
   }
 
+  async #healthy(): Promise<boolean> {
+    const endpoint = this.#options.healthcheckEndpoint;
+    if (!endpoint) return portAccepts(this.#socketDir);
+    try {
+      const response = await fetch(`${this.baseUrl}${endpoint}`, {
+        dispatcher: this.dispatcher,
+        signal: AbortSignal.timeout(HEALTH_TIMEOUT_MS),
+      });
+      await response.body?.cancel();
+      return response.ok;
+    } catch {
+      return false;
+    }
+  }
+
   async #start(): Promise<void> {
-    const { label, logger } = this.#options;
-    const port = this.#options.port ?? (await freePort());
-    this.baseUrl = `http://127.0.0.1:${port}`;
-    const [entry, ...entryArgs] = this.#options.entrypoint;
-    const { command, args, env } = orphanGuarded(entry, entryArgs);
-    const { child, exited } = spawnInOwnGroup(command, args, {
-      cwd: this.#options.appDir,
-      env: { ...env, PORT: String(port), PYTHONUNBUFFERED: "1" },
-      logger,
-      label,
-    });
+    const { label, logger, sandbox } = this.#options;
+    const jailed = sandbox.status.jailed;
+    // Jailed, every replica has its own network namespace and the same port; unjailed they share the host's.
+    const port = this.#options.port ?? (jailed ? JAILED_DEFAULT_PORT : await freePort());
+    this.#socketDir = await sandbox.socketDir(this.#options.jail.projectId, `custom-${++replicaCount}`);
+    this.dispatcher = new Agent({ connect: { socketPath: join(this.#socketDir, "http.sock") } });
+    const parentPid = jailed ? 0 : process.pid;
+    const { child, exited } = spawnInOwnGroup(
+      "python3",
+      [RELAY_PATH, this.#socketDir, String(port), String(parentPid), "--", ...this.#options.entrypoint],
+      {
+        sandbox,
+        jail: {
+          ...this.#options.jail,
+          readOnly: [...(this.#options.jail.readOnly ?? []), RELAY_PATH],
+          writable: [...(this.#options.jail.writable ?? []), this.#socketDir],
+          env: { ...this.#options.jail.env, PORT: String(port), PYTHONUNBUFFERED: "1" },
+        },
+        extraPipes: 1,
+        logger,
+        label,
+      },
+    );
     this.#child = child;
+    (child.stdio[3] as Writable | null)?.on("error", () => undefined);
     let exitReason = "";
     void exited.then((reason) => {
       exitReason = reason;
       this.usable = false;
       clearInterval(this.#health);
+      void this.dispatcher?.close().catch(() => undefined);
+      void rm(this.#socketDir, { recursive: true, force: true });
       this.#resolveExited();
     });
     const deadline = Date.now() + START_TIMEOUT_MS;
     let gone = false;
     void exited.then(() => (gone = true));
-    while (!(await healthy(port, this.#options.healthcheckEndpoint))) {
+    while (!(await this.#healthy())) {
       if (gone) {
         throw new ProblemError(
           "app-unavailable",
@@ -126,16 +158,16 @@ export class CustomProcessReplica implements Upstream {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     this.wasReady = true;
-    this.#watchHealth(port);
+    this.#watchHealth();
   }
 
-  #watchHealth(port: number): void {
+  #watchHealth(): void {
     let failures = 0;
     let checking = false;
     this.#health = setInterval(async () => {
       if (checking || this.#stopped) return;
       checking = true;
-      failures = (await healthy(port, this.#options.healthcheckEndpoint)) ? 0 : failures + 1;
+      failures = (await this.#healthy()) ? 0 : failures + 1;
       checking = false;
       if (failures >= 2 && !this.#stopped) {
         this.#options.logger.warn(
@@ -157,10 +189,10 @@ export class CustomProcessReplica implements Upstream {
     }
     const child = this.#child;
     if (!child) return;
-    // The whole group: the processes the runtime started itself stop with it.
+    // The relay passes SIGTERM to the app; past the grace period the whole group is killed.
     await stopReplicaProcess({ child, exited: this.exited }, {
       graceMs: STOP_GRACE_MS,
-      ask: () => signalGroup(child, "SIGTERM"),
+      ask: () => (child.stdio[3] as Writable | null)?.end(),
     });
   }
 }

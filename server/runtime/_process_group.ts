@@ -5,8 +5,9 @@
  * whole group, so the processes a custom runtime starts itself stop with it. Both kinds of replica start,
  * watch and stop their process here.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import type { Logger } from "../log.ts";
+import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
 
 /**
  * `spawn` option that starts the child in a new session (`setsid`), leading its own process group.
@@ -30,9 +31,9 @@ export function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
 
 /** Options of `spawnInOwnGroup`. */
 export interface ReplicaSpawnOptions {
-  cwd: string;
-  /** Added to the server's environment. */
-  env: Record<string, string>;
+  /** What the process may see and its environment (built from scratch: nothing of the server's). */
+  jail: JailSpec;
+  sandbox: Sandbox;
   /** Pipes beyond stdout and stderr (the Python worker's protocol pipes, fd 3 and up). */
   extraPipes?: number;
   /** The replica's stdout and stderr go here, as `worker output` lines. */
@@ -51,15 +52,13 @@ export interface ReplicaProcess {
 }
 
 /**
- * Starts a replica's process leading its own process group, with stdout and stderr logged line by line
- * as `worker output` (the function's logs).
+ * Starts a replica's process in its sandbox, leading its own process group, with stdout and stderr logged
+ * line by line as `worker output` (the function's logs).
  */
 export function spawnInOwnGroup(command: string, args: string[], options: ReplicaSpawnOptions): ReplicaProcess {
-  const child = spawn(command, args, {
-    cwd: options.cwd,
-    ...OWN_PROCESS_GROUP,
+  const child = options.sandbox.spawn(command, args, {
+    jail: options.jail,
     stdio: ["ignore", "pipe", "pipe", ...Array<"pipe">(options.extraPipes ?? 0).fill("pipe")],
-    env: { ...process.env, ...options.env },
   });
   let spawnError: string | undefined;
   child.once("error", (error) => (spawnError = error.message));

@@ -1,5 +1,6 @@
 /** Forwards a call to a custom runtime over HTTP and turns its answer into a call outcome. */
 import { EventSourceParserStream } from "eventsource-parser/stream";
+import { type Dispatcher, fetch as undiciFetch } from "undici";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import { type Deadline, startDeadline } from "../deadline/mod.ts";
 import { RunFailure } from "./_failures.ts";
@@ -57,6 +58,8 @@ export interface ProxyCall {
   signal?: AbortSignalLike;
   /** Called once when the upstream exchange is over (answer read, failed or aborted). */
   onSettled(): void;
+  /** How to reach the upstream (a replica's relay socket); the default network when absent. */
+  dispatcher?: Dispatcher;
 }
 
 function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFailure {
@@ -126,7 +129,10 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
     call.onSettled();
   };
   try {
-    const response = await fetch(`${baseUrl}/${call.path}`, {
+    // undici's own fetch for a dispatcher of its own version; the global one for the network.
+    const request = (call.dispatcher ? undiciFetch : fetch) as typeof fetch;
+    const response = await request(`${baseUrl}/${call.path}`, {
+      ...(call.dispatcher ? { dispatcher: call.dispatcher } : {}),
       method: "POST",
       headers: {
         "content-type": "application/json",

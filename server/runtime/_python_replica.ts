@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
+import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { RunFailure } from "./_failures.ts";
 import { ItemQueue } from "./_item_queue.ts";
@@ -54,6 +55,9 @@ export interface PythonReplicaOptions {
   python: string;
   concurrency: number;
   logger: Logger;
+  sandbox: Sandbox;
+  /** The replica's jail (the worker harness adds itself to what it may read). */
+  jail: JailSpec;
   /** Told every line a call's function writes (stdout, stderr, `logging`), as it is written. */
   onOutput?(line: OutputLine): void;
 }
@@ -115,9 +119,14 @@ export class PythonReplica implements Replica {
 
   constructor(options: PythonReplicaOptions) {
     this.#options = options;
+    const { jail } = options;
     const worker = spawnInOwnGroup(options.python, ["-u", WORKER_PATH, options.appDir, String(options.concurrency)], {
-      cwd: options.appDir,
-      env: { PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
+      sandbox: options.sandbox,
+      jail: {
+        ...jail,
+        readOnly: [...(jail.readOnly ?? []), WORKER_PATH],
+        env: { ...jail.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
+      },
       extraPipes: 2,
       logger: options.logger,
       label: options.label,

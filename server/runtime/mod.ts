@@ -22,6 +22,8 @@ import type { CallOutcome } from "./_outcome.ts";
 import { proxyCall } from "./_proxy.ts";
 import { type OutputLine, PythonReplica } from "./_python_replica.ts";
 import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
+import { replicaJail } from "./_replica_jail.ts";
+import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 
 export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
 export type { AppSource, DeployedApp } from "./_app_registry.ts";
@@ -30,6 +32,7 @@ export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
 export type { OutputLine } from "./_python_replica.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
+export { interpreterHome } from "./_replica_jail.ts";
 
 type AnyReplica = PythonReplica | Upstream;
 
@@ -91,7 +94,22 @@ export interface RuntimeOptions {
   deployedApps?(): DeployedApp[];
   /** Told every line a Python function writes during a call (the run's log). */
   onOutput?(line: OutputLine): void;
+  /** Jails the replicas; without it they run unjailed (with an environment built from scratch all the same). */
+  sandbox?: Sandbox;
+  /**
+   * The project's secrets for its replicas' environment, and a fingerprint that changes with them (a
+   * change replaces the project's replicas at the next `reload()`).
+   */
+  projectEnvironment?(projectId: string): Promise<ProjectEnvironment>;
 }
+
+/** A project's secrets as its replicas see them. */
+export interface ProjectEnvironment {
+  env: Record<string, string>;
+  fingerprint: string;
+}
+
+const NO_SECRETS: ProjectEnvironment = { env: {}, fingerprint: "" };
 
 /** Deployed apps and their replicas. */
 export interface Runtime {
@@ -125,6 +143,7 @@ export interface Runtime {
 
 interface LiveApp {
   version: AppVersion;
+  secrets: ProjectEnvironment;
   pool?: ReplicaPool<AnyReplica>;
 }
 
@@ -132,11 +151,16 @@ function label(version: AppVersion): string {
   return `${version.projectId}/${version.name}`;
 }
 
-function createPool(version: AppVersion, options: RuntimeOptions): ReplicaPool<AnyReplica> | undefined {
+function createPool(
+  version: AppVersion,
+  secrets: ProjectEnvironment,
+  options: RuntimeOptions & { sandbox: Sandbox },
+): ReplicaPool<AnyReplica> | undefined {
   const { config } = version;
   if (!config) return undefined;
   const name = label(version);
-  const logger = options.logger;
+  const { logger, sandbox } = options;
+  const jail = replicaJail({ ...version, config }, secrets.env);
   function spawn(): AnyReplica {
     const custom = config!.custom;
     if (!custom) {
@@ -147,10 +171,12 @@ function createPool(version: AppVersion, options: RuntimeOptions): ReplicaPool<A
         concurrency: config!.replicaConcurrency,
         logger,
         onOutput: options.onOutput,
+        sandbox,
+        jail,
       });
     }
     if (custom.kind === "url") return new UrlUpstream(custom.url);
-    return new CustomProcessReplica({ appDir: version.dir, label: name, logger, ...custom });
+    return new CustomProcessReplica({ appDir: version.dir, label: name, logger, sandbox, jail, ...custom });
   }
   return new ReplicaPool<AnyReplica>({
     label: name,
@@ -165,7 +191,8 @@ function createPool(version: AppVersion, options: RuntimeOptions): ReplicaPool<A
 }
 
 /** Creates the runtime over `appsDir`; call `start()` before serving. */
-export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime {
+export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): Runtime {
+  const options = { ...runtimeOptions, sandbox: runtimeOptions.sandbox ?? unjailedSandbox() };
   const apps = new Map<string, LiveApp>();
   const retired = new Set<ReplicaPool<AnyReplica>>();
   const logger = options.logger;
@@ -173,10 +200,23 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
   let polling: Promise<void> | undefined;
   let closed = false;
 
-  function install(version: AppVersion): LiveApp {
+  /** Each project's secrets, read once per reload. */
+  function secretsReader(): (projectId: string) => Promise<ProjectEnvironment> {
+    const read = new Map<string, Promise<ProjectEnvironment>>();
+    return (projectId) => {
+      let found = read.get(projectId);
+      if (!found) {
+        found = options.projectEnvironment?.(projectId) ?? Promise.resolve(NO_SECRETS);
+        read.set(projectId, found);
+      }
+      return found;
+    };
+  }
+
+  function install(version: AppVersion, secrets: ProjectEnvironment): LiveApp {
     if (version.error) logger.error({ app: label(version), error: version.error }, "app failed to load");
     else logger.info({ app: label(version), runtime: version.config?.runtime }, "app loaded");
-    const live = { version, pool: closed ? undefined : createPool(version, options) };
+    const live = { version, secrets, pool: closed ? undefined : createPool(version, secrets, options) };
     apps.set(label(version), live);
     return live;
   }
@@ -195,18 +235,23 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
       const key = `${deployed.projectId}/${deployed.name}`;
       if (!inFolder.has(key)) found.push(await loadDeployedApp(deployed, apps.get(key)?.version));
     }
+    const secretsOf = secretsReader();
+    const secrets = await Promise.all(found.map((version) => secretsOf(version.projectId)));
     if (closed) return;
     const seen = new Set<string>();
-    for (const version of found) {
+    for (const [index, version] of found.entries()) {
       const key = label(version);
       seen.add(key);
       const live = apps.get(key);
-      if (live?.version.fingerprint === version.fingerprint) continue;
+      if (
+        live?.version.fingerprint === version.fingerprint
+        && live.secrets.fingerprint === secrets[index].fingerprint
+      ) continue;
       if (live) {
         logger.info({ app: key }, "app changed; new calls go to new replicas");
         retire(live);
       }
-      install(version);
+      install(version, secrets[index]);
     }
     for (const [key, live] of apps) {
       if (seen.has(key)) continue;
@@ -243,7 +288,8 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
       const deployed = options.deployedApps?.().find((d) => d.projectId === projectId && d.name === app);
       const version = (await loadApp(appsDir, projectId, app))
         ?? (deployed ? await loadDeployedApp(deployed) : undefined);
-      if (version && !apps.has(label(version))) install(version);
+      const secrets = version ? await secretsReader()(projectId) : NO_SECRETS;
+      if (version && !apps.has(label(version))) install(version, secrets);
     }
     return live(projectId, app);
   }
@@ -300,6 +346,7 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
         graceMs: config.responseGracePeriodMs,
         signal: request.signal,
         onSettled: () => lease.release(),
+        dispatcher: replica.dispatcher,
       });
     },
     tryAcquireSlot(projectId, app) {

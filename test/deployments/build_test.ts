@@ -9,6 +9,7 @@ import { baseImageDigest } from "../../server/builds/mod.ts";
 import { BuildError, type BuildLogLine, runBuild } from "../../server/deployments/_build.ts";
 import { buildPlan } from "../../server/deployments/_build_plan.ts";
 import { parseAppConfig } from "../../server/runtime/mod.ts";
+import { unjailedSandbox } from "../../server/sandbox/mod.ts";
 import { writeWheel } from "../_helpers/wheels.ts";
 
 function planOf(toml: string) {
@@ -39,6 +40,9 @@ describe("runBuild", () => {
       timeoutMs: options.timeoutMs ?? 120_000,
       log: (line) => lines.push(line),
       signal: options.signal,
+      sandbox: unjailedSandbox(),
+      projectId: "p-build",
+      egress: false,
     });
     const outcome = await run.then(
       (result) => ({ result, error: undefined as unknown }),

@@ -6,6 +6,7 @@ import { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { after, before, describe, it } from "node:test";
 import { createLogger } from "../../server/log.ts";
+import { unjailedSandbox } from "../../server/sandbox/mod.ts";
 import { PythonReplica } from "../../server/runtime/_python_replica.ts";
 import type { CallOutcome } from "../../server/runtime/_outcome.ts";
 
@@ -44,7 +45,15 @@ describe("PythonReplica cancels a call once, and never kills its worker for a ca
         },
       }),
     });
-    replica = new PythonReplica({ appDir: dir, label: "p-x/app", python: "python3", concurrency: 2, logger });
+    replica = new PythonReplica({
+      appDir: dir,
+      label: "p-x/app",
+      python: "python3",
+      concurrency: 2,
+      logger,
+      sandbox: unjailedSandbox(),
+      jail: { projectId: "p-x", cwd: dir, egress: false, env: {} },
+    });
     await replica.ready;
   });
   after(async () => {

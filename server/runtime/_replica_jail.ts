@@ -1,0 +1,49 @@
+/**
+ * What an app's replicas may see: its folder read-only, the environment its interpreter lives in, its
+ * own `[env]` and its project's secrets — nothing of the server's.
+ */
+import { dirname, isAbsolute, relative } from "node:path";
+import type { JailSpec } from "../sandbox/mod.ts";
+import type { AppConfig } from "./_app_config.ts";
+import type { AppSource } from "./_app_registry.ts";
+
+/** System folders every jail already shows read-only. */
+const SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib64"];
+
+function inside(path: string, folder: string): boolean {
+  const rel = relative(folder, path);
+  return rel === "" || (!rel.startsWith("..") && !isAbsolute(rel));
+}
+
+/**
+ * The folder to show for the app's interpreter: a virtualenv's root (`<venv>/bin/python` → `<venv>`).
+ * A deployment's interpreter is shown only when the build made it (`venv`); an apps-dir app (the
+ * operator's own files) may name any interpreter.
+ */
+export function interpreterHome(
+  python: string,
+  options: { appDir: string; source: AppSource; venv?: string },
+): string | undefined {
+  if (!isAbsolute(python) || inside(python, options.appDir) || SYSTEM.some((dir) => inside(python, dir))) {
+    return undefined;
+  }
+  if (options.source === "deployment") return options.venv !== undefined && inside(python, options.venv) ? options.venv : undefined;
+  return dirname(dirname(python));
+}
+
+/** The jail of one app version's replicas. */
+export function replicaJail(
+  app: { projectId: string; dir: string; source: AppSource; config: AppConfig; venv?: string },
+  secrets: Record<string, string>,
+): JailSpec {
+  const home = interpreterHome(app.config.python, { appDir: app.dir, source: app.source, venv: app.venv });
+  const { env, egress } = app.config as AppConfig & { env?: Record<string, string>; egress?: boolean };
+  return {
+    projectId: app.projectId,
+    readOnly: home ? [app.dir, home] : [app.dir],
+    cwd: app.dir,
+    egress: egress ?? true,
+    // Secrets last: a name in both is the project's secret (the app's [env] is in its bundle, readable).
+    env: { ...env, ...secrets },
+  };
+}

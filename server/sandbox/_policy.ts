@@ -1,0 +1,206 @@
+/**
+ * The sandbox's policy, written down in one place with the reason for each rule (Flatpak's way in
+ * `flatpak-run.c`): the bubblewrap arguments that jail one process. Nothing here starts anything.
+ */
+import { existsSync, lstatSync, readlinkSync } from "node:fs";
+
+/** What one jailed process may see and do. */
+export interface JailSpec {
+  /** The project whose code runs: with a root server its processes get that project's own uid. */
+  projectId: string;
+  /** Host paths bound read-only at the same path inside (the app folder, its virtualenv). */
+  readOnly?: string[];
+  /** Host paths bound writable at the same path inside (a build's deployment folder or virtualenv). */
+  writable?: string[];
+  /** The working directory inside. */
+  cwd: string;
+  /** Whether the process reaches public addresses (through slirp4netns); never the host's or private ones. */
+  egress: boolean;
+  /** The environment on top of the basics (`baseEnvironment`): the app's `[env]`, its secrets. */
+  env: Record<string, string>;
+}
+
+/** Who the jailed process is on the host. */
+export type Identity =
+  /** The server runs as root: bubblewrap runs as root without a user namespace, and `setpriv` drops to uid. */
+  | { kind: "root"; uid: number; gid: number }
+  /** An unprivileged server: bubblewrap makes a user namespace in which the process is uid 1000. */
+  | { kind: "user" };
+
+/** The uid and gid a process has inside a user namespace made by an unprivileged server. */
+export const INSIDE_UID = 1000;
+
+/** Where the generated `/etc` files and the per-uid `passwd` are kept on the host. */
+export interface SupportFiles {
+  passwd: string;
+  group: string;
+  hosts: string;
+  resolvConf: string;
+}
+
+/** The descriptor numbers bubblewrap reads (the spawner places them in the child's stdio). */
+export interface PolicyFds {
+  seccomp?: number;
+  info: number;
+  block: number;
+}
+
+/** Parts of `/etc` a runtime needs: certificates, the resolver's rules, the dynamic linker's cache, time. */
+const ETC_READ_ONLY = [
+  "/etc/ssl",
+  "/etc/ca-certificates",
+  "/etc/ca-certificates.conf",
+  "/etc/pki",
+  "/etc/crypto-policies",
+  "/etc/alternatives",
+  "/etc/ld.so.cache",
+  "/etc/ld.so.conf",
+  "/etc/ld.so.conf.d",
+  "/etc/localtime",
+  "/etc/timezone",
+  "/etc/nsswitch.conf",
+  "/etc/host.conf",
+  "/etc/gai.conf",
+  "/etc/protocols",
+  "/etc/services",
+  "/etc/mime.types",
+  "/etc/os-release",
+  "/etc/debian_version",
+  "/etc/python3",
+  "/etc/python3.11",
+  "/etc/python3.12",
+  "/etc/python3.13",
+];
+
+/** Top-level system folders: bound read-only, or recreated as the symlinks they are on merged-/usr systems. */
+const SYSTEM_ROOTS = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+
+/** The paths of `/etc` present on this host (read once: the host's layout does not change while serving). */
+let presentEtc: string[] | undefined;
+
+function systemArgs(): string[] {
+  // /usr holds the interpreters and libraries; /usr/local the operator's own installs.
+  const args = ["--ro-bind", "/usr", "/usr"];
+  for (const root of SYSTEM_ROOTS) {
+    const stat = lstatSync(root, { throwIfNoEntry: false });
+    if (stat?.isSymbolicLink()) args.push("--symlink", readlinkSync(root), root);
+    else if (stat?.isDirectory()) args.push("--ro-bind", root, root);
+  }
+  presentEtc ??= ETC_READ_ONLY.filter((path) => existsSync(path));
+  // Made first and searchable: bubblewrap would otherwise make /etc for the first file bound into it 0700.
+  args.push("--perms", "0755", "--dir", "/etc");
+  for (const path of presentEtc) args.push("--ro-bind", path, path);
+  return args;
+}
+
+/**
+ * `--dir` for each folder above `path` not made yet, searchable by everyone: bubblewrap would make them
+ * 0700 for a bind below them, which a root bubblewrap's unprivileged child could not traverse.
+ */
+function parentDirs(path: string, made: Set<string>): string[] {
+  const args: string[] = [];
+  const parts = path.split("/").filter(Boolean);
+  for (let i = 1; i < parts.length; i++) {
+    const dir = `/${parts.slice(0, i).join("/")}`;
+    if (made.has(dir)) continue;
+    made.add(dir);
+    args.push("--perms", "0755", "--dir", dir);
+  }
+  return args;
+}
+
+/** The fixed environment every jailed process starts from (nothing of the server's own). */
+export function baseEnvironment(options: { home: string; path?: string }): Record<string, string> {
+  return {
+    PATH: options.path ?? "/usr/local/bin:/usr/bin:/bin",
+    HOME: options.home,
+    USER: "runplane",
+    LOGNAME: "runplane",
+    LANG: "C.UTF-8",
+    TZ: process.env.TZ ?? "UTC",
+    TMPDIR: "/tmp",
+  };
+}
+
+/** HOME inside the sandbox: a private tmpfs. */
+export const SANDBOX_HOME = "/home/runplane";
+
+/**
+ * The bubblewrap arguments that jail `command`, up to and including the `--` before it. With a root
+ * identity the command must be prefixed by `dropPrivileges(identity)`.
+ */
+export function bubblewrapArgs(spec: JailSpec, options: { identity: Identity; files: SupportFiles; fds: PolicyFds }): string[] {
+  const { identity, files, fds } = options;
+  const args = [
+    // Its own pid, ipc, uts, cgroup and network namespaces: no host process is visible or signalled, no
+    // host socket or abstract Unix socket is reachable (a network comes only through slirp4netns).
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--unshare-net",
+    "--hostname",
+    "runplane",
+    // Killed with the server, even by SIGKILL; a new session so that TIOCSTI cannot reach a terminal.
+    "--die-with-parent",
+    "--new-session",
+    ...systemArgs(),
+    // Generated, not the host's: no host accounts, no host names, the resolver of the sandbox's network.
+    "--ro-bind",
+    files.passwd,
+    "/etc/passwd",
+    "--ro-bind",
+    files.group,
+    "/etc/group",
+    "--ro-bind",
+    files.hosts,
+    "/etc/hosts",
+    ...(spec.egress ? ["--ro-bind", files.resolvConf, "/etc/resolv.conf"] : []),
+    // Its own /proc (its own processes only), a minimal /dev, private writable /tmp and HOME.
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--perms",
+    "1777",
+    "--tmpfs",
+    "/tmp",
+    "--perms",
+    "1777",
+    "--tmpfs",
+    SANDBOX_HOME,
+  ];
+  const made = new Set(["/", "/etc", "/tmp", "/home", SANDBOX_HOME]);
+  for (const path of spec.readOnly ?? []) args.push(...parentDirs(path, made), "--ro-bind", path, path);
+  for (const path of spec.writable ?? []) args.push(...parentDirs(path, made), "--bind", path, path);
+  args.push("--chdir", spec.cwd);
+  if (identity.kind === "user") {
+    // A user namespace of its own, as an ordinary uid, and no further namespaces inside it.
+    args.push("--unshare-user", "--uid", String(INSIDE_UID), "--gid", String(INSIDE_UID), "--disable-userns");
+    args.push("--cap-drop", "ALL");
+  } else {
+    // bubblewrap runs as root (it alone can bind folders of the 0700 data dir); setpriv, the first thing
+    // it runs, drops to the project's uid with no capabilities, bounding set included.
+    args.push("--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP");
+  }
+  if (fds.seccomp !== undefined) args.push("--seccomp", String(fds.seccomp));
+  // The spawner reads the child's pid from info, sets up its network, then unblocks it.
+  args.push("--info-fd", String(fds.info), "--block-fd", String(fds.block));
+  args.push("--");
+  return args;
+}
+
+/** The command prefix that turns a root bubblewrap's child into the project's unprivileged uid. */
+export function dropPrivileges(identity: Identity): string[] {
+  if (identity.kind !== "root") return [];
+  return [
+    "/usr/bin/setpriv",
+    `--reuid=${identity.uid}`,
+    `--regid=${identity.gid}`,
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+    "--",
+  ];
+}

@@ -1,0 +1,220 @@
+/**
+ * The sandbox: tenants' code — every replica, template and build step — runs jailed by bubblewrap (its own
+ * namespaces, no capabilities, a seccomp filter, the system read-only, its own folders, a private /tmp
+ * and HOME, an environment built from scratch, no host or private address). This folder knows nothing of
+ * runs or apps: the runtime and the builder ask it for a jailed process. See `_policy.ts` for the rules.
+ */
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { chown, lstat, mkdir, readdir } from "node:fs/promises";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import type { Logger } from "../log.ts";
+import { identityFor, serverIsRoot, SupportDir } from "./_identity.ts";
+import { type JailSupport, spawnJailed } from "./_jail.ts";
+import { BLOCKED_RANGES, hostAddresses } from "./_network.ts";
+import { baseEnvironment, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
+
+export type { JailSpec } from "./_policy.ts";
+export { BLOCKED_RANGES } from "./_network.ts";
+
+const execFileAsync = promisify(execFile);
+const SECCOMP_SCRIPT = fileURLToPath(new URL("./_seccomp.py", import.meta.url));
+/** The system's interpreter, where Debian's python3-seccomp lives (a PATH python3 may be another one). */
+const SYSTEM_PYTHON = "/usr/bin/python3";
+
+/** How the sandbox was set, and what this host could give. */
+export interface SandboxStatus {
+  /** RUNPLANE_SANDBOX. */
+  setting: "auto" | "required" | "off";
+  /** Whether tenants' processes run jailed. */
+  jailed: boolean;
+  /** What is missing or weaker than the full policy, each with what to do; empty when complete. */
+  problems: string[];
+  /** `root`: each project's processes run as a uid of their own; `user`: in a user namespace of the server's uid. */
+  identity?: "root" | "user";
+}
+
+/** Options of `Sandbox.spawn`. */
+export interface SandboxSpawnOptions {
+  jail: JailSpec;
+  /** stdio as `child_process.spawn` takes it (0–2 and any protocol pipes). */
+  stdio: Array<"pipe" | "ignore">;
+}
+
+/** Gives jailed processes; `spawn` starts each in its own process group. */
+export interface Sandbox {
+  readonly status: SandboxStatus;
+  /** Starts `command` in a jail (or, when the sandbox is off, as a plain process with the same environment). */
+  spawn(command: string, args: string[], options: SandboxSpawnOptions): ChildProcess;
+  /**
+   * Lends `paths` (whole trees) to the project's uid while a build writes them, when the server is root;
+   * the returned function gives them back to the server. A no-op otherwise.
+   */
+  lend(paths: string[], projectId: string): Promise<() => Promise<void>>;
+  /** Folder for a jailed process's sockets, owned by its project's uid; removed with the sandbox. */
+  socketDir(projectId: string, name: string): Promise<string>;
+  /** Removes the sandbox's host-side files. */
+  close(): void;
+}
+
+/** Thrown when RUNPLANE_SANDBOX=required and the sandbox cannot run here. */
+export class SandboxUnavailableError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SandboxUnavailableError";
+  }
+}
+
+async function chownTree(path: string, uid: number, gid: number): Promise<void> {
+  const stat = await lstat(path).catch(() => null);
+  if (!stat) return;
+  await chown(path, uid, gid).catch(() => undefined);
+  if (!stat.isDirectory()) return;
+  for (const entry of await readdir(path)) await chownTree(join(path, entry), uid, gid);
+}
+
+/** Spawns processes unjailed: only the environment is built from scratch (no setting, key or secret of the server's). */
+function plainSpawn(command: string, args: string[], options: SandboxSpawnOptions): ChildProcess {
+  const env = {
+    ...baseEnvironment({ home: homedir(), path: process.env.PATH }),
+    ...options.jail.env,
+  };
+  return spawn(command, args, { cwd: options.jail.cwd, env, detached: true, stdio: options.stdio });
+}
+
+/** A sandbox that jails nothing (RUNPLANE_SANDBOX=off, or tests of other parts): plain processes, clean environment. */
+export function unjailedSandbox(setting: SandboxStatus["setting"] = "off", problems: string[] = []): Sandbox {
+  let support: SupportDir | undefined;
+  return {
+    status: { setting, jailed: false, problems },
+    spawn: plainSpawn,
+    lend: () => Promise.resolve(() => Promise.resolve()),
+    socketDir(_projectId, name) {
+      support ??= new SupportDir();
+      return Promise.resolve(makeSocketDir(support, name));
+    },
+    close: () => support?.remove(),
+  };
+}
+
+async function makeSocketDir(support: SupportDir, name: string): Promise<string> {
+  const dir = join(support.path, name);
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  return dir;
+}
+
+async function which(command: string): Promise<string | undefined> {
+  for (const dir of (process.env.PATH ?? "").split(":").concat(["/usr/bin", "/bin"])) {
+    const path = join(dir || ".", command);
+    if (await lstat(path).then((s) => s.isFile() || s.isSymbolicLink(), () => false)) return path;
+  }
+  return undefined;
+}
+
+async function compileSeccomp(): Promise<Buffer> {
+  const { stdout } = await execFileAsync(SYSTEM_PYTHON, [SECCOMP_SCRIPT], { encoding: "buffer" });
+  if (stdout.length === 0 || stdout.length % 8 !== 0) throw new Error("the filter compiled to no BPF program");
+  return stdout;
+}
+
+/** Runs `/bin/true` in a jail built like every other: whatever stops it here stops the sandbox. */
+function probe(support: JailSupport, files: SupportDir): Promise<void> {
+  const identity = identityFor("runplane-probe");
+  const child = spawnJailed(support, "/bin/true", [], {
+    spec: { projectId: "runplane-probe", cwd: "/", egress: support.slirp, env: {} },
+    identity,
+    files: files.files(identity),
+    stdio: ["ignore", "ignore", "pipe"],
+    env: baseEnvironment({ home: SANDBOX_HOME }),
+  });
+  let stderr = "";
+  child.stderr!.setEncoding("utf8").on("data", (text: string) => (stderr += text));
+  return new Promise((resolve, reject) => {
+    child.once("error", reject);
+    child.once("close", (code) => {
+      if (code === 0) resolve();
+      else reject(new Error(stderr.trim() || `bubblewrap exited with code ${code}`));
+    });
+  });
+}
+
+/**
+ * Finds out what this host can jail with and returns the sandbox for `setting`. `required` throws a
+ * `SandboxUnavailableError` when any part is missing; `auto` serves unjailed (or with a weaker jail)
+ * and reports every problem in `status.problems`, which the server logs loudly and shows.
+ */
+export async function createSandbox(
+  setting: SandboxStatus["setting"],
+  options: { logger: Logger },
+): Promise<Sandbox> {
+  if (setting === "off") return unjailedSandbox("off", ["RUNPLANE_SANDBOX=off: tenants' code runs unjailed"]);
+  const problems: string[] = [];
+  const bwrap = await which("bwrap");
+  const slirp = (await which("slirp4netns")) !== undefined;
+  if (!slirp) problems.push("slirp4netns is missing: apps with egress get no network (apt-get install slirp4netns)");
+  const seccomp = await compileSeccomp().catch((error: Error) => {
+    problems.push(
+      `the seccomp filter cannot be compiled (${
+        error.message.split("\n")[0]
+      }): jailed processes run without it (apt-get install python3-seccomp)`,
+    );
+    return undefined;
+  });
+  let files: SupportDir | undefined;
+  let reason: string | undefined;
+  if (!bwrap) reason = "bubblewrap is missing (apt-get install bubblewrap)";
+  else {
+    files = new SupportDir();
+    const blocked = [...BLOCKED_RANGES, ...hostAddresses()];
+    const support: JailSupport = { bwrap, seccomp, slirp, blocked, logger: options.logger };
+    try {
+      await probe(support, files);
+      if (setting === "required" && problems.length) {
+        throw new SandboxUnavailableError(`RUNPLANE_SANDBOX=required, but ${problems.join("; ")}`);
+      }
+      return jailedSandbox(support, files, { setting, problems });
+    } catch (error) {
+      if (error instanceof SandboxUnavailableError) {
+        files.remove();
+        throw error;
+      }
+      files.remove();
+      reason = `bubblewrap cannot start a jail here (${(error as Error).message}); user namespaces may be off`;
+    }
+  }
+  if (setting === "required") throw new SandboxUnavailableError(`RUNPLANE_SANDBOX=required, but ${reason}`);
+  return unjailedSandbox("auto", [`${reason}: tenants' code runs UNJAILED`, ...problems]);
+}
+
+function jailedSandbox(support: JailSupport, files: SupportDir, status: Omit<SandboxStatus, "jailed">): Sandbox {
+  return {
+    status: { ...status, jailed: true, identity: serverIsRoot() ? "root" : "user" },
+    spawn(command, args, options) {
+      const identity = identityFor(options.jail.projectId);
+      return spawnJailed(support, command, args, {
+        spec: options.jail,
+        identity,
+        files: files.files(identity),
+        stdio: options.stdio,
+        env: { ...baseEnvironment({ home: SANDBOX_HOME }), ...options.jail.env },
+      });
+    },
+    async lend(paths, projectId) {
+      const identity = identityFor(projectId);
+      if (identity.kind !== "root") return () => Promise.resolve();
+      for (const path of paths) await chownTree(path, identity.uid, identity.gid);
+      return async () => {
+        for (const path of paths) await chownTree(path, 0, 0);
+      };
+    },
+    async socketDir(projectId, name) {
+      const dir = await makeSocketDir(files, name);
+      const identity = identityFor(projectId);
+      if (identity.kind === "root") await chown(dir, identity.uid, identity.gid);
+      return dir;
+    },
+    close: () => files.remove(),
+  };
+}
