@@ -71,9 +71,12 @@ export function spawnJailed(
     stdio: [...options.stdio, support.seccomp ? "pipe" : "ignore", "pipe", "pipe"],
   });
   if (child.pid === undefined) return child;
+  // bubblewrap closes each of these once read; what it leaves unread must not crash the server.
+  for (const fd of [fds.seccomp, fds.info, fds.block]) {
+    if (fd !== undefined) (child.stdio[fd] as Readable | null)?.on("error", () => undefined);
+  }
   if (support.seccomp) (child.stdio[fds.seccomp!] as Writable).end(support.seccomp);
   const block = child.stdio[fds.block] as Writable;
-  block.on("error", () => undefined);
   const egress = options.spec.egress && support.slirp;
   void (async () => {
     const pid = await childPid(child.stdio[fds.info] as Readable);

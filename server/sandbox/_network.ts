@@ -7,6 +7,8 @@
  * capability in its namespace, so it can change neither.
  */
 import { spawn } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { setTimeout as sleep } from "node:timers/promises";
 import { networkInterfaces } from "node:os";
 
 /**
@@ -58,6 +60,19 @@ function enterArgs(pid: number, asRoot: boolean): string[] {
     : ["-t", String(pid), "-U", "-n", "--preserve-credentials"];
 }
 
+/**
+ * Resolves once bubblewrap's child has given its namespace a loopback address. bubblewrap reports the
+ * child's pid before the child sets up `lo`; configuring the namespace meanwhile made bubblewrap's own
+ * netlink request fail now and then ("loopback: Failed RTM_NEWADDR") under load.
+ */
+async function loopbackReady(pid: number): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!(await readFile(`/proc/${pid}/net/fib_trie`, "utf8")).includes("127.0.0.1")) {
+    if (Date.now() > deadline) throw new Error("the sandbox's loopback did not come up within 5 s");
+    await sleep(1);
+  }
+}
+
 /** A network attached to a jailed process; `detach()` stops its slirp4netns. */
 export interface AttachedNetwork {
   detach(): void;
@@ -72,6 +87,7 @@ export async function attachNetwork(
   pid: number,
   options: { asRoot: boolean; blocked: string[] },
 ): Promise<AttachedNetwork> {
+  await loopbackReady(pid);
   const args = [
     "--configure",
     "--mtu=65520",

@@ -1,4 +1,5 @@
 /** Deploys test apps: writes `<appsDir>/<project>/<app>/runplane.toml` and its files. */
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -70,4 +71,50 @@ export async function callFunction(t: TestServer, app: string, fn: string, body:
     body: body as Record<string, never>,
   });
   return { ...answer, data: answer.data as RunResult | undefined };
+}
+
+/** The pids of one process as the kernel lists them in `/proc/<pid>/status` (`NSpid`: the host's first, its own namespace's last). */
+function namespacePids(pid: number): number[] {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    return (/^NSpid:\s*(.+)$/m.exec(status)?.[1] ?? String(pid)).trim().split(/\s+/).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * The host's pid of a process that reported `reportedPid` from inside an app (`os.getpid()`): the same
+ * number when the app runs unjailed; in a sandbox (its own pid namespace) the process whose working
+ * folder is `appDir` and whose pid in its namespace is `reportedPid`. Throws when none is found.
+ */
+export function hostPid(appDir: string, reportedPid: number): number {
+  const found = readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
+    const pids = namespacePids(pid);
+    if (pids.length < 2 || pids.at(-1) !== reportedPid) return false;
+    try {
+      return readlinkSync(`/proc/${pid}/cwd`) === appDir;
+    } catch {
+      return false;
+    }
+  });
+  if (found.length === 1) return found[0];
+  if (found.length === 0 && namespacePids(reportedPid).length === 1) return reportedPid;
+  throw new Error(`no single process of ${appDir} has pid ${reportedPid} in its namespace (${found.join(", ")})`);
+}
+
+/**
+ * The pid the server knows a replica by (in its logs): the ancestor of `pid` that the server started —
+ * `pid` itself unjailed, the sandbox's bubblewrap when jailed. `serverPid` defaults to this process.
+ */
+export function replicaPid(pid: number, serverPid = process.pid): number {
+  let current = pid;
+  for (let depth = 0; depth < 8; depth++) {
+    const status = readFileSync(`/proc/${current}/status`, "utf8");
+    const parent = Number(/^PPid:\s*(\d+)$/m.exec(status)?.[1]);
+    if (parent === serverPid) return current;
+    if (!parent) break;
+    current = parent;
+  }
+  throw new Error(`process ${pid} was not started by ${serverPid}`);
 }

@@ -1,32 +1,16 @@
 import assert from "node:assert/strict";
 import { existsSync, readdirSync } from "node:fs";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
 import { pack } from "tar-stream";
-import { packBundle } from "../../client/bundle.ts";
 import { deployApp } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
+import { bundleOf } from "../_helpers/deployments.ts";
 import { engines } from "../_helpers/postgres.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 type Deployment = { deployment_id: string; status: string; active: boolean; digest: string; error: string | null };
-
-/** Writes an app folder with `files` and returns it packed. */
-async function bundleOf(files: Record<string, string>): Promise<Uint8Array> {
-  const dir = await mkdtemp(join(tmpdir(), "runplane-bundle-"));
-  try {
-    for (const [name, text] of Object.entries(files)) {
-      await mkdir(join(dir, name, ".."), { recursive: true });
-      await writeFile(join(dir, name), text);
-    }
-    return (await packBundle(dir)).bytes;
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
-}
 
 /** A gzip tarball of `entries` as given, hostile ones included. */
 async function rawBundle(entries: Array<{ name: string; text?: string; type?: "symlink"; linkname?: string }>) {
