@@ -35,6 +35,7 @@ import { openStreamsScenario } from "./scenarios/open_streams.ts";
 import { queueDrainScenario } from "./scenarios/queue_drain.ts";
 import { repositoryTreeScenario } from "./scenarios/repository_tree.ts";
 import { runRecordsScenario } from "./scenarios/run_records.ts";
+import { sandboxCostScenario } from "./scenarios/sandbox_cost.ts";
 import { slowReceiversScenario } from "./scenarios/slow_receivers.ts";
 import { streamingScenario } from "./scenarios/streaming.ts";
 import { syncRunScenario } from "./scenarios/sync_run.ts";
@@ -50,6 +51,7 @@ const SCENARIOS: Array<[string, string, Scenario]> = [
   ["5", "base-image", baseImageScenario],
   ["6", "tree", repositoryTreeScenario],
   ["8", "drain", queueDrainScenario],
+  ["14", "sandbox", sandboxCostScenario],
 ];
 
 /** The growth scenarios: run only when named (`growth` names them all). */

@@ -4,7 +4,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { alive, callFunction, deployApp, waitFor } from "../_helpers/apps.ts";
+import { alive, callFunction, deployApp, hostPid, replicaPid, waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
@@ -40,12 +40,14 @@ type Echo = { echo: Record<string, unknown>; pid: number; request_id: string };
 describe("custom runtime", () => {
   let t: TestServer;
   let upstream: Server;
+  let customDir: string;
+  let sicklyDir: string;
   before(async () => {
     t = await startTestServer();
     const server = await readFile(new URL("server.py", EXAMPLE), "utf8");
     const toml = await readFile(new URL("runplane.toml", EXAMPLE), "utf8");
-    await deployApp(t, "custom", { toml, files: { "server.py": server } });
-    await deployApp(t, "sickly", {
+    customDir = await deployApp(t, "custom", { toml, files: { "server.py": server } });
+    sicklyDir = await deployApp(t, "sickly", {
       toml:
         '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\nhealthcheck_endpoint = "/health"\n',
       files: { "server.py": SICKLY },
@@ -103,25 +105,33 @@ describe("custom runtime", () => {
 
   it("restarts a replica that was killed", async () => {
     const before = (await callFunction(t, "custom", "echo")).data?.result as Echo;
-    process.kill(before.pid, "SIGKILL");
-    await waitFor(() => !alive(before.pid), "the replica to die");
+    // The app reports its pid in its sandbox's namespace; the host's is the one to kill. The replica the
+    // server started (the sandbox around the app and its relay) must end with it.
+    const pid = hostPid(customDir, before.pid);
+    const replica = replicaPid(pid);
+    process.kill(pid, "SIGKILL");
+    await waitFor(() => !alive(pid) && !alive(replica), "the replica to die");
     const after = await callFunction(t, "custom", "echo", { again: true });
     assert.equal(after.response.status, 200);
-    assert.notEqual((after.data?.result as Echo).pid, before.pid);
+    assert.notEqual(hostPid(customDir, (after.data?.result as Echo).pid), pid);
   });
 
   it("restarts a replica whose health check fails", async () => {
-    const pid = (await callFunction(t, "sickly", "x")).data?.result as number;
-    const dir = join(t.server.context.config.appsDir, TEST_PROJECT, "sickly");
+    const reported = (await callFunction(t, "sickly", "x")).data?.result as number;
+    // The app's pid on the host, and the replica's (its sandbox's) pid the server logs.
+    const pid = hostPid(sicklyDir, reported);
+    const replica = replicaPid(pid);
     // A dot file does not count as a change of the app (which would reload it).
-    await writeFile(join(dir, ".sick"), "");
+    await writeFile(join(sicklyDir, ".sick"), "");
     await waitFor(() => !alive(pid), "the unhealthy replica to be killed", 15_000);
-    assert.ok(t.logs.some((l) => l.msg === "custom runtime failed its health check; restarting it" && l.pid === pid));
-    await rm(join(dir, ".sick"));
+    assert.ok(
+      t.logs.some((l) => l.msg === "custom runtime failed its health check; restarting it" && l.pid === replica),
+    );
+    await rm(join(sicklyDir, ".sick"));
     await waitFor(
       async () => {
         const answer = await callFunction(t, "sickly", "x");
-        return answer.response.status === 200 && answer.data?.result !== pid;
+        return answer.response.status === 200 && hostPid(sicklyDir, answer.data?.result as number) !== pid;
       },
       "a healthy replacement",
       15_000,

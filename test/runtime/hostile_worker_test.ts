@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
-import { alive, callFunction, deployApp, waitFor } from "../_helpers/apps.ts";
+import { alive, callFunction, deployApp, hostPid, replicaPid, waitFor } from "../_helpers/apps.ts";
 import { startTestServer, type TestServer } from "../_helpers/server.ts";
 
 // Functions that break the worker protocol from inside, as any app can: fd 4 is the worker's answer pipe.
@@ -50,10 +50,11 @@ def slow(x):
 
 describe("a worker that breaks the protocol ends alone", () => {
   let t: TestServer;
+  let hostileDir: string;
   before(async () => {
     t = await startTestServer();
     const toml = "[scaling]\nmax_replicas = 1\nreplica_concurrency = 1\nresponse_grace_period = 60\n";
-    await deployApp(t, "hostile", { toml, files: { "main.py": HOSTILE } });
+    hostileDir = await deployApp(t, "hostile", { toml, files: { "main.py": HOSTILE } });
     await deployApp(t, "good", { toml, files: { "main.py": GOOD } });
   });
   after(() => t.close());
@@ -69,7 +70,9 @@ describe("a worker that breaks the protocol ends alone", () => {
   for (const { fn, reason } of cases) {
     it(`${fn}: the call gets a 502 naming the violation, the worker is replaced, another app's call succeeds`, async () => {
       const before = await callFunction(t, "hostile", "pid");
-      const oldPid = before.data!.result as number;
+      // The worker reports its pid in its sandbox; the host's pid, and the replica's the server logs.
+      const oldPid = hostPid(hostileDir, before.data!.result as number);
+      const oldReplica = replicaPid(oldPid);
       const started = performance.now();
       const innocent = callFunction(t, "good", "slow", { x: fn });
       // Let the innocent call reach its worker first, so both are in flight at once.
@@ -82,11 +85,11 @@ describe("a worker that breaks the protocol ends alone", () => {
       assert.equal(other.response.status, 200);
       assert.equal(other.data?.result, fn);
       assert.ok(performance.now() - started < 20_000, "the hostile call did not wait for its grace period");
-      await waitFor(() => !alive(oldPid), "the hostile worker to be killed");
+      await waitFor(() => !alive(oldPid) && !alive(oldReplica), "the hostile worker to be killed");
       const after = await callFunction(t, "hostile", "pid");
       assert.equal(after.response.status, 200);
-      assert.notEqual(after.data!.result, oldPid);
-      const logged = t.logs.find((l) => l.msg === "worker broke the protocol; replacing it" && l.pid === oldPid);
+      assert.notEqual(hostPid(hostileDir, after.data!.result as number), oldPid);
+      const logged = t.logs.find((l) => l.msg === "worker broke the protocol; replacing it" && l.pid === oldReplica);
       assert.ok(logged, "the violation is logged with the worker's pid");
     });
   }
