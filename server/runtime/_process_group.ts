@@ -9,11 +9,8 @@ import type { ChildProcess } from "node:child_process";
 import type { Logger } from "../log.ts";
 import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
 
-/**
- * `spawn` option that starts the child in a new session (`setsid`), leading its own process group.
- * The child is not `unref`ed: the server still waits for it and sees it exit.
- */
-export const OWN_PROCESS_GROUP = { detached: process.platform !== "win32" } as const;
+/** Whether replicas lead their own group: the sandbox spawns them `detached` (in a new session) on POSIX. */
+const OWN_PROCESS_GROUP = { detached: process.platform !== "win32" } as const;
 
 /** Sends `signal` to every process in the replica's group; a no-op once the group is gone. */
 export function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {

@@ -29,7 +29,7 @@ export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfi
 export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
-export { OWN_PROCESS_GROUP, signalGroup } from "./_process_group.ts";
+export { signalGroup } from "./_process_group.ts";
 export type { OutputLine } from "./_python_replica.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 export { interpreterHome } from "./_replica_jail.ts";
