@@ -2,7 +2,9 @@
 import { EventSourceParserStream } from "eventsource-parser/stream";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import { type Deadline, startDeadline } from "../deadline/mod.ts";
+import { DestinationRefusedError, type GuardOptions } from "../webhooks/mod.ts";
 import { RunFailure } from "./_failures.ts";
+import { guardedPost } from "./_guarded_fetch.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
 import { MAX_MESSAGE_BYTES } from "./_worker_protocol.ts";
 
@@ -57,10 +59,22 @@ export interface ProxyCall {
   signal?: AbortSignalLike;
   /** Called once when the upstream exchange is over (answer read, failed or aborted). */
   onSettled(): void;
+  /**
+   * The destination rules of a deployed app's external url, checked at every call before connecting
+   * (see `_guarded_fetch.ts`); none for the platform's own replicas and the operator's apps.
+   */
+  guard?: GuardOptions;
 }
 
 function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFailure {
   if (error instanceof RunFailure) return error;
+  if (error instanceof DestinationRefusedError) {
+    return new RunFailure(
+      "upstream_error",
+      `The app's runtime.custom.url was not called: ${error.message}; deployed apps may only reach public addresses (the operator's RUNPLANE_WEBHOOK_ALLOW_PRIVATE lifts this)`,
+      { runId: call.runId },
+    );
+  }
   if (deadline.timedOut) {
     return new RunFailure(
       "timeout",
@@ -126,16 +140,17 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
     call.onSettled();
   };
   try {
-    const response = await fetch(`${baseUrl}/${call.path}`, {
-      method: "POST",
-      headers: {
-        "content-type": "application/json",
-        "x-request-id": call.runId,
-        accept: "application/json, text/event-stream",
-      },
-      body: call.inputJson ?? JSON.stringify(call.input ?? {}),
-      signal,
-    });
+    const url = `${baseUrl}/${call.path}`;
+    const headers = {
+      "content-type": "application/json",
+      "x-request-id": call.runId,
+      accept: "application/json, text/event-stream",
+    };
+    const body = call.inputJson ?? JSON.stringify(call.input ?? {});
+    // A redirect is the upstream's answer, never followed: it could point the server anywhere.
+    const response = call.guard
+      ? await guardedPost(new URL(url), { headers, body, signal, guard: call.guard })
+      : await fetch(url, { method: "POST", headers, body, signal, redirect: "manual" });
     const type = response.headers.get("content-type")?.split(";")[0].trim().toLowerCase() ?? "";
     if (!response.ok) {
       const text = (await boundedText(response.body, call.runId)).slice(0, 500);

@@ -16,14 +16,21 @@ import {
   loadDeployedApp,
   scanApps,
 } from "./_app_registry.ts";
-import { CustomProcessReplica, type Upstream, UrlUpstream } from "./_custom_replica.ts";
+import { CustomProcessReplica, type Upstream } from "./_custom_replica.ts";
 import { RunFailure } from "./_failures.ts";
 import type { CallOutcome } from "./_outcome.ts";
 import { proxyCall } from "./_proxy.ts";
 import { type OutputLine, PythonReplica } from "./_python_replica.ts";
 import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
+import { UrlUpstream } from "./_url_upstream.ts";
 
-export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
+export {
+  type AppConfig,
+  AppConfigError,
+  type AppConfigOptions,
+  MAX_GRACE_PERIOD_SECONDS,
+  parseAppConfig,
+} from "./_app_config.ts";
 export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
@@ -91,6 +98,19 @@ export interface RuntimeOptions {
   deployedApps?(): DeployedApp[];
   /** Told every line a Python function writes during a call (the run's log). */
   onOutput?(line: OutputLine): void;
+  /**
+   * Deployed apps' `[runtime.custom] url`: without `allowed` (RUNPLANE_ALLOW_EXTERNAL_RUNTIMES) such an
+   * app does not load; with it, every call is checked by the webhooks' destination guard as it connects
+   * (`allowPrivate`: RUNPLANE_WEBHOOK_ALLOW_PRIVATE). Apps of the apps folder are the operator's own and
+   * are not checked. Default: refused.
+   */
+  externalRuntimes?: ExternalRuntimeOptions;
+}
+
+/** How the runtime treats deployed apps' external runtimes (`RuntimeOptions.externalRuntimes`). */
+export interface ExternalRuntimeOptions {
+  allowed: boolean;
+  allowPrivate: boolean;
 }
 
 /** Deployed apps and their replicas. */
@@ -149,7 +169,10 @@ function createPool(version: AppVersion, options: RuntimeOptions): ReplicaPool<A
         onOutput: options.onOutput,
       });
     }
-    if (custom.kind === "url") return new UrlUpstream(custom.url);
+    if (custom.kind === "url") {
+      const allowPrivate = options.externalRuntimes?.allowPrivate ?? false;
+      return new UrlUpstream(custom.url, { guard: version.source === "deployment" ? { allowPrivate } : undefined });
+    }
     return new CustomProcessReplica({ appDir: version.dir, label: name, logger, ...custom });
   }
   return new ReplicaPool<AnyReplica>({
@@ -172,6 +195,7 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
   let timer: ReturnType<typeof setInterval> | undefined;
   let polling: Promise<void> | undefined;
   let closed = false;
+  const allowExternalRuntimes = options.externalRuntimes?.allowed ?? false;
 
   function install(version: AppVersion): LiveApp {
     if (version.error) logger.error({ app: label(version), error: version.error }, "app failed to load");
@@ -193,7 +217,9 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
     const inFolder = new Set(found.map(label));
     for (const deployed of options.deployedApps?.() ?? []) {
       const key = `${deployed.projectId}/${deployed.name}`;
-      if (!inFolder.has(key)) found.push(await loadDeployedApp(deployed, apps.get(key)?.version));
+      if (!inFolder.has(key)) {
+        found.push(await loadDeployedApp(deployed, { known: apps.get(key)?.version, allowExternalRuntimes }));
+      }
     }
     if (closed) return;
     const seen = new Set<string>();
@@ -242,7 +268,7 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
     if (!apps.has(`${projectId}/${app}`) && !closed) {
       const deployed = options.deployedApps?.().find((d) => d.projectId === projectId && d.name === app);
       const version = (await loadApp(appsDir, projectId, app))
-        ?? (deployed ? await loadDeployedApp(deployed) : undefined);
+        ?? (deployed ? await loadDeployedApp(deployed, { allowExternalRuntimes }) : undefined);
       if (version && !apps.has(label(version))) install(version);
     }
     return live(projectId, app);
@@ -300,6 +326,7 @@ export function createRuntime(appsDir: string, options: RuntimeOptions): Runtime
         graceMs: config.responseGracePeriodMs,
         signal: request.signal,
         onSettled: () => lease.release(),
+        guard: replica instanceof UrlUpstream ? replica.guard : undefined,
       });
     },
     tryAcquireSlot(projectId, app) {

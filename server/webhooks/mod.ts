@@ -14,6 +14,7 @@ export {
   forbiddenAddressReason,
   type GuardOptions,
   resolveDestination,
+  type ResolvedDestination,
 } from "./destination_guard.ts";
 export { basicAuthorization, takeEndpointCredentials } from "./endpoint_credentials.ts";
 export {
