@@ -179,7 +179,9 @@ function environment(root: Reader): Record<string, string> {
     total += Buffer.byteLength(name) + Buffer.byteLength(text as string);
   }
   if (total > MAX_ENV_TOTAL_BYTES) {
-    throw new AppConfigError(`env holds ${total} bytes of names and values; at most ${MAX_ENV_TOTAL_BYTES} are allowed`);
+    throw new AppConfigError(
+      `env holds ${total} bytes of names and values; at most ${MAX_ENV_TOTAL_BYTES} are allowed`,
+    );
   }
   return { ...value } as Record<string, string>;
 }

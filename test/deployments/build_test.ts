@@ -133,7 +133,9 @@ describe("runBuild", () => {
   });
 
   it("never writes an option line into the requirements file, even from a plan that skipped the config check", async () => {
-    for (const line of ["--index-url=http://127.0.0.1:9/", " -r /etc/hostname", "rp_testdep==1.0 --config-settings=a=b"]) {
+    for (
+      const line of ["--index-url=http://127.0.0.1:9/", " -r /etc/hostname", "rp_testdep==1.0 --config-settings=a=b"]
+    ) {
       const plan = { ...planOf(""), digest: `sha256:${"e".repeat(64)}`, pipRequirements: [line] };
       const { error, text } = await build(plan);
       assert.ok(error instanceof BuildError, text);

@@ -152,7 +152,9 @@ describe("a deployed app's runplane.toml is checked before anything is stored or
   });
 
   it("refuses apt and conda entries that are not package names with 400 naming the entry", async () => {
-    const apt = await refusal(await api.deploy("aptbad", pythonApp('[dependencies.apt]\n"-oDebug::pkgDPkgPm=1" = "*"\n')));
+    const apt = await refusal(
+      await api.deploy("aptbad", pythonApp('[dependencies.apt]\n"-oDebug::pkgDPkgPm=1" = "*"\n')),
+    );
     assert.match(apt.detail, /dependencies\.apt\."-oDebug::pkgDPkgPm=1" is not a Debian package name/);
     const conda = await refusal(await api.deploy("condabad", pythonApp('[dependencies.conda]\n"numpy;id" = "*"\n')));
     assert.match(conda.detail, /dependencies\.conda\."numpy;id" is not a conda package name/);

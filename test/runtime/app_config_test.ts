@@ -172,7 +172,7 @@ pre_build_commands = []
     assert.match(error('[dependencies.pip]\n"./vendor/pkg" = "*"\n'), /"\.\/vendor\/pkg" is not a package name/);
     assert.match(error('[dependencies.pip]\n"/abs/pkg" = "*"\n'), /"\/abs\/pkg" is not a package name/);
     assert.match(
-      error('[dependencies.pip]\nrequests = ">=2; python_version > \'3\'"\n'),
+      error("[dependencies.pip]\nrequests = \">=2; python_version > '3'\"\n"),
       /dependencies\.pip\.requests has version .* which is not a version specifier/,
     );
     assert.match(
