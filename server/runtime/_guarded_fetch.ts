@@ -5,9 +5,8 @@
  */
 import { Agent as HttpAgent, type IncomingMessage, request as httpRequest } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
-import type { LookupFunction } from "node:net";
 import { Readable } from "node:stream";
-import { type GuardOptions, resolveDestination, type ResolvedDestination } from "../webhooks/mod.ts";
+import { type GuardOptions, pinnedLookup, resolveDestination } from "../webhooks/mod.ts";
 
 /** What `guardedPost` sends. */
 export interface GuardedPost {
@@ -21,16 +20,6 @@ export interface GuardedPost {
 const POOL = { keepAlive: true, maxSockets: 256, maxFreeSockets: 64, scheduling: "lifo", timeout: 4_000 } as const;
 const httpAgent = new HttpAgent(POOL);
 const httpsAgent = new HttpsAgent(POOL);
-
-function pinnedLookup(destination: ResolvedDestination): LookupFunction {
-  return (_hostname, options, callback) => {
-    if ((options as { all?: boolean }).all) {
-      (callback as unknown as (err: null, addresses: ResolvedDestination[]) => void)(null, [destination]);
-    } else {
-      callback(null, destination.address, destination.family);
-    }
-  };
-}
 
 /** `work`, or the signal's reason as soon as it aborts (a DNS lookup cannot be stopped, only left). */
 async function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {

@@ -13,8 +13,8 @@ export {
   DestinationRefusedError,
   forbiddenAddressReason,
   type GuardOptions,
+  pinnedLookup,
   resolveDestination,
-  type ResolvedDestination,
 } from "./destination_guard.ts";
 export { basicAuthorization, takeEndpointCredentials } from "./endpoint_credentials.ts";
 export {
