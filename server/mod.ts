@@ -132,6 +132,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     queueLimit: config.appQueueLimit,
     deployedApps: () => deployedApps(),
     onOutput: (line) => runLogs.add(line),
+    externalRuntimes: { allowed: config.allowExternalRuntimes, allowPrivate: config.webhookAllowPrivate },
   });
   // One lease owner id for this process's runs, deliveries and builds, recorded in the data dir with its pid.
   const owner = `rp_${randomBytes(8).toString("hex")}`;
@@ -146,6 +147,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
       timeoutMs: config.buildTimeoutMs,
       pipIndexUrl: config.pipIndexUrl,
       pipFindLinks: config.pipFindLinks,
+      pipAllowUnpinned: config.pipAllowUnpinned,
+      allowExternalRuntimes: config.allowExternalRuntimes,
       bundleLimitBytes: config.bundleLimitBytes,
       sandbox,
     },

@@ -42,6 +42,8 @@ export interface RunBuildOptions {
   python: string;
   pipIndexUrl?: string;
   pipFindLinks?: string;
+  /** RUNPLANE_PIP_ALLOW_UNPINNED: requirement lines may be pip options (`requirementsText`). */
+  pipAllowUnpinned?: boolean;
   /** The longest one step may run. */
   timeoutMs: number;
   log(line: BuildLogLine): void;
@@ -220,6 +222,33 @@ async function withLock<T>(lock: string, options: RunBuildOptions, work: () => P
   }
 }
 
+// A token pip reads as an option (`--index-url`, `-r`, `-e`, `--config-settings` after a name, …).
+const OPTION_TOKEN = /(^|\s)-/;
+const LINE_BREAK = /[\r\n\0]/;
+
+/**
+ * pip's requirements file: one requirement per line. It is the last guard, whatever the config check
+ * let through: a requirement that would span lines is refused, and so, unless the operator allows pip
+ * options (`allowOptions`), is one holding a token that starts with `-` or ending in `\` (which joins
+ * the next line to it). Throws a BuildError of the pip step naming the requirement.
+ */
+export function requirementsText(requirements: readonly string[], options: { allowOptions?: boolean } = {}): string {
+  for (const line of requirements) {
+    if (LINE_BREAK.test(line)) {
+      throw new BuildError("pip", `pip refused: ${JSON.stringify(line)} spans lines; one entry is one requirement`);
+    }
+    if (!options.allowOptions && (OPTION_TOKEN.test(line) || line.trimEnd().endsWith("\\"))) {
+      throw new BuildError(
+        "pip",
+        `pip refused: ${
+          JSON.stringify(line)
+        } is a pip option, not a requirement; [dependencies.pip] takes package names with versions (the operator may allow options with RUNPLANE_PIP_ALLOW_UNPINNED)`,
+      );
+    }
+  }
+  return `${requirements.join("\n")}\n`;
+}
+
 /** pip's own settings come only from the operator: no pip.conf (the environment has no PIP_* either). */
 function pipJail(dir: string, venv: string, options: RunBuildOptions): StepCommand["jail"] {
   const findLinks = options.pipFindLinks && isAbsolute(options.pipFindLinks) ? [options.pipFindLinks] : [];
@@ -233,6 +262,7 @@ function pipJail(dir: string, venv: string, options: RunBuildOptions): StepComma
 
 async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
   if (plan.pipRequirements.length === 0) return { venv: "none" };
+  const requirementsFile = requirementsText(plan.pipRequirements, { allowOptions: options.pipAllowUnpinned });
   await mkdir(options.venvsDir, { recursive: true });
   const hex = plan.digest.replace(/^sha256:/, "");
   const venv = join(options.venvsDir, hex);
@@ -263,7 +293,7 @@ async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions):
         egress: true,
       }, options);
       const requirements = join(venv, "runplane-requirements.txt");
-      await writeFile(requirements, `${plan.pipRequirements.join("\n")}\n`);
+      await writeFile(requirements, requirementsFile);
       const args = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r", requirements];
       if (options.pipIndexUrl) args.push("--index-url", options.pipIndexUrl);
       else if (options.pipFindLinks) args.push("--no-index");

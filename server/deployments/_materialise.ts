@@ -9,7 +9,7 @@ import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Kysely } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
-import { AppConfigError, parseAppConfig } from "../runtime/mod.ts";
+import { AppConfigError, type AppConfigOptions, parseAppConfig } from "../runtime/mod.ts";
 import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { type BuildLogLine, type BuildResult, runBuild } from "./_build.ts";
@@ -23,9 +23,18 @@ export interface BuildSettings {
   timeoutMs: number;
   pipIndexUrl?: string | null;
   pipFindLinks?: string | null;
+  /** RUNPLANE_PIP_ALLOW_UNPINNED: `[dependencies.pip]` entries may be pip options, paths or URLs. */
+  pipAllowUnpinned?: boolean;
+  /** RUNPLANE_ALLOW_EXTERNAL_RUNTIMES: a deployed app may name a `[runtime.custom] url`. */
+  allowExternalRuntimes?: boolean;
   bundleLimits?: Partial<BundleLimits>;
   /** Jails the build's steps; unjailed (with an environment built from scratch) without it. */
   sandbox?: Sandbox;
+}
+
+/** What a deployed app's `runplane.toml` may ask for on this server. */
+export function deployedAppRules(settings: BuildSettings): AppConfigOptions {
+  return { allowExternalRuntimes: settings.allowExternalRuntimes, pipAllowUnpinned: settings.pipAllowUnpinned };
 }
 
 /** A deployment ready to serve on this host. */
@@ -78,7 +87,7 @@ export async function materialise(
     options.log({ stream: "build", text: `==> bundle ${deployment.bundle_digest}: ${extracted.files} files` });
     let config;
     try {
-      config = parseAppConfig(await readFile(join(dir, "runplane.toml"), "utf8"), dir);
+      config = parseAppConfig(await readFile(join(dir, "runplane.toml"), "utf8"), dir, deployedAppRules(options));
     } catch (error) {
       const reason = error instanceof AppConfigError ? error.message : "it cannot be read";
       throw new DeploymentBuildError(`runplane.toml: ${reason}`);
@@ -90,12 +99,13 @@ export async function materialise(
       python: config.python,
       pipIndexUrl: options.pipIndexUrl ?? undefined,
       pipFindLinks: options.pipFindLinks ?? undefined,
+      pipAllowUnpinned: options.pipAllowUnpinned,
       timeoutMs: options.timeoutMs,
       log: options.log,
       signal: options.signal,
       sandbox: options.sandbox ?? unjailedSandbox(),
       projectId: deployment.project_id,
-      egress: (config as { egress?: boolean }).egress ?? true,
+      egress: config.egress,
     });
     const done: Materialised = {
       dir,

@@ -14,7 +14,7 @@ import type { Database, Notifier } from "../store/mod.ts";
 import { type Builder, startBuilder } from "./_builder.ts";
 import { bundleDigest, extractBundle } from "./_bundle_extract.ts";
 import { type LocalApps, startLocalApps } from "./_local_apps.ts";
-import type { BuildSettings } from "./_materialise.ts";
+import { type BuildSettings, deployedAppRules } from "./_materialise.ts";
 import {
   activate,
   type AppRow,
@@ -229,7 +229,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
         );
       });
       try {
-        parseAppConfig(text, scratch);
+        parseAppConfig(text, scratch, deployedAppRules(settings));
       } catch (error) {
         if (!(error instanceof AppConfigError)) throw error;
         throw new ProblemError("validation", `runplane.toml: ${error.message}`, {

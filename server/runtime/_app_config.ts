@@ -4,6 +4,8 @@
  */
 import { isAbsolute, resolve } from "node:path";
 import { parse } from "smol-toml";
+import { envNameProblem, envValueProblem, MAX_ENV_TOTAL_BYTES, MAX_ENV_VARIABLES } from "./_app_env.ts";
+import { aptEntryProblem, condaEntryProblem, pipEntryProblem } from "./_dependency_rules.ts";
 
 /** The largest `response_grace_period`: 12 hours. */
 export const MAX_GRACE_PERIOD_SECONDS = 43_200;
@@ -27,6 +29,21 @@ export interface AppConfig {
   dependencies: { pip: Record<string, string>; apt: Record<string, string>; conda: Record<string, string> };
   build: { baseImage?: string; shellCommands: string[]; preBuildCommands: string[] };
   custom?: CustomRuntime;
+  /** `[env]`: variables for the app's replicas (names checked against the platform's own, see `_app_env.ts`). */
+  env: Record<string, string>;
+  /** `[network] egress`: whether the app's replicas may open connections to public addresses (default true). */
+  egress: boolean;
+}
+
+/**
+ * What a `runplane.toml` may ask for beyond the defaults, decided by who wrote it: the operator's apps
+ * folder may do anything, a deployed app what the operator's settings allow. Both default to refusing.
+ */
+export interface AppConfigOptions {
+  /** Accept `[runtime.custom] url` (RUNPLANE_ALLOW_EXTERNAL_RUNTIMES for deployed apps). */
+  allowExternalRuntimes?: boolean;
+  /** Accept `[dependencies.pip]` entries that are pip options, paths or URLs (RUNPLANE_PIP_ALLOW_UNPINNED). */
+  pipAllowUnpinned?: boolean;
 }
 
 /** A `runplane.toml` that cannot be served; the message names the file and the key. */
@@ -103,6 +120,15 @@ class Reader {
     return value;
   }
 
+  boolean(key: string, fallback: boolean): boolean {
+    const value = this.table[key];
+    if (value === undefined) return fallback;
+    if (typeof value !== "boolean") {
+      throw new AppConfigError(`${this.name(key)} must be true or false, got ${JSON.stringify(value)}`);
+    }
+    return value;
+  }
+
   strings(key: string): string[] | undefined {
     const value = this.table[key];
     if (value === undefined) return undefined;
@@ -117,14 +143,50 @@ class Reader {
     if (!isTable(value)) throw new AppConfigError(`${this.name(key)} must be a table of package = "version"`);
     for (const [name, version] of Object.entries(value)) {
       if (typeof version !== "string") {
-        throw new AppConfigError(`${this.name(key)}.${name} must be a version string such as "*" or "==1.2"`);
+        throw new AppConfigError(`${this.name(key)}.${tomlKey(name)} must be a version string such as "*" or "==1.2"`);
       }
     }
     return { ...value } as Record<string, string>;
   }
+
+  /** `name = "version"` entries, each checked by `problem` (a reason naming what is wrong, or null). */
+  packages(key: string, problem: (name: string, version: string) => string | null): Record<string, string> {
+    const table = this.versions(key);
+    for (const [name, version] of Object.entries(table)) {
+      const reason = problem(name, version);
+      if (reason) throw new AppConfigError(`${this.name(key)}.${tomlKey(name)} ${reason}`);
+    }
+    return table;
+  }
 }
 
-function customRuntime(runtime: Reader): CustomRuntime | undefined {
+/** A key as TOML may write it: bare when it is a plain word, quoted otherwise (`"--index-url=…"`, `"-r"`). */
+function tomlKey(key: string): string {
+  return /^[A-Za-z0-9_][A-Za-z0-9_-]*$/.test(key) ? key : JSON.stringify(key);
+}
+
+function environment(root: Reader): Record<string, string> {
+  const value = root.table.env ?? {};
+  if (!isTable(value)) throw new AppConfigError('env must be a table of NAME = "value" ([env])');
+  const entries = Object.entries(value);
+  if (entries.length > MAX_ENV_VARIABLES) {
+    throw new AppConfigError(`env has ${entries.length} variables; at most ${MAX_ENV_VARIABLES} are allowed`);
+  }
+  let total = 0;
+  for (const [name, text] of entries) {
+    const reason = envNameProblem(name) ?? envValueProblem(text);
+    if (reason) throw new AppConfigError(`env.${tomlKey(name)} ${reason}`);
+    total += Buffer.byteLength(name) + Buffer.byteLength(text as string);
+  }
+  if (total > MAX_ENV_TOTAL_BYTES) {
+    throw new AppConfigError(
+      `env holds ${total} bytes of names and values; at most ${MAX_ENV_TOTAL_BYTES} are allowed`,
+    );
+  }
+  return { ...value } as Record<string, string>;
+}
+
+function customRuntime(runtime: Reader, options: AppConfigOptions): CustomRuntime | undefined {
   if (runtime.table.custom === undefined) return undefined;
   const custom = runtime.section("custom", ["entrypoint", "port", "healthcheck_endpoint", "url"]);
   const entrypoint = custom.strings("entrypoint");
@@ -135,6 +197,11 @@ function customRuntime(runtime: Reader): CustomRuntime | undefined {
     );
   }
   if (url !== undefined) {
+    if (!options.allowExternalRuntimes) {
+      throw new AppConfigError(
+        "runtime.custom.url (an external runtime) is not allowed on this server; use entrypoint to start the app's own server, or ask the operator to set RUNPLANE_ALLOW_EXTERNAL_RUNTIMES",
+      );
+    }
     if (!/^https?:\/\/[^/]/.test(url) || !URL.canParse(url)) {
       throw new AppConfigError(`runtime.custom.url must be an http(s) URL, got ${JSON.stringify(url)}`);
     }
@@ -164,16 +231,18 @@ function customRuntime(runtime: Reader): CustomRuntime | undefined {
 
 /**
  * Parses and validates the text of an app's `runplane.toml`. `appDir` resolves a relative interpreter
- * path (a virtualenv in the app folder). Throws `AppConfigError` naming the offending key.
+ * path (a virtualenv in the app folder). Throws `AppConfigError` naming the offending key (or entry).
+ * `options` says what the file's author may ask for; without it, a `runtime.custom.url` and pip entries
+ * other than names with version specifiers are refused.
  */
-export function parseAppConfig(text: string, appDir: string): AppConfig {
+export function parseAppConfig(text: string, appDir: string, options: AppConfigOptions = {}): AppConfig {
   let raw: Table;
   try {
     raw = parse(text) as Table;
   } catch (error) {
     throw new AppConfigError(`runplane.toml is not valid TOML: ${(error as Error).message.split("\n")[0]}`);
   }
-  const root = new Reader(raw, "", ["deployment", "scaling", "dependencies", "build", "runtime"]);
+  const root = new Reader(raw, "", ["deployment", "scaling", "dependencies", "build", "runtime", "env", "network"]);
   const deployment = root.section("deployment", ["name", "runtime", "python", "exclude"]);
   // `exclude` is read by `runplane deploy` when it packs the folder; checked here, unused by the server.
   deployment.strings("exclude");
@@ -187,6 +256,7 @@ export function parseAppConfig(text: string, appDir: string): AppConfig {
   const dependencies = root.section("dependencies", ["pip", "apt", "conda"]);
   const build = root.section("build", ["base_image", "shell_commands", "pre_build_commands"]);
   const runtimeSection = root.section("runtime", ["custom"]);
+  const network = root.section("network", ["egress"]);
   const runtime = deployment.oneOf("runtime", ["python", "custom"] as const, "python");
   const python = deployment.string("python", "python3");
   const minReplicas = scaling.integer("min_replicas", 0, 0, 100)!;
@@ -196,7 +266,7 @@ export function parseAppConfig(text: string, appDir: string): AppConfig {
       `scaling.min_replicas (${minReplicas}) must not exceed scaling.max_replicas (${maxReplicas})`,
     );
   }
-  const custom = customRuntime(runtimeSection);
+  const custom = customRuntime(runtimeSection, options);
   if (runtime === "custom" && !custom) {
     throw new AppConfigError('deployment.runtime = "custom" needs a [runtime.custom] table with entrypoint or url');
   }
@@ -218,9 +288,12 @@ export function parseAppConfig(text: string, appDir: string): AppConfig {
       scaling.seconds("response_grace_period", 900, 0.001, MAX_GRACE_PERIOD_SECONDS) * 1000,
     ),
     dependencies: {
-      pip: dependencies.versions("pip"),
-      apt: dependencies.versions("apt"),
-      conda: dependencies.versions("conda"),
+      pip: dependencies.packages(
+        "pip",
+        (name, version) => pipEntryProblem(name, version, { allowUnpinned: options.pipAllowUnpinned }),
+      ),
+      apt: dependencies.packages("apt", aptEntryProblem),
+      conda: dependencies.packages("conda", condaEntryProblem),
     },
     build: {
       baseImage: build.string("base_image"),
@@ -228,5 +301,7 @@ export function parseAppConfig(text: string, appDir: string): AppConfig {
       preBuildCommands: build.strings("pre_build_commands") ?? [],
     },
     custom,
+    env: environment(root),
+    egress: network.boolean("egress", true),
   };
 }

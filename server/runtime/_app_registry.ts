@@ -5,7 +5,7 @@
  */
 import { readdir, readFile, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { type AppConfig, AppConfigError, parseAppConfig } from "./_app_config.ts";
+import { type AppConfig, AppConfigError, type AppConfigOptions, parseAppConfig } from "./_app_config.ts";
 
 /** Where an app comes from: a folder of the apps dir, or a deployment materialised by this process. */
 export type AppSource = "directory" | "deployment";
@@ -78,13 +78,21 @@ export async function loadApp(
   const print = await fingerprint(dir);
   if (print === undefined) return undefined;
   if (known?.dir === dir && known.fingerprint === print) return known;
-  return readVersion({ projectId, name, dir, fingerprint: print, source: "directory" });
+  // The apps folder is the operator's own: its apps may name any url and any pip entry.
+  return readVersion({ projectId, name, dir, fingerprint: print, source: "directory" }, {
+    allowExternalRuntimes: true,
+    pipAllowUnpinned: true,
+  });
 }
 
 /** Reads an app version's `runplane.toml`; a file that does not load gives a version with its error. */
-async function readVersion(base: VersionBase, python?: string): Promise<AppVersion> {
+async function readVersion(
+  base: VersionBase,
+  options: AppConfigOptions & { python?: string },
+): Promise<AppVersion> {
+  const { python } = options;
   try {
-    const config = parseAppConfig(await readFile(join(base.dir, "runplane.toml"), "utf8"), base.dir);
+    const config = parseAppConfig(await readFile(join(base.dir, "runplane.toml"), "utf8"), base.dir, options);
     if (config.runtime === "python" && !(await stat(join(base.dir, "main.py")).catch(() => undefined))) {
       return { ...base, error: "main.py is missing; the python runtime calls functions of main.py" };
     }
@@ -95,10 +103,19 @@ async function readVersion(base: VersionBase, python?: string): Promise<AppVersi
   }
 }
 
-/** Reads a deployed app; `known` is returned as it is while the deployment is the same. */
-export async function loadDeployedApp(app: DeployedApp, known?: AppVersion): Promise<AppVersion> {
+/** Options of `loadDeployedApp`. */
+export interface LoadDeployedOptions {
+  /** The version read before: returned as it is while the deployment is the same. */
+  known?: AppVersion;
+  /** RUNPLANE_ALLOW_EXTERNAL_RUNTIMES: without it a deployed `runtime.custom.url` does not load. */
+  allowExternalRuntimes?: boolean;
+}
+
+/** Reads a deployed app (already built: its pip entries were checked when it was deployed and built). */
+export async function loadDeployedApp(app: DeployedApp, options: LoadDeployedOptions = {}): Promise<AppVersion> {
   const fingerprint = `deployment:${app.version}`;
-  if (known?.fingerprint === fingerprint) return known;
+  if (options.known?.fingerprint === fingerprint) return options.known;
+  // A url allowed when it was deployed stops loading once the operator takes the setting back.
   return readVersion(
     {
       projectId: app.projectId,
@@ -108,7 +125,7 @@ export async function loadDeployedApp(app: DeployedApp, known?: AppVersion): Pro
       source: "deployment",
       venv: app.python ? dirname(dirname(app.python)) : undefined,
     },
-    app.python,
+    { python: app.python, allowExternalRuntimes: options.allowExternalRuntimes, pipAllowUnpinned: true },
   );
 }
 

@@ -196,22 +196,3 @@ export class CustomProcessReplica implements Upstream {
     });
   }
 }
-
-/** A remote upstream: no process, always ready until stopped. */
-export class UrlUpstream implements Upstream {
-  readonly pid = undefined;
-  readonly ready = Promise.resolve();
-  readonly wasReady = true;
-  readonly usable = true;
-  readonly exited: Promise<void>;
-  #stop!: () => void;
-
-  constructor(readonly baseUrl: string) {
-    this.exited = new Promise((resolve) => (this.#stop = resolve));
-  }
-
-  stop(): Promise<void> {
-    this.#stop();
-    return this.exited;
-  }
-}

@@ -3,7 +3,9 @@ import { EventSourceParserStream } from "eventsource-parser/stream";
 import { type Dispatcher, fetch as undiciFetch } from "undici";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import { type Deadline, startDeadline } from "../deadline/mod.ts";
+import { DestinationRefusedError, type GuardOptions } from "../webhooks/mod.ts";
 import { RunFailure } from "./_failures.ts";
+import { guardedPost } from "./_guarded_fetch.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
 import { MAX_MESSAGE_BYTES } from "./_worker_protocol.ts";
 
@@ -60,10 +62,22 @@ export interface ProxyCall {
   onSettled(): void;
   /** How to reach the upstream (a replica's relay socket); the default network when absent. */
   dispatcher?: Dispatcher;
+  /**
+   * The destination rules of a deployed app's external url, checked at every call before connecting
+   * (see `_guarded_fetch.ts`); none for the platform's own replicas and the operator's apps.
+   */
+  guard?: GuardOptions;
 }
 
 function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFailure {
   if (error instanceof RunFailure) return error;
+  if (error instanceof DestinationRefusedError) {
+    return new RunFailure(
+      "upstream_error",
+      `The app's runtime.custom.url was not called: ${error.message}; deployed apps may only reach public addresses (the operator's RUNPLANE_WEBHOOK_ALLOW_PRIVATE lifts this)`,
+      { runId: call.runId },
+    );
+  }
   if (deadline.timedOut) {
     return new RunFailure(
       "timeout",
@@ -129,19 +143,27 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
     call.onSettled();
   };
   try {
-    // undici's own fetch for a dispatcher of its own version; the global one for the network.
-    const request = (call.dispatcher ? undiciFetch : fetch) as typeof fetch;
-    const response = await request(`${baseUrl}/${call.path}`, {
-      ...(call.dispatcher ? { dispatcher: call.dispatcher } : {}),
-      method: "POST",
-      headers: {
-        "content-type": "application/json",
-        "x-request-id": call.runId,
-        accept: "application/json, text/event-stream",
-      },
-      body: call.inputJson ?? JSON.stringify(call.input ?? {}),
-      signal,
-    });
+    const url = `${baseUrl}/${call.path}`;
+    const headers = {
+      "content-type": "application/json",
+      "x-request-id": call.runId,
+      accept: "application/json, text/event-stream",
+    };
+    const body = call.inputJson ?? JSON.stringify(call.input ?? {});
+    // A redirect is the upstream's answer, never followed: it could point the server anywhere. A
+    // replica's relay socket is reached with undici's own fetch (a dispatcher of its own version).
+    const response = call.guard
+      ? await guardedPost(new URL(url), { headers, body, signal, guard: call.guard })
+      : call.dispatcher
+      ? await (undiciFetch as unknown as typeof fetch)(url, {
+        method: "POST",
+        headers,
+        body,
+        signal,
+        redirect: "manual",
+        dispatcher: call.dispatcher,
+      } as RequestInit)
+      : await fetch(url, { method: "POST", headers, body, signal, redirect: "manual" });
     const type = response.headers.get("content-type")?.split(";")[0].trim().toLowerCase() ?? "";
     if (!response.ok) {
       const text = (await boundedText(response.body, call.runId)).slice(0, 500);

@@ -37,12 +37,12 @@ export function replicaJail(
   secrets: Record<string, string>,
 ): JailSpec {
   const home = interpreterHome(app.config.python, { appDir: app.dir, source: app.source, venv: app.venv });
-  const { env, egress } = app.config as AppConfig & { env?: Record<string, string>; egress?: boolean };
+  const { env, egress } = app.config;
   return {
     projectId: app.projectId,
     readOnly: home ? [app.dir, home] : [app.dir],
     cwd: app.dir,
-    egress: egress ?? true,
+    egress,
     // Secrets last: a name in both is the project's secret (the app's [env] is in its bundle, readable).
     env: { ...env, ...secrets },
   };

@@ -16,16 +16,23 @@ import {
   loadDeployedApp,
   scanApps,
 } from "./_app_registry.ts";
-import { CustomProcessReplica, type Upstream, UrlUpstream } from "./_custom_replica.ts";
+import { CustomProcessReplica, type Upstream } from "./_custom_replica.ts";
 import { RunFailure } from "./_failures.ts";
 import type { CallOutcome } from "./_outcome.ts";
 import { proxyCall } from "./_proxy.ts";
 import { type OutputLine, PythonReplica } from "./_python_replica.ts";
 import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
 import { replicaJail } from "./_replica_jail.ts";
+import { UrlUpstream } from "./_url_upstream.ts";
 import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 
-export { type AppConfig, AppConfigError, MAX_GRACE_PERIOD_SECONDS, parseAppConfig } from "./_app_config.ts";
+export {
+  type AppConfig,
+  AppConfigError,
+  type AppConfigOptions,
+  MAX_GRACE_PERIOD_SECONDS,
+  parseAppConfig,
+} from "./_app_config.ts";
 export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
@@ -101,6 +108,19 @@ export interface RuntimeOptions {
    * change replaces the project's replicas at the next `reload()`).
    */
   projectEnvironment?(projectId: string): Promise<ProjectEnvironment>;
+  /**
+   * Deployed apps' `[runtime.custom] url`: without `allowed` (RUNPLANE_ALLOW_EXTERNAL_RUNTIMES) such an
+   * app does not load; with it, every call is checked by the webhooks' destination guard as it connects
+   * (`allowPrivate`: RUNPLANE_WEBHOOK_ALLOW_PRIVATE). Apps of the apps folder are the operator's own and
+   * are not checked. Default: refused.
+   */
+  externalRuntimes?: ExternalRuntimeOptions;
+}
+
+/** How the runtime treats deployed apps' external runtimes (`RuntimeOptions.externalRuntimes`). */
+export interface ExternalRuntimeOptions {
+  allowed: boolean;
+  allowPrivate: boolean;
 }
 
 /** A project's secrets as its replicas see them. */
@@ -175,7 +195,10 @@ function createPool(
         jail,
       });
     }
-    if (custom.kind === "url") return new UrlUpstream(custom.url);
+    if (custom.kind === "url") {
+      const allowPrivate = options.externalRuntimes?.allowPrivate ?? false;
+      return new UrlUpstream(custom.url, { guard: version.source === "deployment" ? { allowPrivate } : undefined });
+    }
     return new CustomProcessReplica({ appDir: version.dir, label: name, logger, sandbox, jail, ...custom });
   }
   return new ReplicaPool<AnyReplica>({
@@ -199,6 +222,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
   let timer: ReturnType<typeof setInterval> | undefined;
   let polling: Promise<void> | undefined;
   let closed = false;
+  const allowExternalRuntimes = options.externalRuntimes?.allowed ?? false;
 
   /** Each project's secrets, read once per reload. */
   function secretsReader(): (projectId: string) => Promise<ProjectEnvironment> {
@@ -233,7 +257,9 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     const inFolder = new Set(found.map(label));
     for (const deployed of options.deployedApps?.() ?? []) {
       const key = `${deployed.projectId}/${deployed.name}`;
-      if (!inFolder.has(key)) found.push(await loadDeployedApp(deployed, apps.get(key)?.version));
+      if (!inFolder.has(key)) {
+        found.push(await loadDeployedApp(deployed, { known: apps.get(key)?.version, allowExternalRuntimes }));
+      }
     }
     const secretsOf = secretsReader();
     const secrets = await Promise.all(found.map((version) => secretsOf(version.projectId)));
@@ -287,7 +313,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     if (!apps.has(`${projectId}/${app}`) && !closed) {
       const deployed = options.deployedApps?.().find((d) => d.projectId === projectId && d.name === app);
       const version = (await loadApp(appsDir, projectId, app))
-        ?? (deployed ? await loadDeployedApp(deployed) : undefined);
+        ?? (deployed ? await loadDeployedApp(deployed, { allowExternalRuntimes }) : undefined);
       const secrets = version ? await secretsReader()(projectId) : NO_SECRETS;
       if (version && !apps.has(label(version))) install(version, secrets);
     }
@@ -347,6 +373,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
         signal: request.signal,
         onSettled: () => lease.release(),
         dispatcher: replica.dispatcher,
+        guard: replica instanceof UrlUpstream ? replica.guard : undefined,
       });
     },
     tryAcquireSlot(projectId, app) {

@@ -1,12 +1,12 @@
 /** One webhook POST: pinned to the checked address, no redirects followed, bounded by a timeout. */
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
-import type { LookupFunction } from "node:net";
 import type { AttemptOutcome } from "./retry_policy.ts";
 import {
   DestinationRefusedError,
   type GuardOptions,
   literalDestination,
+  pinnedLookup,
   resolveDestination,
   type ResolvedDestination,
 } from "./destination_guard.ts";
@@ -31,18 +31,6 @@ export interface PostRequest {
 const POOL = { keepAlive: true, maxSockets: 64, maxFreeSockets: 64, scheduling: "lifo", timeout: 4_000 } as const;
 const httpAgent = new HttpAgent(POOL);
 const httpsAgent = new HttpsAgent(POOL);
-
-function pinnedLookup(destination: ResolvedDestination): LookupFunction {
-  return (_hostname, options, callback) => {
-    if ((options as { all?: boolean }).all) {
-      (callback as unknown as (err: null, addresses: Array<{ address: string; family: number }>) => void)(null, [
-        destination,
-      ]);
-    } else {
-      callback(null, destination.address, destination.family);
-    }
-  };
-}
 
 function describe(error: unknown): string {
   const code = (error as NodeJS.ErrnoException).code;

@@ -5,7 +5,7 @@
  * delivery, and the connection then goes to the very address that was checked.
  */
 import { lookup } from "node:dns/promises";
-import { isIP } from "node:net";
+import { isIP, type LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";
 
 /** Why a destination was refused. */
@@ -137,6 +137,17 @@ export function literalDestination(url: URL, options: GuardOptions): ResolvedDes
   if (!family) return null;
   checkAddresses(host, [{ address: host }], options);
   return { address: host, family: family === 6 ? 6 : 4 };
+}
+
+/** A `lookup` for a connection that answers `destination` whatever the name: the address that was checked. */
+export function pinnedLookup(destination: ResolvedDestination): LookupFunction {
+  return (_hostname, options, callback) => {
+    if ((options as { all?: boolean }).all) {
+      (callback as unknown as (err: null, addresses: ResolvedDestination[]) => void)(null, [destination]);
+    } else {
+      callback(null, destination.address, destination.family);
+    }
+  };
 }
 
 /**

@@ -13,6 +13,7 @@ export {
   DestinationRefusedError,
   forbiddenAddressReason,
   type GuardOptions,
+  pinnedLookup,
   resolveDestination,
 } from "./destination_guard.ts";
 export { basicAuthorization, takeEndpointCredentials } from "./endpoint_credentials.ts";

@@ -1,19 +1,19 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { baseImageRequestFromToml } from "../../client/base_image_request.ts";
 import { baseImageDigest } from "../../server/builds/mod.ts";
-import { BuildError, type BuildLogLine, runBuild } from "../../server/deployments/_build.ts";
-import { buildPlan } from "../../server/deployments/_build_plan.ts";
-import { parseAppConfig } from "../../server/runtime/mod.ts";
+import { BuildError, type BuildLogLine, requirementsText, runBuild } from "../../server/deployments/_build.ts";
+import { buildPlan, type BuildPlan } from "../../server/deployments/_build_plan.ts";
+import { type AppConfigOptions, parseAppConfig } from "../../server/runtime/mod.ts";
 import { unjailedSandbox } from "../../server/sandbox/mod.ts";
 import { writeWheel } from "../_helpers/wheels.ts";
 
-function planOf(toml: string) {
-  return buildPlan(parseAppConfig(toml, "/app"));
+function planOf(toml: string, options?: AppConfigOptions) {
+  return buildPlan(parseAppConfig(toml, "/app", options));
 }
 
 describe("runBuild", () => {
@@ -30,13 +30,18 @@ describe("runBuild", () => {
   });
   after(() => rm(root, { recursive: true, force: true }));
 
-  async function build(toml: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}) {
+  async function build(
+    toml: string | BuildPlan,
+    options: { timeoutMs?: number; signal?: AbortSignal; pipAllowUnpinned?: boolean } = {},
+  ) {
     const dir = await mkdtemp(join(root, "app-"));
     const lines: BuildLogLine[] = [];
-    const run = runBuild(dir, planOf(toml), {
+    const plan = typeof toml === "string" ? planOf(toml, { pipAllowUnpinned: options.pipAllowUnpinned }) : toml;
+    const run = runBuild(dir, plan, {
       venvsDir,
       python: "python3",
       pipFindLinks: wheels,
+      pipAllowUnpinned: options.pipAllowUnpinned,
       timeoutMs: options.timeoutMs ?? 120_000,
       log: (line) => lines.push(line),
       signal: options.signal,
@@ -129,6 +134,37 @@ describe("runBuild", () => {
     // The background `sleep 31` was in the step's process group: it went down with it.
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.throws(() => execFileSync("pgrep", ["-fx", "sleep 31"]), "no sleep 31 is left");
+  });
+
+  it("never writes an option line into the requirements file, even from a plan that skipped the config check", async () => {
+    for (
+      const line of ["--index-url=http://127.0.0.1:9/", " -r /etc/hostname", "rp_testdep==1.0 --config-settings=a=b"]
+    ) {
+      const plan = { ...planOf(""), digest: `sha256:${"e".repeat(64)}`, pipRequirements: [line] };
+      const { error, text } = await build(plan);
+      assert.ok(error instanceof BuildError, text);
+      assert.equal(error.step, "pip");
+      assert.equal(error.message.split(" is a pip option")[0], `pip refused: ${JSON.stringify(line)}`);
+      assert.doesNotMatch(text, /==> pip: new virtualenv/, "pip did not start");
+      assert.ok(!(await readdir(venvsDir)).includes("e".repeat(64)), "no virtualenv was made");
+    }
+    const twoLines = { ...planOf(""), pipRequirements: ["rp_testdep==1.0\n--index-url=http://127.0.0.1:9/"] };
+    const { error } = await build(twoLines, { pipAllowUnpinned: true });
+    assert.ok(error instanceof BuildError);
+    assert.match(error.message, /spans lines; one entry is one requirement/);
+  });
+
+  it("writes one requirement per line, and option lines only when the operator allows them", async () => {
+    assert.equal(requirementsText(["requests>=2,<3", "rp_testdep==1.0"]), "requests>=2,<3\nrp_testdep==1.0\n");
+    assert.throws(() => requirementsText(["rp_testdep==1.0 \\"]), /is a pip option/);
+    assert.equal(requirementsText(["--pre"], { allowOptions: true }), "--pre\n");
+    assert.throws(() => requirementsText(["a\rb"], { allowOptions: true }), /spans lines/);
+    const { result, text } = await build(`[dependencies.pip]\n"--pre" = "*"\nrp_testdep = ">=1,<2"\n`, {
+      pipAllowUnpinned: true,
+    });
+    assert.equal(result?.venv, "new", text);
+    const written = await readFile(join(result!.python!, "..", "..", "runplane-requirements.txt"), "utf8");
+    assert.equal(written, "--pre\nrp_testdep>=1,<2\n");
   });
 
   it("computes the digest createBaseImageHash answers for the same runplane.toml", () => {

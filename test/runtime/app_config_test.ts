@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { AppConfigError, parseAppConfig } from "../../server/runtime/mod.ts";
+import { AppConfigError, type AppConfigOptions, parseAppConfig } from "../../server/runtime/mod.ts";
 
-function error(text: string): string {
+function error(text: string, options?: AppConfigOptions): string {
   try {
-    parseAppConfig(text, "/apps/p/a");
+    parseAppConfig(text, "/apps/p/a", options);
   } catch (caught) {
     assert.ok(caught instanceof AppConfigError);
     return caught.message;
@@ -72,6 +72,7 @@ pre_build_commands = []
     const remote = parseAppConfig(
       '[deployment]\nruntime = "custom"\n[runtime.custom]\nurl = "http://10.0.0.1:9000/"\n',
       "/a",
+      { allowExternalRuntimes: true },
     );
     assert.deepEqual(remote.custom, { kind: "url", url: "http://10.0.0.1:9000" });
   });
@@ -98,6 +99,153 @@ pre_build_commands = []
       error('[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["a"]\nurl = "http://x"\n'),
       /exactly one of entrypoint/,
     );
+  });
+
+  it("refuses a runtime.custom.url unless external runtimes are allowed, naming the setting", () => {
+    const toml = '[deployment]\nruntime = "custom"\n[runtime.custom]\nurl = "http://127.0.0.1:9/internal-admin"\n';
+    assert.match(error(toml), /runtime\.custom\.url .*not allowed.*RUNPLANE_ALLOW_EXTERNAL_RUNTIMES/);
+    assert.match(error(toml, { allowExternalRuntimes: false }), /runtime\.custom\.url/);
+  });
+
+  it("reads [env] and [network] egress, with their defaults", () => {
+    const plain = parseAppConfig("", "/a");
+    assert.deepEqual(plain.env, {});
+    assert.equal(plain.egress, true);
+    const config = parseAppConfig(
+      '[env]\nMODEL_NAME = "small"\n_private = ""\nHF_HOME = "/tmp/hf"\n[network]\negress = false\n',
+      "/a",
+    );
+    assert.deepEqual(config.env, { MODEL_NAME: "small", _private: "", HF_HOME: "/tmp/hf" });
+    assert.equal(config.egress, false);
+    assert.equal(parseAppConfig("[network]\negress = true\n", "/a").egress, true);
+  });
+
+  it("refuses [env] names of the platform, RUNPLANE_ ones and LD_ ones, naming the variable", () => {
+    assert.match(error('[env]\nRUNPLANE_X = "1"\n'), /env\.RUNPLANE_X is reserved: names starting with RUNPLANE_/);
+    assert.match(error('[env]\nRUNPLANE_MASTER_KEY = "k"\n'), /env\.RUNPLANE_MASTER_KEY is reserved/);
+    for (const name of ["PATH", "HOME", "PORT", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "VIRTUAL_ENV"]) {
+      assert.match(error(`[env]\n${name} = "x"\n`), new RegExp(`env\\.${name} is set by the platform`));
+    }
+    assert.match(error('[env]\nCUDA_VISIBLE_DEVICES = "0"\n'), /env\.CUDA_VISIBLE_DEVICES is set by the platform/);
+    assert.match(error('[env]\nLD_PRELOAD = "/tmp/x.so"\n'), /env\.LD_PRELOAD is reserved: names starting with LD_/);
+    assert.match(error('[env]\nLD_LIBRARY_PATH = "/tmp"\n'), /env\.LD_LIBRARY_PATH is reserved/);
+  });
+
+  it("refuses [env] entries that are not a variable name with a string value, or too many or too large", () => {
+    assert.match(error('[env]\n"1ABC" = "x"\n'), /env\.1ABC is not an environment variable name/);
+    assert.match(error('[env]\n"A-B" = "x"\n'), /env\.A-B is not an environment variable name/);
+    assert.match(error('[env]\n"A=B" = "x"\n'), /env\."A=B" is not an environment variable name/);
+    assert.match(error("[env]\nWORKERS = 4\n"), /env\.WORKERS must be a string/);
+    assert.match(error("[env]\nDEBUG = true\n"), /env\.DEBUG must be a string/);
+    assert.match(error('[env]\nNUL = "a\\u0000b"\n'), /env\.NUL holds a NUL character/);
+    assert.match(error('env = "x"\n'), /env must be a table/);
+    const many = Array.from({ length: 129 }, (_, i) => `V${i} = "x"`).join("\n");
+    assert.match(error(`[env]\n${many}\n`), /env has 129 variables; at most 128/);
+    assert.match(error(`[env]\nBIG = "${"x".repeat(33 * 1024)}"\n`), /env\.BIG is longer than 32 KiB/);
+    const large = Array.from({ length: 3 }, (_, i) => `V${i} = "${"x".repeat(30 * 1024)}"`).join("\n");
+    assert.match(error(`[env]\n${large}\n`), /env holds \d+ bytes of names and values; at most 65536/);
+  });
+
+  it("refuses a [network] egress that is not a boolean, or another [network] key", () => {
+    assert.match(error('[network]\negress = "no"\n'), /network\.egress must be true or false/);
+    assert.match(error("[network]\ningress = true\n"), /unknown key network\.ingress/);
+  });
+
+  it("refuses a pip entry that is an option, naming it", () => {
+    assert.equal(
+      error('[dependencies.pip]\n"--index-url=http://10.0.0.1/" = "*"\n'),
+      'dependencies.pip."--index-url=http://10.0.0.1/" is not a package name: use a PEP 508 project name (letters, digits, and . _ - inside, optional [extras]); pip options, paths and URLs are refused unless the operator sets RUNPLANE_PIP_ALLOW_UNPINNED',
+    );
+    assert.match(error('[dependencies.pip]\n"-r" = "/etc/passwd"\n'), /dependencies\.pip\."-r" is not a package name/);
+    assert.match(error('[dependencies.pip]\n"-e" = "."\n'), /dependencies\.pip\."-e" is not a package name/);
+  });
+
+  it("refuses a pip entry that is a URL, a path, a marker, an option after the name or a second line", () => {
+    assert.match(
+      error('[dependencies.pip]\nevil = "@ https://example.com/evil.whl"\n'),
+      /dependencies\.pip\.evil has version "@ https:\/\/example\.com\/evil\.whl", which is not a version specifier/,
+    );
+    assert.match(
+      error('[dependencies.pip]\n"https://example.com/evil.whl" = "*"\n'),
+      /dependencies\.pip\."https:\/\/example\.com\/evil\.whl" is not a package name/,
+    );
+    assert.match(error('[dependencies.pip]\n"./vendor/pkg" = "*"\n'), /"\.\/vendor\/pkg" is not a package name/);
+    assert.match(error('[dependencies.pip]\n"/abs/pkg" = "*"\n'), /"\/abs\/pkg" is not a package name/);
+    assert.match(
+      error("[dependencies.pip]\nrequests = \">=2; python_version > '3'\"\n"),
+      /dependencies\.pip\.requests has version .* which is not a version specifier/,
+    );
+    assert.match(
+      error('[dependencies.pip]\nrequests = "==2.32 --config-settings=x=y"\n'),
+      /dependencies\.pip\.requests has version/,
+    );
+    assert.match(
+      error('[dependencies.pip]\nrequests = "2.32\\n--index-url=http://10.0.0.1/"\n'),
+      /dependencies\.pip\.requests holds a line break/,
+    );
+    assert.match(error('[dependencies.pip]\n"a b" = "*"\n'), /dependencies\.pip\."a b" is not a package name/);
+    assert.match(error('[dependencies.pip]\nrequests = "-1"\n'), /dependencies\.pip\.requests has version "-1"/);
+  });
+
+  it("accepts pip names with version specifiers", () => {
+    const config = parseAppConfig(
+      `[dependencies.pip]
+requests = ">=2,<3"
+numpy = "~=1.4"
+torch = "==2.1.*"
+"uvicorn[standard]" = ">= 0.30, != 0.31.1"
+rich = "*"
+attrs = "23.2"
+"zope.interface" = "6.1.post1"
+Flask = "===3.0.0"
+pkg_a = "1.0+cpu"
+pre-rel = ">=1.0rc1"
+`,
+      "/a",
+    );
+    assert.equal(config.dependencies.pip.requests, ">=2,<3");
+    assert.equal(Object.keys(config.dependencies.pip).length, 10);
+  });
+
+  it("lets the operator allow pip options, paths and URLs, but never a second line", () => {
+    const config = parseAppConfig(
+      '[dependencies.pip]\n"--index-url=http://10.0.0.1/" = "*"\nevil = "@ https://example.com/e.whl"\n',
+      "/a",
+      { pipAllowUnpinned: true },
+    );
+    assert.deepEqual(Object.keys(config.dependencies.pip), ["--index-url=http://10.0.0.1/", "evil"]);
+    assert.match(
+      error('[dependencies.pip]\nrequests = "2\\n--index-url=http://10.0.0.1/"\n', { pipAllowUnpinned: true }),
+      /dependencies\.pip\.requests holds a line break/,
+    );
+  });
+
+  it("refuses apt and conda entries that are not package names or versions, naming them", () => {
+    assert.match(
+      error('[dependencies.apt]\n"-oAPT::Update::Pre-Invoke::=sh" = "*"\n'),
+      /dependencies\.apt\."-oAPT::Update::Pre-Invoke::=sh" is not a Debian package name/,
+    );
+    assert.match(error('[dependencies.apt]\nCurl = "*"\n'), /dependencies\.apt\.Curl is not a Debian package name/);
+    assert.match(error('[dependencies.apt]\nc = "*"\n'), /dependencies\.apt\.c is not a Debian package name/);
+    assert.match(
+      error('[dependencies.apt]\ncurl = "1.0 --force-yes"\n'),
+      /dependencies\.apt\.curl has version "1\.0 --force-yes", which is not a Debian version/,
+    );
+    assert.match(
+      error('[dependencies.conda]\n"--channel" = "*"\n'),
+      /dependencies\.conda\."--channel" is not a conda package name/,
+    );
+    assert.match(
+      error('[dependencies.conda]\nnumpy = "1.26; rm -rf /"\n'),
+      /dependencies\.conda\.numpy has version "1\.26; rm -rf \/", which is not a conda version spec/,
+    );
+    const config = parseAppConfig(
+      '[dependencies.apt]\ncurl = "*"\ngit = "1:2.39.5-0+deb12u1"\n"libstdc++6" = "12.2.0-14"\n'
+        + '[dependencies.conda]\nnumpy = ">=1.26,<2"\n_libgcc_mutex = "0.1"\ncudatoolkit = "11.8.*"\n',
+      "/a",
+    );
+    assert.equal(config.dependencies.apt.git, "1:2.39.5-0+deb12u1");
+    assert.equal(config.dependencies.conda.numpy, ">=1.26,<2");
   });
 
   it("reports invalid TOML", () => {

@@ -42,7 +42,16 @@ describe("custom runtime", () => {
   let upstream: Server;
   let customDir: string;
   let sicklyDir: string;
+  let elsewhere: Server;
+  const elsewhereHits: string[] = [];
   before(async () => {
+    elsewhere = createServer((req, res) => {
+      elsewhereHits.push(`${req.method} ${req.url}`);
+      res.setHeader("Content-Type", "application/json");
+      res.end('{"secret":"elsewhere"}');
+    });
+    await new Promise<void>((resolve) => elsewhere.listen(0, "127.0.0.1", resolve));
+    const elsewherePort = (elsewhere.address() as AddressInfo).port;
     t = await startTestServer();
     const server = await readFile(new URL("server.py", EXAMPLE), "utf8");
     const toml = await readFile(new URL("runplane.toml", EXAMPLE), "utf8");
@@ -56,6 +65,10 @@ describe("custom runtime", () => {
       let body = "";
       req.on("data", (chunk) => (body += chunk));
       req.on("end", () => {
+        if (req.url === "/redirect") {
+          res.writeHead(307, { Location: `http://127.0.0.1:${elsewherePort}/steal` }).end("moved");
+          return;
+        }
         res.setHeader("Content-Type", "application/json");
         res.end(JSON.stringify({ path: req.url, body: JSON.parse(body), requestId: req.headers["x-request-id"] }));
       });
@@ -70,6 +83,7 @@ describe("custom runtime", () => {
   after(async () => {
     await t.close();
     upstream.close();
+    elsewhere.close();
   });
 
   it("forwards a sync call with its body and X-Request-Id and returns the upstream JSON as the result", async () => {
@@ -141,5 +155,13 @@ describe("custom runtime", () => {
   it("forwards to an external url without managing a process", async () => {
     const { data } = await callFunction(t, "remote", "hook", { a: 1 });
     assert.deepEqual(data?.result, { path: "/hook", body: { a: 1 }, requestId: data?.run_id });
+  });
+
+  it("never follows an upstream's redirect: the call fails with 502 and the other address hears nothing", async () => {
+    const { error, response } = await callFunction(t, "remote", "redirect", { a: 1 });
+    assert.equal(response.status, 502);
+    assert.match(error?.detail ?? "", /answered 307/);
+    assert.doesNotMatch(error?.detail ?? "", /elsewhere/);
+    assert.deepEqual(elsewhereHits, []);
   });
 });
