@@ -57,6 +57,20 @@ function unauthorized(detail: string, description: string): ProblemError {
 class UnknownKeyError extends Error {}
 
 /**
+ * Whether `token` is three segments of canonical base64url: no padding, and no set bits among a last
+ * character's unused ones. jose decodes leniently, so without this one signature had many spellings
+ * (`sig`, `sig=`, `sig` with a low bit of its last character changed), each a token of its own to
+ * every cache or list keyed by the token's text.
+ */
+function isCanonicalCompactJws(token: string): boolean {
+  const segments = token.split(".");
+  if (segments.length !== 3) return false;
+  return segments.every((segment) =>
+    /^[A-Za-z0-9_-]*$/.test(segment) && Buffer.from(segment, "base64url").toString("base64url") === segment
+  );
+}
+
+/**
  * Creates a verifier for tokens signed with one of `keys`, chosen by the `kid` of the token's header (a
  * token without one is checked against the current key). Signature checks are cached per token until it
  * expires; revocation is read from the store on every call, so `service-account revoke` takes effect at
@@ -77,6 +91,7 @@ export function createTokenVerifier(deps: { db: Kysely<Database>; keys: SigningK
     const cached = verified.get(token);
     if (cached) return cached;
     try {
+      if (!isCanonicalCompactJws(token)) throw new joseErrors.JWSInvalid("not canonical base64url");
       const { payload } = await jwtVerify(token, keyOf, {
         issuer: TOKEN_ISSUER,
         algorithms: ["EdDSA"],
