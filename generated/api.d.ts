@@ -273,7 +273,8 @@ export interface paths {
         post?: never;
         /**
          * Revoke a service account
-         * @description Revoke a service account: its token is refused from the next request on.
+         * @description Revoke a service account: its token, and every token minted from it over this API (and from those),
+         *     is refused from the next request on.
          */
         delete: operations["revokeServiceAccount"];
         options?: never;

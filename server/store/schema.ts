@@ -23,6 +23,8 @@ export interface ServiceAccountTable {
   revoked_at: number | null;
   /** When its token last authenticated a request (at most once a minute is written). */
   last_used_at: number | null;
+  /** The account whose token minted this one over the API; null when made where the server runs. */
+  parent_id: string | null;
 }
 
 /** A base-image digest a project has seen. */
