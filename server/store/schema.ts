@@ -204,6 +204,15 @@ export interface DeploymentLogTable {
   line: string;
 }
 
+/** A dashboard session, from sign-in to sign-out or expiry (its token stays in the sealed cookie only). */
+export interface DashboardSessionTable {
+  id: string;
+  /** The account whose token signed in (for diagnostics). */
+  service_account_id: string;
+  created_at: number;
+  expires_at: number;
+}
+
 /** Every table of the store. */
 export interface Database {
   projects: ProjectTable;
@@ -220,4 +229,5 @@ export interface Database {
   deployments: DeploymentTable;
   deployment_logs: DeploymentLogTable;
   run_logs: RunLogTable;
+  dashboard_sessions: DashboardSessionTable;
 }
