@@ -103,6 +103,8 @@ export interface WebhookDeliveryTable {
   created_at: number;
   /** The attempts it may make in all, when not the retry table's (a redelivery: one more). */
   attempt_limit: number | null;
+  /** When its budget of redeliveries is full again (see `redelivery_limit.ts`); null: full. */
+  redelivery_full_at: number | null;
 }
 
 /** One line of a run's output. */

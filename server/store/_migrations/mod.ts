@@ -13,6 +13,7 @@ import * as runReruns from "./0011_run_reruns.ts";
 import * as upkeepIndexes from "./0012_upkeep_indexes.ts";
 import * as serviceAccountLineage from "./0013_service_account_lineage.ts";
 import * as dashboardSessions from "./0014_dashboard_sessions.ts";
+import * as redeliveryBudget from "./0015_redelivery_budget.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -30,4 +31,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0012_upkeep_indexes": upkeepIndexes,
   "0013_service_account_lineage": serviceAccountLineage,
   "0014_dashboard_sessions": dashboardSessions,
+  "0015_redelivery_budget": redeliveryBudget,
 };
