@@ -273,7 +273,8 @@ export interface paths {
         post?: never;
         /**
          * Revoke a service account
-         * @description Revoke a service account: its token is refused from the next request on.
+         * @description Revoke a service account: its token, and every token minted from it over this API (and from those),
+         *     is refused from the next request on.
          */
         delete: operations["revokeServiceAccount"];
         options?: never;
@@ -385,7 +386,9 @@ export interface paths {
          * Redeliver a run's webhook
          * @description Deliver a finished run's webhook once more, through the same outbox: signed when the run had a
          *     secret (kept sealed only as long as the run's result), recorded as a new attempt. 409 when the run
-         *     has not ended, had no webhook, is being delivered, or its result has expired.
+         *     has not ended, had no webhook, is being delivered, or its result has expired. 429 (with
+         *     `Retry-After`) past 5 redeliveries a minute per run: 5 at once, then one every 12 s, counted in the
+         *     store so every server process shares the limit.
          */
         post: operations["redeliverWebhook"];
         delete?: never;
@@ -2470,7 +2473,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Too many calls are queued for this app; try again after `Retry-After` seconds. */
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
             429: {
                 headers: {
                     "Retry-After": number;
@@ -3002,6 +3008,21 @@ export interface operations {
             /** @description The request conflicts with the resource's current state. */
             409: {
                 headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": number;
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
                     [name: string]: unknown;

@@ -1423,6 +1423,12 @@ export const routes = [
             "application/problem+json": "redeliverWebhook_409_application_problem_json"
           }
         },
+        "429": {
+          "headers": "redeliverWebhook_429_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_429_application_problem_json"
+          }
+        },
         "500": {
           "headers": "redeliverWebhook_500_headers",
           "content": {

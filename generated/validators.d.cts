@@ -347,6 +347,8 @@ export declare const redeliverWebhook_404_application_problem_json: Validator;
 export declare const redeliverWebhook_404_headers: Validator;
 export declare const redeliverWebhook_409_application_problem_json: Validator;
 export declare const redeliverWebhook_409_headers: Validator;
+export declare const redeliverWebhook_429_application_problem_json: Validator;
+export declare const redeliverWebhook_429_headers: Validator;
 export declare const redeliverWebhook_500_application_problem_json: Validator;
 export declare const redeliverWebhook_500_headers: Validator;
 export declare const redeliverWebhook_503_application_problem_json: Validator;

@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { createTokenVerifier } from "./auth/mod.ts";
+import { createSessionRecords, createTokenVerifier } from "./auth/mod.ts";
 import { type Config, ConfigError } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { prepareDataDir } from "./data_dir.ts";
@@ -242,7 +242,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     bodyLimitBytes: config.bodyLimitBytes,
     bundleLimitBytes: config.bundleLimitBytes,
     responseCheck: config.responseCheck,
-    secrets: context.secrets,
+    dashboard: { secrets: context.secrets, records: createSessionRecords(store.db) },
     gate,
     onRequestFinished(request) {
       metrics.httpRequestDuration.observe(

@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import type { App } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { stripTerminalControls } from "../terminal_text.ts";
 import { writeJson } from "./output.ts";
 
 /** Help of `runplane apps`. */
@@ -30,7 +31,7 @@ export function formatApp(app: App): string {
       `scaling: ${s.min_replicas}..${s.max_replicas} replicas, ${s.replica_concurrency} calls each, cooldown ${s.cooldown} s`,
     );
   }
-  if (app.error) lines.push(`error: ${app.error}`);
+  if (app.error) lines.push(`error: ${stripTerminalControls(app.error)}`);
   return lines.join("\n");
 }
 

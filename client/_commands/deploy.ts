@@ -6,6 +6,7 @@ import { baseImageRequestFromToml } from "../base_image_request.ts";
 import { packBundle } from "../bundle.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import { type Deployment, DEFAULT_FUNCTION, type RunplaneClient } from "../mod.ts";
+import { stripTerminalControls } from "../terminal_text.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect, serverUrls } from "./connection.ts";
 import { clearProgress, isTerminal, showProgress, writeJson } from "./output.ts";
 
@@ -78,7 +79,7 @@ async function followBuild(
     if ("end" in event) return { deployment: event.end, tail };
     tail.push(event.line);
     if (tail.length > 20) tail.shift();
-    if (!target.quiet) io.stdout.write(`  ${event.line}\n`);
+    if (!target.quiet) io.stdout.write(`  ${stripTerminalControls(event.line)}\n`);
   }
   // The stream ended without an outcome (the server stopped): ask for the deployment as it stands.
   return { deployment: await client.getDeployment(target.app, target.deploymentId), tail };
@@ -167,9 +168,9 @@ export async function deployCommand(io: CommandIo): Promise<number> {
   });
   if (values.json) writeJson(io, deployment);
   if (deployment.status !== "ready") {
-    io.stderr.write(`Build failed: ${deployment.error ?? deployment.status}\n`);
+    io.stderr.write(`Build failed: ${stripTerminalControls(deployment.error ?? deployment.status)}\n`);
     if (values.json && tail.length) {
-      io.stderr.write(`Last lines of the build log:\n${tail.map((l) => `  ${l}`).join("\n")}\n`);
+      io.stderr.write(`Last lines of the build log:\n${tail.map((l) => `  ${stripTerminalControls(l)}`).join("\n")}\n`);
     }
     return 1;
   }

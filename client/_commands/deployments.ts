@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import type { Deployment } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { stripTerminalControls } from "../terminal_text.ts";
 import { writeJson } from "./output.ts";
 
 /** Help of `runplane deployments`. */
@@ -17,8 +18,8 @@ export function formatDeploymentLine(d: Deployment): string {
   const source = d.repository
     ? `${d.repository.owner}/${d.repository.repo}@${d.repository.commit.slice(0, 7)}`
     : "bundle";
-  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, d.error ?? ""].join("\t")
-    .trimEnd();
+  const error = stripTerminalControls(d.error ?? "").replaceAll("\n", " ");
+  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, error].join("\t").trimEnd();
 }
 
 /** `runplane deployments list|logs|activate`. */
@@ -66,17 +67,17 @@ export async function deploymentsCommand(io: CommandIo): Promise<number> {
     return 0;
   }
   if (!values.follow) {
-    io.stdout.write(await client.deploymentLogs(app, deploymentId, { signal: io.signal }));
+    io.stdout.write(stripTerminalControls(await client.deploymentLogs(app, deploymentId, { signal: io.signal })));
     return 0;
   }
   for await (const event of client.followDeploymentLogs(app, deploymentId, { signal: io.signal })) {
     if ("line" in event) {
-      io.stdout.write(`${event.line}\n`);
+      io.stdout.write(`${stripTerminalControls(event.line)}\n`);
       continue;
     }
     if (values.json) writeJson(io, event.end);
     if (event.end.status === "failed") {
-      io.stderr.write(`Build failed: ${event.end.error}\n`);
+      io.stderr.write(`Build failed: ${stripTerminalControls(event.end.error ?? "")}\n`);
       return 1;
     }
   }

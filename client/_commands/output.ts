@@ -1,9 +1,22 @@
 import { isRunplaneError } from "../mod.ts";
 import type { CommandIo } from "../cli_command.ts";
+import { stripTerminalControls } from "../terminal_text.ts";
+
+/**
+ * `value` as JSON text that is safe on a terminal and means the same: `JSON.stringify` escapes C0
+ * controls but writes DEL and the C1 controls (U+0080 to U+009F, e.g. the 8-bit CSI) as they are; here
+ * they are `\u` escapes too.
+ */
+export function jsonText(value: unknown, indent?: number): string {
+  return JSON.stringify(value, null, indent).replace(
+    /[\x7f-\x9f]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
 
 /** Writes `value` as one JSON document on stdout. */
 export function writeJson(io: Pick<CommandIo, "stdout">, value: unknown): void {
-  io.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+  io.stdout.write(`${jsonText(value, 2)}\n`);
 }
 
 /** Whether `stream` is a terminal (progress is shown only there, never when piped). */
@@ -23,9 +36,14 @@ export function clearProgress(io: Pick<CommandIo, "stderr">): void {
 
 /**
  * The one-line description of a failure for stderr: a problem's title and detail (and run id), or
- * what to check when the server could not be reached. Never a stack trace.
+ * what to check when the server could not be reached. Never a stack trace, nor a control sequence (a
+ * function's exception message is in the detail).
  */
 export function describeError(error: unknown): string {
+  return stripTerminalControls(describeFailure(error));
+}
+
+function describeFailure(error: unknown): string {
   if (isRunplaneError(error)) {
     const { title, detail } = error.problem;
     const runId = error.runId ? ` (run ${error.runId})` : "";

@@ -3,7 +3,8 @@ import { parseArgs } from "node:util";
 import { type RunOptions, TERMINAL_STATUSES } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { formatRun } from "./runs.ts";
-import { clearProgress, showProgress, writeJson } from "./output.ts";
+import { stripTerminalControls } from "../terminal_text.ts";
+import { clearProgress, jsonText, showProgress, writeJson } from "./output.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane run`. */
@@ -83,14 +84,14 @@ export async function runCommand(io: CommandIo): Promise<number> {
   try {
     if (values.stream) {
       for await (const item of client.stream(target, input, options)) {
-        io.stdout.write(`${typeof item === "string" && !values.json ? item : JSON.stringify(item)}\n`);
+        io.stdout.write(`${typeof item === "string" && !values.json ? stripTerminalControls(item) : jsonText(item)}\n`);
       }
       return 0;
     }
     if (!values.async) {
       const answer = await client.run(target, input, options);
       if (values.json) writeJson(io, answer);
-      else io.stdout.write(`${JSON.stringify(answer.result, null, 2)}\n`);
+      else io.stdout.write(`${jsonText(answer.result, 2)}\n`);
       return 0;
     }
     const runId = await client.runAsync(target, input, options);
@@ -110,7 +111,7 @@ export async function runCommand(io: CommandIo): Promise<number> {
     });
     clearProgress(io);
     if (values.json) writeJson(io, run);
-    else if (run.status === "success") io.stdout.write(`${JSON.stringify(run.result, null, 2)}\n`);
+    else if (run.status === "success") io.stdout.write(`${jsonText(run.result, 2)}\n`);
     else io.stderr.write(`${formatRun(run)}\n`);
     return run.status === "success" ? 0 : 1;
   } finally {

@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import type { Run, RunStatus } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { stripTerminalControls } from "../terminal_text.ts";
 import { writeJson } from "./output.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 
@@ -18,7 +19,10 @@ function milliseconds(value: number | null): string {
   return value === null ? "-" : `${value.toFixed(1)} ms`;
 }
 
-/** A run's record for people: status line, timings, then the result or the error. */
+/**
+ * A run's record for people: status line, timings, then the result or the error; without terminal
+ * control sequences (the error's message and traceback are the function's).
+ */
 export function formatRun(run: Run): string {
   const lines = [
     `${run.run_id} ${run.status} (${run.project_id}/${run.app_id}/${run.function_name}, ${run.mode})`,
@@ -38,7 +42,7 @@ export function formatRun(run: Run): string {
   if (run.webhook) {
     lines.push(`webhook: ${run.webhook.status} (${run.webhook.attempts.length} attempts) ${run.webhook.endpoint}`);
   }
-  return lines.join("\n");
+  return stripTerminalControls(lines.join("\n"));
 }
 
 /** `runplane runs get|list|cancel`. */

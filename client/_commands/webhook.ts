@@ -4,6 +4,8 @@ import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
 import { verifyWebhook, type WebhookVerification } from "../webhook_verifier.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
+import { stripTerminalControls } from "../terminal_text.ts";
+import { jsonText } from "./output.ts";
 
 /** Help of `runplane webhook`. */
 export const WEBHOOK_HELP = `Usage:
@@ -124,7 +126,7 @@ async function listen(io: CommandIo, values: ReturnType<typeof parse>["values"])
       const reason = outcome && !outcome.valid ? { reason: outcome.reason } : {};
       io.stdout.write(
         `${
-          JSON.stringify({
+          jsonText({
             method: request.method,
             path: request.url,
             run_id: runId,
@@ -135,12 +137,15 @@ async function listen(io: CommandIo, values: ReturnType<typeof parse>["values"])
         }\n`,
       );
     } else {
+      // Anyone who can reach the port chooses the path, the headers and the body.
       io.stdout.write(
-        `${request.method} ${request.url} run ${runId} signature ${
-          outcome ? describeVerification(outcome) : signature
-        }\n`,
+        stripTerminalControls(
+          `${request.method} ${request.url} run ${runId} signature ${
+            outcome ? describeVerification(outcome) : signature
+          }`,
+        ) + "\n",
       );
-      io.stdout.write(`${JSON.stringify(bodyForDisplay(body), null, 2)}\n`);
+      io.stdout.write(`${stripTerminalControls(JSON.stringify(bodyForDisplay(body), null, 2))}\n`);
     }
     response.writeHead(outcome && !outcome.valid ? 401 : 200, { "content-type": "application/json" });
     response.end(JSON.stringify({ received: true }));

@@ -1,4 +1,5 @@
-/** Service-account auth: Ed25519-signed JWTs, their verification, and the accounts behind them. */
+/** Service-account auth: Ed25519-signed JWTs, their verification, the accounts behind them, and dashboard sessions. */
+export { createSessionRecords, type SessionRecords } from "./dashboard_sessions.ts";
 export { parseExpiry } from "./expiry.ts";
 export { DEFAULT_TOKEN_LIFETIME_MS, mintingGrant } from "./minting.ts";
 export { parseScopes, type Scope, SCOPES } from "./scopes.ts";

@@ -3,6 +3,7 @@ import { SignJWT } from "jose";
 import type { Kysely } from "kysely";
 import { ensureProject } from "../store/mod.ts";
 import type { Database } from "../store/schema.ts";
+import { markDescendantsRevoked } from "../store/token_standing.ts";
 import type { Scope } from "./scopes.ts";
 import type { SigningKey } from "./signing_key.ts";
 
@@ -29,6 +30,11 @@ export interface CreateServiceAccountOptions {
   scopes: Scope[];
   /** Unix milliseconds. */
   expiresAt: number;
+  /**
+   * The account whose token mints this one (over the API): revoking it, or any account up its chain,
+   * revokes this one too. Absent for an account made where the server runs.
+   */
+  parentId?: string;
 }
 
 function randomId(prefix: string): string {
@@ -58,6 +64,7 @@ export async function createServiceAccount(
     expires_at: options.expiresAt,
     revoked_at: null,
     last_used_at: null,
+    parent_id: options.parentId ?? null,
   }).execute();
   const token = await new SignJWT({ project_id: options.projectId, scope: options.scopes.join(" ") })
     .setProtectedHeader({ alg: "EdDSA", kid: key.kid, typ: "JWT" })
@@ -104,8 +111,9 @@ export async function touchServiceAccount(db: Kysely<Database>, input: { id: str
 }
 
 /**
- * Revokes a service account: its token is refused from now on. Returns false when the id is unknown (or,
- * with `projectId`, belongs to another project).
+ * Revokes a service account: its token, and every token it minted (and they in turn), are refused from
+ * now on; those accounts are marked revoked too. Returns false when the id is unknown (or, with
+ * `projectId`, belongs to another project).
  */
 export async function revokeServiceAccount(
   db: Kysely<Database>,
@@ -116,7 +124,11 @@ export async function revokeServiceAccount(
   if (options.projectId !== undefined) query = query.where("project_id", "=", options.projectId);
   const found = await query.executeTakeFirst();
   if (!found) return false;
-  await db.updateTable("service_accounts").set({ revoked_at: Date.now() }).where("id", "=", id)
-    .where("revoked_at", "is", null).execute();
+  const now = Date.now();
+  await db.transaction().execute(async (trx) => {
+    await trx.updateTable("service_accounts").set({ revoked_at: now }).where("id", "=", id)
+      .where("revoked_at", "is", null).execute();
+    await markDescendantsRevoked(trx, { id, now });
+  });
   return true;
 }

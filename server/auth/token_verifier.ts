@@ -1,8 +1,9 @@
 import { errors as joseErrors, type JWTHeaderParameters, jwtVerify } from "jose";
 import type { Kysely } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
-import { createBatchedLookup, rawStatement } from "../store/mod.ts";
+import { createBatchedLookup } from "../store/mod.ts";
 import type { Database } from "../store/schema.ts";
+import { selectTokenStandings } from "../store/token_standing.ts";
 import type { Scope } from "./scopes.ts";
 import { TOKEN_ISSUER, touchServiceAccount } from "./service_accounts.ts";
 import type { SigningKeys } from "./signing_key.ts";
@@ -27,23 +28,6 @@ export interface TokenVerifier {
 }
 
 const CACHE_LIMIT = 10_000;
-interface AccountRow {
-  token_id: string;
-  revoked_at: number | null;
-  id: string;
-}
-const selectAccount = rawStatement<AccountRow>(
-  `select "token_id", "revoked_at", "id" from "service_accounts" where "token_id" = ?`,
-);
-
-/** Reads the accounts of `tokenIds` in one statement (precompiled for the usual single token). */
-async function selectAccounts(db: Kysely<Database>, tokenIds: string[]): Promise<Map<string, AccountRow>> {
-  const rows = tokenIds.length === 1
-    ? (await selectAccount(db, tokenIds)).rows
-    : await db.selectFrom("service_accounts").select(["token_id", "revoked_at", "id"])
-      .where("token_id", "in", tokenIds).execute();
-  return new Map(rows.map((row) => [row.token_id, row]));
-}
 
 function unauthorized(detail: string, description: string): ProblemError {
   return new ProblemError("unauthorized", detail, {
@@ -57,16 +41,32 @@ function unauthorized(detail: string, description: string): ProblemError {
 class UnknownKeyError extends Error {}
 
 /**
+ * Whether `token` is three segments of canonical base64url: no padding, and no set bits among a last
+ * character's unused ones. jose decodes leniently, so without this one signature had many spellings
+ * (`sig`, `sig=`, `sig` with a low bit of its last character changed), each a token of its own to
+ * every cache or list keyed by the token's text.
+ */
+function isCanonicalCompactJws(token: string): boolean {
+  const segments = token.split(".");
+  if (segments.length !== 3) return false;
+  return segments.every((segment) =>
+    /^[A-Za-z0-9_-]*$/.test(segment) && Buffer.from(segment, "base64url").toString("base64url") === segment
+  );
+}
+
+/**
  * Creates a verifier for tokens signed with one of `keys`, chosen by the `kid` of the token's header (a
  * token without one is checked against the current key). Signature checks are cached per token until it
  * expires; revocation is read from the store on every call, so `service-account revoke` takes effect at
- * once, even from another process. Calls arriving together share that read (`createBatchedLookup`: each
+ * once, even from another process. That read walks up the chain of accounts that minted the token (one
+ * statement, `selectTokenStandings`): a token minted by a token revoked since, directly or further up,
+ * is refused as revoked. Calls arriving together share that read (`createBatchedLookup`: each
  * call's answer still comes from a read that started after the call), so under load an authenticated
  * request costs a fraction of a statement, not one.
  */
 export function createTokenVerifier(deps: { db: Kysely<Database>; keys: SigningKeys }): TokenVerifier {
   const verified = new Map<string, Principal>();
-  const accounts = createBatchedLookup((tokenIds: string[]) => selectAccounts(deps.db, tokenIds));
+  const accounts = createBatchedLookup((tokenIds: string[]) => selectTokenStandings(deps.db, tokenIds));
   async function keyOf(header: JWTHeaderParameters): Promise<CryptoKey> {
     if (header.kid === undefined) return deps.keys.current.publicKey;
     const key = await deps.keys.find(header.kid);
@@ -77,6 +77,7 @@ export function createTokenVerifier(deps: { db: Kysely<Database>; keys: SigningK
     const cached = verified.get(token);
     if (cached) return cached;
     try {
+      if (!isCanonicalCompactJws(token)) throw new joseErrors.JWSInvalid("not canonical base64url");
       const { payload } = await jwtVerify(token, keyOf, {
         issuer: TOKEN_ISSUER,
         algorithms: ["EdDSA"],
@@ -126,7 +127,10 @@ export function createTokenVerifier(deps: { db: Kysely<Database>; keys: SigningK
       }
       const account = await accounts.get(principal.tokenId);
       if (!account || account.revoked_at !== null || account.id !== principal.serviceAccountId) {
-        throw unauthorized("The token was revoked: create a new one with `runplane service-account create`", "revoked");
+        throw unauthorized(
+          "The token was revoked, or the token that minted it was: create a new one with `runplane service-account create`",
+          "revoked",
+        );
       }
       noteUse(principal.serviceAccountId);
       return principal;

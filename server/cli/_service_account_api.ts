@@ -5,6 +5,7 @@
  */
 import { type CommandIo, UsageError } from "../../client/cli_command.ts";
 import { createRunplaneClient, type ServiceAccount } from "../../client/mod.ts";
+import { stripTerminalControls } from "../../client/terminal_text.ts";
 import { parseExpiry, parseScopes } from "../auth/mod.ts";
 
 /** The flags this mode reads. */
@@ -64,9 +65,9 @@ export async function serviceAccountOverApi(
     }
     for (const a of accounts) {
       io.stdout.write(
-        `${a.service_account_id}\t${a.name}\t${a.scopes.join(",")}\t${state(a)}\texpires ${a.expires_at}\tlast used ${
-          a.last_used_at ?? "never"
-        }\n`,
+        `${a.service_account_id}\t${stripTerminalControls(a.name)}\t${a.scopes.join(",")}\t${
+          state(a)
+        }\texpires ${a.expires_at}\tlast used ${a.last_used_at ?? "never"}\n`,
       );
     }
     return 0;

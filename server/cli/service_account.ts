@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../../client/cli_command.ts";
+import { stripTerminalControls } from "../../client/terminal_text.ts";
 import {
   createServiceAccount,
   listServiceAccounts,
@@ -79,7 +80,9 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
         for (const a of accounts) {
           const state = a.revokedAt ? "revoked" : a.expiresAt.getTime() < Date.now() ? "expired" : "active";
           io.stdout.write(
-            `${a.id}\t${a.name}\t${a.scopes.join(",")}\t${state}\texpires ${a.expiresAt.toISOString()}\n`,
+            `${a.id}\t${stripTerminalControls(a.name)}\t${
+              a.scopes.join(",")
+            }\t${state}\texpires ${a.expiresAt.toISOString()}\n`,
           );
         }
       }

@@ -30,6 +30,16 @@ export const DEFAULT_BUNDLE_LIMITS: BundleLimits = { maxFiles: 20_000, maxUnpack
 const OVERHEAD_PER_ENTRY = 2048;
 const OVERHEAD_FIXED = 64 * 1024;
 
+/** The longest file or folder name, in UTF-8 bytes: Linux's NAME_MAX (ext4, xfs, tmpfs, overlayfs). */
+export const MAX_NAME_BYTES = 255;
+
+/**
+ * The longest path inside a bundle, in UTF-8 bytes. PATH_MAX is 4,096 bytes with the terminating NUL,
+ * and a bundle is unpacked under the data dir (an upload's scratch folder, a deployment's folder on any
+ * host): a fixed limit below it leaves them 1 KiB, so what one process accepts every host can unpack.
+ */
+export const MAX_PATH_BYTES = 3072;
+
 /** The bundle's content address: `sha256:<hex>`. */
 export function bundleDigest(bundle: Uint8Array): string {
   return `sha256:${createHash("sha256").update(bundle).digest("hex")}`;
@@ -59,7 +69,26 @@ function safeRelativePath(name: string): string {
   if (normal.startsWith("../") || normal === ".." || posix.isAbsolute(normal)) {
     throw refused(`${name}: the path leaves the bundle`);
   }
+  checkLength(name, normal);
   return normal;
+}
+
+/** Refuses a path the file system could not hold: the server's fault (ENAMETOOLONG, a 500) otherwise. */
+function checkLength(name: string, path: string): void {
+  const long = path.split("/").find((segment) => Buffer.byteLength(segment) > MAX_NAME_BYTES);
+  if (long !== undefined) {
+    throw refused(
+      `${name}: a file or folder name is at most ${MAX_NAME_BYTES} bytes (UTF-8), and ${long} has ${
+        Buffer.byteLength(long)
+      }`,
+    );
+  }
+  const bytes = Buffer.byteLength(path);
+  if (bytes > MAX_PATH_BYTES) {
+    throw refused(
+      `${name}: a path in the bundle is at most ${MAX_PATH_BYTES} bytes (UTF-8), and this one has ${bytes}`,
+    );
+  }
 }
 
 function checkType(header: TarHeader): void {
@@ -79,7 +108,8 @@ function isSystemError(error: unknown): boolean {
 /**
  * Unpacks `bundle` into `dir` (made; it must not exist or be empty). Throws a 400 problem (`validation`)
  * for an entry that is not a plain file or folder inside the bundle (links of any kind, devices, fifos,
- * absolute or `..` paths, a path held twice or as both file and folder) or for bytes that are not a gzip
+ * absolute or `..` paths, a path held twice or as both file and folder, a name over `MAX_NAME_BYTES` or
+ * a path over `MAX_PATH_BYTES`, or one the file system finds too long) or for bytes that are not a gzip
  * tarball, and a 413 problem (`content-too-large`) past `limits` (`DEFAULT_BUNDLE_LIMITS` fills in the
  * rest). Files are written with mode 0o755 when any executable bit is set, else 0o644. On any failure
  * `dir` is removed, and nothing is ever written outside it.
@@ -137,7 +167,10 @@ export async function extractBundle(
     claim(header, path);
     const target = join(dir, path);
     if (header.type === "directory") {
-      await makeFolder(target);
+      await makeFolder(target).catch((error: NodeJS.ErrnoException) => {
+        if (error.code === "ENAMETOOLONG") throw refused(`${header.name}: the name is too long to unpack`);
+        throw error;
+      });
       return void stream.resume();
     }
     const mode = (header.mode ?? 0o644) & 0o111 ? 0o755 : 0o644;
@@ -149,6 +182,8 @@ export async function extractBundle(
         if (error.code === "EEXIST" || error.code === "ENOTDIR" || error.code === "EISDIR") {
           throw refused(`${header.name}: another entry of the bundle already uses this path`);
         }
+        // Within the limits above, yet too long here (a file system with shorter names, say).
+        if (error.code === "ENAMETOOLONG") throw refused(`${header.name}: the name is too long to unpack`);
         throw error;
       },
     );

@@ -41,6 +41,7 @@ export function serviceAccountHandlers(context: ServerContext): ServiceAccountHa
         projectId: path.project_id,
         name: request.name,
         ...grant,
+        parentId: principal!.serviceAccountId,
       });
       context.logger.info({ service_account_id: account.id, scopes: account.scopes }, "service account created");
       return { status: 201, contentType: "application/json", body: { ...view(account), token } };

@@ -2,8 +2,11 @@
  * The dashboard's HTTP side: its static files (served from `client/dashboard/`, the generated client's
  * `openapi-fetch` from node_modules; no bundler), strict security headers, and the session.
  *
- * Signing in posts a token once; the server checks it and answers with an HttpOnly, SameSite=Strict
- * cookie holding the token sealed (AES-GCM with the server's secret box), never in clear. The browser then
+ * Signing in posts a token once; the server checks it, records a session (`SessionRecords`, in the
+ * store) and answers with an HttpOnly, SameSite=Strict cookie holding the session's id and the token
+ * sealed (AES-GCM with the server's secret box), never in clear. A cookie authenticates only while its
+ * session is recorded: signing out removes the record, so a copy of the cookie taken before stops
+ * working too, in every process. The browser then
  * calls the public REST and run APIs like any client: a request without `Authorization` is authenticated
  * by that cookie, and a state-changing one only when it comes from this origin (`Origin`, or
  * `Sec-Fetch-Site: same-origin`), so a cross-site form cannot act with the user's session.
@@ -12,7 +15,7 @@ import { readFile } from "node:fs/promises";
 import { extname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Context, Next } from "koa";
-import type { TokenVerifier } from "../auth/mod.ts";
+import type { SessionRecords, TokenVerifier } from "../auth/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
 
@@ -47,6 +50,8 @@ const SECURITY_HEADERS: Record<string, string> = {
 
 /** What a sealed session holds. */
 interface Session {
+  /** The session's record (`SessionRecords`). */
+  id: string;
   token: string;
   /** Unix ms. */
   expiresAt: number;
@@ -55,10 +60,10 @@ interface Session {
 /** Dashboard sessions: sealing cookies and reading them back. */
 export interface DashboardSessions {
   /**
-   * The bearer token of the request's session cookie, or undefined (no cookie, or one that does not
-   * open). Throws a 403 problem for a state-changing request from another origin.
+   * The bearer token of the request's session cookie, or undefined (no cookie, one that does not open,
+   * or a session that was ended). Throws a 403 problem for a state-changing request from another origin.
    */
-  tokenOf(ctx: Context): string | undefined;
+  tokenOf(ctx: Context): Promise<string | undefined>;
 }
 
 /** Whether the request comes from a page of this server (for state-changing requests). */
@@ -80,26 +85,37 @@ function crossSite(): ProblemError {
   );
 }
 
-/** Creates the sessions over `secrets`. */
-export function createDashboardSessions(secrets: SecretBox): DashboardSessions & {
+/**
+ * Creates the sessions: cookies sealed with `secrets`, sessions recorded in `records`. `open` reads a
+ * cookie's session without asking whether it was ended; `live` asks too.
+ */
+export function createDashboardSessions(secrets: SecretBox, records: SessionRecords): DashboardSessions & {
+  records: SessionRecords;
   seal(session: Session): string;
   open(value: string): Session | undefined;
+  live(ctx: Context): Promise<Session | undefined>;
 } {
   function open(value: string): Session | undefined {
     try {
       const session = JSON.parse(secrets.open(value)) as Session;
-      return session.expiresAt > Date.now() ? session : undefined;
+      // A cookie sealed before sessions were recorded has no id: it opens to nothing.
+      return typeof session.id === "string" && session.expiresAt > Date.now() ? session : undefined;
     } catch {
       return undefined;
     }
   }
+  async function live(ctx: Context): Promise<Session | undefined> {
+    const value = ctx.cookies.get(SESSION_COOKIE);
+    const session = value ? open(value) : undefined;
+    return session && (await records.isLive(session.id)) ? session : undefined;
+  }
   return {
+    records,
     seal: (session) => secrets.seal(JSON.stringify(session)),
     open,
-    tokenOf(ctx) {
-      const value = ctx.cookies.get(SESSION_COOKIE);
-      if (!value) return undefined;
-      const session = open(value);
+    live,
+    async tokenOf(ctx) {
+      const session = await live(ctx);
       if (!session) return undefined;
       if (!isSafeMethod(ctx.method) && !sameOrigin(ctx)) throw crossSite();
       return session.token;
@@ -152,7 +168,8 @@ export function dashboardMiddleware(
     }
     const principal = await verifier.verify(token);
     const expiresAt = Math.min(principal.expiresAt * 1000, Date.now() + SESSION_MAX_MS);
-    setSessionCookie(ctx, { value: sessions.seal({ token, expiresAt }), expires: new Date(expiresAt) });
+    const id = await sessions.records.start({ serviceAccountId: principal.serviceAccountId, expiresAt });
+    setSessionCookie(ctx, { value: sessions.seal({ id, token, expiresAt }), expires: new Date(expiresAt) });
     ctx.body = whoAmI(principal, expiresAt);
   }
 
@@ -173,8 +190,7 @@ export function dashboardMiddleware(
       ctx.set("Cache-Control", "no-store");
       if (ctx.method === "POST") return await signIn(ctx, await readJsonBody(ctx));
       if (ctx.method !== "GET") throw new ProblemError("method-not-allowed", "Use GET or POST");
-      const value = ctx.cookies.get(SESSION_COOKIE);
-      const session = value ? sessions.open(value) : undefined;
+      const session = await sessions.live(ctx);
       if (!session) throw new ProblemError("unauthorized", "Not signed in: paste a token on the sign-in page");
       ctx.body = whoAmI(await verifier.verify(session.token), session.expiresAt);
       return;
@@ -182,6 +198,10 @@ export function dashboardMiddleware(
     if (rest === "/session/end") {
       if (ctx.method !== "POST") throw new ProblemError("method-not-allowed", "Use POST");
       if (!sameOrigin(ctx)) throw crossSite();
+      const value = ctx.cookies.get(SESSION_COOKIE);
+      const session = value ? sessions.open(value) : undefined;
+      // Ended in the store first: a cookie cleared in this browser but kept elsewhere must not go on.
+      if (session) await sessions.records.end(session.id);
       setSessionCookie(ctx, { value: "", expires: new Date(0) });
       ctx.status = 204;
       return;

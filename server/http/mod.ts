@@ -6,7 +6,7 @@ import { Router } from "@koa/router";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import Koa, { type Context } from "koa";
 import { routes, type RouteSpec } from "../../generated/routes.ts";
-import type { TokenVerifier } from "../auth/mod.ts";
+import type { SessionRecords, TokenVerifier } from "../auth/mod.ts";
 import type { Logger } from "../log.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
 import { randomBytesPooled } from "../random/mod.ts";
@@ -58,8 +58,11 @@ export interface HttpAppOptions {
   gate?: DrainGate;
   /** Called once per request when its response has been sent (metrics). */
   onRequestFinished?(request: FinishedRequest): void;
-  /** Seals dashboard sessions; without it there is no dashboard and no cookie is read. */
-  secrets?: SecretBox;
+  /**
+   * The dashboard's sessions: `secrets` seals their cookies, `records` holds them from sign-in to
+   * sign-out. Without it there is no dashboard and no cookie is read.
+   */
+  dashboard?: { secrets: SecretBox; records: SessionRecords };
 }
 
 /** What is known of a request once its response has been sent. */
@@ -228,14 +231,16 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     else void outcome.done.then(() => logger.info(Object.assign(line, outcome.logFields()), "request"));
   }
 
-  const sessions = options.secrets ? createDashboardSessions(options.secrets) : undefined;
+  const sessions = options.dashboard
+    ? createDashboardSessions(options.dashboard.secrets, options.dashboard.records)
+    : undefined;
   if (sessions) app.use(dashboardMiddleware({ sessions, verifier: options.verifier }));
 
   /** The `Authorization` header, else the dashboard session's token as one. */
-  function authorizationOf(ctx: Context): string | undefined {
+  async function authorizationOf(ctx: Context): Promise<string | undefined> {
     const header = ctx.get("Authorization");
     if (header) return header;
-    const token = sessions?.tokenOf(ctx);
+    const token = await sessions?.tokenOf(ctx);
     return token === undefined ? undefined : `Bearer ${token}`;
   }
 
@@ -250,7 +255,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       const principal = route.auth === "bearer"
         ? await authenticate(options.verifier, {
           route,
-          authorization: authorizationOf(ctx),
+          authorization: await authorizationOf(ctx),
           projectId: ctx.params.project_id,
         })
         : null;

@@ -16,6 +16,7 @@ import {
   type DeliveryHandOff,
   DestinationRefusedError,
   redeliver,
+  REDELIVERY_LIMIT,
   takeEndpointCredentials,
   webhookViews,
 } from "../webhooks/mod.ts";
@@ -585,6 +586,16 @@ export function createRunService(options: RunServiceOptions): RunService {
     }
     const now = clock();
     const outcome = await redeliver(db, { runId: ref.runId, now, expiredBefore: now - config.resultTtlMs });
+    if (!outcome.ok && outcome.reason === "rate-limited") {
+      const seconds = Math.max(1, Math.ceil(outcome.retryAfterMs / 1000));
+      const { burst, intervalMs } = REDELIVERY_LIMIT;
+      throw new ProblemError(
+        "too-many-requests",
+        `Run ${ref.runId}'s webhook was redelivered too often (${60_000 / intervalMs} redeliveries a minute per run: `
+          + `${burst} at once, then one every ${intervalMs / 1000} s); try again in ${seconds} s`,
+        { runId: ref.runId, headers: { "Retry-After": String(seconds) } },
+      );
+    }
     if (!outcome.ok) {
       const why = {
         "no-webhook": `Run ${ref.runId} was called without a webhookEndpoint: there is nothing to deliver`,

@@ -23,6 +23,8 @@ export interface ServiceAccountTable {
   revoked_at: number | null;
   /** When its token last authenticated a request (at most once a minute is written). */
   last_used_at: number | null;
+  /** The account whose token minted this one over the API; null when made where the server runs. */
+  parent_id: string | null;
 }
 
 /** A base-image digest a project has seen. */
@@ -101,6 +103,8 @@ export interface WebhookDeliveryTable {
   created_at: number;
   /** The attempts it may make in all, when not the retry table's (a redelivery: one more). */
   attempt_limit: number | null;
+  /** When its budget of redeliveries is full again (see `redelivery_limit.ts`); null: full. */
+  redelivery_full_at: number | null;
 }
 
 /** One line of a run's output. */
@@ -202,6 +206,15 @@ export interface DeploymentLogTable {
   line: string;
 }
 
+/** A dashboard session, from sign-in to sign-out or expiry (its token stays in the sealed cookie only). */
+export interface DashboardSessionTable {
+  id: string;
+  /** The account whose token signed in (for diagnostics). */
+  service_account_id: string;
+  created_at: number;
+  expires_at: number;
+}
+
 /** Every table of the store. */
 export interface Database {
   projects: ProjectTable;
@@ -218,4 +231,5 @@ export interface Database {
   deployments: DeploymentTable;
   deployment_logs: DeploymentLogTable;
   run_logs: RunLogTable;
+  dashboard_sessions: DashboardSessionTable;
 }

@@ -32,5 +32,6 @@ export {
   webhookViews,
   type WebhookView,
 } from "./outbox.ts";
+export { REDELIVERY_LIMIT, type RedeliveryLimit, takeRedelivery } from "./redelivery_limit.ts";
 export { type AttemptOutcome, type AttemptVerdict, judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
 export { signWebhook, type SignedParts, webhookHeaderNames, type WebhookHeaderNames } from "./signer.ts";

@@ -6,6 +6,7 @@ import type { Kysely, Transaction } from "kysely";
 import type { components } from "../../generated/api.d.ts";
 import { type Database, rawStatement } from "../store/mod.ts";
 import type { WebhookDeliveryTable } from "../store/schema.ts";
+import { type RedeliveryLimit, takeRedelivery } from "./redelivery_limit.ts";
 import type { AttemptOutcome, AttemptVerdict } from "./retry_policy.ts";
 
 type Db = Kysely<Database> | Transaction<Database>;
@@ -296,24 +297,35 @@ export async function forgetDeliverySecrets(db: Kysely<Database>, options: { bef
   return Number(result.numUpdatedRows);
 }
 
-/** Why a delivery cannot be made again. */
-export type RedeliveryRefusal = "no-webhook" | "in-progress" | "expired";
+/** Why a delivery cannot be made again (now). */
+export type RedeliveryRefusal = "no-webhook" | "in-progress" | "expired" | "rate-limited";
 
 /**
  * Queues one more delivery of a settled webhook (its attempts go on from the last; it may make one
  * more), due at once; signed and authorised as the first was. Refuses (`no-webhook`, `in-progress`,
- * `expired`: made at or before `expiredBefore`, its secret is gone) without changing anything.
+ * `expired`: made at or before `expiredBefore`, its secret is gone; `rate-limited`: past the run's
+ * `REDELIVERY_LIMIT`, with `retryAfterMs`) without changing anything. The limit's bucket is in the
+ * delivery's row and changes only with the update that queues the redelivery (compare and set), so
+ * processes sharing the store share the limit.
  */
 export async function redeliver(
   db: Kysely<Database>,
-  input: { runId: string; now: number; expiredBefore: number },
-): Promise<{ ok: true } | { ok: false; reason: RedeliveryRefusal }> {
+  input: { runId: string; now: number; expiredBefore: number; limit?: RedeliveryLimit },
+): Promise<
+  | { ok: true }
+  | { ok: false; reason: Exclude<RedeliveryRefusal, "rate-limited"> }
+  | { ok: false; reason: "rate-limited"; retryAfterMs: number }
+> {
   return await db.transaction().execute(async (trx) => {
-    const delivery = await trx.selectFrom("webhook_deliveries").select(["status", "attempts", "created_at"])
+    const delivery = await trx.selectFrom("webhook_deliveries")
+      .select(["status", "attempts", "created_at", "redelivery_full_at"])
       .where("run_id", "=", input.runId).executeTakeFirst();
     if (!delivery) return { ok: false, reason: "no-webhook" };
     if (delivery.status === "pending") return { ok: false, reason: "in-progress" };
     if (Number(delivery.created_at) <= input.expiredBefore) return { ok: false, reason: "expired" };
+    const fullAt = delivery.redelivery_full_at === null ? null : Number(delivery.redelivery_full_at);
+    const taken = takeRedelivery(fullAt, { now: input.now, limit: input.limit });
+    if (!taken.ok) return { ok: false, reason: "rate-limited", retryAfterMs: taken.retryAfterMs };
     const updated = await trx.updateTable("webhook_deliveries")
       .set({
         status: "pending",
@@ -321,9 +333,12 @@ export async function redeliver(
         lease_owner: null,
         lease_expires_at: null,
         attempt_limit: Number(delivery.attempts) + 1,
+        redelivery_full_at: taken.fullAt,
       })
       .where("run_id", "=", input.runId)
       .where("status", "<>", "pending")
+      // Compare and set: a redelivery queued and settled meanwhile by another process is not undone.
+      .where((eb) => fullAt === null ? eb("redelivery_full_at", "is", null) : eb("redelivery_full_at", "=", fullAt))
       .executeTakeFirst();
     return Number(updated.numUpdatedRows) === 1 ? { ok: true } : { ok: false, reason: "in-progress" };
   });

@@ -46,6 +46,21 @@ for (const engine of await engines()) {
       await assertUnauthorized(forged, /signature/);
     });
 
+    it("answers 401 for a token whose signature is not canonical base64url", async () => {
+      const [header, payload, signature] = t.token.split(".");
+      assert.equal(signature.length, 86, "an Ed25519 signature: 64 bytes, 86 characters");
+      const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+      // The last character carries 2 bits of the signature and 4 unused ones, which must be zero.
+      const last = alphabet.indexOf(signature.at(-1)!);
+      for (const unused of [1, 2, 4, 8]) {
+        const changed = `${signature.slice(0, -1)}${alphabet[last ^ unused]}`;
+        await assertUnauthorized(`${header}.${payload}.${changed}`, /malformed/);
+      }
+      for (const padding of ["=", "=="]) await assertUnauthorized(`${t.token}${padding}`, /malformed/);
+      const { response } = await hashWith(t.token);
+      assert.equal(response.status, 200, "the canonical token still works after its variants were refused");
+    });
+
     it("answers 401 for an expired token", async () => {
       const expired = await new SignJWT({ project_id: TEST_PROJECT, scope: "rest run" })
         .setProtectedHeader({ alg: "EdDSA", kid: t.server.context.key.kid })

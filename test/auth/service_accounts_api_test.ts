@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { createServiceAccount, revokeServiceAccount } from "../../server/auth/mod.ts";
 import { runMain } from "../_helpers/cli.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { engines } from "../_helpers/postgres.ts";
@@ -44,7 +45,8 @@ for (const engine of await engines()) {
       const response = await request("GET", path);
       assert.equal(response.status, 200);
       const text = await response.text();
-      assert.doesNotMatch(text, /"token"|eyJ/, "a list never holds a token");
+      // A JWT's shape, not just `eyJ`: a random account id may hold those three letters.
+      assert.doesNotMatch(text, /"token"|eyJ[\w-]+\.eyJ[\w-]+\.[\w-]+/, "a list never holds a token");
       return (JSON.parse(text) as { service_accounts: Account[] }).service_accounts;
     }
 
@@ -85,6 +87,61 @@ for (const engine of await engines()) {
       assert.equal(after.status, 401);
       assert.ok((await list()).find((a) => a.service_account_id === account.service_account_id)?.revoked_at);
       assert.equal((await request("DELETE", `${path}/sa_AAAAAAAAAAAAAAAA`)).status, 404);
+    });
+
+    it("refuses the tokens a revoked token minted, and theirs, at once; the others go on", async () => {
+      const root = await t.mintToken({ scopes: ["admin", "rest", "run"], expiresAt: adminExpiry });
+      async function mint(by: string, name: string, scopes: string[]): Promise<Account & { token: string }> {
+        const created = await request("POST", path, { token: by, body: { name, scopes } });
+        assert.equal(created.status, 201, await created.clone().text());
+        return (await created.json()) as Account & { token: string };
+      }
+      async function status(token: string): Promise<number> {
+        const response = await fetch(`${t.url}/v4/${TEST_PROJECT}/missing-app/run`, {
+          method: "POST",
+          headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+          body: "{}",
+        });
+        return response.status; // 404 (the app is missing) once authenticated
+      }
+      const child = await mint(root.token, "child", ["admin", "run"]);
+      const grandchild = await mint(child.token, "grandchild", ["run"]);
+      const sibling = await mint(root.token, "sibling", ["run"]);
+      for (const token of [child.token, grandchild.token, sibling.token]) assert.equal(await status(token), 404);
+
+      assert.equal((await request("DELETE", `${path}/${child.service_account_id}`)).status, 204);
+      assert.equal(await status(child.token), 401);
+      assert.equal(await status(grandchild.token), 401, "minted by a revoked token");
+      assert.equal(await status(sibling.token), 404, "the revoked token's sibling goes on");
+      assert.equal(await status(root.token), 404, "and so does its minter");
+      const listed = await list();
+      assert.ok(listed.find((a) => a.service_account_id === grandchild.service_account_id)?.revoked_at);
+      assert.equal(listed.find((a) => a.service_account_id === sibling.service_account_id)?.revoked_at, null);
+
+      // Revoked where the server runs (the CLI's way): everything the root minted goes with it.
+      assert.equal(await revokeServiceAccount(t.server.context.store.db, root.id), true);
+      assert.equal(await status(sibling.token), 401);
+    });
+
+    it("refuses a token minted by one revoked meanwhile: the chain is read at every call", async () => {
+      const root = await t.mintToken({ scopes: ["admin", "run"] });
+      const db = t.server.context.store.db;
+      // A mint that raced the revocation: the child's row is written after its minter's was revoked.
+      await db.updateTable("service_accounts").set({ revoked_at: Date.now() }).where("id", "=", root.id).execute();
+      const { token } = await createServiceAccount({ db, key: t.server.context.key }, {
+        projectId: TEST_PROJECT,
+        name: "raced",
+        scopes: ["run"],
+        expiresAt: Date.now() + 3_600_000,
+        parentId: root.id,
+      });
+      const response = await checkedFetch(`${t.url}/v4/${TEST_PROJECT}/missing-app/run`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+        body: "{}",
+      });
+      assert.equal(response.status, 401);
+      assert.match(((await response.json()) as { detail: string }).detail, /revoked/);
     });
 
     it("never mints beyond the caller's scopes or lifetime", async () => {

@@ -176,6 +176,33 @@ describe("extractBundle", () => {
     );
   });
 
+  it("refuses a name over 255 bytes or a path over 3,072 bytes with 400, naming the entry", async () => {
+    const ok = { name: "runplane.toml", text: "" };
+    const longName = `${"n".repeat(256)}.py`;
+    await refused(await tarball([ok, { name: longName, text: "x" }]), new RegExp(`${longName}: .*at most 255 bytes`));
+    const longUnicode = `lib/${"é".repeat(128)}/x.py`; // 128 characters, 256 bytes
+    await refused(await tarball([ok, { name: longUnicode, text: "x" }]), /x\.py: a file or folder name .* has 256$/);
+    await refused(await tarball([ok, { name: longUnicode.slice(0, -5), type: "directory" }]), /at most 255 bytes/);
+    const deep = `${"d".repeat(200)}/`.repeat(21) + "x.py"; // 4,225 bytes: past PATH_MAX
+    await refused(
+      await tarball([ok, { name: deep, text: "x" }]),
+      /d\/x\.py: a path in the bundle is at most 3072 bytes/,
+    );
+  });
+
+  it("unpacks a name of 255 bytes and a path of 3,072", async () => {
+    const name = "n".repeat(255);
+    const path = `${"d".repeat(254)}/`.repeat(12) + "f".repeat(3072 - 255 * 12);
+    const dir = await mkdtemp(join(tmpdir(), "runplane-long-"));
+    try {
+      await extractBundle(await tarball([{ name, text: "1" }, { name: path, text: "2" }]), join(dir, "app"));
+      assert.equal(await readFile(join(dir, "app", name), "utf8"), "1");
+      assert.equal(await readFile(join(dir, "app", path), "utf8"), "2");
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it("refuses what is not a gzip tarball", async () => {
     await refused(new TextEncoder().encode("plain text, not gzip"), /not a gzip tarball/);
     await refused(new Uint8Array(gzipSync(Buffer.alloc(1024, 7))), /not a readable tarball/);

@@ -193,6 +193,22 @@ for (const engine of await engines()) {
       assert.deepEqual(readdirSync(join(t.dataDir, "uploads")), []);
     });
 
+    it("refuses an entry whose name or path is too long for the file system with 400, naming it", async () => {
+      const good = Object.entries(app("1")).map(([name, text]) => ({ name, text }));
+      const component = `${"n".repeat(300)}.py`;
+      const deep = `${"d".repeat(100)}/`.repeat(45) + "deep.py"; // 4,552 bytes: past PATH_MAX
+      for (const [name, reason] of [[component, /at most 255 bytes/], [deep, /at most 3072 bytes/]] as const) {
+        const response = await deploy("long-names", await rawBundle([...good, { name, text: "x" }]));
+        const text = await response.text();
+        assert.equal(response.status, 400, text);
+        const problem = JSON.parse(text) as { detail: string; errors: Array<{ path: string }> };
+        assert.ok(problem.detail.includes(`${name}: `), `the entry is named: ${problem.detail.slice(0, 200)}`);
+        assert.match(problem.detail, reason);
+        assert.equal(problem.errors[0].path, "body");
+      }
+      assert.deepEqual(readdirSync(join(t.dataDir, "uploads")), []);
+    });
+
     it("refuses a bundle over RUNPLANE_BUNDLE_LIMIT with 413", async () => {
       const big = new Uint8Array(100 * 1024).map((_, i) => (i * 7919) % 251);
       const response = await deploy("big", big);

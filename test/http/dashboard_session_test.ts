@@ -29,6 +29,28 @@ describe("the dashboard's session endpoints", () => {
     assert.equal(apps.status, 200, "the cookie authenticates the public API");
   });
 
+  it("ends the session on the server at sign-out: a copy of the cookie no longer authenticates", async () => {
+    const session = (await signIn({ token: t.token })).headers.get("set-cookie")!.split(";")[0];
+    const other = (await signIn({ token: t.token })).headers.get("set-cookie")!.split(";")[0];
+    const apps = () => fetch(`${t.url}/v3/projects/${TEST_PROJECT}/apps`, { headers: { Cookie: session } });
+    assert.equal((await apps()).status, 200);
+    const ended = await fetch(`${t.url}/dashboard/session/end`, {
+      method: "POST",
+      headers: { Cookie: session, Origin: t.url },
+    });
+    assert.equal(ended.status, 204);
+    assert.equal((await apps()).status, 401, "the captured cookie is refused after sign-out");
+    assert.equal((await fetch(`${t.url}/dashboard/session`, { headers: { Cookie: session } })).status, 401);
+    const run = await fetch(`${t.url}/v4/${TEST_PROJECT}/missing/run`, {
+      method: "POST",
+      headers: { Cookie: session, "Content-Type": "application/json", Origin: t.url },
+      body: "{}",
+    });
+    assert.equal(run.status, 401);
+    const still = await fetch(`${t.url}/v3/projects/${TEST_PROJECT}/apps`, { headers: { Cookie: other } });
+    assert.equal(still.status, 200, "another session of the same token goes on");
+  });
+
   it("refuses a bad token, another origin, and a state change from another origin", async () => {
     assert.equal((await signIn({ token: "nope" })).status, 401);
     assert.equal((await signIn({})).status, 400);

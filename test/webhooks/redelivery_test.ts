@@ -64,6 +64,43 @@ for (const engine of await engines()) {
       assert.deepEqual(run.webhook!.attempts.map((a) => [a.attempt, a.status_code]), [[1, 200], [2, 200]]);
     });
 
+    /** Waits until the run's webhook has settled after `attempts` attempts. */
+    function settled(runId: string, attempts: number) {
+      return eventually(
+        async () => {
+          const run = await waitForStatus(ref, runId, ["success"]);
+          return run.webhook?.status === "delivered" && run.webhook.attempts.length === attempts ? run : undefined;
+        },
+        10_000,
+        `attempt ${attempts} to settle`,
+      );
+    }
+
+    it("redelivers a run's webhook at most 5 times a minute; past that, 429 with Retry-After", async () => {
+      const runId = await submitAsync(ref, "run", { webhookEndpoint: receiver.url });
+      const other = await submitAsync(ref, "run", { webhookEndpoint: receiver.url });
+      await settled(runId, 1);
+      for (let i = 1; i <= 5; i++) {
+        assert.equal((await redeliver(runId)).response.status, 200, `redelivery ${i}`);
+        await settled(runId, i + 1);
+      }
+      const delivered = receiver.requests.length;
+      const refused = await redeliver(runId);
+      assert.equal(refused.response.status, 429);
+      assert.equal(refused.response.headers.get("content-type"), "application/problem+json");
+      const retryAfter = Number(refused.response.headers.get("retry-after"));
+      assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 12, `Retry-After ${retryAfter}`);
+      const problem = refused.error as { type: string; run_id: string; detail: string };
+      assert.equal(problem.type, "https://runplane.dev/problems/too-many-requests");
+      assert.equal(problem.run_id, runId);
+      assert.match(problem.detail, /5 redeliveries a minute/);
+      await settled(other, 1);
+      assert.equal((await redeliver(other)).response.status, 200, "the limit is the run's own");
+      await settled(other, 2);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(receiver.requests.length, delivered + 1, "the refused redelivery sent nothing");
+    });
+
     it("refuses a run that has not ended and a run without a webhook, with 409", async () => {
       const running = await submitAsync(ref, "run", { webhookEndpoint: receiver.url, body: { seconds: 5 } });
       await waitForStatus(ref, running, ["running"]);

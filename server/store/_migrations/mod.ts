@@ -11,6 +11,9 @@ import * as webhookRedelivery from "./0009_webhook_redelivery.ts";
 import * as runLogs from "./0010_run_logs.ts";
 import * as runReruns from "./0011_run_reruns.ts";
 import * as upkeepIndexes from "./0012_upkeep_indexes.ts";
+import * as serviceAccountLineage from "./0013_service_account_lineage.ts";
+import * as dashboardSessions from "./0014_dashboard_sessions.ts";
+import * as redeliveryBudget from "./0015_redelivery_budget.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -26,4 +29,7 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0010_run_logs": runLogs,
   "0011_run_reruns": runReruns,
   "0012_upkeep_indexes": upkeepIndexes,
+  "0013_service_account_lineage": serviceAccountLineage,
+  "0014_dashboard_sessions": dashboardSessions,
+  "0015_redelivery_budget": redeliveryBudget,
 };
