@@ -217,6 +217,17 @@ if (await sandboxWorks("the tenant attack tests")) {
       }
     });
 
+    it("an app with [network] egress = false reaches no address at all, and sees its own [env]", async () => {
+      const toml = '[deployment]\nruntime = "python"\n\n[network]\negress = false\n\n[env]\nGREETING = "hi"\n';
+      await deployApp(t, "closed", { toml, files: PYTHON_APP });
+      const result = await probe("closed");
+      assert.equal(result.env.GREETING, "hi");
+      for (const [target, attempt] of Object.entries(result.connects)) {
+        assert.equal(attempt.ok, false, `closed connects to ${target}: ${JSON.stringify(attempt)}`);
+      }
+      assert.ok(peer === null || `${peer.publicAddress}:${peer.port}` in result.connects);
+    });
+
     it("no connection of any app reached the host's own listener", () => {
       assert.equal(hostConnections, 0);
     });
