@@ -75,10 +75,15 @@ const ETC_READ_ONLY = [
 /** Top-level system folders: bound read-only, or recreated as the symlinks they are on merged-/usr systems. */
 const SYSTEM_ROOTS = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 
-/** The paths of `/etc` present on this host (read once: the host's layout does not change while serving). */
-let presentEtc: string[] | undefined;
+/** The system's arguments, made once: the host's layout does not change while serving. */
+let systemArgsMade: string[] | undefined;
 
 function systemArgs(): string[] {
+  systemArgsMade ??= makeSystemArgs();
+  return systemArgsMade;
+}
+
+function makeSystemArgs(): string[] {
   // /usr holds the interpreters and libraries; /usr/local the operator's own installs.
   const args = ["--ro-bind", "/usr", "/usr"];
   for (const root of SYSTEM_ROOTS) {
@@ -86,10 +91,9 @@ function systemArgs(): string[] {
     if (stat?.isSymbolicLink()) args.push("--symlink", readlinkSync(root), root);
     else if (stat?.isDirectory()) args.push("--ro-bind", root, root);
   }
-  presentEtc ??= ETC_READ_ONLY.filter((path) => existsSync(path));
   // Made first and searchable: bubblewrap would otherwise make /etc for the first file bound into it 0700.
   args.push("--perms", "0755", "--dir", "/etc");
-  for (const path of presentEtc) args.push("--ro-bind", path, path);
+  for (const path of ETC_READ_ONLY.filter((path) => existsSync(path))) args.push("--ro-bind", path, path);
   return args;
 }
 
