@@ -4914,13 +4914,264 @@ return errors === 0;
 }
 validate52.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Readiness = validate53;
-const schema95 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ready"]}},"description":"The process can take calls: store reachable, migrations applied, apps loaded."};
+exports.schema_ProjectSecret = validate53;
+const schema95 = {"type":"object","required":["name","created_at","updated_at"],"properties":{"name":{"$ref":"runplane-openapi#/$defs/SecretName"},"created_at":{"type":"string","format":"date-time"},"updated_at":{"type":"string","format":"date-time","description":"When its value was last set."}},"description":"A project secret as listed: its name and times, never its value."};
+const schema96 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]{0,127}$","description":"A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a\ndigit), at most 128 characters. Names starting with `RUNPLANE_` are the platform's and refused (400)."};
+const pattern29 = new RegExp("^[A-Za-z_][A-Za-z0-9_]{0,127}$", "u");
 
 function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate53.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.name === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.created_at === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.updated_at === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "updated_at"},message:"must have required property '"+"updated_at"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.name !== undefined){
+let data0 = data.name;
+if(typeof data0 === "string"){
+if(!pattern29.test(data0)){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"runplane-openapi#/$defs/SecretName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_]{0,127}$"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+else {
+const err4 = {instancePath:instancePath+"/name",schemaPath:"runplane-openapi#/$defs/SecretName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.created_at !== undefined){
+let data1 = data.created_at;
+if(typeof data1 === "string"){
+if(!(formats18.validate(data1))){
+const err5 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data.updated_at !== undefined){
+let data2 = data.updated_at;
+if(typeof data2 === "string"){
+if(!(formats18.validate(data2))){
+const err7 = {instancePath:instancePath+"/updated_at",schemaPath:"#/properties/updated_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/updated_at",schemaPath:"#/properties/updated_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+validate53.errors = vErrors;
+return errors === 0;
+}
+validate53.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_ProjectSecretList = validate54;
+const schema97 = {"type":"object","required":["secrets"],"properties":{"secrets":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ProjectSecret"}}},"description":"A project's secrets, by name."};
+
+function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate54.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.secrets === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "secrets"},message:"must have required property '"+"secrets"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.secrets !== undefined){
+let data0 = data.secrets;
+if(Array.isArray(data0)){
+const len0 = data0.length;
+for(let i0=0; i0<len0; i0++){
+if(!(validate53(data0[i0], {instancePath:instancePath+"/secrets/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+}
+}
+else {
+const err1 = {instancePath:instancePath+"/secrets",schemaPath:"#/properties/secrets/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate54.errors = vErrors;
+return errors === 0;
+}
+validate54.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_ProjectSecretRequest = validate56;
+const schema98 = {"type":"object","required":["value"],"properties":{"value":{"type":"string","description":"The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8\n(413 above it). It is sealed at rest and never shown again."}},"description":"A secret's value."};
+
+function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate56.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.value === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "value"},message:"must have required property '"+"value"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.value !== undefined){
+if(typeof data.value !== "string"){
+const err1 = {instancePath:instancePath+"/value",schemaPath:"#/properties/value/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate56.errors = vErrors;
+return errors === 0;
+}
+validate56.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_Readiness = validate57;
+const schema99 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ready"]}},"description":"The process can take calls: store reachable, migrations applied, apps loaded."};
+
+function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate57.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4951,7 +5202,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ready")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema95.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema99.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4972,17 +5223,17 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate53.errors = vErrors;
+validate57.errors = vErrors;
 return errors === 0;
 }
-validate53.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate57.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepoName = validate54;
+exports.schema_RepoName = validate58;
 
-function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate54.evaluated;
+const evaluated0 = validate58.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5011,17 +5262,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate54.errors = vErrors;
+validate58.errors = vErrors;
 return errors === 0;
 }
-validate54.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate58.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepoOwner = validate55;
+exports.schema_RepoOwner = validate59;
 
-function validate55(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate55.evaluated;
+const evaluated0 = validate59.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5050,21 +5301,21 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate55.errors = vErrors;
+validate59.errors = vErrors;
 return errors === 0;
 }
-validate55.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate59.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepositoryTree = validate56;
-const schema98 = {"type":"object","required":["owner","repo","ref","sha","entries"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","description":"The ref that was resolved: the one asked for, or the default branch."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The commit the tree belongs to."},"entries":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TreeEntry"}}},"description":"Every path of a repository at one commit, sorted by path, directories included."};
-const schema102 = {"type":"object","required":["path","type","mode","sha"],"properties":{"path":{"type":"string","description":"The path from the repository's root, `/`-separated."},"type":{"$ref":"runplane-openapi#/$defs/TreeEntryType"},"mode":{"type":"string","pattern":"^[0-7]{6}$","description":"git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The blob, tree or (for a submodule) commit id."},"size":{"type":"integer","minimum":0,"description":"The size in bytes, for files and symlinks."}},"description":"One path in a repository's tree."};
-const schema103 = {"type":"string","enum":["file","directory","symlink","submodule"],"description":"What a tree entry is."};
-const pattern34 = new RegExp("^[0-7]{6}$", "u");
+exports.schema_RepositoryTree = validate60;
+const schema102 = {"type":"object","required":["owner","repo","ref","sha","entries"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","description":"The ref that was resolved: the one asked for, or the default branch."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The commit the tree belongs to."},"entries":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TreeEntry"}}},"description":"Every path of a repository at one commit, sorted by path, directories included."};
+const schema106 = {"type":"object","required":["path","type","mode","sha"],"properties":{"path":{"type":"string","description":"The path from the repository's root, `/`-separated."},"type":{"$ref":"runplane-openapi#/$defs/TreeEntryType"},"mode":{"type":"string","pattern":"^[0-7]{6}$","description":"git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The blob, tree or (for a submodule) commit id."},"size":{"type":"integer","minimum":0,"description":"The size in bytes, for files and symlinks."}},"description":"One path in a repository's tree."};
+const schema107 = {"type":"string","enum":["file","directory","symlink","submodule"],"description":"What a tree entry is."};
+const pattern35 = new RegExp("^[0-7]{6}$", "u");
 
-function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate57.evaluated;
+const evaluated0 = validate61.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5137,7 +5388,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((((data1 === "file") || (data1 === "directory")) || (data1 === "symlink")) || (data1 === "submodule"))){
-const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema103.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5150,7 +5401,7 @@ errors++;
 if(data.mode !== undefined){
 let data2 = data.mode;
 if(typeof data2 === "string"){
-if(!pattern34.test(data2)){
+if(!pattern35.test(data2)){
 const err7 = {instancePath:instancePath+"/mode",schemaPath:"#/properties/mode/pattern",keyword:"pattern",params:{pattern: "^[0-7]{6}$"},message:"must match pattern \""+"^[0-7]{6}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -5233,16 +5484,16 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate57.errors = vErrors;
+validate61.errors = vErrors;
 return errors === 0;
 }
-validate57.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
+validate61.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate56.evaluated;
+const evaluated0 = validate60.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5392,8 +5643,8 @@ let data4 = data.entries;
 if(Array.isArray(data4)){
 const len0 = data4.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate57(data4[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data4,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate57.errors : vErrors.concat(validate57.errors);
+if(!(validate61(data4[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data4,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
 }
@@ -5420,25 +5671,25 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate56.errors = vErrors;
+validate60.errors = vErrors;
 return errors === 0;
 }
-validate56.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
+validate60.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Run = validate59;
-const schema105 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook","result","input","rerun_of","reruns"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."},"input":{"anyOf":[{},{"type":"null"}],"description":"An async run's input (its JSON body), kept as long as its result; null for sync and stream runs."},"rerun_of":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunId"},{"type":"null"}],"description":"The run this call ran again (`rerunOf`)."},"reruns":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunId"},"description":"The runs that ran this one again, oldest first."}},"description":"One call of an app's function, with its outcome."};
-const schema110 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
-const schema111 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
-const schema112 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`."},"message":{"type":"string"},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}]}},"description":"Why a run failed."};
-const schema113 = {"type":"object","required":["endpoint","status","attempts"],"properties":{"endpoint":{"type":"string","format":"uri"},"status":{"$ref":"runplane-openapi#/$defs/WebhookStatus"},"attempts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/WebhookAttempt"}}},"description":"A run's webhook forwarding. The secret is never shown."};
-const schema114 = {"type":"string","enum":["pending","delivered","failed"],"description":"The state of a run's webhook forwarding."};
-const schema115 = {"type":"object","required":["attempt","at","status_code","error","duration_ms"],"properties":{"attempt":{"type":"integer","format":"int32","minimum":1,"description":"1, 2 or 3."},"at":{"type":"string","format":"date-time"},"status_code":{"anyOf":[{"type":"integer","format":"int32"},{"type":"null"}],"description":"The receiver's status code, or null when no response arrived."},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the attempt failed without a status code (network error, timeout, refused destination)."},"duration_ms":{"type":"number","format":"double"}},"description":"How a webhook delivery attempt ended."};
-const formats64 = require("ajv-formats/dist/formats").fullFormats.uri;
+exports.schema_Run = validate63;
+const schema109 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook","result","input","rerun_of","reruns"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."},"input":{"anyOf":[{},{"type":"null"}],"description":"An async run's input (its JSON body), kept as long as its result; null for sync and stream runs."},"rerun_of":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunId"},{"type":"null"}],"description":"The run this call ran again (`rerunOf`)."},"reruns":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunId"},"description":"The runs that ran this one again, oldest first."}},"description":"One call of an app's function, with its outcome."};
+const schema114 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
+const schema115 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
+const schema116 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`."},"message":{"type":"string"},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}]}},"description":"Why a run failed."};
+const schema117 = {"type":"object","required":["endpoint","status","attempts"],"properties":{"endpoint":{"type":"string","format":"uri"},"status":{"$ref":"runplane-openapi#/$defs/WebhookStatus"},"attempts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/WebhookAttempt"}}},"description":"A run's webhook forwarding. The secret is never shown."};
+const schema118 = {"type":"string","enum":["pending","delivered","failed"],"description":"The state of a run's webhook forwarding."};
+const schema119 = {"type":"object","required":["attempt","at","status_code","error","duration_ms"],"properties":{"attempt":{"type":"integer","format":"int32","minimum":1,"description":"1, 2 or 3."},"at":{"type":"string","format":"date-time"},"status_code":{"anyOf":[{"type":"integer","format":"int32"},{"type":"null"}],"description":"The receiver's status code, or null when no response arrived."},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the attempt failed without a status code (network error, timeout, refused destination)."},"duration_ms":{"type":"number","format":"double"}},"description":"How a webhook delivery attempt ended."};
+const formats68 = require("ajv-formats/dist/formats").fullFormats.uri;
 
-function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate60.evaluated;
+const evaluated0 = validate64.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5479,7 +5730,7 @@ errors++;
 if(data.endpoint !== undefined){
 let data0 = data.endpoint;
 if(typeof data0 === "string"){
-if(!(formats64(data0))){
+if(!(formats68(data0))){
 const err3 = {instancePath:instancePath+"/endpoint",schemaPath:"#/properties/endpoint/format",keyword:"format",params:{format: "uri"},message:"must match format \""+"uri"+"\""};
 if(vErrors === null){
 vErrors = [err3];
@@ -5514,7 +5765,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!(((data1 === "pending") || (data1 === "delivered")) || (data1 === "failed"))){
-const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5817,16 +6068,16 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate60.errors = vErrors;
+validate64.errors = vErrors;
 return errors === 0;
 }
-validate60.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
+validate64.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate59.evaluated;
+const evaluated0 = validate63.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6137,7 +6388,7 @@ vErrors.push(err27);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err28 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err28 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -6160,7 +6411,7 @@ vErrors.push(err29);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err30 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+const err30 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema115.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -6636,8 +6887,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate60(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate60.errors : vErrors.concat(validate60.errors);
+if(!(validate64(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate64.errors : vErrors.concat(validate64.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -6879,18 +7130,18 @@ vErrors.push(err74);
 }
 errors++;
 }
-validate59.errors = vErrors;
+validate63.errors = vErrors;
 return errors === 0;
 }
-validate59.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate63.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunAccepted = validate62;
-const schema118 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
+exports.schema_RunAccepted = validate66;
+const schema122 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
 
-function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate62.evaluated;
+const evaluated0 = validate66.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6944,18 +7195,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate62.errors = vErrors;
+validate66.errors = vErrors;
 return errors === 0;
 }
-validate62.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
+validate66.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunChange = validate63;
-const schema120 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","at"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"at":{"type":"string","format":"date-time","description":"When the change happened."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Milliseconds it ran, in the change that ends it."}},"description":"What a run-change event holds."};
+exports.schema_RunChange = validate67;
+const schema124 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","at"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"at":{"type":"string","format":"date-time","description":"When the change happened."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Milliseconds it ran, in the change that ends it."}},"description":"What a run-change event holds."};
 
-function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate63.evaluated;
+const evaluated0 = validate67.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7146,7 +7397,7 @@ vErrors.push(err15);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err16 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err16 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -7169,7 +7420,7 @@ vErrors.push(err17);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err18 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+const err18 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema115.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -7279,17 +7530,17 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate63.errors = vErrors;
+validate67.errors = vErrors;
 return errors === 0;
 }
-validate63.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"at":true,"run_time_ms":true},"dynamicProps":false,"dynamicItems":false};
+validate67.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"at":true,"run_time_ms":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunError = validate64;
+exports.schema_RunError = validate68;
 
-function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate64.evaluated;
+const evaluated0 = validate68.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7404,17 +7655,17 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate64.errors = vErrors;
+validate68.errors = vErrors;
 return errors === 0;
 }
-validate64.evaluated = {"props":{"type":true,"message":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate68.evaluated = {"props":{"type":true,"message":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunId = validate65;
+exports.schema_RunId = validate69;
 
-function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate65.evaluated;
+const evaluated0 = validate69.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7443,18 +7694,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate65.errors = vErrors;
+validate69.errors = vErrors;
 return errors === 0;
 }
-validate65.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate69.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunInput = validate66;
-const schema129 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
+exports.schema_RunInput = validate70;
+const schema133 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
 
-function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate66.evaluated;
+const evaluated0 = validate70.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7473,19 +7724,19 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate66.errors = vErrors;
+validate70.errors = vErrors;
 return errors === 0;
 }
-validate66.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate70.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLog = validate67;
-const schema130 = {"type":"object","required":["lines","truncated"],"properties":{"lines":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunLogLine"}},"truncated":{"type":"boolean","description":"The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`."}},"description":"A run's captured output: its function's stdout, stderr and `logging` lines, oldest first."};
-const schema131 = {"type":"object","required":["at","stream","text"],"properties":{"at":{"type":"string","format":"date-time"},"stream":{"type":"string","enum":["stdout","stderr"]},"text":{"type":"string"}},"description":"One line of a run's output."};
+exports.schema_RunLog = validate71;
+const schema134 = {"type":"object","required":["lines","truncated"],"properties":{"lines":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunLogLine"}},"truncated":{"type":"boolean","description":"The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`."}},"description":"A run's captured output: its function's stdout, stderr and `logging` lines, oldest first."};
+const schema135 = {"type":"object","required":["at","stream","text"],"properties":{"at":{"type":"string","format":"date-time"},"stream":{"type":"string","enum":["stdout","stderr"]},"text":{"type":"string"}},"description":"One line of a run's output."};
 
-function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate67.evaluated;
+const evaluated0 = validate71.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7588,7 +7839,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!((data3 === "stdout") || (data3 === "stderr"))){
-const err8 = {instancePath:instancePath+"/lines/" + i0+"/stream",schemaPath:"runplane-openapi#/$defs/RunLogLine/properties/stream/enum",keyword:"enum",params:{allowedValues: schema131.properties.stream.enum},message:"must be equal to one of the allowed values"};
+const err8 = {instancePath:instancePath+"/lines/" + i0+"/stream",schemaPath:"runplane-openapi#/$defs/RunLogLine/properties/stream/enum",keyword:"enum",params:{allowedValues: schema135.properties.stream.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -7657,17 +7908,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate67.errors = vErrors;
+validate71.errors = vErrors;
 return errors === 0;
 }
-validate67.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
+validate71.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLogLine = validate68;
+exports.schema_RunLogLine = validate72;
 
-function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate68.evaluated;
+const evaluated0 = validate72.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7743,7 +7994,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((data1 === "stdout") || (data1 === "stderr"))){
-const err6 = {instancePath:instancePath+"/stream",schemaPath:"#/properties/stream/enum",keyword:"enum",params:{allowedValues: schema131.properties.stream.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/stream",schemaPath:"#/properties/stream/enum",keyword:"enum",params:{allowedValues: schema135.properties.stream.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -7776,17 +8027,17 @@ vErrors.push(err8);
 }
 errors++;
 }
-validate68.errors = vErrors;
+validate72.errors = vErrors;
 return errors === 0;
 }
-validate68.evaluated = {"props":{"at":true,"stream":true,"text":true},"dynamicProps":false,"dynamicItems":false};
+validate72.evaluated = {"props":{"at":true,"stream":true,"text":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunMode = validate69;
+exports.schema_RunMode = validate73;
 
-function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate69.evaluated;
+const evaluated0 = validate73.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7804,7 +8055,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((data === "sync") || (data === "async")) || (data === "stream"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -7813,19 +8064,19 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate69.errors = vErrors;
+validate73.errors = vErrors;
 return errors === 0;
 }
-validate69.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate73.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunPage = validate70;
-const schema134 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
-const schema135 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
+exports.schema_RunPage = validate74;
+const schema138 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
+const schema139 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
 
-function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate71.evaluated;
+const evaluated0 = validate75.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8096,7 +8347,7 @@ vErrors.push(err23);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -8119,7 +8370,7 @@ vErrors.push(err25);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema115.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -8595,8 +8846,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate60(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate60.errors : vErrors.concat(validate60.errors);
+if(!(validate64(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate64.errors : vErrors.concat(validate64.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -8653,16 +8904,16 @@ vErrors.push(err59);
 }
 errors++;
 }
-validate71.errors = vErrors;
+validate75.errors = vErrors;
 return errors === 0;
 }
-validate71.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
+validate75.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate70.evaluated;
+const evaluated0 = validate74.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8695,8 +8946,8 @@ let data0 = data.runs;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate71(data0[i0], {instancePath:instancePath+"/runs/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate71.errors : vErrors.concat(validate71.errors);
+if(!(validate75(data0[i0], {instancePath:instancePath+"/runs/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate75.errors : vErrors.concat(validate75.errors);
 errors = vErrors.length;
 }
 }
@@ -8775,18 +9026,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate70.errors = vErrors;
+validate74.errors = vErrors;
 return errors === 0;
 }
-validate70.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate74.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunResult = validate74;
-const schema143 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
+exports.schema_RunResult = validate78;
+const schema147 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
 
-function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate74.evaluated;
+const evaluated0 = validate78.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8885,17 +9136,17 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate74.errors = vErrors;
+validate78.errors = vErrors;
 return errors === 0;
 }
-validate74.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate78.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunStatus = validate75;
+exports.schema_RunStatus = validate79;
 
-function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate75.evaluated;
+const evaluated0 = validate79.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8913,7 +9164,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((((data === "queued") || (data === "running")) || (data === "success")) || (data === "failure")) || (data === "cancelled"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema115.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8922,17 +9173,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate75.errors = vErrors;
+validate79.errors = vErrors;
 return errors === 0;
 }
-validate75.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate79.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunSummary = validate76;
+exports.schema_RunSummary = validate80;
 
-function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate76.evaluated;
+const evaluated0 = validate80.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9203,7 +9454,7 @@ vErrors.push(err23);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -9226,7 +9477,7 @@ vErrors.push(err25);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema115.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -9702,8 +9953,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate60(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate60.errors : vErrors.concat(validate60.errors);
+if(!(validate64(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate64.errors : vErrors.concat(validate64.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -9760,17 +10011,17 @@ vErrors.push(err59);
 }
 errors++;
 }
-validate76.errors = vErrors;
+validate80.errors = vErrors;
 return errors === 0;
 }
-validate76.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
+validate80.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunWebhook = validate78;
+exports.schema_RunWebhook = validate82;
 
-function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate78.evaluated;
+const evaluated0 = validate82.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9811,7 +10062,7 @@ errors++;
 if(data.endpoint !== undefined){
 let data0 = data.endpoint;
 if(typeof data0 === "string"){
-if(!(formats64(data0))){
+if(!(formats68(data0))){
 const err3 = {instancePath:instancePath+"/endpoint",schemaPath:"#/properties/endpoint/format",keyword:"format",params:{format: "uri"},message:"must match format \""+"uri"+"\""};
 if(vErrors === null){
 vErrors = [err3];
@@ -9846,7 +10097,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!(((data1 === "pending") || (data1 === "delivered")) || (data1 === "failed"))){
-const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -10149,18 +10400,57 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate78.errors = vErrors;
+validate82.errors = vErrors;
 return errors === 0;
 }
-validate78.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
+validate82.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccount = validate79;
-const schema157 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
+exports.schema_SecretName = validate83;
 
-function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate79.evaluated;
+const evaluated0 = validate83.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data === "string"){
+if(!pattern29.test(data)){
+const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_]{0,127}$"+"\""};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate83.errors = vErrors;
+return errors === 0;
+}
+validate83.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_ServiceAccount = validate84;
+const schema162 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
+
+function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate84.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10538,17 +10828,17 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate79.errors = vErrors;
+validate84.errors = vErrors;
 return errors === 0;
 }
-validate79.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true},"dynamicProps":false,"dynamicItems":false};
+validate84.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountId = validate80;
+exports.schema_ServiceAccountId = validate85;
 
-function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate80.evaluated;
+const evaluated0 = validate85.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10577,18 +10867,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate80.errors = vErrors;
+validate85.errors = vErrors;
 return errors === 0;
 }
-validate80.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate85.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountList = validate81;
-const schema162 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
+exports.schema_ServiceAccountList = validate86;
+const schema167 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
 
-function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate81.evaluated;
+const evaluated0 = validate86.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10611,8 +10901,8 @@ let data0 = data.service_accounts;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate79(data0[i0], {instancePath:instancePath+"/service_accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
+if(!(validate84(data0[i0], {instancePath:instancePath+"/service_accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate84.errors : vErrors.concat(validate84.errors);
 errors = vErrors.length;
 }
 }
@@ -10639,18 +10929,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate81.errors = vErrors;
+validate86.errors = vErrors;
 return errors === 0;
 }
-validate81.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
+validate86.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountRequest = validate83;
-const schema163 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
+exports.schema_ServiceAccountRequest = validate88;
+const schema168 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
 
-function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate83.evaluated;
+const evaluated0 = validate88.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10798,17 +11088,17 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate83.errors = vErrors;
+validate88.errors = vErrors;
 return errors === 0;
 }
-validate83.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
+validate88.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Sha256Digest = validate84;
+exports.schema_Sha256Digest = validate89;
 
-function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate84.evaluated;
+const evaluated0 = validate89.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10837,17 +11127,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate84.errors = vErrors;
+validate89.errors = vErrors;
 return errors === 0;
 }
-validate84.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate89.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TokenScope = validate85;
+exports.schema_TokenScope = validate90;
 
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate85.evaluated;
+const evaluated0 = validate90.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10874,17 +11164,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate85.errors = vErrors;
+validate90.errors = vErrors;
 return errors === 0;
 }
-validate85.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate90.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TreeEntry = validate86;
+exports.schema_TreeEntry = validate91;
 
-function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate86.evaluated;
+const evaluated0 = validate91.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10957,7 +11247,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((((data1 === "file") || (data1 === "directory")) || (data1 === "symlink")) || (data1 === "submodule"))){
-const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema103.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -10970,7 +11260,7 @@ errors++;
 if(data.mode !== undefined){
 let data2 = data.mode;
 if(typeof data2 === "string"){
-if(!pattern34.test(data2)){
+if(!pattern35.test(data2)){
 const err7 = {instancePath:instancePath+"/mode",schemaPath:"#/properties/mode/pattern",keyword:"pattern",params:{pattern: "^[0-7]{6}$"},message:"must match pattern \""+"^[0-7]{6}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -11053,17 +11343,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate86.errors = vErrors;
+validate91.errors = vErrors;
 return errors === 0;
 }
-validate86.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
+validate91.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TreeEntryType = validate87;
+exports.schema_TreeEntryType = validate92;
 
-function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate87.evaluated;
+const evaluated0 = validate92.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11081,7 +11371,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((((data === "file") || (data === "directory")) || (data === "symlink")) || (data === "submodule"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema103.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema107.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -11090,17 +11380,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate87.errors = vErrors;
+validate92.errors = vErrors;
 return errors === 0;
 }
-validate87.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate92.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookAttempt = validate88;
+exports.schema_WebhookAttempt = validate93;
 
-function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate88.evaluated;
+const evaluated0 = validate93.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11370,18 +11660,18 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate88.errors = vErrors;
+validate93.errors = vErrors;
 return errors === 0;
 }
-validate88.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
+validate93.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookDelivery = validate89;
-const schema172 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
+exports.schema_WebhookDelivery = validate94;
+const schema177 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
 
-function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate89.evaluated;
+const evaluated0 = validate94.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11497,7 +11787,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!(((((data1 === "queued") || (data1 === "running")) || (data1 === "success")) || (data1 === "failure")) || (data1 === "cancelled"))){
-const err10 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+const err10 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema115.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -11815,20 +12105,20 @@ vErrors.push(err30);
 }
 errors++;
 }
-validate89.errors = vErrors;
+validate94.errors = vErrors;
 return errors === 0;
 }
-validate89.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
+validate94.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookDeliveryHeaders = validate90;
-const schema176 = {"type":"object","required":["x-request-id","content-type"],"properties":{"x-request-id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run id."},"x-runplane-webhook-timestamp":{"type":"string","pattern":"^[0-9]{1,12}$","description":"Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`."},"x-runplane-webhook-signature":{"type":"string","pattern":"^v1,[0-9a-f]{64}$","description":"`v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over\n`run_id + \".\" + timestamp + \".\" + body` (the exact bytes sent)."},"content-type":{"type":"string","enum":["application/json"]}},"description":"The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two\nsignature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.","x-runplane-webhook-headers":"runFinished"};
-const pattern65 = new RegExp("^[0-9]{1,12}$", "u");
-const pattern66 = new RegExp("^v1,[0-9a-f]{64}$", "u");
+exports.schema_WebhookDeliveryHeaders = validate95;
+const schema181 = {"type":"object","required":["x-request-id","content-type"],"properties":{"x-request-id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run id."},"x-runplane-webhook-timestamp":{"type":"string","pattern":"^[0-9]{1,12}$","description":"Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`."},"x-runplane-webhook-signature":{"type":"string","pattern":"^v1,[0-9a-f]{64}$","description":"`v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over\n`run_id + \".\" + timestamp + \".\" + body` (the exact bytes sent)."},"content-type":{"type":"string","enum":["application/json"]}},"description":"The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two\nsignature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.","x-runplane-webhook-headers":"runFinished"};
+const pattern67 = new RegExp("^[0-9]{1,12}$", "u");
+const pattern68 = new RegExp("^v1,[0-9a-f]{64}$", "u");
 
-function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate90.evaluated;
+const evaluated0 = validate95.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11884,7 +12174,7 @@ errors++;
 if(data["x-runplane-webhook-timestamp"] !== undefined){
 let data1 = data["x-runplane-webhook-timestamp"];
 if(typeof data1 === "string"){
-if(!pattern65.test(data1)){
+if(!pattern67.test(data1)){
 const err4 = {instancePath:instancePath+"/x-runplane-webhook-timestamp",schemaPath:"#/properties/x-runplane-webhook-timestamp/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,12}$"},message:"must match pattern \""+"^[0-9]{1,12}$"+"\""};
 if(vErrors === null){
 vErrors = [err4];
@@ -11909,7 +12199,7 @@ errors++;
 if(data["x-runplane-webhook-signature"] !== undefined){
 let data2 = data["x-runplane-webhook-signature"];
 if(typeof data2 === "string"){
-if(!pattern66.test(data2)){
+if(!pattern68.test(data2)){
 const err6 = {instancePath:instancePath+"/x-runplane-webhook-signature",schemaPath:"#/properties/x-runplane-webhook-signature/pattern",keyword:"pattern",params:{pattern: "^v1,[0-9a-f]{64}$"},message:"must match pattern \""+"^v1,[0-9a-f]{64}$"+"\""};
 if(vErrors === null){
 vErrors = [err6];
@@ -11944,7 +12234,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!(data3 === "application/json")){
-const err9 = {instancePath:instancePath+"/content-type",schemaPath:"#/properties/content-type/enum",keyword:"enum",params:{allowedValues: schema176.properties["content-type"].enum},message:"must be equal to one of the allowed values"};
+const err9 = {instancePath:instancePath+"/content-type",schemaPath:"#/properties/content-type/enum",keyword:"enum",params:{allowedValues: schema181.properties["content-type"].enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -11965,17 +12255,17 @@ vErrors.push(err10);
 }
 errors++;
 }
-validate90.errors = vErrors;
+validate95.errors = vErrors;
 return errors === 0;
 }
-validate90.evaluated = {"props":{"x-request-id":true,"x-runplane-webhook-timestamp":true,"x-runplane-webhook-signature":true,"content-type":true},"dynamicProps":false,"dynamicItems":false};
+validate95.evaluated = {"props":{"x-request-id":true,"x-runplane-webhook-timestamp":true,"x-runplane-webhook-signature":true,"content-type":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookStatus = validate91;
+exports.schema_WebhookStatus = validate96;
 
-function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate91.evaluated;
+const evaluated0 = validate96.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11993,7 +12283,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((data === "pending") || (data === "delivered")) || (data === "failed"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema114.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -12002,18 +12292,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate91.errors = vErrors;
+validate96.errors = vErrors;
 return errors === 0;
 }
-validate91.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate96.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_params = validate92;
-const schema179 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getJwks_params = validate97;
+const schema184 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate92.evaluated;
+const evaluated0 = validate97.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12101,18 +12391,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate92.errors = vErrors;
+validate97.errors = vErrors;
 return errors === 0;
 }
-validate92.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate97.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_200_application_json = validate93;
-const schema180 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
+exports.getJwks_200_application_json = validate98;
+const schema185 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
 
-function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate93.evaluated;
+const evaluated0 = validate98.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12123,18 +12413,18 @@ if(!(validate49(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate49.errors : vErrors.concat(validate49.errors);
 errors = vErrors.length;
 }
-validate93.errors = vErrors;
+validate98.errors = vErrors;
 return errors === 0;
 }
-validate93.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
+validate98.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_200_headers = validate95;
-const schema181 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
+exports.getJwks_200_headers = validate100;
+const schema186 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
 
-function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate95.evaluated;
+const evaluated0 = validate100.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12197,18 +12487,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate95.errors = vErrors;
+validate100.errors = vErrors;
 return errors === 0;
 }
-validate95.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
+validate100.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_500_application_problem_json = validate96;
-const schema182 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getJwks_500_application_problem_json = validate101;
+const schema187 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate96.evaluated;
+const evaluated0 = validate101.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12219,18 +12509,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate96.errors = vErrors;
+validate101.errors = vErrors;
 return errors === 0;
 }
-validate96.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate101.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_500_headers = validate98;
-const schema183 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getJwks_500_headers = validate103;
+const schema188 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate98.evaluated;
+const evaluated0 = validate103.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12271,18 +12561,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate98.errors = vErrors;
+validate103.errors = vErrors;
 return errors === 0;
 }
-validate98.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate103.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_params = validate99;
-const schema184 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getHealth_params = validate104;
+const schema189 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate99.evaluated;
+const evaluated0 = validate104.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12370,18 +12660,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate99.errors = vErrors;
+validate104.errors = vErrors;
 return errors === 0;
 }
-validate99.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate104.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_200_application_json = validate100;
-const schema185 = {"$ref":"runplane-openapi#/$defs/Health"};
+exports.getHealth_200_application_json = validate105;
+const schema190 = {"$ref":"runplane-openapi#/$defs/Health"};
 
-function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate100.evaluated;
+const evaluated0 = validate105.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12433,18 +12723,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate100.errors = vErrors;
+validate105.errors = vErrors;
 return errors === 0;
 }
-validate100.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate105.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_200_headers = validate101;
-const schema187 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getHealth_200_headers = validate106;
+const schema192 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate101.evaluated;
+const evaluated0 = validate106.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12485,18 +12775,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate101.errors = vErrors;
+validate106.errors = vErrors;
 return errors === 0;
 }
-validate101.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate106.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_params = validate102;
-const schema188 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
+exports.getMetrics_params = validate107;
+const schema193 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
 
-function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate102.evaluated;
+const evaluated0 = validate107.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12598,18 +12888,18 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate102.errors = vErrors;
+validate107.errors = vErrors;
 return errors === 0;
 }
-validate102.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate107.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_200_text_plain = validate103;
-const schema189 = {"type":"string"};
+exports.getMetrics_200_text_plain = validate108;
+const schema194 = {"type":"string"};
 
-function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate103.evaluated;
+const evaluated0 = validate108.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12626,18 +12916,18 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate103.errors = vErrors;
+validate108.errors = vErrors;
 return errors === 0;
 }
-validate103.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate108.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_200_headers = validate104;
-const schema190 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getMetrics_200_headers = validate109;
+const schema195 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate104.evaluated;
+const evaluated0 = validate109.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12678,18 +12968,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate104.errors = vErrors;
+validate109.errors = vErrors;
 return errors === 0;
 }
-validate104.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate109.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_401_application_problem_json = validate105;
-const schema191 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getMetrics_401_application_problem_json = validate110;
+const schema196 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate105.evaluated;
+const evaluated0 = validate110.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12700,18 +12990,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate105.errors = vErrors;
+validate110.errors = vErrors;
 return errors === 0;
 }
-validate105.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate110.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_401_headers = validate107;
-const schema192 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getMetrics_401_headers = validate112;
+const schema197 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate107.evaluated;
+const evaluated0 = validate112.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12774,18 +13064,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate107.errors = vErrors;
+validate112.errors = vErrors;
 return errors === 0;
 }
-validate107.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate112.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_params = validate108;
-const schema193 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getReadiness_params = validate113;
+const schema198 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate108.evaluated;
+const evaluated0 = validate113.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12873,18 +13163,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate108.errors = vErrors;
+validate113.errors = vErrors;
 return errors === 0;
 }
-validate108.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate113.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_200_application_json = validate109;
-const schema194 = {"$ref":"runplane-openapi#/$defs/Readiness"};
+exports.getReadiness_200_application_json = validate114;
+const schema199 = {"$ref":"runplane-openapi#/$defs/Readiness"};
 
-function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate109.evaluated;
+const evaluated0 = validate114.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12915,7 +13205,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ready")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Readiness/properties/status/enum",keyword:"enum",params:{allowedValues: schema95.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Readiness/properties/status/enum",keyword:"enum",params:{allowedValues: schema99.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -12936,18 +13226,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate109.errors = vErrors;
+validate114.errors = vErrors;
 return errors === 0;
 }
-validate109.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate114.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_200_headers = validate110;
-const schema196 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getReadiness_200_headers = validate115;
+const schema201 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate110.evaluated;
+const evaluated0 = validate115.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12988,18 +13278,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate110.errors = vErrors;
+validate115.errors = vErrors;
 return errors === 0;
 }
-validate110.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate115.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_503_application_problem_json = validate111;
-const schema197 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getReadiness_503_application_problem_json = validate116;
+const schema202 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate111.evaluated;
+const evaluated0 = validate116.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13010,18 +13300,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate111.errors = vErrors;
+validate116.errors = vErrors;
 return errors === 0;
 }
-validate111.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate116.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_503_headers = validate113;
-const schema198 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getReadiness_503_headers = validate118;
+const schema203 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate113.evaluated;
+const evaluated0 = validate118.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13087,18 +13377,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate113.errors = vErrors;
+validate118.errors = vErrors;
 return errors === 0;
 }
-validate113.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate118.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_params = validate114;
-const schema199 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listApps_params = validate119;
+const schema204 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate114.evaluated;
+const evaluated0 = validate119.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13223,109 +13513,13 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate114.errors = vErrors;
+validate119.errors = vErrors;
 return errors === 0;
 }
-validate114.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate119.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_200_application_json = validate115;
-const schema201 = {"$ref":"runplane-openapi#/$defs/AppList"};
-
-function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate115.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate22(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate22.errors : vErrors.concat(validate22.errors);
-errors = vErrors.length;
-}
-validate115.errors = vErrors;
-return errors === 0;
-}
-validate115.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_200_headers = validate117;
-const schema202 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate117.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate117.errors = vErrors;
-return errors === 0;
-}
-validate117.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_400_application_problem_json = validate118;
-const schema203 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate118.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate118.errors = vErrors;
-return errors === 0;
-}
-validate118.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_400_headers = validate120;
-const schema204 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_200_application_json = validate120;
+const schema206 = {"$ref":"runplane-openapi#/$defs/AppList"};
 
 function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13337,6 +13531,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate22(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate22.errors : vErrors.concat(validate22.errors);
+errors = vErrors.length;
+}
+validate120.errors = vErrors;
+return errors === 0;
+}
+validate120.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listApps_200_headers = validate122;
+const schema207 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate122.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -13371,35 +13587,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate120.errors = vErrors;
+validate122.errors = vErrors;
 return errors === 0;
 }
-validate120.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate122.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_401_application_problem_json = validate121;
-const schema205 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate121.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate121.errors = vErrors;
-return errors === 0;
-}
-validate121.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_401_headers = validate123;
-const schema206 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listApps_400_application_problem_json = validate123;
+const schema208 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13411,6 +13605,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate123.errors = vErrors;
+return errors === 0;
+}
+validate123.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listApps_400_headers = validate125;
+const schema209 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate125.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -13422,8 +13638,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -13432,9 +13649,10 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -13443,59 +13661,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate123.errors = vErrors;
+validate125.errors = vErrors;
 return errors === 0;
 }
-validate123.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate125.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_403_application_problem_json = validate124;
-const schema207 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate124.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate124.errors = vErrors;
-return errors === 0;
-}
-validate124.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_403_headers = validate126;
-const schema208 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_401_application_problem_json = validate126;
+const schema210 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -13507,566 +13679,22 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
 validate126.errors = vErrors;
 return errors === 0;
 }
-validate126.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate126.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_500_application_problem_json = validate127;
-const schema209 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_401_headers = validate128;
+const schema211 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate127.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate127.errors = vErrors;
-return errors === 0;
-}
-validate127.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_500_headers = validate129;
-const schema210 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate129.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate129.errors = vErrors;
-return errors === 0;
-}
-validate129.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_503_application_problem_json = validate130;
-const schema211 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate130.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate130.errors = vErrors;
-return errors === 0;
-}
-validate130.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_503_headers = validate132;
-const schema212 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate132.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate132.errors = vErrors;
-return errors === 0;
-}
-validate132.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_params = validate133;
-const schema213 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
-
-function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate133.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data0.app_id === undefined){
-const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-else {
-const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-if(data0.app_id !== undefined){
-let data2 = data0.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err7 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-else {
-const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data3 = data.query;
-if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
-const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data4 = data.header;
-if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
-const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-else {
-const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-validate133.errors = vErrors;
-return errors === 0;
-}
-validate133.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_200_application_json = validate134;
-const schema216 = {"$ref":"runplane-openapi#/$defs/App"};
-
-function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate134.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate21(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
-errors = vErrors.length;
-}
-validate134.errors = vErrors;
-return errors === 0;
-}
-validate134.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_200_headers = validate136;
-const schema217 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate136.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate136.errors = vErrors;
-return errors === 0;
-}
-validate136.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_400_application_problem_json = validate137;
-const schema218 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate137.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate137.errors = vErrors;
-return errors === 0;
-}
-validate137.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_400_headers = validate139;
-const schema219 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate139.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate139.errors = vErrors;
-return errors === 0;
-}
-validate139.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_401_application_problem_json = validate140;
-const schema220 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate140.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate140.errors = vErrors;
-return errors === 0;
-}
-validate140.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_401_headers = validate142;
-const schema221 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
-
-function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate142.evaluated;
+const evaluated0 = validate128.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14129,18 +13757,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate142.errors = vErrors;
+validate128.errors = vErrors;
 return errors === 0;
 }
-validate142.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate128.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_403_application_problem_json = validate143;
-const schema222 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_403_application_problem_json = validate129;
+const schema212 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate143.evaluated;
+const evaluated0 = validate129.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14151,18 +13779,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate143.errors = vErrors;
+validate129.errors = vErrors;
 return errors === 0;
 }
-validate143.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate129.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_403_headers = validate145;
-const schema223 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_403_headers = validate131;
+const schema213 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate145.evaluated;
+const evaluated0 = validate131.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14203,18 +13831,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate145.errors = vErrors;
+validate131.errors = vErrors;
 return errors === 0;
 }
-validate145.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate131.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_404_application_problem_json = validate146;
-const schema224 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_500_application_problem_json = validate132;
+const schema214 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate146.evaluated;
+const evaluated0 = validate132.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14225,18 +13853,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate146.errors = vErrors;
+validate132.errors = vErrors;
 return errors === 0;
 }
-validate146.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate132.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_404_headers = validate148;
-const schema225 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_500_headers = validate134;
+const schema215 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate148.evaluated;
+const evaluated0 = validate134.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14277,18 +13905,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate148.errors = vErrors;
+validate134.errors = vErrors;
 return errors === 0;
 }
-validate148.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate134.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_500_application_problem_json = validate149;
-const schema226 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_503_application_problem_json = validate135;
+const schema216 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate149.evaluated;
+const evaluated0 = validate135.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14299,92 +13927,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate149.errors = vErrors;
+validate135.errors = vErrors;
 return errors === 0;
 }
-validate149.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate135.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_500_headers = validate151;
-const schema227 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_503_headers = validate137;
+const schema217 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate151.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate151.errors = vErrors;
-return errors === 0;
-}
-validate151.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_503_application_problem_json = validate152;
-const schema228 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate152.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate152.errors = vErrors;
-return errors === 0;
-}
-validate152.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_503_headers = validate154;
-const schema229 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate154.evaluated;
+const evaluated0 = validate137.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14450,18 +14004,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate154.errors = vErrors;
+validate137.errors = vErrors;
 return errors === 0;
 }
-validate154.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate137.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_params = validate155;
-const schema230 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getApp_params = validate138;
+const schema218 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate155.evaluated;
+const evaluated0 = validate138.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14621,13 +14175,427 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate155.errors = vErrors;
+validate138.errors = vErrors;
 return errors === 0;
 }
-validate155.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate138.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_204_headers = validate156;
-const schema233 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_200_application_json = validate139;
+const schema221 = {"$ref":"runplane-openapi#/$defs/App"};
+
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate139.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate21(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
+errors = vErrors.length;
+}
+validate139.errors = vErrors;
+return errors === 0;
+}
+validate139.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_200_headers = validate141;
+const schema222 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate141.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate141.errors = vErrors;
+return errors === 0;
+}
+validate141.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_400_application_problem_json = validate142;
+const schema223 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate142.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate142.errors = vErrors;
+return errors === 0;
+}
+validate142.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_400_headers = validate144;
+const schema224 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate144.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate144.errors = vErrors;
+return errors === 0;
+}
+validate144.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_401_application_problem_json = validate145;
+const schema225 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate145.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate145.errors = vErrors;
+return errors === 0;
+}
+validate145.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_401_headers = validate147;
+const schema226 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate147.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate147.errors = vErrors;
+return errors === 0;
+}
+validate147.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_403_application_problem_json = validate148;
+const schema227 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate148.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate148.errors = vErrors;
+return errors === 0;
+}
+validate148.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_403_headers = validate150;
+const schema228 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate150.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate150.errors = vErrors;
+return errors === 0;
+}
+validate150.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_404_application_problem_json = validate151;
+const schema229 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate151.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate151.errors = vErrors;
+return errors === 0;
+}
+validate151.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_404_headers = validate153;
+const schema230 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate153.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate153.errors = vErrors;
+return errors === 0;
+}
+validate153.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_500_application_problem_json = validate154;
+const schema231 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate154.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate154.errors = vErrors;
+return errors === 0;
+}
+validate154.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_500_headers = validate156;
+const schema232 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14678,8 +14646,8 @@ return errors === 0;
 }
 validate156.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_400_application_problem_json = validate157;
-const schema234 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_503_application_problem_json = validate157;
+const schema233 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14700,479 +14668,13 @@ return errors === 0;
 }
 validate157.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_400_headers = validate159;
-const schema235 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_503_headers = validate159;
+const schema234 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate159.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate159.errors = vErrors;
-return errors === 0;
-}
-validate159.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_401_application_problem_json = validate160;
-const schema236 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate160.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate160.errors = vErrors;
-return errors === 0;
-}
-validate160.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_401_headers = validate162;
-const schema237 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
-
-function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate162.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate162.errors = vErrors;
-return errors === 0;
-}
-validate162.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_403_application_problem_json = validate163;
-const schema238 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate163.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate163.errors = vErrors;
-return errors === 0;
-}
-validate163.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_403_headers = validate165;
-const schema239 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate165.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate165.errors = vErrors;
-return errors === 0;
-}
-validate165.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_404_application_problem_json = validate166;
-const schema240 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate166.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate166.errors = vErrors;
-return errors === 0;
-}
-validate166.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_404_headers = validate168;
-const schema241 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate168.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate168.errors = vErrors;
-return errors === 0;
-}
-validate168.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_409_application_problem_json = validate169;
-const schema242 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate169.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate169.errors = vErrors;
-return errors === 0;
-}
-validate169.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_409_headers = validate171;
-const schema243 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate171.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate171.errors = vErrors;
-return errors === 0;
-}
-validate171.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_500_application_problem_json = validate172;
-const schema244 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate172.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate172.errors = vErrors;
-return errors === 0;
-}
-validate172.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_500_headers = validate174;
-const schema245 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate174.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate174.errors = vErrors;
-return errors === 0;
-}
-validate174.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_503_application_problem_json = validate175;
-const schema246 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate175.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate175.errors = vErrors;
-return errors === 0;
-}
-validate175.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_503_headers = validate177;
-const schema247 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate177.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15238,18 +14740,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate177.errors = vErrors;
+validate159.errors = vErrors;
 return errors === 0;
 }
-validate177.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate159.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_params = validate178;
-const schema248 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.deleteApp_params = validate160;
+const schema235 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate178.evaluated;
+const evaluated0 = validate160.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15409,62 +14911,18 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate178.errors = vErrors;
+validate160.errors = vErrors;
 return errors === 0;
 }
-validate178.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate160.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_body = validate179;
-const schema251 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
+exports.deleteApp_204_headers = validate161;
+const schema238 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate179.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate31(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate31.errors : vErrors.concat(validate31.errors);
-errors = vErrors.length;
-}
-validate179.errors = vErrors;
-return errors === 0;
-}
-validate179.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_200_application_json = validate181;
-const schema252 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
-
-function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate181.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate30(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate30.errors : vErrors.concat(validate30.errors);
-errors = vErrors.length;
-}
-validate181.errors = vErrors;
-return errors === 0;
-}
-validate181.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_200_headers = validate183;
-const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate183.evaluated;
+const evaluated0 = validate161.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15505,18 +14963,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate183.errors = vErrors;
+validate161.errors = vErrors;
 return errors === 0;
 }
-validate183.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate161.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_400_application_problem_json = validate184;
-const schema254 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_400_application_problem_json = validate162;
+const schema239 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate184.evaluated;
+const evaluated0 = validate162.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15527,18 +14985,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate184.errors = vErrors;
+validate162.errors = vErrors;
 return errors === 0;
 }
-validate184.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate162.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_400_headers = validate186;
-const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_400_headers = validate164;
+const schema240 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate164(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate186.evaluated;
+const evaluated0 = validate164.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15579,18 +15037,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate186.errors = vErrors;
+validate164.errors = vErrors;
 return errors === 0;
 }
-validate186.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate164.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_401_application_problem_json = validate187;
-const schema256 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_401_application_problem_json = validate165;
+const schema241 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate187.evaluated;
+const evaluated0 = validate165.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15601,18 +15059,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate187.errors = vErrors;
+validate165.errors = vErrors;
 return errors === 0;
 }
-validate187.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate165.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_401_headers = validate189;
-const schema257 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.deleteApp_401_headers = validate167;
+const schema242 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate189.evaluated;
+const evaluated0 = validate167.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15675,18 +15133,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate189.errors = vErrors;
+validate167.errors = vErrors;
 return errors === 0;
 }
-validate189.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate167.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_403_application_problem_json = validate190;
-const schema258 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_403_application_problem_json = validate168;
+const schema243 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate190(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate190.evaluated;
+const evaluated0 = validate168.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15697,18 +15155,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate190.errors = vErrors;
+validate168.errors = vErrors;
 return errors === 0;
 }
-validate190.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate168.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_403_headers = validate192;
-const schema259 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_403_headers = validate170;
+const schema244 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate192(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate170(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate192.evaluated;
+const evaluated0 = validate170.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15749,18 +15207,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate192.errors = vErrors;
+validate170.errors = vErrors;
 return errors === 0;
 }
-validate192.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate170.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_413_application_problem_json = validate193;
-const schema260 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_404_application_problem_json = validate171;
+const schema245 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate193.evaluated;
+const evaluated0 = validate171.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15771,18 +15229,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate193.errors = vErrors;
+validate171.errors = vErrors;
 return errors === 0;
 }
-validate193.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate171.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_413_headers = validate195;
-const schema261 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_404_headers = validate173;
+const schema246 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate195.evaluated;
+const evaluated0 = validate173.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15823,18 +15281,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate195.errors = vErrors;
+validate173.errors = vErrors;
 return errors === 0;
 }
-validate195.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate173.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_415_application_problem_json = validate196;
-const schema262 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_409_application_problem_json = validate174;
+const schema247 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate196.evaluated;
+const evaluated0 = validate174.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15845,18 +15303,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate196.errors = vErrors;
+validate174.errors = vErrors;
 return errors === 0;
 }
-validate196.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate174.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_415_headers = validate198;
-const schema263 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_409_headers = validate176;
+const schema248 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate198.evaluated;
+const evaluated0 = validate176.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15897,18 +15355,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate198.errors = vErrors;
+validate176.errors = vErrors;
 return errors === 0;
 }
-validate198.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate176.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_500_application_problem_json = validate199;
-const schema264 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_500_application_problem_json = validate177;
+const schema249 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate199.evaluated;
+const evaluated0 = validate177.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15919,18 +15377,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate199.errors = vErrors;
+validate177.errors = vErrors;
 return errors === 0;
 }
-validate199.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate177.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_500_headers = validate201;
-const schema265 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_500_headers = validate179;
+const schema250 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate201.evaluated;
+const evaluated0 = validate179.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15971,18 +15429,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate201.errors = vErrors;
+validate179.errors = vErrors;
 return errors === 0;
 }
-validate201.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate179.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_503_application_problem_json = validate202;
-const schema266 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_503_application_problem_json = validate180;
+const schema251 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate202(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate180(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate202.evaluated;
+const evaluated0 = validate180.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15993,18 +15451,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate202.errors = vErrors;
+validate180.errors = vErrors;
 return errors === 0;
 }
-validate202.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate180.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_503_headers = validate204;
-const schema267 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.deleteApp_503_headers = validate182;
+const schema252 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate204.evaluated;
+const evaluated0 = validate182.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16070,18 +15528,850 @@ vErrors.push(err4);
 }
 errors++;
 }
+validate182.errors = vErrors;
+return errors === 0;
+}
+validate182.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_params = validate183;
+const schema253 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate183.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.app_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data0.app_id !== undefined){
+let data2 = data0.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err7 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data3 = data.query;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data4 = data.header;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+validate183.errors = vErrors;
+return errors === 0;
+}
+validate183.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_body = validate184;
+const schema256 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
+
+function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate184.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate31(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate31.errors : vErrors.concat(validate31.errors);
+errors = vErrors.length;
+}
+validate184.errors = vErrors;
+return errors === 0;
+}
+validate184.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_200_application_json = validate186;
+const schema257 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
+
+function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate186.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate30(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate30.errors : vErrors.concat(validate30.errors);
+errors = vErrors.length;
+}
+validate186.errors = vErrors;
+return errors === 0;
+}
+validate186.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_200_headers = validate188;
+const schema258 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate188(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate188.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate188.errors = vErrors;
+return errors === 0;
+}
+validate188.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_400_application_problem_json = validate189;
+const schema259 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate189.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate189.errors = vErrors;
+return errors === 0;
+}
+validate189.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_400_headers = validate191;
+const schema260 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate191.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate191.errors = vErrors;
+return errors === 0;
+}
+validate191.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_401_application_problem_json = validate192;
+const schema261 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate192(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate192.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate192.errors = vErrors;
+return errors === 0;
+}
+validate192.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_401_headers = validate194;
+const schema262 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate194(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate194.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate194.errors = vErrors;
+return errors === 0;
+}
+validate194.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_403_application_problem_json = validate195;
+const schema263 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate195.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate195.errors = vErrors;
+return errors === 0;
+}
+validate195.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_403_headers = validate197;
+const schema264 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate197.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate197.errors = vErrors;
+return errors === 0;
+}
+validate197.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_413_application_problem_json = validate198;
+const schema265 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate198.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate198.errors = vErrors;
+return errors === 0;
+}
+validate198.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_413_headers = validate200;
+const schema266 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate200(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate200.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate200.errors = vErrors;
+return errors === 0;
+}
+validate200.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_415_application_problem_json = validate201;
+const schema267 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate201.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate201.errors = vErrors;
+return errors === 0;
+}
+validate201.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_415_headers = validate203;
+const schema268 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate203.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate203.errors = vErrors;
+return errors === 0;
+}
+validate203.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_500_application_problem_json = validate204;
+const schema269 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate204.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
 validate204.errors = vErrors;
 return errors === 0;
 }
-validate204.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate204.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_params = validate205;
-const schema268 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.createBaseImageHash_500_headers = validate206;
+const schema270 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate205.evaluated;
+const evaluated0 = validate206.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate206.errors = vErrors;
+return errors === 0;
+}
+validate206.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_503_application_problem_json = validate207;
+const schema271 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate207.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate207.errors = vErrors;
+return errors === 0;
+}
+validate207.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_503_headers = validate209;
+const schema272 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate209.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate209.errors = vErrors;
+return errors === 0;
+}
+validate209.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_params = validate210;
+const schema273 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+
+function validate210(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate210.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16313,109 +16603,13 @@ vErrors.push(err18);
 }
 errors++;
 }
-validate205.errors = vErrors;
+validate210.errors = vErrors;
 return errors === 0;
 }
-validate205.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate210.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_200_application_json = validate206;
-const schema271 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
-
-function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate206.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate38(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate38.errors : vErrors.concat(validate38.errors);
-errors = vErrors.length;
-}
-validate206.errors = vErrors;
-return errors === 0;
-}
-validate206.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_200_headers = validate208;
-const schema272 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate208(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate208.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate208.errors = vErrors;
-return errors === 0;
-}
-validate208.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_400_application_problem_json = validate209;
-const schema273 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate209.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate209.errors = vErrors;
-return errors === 0;
-}
-validate209.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_400_headers = validate211;
-const schema274 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_200_application_json = validate211;
+const schema276 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
 
 function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16427,6 +16621,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate38(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate38.errors : vErrors.concat(validate38.errors);
+errors = vErrors.length;
+}
+validate211.errors = vErrors;
+return errors === 0;
+}
+validate211.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_200_headers = validate213;
+const schema277 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate213(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate213.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -16461,18 +16677,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate211.errors = vErrors;
+validate213.errors = vErrors;
 return errors === 0;
 }
-validate211.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate213.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_401_application_problem_json = validate212;
-const schema275 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_400_application_problem_json = validate214;
+const schema278 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate212(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate214(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate212.evaluated;
+const evaluated0 = validate214.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16483,18 +16699,92 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate212.errors = vErrors;
+validate214.errors = vErrors;
 return errors === 0;
 }
-validate212.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate214.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_401_headers = validate214;
-const schema276 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listDeployments_400_headers = validate216;
+const schema279 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate214(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate216(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate214.evaluated;
+const evaluated0 = validate216.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate216.errors = vErrors;
+return errors === 0;
+}
+validate216.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_401_application_problem_json = validate217;
+const schema280 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate217.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate217.errors = vErrors;
+return errors === 0;
+}
+validate217.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_401_headers = validate219;
+const schema281 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate219.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16557,109 +16847,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate214.errors = vErrors;
+validate219.errors = vErrors;
 return errors === 0;
 }
-validate214.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate219.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_403_application_problem_json = validate215;
-const schema277 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate215.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate215.errors = vErrors;
-return errors === 0;
-}
-validate215.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_403_headers = validate217;
-const schema278 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate217.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate217.errors = vErrors;
-return errors === 0;
-}
-validate217.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_404_application_problem_json = validate218;
-const schema279 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate218(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate218.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate218.errors = vErrors;
-return errors === 0;
-}
-validate218.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_404_headers = validate220;
-const schema280 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_403_application_problem_json = validate220;
+const schema282 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate220(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16671,6 +16865,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate220.errors = vErrors;
+return errors === 0;
+}
+validate220.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_403_headers = validate222;
+const schema283 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate222(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate222.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -16705,35 +16921,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate220.errors = vErrors;
+validate222.errors = vErrors;
 return errors === 0;
 }
-validate220.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate222.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_500_application_problem_json = validate221;
-const schema281 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate221.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate221.errors = vErrors;
-return errors === 0;
-}
-validate221.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_500_headers = validate223;
-const schema282 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_404_application_problem_json = validate223;
+const schema284 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16745,6 +16939,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate223.errors = vErrors;
+return errors === 0;
+}
+validate223.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_404_headers = validate225;
+const schema285 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate225.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -16779,18 +16995,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate223.errors = vErrors;
+validate225.errors = vErrors;
 return errors === 0;
 }
-validate223.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate225.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_503_application_problem_json = validate224;
-const schema283 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_500_application_problem_json = validate226;
+const schema286 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate224(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate226(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate224.evaluated;
+const evaluated0 = validate226.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16801,18 +17017,92 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate224.errors = vErrors;
+validate226.errors = vErrors;
 return errors === 0;
 }
-validate224.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate226.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_503_headers = validate226;
-const schema284 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listDeployments_500_headers = validate228;
+const schema287 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate226(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate228(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate226.evaluated;
+const evaluated0 = validate228.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate228.errors = vErrors;
+return errors === 0;
+}
+validate228.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_503_application_problem_json = validate229;
+const schema288 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate229.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate229.errors = vErrors;
+return errors === 0;
+}
+validate229.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_503_headers = validate231;
+const schema289 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate231(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate231.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16878,18 +17168,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate226.errors = vErrors;
+validate231.errors = vErrors;
 return errors === 0;
 }
-validate226.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate231.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_params = validate227;
-const schema285 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createDeployment_params = validate232;
+const schema290 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate232(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate227.evaluated;
+const evaluated0 = validate232.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17049,18 +17339,18 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate227.errors = vErrors;
+validate232.errors = vErrors;
 return errors === 0;
 }
-validate227.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate232.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_body = validate228;
-const schema288 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
+exports.createDeployment_body = validate233;
+const schema293 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
 
-function validate228(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate228.evaluated;
+const evaluated0 = validate233.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17071,18 +17361,18 @@ if(!(validate42(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate42.errors : vErrors.concat(validate42.errors);
 errors = vErrors.length;
 }
-validate228.errors = vErrors;
+validate233.errors = vErrors;
 return errors === 0;
 }
-validate228.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
+validate233.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_202_application_json = validate230;
-const schema289 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+exports.createDeployment_202_application_json = validate235;
+const schema294 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
-function validate230(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate230.evaluated;
+const evaluated0 = validate235.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17093,18 +17383,18 @@ if(!(validate34(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
 errors = vErrors.length;
 }
-validate230.errors = vErrors;
+validate235.errors = vErrors;
 return errors === 0;
 }
-validate230.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate235.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_202_headers = validate232;
-const schema290 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
+exports.createDeployment_202_headers = validate237;
+const schema295 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
 
-function validate232(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate237(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate232.evaluated;
+const evaluated0 = validate237.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17167,109 +17457,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate232.errors = vErrors;
+validate237.errors = vErrors;
 return errors === 0;
 }
-validate232.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
+validate237.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_400_application_problem_json = validate233;
-const schema291 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate233.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate233.errors = vErrors;
-return errors === 0;
-}
-validate233.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_400_headers = validate235;
-const schema292 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate235.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate235.errors = vErrors;
-return errors === 0;
-}
-validate235.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_401_application_problem_json = validate236;
-const schema293 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate236(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate236.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate236.errors = vErrors;
-return errors === 0;
-}
-validate236.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_401_headers = validate238;
-const schema294 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createDeployment_400_application_problem_json = validate238;
+const schema296 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate238(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17281,6 +17475,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate238.errors = vErrors;
+return errors === 0;
+}
+validate238.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_400_headers = validate240;
+const schema297 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate240(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate240.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17292,8 +17508,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -17302,9 +17519,10 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -17313,59 +17531,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate238.errors = vErrors;
+validate240.errors = vErrors;
 return errors === 0;
 }
-validate238.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate240.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_403_application_problem_json = validate239;
-const schema295 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate239(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate239.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate239.errors = vErrors;
-return errors === 0;
-}
-validate239.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_403_headers = validate241;
-const schema296 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_401_application_problem_json = validate241;
+const schema298 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate241(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17377,6 +17549,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate241.errors = vErrors;
+return errors === 0;
+}
+validate241.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_401_headers = validate243;
+const schema299 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate243(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate243.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17388,9 +17582,8 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -17399,10 +17592,9 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -17411,35 +17603,37 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate241.errors = vErrors;
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate243.errors = vErrors;
 return errors === 0;
 }
-validate241.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate243.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_404_application_problem_json = validate242;
-const schema297 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate242(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate242.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate242.errors = vErrors;
-return errors === 0;
-}
-validate242.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_404_headers = validate244;
-const schema298 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_403_application_problem_json = validate244;
+const schema300 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate244(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17451,6 +17645,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate244.errors = vErrors;
+return errors === 0;
+}
+validate244.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_403_headers = validate246;
+const schema301 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate246(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate246.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17485,35 +17701,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate244.errors = vErrors;
+validate246.errors = vErrors;
 return errors === 0;
 }
-validate244.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate246.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_409_application_problem_json = validate245;
-const schema299 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate245(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate245.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate245.errors = vErrors;
-return errors === 0;
-}
-validate245.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_409_headers = validate247;
-const schema300 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_404_application_problem_json = validate247;
+const schema302 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate247(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17525,6 +17719,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate247.errors = vErrors;
+return errors === 0;
+}
+validate247.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_404_headers = validate249;
+const schema303 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate249(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate249.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17559,35 +17775,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate247.errors = vErrors;
+validate249.errors = vErrors;
 return errors === 0;
 }
-validate247.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate249.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_413_application_problem_json = validate248;
-const schema301 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate248(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate248.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate248.errors = vErrors;
-return errors === 0;
-}
-validate248.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_413_headers = validate250;
-const schema302 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_409_application_problem_json = validate250;
+const schema304 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate250(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17599,6 +17793,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate250.errors = vErrors;
+return errors === 0;
+}
+validate250.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_409_headers = validate252;
+const schema305 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate252(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate252.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17633,35 +17849,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate250.errors = vErrors;
+validate252.errors = vErrors;
 return errors === 0;
 }
-validate250.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate252.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_415_application_problem_json = validate251;
-const schema303 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate251(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate251.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate251.errors = vErrors;
-return errors === 0;
-}
-validate251.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_415_headers = validate253;
-const schema304 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_413_application_problem_json = validate253;
+const schema306 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate253(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17673,6 +17867,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate253.errors = vErrors;
+return errors === 0;
+}
+validate253.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_413_headers = validate255;
+const schema307 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate255(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate255.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17707,35 +17923,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate253.errors = vErrors;
+validate255.errors = vErrors;
 return errors === 0;
 }
-validate253.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate255.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_500_application_problem_json = validate254;
-const schema305 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate254(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate254.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate254.errors = vErrors;
-return errors === 0;
-}
-validate254.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_500_headers = validate256;
-const schema306 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_415_application_problem_json = validate256;
+const schema308 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate256(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17747,6 +17941,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate256.errors = vErrors;
+return errors === 0;
+}
+validate256.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_415_headers = validate258;
+const schema309 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate258(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate258.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17781,35 +17997,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate256.errors = vErrors;
+validate258.errors = vErrors;
 return errors === 0;
 }
-validate256.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate258.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_502_application_problem_json = validate257;
-const schema307 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate257(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate257.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate257.errors = vErrors;
-return errors === 0;
-}
-validate257.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_502_headers = validate259;
-const schema308 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_500_application_problem_json = validate259;
+const schema310 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate259(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17821,6 +18015,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate259.errors = vErrors;
+return errors === 0;
+}
+validate259.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_500_headers = validate261;
+const schema311 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate261(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate261.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17855,35 +18071,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate259.errors = vErrors;
+validate261.errors = vErrors;
 return errors === 0;
 }
-validate259.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate261.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_503_application_problem_json = validate260;
-const schema309 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate260(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate260.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate260.errors = vErrors;
-return errors === 0;
-}
-validate260.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_503_headers = validate262;
-const schema310 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createDeployment_502_application_problem_json = validate262;
+const schema312 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate262(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17895,278 +18089,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
 validate262.errors = vErrors;
 return errors === 0;
 }
-validate262.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate262.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_params = validate263;
-const schema311 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
-
-function validate263(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate263.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data0.app_id === undefined){
-const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-if(data0.deployment_id === undefined){
-const err5 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "deployment_id"},message:"must have required property '"+"deployment_id"+"'"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-if(data0.app_id !== undefined){
-let data2 = data0.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data0.deployment_id !== undefined){
-let data3 = data0.deployment_id;
-if(typeof data3 === "string"){
-if(!pattern6.test(data3)){
-const err10 = {instancePath:instancePath+"/path/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/pattern",keyword:"pattern",params:{pattern: "^dep_[0-9a-z]{26}$"},message:"must match pattern \""+"^dep_[0-9a-z]{26}$"+"\""};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-else {
-const err11 = {instancePath:instancePath+"/path/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-else {
-const err12 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data4 = data.query;
-if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
-const err13 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err13];
-}
-else {
-vErrors.push(err13);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data5 = data.header;
-if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
-const err14 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err14];
-}
-else {
-vErrors.push(err14);
-}
-errors++;
-}
-}
-}
-else {
-const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err15];
-}
-else {
-vErrors.push(err15);
-}
-errors++;
-}
-validate263.errors = vErrors;
-return errors === 0;
-}
-validate263.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_200_application_json = validate264;
-const schema315 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+exports.createDeployment_502_headers = validate264;
+const schema313 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate264(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18178,28 +18111,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate34(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
-errors = vErrors.length;
-}
-validate264.errors = vErrors;
-return errors === 0;
-}
-validate264.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_200_headers = validate266;
-const schema316 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate266(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate266.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -18234,432 +18145,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate266.errors = vErrors;
+validate264.errors = vErrors;
 return errors === 0;
 }
-validate266.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate264.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_400_application_problem_json = validate267;
-const schema317 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_503_application_problem_json = validate265;
+const schema314 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate265(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate265.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate265.errors = vErrors;
+return errors === 0;
+}
+validate265.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_503_headers = validate267;
+const schema315 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate267(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate267.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate267.errors = vErrors;
-return errors === 0;
-}
-validate267.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_400_headers = validate269;
-const schema318 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate269(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate269.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate269.errors = vErrors;
-return errors === 0;
-}
-validate269.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_401_application_problem_json = validate270;
-const schema319 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate270(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate270.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate270.errors = vErrors;
-return errors === 0;
-}
-validate270.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_401_headers = validate272;
-const schema320 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
-
-function validate272(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate272.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate272.errors = vErrors;
-return errors === 0;
-}
-validate272.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_403_application_problem_json = validate273;
-const schema321 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate273(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate273.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate273.errors = vErrors;
-return errors === 0;
-}
-validate273.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_403_headers = validate275;
-const schema322 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate275(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate275.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate275.errors = vErrors;
-return errors === 0;
-}
-validate275.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_404_application_problem_json = validate276;
-const schema323 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate276(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate276.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate276.errors = vErrors;
-return errors === 0;
-}
-validate276.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_404_headers = validate278;
-const schema324 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate278(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate278.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate278.errors = vErrors;
-return errors === 0;
-}
-validate278.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_500_application_problem_json = validate279;
-const schema325 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate279(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate279.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate279.errors = vErrors;
-return errors === 0;
-}
-validate279.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_500_headers = validate281;
-const schema326 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate281(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate281.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate281.errors = vErrors;
-return errors === 0;
-}
-validate281.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_503_application_problem_json = validate282;
-const schema327 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate282(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate282.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate282.errors = vErrors;
-return errors === 0;
-}
-validate282.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_503_headers = validate284;
-const schema328 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate284(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate284.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18725,18 +18244,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate284.errors = vErrors;
+validate267.errors = vErrors;
 return errors === 0;
 }
-validate284.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate267.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_params = validate285;
-const schema329 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getDeployment_params = validate268;
+const schema316 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate285(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate268(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate285.evaluated;
+const evaluated0 = validate268.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18931,18 +18450,18 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate285.errors = vErrors;
+validate268.errors = vErrors;
 return errors === 0;
 }
-validate285.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate268.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_200_application_json = validate286;
-const schema333 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+exports.getDeployment_200_application_json = validate269;
+const schema320 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
-function validate286(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate269(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate286.evaluated;
+const evaluated0 = validate269.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18953,18 +18472,18 @@ if(!(validate34(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
 errors = vErrors.length;
 }
-validate286.errors = vErrors;
+validate269.errors = vErrors;
 return errors === 0;
 }
-validate286.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate269.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_200_headers = validate288;
-const schema334 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_200_headers = validate271;
+const schema321 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate288(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate271(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate288.evaluated;
+const evaluated0 = validate271.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19005,18 +18524,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate288.errors = vErrors;
+validate271.errors = vErrors;
 return errors === 0;
 }
-validate288.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate271.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_400_application_problem_json = validate289;
-const schema335 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_400_application_problem_json = validate272;
+const schema322 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate289(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate272(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate289.evaluated;
+const evaluated0 = validate272.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19027,18 +18546,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate289.errors = vErrors;
+validate272.errors = vErrors;
 return errors === 0;
 }
-validate289.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate272.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_400_headers = validate291;
-const schema336 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_400_headers = validate274;
+const schema323 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate291(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate274(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate291.evaluated;
+const evaluated0 = validate274.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19079,18 +18598,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate291.errors = vErrors;
+validate274.errors = vErrors;
 return errors === 0;
 }
-validate291.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate274.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_401_application_problem_json = validate292;
-const schema337 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_401_application_problem_json = validate275;
+const schema324 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate292(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate275(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate292.evaluated;
+const evaluated0 = validate275.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19101,18 +18620,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate292.errors = vErrors;
+validate275.errors = vErrors;
 return errors === 0;
 }
-validate292.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate275.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_401_headers = validate294;
-const schema338 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getDeployment_401_headers = validate277;
+const schema325 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate294(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate277(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate294.evaluated;
+const evaluated0 = validate277.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19175,18 +18694,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate294.errors = vErrors;
+validate277.errors = vErrors;
 return errors === 0;
 }
-validate294.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate277.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_403_application_problem_json = validate295;
-const schema339 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_403_application_problem_json = validate278;
+const schema326 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate295(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate278(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate295.evaluated;
+const evaluated0 = validate278.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19197,18 +18716,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate295.errors = vErrors;
+validate278.errors = vErrors;
 return errors === 0;
 }
-validate295.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate278.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_403_headers = validate297;
-const schema340 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_403_headers = validate280;
+const schema327 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate297(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate280(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate297.evaluated;
+const evaluated0 = validate280.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19249,18 +18768,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate297.errors = vErrors;
+validate280.errors = vErrors;
 return errors === 0;
 }
-validate297.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate280.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_404_application_problem_json = validate298;
-const schema341 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_404_application_problem_json = validate281;
+const schema328 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate298(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate281(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate298.evaluated;
+const evaluated0 = validate281.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19271,18 +18790,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate298.errors = vErrors;
+validate281.errors = vErrors;
 return errors === 0;
 }
-validate298.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate281.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_404_headers = validate300;
-const schema342 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_404_headers = validate283;
+const schema329 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate300(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate283(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate300.evaluated;
+const evaluated0 = validate283.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19323,18 +18842,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate300.errors = vErrors;
+validate283.errors = vErrors;
 return errors === 0;
 }
-validate300.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate283.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_409_application_problem_json = validate301;
-const schema343 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_500_application_problem_json = validate284;
+const schema330 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate301(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate284(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate301.evaluated;
+const evaluated0 = validate284.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19345,18 +18864,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate301.errors = vErrors;
+validate284.errors = vErrors;
 return errors === 0;
 }
-validate301.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate284.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_409_headers = validate303;
-const schema344 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_500_headers = validate286;
+const schema331 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate303(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate286(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate303.evaluated;
+const evaluated0 = validate286.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19397,18 +18916,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate303.errors = vErrors;
+validate286.errors = vErrors;
 return errors === 0;
 }
-validate303.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate286.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_500_application_problem_json = validate304;
-const schema345 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_503_application_problem_json = validate287;
+const schema332 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate304(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate287(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate304.evaluated;
+const evaluated0 = validate287.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19419,92 +18938,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate304.errors = vErrors;
+validate287.errors = vErrors;
 return errors === 0;
 }
-validate304.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate287.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_500_headers = validate306;
-const schema346 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_503_headers = validate289;
+const schema333 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate306(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate289(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate306.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate306.errors = vErrors;
-return errors === 0;
-}
-validate306.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_503_application_problem_json = validate307;
-const schema347 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate307(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate307.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate307.errors = vErrors;
-return errors === 0;
-}
-validate307.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_503_headers = validate309;
-const schema348 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate309(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate309.evaluated;
+const evaluated0 = validate289.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19570,18 +19015,863 @@ vErrors.push(err4);
 }
 errors++;
 }
+validate289.errors = vErrors;
+return errors === 0;
+}
+validate289.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_params = validate290;
+const schema334 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate290(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate290.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.app_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.deployment_id === undefined){
+const err5 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "deployment_id"},message:"must have required property '"+"deployment_id"+"'"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data0.app_id !== undefined){
+let data2 = data0.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data0.deployment_id !== undefined){
+let data3 = data0.deployment_id;
+if(typeof data3 === "string"){
+if(!pattern6.test(data3)){
+const err10 = {instancePath:instancePath+"/path/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/pattern",keyword:"pattern",params:{pattern: "^dep_[0-9a-z]{26}$"},message:"must match pattern \""+"^dep_[0-9a-z]{26}$"+"\""};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+else {
+const err11 = {instancePath:instancePath+"/path/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data4 = data.query;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err13 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data5 = data.header;
+if(!(data5 && typeof data5 == "object" && !Array.isArray(data5))){
+const err14 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+}
+}
+else {
+const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+validate290.errors = vErrors;
+return errors === 0;
+}
+validate290.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_200_application_json = validate291;
+const schema338 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+
+function validate291(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate291.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate34(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate34.errors : vErrors.concat(validate34.errors);
+errors = vErrors.length;
+}
+validate291.errors = vErrors;
+return errors === 0;
+}
+validate291.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_200_headers = validate293;
+const schema339 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate293(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate293.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate293.errors = vErrors;
+return errors === 0;
+}
+validate293.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_400_application_problem_json = validate294;
+const schema340 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate294(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate294.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate294.errors = vErrors;
+return errors === 0;
+}
+validate294.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_400_headers = validate296;
+const schema341 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate296(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate296.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate296.errors = vErrors;
+return errors === 0;
+}
+validate296.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_401_application_problem_json = validate297;
+const schema342 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate297(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate297.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate297.errors = vErrors;
+return errors === 0;
+}
+validate297.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_401_headers = validate299;
+const schema343 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate299(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate299.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate299.errors = vErrors;
+return errors === 0;
+}
+validate299.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_403_application_problem_json = validate300;
+const schema344 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate300(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate300.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate300.errors = vErrors;
+return errors === 0;
+}
+validate300.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_403_headers = validate302;
+const schema345 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate302(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate302.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate302.errors = vErrors;
+return errors === 0;
+}
+validate302.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_404_application_problem_json = validate303;
+const schema346 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate303(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate303.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate303.errors = vErrors;
+return errors === 0;
+}
+validate303.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_404_headers = validate305;
+const schema347 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate305(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate305.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate305.errors = vErrors;
+return errors === 0;
+}
+validate305.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_409_application_problem_json = validate306;
+const schema348 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate306(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate306.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate306.errors = vErrors;
+return errors === 0;
+}
+validate306.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_409_headers = validate308;
+const schema349 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate308(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate308.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate308.errors = vErrors;
+return errors === 0;
+}
+validate308.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_500_application_problem_json = validate309;
+const schema350 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate309(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate309.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
 validate309.errors = vErrors;
 return errors === 0;
 }
-validate309.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate309.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_params = validate310;
-const schema349 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+exports.activateDeployment_500_headers = validate311;
+const schema351 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate310(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate311(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate310.evaluated;
+const evaluated0 = validate311.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate311.errors = vErrors;
+return errors === 0;
+}
+validate311.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_503_application_problem_json = validate312;
+const schema352 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate312(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate312.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate312.errors = vErrors;
+return errors === 0;
+}
+validate312.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_503_headers = validate314;
+const schema353 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate314(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate314.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate314.errors = vErrors;
+return errors === 0;
+}
+validate314.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_params = validate315;
+const schema354 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+
+function validate315(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate315.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19790,143 +20080,13 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate310.errors = vErrors;
+validate315.errors = vErrors;
 return errors === 0;
 }
-validate310.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate315.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_200_text_event_stream = validate311;
-const schema353 = {"type":"string"};
-
-function validate311(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate311.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(typeof data !== "string"){
-const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-validate311.errors = vErrors;
-return errors === 0;
-}
-validate311.evaluated = {"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_200_text_plain = validate312;
-const schema354 = {"type":"string"};
-
-function validate312(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate312.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(typeof data !== "string"){
-const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-validate312.errors = vErrors;
-return errors === 0;
-}
-validate312.evaluated = {"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_200_headers = validate313;
-const schema355 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate313(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate313.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate313.errors = vErrors;
-return errors === 0;
-}
-validate313.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_400_application_problem_json = validate314;
-const schema356 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate314(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate314.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate314.errors = vErrors;
-return errors === 0;
-}
-validate314.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_400_headers = validate316;
-const schema357 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_200_text_event_stream = validate316;
+const schema358 = {"type":"string"};
 
 function validate316(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19938,9 +20098,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(typeof data !== "string"){
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -19949,36 +20108,13 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate316.errors = vErrors;
 return errors === 0;
 }
-validate316.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate316.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_401_application_problem_json = validate317;
-const schema358 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_200_text_plain = validate317;
+const schema359 = {"type":"string"};
 
 function validate317(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19990,17 +20126,75 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
+if(typeof data !== "string"){
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
 }
 validate317.errors = vErrors;
 return errors === 0;
 }
-validate317.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate317.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_401_headers = validate319;
-const schema359 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getDeploymentLogs_200_headers = validate318;
+const schema360 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate318(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate318.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate318.errors = vErrors;
+return errors === 0;
+}
+validate318.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_400_application_problem_json = validate319;
+const schema361 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate319(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20012,6 +20206,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate319.errors = vErrors;
+return errors === 0;
+}
+validate319.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_400_headers = validate321;
+const schema362 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate321(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate321.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -20023,8 +20239,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data["www-authenticate"] === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -20033,9 +20250,10 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -20044,59 +20262,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-if(data["www-authenticate"] !== undefined){
-if(typeof data["www-authenticate"] !== "string"){
-const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate319.errors = vErrors;
+validate321.errors = vErrors;
 return errors === 0;
 }
-validate319.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate321.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_403_application_problem_json = validate320;
-const schema360 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate320(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate320.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate320.errors = vErrors;
-return errors === 0;
-}
-validate320.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_403_headers = validate322;
-const schema361 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_401_application_problem_json = validate322;
+const schema363 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate322(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20108,605 +20280,22 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
 }
 validate322.errors = vErrors;
 return errors === 0;
 }
-validate322.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate322.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_404_application_problem_json = validate323;
-const schema362 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_401_headers = validate324;
+const schema364 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate323(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate324(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate323.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate323.errors = vErrors;
-return errors === 0;
-}
-validate323.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_404_headers = validate325;
-const schema363 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate325(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate325.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate325.errors = vErrors;
-return errors === 0;
-}
-validate325.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_500_application_problem_json = validate326;
-const schema364 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate326(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate326.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate326.errors = vErrors;
-return errors === 0;
-}
-validate326.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_500_headers = validate328;
-const schema365 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate328(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate328.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate328.errors = vErrors;
-return errors === 0;
-}
-validate328.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_503_application_problem_json = validate329;
-const schema366 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate329(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate329.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate329.errors = vErrors;
-return errors === 0;
-}
-validate329.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_503_headers = validate331;
-const schema367 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
-
-function validate331(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate331.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate331.errors = vErrors;
-return errors === 0;
-}
-validate331.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_params = validate332;
-const schema368 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
-
-function validate332(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate332.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err4 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-}
-else {
-const err6 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data2 = data.query;
-if(!(data2 && typeof data2 == "object" && !Array.isArray(data2))){
-const err7 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data3 = data.header;
-if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
-const err8 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-}
-else {
-const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-validate332.errors = vErrors;
-return errors === 0;
-}
-validate332.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_200_application_json = validate333;
-const schema370 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
-
-function validate333(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate333.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate81(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate81.errors : vErrors.concat(validate81.errors);
-errors = vErrors.length;
-}
-validate333.errors = vErrors;
-return errors === 0;
-}
-validate333.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_200_headers = validate335;
-const schema371 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate335(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate335.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate335.errors = vErrors;
-return errors === 0;
-}
-validate335.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_400_application_problem_json = validate336;
-const schema372 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate336(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate336.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate336.errors = vErrors;
-return errors === 0;
-}
-validate336.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_400_headers = validate338;
-const schema373 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate338(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate338.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate338.errors = vErrors;
-return errors === 0;
-}
-validate338.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_401_application_problem_json = validate339;
-const schema374 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate339(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate339.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate339.errors = vErrors;
-return errors === 0;
-}
-validate339.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_401_headers = validate341;
-const schema375 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
-
-function validate341(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate341.evaluated;
+const evaluated0 = validate324.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20769,18 +20358,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate341.errors = vErrors;
+validate324.errors = vErrors;
 return errors === 0;
 }
-validate341.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate324.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_403_application_problem_json = validate342;
-const schema376 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_403_application_problem_json = validate325;
+const schema365 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate342(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate325(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate342.evaluated;
+const evaluated0 = validate325.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20791,18 +20380,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate342.errors = vErrors;
+validate325.errors = vErrors;
 return errors === 0;
 }
-validate342.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate325.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_403_headers = validate344;
-const schema377 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_403_headers = validate327;
+const schema366 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate344(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate327(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate344.evaluated;
+const evaluated0 = validate327.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20843,18 +20432,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate344.errors = vErrors;
+validate327.errors = vErrors;
 return errors === 0;
 }
-validate344.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate327.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_500_application_problem_json = validate345;
-const schema378 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_404_application_problem_json = validate328;
+const schema367 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate345(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate328(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate345.evaluated;
+const evaluated0 = validate328.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20865,18 +20454,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate345.errors = vErrors;
+validate328.errors = vErrors;
 return errors === 0;
 }
-validate345.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate328.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_500_headers = validate347;
-const schema379 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_404_headers = validate330;
+const schema368 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate347(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate330(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate347.evaluated;
+const evaluated0 = validate330.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20917,18 +20506,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate347.errors = vErrors;
+validate330.errors = vErrors;
 return errors === 0;
 }
-validate347.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate330.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_503_application_problem_json = validate348;
-const schema380 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_500_application_problem_json = validate331;
+const schema369 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate348(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate331(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate348.evaluated;
+const evaluated0 = validate331.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20939,18 +20528,92 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate348.errors = vErrors;
+validate331.errors = vErrors;
 return errors === 0;
 }
-validate348.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate331.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_503_headers = validate350;
-const schema381 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_500_headers = validate333;
+const schema370 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate350(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate333(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate350.evaluated;
+const evaluated0 = validate333.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate333.errors = vErrors;
+return errors === 0;
+}
+validate333.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_503_application_problem_json = validate334;
+const schema371 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate334(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate334.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate334.errors = vErrors;
+return errors === 0;
+}
+validate334.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_503_headers = validate336;
+const schema372 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate336(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate336.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21016,18 +20679,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate350.errors = vErrors;
+validate336.errors = vErrors;
 return errors === 0;
 }
-validate350.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate336.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_params = validate351;
-const schema382 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listProjectSecrets_params = validate337;
+const schema373 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate351(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate337(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate351.evaluated;
+const evaluated0 = validate337.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21152,13 +20815,353 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate351.errors = vErrors;
+validate337.errors = vErrors;
 return errors === 0;
 }
-validate351.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate337.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_body = validate352;
-const schema384 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
+exports.listProjectSecrets_200_application_json = validate338;
+const schema375 = {"$ref":"runplane-openapi#/$defs/ProjectSecretList"};
+
+function validate338(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate338.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate338.errors = vErrors;
+return errors === 0;
+}
+validate338.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_200_headers = validate340;
+const schema376 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate340(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate340.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate340.errors = vErrors;
+return errors === 0;
+}
+validate340.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_400_application_problem_json = validate341;
+const schema377 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate341(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate341.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate341.errors = vErrors;
+return errors === 0;
+}
+validate341.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_400_headers = validate343;
+const schema378 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate343(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate343.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate343.errors = vErrors;
+return errors === 0;
+}
+validate343.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_401_application_problem_json = validate344;
+const schema379 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate344(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate344.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate344.errors = vErrors;
+return errors === 0;
+}
+validate344.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_401_headers = validate346;
+const schema380 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate346(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate346.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate346.errors = vErrors;
+return errors === 0;
+}
+validate346.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_403_application_problem_json = validate347;
+const schema381 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate347(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate347.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate347.errors = vErrors;
+return errors === 0;
+}
+validate347.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_403_headers = validate349;
+const schema382 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate349(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate349.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate349.errors = vErrors;
+return errors === 0;
+}
+validate349.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_500_application_problem_json = validate350;
+const schema383 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate350(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate350.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate350.errors = vErrors;
+return errors === 0;
+}
+validate350.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_500_headers = validate352;
+const schema384 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate352(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21170,39 +21173,146 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate83(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate83.errors : vErrors.concat(validate83.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate352.errors = vErrors;
 return errors === 0;
 }
-validate352.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
+validate352.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_201_application_json = validate354;
-const schema385 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
+exports.listProjectSecrets_503_application_problem_json = validate353;
+const schema385 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate354(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate353(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate354.evaluated;
+const evaluated0 = validate353.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate33(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate354.errors = vErrors;
+validate353.errors = vErrors;
 return errors === 0;
 }
-validate354.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
+validate353.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_201_headers = validate356;
-const schema386 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_503_headers = validate355;
+const schema386 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate355(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate355.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate355.errors = vErrors;
+return errors === 0;
+}
+validate355.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_params = validate356;
+const schema387 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate356(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21215,8 +21325,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -21225,9 +21335,8 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -21236,10 +21345,8 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -21248,13 +21355,135 @@ vErrors.push(err2);
 }
 errors++;
 }
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.name === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data0.name !== undefined){
+let data2 = data0.name;
+if(typeof data2 === "string"){
+if(!pattern29.test(data2)){
+const err7 = {instancePath:instancePath+"/path/name",schemaPath:"runplane-openapi#/$defs/SecretName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_]{0,127}$"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/path/name",schemaPath:"runplane-openapi#/$defs/SecretName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data3 = data.query;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data4 = data.header;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
 validate356.errors = vErrors;
 return errors === 0;
 }
-validate356.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate356.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_400_application_problem_json = validate357;
-const schema387 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_body = validate357;
+const schema390 = {"$ref":"runplane-openapi#/$defs/ProjectSecretRequest"};
 
 function validate357(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21266,22 +21495,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.value === undefined){
+const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecretRequest/required",keyword:"required",params:{missingProperty: "value"},message:"must have required property '"+"value"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.value !== undefined){
+if(typeof data.value !== "string"){
+const err1 = {instancePath:instancePath+"/value",schemaPath:"runplane-openapi#/$defs/ProjectSecretRequest/properties/value/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecretRequest/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate357.errors = vErrors;
 return errors === 0;
 }
-validate357.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate357.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_400_headers = validate359;
-const schema388 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_200_application_json = validate358;
+const schema392 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
 
-function validate359(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate358(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate359.evaluated;
+const evaluated0 = validate358.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate358.errors = vErrors;
+return errors === 0;
+}
+validate358.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_200_headers = validate360;
+const schema393 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate360(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate360.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21322,18 +21603,92 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate359.errors = vErrors;
+validate360.errors = vErrors;
 return errors === 0;
 }
-validate359.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate360.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_401_application_problem_json = validate360;
-const schema389 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_201_application_json = validate361;
+const schema394 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
 
-function validate360(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate361(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate360.evaluated;
+const evaluated0 = validate361.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate361.errors = vErrors;
+return errors === 0;
+}
+validate361.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_201_headers = validate363;
+const schema395 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate363(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate363.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate363.errors = vErrors;
+return errors === 0;
+}
+validate363.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_400_application_problem_json = validate364;
+const schema396 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate364(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate364.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21344,18 +21699,92 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate360.errors = vErrors;
+validate364.errors = vErrors;
 return errors === 0;
 }
-validate360.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate364.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_401_headers = validate362;
-const schema390 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.putProjectSecret_400_headers = validate366;
+const schema397 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate362(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate366(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate362.evaluated;
+const evaluated0 = validate366.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate366.errors = vErrors;
+return errors === 0;
+}
+validate366.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_401_application_problem_json = validate367;
+const schema398 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate367(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate367.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate367.errors = vErrors;
+return errors === 0;
+}
+validate367.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_401_headers = validate369;
+const schema399 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate369(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate369.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21418,188 +21847,410 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate362.errors = vErrors;
-return errors === 0;
-}
-validate362.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_403_application_problem_json = validate363;
-const schema391 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate363(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate363.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate363.errors = vErrors;
-return errors === 0;
-}
-validate363.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_403_headers = validate365;
-const schema392 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate365(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate365.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate365.errors = vErrors;
-return errors === 0;
-}
-validate365.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_500_application_problem_json = validate366;
-const schema393 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate366(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate366.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate366.errors = vErrors;
-return errors === 0;
-}
-validate366.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_500_headers = validate368;
-const schema394 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate368(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate368.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate368.errors = vErrors;
-return errors === 0;
-}
-validate368.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_503_application_problem_json = validate369;
-const schema395 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate369(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate369.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
 validate369.errors = vErrors;
 return errors === 0;
 }
-validate369.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate369.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_503_headers = validate371;
-const schema396 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.putProjectSecret_403_application_problem_json = validate370;
+const schema400 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate371(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate370(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate371.evaluated;
+const evaluated0 = validate370.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate370.errors = vErrors;
+return errors === 0;
+}
+validate370.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_403_headers = validate372;
+const schema401 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate372(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate372.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate372.errors = vErrors;
+return errors === 0;
+}
+validate372.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_409_application_problem_json = validate373;
+const schema402 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate373(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate373.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate373.errors = vErrors;
+return errors === 0;
+}
+validate373.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_409_headers = validate375;
+const schema403 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate375(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate375.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate375.errors = vErrors;
+return errors === 0;
+}
+validate375.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_413_application_problem_json = validate376;
+const schema404 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate376(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate376.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate376.errors = vErrors;
+return errors === 0;
+}
+validate376.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_413_headers = validate378;
+const schema405 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate378(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate378.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate378.errors = vErrors;
+return errors === 0;
+}
+validate378.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_415_application_problem_json = validate379;
+const schema406 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate379(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate379.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate379.errors = vErrors;
+return errors === 0;
+}
+validate379.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_415_headers = validate381;
+const schema407 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate381(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate381.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate381.errors = vErrors;
+return errors === 0;
+}
+validate381.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_500_application_problem_json = validate382;
+const schema408 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate382(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate382.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate382.errors = vErrors;
+return errors === 0;
+}
+validate382.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_500_headers = validate384;
+const schema409 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate384(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate384.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate384.errors = vErrors;
+return errors === 0;
+}
+validate384.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_503_application_problem_json = validate385;
+const schema410 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate385(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate385.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate385.errors = vErrors;
+return errors === 0;
+}
+validate385.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_503_headers = validate387;
+const schema411 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate387(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate387.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21665,18 +22316,2008 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate371.errors = vErrors;
+validate387.errors = vErrors;
 return errors === 0;
 }
-validate371.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate387.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_params = validate372;
-const schema397 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.deleteProjectSecret_params = validate388;
+const schema412 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate372(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate388(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate372.evaluated;
+const evaluated0 = validate388.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.name === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data0.name !== undefined){
+let data2 = data0.name;
+if(typeof data2 === "string"){
+if(!pattern29.test(data2)){
+const err7 = {instancePath:instancePath+"/path/name",schemaPath:"runplane-openapi#/$defs/SecretName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_]{0,127}$"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/path/name",schemaPath:"runplane-openapi#/$defs/SecretName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data3 = data.query;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data4 = data.header;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+validate388.errors = vErrors;
+return errors === 0;
+}
+validate388.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_204_headers = validate389;
+const schema415 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate389(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate389.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate389.errors = vErrors;
+return errors === 0;
+}
+validate389.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_400_application_problem_json = validate390;
+const schema416 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate390(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate390.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate390.errors = vErrors;
+return errors === 0;
+}
+validate390.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_400_headers = validate392;
+const schema417 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate392(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate392.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate392.errors = vErrors;
+return errors === 0;
+}
+validate392.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_401_application_problem_json = validate393;
+const schema418 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate393(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate393.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate393.errors = vErrors;
+return errors === 0;
+}
+validate393.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_401_headers = validate395;
+const schema419 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate395(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate395.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate395.errors = vErrors;
+return errors === 0;
+}
+validate395.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_403_application_problem_json = validate396;
+const schema420 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate396(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate396.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate396.errors = vErrors;
+return errors === 0;
+}
+validate396.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_403_headers = validate398;
+const schema421 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate398(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate398.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate398.errors = vErrors;
+return errors === 0;
+}
+validate398.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_404_application_problem_json = validate399;
+const schema422 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate399(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate399.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate399.errors = vErrors;
+return errors === 0;
+}
+validate399.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_404_headers = validate401;
+const schema423 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate401(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate401.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate401.errors = vErrors;
+return errors === 0;
+}
+validate401.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_500_application_problem_json = validate402;
+const schema424 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate402(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate402.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate402.errors = vErrors;
+return errors === 0;
+}
+validate402.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_500_headers = validate404;
+const schema425 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate404(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate404.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate404.errors = vErrors;
+return errors === 0;
+}
+validate404.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_503_application_problem_json = validate405;
+const schema426 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate405(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate405.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate405.errors = vErrors;
+return errors === 0;
+}
+validate405.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_503_headers = validate407;
+const schema427 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate407.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate407.errors = vErrors;
+return errors === 0;
+}
+validate407.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_params = validate408;
+const schema428 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate408(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate408.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err4 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data2 = data.query;
+if(!(data2 && typeof data2 == "object" && !Array.isArray(data2))){
+const err7 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data3 = data.header;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err8 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+validate408.errors = vErrors;
+return errors === 0;
+}
+validate408.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_200_application_json = validate409;
+const schema430 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
+
+function validate409(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate409.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate86(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate86.errors : vErrors.concat(validate86.errors);
+errors = vErrors.length;
+}
+validate409.errors = vErrors;
+return errors === 0;
+}
+validate409.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_200_headers = validate411;
+const schema431 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate411(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate411.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate411.errors = vErrors;
+return errors === 0;
+}
+validate411.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_400_application_problem_json = validate412;
+const schema432 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate412(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate412.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate412.errors = vErrors;
+return errors === 0;
+}
+validate412.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_400_headers = validate414;
+const schema433 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate414(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate414.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate414.errors = vErrors;
+return errors === 0;
+}
+validate414.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_401_application_problem_json = validate415;
+const schema434 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate415(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate415.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate415.errors = vErrors;
+return errors === 0;
+}
+validate415.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_401_headers = validate417;
+const schema435 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate417.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate417.errors = vErrors;
+return errors === 0;
+}
+validate417.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_403_application_problem_json = validate418;
+const schema436 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate418(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate418.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate418.errors = vErrors;
+return errors === 0;
+}
+validate418.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_403_headers = validate420;
+const schema437 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate420(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate420.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate420.errors = vErrors;
+return errors === 0;
+}
+validate420.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_500_application_problem_json = validate421;
+const schema438 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate421(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate421.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate421.errors = vErrors;
+return errors === 0;
+}
+validate421.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_500_headers = validate423;
+const schema439 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate423(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate423.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate423.errors = vErrors;
+return errors === 0;
+}
+validate423.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_503_application_problem_json = validate424;
+const schema440 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate424(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate424.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate424.errors = vErrors;
+return errors === 0;
+}
+validate424.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_503_headers = validate426;
+const schema441 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate426(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate426.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate426.errors = vErrors;
+return errors === 0;
+}
+validate426.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_params = validate427;
+const schema442 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate427(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate427.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err4 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data2 = data.query;
+if(!(data2 && typeof data2 == "object" && !Array.isArray(data2))){
+const err7 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data3 = data.header;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err8 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+validate427.errors = vErrors;
+return errors === 0;
+}
+validate427.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_body = validate428;
+const schema444 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
+
+function validate428(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate428.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate88(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate88.errors : vErrors.concat(validate88.errors);
+errors = vErrors.length;
+}
+validate428.errors = vErrors;
+return errors === 0;
+}
+validate428.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_201_application_json = validate430;
+const schema445 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
+
+function validate430(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate430.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate33(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
+errors = vErrors.length;
+}
+validate430.errors = vErrors;
+return errors === 0;
+}
+validate430.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_201_headers = validate432;
+const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate432(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate432.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate432.errors = vErrors;
+return errors === 0;
+}
+validate432.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_400_application_problem_json = validate433;
+const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate433(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate433.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate433.errors = vErrors;
+return errors === 0;
+}
+validate433.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_400_headers = validate435;
+const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate435(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate435.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate435.errors = vErrors;
+return errors === 0;
+}
+validate435.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_401_application_problem_json = validate436;
+const schema449 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate436(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate436.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate436.errors = vErrors;
+return errors === 0;
+}
+validate436.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_401_headers = validate438;
+const schema450 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate438(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate438.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["www-authenticate"] === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "www-authenticate"},message:"must have required property '"+"www-authenticate"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data["www-authenticate"] !== undefined){
+if(typeof data["www-authenticate"] !== "string"){
+const err3 = {instancePath:instancePath+"/www-authenticate",schemaPath:"#/properties/www-authenticate/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate438.errors = vErrors;
+return errors === 0;
+}
+validate438.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_403_application_problem_json = validate439;
+const schema451 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate439(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate439.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate439.errors = vErrors;
+return errors === 0;
+}
+validate439.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_403_headers = validate441;
+const schema452 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate441(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate441.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate441.errors = vErrors;
+return errors === 0;
+}
+validate441.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_500_application_problem_json = validate442;
+const schema453 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate442(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate442.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate442.errors = vErrors;
+return errors === 0;
+}
+validate442.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_500_headers = validate444;
+const schema454 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate444(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate444.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate444.errors = vErrors;
+return errors === 0;
+}
+validate444.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_503_application_problem_json = validate445;
+const schema455 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate445(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate445.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+errors = vErrors.length;
+}
+validate445.errors = vErrors;
+return errors === 0;
+}
+validate445.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_503_headers = validate447;
+const schema456 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate447(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate447.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate447.errors = vErrors;
+return errors === 0;
+}
+validate447.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_params = validate448;
+const schema457 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate448(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate448.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21836,18 +24477,18 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate372.errors = vErrors;
+validate448.errors = vErrors;
 return errors === 0;
 }
-validate372.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate448.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_204_headers = validate373;
-const schema400 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_204_headers = validate449;
+const schema460 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate373(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate449(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate373.evaluated;
+const evaluated0 = validate449.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21888,18 +24529,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate373.errors = vErrors;
+validate449.errors = vErrors;
 return errors === 0;
 }
-validate373.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate449.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_400_application_problem_json = validate374;
-const schema401 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_400_application_problem_json = validate450;
+const schema461 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate374(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate450(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate374.evaluated;
+const evaluated0 = validate450.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21910,18 +24551,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate374.errors = vErrors;
+validate450.errors = vErrors;
 return errors === 0;
 }
-validate374.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate450.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_400_headers = validate376;
-const schema402 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_400_headers = validate452;
+const schema462 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate376(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate452(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate376.evaluated;
+const evaluated0 = validate452.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21962,18 +24603,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate376.errors = vErrors;
+validate452.errors = vErrors;
 return errors === 0;
 }
-validate376.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate452.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_401_application_problem_json = validate377;
-const schema403 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_401_application_problem_json = validate453;
+const schema463 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate377(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate453(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate377.evaluated;
+const evaluated0 = validate453.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21984,18 +24625,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate377.errors = vErrors;
+validate453.errors = vErrors;
 return errors === 0;
 }
-validate377.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate453.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_401_headers = validate379;
-const schema404 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.revokeServiceAccount_401_headers = validate455;
+const schema464 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate379(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate455(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate379.evaluated;
+const evaluated0 = validate455.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22058,18 +24699,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate379.errors = vErrors;
+validate455.errors = vErrors;
 return errors === 0;
 }
-validate379.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate455.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_403_application_problem_json = validate380;
-const schema405 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_403_application_problem_json = validate456;
+const schema465 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate380(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate456(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate380.evaluated;
+const evaluated0 = validate456.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22080,18 +24721,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate380.errors = vErrors;
+validate456.errors = vErrors;
 return errors === 0;
 }
-validate380.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate456.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_403_headers = validate382;
-const schema406 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_403_headers = validate458;
+const schema466 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate382(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate458(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate382.evaluated;
+const evaluated0 = validate458.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22132,18 +24773,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate382.errors = vErrors;
+validate458.errors = vErrors;
 return errors === 0;
 }
-validate382.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate458.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_404_application_problem_json = validate383;
-const schema407 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_404_application_problem_json = validate459;
+const schema467 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate383(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate459(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate383.evaluated;
+const evaluated0 = validate459.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22154,18 +24795,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate383.errors = vErrors;
+validate459.errors = vErrors;
 return errors === 0;
 }
-validate383.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate459.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_404_headers = validate385;
-const schema408 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_404_headers = validate461;
+const schema468 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate385(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate461(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate385.evaluated;
+const evaluated0 = validate461.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22206,18 +24847,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate385.errors = vErrors;
+validate461.errors = vErrors;
 return errors === 0;
 }
-validate385.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate461.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_500_application_problem_json = validate386;
-const schema409 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_500_application_problem_json = validate462;
+const schema469 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate386(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate462(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate386.evaluated;
+const evaluated0 = validate462.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22228,18 +24869,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate386.errors = vErrors;
+validate462.errors = vErrors;
 return errors === 0;
 }
-validate386.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate462.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_500_headers = validate388;
-const schema410 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_500_headers = validate464;
+const schema470 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate388(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate464(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate388.evaluated;
+const evaluated0 = validate464.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22280,18 +24921,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate388.errors = vErrors;
+validate464.errors = vErrors;
 return errors === 0;
 }
-validate388.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate464.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_503_application_problem_json = validate389;
-const schema411 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_503_application_problem_json = validate465;
+const schema471 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate389(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate465(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate389.evaluated;
+const evaluated0 = validate465.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22302,18 +24943,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate389.errors = vErrors;
+validate465.errors = vErrors;
 return errors === 0;
 }
-validate389.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate465.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_503_headers = validate391;
-const schema412 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_503_headers = validate467;
+const schema472 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate391(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate467(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate391.evaluated;
+const evaluated0 = validate467.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22379,18 +25020,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate391.errors = vErrors;
+validate467.errors = vErrors;
 return errors === 0;
 }
-validate391.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate467.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_params = validate392;
-const schema413 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.listRuns_params = validate468;
+const schema473 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
-function validate392(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate468(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate392.evaluated;
+const evaluated0 = validate468.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22529,7 +25170,7 @@ vErrors.push(err10);
 errors++;
 }
 if(!(((((data4 === "queued") || (data4 === "running")) || (data4 === "success")) || (data4 === "failure")) || (data4 === "cancelled"))){
-const err11 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema111.enum},message:"must be equal to one of the allowed values"};
+const err11 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema115.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -22645,40 +25286,40 @@ vErrors.push(err20);
 }
 errors++;
 }
-validate392.errors = vErrors;
+validate468.errors = vErrors;
 return errors === 0;
 }
-validate392.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate468.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_200_application_json = validate393;
-const schema417 = {"$ref":"runplane-openapi#/$defs/RunPage"};
+exports.listRuns_200_application_json = validate469;
+const schema477 = {"$ref":"runplane-openapi#/$defs/RunPage"};
 
-function validate393(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate469(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate393.evaluated;
+const evaluated0 = validate469.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate70(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate70.errors : vErrors.concat(validate70.errors);
+if(!(validate74(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate74.errors : vErrors.concat(validate74.errors);
 errors = vErrors.length;
 }
-validate393.errors = vErrors;
+validate469.errors = vErrors;
 return errors === 0;
 }
-validate393.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate469.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_200_headers = validate395;
-const schema418 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_200_headers = validate471;
+const schema478 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate395(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate471(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate395.evaluated;
+const evaluated0 = validate471.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22719,18 +25360,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate395.errors = vErrors;
+validate471.errors = vErrors;
 return errors === 0;
 }
-validate395.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate471.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_400_application_problem_json = validate396;
-const schema419 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_400_application_problem_json = validate472;
+const schema479 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate396(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate472(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate396.evaluated;
+const evaluated0 = validate472.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22741,18 +25382,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate396.errors = vErrors;
+validate472.errors = vErrors;
 return errors === 0;
 }
-validate396.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate472.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_400_headers = validate398;
-const schema420 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_400_headers = validate474;
+const schema480 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate398(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate474(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate398.evaluated;
+const evaluated0 = validate474.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22793,18 +25434,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate398.errors = vErrors;
+validate474.errors = vErrors;
 return errors === 0;
 }
-validate398.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate474.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_401_application_problem_json = validate399;
-const schema421 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_401_application_problem_json = validate475;
+const schema481 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate399(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate475(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate399.evaluated;
+const evaluated0 = validate475.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22815,18 +25456,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate399.errors = vErrors;
+validate475.errors = vErrors;
 return errors === 0;
 }
-validate399.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate475.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_401_headers = validate401;
-const schema422 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listRuns_401_headers = validate477;
+const schema482 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate401(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate477(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate401.evaluated;
+const evaluated0 = validate477.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22889,18 +25530,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate401.errors = vErrors;
+validate477.errors = vErrors;
 return errors === 0;
 }
-validate401.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate477.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_403_application_problem_json = validate402;
-const schema423 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_403_application_problem_json = validate478;
+const schema483 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate402(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate478(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate402.evaluated;
+const evaluated0 = validate478.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22911,18 +25552,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate402.errors = vErrors;
+validate478.errors = vErrors;
 return errors === 0;
 }
-validate402.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate478.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_403_headers = validate404;
-const schema424 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_403_headers = validate480;
+const schema484 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate404(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate480(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate404.evaluated;
+const evaluated0 = validate480.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22963,18 +25604,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate404.errors = vErrors;
+validate480.errors = vErrors;
 return errors === 0;
 }
-validate404.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate480.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_404_application_problem_json = validate405;
-const schema425 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_404_application_problem_json = validate481;
+const schema485 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate405(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate481(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate405.evaluated;
+const evaluated0 = validate481.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22985,18 +25626,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate405.errors = vErrors;
+validate481.errors = vErrors;
 return errors === 0;
 }
-validate405.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate481.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_404_headers = validate407;
-const schema426 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_404_headers = validate483;
+const schema486 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate483(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate407.evaluated;
+const evaluated0 = validate483.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23037,18 +25678,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate407.errors = vErrors;
+validate483.errors = vErrors;
 return errors === 0;
 }
-validate407.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate483.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_500_application_problem_json = validate408;
-const schema427 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_500_application_problem_json = validate484;
+const schema487 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate408(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate484(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate408.evaluated;
+const evaluated0 = validate484.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23059,18 +25700,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate408.errors = vErrors;
+validate484.errors = vErrors;
 return errors === 0;
 }
-validate408.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate484.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_500_headers = validate410;
-const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_500_headers = validate486;
+const schema488 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate410(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate486(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate410.evaluated;
+const evaluated0 = validate486.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23111,18 +25752,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate410.errors = vErrors;
+validate486.errors = vErrors;
 return errors === 0;
 }
-validate410.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate486.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_503_application_problem_json = validate411;
-const schema429 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_503_application_problem_json = validate487;
+const schema489 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate411(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate487(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate411.evaluated;
+const evaluated0 = validate487.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23133,18 +25774,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate411.errors = vErrors;
+validate487.errors = vErrors;
 return errors === 0;
 }
-validate411.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate487.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_503_headers = validate413;
-const schema430 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listRuns_503_headers = validate489;
+const schema490 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate413(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate489(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate413.evaluated;
+const evaluated0 = validate489.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23210,18 +25851,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate413.errors = vErrors;
+validate489.errors = vErrors;
 return errors === 0;
 }
-validate413.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate489.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_params = validate414;
-const schema431 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getRun_params = validate490;
+const schema491 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate414(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate490(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate414.evaluated;
+const evaluated0 = validate490.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23416,40 +26057,40 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate414.errors = vErrors;
+validate490.errors = vErrors;
 return errors === 0;
 }
-validate414.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate490.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_200_application_json = validate415;
-const schema435 = {"$ref":"runplane-openapi#/$defs/Run"};
+exports.getRun_200_application_json = validate491;
+const schema495 = {"$ref":"runplane-openapi#/$defs/Run"};
 
-function validate415(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate491(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate415.evaluated;
+const evaluated0 = validate491.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate63(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate63.errors : vErrors.concat(validate63.errors);
 errors = vErrors.length;
 }
-validate415.errors = vErrors;
+validate491.errors = vErrors;
 return errors === 0;
 }
-validate415.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate491.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_200_headers = validate417;
-const schema436 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_200_headers = validate493;
+const schema496 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate493(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate417.evaluated;
+const evaluated0 = validate493.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23490,18 +26131,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate417.errors = vErrors;
+validate493.errors = vErrors;
 return errors === 0;
 }
-validate417.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate493.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_400_application_problem_json = validate418;
-const schema437 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_400_application_problem_json = validate494;
+const schema497 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate418(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate494(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate418.evaluated;
+const evaluated0 = validate494.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23512,18 +26153,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate418.errors = vErrors;
+validate494.errors = vErrors;
 return errors === 0;
 }
-validate418.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate494.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_400_headers = validate420;
-const schema438 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_400_headers = validate496;
+const schema498 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate420(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate496(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate420.evaluated;
+const evaluated0 = validate496.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23564,18 +26205,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate420.errors = vErrors;
+validate496.errors = vErrors;
 return errors === 0;
 }
-validate420.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate496.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_401_application_problem_json = validate421;
-const schema439 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_401_application_problem_json = validate497;
+const schema499 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate421(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate497(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate421.evaluated;
+const evaluated0 = validate497.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23586,18 +26227,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate421.errors = vErrors;
+validate497.errors = vErrors;
 return errors === 0;
 }
-validate421.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate497.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_401_headers = validate423;
-const schema440 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRun_401_headers = validate499;
+const schema500 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate423(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate499(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate423.evaluated;
+const evaluated0 = validate499.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23660,18 +26301,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate423.errors = vErrors;
+validate499.errors = vErrors;
 return errors === 0;
 }
-validate423.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate499.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_403_application_problem_json = validate424;
-const schema441 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_403_application_problem_json = validate500;
+const schema501 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate424(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate500(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate424.evaluated;
+const evaluated0 = validate500.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23682,18 +26323,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate424.errors = vErrors;
+validate500.errors = vErrors;
 return errors === 0;
 }
-validate424.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate500.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_403_headers = validate426;
-const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_403_headers = validate502;
+const schema502 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate426(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate502(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate426.evaluated;
+const evaluated0 = validate502.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23734,18 +26375,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate426.errors = vErrors;
+validate502.errors = vErrors;
 return errors === 0;
 }
-validate426.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate502.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_404_application_problem_json = validate427;
-const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_404_application_problem_json = validate503;
+const schema503 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate427(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate503(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate427.evaluated;
+const evaluated0 = validate503.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23756,18 +26397,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate427.errors = vErrors;
+validate503.errors = vErrors;
 return errors === 0;
 }
-validate427.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate503.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_404_headers = validate429;
-const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_404_headers = validate505;
+const schema504 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate429(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate505(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate429.evaluated;
+const evaluated0 = validate505.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23808,18 +26449,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate429.errors = vErrors;
+validate505.errors = vErrors;
 return errors === 0;
 }
-validate429.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate505.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_500_application_problem_json = validate430;
-const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_500_application_problem_json = validate506;
+const schema505 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate430(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate506(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate430.evaluated;
+const evaluated0 = validate506.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23830,18 +26471,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate430.errors = vErrors;
+validate506.errors = vErrors;
 return errors === 0;
 }
-validate430.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate506.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_500_headers = validate432;
-const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_500_headers = validate508;
+const schema506 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate432(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate508(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate432.evaluated;
+const evaluated0 = validate508.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23882,18 +26523,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate432.errors = vErrors;
+validate508.errors = vErrors;
 return errors === 0;
 }
-validate432.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate508.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_503_application_problem_json = validate433;
-const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_503_application_problem_json = validate509;
+const schema507 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate433(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate509(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate433.evaluated;
+const evaluated0 = validate509.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23904,18 +26545,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate433.errors = vErrors;
+validate509.errors = vErrors;
 return errors === 0;
 }
-validate433.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate509.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_503_headers = validate435;
-const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRun_503_headers = validate511;
+const schema508 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate435(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate511(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate435.evaluated;
+const evaluated0 = validate511.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23981,18 +26622,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate435.errors = vErrors;
+validate511.errors = vErrors;
 return errors === 0;
 }
-validate435.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate511.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_params = validate436;
-const schema449 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.cancelRun_params = validate512;
+const schema509 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate436(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate512(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate436.evaluated;
+const evaluated0 = validate512.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24187,40 +26828,40 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate436.errors = vErrors;
+validate512.errors = vErrors;
 return errors === 0;
 }
-validate436.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate512.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_200_application_json = validate437;
-const schema453 = {"$ref":"runplane-openapi#/$defs/Run"};
+exports.cancelRun_200_application_json = validate513;
+const schema513 = {"$ref":"runplane-openapi#/$defs/Run"};
 
-function validate437(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate513(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate437.evaluated;
+const evaluated0 = validate513.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate63(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate63.errors : vErrors.concat(validate63.errors);
 errors = vErrors.length;
 }
-validate437.errors = vErrors;
+validate513.errors = vErrors;
 return errors === 0;
 }
-validate437.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate513.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_200_headers = validate439;
-const schema454 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_200_headers = validate515;
+const schema514 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate439(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate515(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate439.evaluated;
+const evaluated0 = validate515.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24261,18 +26902,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate439.errors = vErrors;
+validate515.errors = vErrors;
 return errors === 0;
 }
-validate439.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate515.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_400_application_problem_json = validate440;
-const schema455 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_400_application_problem_json = validate516;
+const schema515 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate440(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate516(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate440.evaluated;
+const evaluated0 = validate516.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24283,18 +26924,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate440.errors = vErrors;
+validate516.errors = vErrors;
 return errors === 0;
 }
-validate440.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate516.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_400_headers = validate442;
-const schema456 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_400_headers = validate518;
+const schema516 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate442(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate518(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate442.evaluated;
+const evaluated0 = validate518.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24335,18 +26976,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate442.errors = vErrors;
+validate518.errors = vErrors;
 return errors === 0;
 }
-validate442.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate518.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_401_application_problem_json = validate443;
-const schema457 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_401_application_problem_json = validate519;
+const schema517 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate443(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate519(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate443.evaluated;
+const evaluated0 = validate519.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24357,18 +26998,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate443.errors = vErrors;
+validate519.errors = vErrors;
 return errors === 0;
 }
-validate443.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate519.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_401_headers = validate445;
-const schema458 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.cancelRun_401_headers = validate521;
+const schema518 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate445(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate521(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate445.evaluated;
+const evaluated0 = validate521.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24431,18 +27072,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate445.errors = vErrors;
+validate521.errors = vErrors;
 return errors === 0;
 }
-validate445.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate521.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_403_application_problem_json = validate446;
-const schema459 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_403_application_problem_json = validate522;
+const schema519 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate446(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate522(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate446.evaluated;
+const evaluated0 = validate522.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24453,18 +27094,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate446.errors = vErrors;
+validate522.errors = vErrors;
 return errors === 0;
 }
-validate446.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate522.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_403_headers = validate448;
-const schema460 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_403_headers = validate524;
+const schema520 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate448(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate524(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate448.evaluated;
+const evaluated0 = validate524.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24505,18 +27146,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate448.errors = vErrors;
+validate524.errors = vErrors;
 return errors === 0;
 }
-validate448.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate524.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_404_application_problem_json = validate449;
-const schema461 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_404_application_problem_json = validate525;
+const schema521 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate449(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate525(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate449.evaluated;
+const evaluated0 = validate525.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24527,18 +27168,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate449.errors = vErrors;
+validate525.errors = vErrors;
 return errors === 0;
 }
-validate449.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate525.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_404_headers = validate451;
-const schema462 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_404_headers = validate527;
+const schema522 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate451(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate527(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate451.evaluated;
+const evaluated0 = validate527.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24579,18 +27220,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate451.errors = vErrors;
+validate527.errors = vErrors;
 return errors === 0;
 }
-validate451.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate527.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_409_application_problem_json = validate452;
-const schema463 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_409_application_problem_json = validate528;
+const schema523 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate452(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate528(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate452.evaluated;
+const evaluated0 = validate528.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24601,18 +27242,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate452.errors = vErrors;
+validate528.errors = vErrors;
 return errors === 0;
 }
-validate452.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate528.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_409_headers = validate454;
-const schema464 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_409_headers = validate530;
+const schema524 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate454(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate530(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate454.evaluated;
+const evaluated0 = validate530.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24653,18 +27294,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate454.errors = vErrors;
+validate530.errors = vErrors;
 return errors === 0;
 }
-validate454.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate530.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_500_application_problem_json = validate455;
-const schema465 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_500_application_problem_json = validate531;
+const schema525 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate455(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate531(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate455.evaluated;
+const evaluated0 = validate531.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24675,18 +27316,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate455.errors = vErrors;
+validate531.errors = vErrors;
 return errors === 0;
 }
-validate455.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate531.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_500_headers = validate457;
-const schema466 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_500_headers = validate533;
+const schema526 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate457(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate533(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate457.evaluated;
+const evaluated0 = validate533.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24727,18 +27368,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate457.errors = vErrors;
+validate533.errors = vErrors;
 return errors === 0;
 }
-validate457.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate533.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_503_application_problem_json = validate458;
-const schema467 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_503_application_problem_json = validate534;
+const schema527 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate458(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate534(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate458.evaluated;
+const evaluated0 = validate534.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24749,18 +27390,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate458.errors = vErrors;
+validate534.errors = vErrors;
 return errors === 0;
 }
-validate458.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate534.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_503_headers = validate460;
-const schema468 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.cancelRun_503_headers = validate536;
+const schema528 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate460(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate536(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate460.evaluated;
+const evaluated0 = validate536.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24826,18 +27467,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate460.errors = vErrors;
+validate536.errors = vErrors;
 return errors === 0;
 }
-validate460.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate536.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_params = validate461;
-const schema469 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+exports.getRunLogs_params = validate537;
+const schema529 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
 
-function validate461(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate537(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate461.evaluated;
+const evaluated0 = validate537.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25046,40 +27687,40 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate461.errors = vErrors;
+validate537.errors = vErrors;
 return errors === 0;
 }
-validate461.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate537.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_200_application_json = validate462;
-const schema473 = {"$ref":"runplane-openapi#/$defs/RunLog"};
+exports.getRunLogs_200_application_json = validate538;
+const schema533 = {"$ref":"runplane-openapi#/$defs/RunLog"};
 
-function validate462(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate538(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate462.evaluated;
+const evaluated0 = validate538.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate67(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate67.errors : vErrors.concat(validate67.errors);
+if(!(validate71(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate71.errors : vErrors.concat(validate71.errors);
 errors = vErrors.length;
 }
-validate462.errors = vErrors;
+validate538.errors = vErrors;
 return errors === 0;
 }
-validate462.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
+validate538.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_200_text_event_stream = validate464;
-const schema474 = {"type":"string"};
+exports.getRunLogs_200_text_event_stream = validate540;
+const schema534 = {"type":"string"};
 
-function validate464(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate540(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate464.evaluated;
+const evaluated0 = validate540.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25096,18 +27737,18 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate464.errors = vErrors;
+validate540.errors = vErrors;
 return errors === 0;
 }
-validate464.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate540.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_200_headers = validate465;
-const schema475 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_200_headers = validate541;
+const schema535 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate465(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate541(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate465.evaluated;
+const evaluated0 = validate541.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25148,18 +27789,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate465.errors = vErrors;
+validate541.errors = vErrors;
 return errors === 0;
 }
-validate465.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate541.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_400_application_problem_json = validate466;
-const schema476 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_400_application_problem_json = validate542;
+const schema536 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate466(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate542(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate466.evaluated;
+const evaluated0 = validate542.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25170,18 +27811,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate466.errors = vErrors;
+validate542.errors = vErrors;
 return errors === 0;
 }
-validate466.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate542.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_400_headers = validate468;
-const schema477 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_400_headers = validate544;
+const schema537 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate468(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate544(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate468.evaluated;
+const evaluated0 = validate544.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25222,18 +27863,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate468.errors = vErrors;
+validate544.errors = vErrors;
 return errors === 0;
 }
-validate468.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate544.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_401_application_problem_json = validate469;
-const schema478 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_401_application_problem_json = validate545;
+const schema538 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate469(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate545(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate469.evaluated;
+const evaluated0 = validate545.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25244,18 +27885,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate469.errors = vErrors;
+validate545.errors = vErrors;
 return errors === 0;
 }
-validate469.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate545.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_401_headers = validate471;
-const schema479 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRunLogs_401_headers = validate547;
+const schema539 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate471(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate547(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate471.evaluated;
+const evaluated0 = validate547.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25318,18 +27959,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate471.errors = vErrors;
+validate547.errors = vErrors;
 return errors === 0;
 }
-validate471.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate547.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_403_application_problem_json = validate472;
-const schema480 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_403_application_problem_json = validate548;
+const schema540 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate472(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate548(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate472.evaluated;
+const evaluated0 = validate548.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25340,18 +27981,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate472.errors = vErrors;
+validate548.errors = vErrors;
 return errors === 0;
 }
-validate472.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate548.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_403_headers = validate474;
-const schema481 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_403_headers = validate550;
+const schema541 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate474(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate550(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate474.evaluated;
+const evaluated0 = validate550.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25392,18 +28033,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate474.errors = vErrors;
+validate550.errors = vErrors;
 return errors === 0;
 }
-validate474.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate550.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_404_application_problem_json = validate475;
-const schema482 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_404_application_problem_json = validate551;
+const schema542 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate475(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate551(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate475.evaluated;
+const evaluated0 = validate551.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25414,18 +28055,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate475.errors = vErrors;
+validate551.errors = vErrors;
 return errors === 0;
 }
-validate475.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate551.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_404_headers = validate477;
-const schema483 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_404_headers = validate553;
+const schema543 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate477(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate553(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate477.evaluated;
+const evaluated0 = validate553.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25466,18 +28107,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate477.errors = vErrors;
+validate553.errors = vErrors;
 return errors === 0;
 }
-validate477.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate553.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_500_application_problem_json = validate478;
-const schema484 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_500_application_problem_json = validate554;
+const schema544 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate478(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate554(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate478.evaluated;
+const evaluated0 = validate554.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25488,18 +28129,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate478.errors = vErrors;
+validate554.errors = vErrors;
 return errors === 0;
 }
-validate478.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate554.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_500_headers = validate480;
-const schema485 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_500_headers = validate556;
+const schema545 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate480(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate556(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate480.evaluated;
+const evaluated0 = validate556.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25540,18 +28181,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate480.errors = vErrors;
+validate556.errors = vErrors;
 return errors === 0;
 }
-validate480.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate556.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_503_application_problem_json = validate481;
-const schema486 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_503_application_problem_json = validate557;
+const schema546 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate481(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate557(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate481.evaluated;
+const evaluated0 = validate557.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25562,18 +28203,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate481.errors = vErrors;
+validate557.errors = vErrors;
 return errors === 0;
 }
-validate481.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate557.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_503_headers = validate483;
-const schema487 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRunLogs_503_headers = validate559;
+const schema547 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate483(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate559(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate483.evaluated;
+const evaluated0 = validate559.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25639,18 +28280,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate483.errors = vErrors;
+validate559.errors = vErrors;
 return errors === 0;
 }
-validate483.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate559.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_params = validate484;
-const schema488 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.redeliverWebhook_params = validate560;
+const schema548 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate484(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate560(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate484.evaluated;
+const evaluated0 = validate560.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25845,40 +28486,40 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate484.errors = vErrors;
+validate560.errors = vErrors;
 return errors === 0;
 }
-validate484.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate560.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_200_application_json = validate485;
-const schema492 = {"$ref":"runplane-openapi#/$defs/Run"};
+exports.redeliverWebhook_200_application_json = validate561;
+const schema552 = {"$ref":"runplane-openapi#/$defs/Run"};
 
-function validate485(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate561(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate485.evaluated;
+const evaluated0 = validate561.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate63(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate63.errors : vErrors.concat(validate63.errors);
 errors = vErrors.length;
 }
-validate485.errors = vErrors;
+validate561.errors = vErrors;
 return errors === 0;
 }
-validate485.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate561.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_200_headers = validate487;
-const schema493 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_200_headers = validate563;
+const schema553 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate487(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate563(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate487.evaluated;
+const evaluated0 = validate563.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25919,18 +28560,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate487.errors = vErrors;
+validate563.errors = vErrors;
 return errors === 0;
 }
-validate487.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate563.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_400_application_problem_json = validate488;
-const schema494 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_400_application_problem_json = validate564;
+const schema554 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate488(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate564(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate488.evaluated;
+const evaluated0 = validate564.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25941,18 +28582,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate488.errors = vErrors;
+validate564.errors = vErrors;
 return errors === 0;
 }
-validate488.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate564.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_400_headers = validate490;
-const schema495 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_400_headers = validate566;
+const schema555 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate490(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate566(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate490.evaluated;
+const evaluated0 = validate566.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25993,18 +28634,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate490.errors = vErrors;
+validate566.errors = vErrors;
 return errors === 0;
 }
-validate490.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate566.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_401_application_problem_json = validate491;
-const schema496 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_401_application_problem_json = validate567;
+const schema556 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate491(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate567(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate491.evaluated;
+const evaluated0 = validate567.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26015,18 +28656,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate491.errors = vErrors;
+validate567.errors = vErrors;
 return errors === 0;
 }
-validate491.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate567.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_401_headers = validate493;
-const schema497 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.redeliverWebhook_401_headers = validate569;
+const schema557 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate493(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate569(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate493.evaluated;
+const evaluated0 = validate569.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26089,18 +28730,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate493.errors = vErrors;
+validate569.errors = vErrors;
 return errors === 0;
 }
-validate493.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate569.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_403_application_problem_json = validate494;
-const schema498 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_403_application_problem_json = validate570;
+const schema558 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate494(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate570(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate494.evaluated;
+const evaluated0 = validate570.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26111,18 +28752,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate494.errors = vErrors;
+validate570.errors = vErrors;
 return errors === 0;
 }
-validate494.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate570.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_403_headers = validate496;
-const schema499 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_403_headers = validate572;
+const schema559 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate496(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate572(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate496.evaluated;
+const evaluated0 = validate572.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26163,18 +28804,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate496.errors = vErrors;
+validate572.errors = vErrors;
 return errors === 0;
 }
-validate496.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate572.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_404_application_problem_json = validate497;
-const schema500 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_404_application_problem_json = validate573;
+const schema560 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate497(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate573(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate497.evaluated;
+const evaluated0 = validate573.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26185,18 +28826,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate497.errors = vErrors;
+validate573.errors = vErrors;
 return errors === 0;
 }
-validate497.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate573.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_404_headers = validate499;
-const schema501 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_404_headers = validate575;
+const schema561 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate499(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate575(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate499.evaluated;
+const evaluated0 = validate575.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26237,18 +28878,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate499.errors = vErrors;
+validate575.errors = vErrors;
 return errors === 0;
 }
-validate499.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate575.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_409_application_problem_json = validate500;
-const schema502 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_409_application_problem_json = validate576;
+const schema562 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate500(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate576(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate500.evaluated;
+const evaluated0 = validate576.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26259,18 +28900,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate500.errors = vErrors;
+validate576.errors = vErrors;
 return errors === 0;
 }
-validate500.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate576.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_409_headers = validate502;
-const schema503 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_409_headers = validate578;
+const schema563 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate502(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate578(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate502.evaluated;
+const evaluated0 = validate578.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26311,18 +28952,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate502.errors = vErrors;
+validate578.errors = vErrors;
 return errors === 0;
 }
-validate502.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate578.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_500_application_problem_json = validate503;
-const schema504 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_500_application_problem_json = validate579;
+const schema564 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate503(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate579(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate503.evaluated;
+const evaluated0 = validate579.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26333,18 +28974,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate503.errors = vErrors;
+validate579.errors = vErrors;
 return errors === 0;
 }
-validate503.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate579.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_500_headers = validate505;
-const schema505 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_500_headers = validate581;
+const schema565 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate505(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate581(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate505.evaluated;
+const evaluated0 = validate581.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26385,18 +29026,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate505.errors = vErrors;
+validate581.errors = vErrors;
 return errors === 0;
 }
-validate505.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate581.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_503_application_problem_json = validate506;
-const schema506 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_503_application_problem_json = validate582;
+const schema566 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate506(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate582(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate506.evaluated;
+const evaluated0 = validate582.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26407,18 +29048,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate506.errors = vErrors;
+validate582.errors = vErrors;
 return errors === 0;
 }
-validate506.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate582.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_503_headers = validate508;
-const schema507 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.redeliverWebhook_503_headers = validate584;
+const schema567 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate508(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate584(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate508.evaluated;
+const evaluated0 = validate584.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26484,18 +29125,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate508.errors = vErrors;
+validate584.errors = vErrors;
 return errors === 0;
 }
-validate508.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate584.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_params = validate509;
-const schema508 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
+exports.getRepositoryTree_params = validate585;
+const schema568 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
 
-function validate509(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate585(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate509.evaluated;
+const evaluated0 = validate585.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26754,40 +29395,40 @@ vErrors.push(err20);
 }
 errors++;
 }
-validate509.errors = vErrors;
+validate585.errors = vErrors;
 return errors === 0;
 }
-validate509.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate585.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_200_application_json = validate510;
-const schema512 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
+exports.getRepositoryTree_200_application_json = validate586;
+const schema572 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
 
-function validate510(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate586(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate510.evaluated;
+const evaluated0 = validate586.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate60(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate60.errors : vErrors.concat(validate60.errors);
 errors = vErrors.length;
 }
-validate510.errors = vErrors;
+validate586.errors = vErrors;
 return errors === 0;
 }
-validate510.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
+validate586.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_200_headers = validate512;
-const schema513 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+exports.getRepositoryTree_200_headers = validate588;
+const schema573 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
-function validate512(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate588(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate512.evaluated;
+const evaluated0 = validate588.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26850,18 +29491,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate512.errors = vErrors;
+validate588.errors = vErrors;
 return errors === 0;
 }
-validate512.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
+validate588.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_304_headers = validate513;
-const schema514 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+exports.getRepositoryTree_304_headers = validate589;
+const schema574 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
-function validate513(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate589(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate513.evaluated;
+const evaluated0 = validate589.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26924,18 +29565,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate513.errors = vErrors;
+validate589.errors = vErrors;
 return errors === 0;
 }
-validate513.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
+validate589.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_400_application_problem_json = validate514;
-const schema515 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_400_application_problem_json = validate590;
+const schema575 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate514(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate590(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate514.evaluated;
+const evaluated0 = validate590.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26946,18 +29587,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate514.errors = vErrors;
+validate590.errors = vErrors;
 return errors === 0;
 }
-validate514.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate590.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_400_headers = validate516;
-const schema516 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_400_headers = validate592;
+const schema576 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate516(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate592(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate516.evaluated;
+const evaluated0 = validate592.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26998,18 +29639,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate516.errors = vErrors;
+validate592.errors = vErrors;
 return errors === 0;
 }
-validate516.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate592.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_401_application_problem_json = validate517;
-const schema517 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_401_application_problem_json = validate593;
+const schema577 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate517(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate593(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate517.evaluated;
+const evaluated0 = validate593.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27020,18 +29661,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate517.errors = vErrors;
+validate593.errors = vErrors;
 return errors === 0;
 }
-validate517.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate593.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_401_headers = validate519;
-const schema518 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRepositoryTree_401_headers = validate595;
+const schema578 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate519(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate595(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate519.evaluated;
+const evaluated0 = validate595.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27094,18 +29735,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate519.errors = vErrors;
+validate595.errors = vErrors;
 return errors === 0;
 }
-validate519.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate595.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_403_application_problem_json = validate520;
-const schema519 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_403_application_problem_json = validate596;
+const schema579 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate520(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate596(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate520.evaluated;
+const evaluated0 = validate596.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27116,18 +29757,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate520.errors = vErrors;
+validate596.errors = vErrors;
 return errors === 0;
 }
-validate520.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate596.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_403_headers = validate522;
-const schema520 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_403_headers = validate598;
+const schema580 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate522(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate598(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate522.evaluated;
+const evaluated0 = validate598.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27168,18 +29809,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate522.errors = vErrors;
+validate598.errors = vErrors;
 return errors === 0;
 }
-validate522.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate598.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_404_application_problem_json = validate523;
-const schema521 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_404_application_problem_json = validate599;
+const schema581 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate523(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate599(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate523.evaluated;
+const evaluated0 = validate599.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27190,18 +29831,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate523.errors = vErrors;
+validate599.errors = vErrors;
 return errors === 0;
 }
-validate523.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate599.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_404_headers = validate525;
-const schema522 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_404_headers = validate601;
+const schema582 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate525(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate601(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate525.evaluated;
+const evaluated0 = validate601.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27242,18 +29883,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate525.errors = vErrors;
+validate601.errors = vErrors;
 return errors === 0;
 }
-validate525.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate601.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_500_application_problem_json = validate526;
-const schema523 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_500_application_problem_json = validate602;
+const schema583 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate526(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate602(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate526.evaluated;
+const evaluated0 = validate602.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27264,18 +29905,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate526.errors = vErrors;
+validate602.errors = vErrors;
 return errors === 0;
 }
-validate526.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate602.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_500_headers = validate528;
-const schema524 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_500_headers = validate604;
+const schema584 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate528(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate604(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate528.evaluated;
+const evaluated0 = validate604.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27316,18 +29957,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate528.errors = vErrors;
+validate604.errors = vErrors;
 return errors === 0;
 }
-validate528.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate604.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_502_application_problem_json = validate529;
-const schema525 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_502_application_problem_json = validate605;
+const schema585 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate529(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate605(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate529.evaluated;
+const evaluated0 = validate605.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27338,18 +29979,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate529.errors = vErrors;
+validate605.errors = vErrors;
 return errors === 0;
 }
-validate529.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate605.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_502_headers = validate531;
-const schema526 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_502_headers = validate607;
+const schema586 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate531(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate607(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate531.evaluated;
+const evaluated0 = validate607.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27390,18 +30031,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate531.errors = vErrors;
+validate607.errors = vErrors;
 return errors === 0;
 }
-validate531.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate607.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_503_application_problem_json = validate532;
-const schema527 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_503_application_problem_json = validate608;
+const schema587 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate532(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate608(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate532.evaluated;
+const evaluated0 = validate608.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27412,18 +30053,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate532.errors = vErrors;
+validate608.errors = vErrors;
 return errors === 0;
 }
-validate532.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate608.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_503_headers = validate534;
-const schema528 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRepositoryTree_503_headers = validate610;
+const schema588 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate534(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate610(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate534.evaluated;
+const evaluated0 = validate610.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27489,18 +30130,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate534.errors = vErrors;
+validate610.errors = vErrors;
 return errors === 0;
 }
-validate534.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate610.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_params = validate535;
-const schema529 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.watchRuns_params = validate611;
+const schema589 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate535(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate611(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate535.evaluated;
+const evaluated0 = validate611.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27625,18 +30266,18 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate535.errors = vErrors;
+validate611.errors = vErrors;
 return errors === 0;
 }
-validate535.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate611.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_200_text_event_stream = validate536;
-const schema531 = {"type":"string"};
+exports.watchRuns_200_text_event_stream = validate612;
+const schema591 = {"type":"string"};
 
-function validate536(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate612(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate536.evaluated;
+const evaluated0 = validate612.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27653,18 +30294,18 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate536.errors = vErrors;
+validate612.errors = vErrors;
 return errors === 0;
 }
-validate536.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate612.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_200_headers = validate537;
-const schema532 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_200_headers = validate613;
+const schema592 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate537(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate613(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate537.evaluated;
+const evaluated0 = validate613.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27705,18 +30346,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate537.errors = vErrors;
+validate613.errors = vErrors;
 return errors === 0;
 }
-validate537.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate613.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_400_application_problem_json = validate538;
-const schema533 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_400_application_problem_json = validate614;
+const schema593 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate538(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate614(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate538.evaluated;
+const evaluated0 = validate614.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27727,18 +30368,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate538.errors = vErrors;
+validate614.errors = vErrors;
 return errors === 0;
 }
-validate538.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate614.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_400_headers = validate540;
-const schema534 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_400_headers = validate616;
+const schema594 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate540(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate616(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate540.evaluated;
+const evaluated0 = validate616.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27779,18 +30420,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate540.errors = vErrors;
+validate616.errors = vErrors;
 return errors === 0;
 }
-validate540.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate616.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_401_application_problem_json = validate541;
-const schema535 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_401_application_problem_json = validate617;
+const schema595 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate541(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate617(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate541.evaluated;
+const evaluated0 = validate617.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27801,18 +30442,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate541.errors = vErrors;
+validate617.errors = vErrors;
 return errors === 0;
 }
-validate541.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate617.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_401_headers = validate543;
-const schema536 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.watchRuns_401_headers = validate619;
+const schema596 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate543(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate619(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate543.evaluated;
+const evaluated0 = validate619.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27875,18 +30516,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate543.errors = vErrors;
+validate619.errors = vErrors;
 return errors === 0;
 }
-validate543.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate619.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_403_application_problem_json = validate544;
-const schema537 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_403_application_problem_json = validate620;
+const schema597 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate544(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate620(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate544.evaluated;
+const evaluated0 = validate620.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27897,18 +30538,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate544.errors = vErrors;
+validate620.errors = vErrors;
 return errors === 0;
 }
-validate544.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate620.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_403_headers = validate546;
-const schema538 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_403_headers = validate622;
+const schema598 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate546(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate622(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate546.evaluated;
+const evaluated0 = validate622.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27949,18 +30590,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate546.errors = vErrors;
+validate622.errors = vErrors;
 return errors === 0;
 }
-validate546.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate622.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_500_application_problem_json = validate547;
-const schema539 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_500_application_problem_json = validate623;
+const schema599 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate547(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate623(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate547.evaluated;
+const evaluated0 = validate623.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27971,18 +30612,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate547.errors = vErrors;
+validate623.errors = vErrors;
 return errors === 0;
 }
-validate547.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate623.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_500_headers = validate549;
-const schema540 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_500_headers = validate625;
+const schema600 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate549(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate625(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate549.evaluated;
+const evaluated0 = validate625.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28023,18 +30664,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate549.errors = vErrors;
+validate625.errors = vErrors;
 return errors === 0;
 }
-validate549.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate625.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_503_application_problem_json = validate550;
-const schema541 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_503_application_problem_json = validate626;
+const schema601 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate550(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate626(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate550.evaluated;
+const evaluated0 = validate626.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28045,18 +30686,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate550.errors = vErrors;
+validate626.errors = vErrors;
 return errors === 0;
 }
-validate550.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate626.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_503_headers = validate552;
-const schema542 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.watchRuns_503_headers = validate628;
+const schema602 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate552(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate628(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate552.evaluated;
+const evaluated0 = validate628.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28122,18 +30763,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate552.errors = vErrors;
+validate628.errors = vErrors;
 return errors === 0;
 }
-validate552.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate628.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_params = validate553;
-const schema543 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"},"rerunOf":{"$ref":"runplane-openapi#/$defs/RunId"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
+exports.runFunction_params = validate629;
+const schema603 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"},"rerunOf":{"$ref":"runplane-openapi#/$defs/RunId"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
 
-function validate553(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate629(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate553.evaluated;
+const evaluated0 = validate629.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28309,7 +30950,7 @@ errors++;
 if(data4.webhookEndpoint !== undefined){
 let data6 = data4.webhookEndpoint;
 if(typeof data6 === "string"){
-if(!(formats64(data6))){
+if(!(formats68(data6))){
 const err14 = {instancePath:instancePath+"/query/webhookEndpoint",schemaPath:"#/properties/query/properties/webhookEndpoint/format",keyword:"format",params:{format: "uri"},message:"must match format \""+"uri"+"\""};
 if(vErrors === null){
 vErrors = [err14];
@@ -28476,18 +31117,18 @@ vErrors.push(err27);
 }
 errors++;
 }
-validate553.errors = vErrors;
+validate629.errors = vErrors;
 return errors === 0;
 }
-validate553.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate629.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_body = validate554;
-const schema548 = {"$ref":"runplane-openapi#/$defs/RunInput"};
+exports.runFunction_body = validate630;
+const schema608 = {"$ref":"runplane-openapi#/$defs/RunInput"};
 
-function validate554(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate630(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate554.evaluated;
+const evaluated0 = validate630.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28506,40 +31147,40 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate554.errors = vErrors;
+validate630.errors = vErrors;
 return errors === 0;
 }
-validate554.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate630.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_application_json = validate555;
-const schema550 = {"$ref":"runplane-openapi#/$defs/RunResult"};
+exports.runFunction_200_application_json = validate631;
+const schema610 = {"$ref":"runplane-openapi#/$defs/RunResult"};
 
-function validate555(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate631(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate555.evaluated;
+const evaluated0 = validate631.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate74(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate74.errors : vErrors.concat(validate74.errors);
+if(!(validate78(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate78.errors : vErrors.concat(validate78.errors);
 errors = vErrors.length;
 }
-validate555.errors = vErrors;
+validate631.errors = vErrors;
 return errors === 0;
 }
-validate555.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate631.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_text_event_stream = validate557;
-const schema551 = {"type":"string"};
+exports.runFunction_200_text_event_stream = validate633;
+const schema611 = {"type":"string"};
 
-function validate557(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate633(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate557.evaluated;
+const evaluated0 = validate633.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28556,18 +31197,18 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate557.errors = vErrors;
+validate633.errors = vErrors;
 return errors === 0;
 }
-validate557.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate633.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_headers = validate558;
-const schema552 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_200_headers = validate634;
+const schema612 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate558(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate634(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate558.evaluated;
+const evaluated0 = validate634.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28608,40 +31249,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate558.errors = vErrors;
+validate634.errors = vErrors;
 return errors === 0;
 }
-validate558.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate634.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_202_application_json = validate559;
-const schema553 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
+exports.runFunction_202_application_json = validate635;
+const schema613 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
 
-function validate559(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate635(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate559.evaluated;
+const evaluated0 = validate635.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate62(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate62.errors : vErrors.concat(validate62.errors);
+if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
 errors = vErrors.length;
 }
-validate559.errors = vErrors;
+validate635.errors = vErrors;
 return errors === 0;
 }
-validate559.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
+validate635.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_202_headers = validate561;
-const schema554 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_202_headers = validate637;
+const schema614 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate561(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate637(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate561.evaluated;
+const evaluated0 = validate637.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28682,18 +31323,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate561.errors = vErrors;
+validate637.errors = vErrors;
 return errors === 0;
 }
-validate561.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate637.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_400_application_problem_json = validate562;
-const schema555 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_400_application_problem_json = validate638;
+const schema615 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate562(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate638(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate562.evaluated;
+const evaluated0 = validate638.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28704,18 +31345,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate562.errors = vErrors;
+validate638.errors = vErrors;
 return errors === 0;
 }
-validate562.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate638.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_400_headers = validate564;
-const schema556 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_400_headers = validate640;
+const schema616 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate564(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate640(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate564.evaluated;
+const evaluated0 = validate640.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28756,18 +31397,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate564.errors = vErrors;
+validate640.errors = vErrors;
 return errors === 0;
 }
-validate564.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate640.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_401_application_problem_json = validate565;
-const schema557 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_401_application_problem_json = validate641;
+const schema617 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate565(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate641(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate565.evaluated;
+const evaluated0 = validate641.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28778,18 +31419,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate565.errors = vErrors;
+validate641.errors = vErrors;
 return errors === 0;
 }
-validate565.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate641.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_401_headers = validate567;
-const schema558 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.runFunction_401_headers = validate643;
+const schema618 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate567(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate643(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate567.evaluated;
+const evaluated0 = validate643.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28852,18 +31493,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate567.errors = vErrors;
+validate643.errors = vErrors;
 return errors === 0;
 }
-validate567.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate643.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_403_application_problem_json = validate568;
-const schema559 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_403_application_problem_json = validate644;
+const schema619 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate568(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate644(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate568.evaluated;
+const evaluated0 = validate644.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28874,18 +31515,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate568.errors = vErrors;
+validate644.errors = vErrors;
 return errors === 0;
 }
-validate568.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate644.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_403_headers = validate570;
-const schema560 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_403_headers = validate646;
+const schema620 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate570(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate646(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate570.evaluated;
+const evaluated0 = validate646.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28926,18 +31567,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate570.errors = vErrors;
+validate646.errors = vErrors;
 return errors === 0;
 }
-validate570.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate646.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_404_application_problem_json = validate571;
-const schema561 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_404_application_problem_json = validate647;
+const schema621 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate571(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate647(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate571.evaluated;
+const evaluated0 = validate647.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28948,18 +31589,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate571.errors = vErrors;
+validate647.errors = vErrors;
 return errors === 0;
 }
-validate571.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate647.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_404_headers = validate573;
-const schema562 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_404_headers = validate649;
+const schema622 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate573(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate649(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate573.evaluated;
+const evaluated0 = validate649.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29000,18 +31641,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate573.errors = vErrors;
+validate649.errors = vErrors;
 return errors === 0;
 }
-validate573.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate649.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_409_application_problem_json = validate574;
-const schema563 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_409_application_problem_json = validate650;
+const schema623 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate574(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate650(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate574.evaluated;
+const evaluated0 = validate650.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29022,18 +31663,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate574.errors = vErrors;
+validate650.errors = vErrors;
 return errors === 0;
 }
-validate574.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate650.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_409_headers = validate576;
-const schema564 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_409_headers = validate652;
+const schema624 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate576(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate652(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate576.evaluated;
+const evaluated0 = validate652.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29074,18 +31715,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate576.errors = vErrors;
+validate652.errors = vErrors;
 return errors === 0;
 }
-validate576.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate652.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_413_application_problem_json = validate577;
-const schema565 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_413_application_problem_json = validate653;
+const schema625 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate577(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate653(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate577.evaluated;
+const evaluated0 = validate653.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29096,18 +31737,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate577.errors = vErrors;
+validate653.errors = vErrors;
 return errors === 0;
 }
-validate577.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate653.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_413_headers = validate579;
-const schema566 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_413_headers = validate655;
+const schema626 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate579(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate655(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate579.evaluated;
+const evaluated0 = validate655.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29148,18 +31789,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate579.errors = vErrors;
+validate655.errors = vErrors;
 return errors === 0;
 }
-validate579.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate655.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_415_application_problem_json = validate580;
-const schema567 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_415_application_problem_json = validate656;
+const schema627 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate580(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate656(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate580.evaluated;
+const evaluated0 = validate656.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29170,18 +31811,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate580.errors = vErrors;
+validate656.errors = vErrors;
 return errors === 0;
 }
-validate580.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate656.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_415_headers = validate582;
-const schema568 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_415_headers = validate658;
+const schema628 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate582(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate658(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate582.evaluated;
+const evaluated0 = validate658.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29222,18 +31863,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate582.errors = vErrors;
+validate658.errors = vErrors;
 return errors === 0;
 }
-validate582.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate658.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_422_application_problem_json = validate583;
-const schema569 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_422_application_problem_json = validate659;
+const schema629 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate583(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate659(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate583.evaluated;
+const evaluated0 = validate659.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29244,18 +31885,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate583.errors = vErrors;
+validate659.errors = vErrors;
 return errors === 0;
 }
-validate583.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate659.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_422_headers = validate585;
-const schema570 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_422_headers = validate661;
+const schema630 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate585(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate661(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate585.evaluated;
+const evaluated0 = validate661.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29296,18 +31937,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate585.errors = vErrors;
+validate661.errors = vErrors;
 return errors === 0;
 }
-validate585.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate661.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_429_application_problem_json = validate586;
-const schema571 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_429_application_problem_json = validate662;
+const schema631 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate586(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate662(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate586.evaluated;
+const evaluated0 = validate662.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29318,18 +31959,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate586.errors = vErrors;
+validate662.errors = vErrors;
 return errors === 0;
 }
-validate586.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate662.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_429_headers = validate588;
-const schema572 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+exports.runFunction_429_headers = validate664;
+const schema632 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
 
-function validate588(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate664(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate588.evaluated;
+const evaluated0 = validate664.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29405,18 +32046,18 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate588.errors = vErrors;
+validate664.errors = vErrors;
 return errors === 0;
 }
-validate588.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate664.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_500_application_problem_json = validate589;
-const schema573 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_500_application_problem_json = validate665;
+const schema633 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate589(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate665(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate589.evaluated;
+const evaluated0 = validate665.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29427,18 +32068,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate589.errors = vErrors;
+validate665.errors = vErrors;
 return errors === 0;
 }
-validate589.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate665.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_500_headers = validate591;
-const schema574 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_500_headers = validate667;
+const schema634 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate591(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate667(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate591.evaluated;
+const evaluated0 = validate667.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29479,18 +32120,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate591.errors = vErrors;
+validate667.errors = vErrors;
 return errors === 0;
 }
-validate591.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate667.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_502_application_problem_json = validate592;
-const schema575 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_502_application_problem_json = validate668;
+const schema635 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate592(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate668(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate592.evaluated;
+const evaluated0 = validate668.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29501,18 +32142,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate592.errors = vErrors;
+validate668.errors = vErrors;
 return errors === 0;
 }
-validate592.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate668.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_502_headers = validate594;
-const schema576 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_502_headers = validate670;
+const schema636 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate594(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate670(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate594.evaluated;
+const evaluated0 = validate670.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29553,18 +32194,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate594.errors = vErrors;
+validate670.errors = vErrors;
 return errors === 0;
 }
-validate594.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate670.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_503_application_problem_json = validate595;
-const schema577 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_503_application_problem_json = validate671;
+const schema637 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate595(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate671(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate595.evaluated;
+const evaluated0 = validate671.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29575,18 +32216,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate595.errors = vErrors;
+validate671.errors = vErrors;
 return errors === 0;
 }
-validate595.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate671.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_503_headers = validate597;
-const schema578 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.runFunction_503_headers = validate673;
+const schema638 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate597(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate673(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate597.evaluated;
+const evaluated0 = validate673.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29652,18 +32293,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate597.errors = vErrors;
+validate673.errors = vErrors;
 return errors === 0;
 }
-validate597.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate673.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_504_application_problem_json = validate598;
-const schema579 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_504_application_problem_json = validate674;
+const schema639 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate598(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate674(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate598.evaluated;
+const evaluated0 = validate674.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29674,18 +32315,18 @@ if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
 errors = vErrors.length;
 }
-validate598.errors = vErrors;
+validate674.errors = vErrors;
 return errors === 0;
 }
-validate598.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate674.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_504_headers = validate600;
-const schema580 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_504_headers = validate676;
+const schema640 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate600(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate676(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate600.evaluated;
+const evaluated0 = validate676.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29726,8 +32367,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate600.errors = vErrors;
+validate676.errors = vErrors;
 return errors === 0;
 }
-validate600.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate676.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -18,6 +18,7 @@ import { createRepositoryTrees } from "./integrations/mod.ts";
 import { keysBootstrap, loadKeys, MasterKeyError, type ProcessKeys } from "./keys/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
+import { createProjectSecrets } from "./project_secrets/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
 import { createRunChangeFeed, createRunLogWriter, createRunService } from "./runs/mod.ts";
@@ -104,6 +105,15 @@ export async function createServer(config: Config, options: CreateServerOptions 
     logger,
     metrics: metrics.registry,
     cacheEntries: config.treeCacheEntries,
+  });
+  // Each project's secrets, sealed at rest: the environment of its replicas (and of nothing else), with
+  // a fingerprint and change wake-ups (from every process on PostgreSQL) to replace them when it changes.
+  const projectSecrets = createProjectSecrets({
+    db: store.db,
+    secrets,
+    notifier: store.notifier,
+    now: store.clock.now,
+    onError: (error) => logger.warn({ err: error }, "telling of a project secrets change failed"),
   });
   // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
   let deployedApps: () => DeployedApp[] = () => [];
@@ -210,6 +220,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     runs,
     runChanges,
     deployments,
+    projectSecrets,
   };
   const app = createHttpApp({
     handlers: createHandlers(context),

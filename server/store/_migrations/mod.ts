@@ -11,6 +11,7 @@ import * as webhookRedelivery from "./0009_webhook_redelivery.ts";
 import * as runLogs from "./0010_run_logs.ts";
 import * as runReruns from "./0011_run_reruns.ts";
 import * as upkeepIndexes from "./0012_upkeep_indexes.ts";
+import * as projectSecrets from "./0013_project_secrets.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -26,4 +27,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0010_run_logs": runLogs,
   "0011_run_reruns": runReruns,
   "0012_upkeep_indexes": upkeepIndexes,
+  "0013_project_secrets": projectSecrets,
 };
