@@ -42,7 +42,9 @@ for (const engine of await engines()) {
         },
         body: options.body === undefined ? undefined : JSON.stringify(options.body),
       });
-      answers.push(`${[...response.headers].join("\n")}\n${await response.clone().text()}`);
+      const headers: string[] = [];
+      response.headers.forEach((value, name) => headers.push(`${name}: ${value}`));
+      answers.push(`${headers.join("\n")}\n${await response.clone().text()}`);
       return response;
     }
 
