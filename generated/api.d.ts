@@ -751,7 +751,11 @@ export interface components {
         ProjectSecret: {
             /** Format: date-time */
             created_at: string;
-            name: components["schemas"]["SecretName"];
+            /**
+             * @description The variable's name, as stored: a `SecretName` for every secret set through this API (a list does
+             *     not fail over a row that is not one; clients show it as text).
+             */
+            name: string;
             /**
              * Format: date-time
              * @description When its value was last set.
