@@ -3,54 +3,10 @@
  * that does not echo it, never from a flag, and is never printed; list shows names, delete removes.
  */
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
 import { Readable } from "node:stream";
 import { after, before, describe, it } from "node:test";
-import { CLI, runMain } from "../_helpers/cli.ts";
+import { HAS_SCRIPT, runCliOnTerminal, runMain } from "../_helpers/cli.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
-
-const HAS_SCRIPT = (() => {
-  try {
-    execFileSync("script", ["--version"], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-})();
-
-/**
- * Runs `runplane ...args` on a pseudo-terminal (util-linux `script`) and types `typed` once `waitFor`
- * shows: a person at a terminal answering a prompt. Resolves with what the terminal showed.
- */
-function onTerminal(
-  args: string[],
-  options: { env: Record<string, string>; waitFor: RegExp; typed: string },
-): Promise<{ code: number | null; output: string }> {
-  const quote = (word: string) => `'${word.replaceAll("'", "'\\''")}'`;
-  const command = [process.execPath, CLI, ...args].map(quote).join(" ");
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
-  const child = spawn("script", ["-qec", command, "/dev/null"], {
-    env: { ...clean, ...options.env },
-    stdio: ["pipe", "pipe", "pipe"],
-  });
-  let output = "";
-  let typed = false;
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-    output += chunk;
-    // Typed only once the prompt shows: the terminal has stopped echoing by then.
-    if (!typed && options.waitFor.test(output)) {
-      typed = true;
-      child.stdin.write(options.typed);
-    }
-  });
-  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-  return new Promise((resolve) =>
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      resolve({ code, output });
-    })
-  );
-}
 
 describe("runplane secrets against a server", { timeout: 120_000 }, () => {
   let t: TestServer;
@@ -125,8 +81,8 @@ describe("runplane secrets against a server", { timeout: 120_000 }, () => {
     skip: !HAS_SCRIPT && "needs util-linux script for a pseudo-terminal",
   }, async () => {
     const typed = "typed-at-the-prompt";
-    const outcome = await onTerminal(["secrets", "set", TEST_PROJECT, "PROMPTED"], {
-      env,
+    // Typed once the prompt shows: the terminal has stopped echoing by then.
+    const outcome = await runCliOnTerminal(["secrets", "set", TEST_PROJECT, "PROMPTED"], env, {
       waitFor: /Value of PROMPTED \(not shown\): /,
       typed: `${typed}\r`,
     });

@@ -8,7 +8,7 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchBrowser } from "../_helpers/browser.ts";
+import { launchBrowser, openPage } from "../_helpers/browser.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "screenshots");
@@ -34,13 +34,7 @@ describe("the dashboard's secrets page", { skip: browser === null ? "Chromium is
     await mkdir(SHOTS, { recursive: true });
     t = await startTestServer();
     await t.server.context.projectSecrets.put(TEST_PROJECT, "FROM_THE_API", "api value");
-    context = await browser!.newContext({ viewport: { width: 1280, height: 860 } });
-    page = await context.newPage();
-    page.on("dialog", (dialog) => {
-      dialogs.push(`${dialog.type()}: ${dialog.message()}`);
-      // The delete button's confirm() is the only dialog the page may open: accept it; an alert is an XSS.
-      void (dialog.type() === "confirm" ? dialog.accept() : dialog.dismiss());
-    });
+    ({ context, page } = await openPage(browser!, dialogs));
   });
   after(async () => {
     await context?.close();
