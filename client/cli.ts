@@ -33,6 +33,11 @@ export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
     help: async () => (await import("./_commands/apps.ts")).APPS_HELP,
     load: async () => (await import("./_commands/apps.ts")).appsCommand,
   },
+  secrets: {
+    summary: "Set, list and delete a project's secrets (its replicas' environment)",
+    help: async () => (await import("./_commands/secrets.ts")).SECRETS_HELP,
+    load: async () => (await import("./_commands/secrets.ts")).secretsCommand,
+  },
   "base-image": {
     summary: "Hash an app's build dependencies",
     help: async () => (await import("./_commands/base_image.ts")).BASE_IMAGE_HELP,

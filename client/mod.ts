@@ -56,6 +56,8 @@ export type ServiceAccount = Schemas["ServiceAccount"];
 export type CreatedServiceAccount = Schemas["CreatedServiceAccount"];
 /** What `createServiceAccount` mints. */
 export type ServiceAccountRequest = Schemas["ServiceAccountRequest"];
+/** A project secret as listed: its name and times, never its value. */
+export type ProjectSecret = Schemas["ProjectSecret"];
 /** Options of `createDeployment`. */
 export interface CreateDeploymentOptions {
   signal?: AbortSignal;
@@ -217,6 +219,19 @@ export interface RunplaneClient {
   listServiceAccounts(project: string, options?: { signal?: AbortSignal }): Promise<ServiceAccount[]>;
   /** Revokes a service account: its token is refused from the next request on. */
   revokeServiceAccount(project: string, serviceAccountId: string, options?: { signal?: AbortSignal }): Promise<void>;
+  /** The project's secrets by name (the `deploy` scope); never a value. */
+  listProjectSecrets(project: string, options?: { signal?: AbortSignal }): Promise<ProjectSecret[]>;
+  /**
+   * Sets a project secret (the `deploy` scope): `created` is false when a value was replaced. The
+   * project's replicas get it as an environment variable; the value is never shown again.
+   */
+  setProjectSecret(
+    project: string,
+    secret: { name: string; value: string },
+    options?: { signal?: AbortSignal },
+  ): Promise<{ created: boolean; secret: ProjectSecret }>;
+  /** Deletes a project secret (a 404 `RunplaneError` when there is none by that name). */
+  deleteProjectSecret(project: string, name: string, options?: { signal?: AbortSignal }): Promise<void>;
   /** The digest of an app's build dependencies and whether the project had seen it. */
   baseImageHash(app: AppRef, request: BaseImageRequest, options?: { signal?: AbortSignal }): Promise<BaseImageHash>;
   /** A repository's tree (`"owner/repo"`) through a project's git integration. */
@@ -608,6 +623,35 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     },
   };
 
+  const projectSecrets = {
+    async listProjectSecrets(project: string, call: { signal?: AbortSignal } = {}) {
+      const list = await unwrap(api.GET("/v3/projects/{project_id}/secrets", {
+        params: { path: { project_id: project } },
+        signal: call.signal,
+      }));
+      return list.secrets;
+    },
+    async setProjectSecret(
+      project: string,
+      secret: { name: string; value: string },
+      call: { signal?: AbortSignal } = {},
+    ) {
+      const { data, error, response } = await api.PUT("/v3/projects/{project_id}/secrets/{name}", {
+        params: { path: { project_id: project, name: secret.name } },
+        body: { value: secret.value },
+        signal: call.signal,
+      });
+      if (!response.ok || !data) throw await errorFromResponse(response, error);
+      return { created: response.status === 201, secret: data };
+    },
+    async deleteProjectSecret(project: string, name: string, call: { signal?: AbortSignal } = {}) {
+      await unwrap(api.DELETE("/v3/projects/{project_id}/secrets/{name}", {
+        params: { path: { project_id: project, name } },
+        signal: call.signal,
+      }));
+    },
+  };
+
   async function repositoryTree(
     project: string,
     repository: string,
@@ -646,6 +690,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     repositoryTree,
     ...deployments,
     ...serviceAccounts,
+    ...projectSecrets,
     jwks: () => unwrap(api.GET("/.well-known/jwks.json")),
     health: () => unwrap(api.GET("/healthz")),
     readiness: () => unwrap(api.GET("/readyz")),

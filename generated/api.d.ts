@@ -236,6 +236,53 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/projects/{project_id}/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List project secrets
+         * @description The project's secrets by name, with when each was made and last set; never a value.
+         */
+        get: operations["listProjectSecrets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/projects/{project_id}/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set a project secret
+         * @description Set a secret: 201 when it is new, 200 when its value was replaced. The project's replicas get it as
+         *     an environment variable (they are replaced; calls in flight finish); builds never do. The value is
+         *     sealed at rest and never returned or logged. A project holds at most 100 secrets (409 for one more)
+         *     whose values total at most 1 MiB (413 above it).
+         */
+        put: operations["putProjectSecret"];
+        post?: never;
+        /**
+         * Delete a project secret
+         * @description Delete a secret: the project's replicas are replaced without it.
+         */
+        delete: operations["deleteProjectSecret"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/projects/{project_id}/service-accounts": {
         parameters: {
             query?: never;
@@ -703,6 +750,33 @@ export interface components {
         };
         /** @description A project's id: lowercase letters, digits and dashes. */
         ProjectId: string;
+        /** @description A project secret as listed: its name and times, never its value. */
+        ProjectSecret: {
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * @description The variable's name, as stored: a `SecretName` for every secret set through this API (a list does
+             *     not fail over a row that is not one; clients show it as text).
+             */
+            name: string;
+            /**
+             * Format: date-time
+             * @description When its value was last set.
+             */
+            updated_at: string;
+        };
+        /** @description A project's secrets, by name. */
+        ProjectSecretList: {
+            secrets: components["schemas"]["ProjectSecret"][];
+        };
+        /** @description A secret's value. */
+        ProjectSecretRequest: {
+            /**
+             * @description The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8
+             *     (413 above it). It is sealed at rest and never shown again.
+             */
+            value: string;
+        };
         /** @description The process can take calls: store reachable, migrations applied, apps loaded. */
         Readiness: {
             sandbox: components["schemas"]["SandboxReport"];
@@ -883,6 +957,11 @@ export interface components {
             /** @description What is missing or weaker than the full policy, each with what to do; empty when complete. */
             warnings: string[];
         };
+        /**
+         * @description A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a
+         *     digit), at most 128 characters. Names starting with `RUNPLANE_` are the platform's and refused (400).
+         */
+        SecretName: string;
         /** @description A service account as listed: never its token. */
         ServiceAccount: {
             /** Format: date-time */
@@ -1997,6 +2076,311 @@ export interface operations {
                     "text/event-stream": string;
                     "text/plain": string;
                 };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listProjectSecrets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectSecretList"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putProjectSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["schemas"]["SecretName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProjectSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectSecret"];
+                };
+            };
+            /** @description The request has succeeded and a new resource has been created as a result. */
+            201: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectSecret"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request conflicts with the resource's current state. */
+            409: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not `application/json`. */
+            415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteProjectSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["schemas"]["SecretName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description There is no content to send for this request, but the headers may be useful. */
+            204: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The request is malformed or failed validation (see `errors`). */
             400: {

@@ -831,6 +831,228 @@ export const routes = [
     }
   },
   {
+    "operationId": "listProjectSecrets",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/secrets",
+    "koaPath": "/v3/projects/:project_id/secrets",
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "listProjectSecrets_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "listProjectSecrets_200_headers",
+          "content": {
+            "application/json": "listProjectSecrets_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "listProjectSecrets_400_headers",
+          "content": {
+            "application/problem+json": "listProjectSecrets_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "listProjectSecrets_401_headers",
+          "content": {
+            "application/problem+json": "listProjectSecrets_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "listProjectSecrets_403_headers",
+          "content": {
+            "application/problem+json": "listProjectSecrets_403_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "listProjectSecrets_500_headers",
+          "content": {
+            "application/problem+json": "listProjectSecrets_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "listProjectSecrets_503_headers",
+          "content": {
+            "application/problem+json": "listProjectSecrets_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "putProjectSecret",
+    "method": "PUT",
+    "path": "/v3/projects/{project_id}/secrets/{name}",
+    "koaPath": "/v3/projects/:project_id/secrets/:name",
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": true,
+      "contentTypes": [
+        "application/json"
+      ]
+    },
+    "validators": {
+      "params": "putProjectSecret_params",
+      "body": "putProjectSecret_body",
+      "responses": {
+        "200": {
+          "headers": "putProjectSecret_200_headers",
+          "content": {
+            "application/json": "putProjectSecret_200_application_json"
+          }
+        },
+        "201": {
+          "headers": "putProjectSecret_201_headers",
+          "content": {
+            "application/json": "putProjectSecret_201_application_json"
+          }
+        },
+        "400": {
+          "headers": "putProjectSecret_400_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "putProjectSecret_401_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "putProjectSecret_403_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_403_application_problem_json"
+          }
+        },
+        "409": {
+          "headers": "putProjectSecret_409_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_409_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "putProjectSecret_413_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "putProjectSecret_415_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_415_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "putProjectSecret_500_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "putProjectSecret_503_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "deleteProjectSecret",
+    "method": "DELETE",
+    "path": "/v3/projects/{project_id}/secrets/{name}",
+    "koaPath": "/v3/projects/:project_id/secrets/:name",
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "deleteProjectSecret_params",
+      "body": null,
+      "responses": {
+        "204": {
+          "headers": "deleteProjectSecret_204_headers",
+          "content": {}
+        },
+        "400": {
+          "headers": "deleteProjectSecret_400_headers",
+          "content": {
+            "application/problem+json": "deleteProjectSecret_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "deleteProjectSecret_401_headers",
+          "content": {
+            "application/problem+json": "deleteProjectSecret_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "deleteProjectSecret_403_headers",
+          "content": {
+            "application/problem+json": "deleteProjectSecret_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "deleteProjectSecret_404_headers",
+          "content": {
+            "application/problem+json": "deleteProjectSecret_404_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "deleteProjectSecret_500_headers",
+          "content": {
+            "application/problem+json": "deleteProjectSecret_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "deleteProjectSecret_503_headers",
+          "content": {
+            "application/problem+json": "deleteProjectSecret_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "listServiceAccounts",
     "method": "GET",
     "path": "/v3/projects/{project_id}/service-accounts",

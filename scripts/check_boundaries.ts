@@ -47,6 +47,7 @@ export const DOMAIN_FOLDERS = [
   "keys",
   "metrics",
   "problems",
+  "project_secrets",
   "random",
   "runs",
   "runtime",

@@ -5,6 +5,7 @@ import type { Deployments } from "./deployments/mod.ts";
 import type { RepositoryTrees } from "./integrations/mod.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/mod.ts";
+import type { ProjectSecrets } from "./project_secrets/mod.ts";
 import type { Runtime } from "./runtime/mod.ts";
 import type { RunChangeFeed, RunService } from "./runs/mod.ts";
 import type { SandboxStatus } from "./sandbox/mod.ts";
@@ -42,4 +43,6 @@ export interface ServerContext {
   runChanges: RunChangeFeed;
   /** Deployments and deployed apps: bundles, builds, activation. */
   deployments: Deployments;
+  /** Each project's secrets: sealed at rest, its replicas' environment variables. */
+  projectSecrets: ProjectSecrets;
 }

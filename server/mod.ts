@@ -18,6 +18,7 @@ import { createRepositoryTrees } from "./integrations/mod.ts";
 import { keysBootstrap, loadKeys, MasterKeyError, type ProcessKeys } from "./keys/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
+import { cacheReplicaEnvironments, createProjectSecrets } from "./project_secrets/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
 import { createRunChangeFeed, createRunLogWriter, createRunService } from "./runs/mod.ts";
@@ -123,6 +124,18 @@ export async function createServer(config: Config, options: CreateServerOptions 
     metrics: metrics.registry,
     cacheEntries: config.treeCacheEntries,
   });
+  // Each project's secrets, sealed at rest: the environment of its replicas (and of nothing else), with
+  // a fingerprint and change wake-ups (from every process on PostgreSQL) to replace them when it changes.
+  const projectSecrets = createProjectSecrets({
+    db: store.db,
+    secrets,
+    notifier: store.notifier,
+    now: store.clock.now,
+    onError: (error) => logger.warn({ err: error }, "telling of a project secrets change failed"),
+  });
+  // A change of a project's secrets replaces its replicas (the runtime's reload sees a new fingerprint).
+  let reloadApps = () => {};
+  const replicaEnvironments = cacheReplicaEnvironments(projectSecrets, { changed: () => reloadApps() });
   // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
   let deployedApps: () => DeployedApp[] = () => [];
   const runLogs = createRunLogWriter(store.db, { limitBytes: config.runLogLimitBytes, logger });
@@ -132,8 +145,12 @@ export async function createServer(config: Config, options: CreateServerOptions 
     queueLimit: config.appQueueLimit,
     deployedApps: () => deployedApps(),
     onOutput: (line) => runLogs.add(line),
+    projectEnvironment: (projectId) => replicaEnvironments.get(projectId),
     externalRuntimes: { allowed: config.allowExternalRuntimes, allowPrivate: config.webhookAllowPrivate },
   });
+  reloadApps = () => {
+    runtime.reload().catch((error) => logger.error({ err: error }, "reloading apps after a secrets change failed"));
+  };
   // One lease owner id for this process's runs, deliveries and builds, recorded in the data dir with its pid.
   const owner = `rp_${randomBytes(8).toString("hex")}`;
   const deployments = createDeployments({
@@ -234,6 +251,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     runChanges,
     deployments,
     sandbox: sandbox.status,
+    projectSecrets,
   };
   const app = createHttpApp({
     handlers: createHandlers(context),
@@ -273,6 +291,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       // Ends the pages' event streams, so their connections can close.
       await runChanges.close();
       await deployments.stop();
+      replicaEnvironments.close();
       await runtime.close();
       await runLogs.close();
       await connectionsEnded;

@@ -919,6 +919,119 @@ async function keysPage() {
 }
 
 /**
+ * The project's secrets: names and times (the API never gives a value), a form to set one (made, or its
+ * value replaced) and a delete button per name. The value field is emptied once it is sent.
+ */
+async function secretsPage() {
+  const heading = h("h1", {}, "Secrets");
+  const about = h(
+    "p",
+    { class: "muted" },
+    "Environment variables of this project's replicas (they are replaced when a secret changes; calls in ",
+    "flight finish). Builds never see them. A value is sealed on the server and never shown again.",
+  );
+  if (!session.scopes.includes("deploy")) {
+    return [heading, about, h("p", {}, "Sign in with a token that has the deploy scope to see and set secrets.")];
+  }
+  const path = { project_id: session.project_id };
+  const data = await call(api.GET("/v3/projects/{project_id}/secrets", { params: { path } }));
+  const outcome = h("div", { id: "secret-outcome" });
+  const name = h("input", {
+    id: "secret-name",
+    name: "name",
+    required: true,
+    maxlength: 128,
+    pattern: "[A-Za-z_][A-Za-z0-9_]*",
+    title: "An environment variable's name: letters, digits and _, not starting with a digit",
+    autocomplete: "off",
+    spellcheck: "false",
+  });
+  const value = h("textarea", { id: "secret-value", name: "value", autocomplete: "off", spellcheck: "false" });
+  const form = h(
+    "form",
+    {
+      class: "stack",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        const secretName = name.value;
+        try {
+          const answer = await api.PUT("/v3/projects/{project_id}/secrets/{name}", {
+            params: { path: { ...path, name: secretName } },
+            body: { value: value.value },
+          });
+          // `call` throws for a refusal (and signs out on a 401); the status says made or replaced.
+          await call(Promise.resolve(answer));
+          value.value = "";
+          await render();
+          document.getElementById("secret-outcome").replaceChildren(
+            h(
+              "p",
+              { class: "notice", role: "status" },
+              `${answer.response.status === 201 ? "Created" : "Replaced"} ${secretName}.`,
+            ),
+          );
+        } catch (error) {
+          outcome.replaceChildren(errorBox(error));
+        }
+      },
+    },
+    h("h2", {}, "Set a secret"),
+    h("label", { for: "secret-name" }, "Name"),
+    name,
+    h("label", { for: "secret-value" }, "Value"),
+    value,
+    h("button", { type: "submit" }, "Set secret"),
+  );
+  const rows = data.secrets.map((s) =>
+    h(
+      "tr",
+      { "data-secret": s.name },
+      h("td", { class: "mono" }, s.name),
+      h("td", {}, when(s.created_at)),
+      h("td", {}, when(s.updated_at)),
+      h(
+        "td",
+        {},
+        h("button", {
+          type: "button",
+          class: "danger",
+          "aria-label": `Delete ${s.name}`,
+          onclick: async () => {
+            if (!confirm(`Delete ${s.name}? The project's replicas are replaced without it.`)) return;
+            try {
+              await call(api.DELETE("/v3/projects/{project_id}/secrets/{name}", {
+                params: { path: { ...path, name: s.name } },
+              }));
+              void render();
+            } catch (error) {
+              outcome.replaceChildren(errorBox(error));
+            }
+          },
+        }, "Delete"),
+      ),
+    )
+  );
+  return [
+    heading,
+    about,
+    outcome,
+    data.secrets.length
+      ? h(
+        "div",
+        { class: "scroll" },
+        h(
+          "table",
+          {},
+          h("thead", {}, h("tr", {}, ["Name", "Created", "Last set", ""].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", { id: "secrets" }, rows),
+        ),
+      )
+      : h("p", { class: "muted", id: "no-secrets" }, "No secrets yet."),
+    form,
+  ];
+}
+
+/**
  * Follows the project's run changes (server-sent events, authenticated by the session cookie): each change
  * that `matters`, and the feed's opening, re-reads the page a moment later (changes in a burst are read
  * once), unless someone is typing in it.
@@ -979,6 +1092,7 @@ async function render(options = {}) {
     if (route[0] === "apps" && route[1]) nodes = await appPage(route[1]);
     else if (route[0] === "apps") nodes = await appsPage();
     else if (route[0] === "keys") nodes = await keysPage();
+    else if (route[0] === "secrets") nodes = await secretsPage();
     else if (route[0] === "runs" && route[1]) {
       nodes = await runPage(route[1], url.searchParams);
       if (!live) followRuns((change) => change.run_id === route[1]);

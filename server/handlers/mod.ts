@@ -4,6 +4,7 @@ import type { Handlers } from "../http/mod.ts";
 import { buildHandlers } from "./builds.ts";
 import { deploymentHandlers } from "./deployments.ts";
 import { integrationHandlers } from "./integrations.ts";
+import { projectSecretHandlers } from "./project_secrets.ts";
 import { runEventHandlers } from "./run_events.ts";
 import { runHandlers } from "./runs.ts";
 import { serviceAccountHandlers } from "./service_accounts.ts";
@@ -18,6 +19,7 @@ export function createHandlers(context: ServerContext): Handlers {
     ...deploymentHandlers(context),
     ...integrationHandlers(context),
     ...serviceAccountHandlers(context),
+    ...projectSecretHandlers(context),
     ...systemHandlers(context),
   } satisfies Handlers;
 }

@@ -248,7 +248,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     const handler = options.handlers[route.operationId as OperationId] as unknown as (
       input: HandlerInput<OperationId>,
     ) => Promise<AnyHandlerResult>;
-    const method = route.method.toLowerCase() as "get" | "post" | "delete";
+    const method = route.method.toLowerCase() as "get" | "post" | "put" | "delete";
     router[method](route.koaPath, async (ctx: Context) => {
       const state = ctx.state as State;
       state.route = route;

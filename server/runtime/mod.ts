@@ -37,9 +37,10 @@ export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export { signalGroup } from "./_process_group.ts";
-export type { OutputLine } from "./_python_replica.ts";
+export { type OutputLine, PythonReplica } from "./_python_replica.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 export { interpreterHome } from "./_replica_jail.ts";
+export { envNameProblem } from "./_app_env.ts";
 
 type AnyReplica = PythonReplica | Upstream;
 

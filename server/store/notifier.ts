@@ -20,7 +20,8 @@ const notifyQuery = portableQuery("select pg_notify(?, ?)");
 
 /**
  * The fixed channels: new queued runs, due webhook deliveries, cancels asked of another process,
- * deployments queued or activated, run changes of watched projects, and which projects are watched.
+ * deployments queued or activated, run changes of watched projects, which projects are watched, and
+ * projects whose secrets changed.
  */
 export const WAKE_CHANNELS = [
   "runplane_runs",
@@ -29,6 +30,7 @@ export const WAKE_CHANNELS = [
   "runplane_deployments",
   "runplane_run_events",
   "runplane_run_watch",
+  "runplane_project_secrets",
 ] as const;
 
 /** One of `WAKE_CHANNELS`. */

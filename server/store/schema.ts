@@ -215,6 +215,26 @@ export interface DashboardSessionTable {
   expires_at: number;
 }
 
+/** A project's secret: an environment variable of its replicas, the value sealed by the SecretBox. */
+export interface ProjectSecretTable {
+  project_id: string;
+  /** An environment-variable name (`[A-Za-z_][A-Za-z0-9_]*`), never `RUNPLANE_*`. */
+  name: string;
+  /** The value sealed together with the project id and name; never the plaintext. */
+  value_sealed: string;
+  /** The value's size in UTF-8 bytes, for the project's total without opening the values. */
+  value_bytes: number;
+  created_at: number;
+  updated_at: number;
+}
+
+/** The version of a project's secrets: raised in the transaction of every change. */
+export interface ProjectSecretVersionTable {
+  project_id: string;
+  version: number;
+  updated_at: number;
+}
+
 /** Every table of the store. */
 export interface Database {
   projects: ProjectTable;
@@ -232,4 +252,6 @@ export interface Database {
   deployment_logs: DeploymentLogTable;
   run_logs: RunLogTable;
   dashboard_sessions: DashboardSessionTable;
+  project_secrets: ProjectSecretTable;
+  project_secret_versions: ProjectSecretVersionTable;
 }

@@ -5,7 +5,7 @@
  * which makes them fail instead.
  */
 import { existsSync } from "node:fs";
-import { type Browser, chromium } from "playwright-core";
+import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 
 /** Where Chromium is looked for. */
 export const CHROMIUM_PATH = process.env.RUNPLANE_TEST_CHROMIUM ?? "/usr/bin/chromium";
@@ -23,4 +23,19 @@ export async function launchBrowser(): Promise<Browser | null> {
     return null;
   }
   return await chromium.launch({ executablePath: CHROMIUM_PATH, args: ["--no-sandbox", "--disable-gpu"] });
+}
+
+/**
+ * A page in a new context of `browser` (1280×860, as the screenshots are taken) that records each dialog
+ * in `dialogs` as `type: message`: a confirm() is accepted (the dashboard asks before revoking or
+ * deleting), anything else dismissed (an alert is an XSS, which the tests look for).
+ */
+export async function openPage(browser: Browser, dialogs: string[]): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const page = await context.newPage();
+  page.on("dialog", (dialog) => {
+    dialogs.push(`${dialog.type()}: ${dialog.message()}`);
+    void (dialog.type() === "confirm" ? dialog.accept() : dialog.dismiss());
+  });
+  return { context, page };
 }

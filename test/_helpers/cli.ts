@@ -2,7 +2,7 @@
  * Runs the `runplane` CLI: as a subprocess, the way a user does (`runCli`, `spawnCli`), or in this process
  * through `main(argv, io)` (`runMain`), which skips a process start per call.
  */
-import { execFile, spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { execFile, execFileSync, spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { main } from "../../server/cli/mod.ts";
@@ -90,4 +90,43 @@ export async function runMain(
   } finally {
     process.chdir(previous);
   }
+}
+
+/** Whether util-linux `script` is here, to run the CLI on a pseudo-terminal (`runCliOnTerminal`). */
+export const HAS_SCRIPT = (() => {
+  try {
+    execFileSync("script", ["--version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/**
+ * Runs `runplane ...args` on a pseudo-terminal (util-linux `script`), as a person at a terminal does;
+ * stdout and stderr arrive merged, as the terminal shows them. With `answer`, types `answer.typed` once
+ * the output matches `answer.waitFor` (a prompt), and never before.
+ */
+export function runCliOnTerminal(
+  args: string[],
+  env: Record<string, string>,
+  answer?: { waitFor: RegExp; typed: string },
+): Promise<{ code: number | null; output: string }> {
+  const quote = (word: string) => `'${word.replaceAll("'", "'\\''")}'`;
+  const command = [process.execPath, CLI, ...args].map(quote).join(" ");
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
+  const child = spawn("script", ["-qec", command, "/dev/null"], {
+    env: { ...clean, ...env },
+    stdio: [answer ? "pipe" : "ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  let typed = false;
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+    output += chunk;
+    if (answer && !typed && answer.waitFor.test(output)) {
+      typed = true;
+      child.stdin!.write(answer.typed);
+    }
+  });
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, output })));
 }

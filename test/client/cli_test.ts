@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
 import { createHmac } from "node:crypto";
 import { once } from "node:events";
 import { existsSync, readFileSync } from "node:fs";
@@ -10,7 +9,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
-import { CapturedOutput, CLI, runCli, runMain, spawnCli } from "../_helpers/cli.ts";
+import { CapturedOutput, HAS_SCRIPT, runCli, runCliOnTerminal, runMain, spawnCli } from "../_helpers/cli.ts";
 import { createFixtureRepo, type FixtureRepo } from "../_helpers/git_repos.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { eventually } from "../_helpers/webhook_receiver.ts";
@@ -41,35 +40,6 @@ async function freePort(): Promise<number> {
   const { port } = probe.address() as AddressInfo;
   await new Promise((resolve) => probe.close(resolve));
   return port;
-}
-
-const HAS_SCRIPT = (() => {
-  try {
-    execFileSync("script", ["--version"], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-})();
-
-/**
- * Runs `runplane ...args` on a pseudo-terminal (util-linux `script`), as a person at a terminal does;
- * stdout and stderr arrive merged, as the terminal shows them.
- */
-function runCliOnTerminal(
-  args: string[],
-  env: Record<string, string>,
-): Promise<{ code: number | null; output: string }> {
-  const quote = (word: string) => `'${word.replaceAll("'", "'\\''")}'`;
-  const command = [process.execPath, CLI, ...args].map(quote).join(" ");
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
-  const child = spawn("script", ["-qec", command, "/dev/null"], {
-    env: { ...clean, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let output = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, output })));
 }
 
 describe("the runplane executable", { timeout: 120_000 }, () => {

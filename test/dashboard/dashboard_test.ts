@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
-import { launchBrowser } from "../_helpers/browser.ts";
+import { launchBrowser, openPage } from "../_helpers/browser.ts";
 import { runMain } from "../_helpers/cli.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { startWebhookReceiver, type WebhookReceiver } from "../_helpers/webhook_receiver.ts";
@@ -65,13 +65,7 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
       },
     });
     receiver = await startWebhookReceiver();
-    context = await browser!.newContext({ viewport: { width: 1280, height: 860 } });
-    page = await context.newPage();
-    page.on("dialog", (dialog) => {
-      dialogs.push(`${dialog.type()}: ${dialog.message()}`);
-      // The revoke button's confirm() is the only dialog a page may open: accept it; any alert is an XSS.
-      void (dialog.type() === "confirm" ? dialog.accept() : dialog.dismiss());
-    });
+    ({ context, page } = await openPage(browser!, dialogs));
   });
   after(async () => {
     await context?.close();

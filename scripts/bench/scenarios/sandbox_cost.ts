@@ -7,7 +7,7 @@ import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createLogger } from "../../../server/log.ts";
-import { PythonReplica } from "../../../server/runtime/_python_replica.ts";
+import { PythonReplica } from "../../../server/runtime/mod.ts";
 import { createSandbox, type Sandbox, unjailedSandbox } from "../../../server/sandbox/mod.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { type LoadResult, loadTest } from "../_load.ts";

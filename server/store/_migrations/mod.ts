@@ -14,6 +14,7 @@ import * as upkeepIndexes from "./0012_upkeep_indexes.ts";
 import * as serviceAccountLineage from "./0013_service_account_lineage.ts";
 import * as dashboardSessions from "./0014_dashboard_sessions.ts";
 import * as redeliveryBudget from "./0015_redelivery_budget.ts";
+import * as projectSecrets from "./0016_project_secrets.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -32,4 +33,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0013_service_account_lineage": serviceAccountLineage,
   "0014_dashboard_sessions": dashboardSessions,
   "0015_redelivery_budget": redeliveryBudget,
+  "0016_project_secrets": projectSecrets,
 };

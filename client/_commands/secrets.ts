@@ -1,0 +1,98 @@
+import { createInterface } from "node:readline";
+import { Writable } from "node:stream";
+import { parseArgs } from "node:util";
+import { type CommandIo, UsageError } from "../cli_command.ts";
+import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { writeJson } from "./output.ts";
+
+/** Help of `runplane secrets`. */
+export const SECRETS_HELP = `Usage:
+  runplane secrets set <project> NAME      the value from stdin (piped), else a prompt that does not echo
+  runplane secrets list <project>          names and times; a value is never shown
+  runplane secrets delete <project> NAME
+
+A project's secrets are environment variables of its replicas (set or deleted, they are replaced; calls in
+flight finish); builds never see them. NAME is an environment variable's name, not RUNPLANE_*. The value
+is never a flag (it would stay in the shell's history): pipe it (one trailing newline is dropped), e.g.
+  runplane secrets set p-demo API_KEY < api_key.txt
+Needs a token with the deploy scope.
+
+${CONNECTION_HELP}`;
+
+function isTty(stream: NodeJS.ReadableStream): boolean {
+  return (stream as { isTTY?: boolean }).isTTY === true;
+}
+
+/** All of a piped stdin, less one trailing newline (what `echo` and editors add). */
+async function readPiped(stream: NodeJS.ReadableStream): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk);
+  return Buffer.concat(chunks).toString("utf8").replace(/\r?\n$/, "");
+}
+
+/** Asks for the value on the terminal without echoing it. */
+async function prompt(io: CommandIo, input: NodeJS.ReadableStream, name: string): Promise<string> {
+  // readline echoes what is typed to its output: give it one that shows nothing.
+  const muted = new Writable({ write: (_chunk, _encoding, done) => done() });
+  const lines = createInterface({ input, output: muted, terminal: true });
+  io.stderr.write(`Value of ${name} (not shown): `);
+  try {
+    return await new Promise<string>((resolve, reject) => {
+      lines.once(
+        "line",
+        (line) => line === "" ? reject(new Error("No value was entered: nothing was set")) : resolve(line),
+      );
+      lines.once("SIGINT", () => reject(new Error("Cancelled: nothing was set")));
+      lines.once("close", () => reject(new Error("No value was entered: nothing was set")));
+    });
+  } finally {
+    lines.close();
+    io.stderr.write("\n");
+  }
+}
+
+/** `runplane secrets set|list|delete`. */
+export async function secretsCommand(io: CommandIo): Promise<number> {
+  const [sub, ...rest] = io.args;
+  if (rest.some((arg) => arg === "--value" || arg.startsWith("--value="))) {
+    throw new UsageError(
+      "A secret's value is never a flag (it would stay in the shell's history): pipe it on stdin or type it at the prompt",
+    );
+  }
+  const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: CONNECTION_OPTIONS });
+  if (sub !== "set" && sub !== "list" && sub !== "delete") {
+    throw new UsageError(
+      sub ? `Unknown subcommand "${sub}": use set, list or delete` : "Name a subcommand: set, list or delete",
+    );
+  }
+  const [project, name] = positionals;
+  if (!project || project.includes("/")) throw new UsageError(`secrets ${sub} needs <project>`);
+  if (sub === "list") {
+    if (positionals.length > 1) throw new UsageError("secrets list takes <project> only");
+    const secrets = await connect(values, io.env).listProjectSecrets(project, { signal: io.signal });
+    if (values.json) return (writeJson(io, { secrets }), 0);
+    if (secrets.length === 0) {
+      io.stderr.write(`Project ${project} has no secrets: runplane secrets set ${project} NAME\n`);
+    }
+    for (const s of secrets) io.stdout.write(`${s.name}\tcreated ${s.created_at}\tupdated ${s.updated_at}\n`);
+    return 0;
+  }
+  if (!name || positionals.length > 2) throw new UsageError(`secrets ${sub} needs <project> NAME`);
+  const client = connect(values, io.env);
+  if (sub === "delete") {
+    await client.deleteProjectSecret(project, name, { signal: io.signal });
+    if (values.json) writeJson(io, { deleted: name, project_id: project });
+    else io.stdout.write(`Deleted ${name} of ${project}: its replicas are replaced without it\n`);
+    return 0;
+  }
+  const input = io.stdin ?? process.stdin;
+  const value = isTty(input) ? await prompt(io, input, name) : await readPiped(input);
+  const { created, secret } = await client.setProjectSecret(project, { name, value }, { signal: io.signal });
+  if (values.json) writeJson(io, { ...secret, created });
+  else {
+    io.stdout.write(
+      `${created ? "Created" : "Replaced"} ${name} of ${project}: its replicas are replaced to see it\n`,
+    );
+  }
+  return 0;
+}

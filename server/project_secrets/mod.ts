@@ -1,0 +1,285 @@
+/**
+ * Project secrets: environment variables a project's replicas get and nothing else does (not builds,
+ * not other projects, not logs, not API answers). Each value is sealed with the secret box together
+ * with its project and name, so a sealed value copied to another row does not open there. Every change
+ * raises the project's version and announces the project on the `runplane_project_secrets` channel
+ * (every process on PostgreSQL); free of HTTP, so the runtime, the handlers and tests share it.
+ */
+import { randomBytes } from "node:crypto";
+import type { Kysely } from "kysely";
+import { ProblemError } from "../problems/mod.ts";
+import { envNameProblem } from "../runtime/mod.ts";
+import type { SecretBox } from "../secrets/mod.ts";
+import type { Database, Notifier } from "../store/mod.ts";
+import {
+
+  deleteSecret,
+  raiseVersion,
+  secretExists,
+  selectSealed,
+  selectSecrets,
+  selectSizes,
+  selectVersion,
+  selectVersionedProjects,
+  upsertSecret,
+} from "./_records.ts";
+
+export { cacheReplicaEnvironments, type ReplicaEnvironment, type ReplicaEnvironments } from "./replica_environments.ts";
+
+/** The limits of a project's secrets (each a 4xx problem naming it). */
+export const PROJECT_SECRET_LIMITS = {
+  /** A name's length in characters. */
+  nameLength: 128,
+  /** One value's size in UTF-8 bytes (64 KiB): 413 above it. */
+  valueBytes: 64 * 1024,
+  /** Secrets per project: 409 for one more. */
+  secrets: 100,
+  /**
+   * The project's values together, in UTF-8 bytes (1 MiB): 413 above it. A replica gets them all in its
+   * environment, and Linux refuses to start a process whose arguments and environment pass 2 MiB.
+   */
+  totalBytes: 1024 * 1024,
+} as const;
+
+/** What a name must look like: an environment variable's name. */
+export const SECRET_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** The prefix of the platform's own variables, refused as a secret's name. */
+export const RESERVED_PREFIX = "RUNPLANE_";
+
+/** A secret as listed: its name and times (ISO 8601), never its value. */
+export interface ProjectSecretInfo {
+  name: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** The project secrets service. */
+export interface ProjectSecrets {
+  /** The project's secrets, by name, with when each was made and last set; never a value. */
+  list(projectId: string): Promise<ProjectSecretInfo[]>;
+  /**
+   * Sets a secret (made, or its value replaced). Throws a `ProblemError`: 400 `validation` for a name
+   * that is not an environment variable's or starts with `RUNPLANE_`, or a value holding NUL; 413 for a
+   * value over `PROJECT_SECRET_LIMITS.valueBytes` or a project total over `totalBytes`; 409 for a
+   * secret past `secrets`.
+   */
+  put(projectId: string, name: string, value: string): Promise<{ created: boolean; secret: ProjectSecretInfo }>;
+  /** Removes a secret; false when the project has none by that name (a 400 for a name no secret can have). */
+  delete(projectId: string, name: string): Promise<boolean>;
+  /**
+   * The project's secrets as environment variables (unsealed), for its replicas only. Read `fingerprint`
+   * before it, so a change in between makes the fingerprint older, never newer, than the values.
+   * Throws when a value does not open (another data key, an altered or moved row), naming the secret.
+   */
+  environment(projectId: string): Promise<Record<string, string>>;
+  /** A string that changes whenever the project's secrets change (the project's version). */
+  fingerprint(projectId: string): Promise<string>;
+  /**
+   * Calls `listener` with the project's id when its secrets change, in this process or (PostgreSQL) any
+   * other; returns the function that stops it. After the store's listening connection was lost and is
+   * back, every project whose secrets ever changed is told (changes may have been missed): compare
+   * `fingerprint` to skip a project whose replicas already have its version.
+   */
+  onChange(listener: (projectId: string) => void): () => void;
+}
+
+/** Options of `createProjectSecrets`. */
+export interface ProjectSecretsOptions {
+  db: Kysely<Database>;
+  /** Seals and opens the values (the data dir's, or the shared data key on PostgreSQL). */
+  secrets: SecretBox;
+  /** Announces changes to every process sharing the store. */
+  notifier: Notifier;
+  /** The store's clock (Unix ms). */
+  now(): number;
+  /** A listener that threw, or projects that could not be read after a lost connection. */
+  onError?(error: unknown): void;
+}
+
+const CHANNEL = "runplane_project_secrets";
+
+/** Why `name` cannot name a secret, or null when it can. */
+export function secretNameProblem(name: string): string | null {
+  if (name === "") return "is empty: name the secret like an environment variable, e.g. API_KEY";
+  if (name.length > PROJECT_SECRET_LIMITS.nameLength) {
+    return `is ${name.length} characters long; the limit is ${PROJECT_SECRET_LIMITS.nameLength}`;
+  }
+  if (!SECRET_NAME_PATTERN.test(name)) {
+    return "must be an environment variable's name: letters, digits and _, not starting with a digit, e.g. API_KEY";
+  }
+  if (name.startsWith(RESERVED_PREFIX)) {
+    return `starts with ${RESERVED_PREFIX}, which the platform's own variables use: choose another name`;
+  }
+  // The names the platform sets for a replica (PATH, HOME, PORT, LD_*, …), as for an app's [env].
+  return envNameProblem(name);
+}
+
+function checkName(name: string): void {
+  const problem = secretNameProblem(name);
+  if (problem) {
+    throw new ProblemError("validation", `The secret name ${JSON.stringify(name)} ${problem}`, {
+      errors: [{ path: "path.name", message: problem }],
+    });
+  }
+}
+
+/** The value's size in bytes; throws for a value no environment can hold or one over the limit. */
+function checkValue(value: string): number {
+  if (typeof value !== "string") {
+    throw new ProblemError("validation", "The secret's value must be a string", {
+      errors: [{ path: "body.value", message: "must be a string" }],
+    });
+  }
+  if (value.includes("\u0000")) {
+    throw new ProblemError(
+      "validation",
+      "The secret's value holds a NUL character, which no environment variable can",
+      {
+        errors: [{ path: "body.value", message: "must not contain NUL (\\u0000)" }],
+      },
+    );
+  }
+  const bytes = Buffer.byteLength(value, "utf8");
+  if (bytes > PROJECT_SECRET_LIMITS.valueBytes) {
+    throw new ProblemError(
+      "content-too-large",
+      `The secret's value is ${bytes} bytes; the limit is ${PROJECT_SECRET_LIMITS.valueBytes} bytes (64 KiB) per value`,
+    );
+  }
+  return bytes;
+}
+
+/** Thrown inside a transaction to roll it back without an error reaching the caller. */
+class NothingToDo extends Error {}
+
+function iso(ms: number): string {
+  return new Date(Number(ms)).toISOString();
+}
+
+/** Creates the project secrets service over the store. */
+export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSecrets {
+  const { db, secrets, notifier } = options;
+  // Marks this instance's announcements: its own listeners are told at once, not again by the echo.
+  const origin = randomBytes(6).toString("hex");
+  const listeners = new Set<(projectId: string) => void>();
+  let stopListening: (() => void) | undefined;
+
+  function tell(projectId: string): void {
+    for (const listener of [...listeners]) {
+      try {
+        listener(projectId);
+      } catch (error) {
+        options.onError?.(error);
+      }
+    }
+  }
+
+  function woken(payload: string | undefined): void {
+    if (payload === undefined) {
+      // Changes may have been missed while the connection was away: tell every project that has had any.
+      selectVersionedProjects(db).then((projects) => projects.forEach(tell), (error) => options.onError?.(error));
+      return;
+    }
+    const [from, projectId] = payload.split(" ");
+    if (from !== origin && projectId) tell(projectId);
+  }
+
+  function seal(projectId: string, name: string, value: string): string {
+    return secrets.seal(JSON.stringify([projectId, name, value]));
+  }
+
+  function open(projectId: string, row: { name: string; value_sealed: string }): string {
+    let parts: unknown;
+    try {
+      parts = JSON.parse(secrets.open(row.value_sealed));
+    } catch (error) {
+      throw new Error(
+        `The secret ${row.name} of project ${projectId} does not open with this store's data key: set it again`,
+        { cause: error },
+      );
+    }
+    if (!Array.isArray(parts) || parts[0] !== projectId || parts[1] !== row.name || typeof parts[2] !== "string") {
+      throw new Error(`The secret ${row.name} of project ${projectId} was sealed for another secret: set it again`);
+    }
+    return parts[2];
+  }
+
+  return {
+    async list(projectId) {
+      const rows = await selectSecrets(db, projectId);
+      return rows.map((row) => ({ name: row.name, createdAt: iso(row.created_at), updatedAt: iso(row.updated_at) }));
+    },
+
+    async put(projectId, name, value) {
+      checkName(name);
+      const bytes = checkValue(value);
+      const sealed = seal(projectId, name, value);
+      const now = options.now();
+      const outcome = await db.transaction().execute(async (tx) => {
+        await raiseVersion(tx, projectId, now);
+        const sizes = await selectSizes(tx, projectId);
+        const created = !sizes.some((s) => s.name === name);
+        if (created && sizes.length >= PROJECT_SECRET_LIMITS.secrets) {
+          throw new ProblemError(
+            "conflict",
+            `Project ${projectId} has ${sizes.length} secrets; the limit is ${PROJECT_SECRET_LIMITS.secrets} per project: delete one first`,
+          );
+        }
+        const total = sizes.reduce((sum, s) => sum + (s.name === name ? 0 : s.value_bytes), bytes);
+        if (total > PROJECT_SECRET_LIMITS.totalBytes) {
+          throw new ProblemError(
+            "content-too-large",
+            `Project ${projectId}'s secret values would total ${total} bytes; the limit is ${PROJECT_SECRET_LIMITS.totalBytes} bytes (1 MiB) per project`,
+          );
+        }
+        const createdAt = await upsertSecret(tx, { projectId, name, sealed, bytes, now });
+        await notifier.notify(CHANNEL, `${origin} ${projectId}`, { db: tx });
+        return { created, secret: { name, createdAt: iso(createdAt), updatedAt: iso(now) } };
+      });
+      tell(projectId);
+      return outcome;
+    },
+
+    async delete(projectId, name) {
+      checkName(name);
+      if (!(await secretExists(db, { projectId, name }))) return false;
+      try {
+        await db.transaction().execute(async (tx) => {
+          await raiseVersion(tx, projectId, options.now());
+          // Deleted meanwhile by another call: roll the version back, nothing changed.
+          if (!(await deleteSecret(tx, { projectId, name }))) throw new NothingToDo();
+          await notifier.notify(CHANNEL, `${origin} ${projectId}`, { db: tx });
+        });
+      } catch (error) {
+        if (error instanceof NothingToDo) return false;
+        throw error;
+      }
+      tell(projectId);
+      return true;
+    },
+
+    async environment(projectId) {
+      const rows = await selectSealed(db, projectId);
+      return Object.fromEntries(rows.map((row) => [row.name, open(projectId, row)]));
+    },
+
+    async fingerprint(projectId) {
+      return `v${await selectVersion(db, projectId)}`;
+    },
+
+    onChange(listener) {
+      // A fresh function per call, so the same listener added twice is removed once per unsubscribe.
+      const entry = (projectId: string) => listener(projectId);
+      listeners.add(entry);
+      stopListening ??= notifier.listen(CHANNEL, woken);
+      return () => {
+        listeners.delete(entry);
+        if (listeners.size === 0 && stopListening) {
+          stopListening();
+          stopListening = undefined;
+        }
+      };
+    },
+  };
+}
