@@ -1060,6 +1060,17 @@ function followRuns(matters) {
 
 // ---- Shell ----
 
+/** Says loudly when this server runs tenants' code unjailed (its /readyz tells; a server not ready says later). */
+async function warnWhenUnjailed() {
+  const response = await fetch("/readyz").catch(() => null);
+  if (!response?.ok) return;
+  const { sandbox } = await response.json();
+  if (sandbox.jailed) return;
+  const banner = document.getElementById("sandbox-warning");
+  banner.textContent = `Tenants' code runs unjailed on this server: ${sandbox.warnings.join("; ")}`;
+  banner.hidden = false;
+}
+
 async function loadSession() {
   const response = await fetch("/dashboard/session");
   session = response.ok ? await response.json() : null;
@@ -1116,3 +1127,4 @@ document.getElementById("signout").addEventListener("click", async () => {
 for (const a of document.querySelectorAll("a[href^='/dashboard']")) a.addEventListener("click", navigate);
 addEventListener("popstate", () => void render());
 void render();
+void warnWhenUnjailed();
