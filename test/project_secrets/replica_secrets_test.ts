@@ -63,6 +63,17 @@ for (const engine of await engines()) {
       assert.equal((await inFlight).value, "first-value");
     });
 
+    it("refuses the names the platform sets for a replica, as [env] does", async () => {
+      for (const name of ["PATH", "HOME", "PORT", "LD_PRELOAD", "PYTHONPATH"]) {
+        const response = await checkedFetch(`${t.url}/v3/projects/${TEST_PROJECT}/secrets/${name}`, {
+          method: "PUT",
+          headers: { Authorization: `Bearer ${deployToken}`, "Content-Type": "application/json" },
+          body: JSON.stringify({ value: "x" }),
+        });
+        assert.equal(response.status, 400, name);
+      }
+    });
+
     it("another project's replicas never see it", async () => {
       const other = (await t.mintToken({ projectId: "p-other", scopes: ["run"] })).token;
       assert.equal((await read({}, "p-other", other)).value, null);
