@@ -32,9 +32,10 @@ export const BLOCKED_RANGES = [
 
 /** The host's own IPv4 addresses outside the blocked ranges (a public address of the host is still the host). */
 export function hostAddresses(): string[] {
-  return Object.values(networkInterfaces()).flatMap((list) =>
+  const addresses = Object.values(networkInterfaces()).flatMap((list) =>
     (list ?? []).filter((a) => a.family === "IPv4" && !a.internal).map((a) => `${a.address}/32`)
   );
+  return [...new Set(addresses)];
 }
 
 /** Runs a process to the end; rejects with its stderr unless it exits 0. */
@@ -115,7 +116,7 @@ export async function attachNetwork(
     slirp.once("exit", (code) => reject(new Error(`slirp4netns exited with code ${code}: ${stderr.trim()}`)));
   });
   try {
-    const routes = options.blocked.map((range) => `route add prohibit ${range}`).join("\n");
+    const routes = options.blocked.map((range) => `route replace prohibit ${range}`).join("\n");
     await Promise.all([ready, runToEnd("nsenter", [...enterArgs(pid, options.asRoot), "ip", "-batch", "-"], routes)]);
   } catch (error) {
     detach();
