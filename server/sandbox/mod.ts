@@ -120,10 +120,10 @@ async function compileSeccomp(): Promise<Buffer> {
 }
 
 /** Runs `/bin/true` in a jail built like every other: whatever stops it here stops the sandbox. */
-function probe(support: JailSupport, files: SupportDir): Promise<void> {
+function probeOnce(support: JailSupport, files: SupportDir, egress: boolean): Promise<void> {
   const identity = identityFor("runplane-probe");
   const child = spawnJailed(support, "/bin/true", [], {
-    spec: { projectId: "runplane-probe", cwd: "/", egress: support.slirp, env: {} },
+    spec: { projectId: "runplane-probe", cwd: "/", egress, env: {} },
     identity,
     files: files.files(identity),
     stdio: ["ignore", "ignore", "pipe"],
@@ -138,6 +138,17 @@ function probe(support: JailSupport, files: SupportDir): Promise<void> {
       else reject(new Error(stderr.trim() || `bubblewrap exited with code ${code}`));
     });
   });
+}
+
+/** `probeOnce`, tried three times: one failure on a loaded host must not leave the server unjailed for good. */
+async function probe(support: JailSupport, files: SupportDir, egress: boolean): Promise<void> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await probeOnce(support, files, egress);
+    } catch (error) {
+      if (attempt === 3) throw error;
+    }
+  }
 }
 
 /**
@@ -170,7 +181,13 @@ export async function createSandbox(
     const blocked = [...BLOCKED_RANGES, ...hostAddresses()];
     const support: JailSupport = { bwrap, seccomp, slirp, blocked, logger: options.logger };
     try {
-      await probe(support, files);
+      await probe(support, files, false);
+      if (slirp) {
+        await probe(support, files, true).catch((error: Error) => {
+          support.slirp = false;
+          problems.push(`slirp4netns cannot give a jail its network here (${error.message}): apps with egress get none`);
+        });
+      }
       if (setting === "required" && problems.length) {
         throw new SandboxUnavailableError(`RUNPLANE_SANDBOX=required, but ${problems.join("; ")}`);
       }
