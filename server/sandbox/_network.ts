@@ -88,7 +88,19 @@ export async function attachNetwork(
   pid: number,
   options: { asRoot: boolean; blocked: string[] },
 ): Promise<AttachedNetwork> {
-  await loopbackReady(pid);
+  // The routes touch neither lo nor tap0: they go in while bubblewrap still sets up its loopback.
+  const routes = runToEnd(
+    "nsenter",
+    [...enterArgs(pid, options.asRoot), "ip", "-batch", "-"],
+    options.blocked.map((range) => `route replace prohibit ${range}`).join("\n"),
+  );
+  routes.catch(() => undefined); // awaited below; a failure then stops the jail
+  try {
+    await loopbackReady(pid);
+  } catch (error) {
+    await routes.catch(() => undefined);
+    throw error;
+  }
   const args = [
     "--configure",
     "--mtu=65520",
@@ -116,8 +128,7 @@ export async function attachNetwork(
     slirp.once("exit", (code) => reject(new Error(`slirp4netns exited with code ${code}: ${stderr.trim()}`)));
   });
   try {
-    const routes = options.blocked.map((range) => `route replace prohibit ${range}`).join("\n");
-    await Promise.all([ready, runToEnd("nsenter", [...enterArgs(pid, options.asRoot), "ip", "-batch", "-"], routes)]);
+    await Promise.all([ready, routes]);
   } catch (error) {
     detach();
     throw error;
