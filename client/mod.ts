@@ -240,8 +240,8 @@ export interface RunplaneClient {
   jwks(): Promise<JsonWebKeySet>;
   /** Liveness. */
   health(): Promise<{ status: "ok" }>;
-  /** Readiness; a server that is not ready throws a 503 `RunplaneError`. */
-  readiness(): Promise<{ status: "ready" }>;
+  /** Readiness, with how tenants' code is jailed (`sandbox`); a server that is not ready throws a 503 `RunplaneError`. */
+  readiness(): Promise<Schemas["Readiness"]>;
   /** The Prometheus metrics text. */
   metrics(): Promise<string>;
 }

@@ -12,7 +12,6 @@ import { envNameProblem } from "../runtime/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
 import type { Database, Notifier } from "../store/mod.ts";
 import {
-
   deleteSecret,
   raiseVersion,
   secretExists,

@@ -27,7 +27,11 @@ export function interpreterHome(
   if (!isAbsolute(python) || inside(python, options.appDir) || SYSTEM.some((dir) => inside(python, dir))) {
     return undefined;
   }
-  if (options.source === "deployment") return options.venv !== undefined && inside(python, options.venv) ? options.venv : undefined;
+  if (options.source === "deployment") {
+    return options.venv !== undefined && inside(python, options.venv)
+      ? options.venv
+      : undefined;
+  }
   return dirname(dirname(python));
 }
 

@@ -33,14 +33,14 @@ export {
   MAX_GRACE_PERIOD_SECONDS,
   parseAppConfig,
 } from "./_app_config.ts";
+export { envNameProblem } from "./_app_env.ts";
 export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export { signalGroup } from "./_process_group.ts";
 export { type OutputLine, PythonReplica } from "./_python_replica.ts";
-export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 export { interpreterHome } from "./_replica_jail.ts";
-export { envNameProblem } from "./_app_env.ts";
+export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 
 type AnyReplica = PythonReplica | Upstream;
 

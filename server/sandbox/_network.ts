@@ -41,7 +41,8 @@ export function hostAddresses(): string[] {
 /** Runs a process to the end; rejects with its stderr unless it exits 0. */
 function runToEnd(command: string, args: string[], input?: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ["pipe", "ignore", "pipe"] });
+    // In a group of its own, like the replicas: a signal to the server's group must not reach it.
+    const child = spawn(command, args, { stdio: ["pipe", "ignore", "pipe"], detached: true });
     let stderr = "";
     child.stderr.setEncoding("utf8").on("data", (text: string) => (stderr += text));
     child.once("error", reject);
@@ -114,7 +115,9 @@ export async function attachNetwork(
   if (!options.asRoot) args.push(`--userns-path=/proc/${pid}/ns/user`);
   args.push(String(pid), "tap0");
   // fd 4: slirp4netns exits when this end closes (detach, or the server's death).
-  const slirp = spawn("slirp4netns", args, { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"] });
+  // Detached like the replica it serves (Ctrl-C to the server's group must not cut a draining replica's
+  // network); the exit pipe still ends it with the server.
+  const slirp = spawn("slirp4netns", args, { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"], detached: true });
   const exitPipe = slirp.stdio[4] as NodeJS.WritableStream & { destroy(): void };
   const detach = () => {
     exitPipe.destroy();

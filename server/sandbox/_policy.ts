@@ -133,7 +133,10 @@ export const SANDBOX_HOME = "/home/runplane";
  * The bubblewrap arguments that jail `command`, up to and including the `--` before it. With a root
  * identity the command must be prefixed by `dropPrivileges(identity)`.
  */
-export function bubblewrapArgs(spec: JailSpec, options: { identity: Identity; files: SupportFiles; fds: PolicyFds }): string[] {
+export function bubblewrapArgs(
+  spec: JailSpec,
+  options: { identity: Identity; files: SupportFiles; fds: PolicyFds },
+): string[] {
   const { identity, files, fds } = options;
   const args = [
     // Its own pid, ipc, uts, cgroup and network namespaces: no host process is visible or signalled, no

@@ -16,8 +16,8 @@ import { type JailSupport, spawnJailed } from "./_jail.ts";
 import { BLOCKED_RANGES, hostAddresses } from "./_network.ts";
 import { baseEnvironment, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
 
-export type { JailSpec } from "./_policy.ts";
 export { BLOCKED_RANGES } from "./_network.ts";
+export type { JailSpec } from "./_policy.ts";
 
 const execFileAsync = promisify(execFile);
 const SECCOMP_SCRIPT = fileURLToPath(new URL("./_seccomp.py", import.meta.url));
@@ -185,7 +185,9 @@ export async function createSandbox(
       if (slirp) {
         await probe(support, files, true).catch((error: Error) => {
           support.slirp = false;
-          problems.push(`slirp4netns cannot give a jail its network here (${error.message}): apps with egress get none`);
+          problems.push(
+            `slirp4netns cannot give a jail its network here (${error.message}): apps with egress get none`,
+          );
         });
       }
       if (setting === "required" && problems.length) {

@@ -72,7 +72,8 @@ describe("runplane CLI against a server", { timeout: 300_000 }, () => {
   let env: Record<string, string>;
   let dir: string;
   before(async () => {
-    t = await startTestServer({ env: { RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" } });
+    // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
+    t = await startTestServer({ env: { RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1", RUNPLANE_SANDBOX: "off" } });
     env = { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: t.token, RUNPLANE_APPS_DIR: APPS_DIR };
     dir = await deployApp(t, "py", {
       toml: "[scaling]\nmax_replicas = 2\nreplica_concurrency = 4\nresponse_grace_period = 60\n",

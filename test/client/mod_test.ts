@@ -31,7 +31,8 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
   let dir: string;
   const app = `${TEST_PROJECT}/py`;
   before(async () => {
-    t = await startTestServer();
+    // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
+    t = await startTestServer({ env: { RUNPLANE_SANDBOX: "off" } });
     dir = await deployApp(t, "py", {
       toml: "[scaling]\nmax_replicas = 2\nreplica_concurrency = 4\nresponse_grace_period = 60\n",
       files: { "main.py": MAIN },
@@ -274,7 +275,11 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     const jwks = await client.jwks();
     assert.equal(jwks.keys[0].kty, "OKP");
     assert.deepEqual(await client.health(), { status: "ok" });
-    assert.deepEqual(await client.readiness(), { status: "ready" });
+    // Readiness reports the sandbox this server runs with (off here, see `before`).
+    assert.deepEqual(await client.readiness(), {
+      status: "ready",
+      sandbox: { setting: "off", jailed: false, warnings: t.server.context.sandbox.problems },
+    });
     assert.match(await client.metrics(), /# TYPE /);
   });
 

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { promisify } from "node:util";
 import { openStore } from "../../server/store/mod.ts";
-import { alive, waitFor } from "../_helpers/apps.ts";
+import { alive, hostPid, waitFor } from "../_helpers/apps.ts";
 import { makeServerDirs, startServerProcess } from "../_helpers/server_process.ts";
 
 /** The project whose token a fresh data dir prints; the apps live there. */
@@ -95,20 +95,67 @@ async function running(pid: number): Promise<boolean> {
   return stat !== "" && stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
 }
 
+/** A process as `/proc` knows it: its pid and its start time, so that a reused pid is not taken for it. */
+interface ProcessRef {
+  pid: number;
+  parent: number;
+  startTime: string;
+}
+
+/** The fields of `/proc/<pid>/stat` after the command's name (state, ppid, …), or null once it is gone. */
+async function statFields(pid: number): Promise<string[] | null> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
+  return stat === "" ? null : stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
+/**
+ * Every process below `root` now (its children, theirs, …): the replicas' sandboxes and what runs in them,
+ * which a jail starts with an environment of its own (no marker variable reaches them).
+ */
+async function descendants(root: number): Promise<ProcessRef[]> {
+  const all: ProcessRef[] = [];
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const fields = await statFields(Number(entry));
+    // Field 4 of stat is the parent's pid, field 22 the start time (here at 1 and 19).
+    if (fields) all.push({ pid: Number(entry), parent: Number(fields[1]), startTime: fields[19] });
+  }
+  const found: ProcessRef[] = [];
+  const below = new Set([root]);
+  for (let grew = true; grew;) {
+    grew = false;
+    for (const p of all) {
+      if (below.has(p.parent) && !below.has(p.pid)) {
+        below.add(p.pid);
+        found.push(p);
+        grew = true;
+      }
+    }
+  }
+  return found;
+}
+
+/** Whether the process `ref` names (the same one: same start time) still runs and is not a zombie. */
+async function stillRunning(ref: ProcessRef): Promise<boolean> {
+  const fields = await statFields(ref.pid);
+  return fields !== null && fields[19] === ref.startTime && fields[0] !== "Z";
+}
+
 describe("the server process", () => {
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
     it(`on ${signal} to its process group finishes a 3 s sync call, a stream, an async run and a custom-runtime call, exits 0 and leaves nothing running`, async () => {
       const prepared = await makeServerDirs("runplane-proc-");
-      await prepared.deploy("work", {
+      const workDir = await prepared.deploy("work", {
         "runplane.toml": "[scaling]\nmax_replicas = 3\n",
         "main.py": WORKER_APP,
       });
-      await prepared.deploy("web", {
+      const webDir = await prepared.deploy("web", {
         "runplane.toml":
           '[deployment]\nruntime = "custom"\n\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
         "server.py": SLOW_CUSTOM_SERVER,
       });
-      // Every process the server starts inherits this variable: after the stop, none may be left.
+      // Every process the server starts unjailed inherits this variable (jailed ones start from a clean
+      // environment and are found as the server's descendants): after the stop, none may be left.
       const marker = `signals-${randomUUID()}`;
       const server = await startServerProcess({ ...prepared.env, RUNPLANE_TEST_MARKER_ENV: marker }, {
         ownProcessGroup: true,
@@ -126,10 +173,17 @@ describe("the server process", () => {
           params: path("web", "pid"),
           body: {},
         })).data as { result: { pid: number; helper: number } };
-        const replicaPids = [workerPid.result, web.result.pid, web.result.helper];
+        // The apps report their pids in their sandboxes' namespaces: the host's are the ones to watch.
+        const replicaPids = [
+          hostPid(workDir, workerPid.result),
+          hostPid(webDir, web.result.pid),
+          hostPid(webDir, web.result.helper),
+        ];
         assert.ok(replicaPids.every(alive));
-        const marked = await markedProcesses(marker);
-        for (const pid of replicaPids) assert.ok(marked.includes(pid), `process ${pid} carries the marker`);
+        const started = await descendants(server.child.pid!);
+        for (const pid of replicaPids) {
+          assert.ok(started.some((p) => p.pid === pid), `process ${pid} was started by the server`);
+        }
 
         const sync = client.POST("/v4/{project_id}/{app_name}/{function_name}", {
           params: path("work", "slow"),
@@ -166,6 +220,7 @@ describe("the server process", () => {
           "the custom-runtime call to start",
           20_000,
         );
+        started.push(...await descendants(server.child.pid!));
         process.kill(-server.child.pid!, signal);
 
         const syncDone = await sync;
@@ -197,6 +252,11 @@ describe("the server process", () => {
           "no worker, custom runtime or its child to outlive the server",
           10_000,
         );
+        await waitFor(
+          async () => (await Promise.all(started.map(stillRunning))).every((live) => !live),
+          "no process the server started (sandboxes included) to outlive it",
+          10_000,
+        );
       } finally {
         if (server.child.exitCode === null) process.kill(-server.child.pid!, "SIGKILL");
         await prepared.remove();
@@ -206,8 +266,8 @@ describe("the server process", () => {
 
   it("after kill -9 leaves no Python worker and no custom-runtime process behind within 5 s", async () => {
     const prepared = await makeServerDirs("runplane-proc-");
-    await prepared.deploy("work", { "runplane.toml": "", "main.py": WORKER_APP });
-    await prepared.deploy("web", {
+    const workDir = await prepared.deploy("work", { "runplane.toml": "", "main.py": WORKER_APP });
+    const webDir = await prepared.deploy("web", {
       "runplane.toml": '[deployment]\nruntime = "custom"\n\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
       "server.py": CUSTOM_SERVER,
     });
@@ -220,15 +280,26 @@ describe("the server process", () => {
           params: { path: { project_id: PROJECT, app_name: app, function_name: fn } },
           body: {},
         })).data as { result: unknown };
-      const python = (await call("work", "pid")).result as number;
-      const custom = ((await call("web", "run")).result as { pid: number }).pid;
+      // The apps report their pids in their sandboxes' namespaces: the host's are the ones to watch.
+      const python = hostPid(workDir, (await call("work", "pid")).result as number);
+      const custom = hostPid(webDir, ((await call("web", "run")).result as { pid: number }).pid);
       assert.ok(alive(python) && alive(custom));
-      const marked = await markedProcesses(marker);
-      assert.ok(marked.includes(python) && marked.includes(custom), "the replicas carry the marker");
+      // Jailed, the replicas start from a clean environment (no marker): they are the server's descendants.
+      const started = await descendants(server.child.pid!);
+      assert.ok(
+        started.some((p) => p.pid === python) && started.some((p) => p.pid === custom),
+        "the replicas were started by the server",
+      );
       await server.kill();
       await waitFor(() => !alive(python) && !alive(custom), "the workers to exit after their server died", 5_000);
       await waitFor(async () => (await markedProcesses(marker)).length === 0, "every replica to be gone", 5_000);
+      await waitFor(
+        async () => (await Promise.all(started.map(stillRunning))).every((live) => !live),
+        "every process the server started (sandboxes included) to be gone",
+        5_000,
+      );
     } finally {
+      if (server.child.exitCode === null && server.child.signalCode === null) await server.kill();
       await prepared.remove();
     }
   });

@@ -82,7 +82,12 @@ for (const engine of await engines()) {
     it("a build step never sees it", async () => {
       await setSecret("BUILD_PROBE", "never-in-a-build");
       const toml = '[deployment]\n\n[build]\nshell_commands = ["env", "echo probe=$BUILD_PROBE"]\n';
-      const end = await deployBundle(t, "built", await bundleOf({ "runplane.toml": toml, "main.py": MAIN }), deployToken);
+      const end = await deployBundle(
+        t,
+        "built",
+        await bundleOf({ "runplane.toml": toml, "main.py": MAIN }),
+        deployToken,
+      );
       assert.equal(end.status, "ready", end.error ?? "");
       const log = end.lines.join("\n");
       assert.ok(log.includes("probe="), log);

@@ -32,6 +32,8 @@ async function setUp(app: string, options: { slots: number }) {
     env: {
       ...dirs.env,
       RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1",
+      // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
+      RUNPLANE_SANDBOX: "off",
     },
     markOf,
   };

@@ -66,7 +66,8 @@ for (const engine of await engines()) {
 
     before(async () => {
       marks = await mkdtemp(join(tmpdir(), "runplane-marks-"));
-      t = await startTestServer({ engine, env: { RUNPLANE_RESULT_TTL: "2s" } });
+      // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
+      t = await startTestServer({ engine, env: { RUNPLANE_RESULT_TTL: "2s", RUNPLANE_SANDBOX: "off" } });
       const files = { "main.py": mainPy(marks) };
       await deployApp(t, "a1", { toml: toml(), files });
       await deployApp(t, "solo", { toml: toml({ replicas: 1 }), files });

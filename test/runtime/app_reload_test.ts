@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { alive, callFunction, deployApp, waitFor } from "../_helpers/apps.ts";
+import { alive, callFunction, deployApp, hostPid, replicaPid, waitFor } from "../_helpers/apps.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const MAIN = (version: number) => `
@@ -71,6 +71,9 @@ describe("app discovery and reload", () => {
   it("reloads a changed app: new calls go to new replicas, the old replica finishes its call and stops", async () => {
     const dir = await deployApp(t, "live", { toml: "[scaling]\ncooldown = 60\n", files: { "main.py": MAIN(1) } });
     const old = (await callFunction(t, "live", "version")).data?.result as { pid: number };
+    // The old worker's pid on the host (it reports its sandbox's), and the replica the server started.
+    const oldPid = hostPid(dir, old.pid);
+    const oldReplica = replicaPid(oldPid);
     const inFlight = callFunction(t, "live", "slow", { seconds: 1.5 });
     await waitFor(() => t.server.context.runtime.capacity(TEST_PROJECT, "live").busy === 1, "the slow call to start");
     await writeFile(join(dir, "main.py"), MAIN(2));
@@ -85,7 +88,7 @@ describe("app discovery and reload", () => {
       1,
       "the old replica finished its call",
     );
-    await waitFor(() => !alive(old.pid), "the old replica to stop once drained");
+    await waitFor(() => !alive(oldPid) && !alive(oldReplica), "the old replica to stop once drained");
   });
 
   it("answers 404 once an app folder is removed", async () => {

@@ -40,7 +40,8 @@ describe("streams and big results are read without holding or stalling the serve
         "main.py": MAIN,
       });
     }
-    server = await startServerProcess(dirs.env);
+    // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
+    server = await startServerProcess({ ...dirs.env, RUNPLANE_SANDBOX: "off" });
   });
   after(async () => {
     await server.kill();

@@ -54,7 +54,8 @@ describe("a stream stalled on credit stops when it is cancelled, and its worker 
       "runplane.toml": "[scaling]\nmax_replicas = 1\nreplica_concurrency = 2\nresponse_grace_period = 120\n",
       "main.py": MAIN,
     });
-    server = await startServerProcess(dirs.env);
+    // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
+    server = await startServerProcess({ ...dirs.env, RUNPLANE_SANDBOX: "off" });
     ref = { client: server.client, project: PROJECT, app: "stall" };
   });
   after(async () => {

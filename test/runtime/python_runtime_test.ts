@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { alive, callFunction, deployApp, waitFor } from "../_helpers/apps.ts";
+import { alive, callFunction, deployApp, hostPid, waitFor } from "../_helpers/apps.ts";
 import { startTestServer, type TestServer } from "../_helpers/server.ts";
 
 const MAIN = `
@@ -44,13 +44,14 @@ def _secret():
 
 describe("Python standard runtime over HTTP", () => {
   let t: TestServer;
+  let oneDir: string;
   before(async () => {
     t = await startTestServer();
     const toml = (grace: number, rc: number) =>
       `[deployment]\nname = "x"\n\n[scaling]\nmax_replicas = 2\nreplica_concurrency = ${rc}\nresponse_grace_period = ${grace}\n`;
     await deployApp(t, "py", { toml: toml(3, 2), files: { "main.py": MAIN } });
     await deployApp(t, "solo", { toml: toml(30, 1), files: { "main.py": MAIN } });
-    await deployApp(t, "one", {
+    oneDir = await deployApp(t, "one", {
       toml: toml(1, 1).replace("max_replicas = 2", "max_replicas = 1"),
       files: { "main.py": MAIN },
     });
@@ -147,7 +148,7 @@ describe("Python standard runtime over HTTP", () => {
     const other = call("solo", "sleepy", { seconds: 1.5 });
     await new Promise((resolve) => setTimeout(resolve, 300));
     const crashed = await call("solo", "crash");
-    assert.equal(crashed.response.status, 502);
+    assert.equal(crashed.response.status, 502, JSON.stringify(crashed.error));
     assert.equal(crashed.error?.type, "https://runplane.dev/problems/worker-crashed");
     const survivor = await other;
     assert.equal(survivor.data?.result, "woke");
@@ -157,12 +158,13 @@ describe("Python standard runtime over HTTP", () => {
 
   it("kills the worker that ran past its grace period and replaces it", async () => {
     const first = await call("one", "pid");
-    const pid = first.data!.result as number;
+    // The worker reports its pid in its sandbox's namespace: watch its host process.
+    const pid = hostPid(oneDir, first.data!.result as number);
     const slow = await call("one", "sleepy", { seconds: 30 });
     assert.equal(slow.response.status, 504);
     await waitFor(() => !alive(pid), `worker ${pid} to be killed`);
     const next = await call("one", "pid");
     assert.equal(typeof next.data?.result, "number");
-    assert.notEqual(next.data?.result, pid);
+    assert.notEqual(hostPid(oneDir, next.data!.result as number), pid);
   });
 });

@@ -57,7 +57,8 @@ describe("streaming calls", () => {
   let t: TestServer;
   let dir: string;
   before(async () => {
-    t = await startTestServer({ env: { RUNPLANE_SSE_HEARTBEAT: "0.3" } });
+    // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
+    t = await startTestServer({ env: { RUNPLANE_SSE_HEARTBEAT: "0.3", RUNPLANE_SANDBOX: "off" } });
     dir = await deployApp(t, "gen", {
       toml: "[scaling]\nmax_replicas = 1\nreplica_concurrency = 1\nresponse_grace_period = 60\n",
       files: { "main.py": MAIN },

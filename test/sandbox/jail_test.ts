@@ -70,7 +70,10 @@ if (await sandboxWorks("the jail tests")) {
     });
 
     it("has no capability, no new privileges, a seccomp filter and (as root) an unprivileged uid", async () => {
-      const out = await jailed(sandbox, "import os; print(open('/proc/self/status').read()); print('uid', os.getuid())");
+      const out = await jailed(
+        sandbox,
+        "import os; print(open('/proc/self/status').read()); print('uid', os.getuid())",
+      );
       assert.equal(out.code, 0, out.stderr);
       for (const field of ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]) {
         assert.match(out.stdout, new RegExp(`^${field}:\\s+0+$`, "m"), field);

@@ -51,7 +51,7 @@ def probe(reads=(), writes=(), lists=(), connects=()):
 `;
 
 const PYTHON_APP = {
-  "runplane.toml": "[deployment]\nruntime = \"python\"\n",
+  "runplane.toml": '[deployment]\nruntime = "python"\n',
   "probe.py": PROBE,
   "main.py": "import probe as _probe\n\ndef run(**attacks):\n    return _probe.probe(**attacks)\n",
 };
@@ -152,7 +152,11 @@ if (await sandboxWorks("the tenant attack tests")) {
           `/proc/${process.pid}/environ`,
           "/proc/1/environ",
         ],
-        writes: [join(otherAppDir, "main.py"), join(dataDir, "pwned"), join(dataDir, "apps", "p-test", "py", "main.py")],
+        writes: [
+          join(otherAppDir, "main.py"),
+          join(dataDir, "pwned"),
+          join(dataDir, "apps", "p-test", "py", "main.py"),
+        ],
         lists: [dataDir, join(dataDir, "deployments"), "/root"],
         connects: [
           ["127.0.0.1", hostPort],
@@ -191,7 +195,10 @@ if (await sandboxWorks("the tenant attack tests")) {
       for (const [path, attempt] of Object.entries(result.lists)) {
         const names = attempt.ok ? (attempt.value as string[]) : [];
         assert.ok(names.length <= 1, `${app} lists ${path}: ${JSON.stringify(names)}`);
-        assert.ok(!names.some((n) => ["keys", "runplane.sqlite3", "venvs", "p-other"].includes(n)), `${app} lists ${path}`);
+        assert.ok(
+          !names.some((n) => ["keys", "runplane.sqlite3", "venvs", "p-other"].includes(n)),
+          `${app} lists ${path}`,
+        );
       }
       for (const [target, attempt] of Object.entries(result.connects)) {
         const reachable = peer !== null && target === `${peer.publicAddress}:${peer.port}`;

@@ -71,6 +71,8 @@ it(
       RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1",
       RUNPLANE_WEBHOOK_RETRY_DELAY: "5s",
       RUNPLANE_WEBHOOK_TIMEOUT: "1s",
+      // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
+      RUNPLANE_SANDBOX: "off",
     });
     const a: ServerProcess = await startServerProcess(env(0));
     defer(() => a.kill());

@@ -9,12 +9,30 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { it } from "node:test";
 import { packBundle } from "../../client/bundle.ts";
-import { waitFor } from "../_helpers/apps.ts";
+import { hostPid, replicaPid, waitFor } from "../_helpers/apps.ts";
 import { deferCleanup } from "../_helpers/cleanup.ts";
 import { createTestDatabase, engines } from "../_helpers/postgres.ts";
 import { makeServerDirs, PROCESS_PROJECT, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 
 const POSTGRES = (await engines()).includes("postgres");
+
+/** What the app answers: its version, and its worker's pid (in its sandbox's namespace) and folder. */
+interface Answer {
+  v: string;
+  pid: number;
+  dir: string;
+}
+
+/** Whether the worker that gave `answer` runs in a replica `server` started (its host pid found by its folder). */
+function startedBy(server: ServerProcess, answer: Answer | undefined): boolean {
+  if (!answer) return false;
+  try {
+    replicaPid(hostPid(answer.dir, answer.pid), server.child.pid);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 async function bundle(version: string): Promise<Uint8Array> {
   const dir = await mkdtemp(join(tmpdir(), "runplane-deploy-bundle-"));
@@ -22,7 +40,7 @@ async function bundle(version: string): Promise<Uint8Array> {
     await writeFile(join(dir, "runplane.toml"), `[deployment]\nname = "shared"\n`);
     await writeFile(
       join(dir, "main.py"),
-      `import os\n\ndef run():\n    return {"v": "${version}", "pid": os.getppid()}\n`,
+      `import os\n\ndef run():\n    return {"v": "${version}", "pid": os.getpid(), "dir": os.getcwd()}\n`,
     );
     return (await packBundle(dir)).bytes;
   } finally {
@@ -67,23 +85,24 @@ it("a deployment made through one process serves on both, and a rollback through
     return deployment_id;
   }
 
-  async function versionOn(server: ServerProcess): Promise<{ v: string; pid: number } | undefined> {
+  async function versionOn(server: ServerProcess): Promise<Answer | undefined> {
     const response = await fetch(`${server.url}/v4/${PROCESS_PROJECT}/shared/run`, {
       method: "POST",
       headers: { ...headers, "Content-Type": "application/json" },
       body: "{}",
     });
     if (response.status !== 200) return undefined;
-    return ((await response.json()) as { result: { v: string; pid: number } }).result;
+    return ((await response.json()) as { result: Answer }).result;
   }
 
   const first = await deployThrough(a, "1");
   for (const server of [a, b]) {
     await waitFor(async () => (await versionOn(server))?.v === "1", "version 1 on each process", 30_000);
   }
-  // Each process runs its own replicas: the worker's parent is that process.
-  assert.equal((await versionOn(a))?.pid, a.child.pid);
-  assert.equal((await versionOn(b))?.pid, b.child.pid);
+  // Each process runs its own replicas: the worker's replica was started by that process.
+  assert.ok(startedBy(a, await versionOn(a)), "A's call ran on a replica of A");
+  assert.ok(startedBy(b, await versionOn(b)), "B's call ran on a replica of B");
+  assert.ok(!startedBy(b, await versionOn(a)), "A's call did not run on a replica of B");
 
   await deployThrough(b, "2");
   for (const server of [a, b]) {

@@ -80,10 +80,18 @@ async function coldStartRows(context: BenchContext): Promise<BenchRow[]> {
       ratio: median(values) / base,
       target: "cold start ≤ +15 ms",
       met: median(values) - base <= 15,
-      note: `${note}: +${(median(values) - base).toFixed(1)} ms over unjailed (${base.toFixed(1)} ms), medians of ${ROUNDS}`,
+      note: `${note}: +${(median(values) - base).toFixed(1)} ms over unjailed (${
+        base.toFixed(1)
+      } ms), medians of ${ROUNDS}`,
     });
   return [
-    row({ scenario: SCENARIO, subject: "cold start, unjailed", unit: "ms", p50Ms: base, p99Ms: Math.max(...times.plain) }),
+    row({
+      scenario: SCENARIO,
+      subject: "cold start, unjailed",
+      unit: "ms",
+      p50Ms: base,
+      p99Ms: Math.max(...times.plain),
+    }),
     subject("cold start, jailed, no egress", times.closed, "bubblewrap, seccomp, setpriv"),
     subject("cold start, jailed, egress", times.open, "and slirp4netns with its routes"),
   ];
