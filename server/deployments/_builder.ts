@@ -29,8 +29,13 @@ export interface BuilderOptions {
   leaseMs?: number;
   /** How often the queue is polled when no wake-up comes. */
   pollMs?: number;
-  /** Called after a build ended `ready` (its deployment is active). */
-  onReady(deployment: DeploymentRow): void;
+  /**
+   * Called once a build succeeded, before it is recorded `ready` and active: resolves when this process
+   * serves the deployment, so that a caller who sees "ready" reaches the new version here.
+   */
+  serve(deployment: DeploymentRow): Promise<void>;
+  /** Called once the build's end is recorded (or could not be): the store decides what is served again. */
+  settled(deployment: DeploymentRow): Promise<void>;
 }
 
 /** A running build worker. */
@@ -83,6 +88,7 @@ export function startBuilder(options: BuilderOptions): Builder {
         digest: done.baseImageDigest,
         status: done.venv === "none" ? null : done.venv,
       });
+      await options.serve(deployment);
       log.write({ stream: "build", text: "==> ready: new calls go to this deployment" });
     } catch (failure) {
       if (!(failure instanceof DeploymentBuildError)) {
@@ -98,10 +104,11 @@ export function startBuilder(options: BuilderOptions): Builder {
       clearInterval(renewal);
     }
     await log.close();
-    const finished = await finishBuild(db, { deployment, owner: options.owner, now: options.now(), error });
+    const finished = await finishBuild(db, { deployment, owner: options.owner, now: options.now(), error }).finally(
+      () => options.settled(deployment),
+    );
     logger.info({ deployment_id: id, app, status: error ? "failed" : "ready", recorded: finished }, "build ended");
     if (finished && !error) {
-      options.onReady(deployment);
       await options.notifier.notify("runplane_deployments").catch((e) =>
         logger.warn({ err: e }, "announcing a deployment failed; other processes poll for it")
       );

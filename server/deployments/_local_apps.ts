@@ -27,6 +27,13 @@ export interface LocalApps {
   list(): DeployedApp[];
   /** Re-reads the store now; resolves once what it found is served. */
   sync(): Promise<void>;
+  /**
+   * Serves `row` here before the store says it is active (the builder's host, so that "ready" means
+   * served); what the store says is kept from this app until `settle` is called for it.
+   */
+  adopt(row: DeploymentRow): Promise<void>;
+  /** Ends an `adopt`: the store decides again (a build whose end was not recorded goes back). */
+  settle(row: DeploymentRow): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -36,6 +43,8 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
   const served = new Map<string, DeployedApp>();
   // A deployment that failed to materialise here is not retried at every poll.
   const failed = new Set<string>();
+  /** Apps adopted by a build of this process, by `project/app`: the store's older answer does not undo them. */
+  const adopted = new Map<string, string>();
   let syncing: Promise<void> | undefined;
   let again = false;
   let stopped = false;
@@ -68,14 +77,16 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
     let changed = false;
     for (const [key, row] of wanted) {
       if (stopped) return;
-      if (served.get(key)?.version === row.deployment_id || failed.has(row.deployment_id)) continue;
+      if (adopted.has(key) || served.get(key)?.version === row.deployment_id || failed.has(row.deployment_id)) {
+        continue;
+      }
       const app = await materialiseHere(row);
       if (!app) continue;
       served.set(key, app);
       changed = true;
     }
     for (const key of [...served.keys()]) {
-      if (wanted.has(key)) continue;
+      if (wanted.has(key) || adopted.has(key)) continue;
       served.delete(key);
       changed = true;
     }
@@ -103,6 +114,19 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
   return {
     list: () => [...served.values()],
     sync,
+    async adopt(row) {
+      const key = `${row.project_id}/${row.app_id}`;
+      adopted.set(key, row.deployment_id);
+      const app = await materialiseHere(row);
+      if (!app || stopped) return;
+      served.set(key, app);
+      await options.onChange();
+    },
+    async settle(row) {
+      const key = `${row.project_id}/${row.app_id}`;
+      if (adopted.get(key) === row.deployment_id) adopted.delete(key);
+      await sync();
+    },
     async stop() {
       stopped = true;
       clearInterval(timer);

@@ -466,7 +466,8 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
         now: options.now,
         settings,
         pollMs: options.pollMs,
-        onReady: () => void localApps?.sync(),
+        serve: async (deployment) => await localApps?.adopt(deployment),
+        settled: async (deployment) => await localApps?.settle(deployment),
       });
       await localApps.sync();
     },

@@ -83,15 +83,27 @@ function namespacePids(pid: number): number[] {
   }
 }
 
+/** Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot (the same in every namespace). */
+function startTimeOf(pid: number): number | undefined {
+  try {
+    return Number(readFileSync(`/proc/${pid}/stat`, "utf8").split(")").at(-1)!.trim().split(/\s+/)[19]);
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * The host's pid of a process that reported `reportedPid` from inside an app (`os.getpid()`): the same
  * number when the app runs unjailed; in a sandbox (its own pid namespace) the process whose working
- * folder is `appDir` and whose pid in its namespace is `reportedPid`. Throws when none is found.
+ * folder is `appDir` and whose pid in its namespace is `reportedPid` (and, given, whose start time is
+ * `startTime`, which tells apart two replicas that both have pid 2 in their own sandboxes). Throws
+ * unless exactly one is found.
  */
-export function hostPid(appDir: string, reportedPid: number): number {
+export function hostPid(appDir: string, reportedPid: number, options: { startTime?: number } = {}): number {
   const found = readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
     const pids = namespacePids(pid);
     if (pids.length < 2 || pids.at(-1) !== reportedPid) return false;
+    if (options.startTime !== undefined && startTimeOf(pid) !== options.startTime) return false;
     try {
       return readlinkSync(`/proc/${pid}/cwd`) === appDir;
     } catch {

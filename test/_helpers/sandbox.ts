@@ -52,6 +52,19 @@ function ip(...args: string[]): void {
 /** Starts the peer host, or returns null (after a loud skip) where network namespaces cannot be made. */
 export async function startPeerHost(what: string): Promise<PeerHost | null> {
   if (process.getuid?.() !== 0) return skipLoudly(what, "network namespaces need root") || null;
+  let problem = "";
+  // Three tries with new names: a link made a moment ago was once not found (other tests make namespaces too).
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      return await makePeerHost();
+    } catch (error) {
+      problem = (error as Error).message;
+    }
+  }
+  return skipLoudly(what, `the peer host could not be made (${problem})`) || null;
+}
+
+async function makePeerHost(): Promise<PeerHost> {
   const id = randomBytes(3).toString("hex");
   const ns = `rp-peer-${id}`;
   const [host, peer] = [`rph${id}`, `rpp${id}`];
@@ -101,7 +114,7 @@ export async function startPeerHost(what: string): Promise<PeerHost | null> {
     });
   } catch (error) {
     close();
-    return skipLoudly(what, `the peer host could not be made (${(error as Error).message})`) || null;
+    throw error;
   }
   return { publicAddress, privateAddress, port, close };
 }
