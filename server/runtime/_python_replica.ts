@@ -113,6 +113,8 @@ export class PythonReplica implements Replica {
   #corked = false;
   #exitCode: string | undefined;
   #exitedProcess = false;
+  /** Set by `stop()`: calls still running when the worker exits were cut by the server, not by a crash. */
+  #stopping = false;
   #violation: string | undefined;
   /** Ids of calls that ended, oldest first (bounded). */
   readonly #ended = new Set<string>();
@@ -251,6 +253,7 @@ export class PythonReplica implements Replica {
    * period; processes the function started and left behind in the group go with it.
    */
   async stop(): Promise<void> {
+    this.#stopping = true;
     await stopReplicaProcess({ child: this.#child, exited: this.exited }, {
       graceMs: STOP_GRACE_MS,
       ask: () => (this.#child.stdio[3] as Writable).end(),
@@ -544,13 +547,17 @@ export class PythonReplica implements Replica {
 
   #onExit(): void {
     for (const pending of [...this.#pending.values()]) {
-      const failure = new RunFailure(
-        "worker_crashed",
-        `The worker process died during the call (${this.#exitCode}); it is replaced, retry the call`,
-        {
-          runId: pending.call.runId,
-        },
-      );
+      const runId = pending.call.runId;
+      // Stopped by the server (a drain past its timeout, a server that closes): the same word as the record.
+      const failure = this.#stopping
+        ? new RunFailure("interrupted", "The server stopped before the call finished; the run is interrupted", {
+          runId,
+        })
+        : new RunFailure(
+          "worker_crashed",
+          `The worker process died during the call (${this.#exitCode}); it is replaced, retry the call`,
+          { runId },
+        );
       this.#fail(pending, failure);
     }
   }
