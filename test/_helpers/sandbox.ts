@@ -3,7 +3,7 @@
  * network namespace of the test's own (a "public" and a private address behind a veth pair), so that
  * egress is proven against a real listener without sending anything off this machine.
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { createLogger } from "../../server/log.ts";
 import { createSandbox } from "../../server/sandbox/mod.ts";
@@ -64,54 +64,56 @@ export async function startPeerHost(what: string): Promise<PeerHost | null> {
   return skipLoudly(what, `the peer host could not be made (${problem})`) || null;
 }
 
+/**
+ * The peer's namespace is held by its listener's process (`unshare --net`), not by a mount under
+ * /run/netns: named namespaces are bind mounts, and other tests' mount namespaces (the jails'
+ * slirp4netns sandboxes among them) could take such a mount away under a concurrent test run.
+ */
 async function makePeerHost(): Promise<PeerHost> {
   const id = randomBytes(3).toString("hex");
-  const ns = `rp-peer-${id}`;
   const [host, peer] = [`rph${id}`, `rpp${id}`];
   const octet = 16 + (parseInt(id, 16) % 200);
   const publicAddress = `198.51.100.${octet + 1}`;
   const privateAddress = `10.213.${octet}.2`;
   const port = 8099;
-  let listener: ChildProcess | undefined;
+  const server = [
+    "import socket",
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
+    `s.bind(("0.0.0.0", ${port})); s.listen(64); print("ready", flush=True)`,
+    "while True:",
+    "    c, _ = s.accept(); c.sendall(b'peer'); c.close()",
+  ].join("\n");
+  const listener = spawn("unshare", ["--net", "python3", "-c", server], { stdio: ["ignore", "pipe", "inherit"] });
   const close = () => {
-    listener?.kill("SIGKILL");
+    listener.kill("SIGKILL"); // its namespace, and the veth's end in it, go with it
     try {
       ip("link", "del", host);
     } catch {
       // Gone with the namespace.
     }
-    try {
-      ip("netns", "del", ns);
-    } catch {
-      // Never made.
-    }
   };
   try {
-    ip("netns", "add", ns);
+    await new Promise<void>((resolve, reject) => {
+      listener.stdout!.once("data", () => resolve());
+      listener.once("error", reject);
+      listener.once("exit", (code) => reject(new Error(`the peer's listener exited with code ${code}`)));
+    });
+    const inPeer = (...args: string[]) =>
+      execFileSync("nsenter", ["-t", String(listener.pid), "-n", "ip", ...args], {
+        stdio: ["ignore", "ignore", "pipe"],
+      });
     ip("link", "add", host, "type", "veth", "peer", "name", peer);
-    ip("link", "set", peer, "netns", ns);
+    ip("link", "set", peer, "netns", String(listener.pid));
     ip("addr", "add", `198.51.100.${octet}/32`, "dev", host);
     ip("addr", "add", `10.213.${octet}.1/24`, "dev", host);
     ip("link", "set", host, "up");
     ip("route", "add", `${publicAddress}/32`, "dev", host);
-    ip("netns", "exec", ns, "ip", "addr", "add", `${publicAddress}/32`, "dev", peer);
-    ip("netns", "exec", ns, "ip", "addr", "add", `${privateAddress}/24`, "dev", peer);
-    ip("netns", "exec", ns, "ip", "link", "set", peer, "up");
-    ip("netns", "exec", ns, "ip", "link", "set", "lo", "up");
-    ip("netns", "exec", ns, "ip", "route", "add", `198.51.100.${octet}/32`, "dev", peer);
-    ip("netns", "exec", ns, "ip", "route", "add", "default", "via", `198.51.100.${octet}`, "dev", peer, "onlink");
-    const server = [
-      "import socket",
-      "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
-      `s.bind(("0.0.0.0", ${port})); s.listen(64); print("ready", flush=True)`,
-      "while True:",
-      "    c, _ = s.accept(); c.sendall(b'peer'); c.close()",
-    ].join("\n");
-    listener = spawn("ip", ["netns", "exec", ns, "python3", "-c", server], { stdio: ["ignore", "pipe", "inherit"] });
-    await new Promise<void>((resolve, reject) => {
-      listener!.stdout!.once("data", () => resolve());
-      listener!.once("exit", (code) => reject(new Error(`the peer's listener exited with code ${code}`)));
-    });
+    inPeer("addr", "add", `${publicAddress}/32`, "dev", peer);
+    inPeer("addr", "add", `${privateAddress}/24`, "dev", peer);
+    inPeer("link", "set", peer, "up");
+    inPeer("link", "set", "lo", "up");
+    inPeer("route", "add", `198.51.100.${octet}/32`, "dev", peer);
+    inPeer("route", "add", "default", "via", `198.51.100.${octet}`, "dev", peer, "onlink");
   } catch (error) {
     close();
     throw error;
