@@ -83,6 +83,24 @@ function namespacePids(pid: number): number[] {
   }
 }
 
+/**
+ * The host pids of the live processes (zombies left out) whose working folder is `appDir` and whose pid
+ * in their own (sandbox's) namespace is `reportedPid`, and, given, whose start time is `startTime`.
+ */
+export function matchingPids(appDir: string, reportedPid: number, options: { startTime?: number } = {}): number[] {
+  return readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
+    const pids = namespacePids(pid);
+    if (pids.length < 2 || pids.at(-1) !== reportedPid) return false;
+    if (options.startTime !== undefined && startTimeOf(pid) !== options.startTime) return false;
+    try {
+      if (/^State:\s*Z/m.test(readFileSync(`/proc/${pid}/status`, "utf8"))) return false;
+      return readlinkSync(`/proc/${pid}/cwd`) === appDir;
+    } catch {
+      return false;
+    }
+  });
+}
+
 /** Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot (the same in every namespace). */
 function startTimeOf(pid: number): number | undefined {
   try {
@@ -100,19 +118,15 @@ function startTimeOf(pid: number): number | undefined {
  * unless exactly one is found.
  */
 export function hostPid(appDir: string, reportedPid: number, options: { startTime?: number } = {}): number {
-  const found = readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
-    const pids = namespacePids(pid);
-    if (pids.length < 2 || pids.at(-1) !== reportedPid) return false;
-    if (options.startTime !== undefined && startTimeOf(pid) !== options.startTime) return false;
-    try {
-      return readlinkSync(`/proc/${pid}/cwd`) === appDir;
-    } catch {
-      return false;
-    }
-  });
+  const found = matchingPids(appDir, reportedPid, options);
   if (found.length === 1) return found[0];
   if (found.length === 0 && namespacePids(reportedPid).length === 1) return reportedPid;
-  throw new Error(`no single process of ${appDir} has pid ${reportedPid} in its namespace (${found.join(", ")})`);
+  const described = found.map((pid) => {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const field = (name: string) => new RegExp(`^${name}:\\s*(.*)$`, "m").exec(status)?.[1];
+    return `${pid}: ${field("Name")} state ${field("State")} ppid ${field("PPid")} nspid ${field("NSpid")}`;
+  });
+  throw new Error(`no single process of ${appDir} has pid ${reportedPid} in its namespace (${described.join("; ")})`);
 }
 
 /**
