@@ -22,7 +22,10 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_POST(self):
-        data = str(os.getpid()).encode()
+        # The pid in its sandbox and the start time (the same in every namespace): an old and a new
+        # replica may both be pid 3 in their own sandboxes.
+        start = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]
+        data = f"[{os.getpid()}, {start}]".encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -131,9 +134,9 @@ describe("custom runtime", () => {
   });
 
   it("restarts a replica whose health check fails", async () => {
-    const reported = (await callFunction(t, "sickly", "x")).data?.result as number;
+    const [reported, startTime] = (await callFunction(t, "sickly", "x")).data?.result as [number, number];
     // The app's pid on the host, and the replica's (its sandbox's) pid the server logs.
-    const pid = hostPid(sicklyDir, reported);
+    const pid = hostPid(sicklyDir, reported, { startTime });
     const replica = replicaPid(pid);
     // A dot file does not count as a change of the app (which would reload it).
     await writeFile(join(sicklyDir, ".sick"), "");
@@ -145,7 +148,8 @@ describe("custom runtime", () => {
     await waitFor(
       async () => {
         const answer = await callFunction(t, "sickly", "x");
-        return answer.response.status === 200 && hostPid(sicklyDir, answer.data?.result as number) !== pid;
+        const [nextReported, nextStart] = (answer.data?.result ?? []) as [number, number];
+        return answer.response.status === 200 && (nextReported !== reported || nextStart !== startTime);
       },
       "a healthy replacement",
       15_000,
