@@ -176,8 +176,10 @@ describe("streams and big results are read without holding or stalling the serve
     for (let round = 1; round <= 3; round++) {
       const { worst, baseline } = await measureRound();
       rounds.push(`${Math.round(worst)} ms (baseline ${Math.round(baseline)} ms)`);
-      if (worst < baseline + 100) return;
+      // 400 ms of margin: a loaded CI host (CI's Node 24 pass) added 170–230 ms to every round; a server
+      // that held its loop over the whole result stalls for seconds. The figures belong to npm run bench.
+      if (worst < baseline + 400) return;
     }
-    assert.fail(`/healthz stalled over 100 ms above its baseline while a 50 MB result was read: ${rounds.join(", ")}`);
+    assert.fail(`/healthz stalled over 400 ms above its baseline while a 50 MB result was read: ${rounds.join(", ")}`);
   });
 });
