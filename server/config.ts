@@ -16,6 +16,8 @@ export interface Config {
   databasePoolSize: number;
   /** Whether the hot paths' statements are named prepared statements on PostgreSQL (planned once per connection). */
   databasePreparedStatements: boolean;
+  /** How long a PostgreSQL statement may run before the server cancels it, in milliseconds. */
+  databaseStatementTimeoutMs: number;
   /**
    * Seals the keys kept in a PostgreSQL store (required with one, unused with SQLite). Prints as
    * `[redacted]`; never log its bytes.
@@ -238,6 +240,16 @@ export const SETTINGS = [
       "Plan the hot paths' PostgreSQL statements once per connection (named prepared statements); false behind PgBouncer older than 1.21 in transaction mode, or without its max_prepared_statements",
     parse: boolean,
   },
+  {
+    key: "databaseStatementTimeoutMs",
+    env: "RUNPLANE_DATABASE_STATEMENT_TIMEOUT",
+    flag: "--database-statement-timeout",
+    default: "30s",
+    description:
+      "How long a PostgreSQL statement may run before the server cancels it (the operation then answers 503 store-unavailable)",
+    parse: duration(1000, 3_600_000, "1s to 1h", "s"),
+  },
+
   {
     key: "masterKey",
     env: "RUNPLANE_MASTER_KEY",

@@ -23,7 +23,7 @@ import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
 import { createRunChangeFeed, createRunLogWriter, createRunService } from "./runs/mod.ts";
 import { createSandbox, type Sandbox, SandboxUnavailableError } from "./sandbox/mod.ts";
-import { migrationsApplied, openStore } from "./store/mod.ts";
+import { createStoreOutage, migrationsApplied, openStore, type StoreOutage, writeProbe } from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
@@ -62,12 +62,20 @@ export async function createServer(config: Config, options: CreateServerOptions 
   prepareDataDir(config.dataDir);
   const logger = options.logger ?? createLogger({ level: config.logLevel });
   const freshSqliteFile = !existsSync(join(config.dataDir, "runplane.sqlite3"));
+  // One lease owner id for this process's runs, deliveries and builds, recorded in the data dir with its pid.
+  const owner = `rp_${randomBytes(8).toString("hex")}`;
+  // Made once the store is open (its probe writes there); the store's errors before then are logged.
+  let storeOutage: StoreOutage | undefined;
   const store = await openStore(config.dataDir, {
     databaseUrl: config.databaseUrl,
     bootstrap: keysBootstrap(config.masterKey),
     poolSize: config.databasePoolSize,
     preparedStatements: config.databasePreparedStatements,
-    onError: (error) => logger.warn({ err: error }, "a background database operation failed; the store carries on"),
+    statementTimeoutMs: config.databaseStatementTimeoutMs,
+    onError(error) {
+      if (storeOutage?.refused(error)) return;
+      logger.warn({ err: error }, "a background database operation failed; the store carries on");
+    },
     checkpoints: "background",
     onCheckpointerLost: (error) =>
       logger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
@@ -75,6 +83,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
   // With PostgreSQL the data dir holds no store: "fresh" means the schema was just created.
   const freshDataDir = store.engine === "sqlite" ? freshSqliteFile : store.fresh;
   logger.info({ engine: store.engine, database: store.path }, "store opened");
+  storeOutage = createStoreOutage({ logger, probe: () => writeProbe(store.db, owner, store.clock.now()) });
+  const outage = storeOutage;
   let keys: ProcessKeys;
   try {
     keys = await loadKeys(store, { dataDir: config.dataDir, masterKey: config.masterKey });
@@ -111,9 +121,12 @@ export async function createServer(config: Config, options: CreateServerOptions 
       if (!appsLoaded) reasons.push("apps are loading (min_replicas warming up)");
       try {
         if (!(await migrationsApplied(store.db))) reasons.push("store migrations are not applied");
+        // A read works on a full disk: only a write tells that the store takes runs.
+        if (!outage.active) await writeProbe(store.db, owner, store.clock.now());
       } catch (error) {
-        reasons.push(`store unreachable: ${(error as Error).message}`);
+        if (!outage.refused(error)) reasons.push(`store unreachable: ${(error as Error).message}`);
       }
+      if (outage.active) reasons.push(`the store cannot write (${outage.reason})`);
       return reasons;
     },
   };
@@ -151,8 +164,6 @@ export async function createServer(config: Config, options: CreateServerOptions 
   reloadApps = () => {
     runtime.reload().catch((error) => logger.error({ err: error }, "reloading apps after a secrets change failed"));
   };
-  // One lease owner id for this process's runs, deliveries and builds, recorded in the data dir with its pid.
-  const owner = `rp_${randomBytes(8).toString("hex")}`;
   const deployments = createDeployments({
     db: store.db,
     notifier: store.notifier,
@@ -262,6 +273,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     responseCheck: config.responseCheck,
     dashboard: { secrets: context.secrets, records: createSessionRecords(store.db) },
     gate,
+    storeOutage: outage,
     onRequestFinished(request) {
       metrics.httpRequestDuration.observe(
         { operation_id: request.operationId ?? "unmatched", method: request.method, status: String(request.status) },
@@ -298,6 +310,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       await deliveries.stop();
       await store.close();
       sandbox.close();
+      outage.close();
     })();
     return closing;
   }

@@ -63,7 +63,15 @@ export interface HttpAppOptions {
    * sign-out. Without it there is no dashboard and no cookie is read.
    */
   dashboard?: { secrets: SecretBox; records: SessionRecords };
+  /**
+   * The store's outage record: an error it recognises as the store being away (and counts, logging
+   * once per outage) becomes a 503 `store-unavailable` with `Retry-After`, not a logged 500.
+   */
+  storeOutage?: { refused(error: unknown): boolean };
 }
+
+/** The `Retry-After` of a store-unavailable answer, in seconds: about how often an outage is probed. */
+const STORE_RETRY_AFTER_S = "2";
 
 /** What is known of a request once its response has been sent. */
 export interface FinishedRequest {
@@ -111,7 +119,8 @@ function renderProblem(ctx: Context, error: ProblemError, logger: Logger): void 
   for (const [name, value] of Object.entries(error.options.headers ?? {})) ctx.set(name, value);
   ctx.type = "application/problem+json";
   ctx.body = JSON.stringify(error.toDocument(ctx.path));
-  if (error.status >= 500) {
+  // An outage is logged once, with its count, by the store's outage record; not once per request.
+  if (error.status >= 500 && error.kind !== "store-unavailable") {
     logger.warn(
       { req_id: (ctx.state as State).requestId, problem: error.kind, detail: error.message },
       "request failed",
@@ -119,10 +128,21 @@ function renderProblem(ctx: Context, error: ProblemError, logger: Logger): void 
   }
 }
 
-function asProblem(error: unknown, logger: Logger, requestId: string): ProblemError {
+function asProblem(
+  error: unknown,
+  options: { logger: Logger; requestId: string; storeOutage?: HttpAppOptions["storeOutage"] },
+): ProblemError {
+  const { logger, requestId } = options;
   if (isProblemError(error)) return error;
   const status = (error as { status?: number; expose?: boolean }).status;
   if (status === 404) return new ProblemError("not-found", "No such resource");
+  if (options.storeOutage?.refused(error)) {
+    return new ProblemError(
+      "store-unavailable",
+      "The store (the server's database) is unavailable, so this request may not have taken effect; retry it after a few seconds (a run with the same Idempotency-Key is never made twice)",
+      { headers: { "Retry-After": STORE_RETRY_AFTER_S } },
+    );
+  }
   logger.error({ req_id: requestId, err: error }, "unhandled error");
   return new ProblemError("internal", `An internal error occurred; quote request id ${requestId} when reporting it`);
 }
@@ -176,7 +196,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       }
     } catch (error) {
       if (ctx.headerSent) logger.error({ req_id: state.requestId, err: error }, "error after the response started");
-      else renderProblem(ctx, asProblem(error, logger, state.requestId), logger);
+      else {
+        const problem = asProblem(error, { logger, requestId: state.requestId, storeOutage: options.storeOutage });
+        renderProblem(ctx, problem, logger);
+      }
     }
     // A handler may have replaced the id (with a run id); headers leave only after this middleware.
     if (!ctx.headerSent) ctx.set("X-Request-Id", state.requestId);

@@ -60,6 +60,7 @@ export const PROBLEM_KINDS = {
   "worker-crashed": { status: 502, title: "The worker process died during the call" },
   "service-unavailable": { status: 503, title: "Service unavailable" },
   "app-unavailable": { status: 503, title: "The app failed to load" },
+  "store-unavailable": { status: 503, title: "The store is unavailable" },
   "gateway-timeout": { status: 504, title: "The function timed out" },
 } as const;
 

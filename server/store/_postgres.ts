@@ -46,9 +46,17 @@ export interface PostgresPoolOptions {
   preparedStatements: boolean;
   /** Ends a session left idle inside a transaction for longer (milliseconds). */
   idleInTransactionTimeoutMs: number;
-  /** Called with errors of idle connections (e.g. the server ended them); the pool replaces them. */
+  /** The longest a statement may run before the server cancels it (57014), in milliseconds. */
+  statementTimeoutMs: number;
+  /** Called with errors of connections (e.g. the server ended them); the pool replaces them. */
   onError?(error: Error): void;
 }
+
+/**
+ * How long getting a connection may take (opening one, or waiting for one of the pool's to be
+ * free) before the statement fails as the store being unavailable, instead of waiting for ever.
+ */
+const CONNECT_TIMEOUT_MS = 5_000;
 
 /**
  * The names of the texts `portableQuery` made: fixed texts, written once in the source (a few dozen),
@@ -87,9 +95,18 @@ export function createPostgresPool(url: string, options: PostgresPoolOptions): p
     max: options.poolSize,
     types: TYPES,
     idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs,
+    statement_timeout: options.statementTimeoutMs,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    // A server that vanished without a reset (a host gone, a partition) is found by TCP keepalive.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
     application_name: "runplane",
   });
-  // Without a listener, an idle connection's error would end the process.
+  // An 'error' event without a listener ends the process. The pool listens on idle connections only:
+  // it removes its listener while a connection is checked out (node-postgres #2439, #2762), so a
+  // server restart or pg_terminate_backend during a statement would crash the process. Each connection
+  // gets a listener of its own for its whole life; the statement it was running fails on its own.
+  pool.on("connect", (client) => client.on("error", (error) => options.onError?.(error)));
   pool.on("error", (error) => options.onError?.(error));
   return pool;
 }

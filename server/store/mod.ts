@@ -46,6 +46,7 @@ export {
   type WakeChannel,
   type WakeListener,
 } from "./notifier.ts";
+export { createStoreOutage, type StoreOutage, type StoreOutageOptions, storeUnavailableReason } from "./outage.ts";
 export type { Database } from "./schema.ts";
 
 /** The database engine behind a store. */
@@ -89,6 +90,8 @@ export interface OpenStoreOptions {
   preparedStatements?: boolean;
   /** PostgreSQL: a session idle inside a transaction for longer is ended by the server (default 60 s). */
   idleInTransactionTimeoutMs?: number;
+  /** PostgreSQL: a statement running for longer is cancelled by the server (57014; default 30 s). */
+  statementTimeoutMs?: number;
   /**
    * Errors the store carries on after: PostgreSQL's idle pooled connections, the clock's refresh and
    * the notifier's listening connection (it reconnects); a wake-up listener that threw (both engines).
@@ -184,6 +187,7 @@ async function openPostgresStore(url: string, options: OpenStoreOptions): Promis
     poolSize: options.poolSize ?? 10,
     preparedStatements: options.preparedStatements ?? false,
     idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 60_000,
+    statementTimeoutMs: options.statementTimeoutMs ?? 30_000,
     onError: options.onError,
   });
   const db = new Kysely<Database>({ dialect: postgresDialect(pool), log: statementLog(options) });
@@ -369,4 +373,14 @@ export function isUniqueViolation(error: unknown): boolean {
   const e = error as { code?: unknown } | null;
   // SQLite: SQLITE_CONSTRAINT_UNIQUE (or _PRIMARYKEY); PostgreSQL: SQLSTATE 23505 unique_violation.
   return e?.code === "SQLITE_CONSTRAINT_UNIQUE" || e?.code === "SQLITE_CONSTRAINT_PRIMARYKEY" || e?.code === "23505";
+}
+
+const writeProbeStatement = rawStatement(
+  `insert into store_probes (owner, written_at) values (?, ?)
+   on conflict (owner) do update set written_at = excluded.written_at`,
+);
+
+/** Writes `owner`'s probe row: resolves when the store took a write (see `outage.ts`). */
+export async function writeProbe(db: Queryable, owner: string, now: number): Promise<void> {
+  await writeProbeStatement(db, [owner, now]);
 }

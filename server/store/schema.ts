@@ -236,7 +236,14 @@ export interface ProjectSecretVersionTable {
 }
 
 /** Every table of the store. */
+/** A process's probe of whether the store can write (see `outage.ts`). */
+export interface StoreProbeTable {
+  owner: string;
+  written_at: number;
+}
+
 export interface Database {
+  store_probes: StoreProbeTable;
   projects: ProjectTable;
   service_accounts: ServiceAccountTable;
   base_image_digests: BaseImageDigestTable;

@@ -1,0 +1,167 @@
+/**
+ * The store being away: which errors mean the database is unreachable, overloaded or full (as opposed
+ * to a statement's bug), and the one record of an outage: it is logged once when it starts and once,
+ * with the count of refused operations, when a probe finds the store writable again. Meanwhile
+ * operations answer 503 `store-unavailable` and `/readyz` says the store cannot write.
+ */
+import type { Logger } from "../log.ts";
+
+/**
+ * PostgreSQL SQLSTATEs of a store that is away rather than a statement that is wrong: connection
+ * exceptions (class 08), the server shutting down or starting (57P01–57P03), a statement timeout or
+ * cancel (57014), too many connections (53300), disk full (53100), out of memory (53200), an I/O error
+ * (58030), and a read-only server (25006: a standby after a failover).
+ */
+const POSTGRES_CODES = new Set(["57P01", "57P02", "57P03", "57014", "53300", "53100", "53200", "58030", "25006"]);
+
+/** Socket errors of a connection to the store that failed or broke. */
+const NETWORK_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EAI_AGAIN",
+  "ENOTFOUND",
+]);
+
+/** pg's own errors for a connection that broke or could not be had (they carry no code). */
+const POSTGRES_CLIENT_MESSAGES = [
+  "Connection terminated",
+  "timeout exceeded when trying to connect",
+  "Client has encountered a connection error and is not queryable",
+  "Connection refused",
+];
+
+/** SQLite's result codes of a store that cannot write now: disk full, busy past its timeout, I/O errors. */
+function sqliteUnavailable(code: string): boolean {
+  return code === "SQLITE_FULL" || code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_IOERR");
+}
+
+function unavailableHere(error: unknown): string | null {
+  if (typeof error !== "object" || error === null) return null;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (typeof code === "string") {
+    if (POSTGRES_CODES.has(code) || code.startsWith("08")) return `PostgreSQL ${code}: ${String(message)}`;
+    if (NETWORK_CODES.has(code)) return `${code} from the database`;
+    if (sqliteUnavailable(code)) return `SQLite ${code}: ${String(message)}`;
+  }
+  if (typeof message === "string" && POSTGRES_CLIENT_MESSAGES.some((text) => message.startsWith(text))) {
+    return message;
+  }
+  return null;
+}
+
+/**
+ * Why `error` means the store is unavailable (a short reason for the log), or null when it is some
+ * other error. Looks through `cause` chains and aggregated errors (a connection refused on every
+ * address of a host name).
+ */
+export function storeUnavailableReason(error: unknown): string | null {
+  for (let current = error, depth = 0; current !== undefined && current !== null && depth < 8; depth++) {
+    const reason = unavailableHere(current);
+    if (reason !== null) return reason;
+    if (current instanceof AggregateError) {
+      for (const inner of current.errors) {
+        const innerReason = unavailableHere(inner);
+        if (innerReason !== null) return innerReason;
+      }
+    }
+    current = (current as { cause?: unknown }).cause;
+  }
+  return null;
+}
+
+/** This process's view of whether the store is away. */
+export interface StoreOutage {
+  /** Whether an outage is going on (since the first refused operation, until a probe wrote). */
+  readonly active: boolean;
+  /** The reason of the outage going on, or null. */
+  readonly reason: string | null;
+  /**
+   * Whether `error` is the store being away. If so it is counted, and the first such error starts an
+   * outage (logged once) and the probes that end it.
+   */
+  refused(error: unknown): boolean;
+  /** Stops the probes. */
+  close(): void;
+}
+
+/** Options of `createStoreOutage`. */
+export interface StoreOutageOptions {
+  logger: Logger;
+  /** A small write; resolves when the store took it. */
+  probe(): Promise<void>;
+  /** How often an outage is probed (default 1 s). */
+  probeMs?: number;
+  /**
+   * How long no operation may have been refused before a probe that wrote ends the outage (default 2 s): a
+   * nearly full disk takes a probe's small write but not a run's.
+   */
+  quietMs?: number;
+}
+
+/** Creates the outage record of this process's store. */
+export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
+  const probeMs = options.probeMs ?? 1_000;
+  const quietMs = options.quietMs ?? 2_000;
+  let reason: string | null = null;
+  let startedAt = 0;
+  let lastRefusedAt = 0;
+  let refusedCount = 0;
+  let timer: NodeJS.Timeout | undefined;
+  let probing = false;
+
+  async function probe(): Promise<void> {
+    if (probing || reason === null || performance.now() - lastRefusedAt < quietMs) return;
+    probing = true;
+    try {
+      await options.probe();
+    } catch (error) {
+      if (storeUnavailableReason(error) !== null) lastRefusedAt = performance.now();
+      else options.logger.warn({ err: error }, "the store's probe failed");
+      return;
+    } finally {
+      probing = false;
+    }
+    options.logger.warn(
+      { refused: refusedCount, duration_ms: Math.round(performance.now() - startedAt) },
+      "store available again: operations are served",
+    );
+    reason = null;
+    clearInterval(timer);
+    timer = undefined;
+  }
+
+  return {
+    get active() {
+      return reason !== null;
+    },
+    get reason() {
+      return reason;
+    },
+    refused(error) {
+      const why = storeUnavailableReason(error);
+      if (why === null) return false;
+      lastRefusedAt = performance.now();
+      if (reason !== null) {
+        refusedCount++;
+        return true;
+      }
+      reason = why;
+      startedAt = lastRefusedAt;
+      refusedCount = 1;
+      options.logger.error(
+        { err: error, reason: why },
+        "store unavailable: operations answer 503 store-unavailable until a probe can write",
+      );
+      timer = setInterval(() => void probe(), probeMs);
+      timer.unref();
+      return true;
+    },
+    close() {
+      clearInterval(timer);
+    },
+  };
+}
