@@ -179,9 +179,9 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     if (!delivery) return Promise.resolve();
     return writer.commitSoon(row.run_id).catch((error: unknown) => {
       throw new ProblemError(
-        "service-unavailable",
+        "store-unavailable",
         `Run ${row.run_id} ended ${outcome.status}, but its record and webhook could not be stored; the server keeps retrying them. Check the run with getRun before calling again`,
-        { runId: row.run_id, cause: error },
+        { runId: row.run_id, cause: error, headers: { "Retry-After": "2" } },
       );
     });
   }

@@ -11,7 +11,7 @@ import { LightAbortController } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
-import { createGroupCommit, type Database, type Notifier } from "../store/mod.ts";
+import { createGroupCommit, type Database, type Notifier, storeUnavailableReason } from "../store/mod.ts";
 import { startTicker } from "../ticker/mod.ts";
 import type { GuardOptions } from "./destination_guard.ts";
 import {
@@ -112,6 +112,9 @@ const SLOW_AFTER_MS = 500;
 /** How long a delivery put back for a busy destination waits before it is due again. */
 const SNOOZE_MS = 1000;
 
+/** The longest pause between tries to record an attempt's outcome while the store is away. */
+const MAX_RECORD_RETRY_MS = 5_000;
+
 /** Starts a worker that runs until `stop()`. */
 export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWorker {
   const owner = options.owner ?? `dw_${randomBytes(8).toString("hex")}`;
@@ -140,6 +143,24 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   // An attempt is counted in the store before it is sent: one killed mid-attempt is not lost from the
   // record while the receiver got it. Starts of the same event-loop turn share one commit.
   const starts = createGroupCommit<AttemptStart>((batch) => recordAttemptStarts(options.db, batch));
+
+  /**
+   * Records an attempt's outcome, trying again (with a growing pause) while the store is away: an
+   * outcome not recorded would let the delivery's lease run out and the receiver get it once more, so
+   * under an outage or connection exhaustion a refused record is kept and written late (recording
+   * takes no lease: the attempt's number says which attempt it settles) instead of sent again.
+   */
+  async function recordSurely(record: AttemptRecord): Promise<void> {
+    for (let pauseMs = 100;; pauseMs = Math.min(pauseMs * 2, MAX_RECORD_RETRY_MS)) {
+      try {
+        return await records.add(record);
+      } catch (error) {
+        if (stopping.signal.aborted || storeUnavailableReason(error) === null) throw error;
+      }
+      // Unreferenced: a stopping process is not held open by a store that does not answer.
+      await new Promise((resolve) => setTimeout(resolve, pauseMs).unref());
+    }
+  }
 
   function headersFor(delivery: ClaimedDelivery, now: number): Record<string, string> {
     const headers: Record<string, string> = {
@@ -190,7 +211,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       nextAttemptAt: Date.now() + options.retryDelayMs,
       maxAttempts: delivery.attempt_limit ?? MAX_ATTEMPTS,
     };
-    await records.add(record);
+    await recordSurely(record);
     const status = statusAfter(record);
     const label = status === "pending" ? "retry" : "refused" in outcome && outcome.refused ? "refused" : status;
     options.metrics?.webhookAttempts.inc({ outcome: label });

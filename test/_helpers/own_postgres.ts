@@ -32,6 +32,8 @@ export interface OwnPostgres {
   stop(): Promise<void>;
   /** Starts it after `stop`. */
   start(): Promise<void>;
+  /** Restarts it with `max_connections` set to `count` (command-line settings win over ALTER SYSTEM). */
+  restartWithMaxConnections(count: number): Promise<void>;
   /** Ends every session of the `runplane` database (pg_terminate_backend: 57P01 to each). */
   terminateBackends(): Promise<number>;
   /** Runs `sql` on its `postgres` database. */
@@ -99,16 +101,18 @@ export async function startOwnPostgres(options: OwnPostgresOptions = {}): Promis
     asRoot ? run("runuser", ["-u", "postgres", "--", join(bin, command), ...args]) : run(join(bin, command), args);
   await as("initdb", ["-D", dataDir, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]);
   const port = await freePort();
-  const settings = [
-    `-p ${port}`,
-    "-c listen_addresses=127.0.0.1",
-    `-c unix_socket_directories=${root}`,
-    `-c max_connections=${options.maxConnections ?? 100}`,
-    "-c fsync=off",
-    "-c shared_buffers=16MB",
-  ].join(" ");
+  let maxConnections = options.maxConnections ?? 100;
+  const settings = () =>
+    [
+      `-p ${port}`,
+      "-c listen_addresses=127.0.0.1",
+      `-c unix_socket_directories=${root}`,
+      `-c max_connections=${maxConnections}`,
+      "-c fsync=off",
+      "-c shared_buffers=16MB",
+    ].join(" ");
   const log = join(root, "server.log");
-  const start = () => as("pg_ctl", ["-D", dataDir, "-l", log, "-o", settings, "-w", "-t", "60", "start"]);
+  const start = () => as("pg_ctl", ["-D", dataDir, "-l", log, "-o", settings(), "-w", "-t", "60", "start"]);
   const stop = () => as("pg_ctl", ["-D", dataDir, "-m", "fast", "-w", "-t", "60", "stop"]);
   await start();
   const base = `postgres://postgres@127.0.0.1:${port}`;
@@ -128,6 +132,11 @@ export async function startOwnPostgres(options: OwnPostgresOptions = {}): Promis
     port,
     async restart() {
       await stop();
+      await start();
+    },
+    async restartWithMaxConnections(count) {
+      await stop();
+      maxConnections = count;
       await start();
     },
     async stop() {
