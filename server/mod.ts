@@ -229,6 +229,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     executor: runtimeExecutor(runtime),
     metrics,
     owner,
+    storeOutage: outage,
     // The same-host pid shortcut only holds for SQLite (one host); on PostgreSQL another process's pid
     // may be another host's, so leases alone decide which runs were left by a dead process.
     ownersDir: store.engine === "sqlite" ? join(config.dataDir, "run-owners") : undefined,

@@ -187,6 +187,12 @@ export interface RunServiceOptions {
   onDeliveries?(): void;
   /** The delivery worker's hand-off: deliveries of sync and stream runs go to it without a claim. */
   deliveryHandOff?: DeliveryHandOff;
+  /**
+   * The store's outage record: while the store is away no run starts (a sync call answers 503
+   * `store-unavailable` before its function runs, rather than 200 with no record), and a record the
+   * write-behind could not store counts toward the outage instead of logging a line per run.
+   */
+  storeOutage?: { readonly active: boolean; refused(error: unknown): boolean };
   /** This process's lease owner id; give the delivery worker the same one so its leases are freed with the runs'. */
   owner?: string;
   /**
@@ -230,8 +236,10 @@ export function createRunService(options: RunServiceOptions): RunService {
     keptRetryMs: options.recordRetry?.keptMs,
     onDeliveries,
     handOff: options.deliveryHandOff,
-    onError: (error, runId) =>
-      logger.error({ err: error, run_id: runId }, "run record could not be stored; kept in memory and retried"),
+    onError(error, runId) {
+      if (options.storeOutage?.refused(error)) return;
+      logger.error({ err: error, run_id: runId }, "run record could not be stored; kept in memory and retried");
+    },
     onLost: (error, runId) =>
       logger.error({ err: error, run_id: runId }, "run record lost: the store refused it until it was given up"),
   });
@@ -494,6 +502,13 @@ export function createRunService(options: RunServiceOptions): RunService {
   }
 
   async function submit(call: RunCall): Promise<Submission> {
+    if (options.storeOutage?.active) {
+      throw new ProblemError(
+        "store-unavailable",
+        "The store (the server's database) is unavailable, so no run starts; retry after a few seconds",
+        { headers: { "Retry-After": "2" } },
+      );
+    }
     const webhook = checkWebhook(call);
     if (call.rerunOf !== undefined) await checkRerunOf(call);
     if (call.idempotencyKey !== undefined) return await submitWithKey(call, webhook, call.idempotencyKey);

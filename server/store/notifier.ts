@@ -137,7 +137,8 @@ export function postgresNotifier(url: string, options: PostgresNotifierOptions):
     listened.clear();
     client.end().catch(() => {});
     if (closed) return;
-    retry = setTimeout(connect, backoffMs);
+    // Jittered (half to the whole pause): processes that lost the server at once do not all come back at once.
+    retry = setTimeout(connect, backoffMs * (0.5 + Math.random() / 2));
     retry.unref();
     backoffMs = Math.min(maxBackoffMs, backoffMs * 2);
   }

@@ -1,0 +1,70 @@
+import assert from "node:assert/strict";
+import { Writable } from "node:stream";
+import { describe, it } from "node:test";
+import { createLogger } from "../../server/log.ts";
+import { createStoreOutage, storeUnavailableReason } from "../../server/store/mod.ts";
+import { eventually } from "../_helpers/webhook_receiver.ts";
+
+function pgError(code: string, message = "boom"): Error {
+  return Object.assign(new Error(message), { code });
+}
+
+describe("storeUnavailableReason", () => {
+  it("knows the store being away on both engines, through causes and aggregates", () => {
+    for (const code of ["57P01", "57P02", "57P03", "08006", "08001", "53300", "53100", "57014", "25006"]) {
+      assert.ok(storeUnavailableReason(pgError(code)), code);
+    }
+    assert.ok(storeUnavailableReason(pgError("SQLITE_FULL")));
+    assert.ok(storeUnavailableReason(pgError("SQLITE_BUSY")));
+    assert.ok(storeUnavailableReason(pgError("SQLITE_IOERR_WRITE")));
+    assert.ok(storeUnavailableReason(new Error("Connection terminated unexpectedly")));
+    assert.ok(storeUnavailableReason(new Error("timeout exceeded when trying to connect")));
+    assert.ok(storeUnavailableReason(new AggregateError([pgError("ECONNREFUSED"), pgError("ECONNREFUSED")])));
+    assert.ok(storeUnavailableReason(new Error("record not stored", { cause: pgError("57P01") })));
+  });
+
+  it("leaves statements' own errors alone", () => {
+    for (const code of ["23505", "23503", "42P01", "SQLITE_CONSTRAINT_UNIQUE", "SQLITE_ERROR"]) {
+      assert.equal(storeUnavailableReason(pgError(code)), null, code);
+    }
+    assert.equal(storeUnavailableReason(new Error("no such table: runs")), null);
+    assert.equal(storeUnavailableReason(undefined), null);
+  });
+});
+
+describe("createStoreOutage", () => {
+  it("logs an outage once when it starts and once, with the count, when a probe writes again", async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const destination = new Writable({
+      write(chunk, _encoding, done) {
+        lines.push(JSON.parse(String(chunk)));
+        done();
+      },
+    });
+    let storeBack = false;
+    const outage = createStoreOutage({
+      logger: createLogger({ destination }),
+      probe: () => (storeBack ? Promise.resolve() : Promise.reject(pgError("57P03"))),
+      probeMs: 20,
+      quietMs: 50,
+    });
+    try {
+      assert.equal(outage.active, false);
+      assert.equal(outage.refused(pgError("23505")), false, "a unique violation is not an outage");
+      for (let i = 0; i < 100; i++) assert.equal(outage.refused(pgError("57P01")), true);
+      assert.equal(outage.active, true);
+      assert.match(outage.reason ?? "", /57P01/);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(outage.active, true, "a probe the store refuses keeps the outage on");
+      storeBack = true;
+      await eventually(async () => (outage.active ? undefined : true), 5_000, "the outage to end");
+      const said = lines.map((line) => line.msg);
+      assert.equal(said.filter((msg) => String(msg).startsWith("store unavailable")).length, 1);
+      const back = lines.find((line) => String(line.msg).startsWith("store available again"));
+      assert.equal(back?.refused, 100);
+      assert.equal(lines.length, 2, "two lines for 100 refused operations");
+    } finally {
+      outage.close();
+    }
+  });
+});
