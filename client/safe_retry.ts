@@ -96,8 +96,9 @@ export function isSafeToRetry(request: Request): boolean {
 /**
  * Wraps `fetch` so that a request safe to retry (`isSafeToRetry`) is sent once more after a broken
  * connection or a 503, with the same `Idempotency-Key`, after `retryDelayMs`. Other requests pass through
- * untouched. When a keyed call's connection breaks on both attempts it rejects with a
- * `RunplaneConnectionError` naming the key; a GET's failure is rethrown as it came.
+ * untouched. When a keyed call's connection breaks on both attempts, one of them after the request went
+ * out, it rejects with a `RunplaneConnectionError` naming the key; any other failure (a GET's, or a
+ * connection refused both times, which never reached the server) is rethrown as it came.
  */
 export function retryingFetch(fetch: RunplaneFetch): RunplaneFetch {
   return async function sendSafely(request: Request): Promise<Response> {
@@ -105,6 +106,8 @@ export function retryingFetch(fetch: RunplaneFetch): RunplaneFetch {
     // The copy is taken before the first attempt reads the body.
     const spare = request.clone();
     let delay: number;
+    // Whether an attempt may have reached the server: a refused connection sent nothing.
+    let mayHaveReached = false;
     try {
       const response = await fetch(request);
       if (response.status !== 503) return response;
@@ -112,6 +115,7 @@ export function retryingFetch(fetch: RunplaneFetch): RunplaneFetch {
       await response.body?.cancel();
     } catch (error) {
       if (request.signal.aborted || !isConnectionFailure(error)) throw error;
+      mayHaveReached = brokenConnectionCode(error) !== "ECONNREFUSED";
       delay = retryDelayMs();
     }
     await sleep(delay, spare.signal);
@@ -120,6 +124,7 @@ export function retryingFetch(fetch: RunplaneFetch): RunplaneFetch {
     } catch (error) {
       const key = spare.headers.get("idempotency-key");
       if (key === null || spare.signal.aborted || !isConnectionFailure(error)) throw error;
+      if (!mayHaveReached && brokenConnectionCode(error) === "ECONNREFUSED") throw error;
       throw new RunplaneConnectionError({ url: spare.url, idempotencyKey: key, attempts: 2, cause: error });
     }
   };

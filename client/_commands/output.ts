@@ -51,7 +51,7 @@ function describeFailure(error: unknown): string {
   }
   if (error instanceof RunplaneConnectionError) {
     const key = error.idempotencyKey;
-    return `The connection to the server broke (${error.code}) on every attempt, with idempotency key ${key}; the run may have been made: repeat the command with --idempotency-key ${key} to get its id (it never runs twice), or see runplane runs list`;
+    return `Lost the connection to the server (${error.code}) before its answer, after one retry; the run may exist: repeat the command with --idempotency-key ${key} to get its id (it never runs twice), or see runplane runs list`;
   }
   const cause = (error as { cause?: { code?: string; message?: string } }).cause;
   if (error instanceof TypeError && error.message === "fetch failed") {

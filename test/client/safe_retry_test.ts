@@ -49,6 +49,13 @@ describe("retryDelayMs and isConnectionFailure", () => {
   it("tells a refused connection from an aborted call", async () => {
     const refused = await fetch(`${await closedUrl()}/healthz`).catch((error: unknown) => error);
     assert.ok(isConnectionFailure(refused), `a refused connection: ${refused}`);
+    // Refused twice, the submission never reached a server: no run can exist, so no key to chase.
+    const nobody = createRunplaneClient({ baseUrl: await closedUrl() });
+    const submitted = await nobody.runAsync(`${TEST_PROJECT}/py`).catch((error: unknown) => error);
+    assert.ok(
+      submitted instanceof TypeError && submitted.message === "fetch failed" && isConnectionFailure(submitted),
+      `refused twice: ${submitted}`,
+    );
     const aborted = await fetch("http://127.0.0.1:9/", { signal: AbortSignal.abort() }).catch((error: unknown) =>
       error
     );
