@@ -102,7 +102,7 @@ export interface RunOptions {
   webhookSecret?: string;
   /**
    * Makes the call safe to retry: the same key and body within 24 h return the original run. `runAsync`
-   * sends a fresh random key when this is absent; `run` and `stream` send none then, and are never retried.
+   * sends a fresh random key when this is absent; `run` and `stream` without one are never retried.
    */
   idempotencyKey?: string;
   /** Aborts the call (for `stream`, stops reading and closes the connection). */
