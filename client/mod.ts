@@ -15,11 +15,21 @@ import type { components, paths } from "../generated/api.d.ts";
 import { type AppLocation, type AppRef, resolveAppRef } from "./app_ref.ts";
 import { readEventStream, readServerEvents } from "./event_stream.ts";
 import { errorFromResponse, RunplaneError, runIdFrom } from "./runplane_error.ts";
+import { retryingFetch, type RunplaneFetch } from "./safe_retry.ts";
+import { sleep } from "./sleep.ts";
 
 export type { components, paths } from "../generated/api.d.ts";
 export { type AppLocation, type AppRef, DEFAULT_FUNCTION, resolveAppRef } from "./app_ref.ts";
 export { parseStreamItem, readEventStream } from "./event_stream.ts";
 export { errorFromResponse, isRunplaneError, type Problem, RunplaneError } from "./runplane_error.ts";
+export {
+  isConnectionFailure,
+  isSafeToRetry,
+  MAX_RETRY_AFTER_MS,
+  RunplaneConnectionError,
+  type RunplaneFetch,
+  retryDelayMs,
+} from "./safe_retry.ts";
 export {
   verifyWebhook,
   type VerifyWebhookOptions,
@@ -69,9 +79,6 @@ export type DeploymentSource = Schemas["DeploymentSourceRequest"]["source"];
 /** What following a build log yields: each line, then the deployment once the build has ended. */
 export type BuildLogEvent = { line: string } | { end: Deployment };
 
-/** A `fetch` as openapi-fetch calls it: always with a `Request`. */
-export type RunplaneFetch = (request: Request) => Promise<Response>;
-
 /**
  * Options of `createRunplaneClient`. At least one of `baseUrl` and `apiUrl`; one may serve both. The names
  * are the platform's: `base_url` is the REST API, `api_url` the (region-specific) run API.
@@ -93,7 +100,10 @@ export interface RunOptions {
   webhookEndpoint?: string;
   /** Signs the webhook deliveries (HMAC-SHA256); check them with `verifyWebhook`. */
   webhookSecret?: string;
-  /** Makes the call safe to retry: the same key and body within 24 h return the original run. */
+  /**
+   * Makes the call safe to retry: the same key and body within 24 h return the original run. `runAsync`
+   * sends a fresh random key when this is absent; `run` and `stream` without one are never retried.
+   */
   idempotencyKey?: string;
   /** Aborts the call (for `stream`, stops reading and closes the connection). */
   signal?: AbortSignal;
@@ -161,7 +171,11 @@ export interface RunplaneClient {
   readonly runApi: Client<paths>;
   /** Calls a function and resolves with its result (a streaming function's items are collected). */
   run(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): Promise<RunResult>;
-  /** Queues a run and resolves with its id at once. */
+  /**
+   * Queues a run and resolves with its id at once. The call carries `idempotencyKey` (a fresh random one
+   * when absent), so a broken connection or a 503 is retried once without making a second run; when the
+   * retry fails too it rejects with a `RunplaneConnectionError` naming the key.
+   */
   runAsync(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): Promise<string>;
   /** Calls a function and yields its items as they arrive; an `event: error` throws. */
   stream(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): RunStream;
@@ -240,7 +254,10 @@ export interface RunplaneClient {
   jwks(): Promise<JsonWebKeySet>;
   /** Liveness. */
   health(): Promise<{ status: "ok" }>;
-  /** Readiness, with how tenants' code is jailed (`sandbox`); a server that is not ready throws a 503 `RunplaneError`. */
+  /**
+   * Readiness, with how tenants' code is jailed (`sandbox`); a server that is not ready throws a 503
+   * `RunplaneError` (never retried: that is the answer).
+   */
   readiness(): Promise<Schemas["Readiness"]>;
   /** The Prometheus metrics text. */
   metrics(): Promise<string>;
@@ -277,33 +294,23 @@ async function unwrap<T>(call: Promise<FetchOutcome<T>>): Promise<T> {
   return data as T;
 }
 
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const timer = setTimeout(done, ms);
-    function done() {
-      signal?.removeEventListener("abort", aborted);
-      resolve();
-    }
-    function aborted() {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    }
-    signal?.addEventListener("abort", aborted, { once: true });
-  });
-}
-
 /**
  * Creates a client. Throws a `TypeError` when neither `baseUrl` nor `apiUrl` is given. The token is
  * sent on every call; calls that need none (`health`, `jwks`, ...) ignore it.
+ *
+ * Retries are safe by default: a call that can do no harm twice (a GET, or a run with an
+ * `Idempotency-Key`, which `runAsync` always sends) is sent once more, with the same key, when its
+ * connection broke before the answer or the server answered 503 (after `Retry-After`, at most 5 s). A sync
+ * or stream run without a key is never retried: its first attempt may be running already.
  */
 export function createRunplaneClient(options: RunplaneClientOptions): RunplaneClient {
   const restUrl = options.baseUrl ?? options.apiUrl;
   const runUrl = options.apiUrl ?? options.baseUrl;
   if (!runUrl || !restUrl) throw new TypeError("Give the client a baseUrl (REST API) or an apiUrl (run API), or both");
   const headers: Record<string, string> = options.token ? { Authorization: `Bearer ${options.token}` } : {};
-  const api = createClient<paths>({ baseUrl: restUrl, headers, fetch: options.fetch });
-  const runApi = createClient<paths>({ baseUrl: runUrl, headers, fetch: options.fetch });
+  const send: RunplaneFetch = options.fetch ?? ((request) => globalThis.fetch(request));
+  const api = createClient<paths>({ baseUrl: restUrl, headers, fetch: retryingFetch(send) });
+  const runApi = createClient<paths>({ baseUrl: runUrl, headers, fetch: retryingFetch(send) });
 
   // The app of each run id this client saw, so `getRun(runId)` works without the app. Oldest first
   // (a Map keeps insertion order), capped so a long-lived service does not grow it without bound.
@@ -372,7 +379,9 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
   }
 
   async function runAsync(app: AppRef, input?: Record<string, unknown>, runOptions: RunOptions = {}): Promise<string> {
-    const { response, error } = await callFunction(app, input, runOptions, { async: true });
+    // A fresh key makes the submission safe to send again: a retry answers with the run the first made.
+    const idempotencyKey = runOptions.idempotencyKey ?? crypto.randomUUID();
+    const { response, error } = await callFunction(app, input, { ...runOptions, idempotencyKey }, { async: true });
     if (!response.ok) throw failed(app, await errorFromResponse(response, error));
     const body = (await response.json()) as { run_id: string };
     remember(body.run_id, app);
@@ -693,7 +702,8 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     ...projectSecrets,
     jwks: () => unwrap(api.GET("/.well-known/jwks.json")),
     health: () => unwrap(api.GET("/healthz")),
-    readiness: () => unwrap(api.GET("/readyz")),
+    // A 503 is readiness's answer (not ready), not a failure to retry past.
+    readiness: () => unwrap(api.GET("/readyz", { fetch: send })),
     metrics: () => unwrap(api.GET("/metrics", { parseAs: "text" })),
   };
 }

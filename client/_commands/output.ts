@@ -1,4 +1,4 @@
-import { isRunplaneError } from "../mod.ts";
+import { isRunplaneError, RunplaneConnectionError } from "../mod.ts";
 import type { CommandIo } from "../cli_command.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
 
@@ -48,6 +48,10 @@ function describeFailure(error: unknown): string {
     const { title, detail } = error.problem;
     const runId = error.runId ? ` (run ${error.runId})` : "";
     return `${title}${detail ? `: ${detail}` : ""}${runId}`;
+  }
+  if (error instanceof RunplaneConnectionError) {
+    const key = error.idempotencyKey;
+    return `Lost the connection to the server (${error.code}) before its answer, after one retry; the run may exist: repeat the command with --idempotency-key ${key} to get its id (it never runs twice), or see runplane runs list`;
   }
   const cause = (error as { cause?: { code?: string; message?: string } }).cause;
   if (error instanceof TypeError && error.message === "fetch failed") {

@@ -13,8 +13,11 @@ export const RUN_HELP = `Usage: runplane run <project>/<app>[/<function>] [--dat
 
 Calls a function (default: run) with the JSON object's members as its arguments and prints the result.
   --stream   print each item as it arrives (text as is, other values as JSON)
-  --async    queue the run and print its id; with --wait, poll until it ends and print the outcome
-             (progress on a terminal)
+  --async    queue the run and print its id (with --json, its idempotency key too); with --wait, poll
+             until it ends and print the outcome (progress on a terminal)
+  --idempotency-key K  the same key and body within 24 h answer with the first call's run. --async
+             sends a fresh random key when none is given and retries once, with the key, after a broken
+             connection or a 503; a sync or --stream call is retried only when given a key
 Exit code 1 when the call or the run failed.
 
 ${CONNECTION_HELP}`;
@@ -75,10 +78,13 @@ export async function runCommand(io: CommandIo): Promise<number> {
   const controller = new AbortController();
   const interrupt = () => controller.abort(new Error("Interrupted"));
   process.once("SIGINT", interrupt);
+  // An async run always carries a key (chosen here, so that a failure can name it); a sync or stream
+  // call only the one given, since a key makes the server record the call before it starts.
+  const idempotencyKey = values["idempotency-key"] ?? (values.async ? crypto.randomUUID() : undefined);
   const options: RunOptions = {
     webhookEndpoint: values.webhook,
     webhookSecret: values["webhook-secret"],
-    idempotencyKey: values["idempotency-key"],
+    idempotencyKey,
     signal: controller.signal,
   };
   try {
@@ -96,7 +102,7 @@ export async function runCommand(io: CommandIo): Promise<number> {
     }
     const runId = await client.runAsync(target, input, options);
     if (!values.wait) {
-      if (values.json) writeJson(io, { run_id: runId });
+      if (values.json) writeJson(io, { run_id: runId, idempotency_key: idempotencyKey });
       else io.stdout.write(`${runId}\n`);
       return 0;
     }
