@@ -188,11 +188,11 @@ export interface RunServiceOptions {
   /** The delivery worker's hand-off: deliveries of sync and stream runs go to it without a claim. */
   deliveryHandOff?: DeliveryHandOff;
   /**
-   * The store's outage record: while the store is away no run starts (a sync call answers 503
-   * `store-unavailable` before its function runs, rather than 200 with no record), and a record the
-   * write-behind could not store counts toward the outage instead of logging a line per run.
+   * The store's outage record: while the store cannot write (a full disk) no run starts (a sync call
+   * answers 503 `store-unavailable` before its function runs, rather than 200 with no record), and a
+   * record the write-behind could not store counts toward the outage instead of logging a line per run.
    */
-  storeOutage?: { readonly active: boolean; refused(error: unknown): boolean };
+  storeOutage?: { readonly refusesWrites: boolean; refused(error: unknown): boolean };
   /** This process's lease owner id; give the delivery worker the same one so its leases are freed with the runs'. */
   owner?: string;
   /**
@@ -502,10 +502,10 @@ export function createRunService(options: RunServiceOptions): RunService {
   }
 
   async function submit(call: RunCall): Promise<Submission> {
-    if (options.storeOutage?.active) {
+    if (options.storeOutage?.refusesWrites) {
       throw new ProblemError(
         "store-unavailable",
-        "The store (the server's database) is unavailable, so no run starts; retry after a few seconds",
+        "The store (the server's database) cannot write now (its disk is full), so no run starts; retry after a few seconds",
         { headers: { "Retry-After": "2" } },
       );
     }

@@ -39,6 +39,9 @@ function sqliteUnavailable(code: string): boolean {
   return code === "SQLITE_FULL" || code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_IOERR");
 }
 
+/** Codes of a store that answers but cannot write: a full disk, a read-only server (a standby). */
+const FULL_CODES = new Set(["SQLITE_FULL", "53100", "25006"]);
+
 function unavailableHere(error: unknown): string | null {
   if (typeof error !== "object" || error === null) return null;
   const { code, message } = error as { code?: unknown; message?: unknown };
@@ -73,12 +76,28 @@ export function storeUnavailableReason(error: unknown): string | null {
   return null;
 }
 
+/** Whether `error` (or a cause) is a store that answers but cannot write: a full disk, a read-only server. */
+function storeIsFull(error: unknown): boolean {
+  for (let current = error, depth = 0; typeof current === "object" && current !== null && depth < 8; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === "string" && FULL_CODES.has(code)) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** This process's view of whether the store is away. */
 export interface StoreOutage {
   /** Whether an outage is going on (since the first refused operation, until a probe wrote). */
   readonly active: boolean;
   /** The reason of the outage going on, or null. */
   readonly reason: string | null;
+  /**
+   * Whether the outage is a store that answers but cannot write (a full disk, a read-only server):
+   * work that would only be recorded later (a sync call) is refused up front. An unreachable or
+   * exhausted store refuses such work by itself, and partly: a gate would refuse what still works.
+   */
+  readonly refusesWrites: boolean;
   /**
    * Whether `error` is the store being away. If so it is counted, and the first such error starts an
    * outage (logged once) and the probes that end it.
@@ -107,6 +126,7 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
   const probeMs = options.probeMs ?? 1_000;
   const quietMs = options.quietMs ?? 2_000;
   let reason: string | null = null;
+  let refusesWrites = false;
   let startedAt = 0;
   let lastRefusedAt = 0;
   let refusedCount = 0;
@@ -130,6 +150,7 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
       "store available again: operations are served",
     );
     reason = null;
+    refusesWrites = false;
     clearInterval(timer);
     timer = undefined;
   }
@@ -141,10 +162,14 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
     get reason() {
       return reason;
     },
+    get refusesWrites() {
+      return refusesWrites;
+    },
     refused(error) {
       const why = storeUnavailableReason(error);
       if (why === null) return false;
       lastRefusedAt = performance.now();
+      if (storeIsFull(error)) refusesWrites = true;
       if (reason !== null) {
         refusedCount++;
         return true;

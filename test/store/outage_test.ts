@@ -54,6 +54,9 @@ describe("createStoreOutage", () => {
       for (let i = 0; i < 100; i++) assert.equal(outage.refused(pgError("57P01")), true);
       assert.equal(outage.active, true);
       assert.match(outage.reason ?? "", /57P01/);
+      assert.equal(outage.refusesWrites, false, "an unreachable store is not a full one");
+      outage.refused(new Error("not stored", { cause: pgError("SQLITE_FULL") }));
+      assert.equal(outage.refusesWrites, true, "a full disk refuses writes");
       await new Promise((resolve) => setTimeout(resolve, 200));
       assert.equal(outage.active, true, "a probe the store refuses keeps the outage on");
       storeBack = true;
@@ -61,8 +64,9 @@ describe("createStoreOutage", () => {
       const said = lines.map((line) => line.msg);
       assert.equal(said.filter((msg) => String(msg).startsWith("store unavailable")).length, 1);
       const back = lines.find((line) => String(line.msg).startsWith("store available again"));
-      assert.equal(back?.refused, 100);
-      assert.equal(lines.length, 2, "two lines for 100 refused operations");
+      assert.equal(back?.refused, 101);
+      assert.equal(outage.refusesWrites, false);
+      assert.equal(lines.length, 2, "two lines for 101 refused operations");
     } finally {
       outage.close();
     }
