@@ -11,7 +11,11 @@
  *   must not load the server);
  * - a private file (a name, or a folder on its path, starting with `_`) is imported only from inside the
  *   folder that holds it, or by the tests of that folder (`test/<name>/` tests `server/<name>/`'s insides);
- * - there are no import cycles.
+ * - there are no import cycles;
+ * - SQL text lives under `server/store/` (its `statements/` hold the runs', deliveries' and deployments'
+ *   statements, each once per engine where they differ): a domain folder imports no `rawStatement`,
+ *   `DialectStatement` or Kysely's `sql`, and writes no string that reads as a statement. Kysely's
+ *   builder (portable, checked by the compiler) stays where the domain uses it.
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
@@ -210,12 +214,72 @@ export function findCycles(edges: readonly ImportEdge[]): string[][] {
   return cycles;
 }
 
+/** What only `server/store/` may import: the makers of SQL text. */
+const SQL_MAKERS = new Map([
+  ["rawStatement", "server/store"],
+  ["DialectStatement", "server/store"],
+  ["portableQuery", "server/store"],
+  ["sql", "kysely"],
+]);
+
+/** A string that reads as a statement: a SQL verb, then the clause that verb needs. */
+const STATEMENT_TEXT = new RegExp(
+  [
+    String.raw`^\s*select\s[\s\S]*?\sfrom\s+"?\w+"?(\s+(as\s+\S+\s+)?(where|order|group|limit|join|left|inner)\b|\s*$)`,
+    String.raw`^\s*insert\s+into\s`,
+    String.raw`^\s*update\s+"?\w+"?\s+set\s`,
+    String.raw`^\s*delete\s+from\s`,
+    String.raw`^\s*with\s+"?\w+"?\s+as\s*\(`,
+  ].join("|"),
+  "i",
+);
+
+/**
+ * Domain files whose statements have not moved to `server/store/statements/` yet. Each entry is a debt:
+ * remove it when the file's statements move.
+ */
+export const SQL_NOT_YET_MOVED = new Set([
+  "server/runs/_queries.ts",
+  "server/runs/_run_rows.ts",
+  "server/deployments/_records.ts",
+]);
+
+/** The places in domain files (outside `server/store/`) that import a maker of SQL text or write one. */
+export function findSqlText(root: string): string[] {
+  const lines: string[] = [];
+  for (const file of sourceFiles(root, "server")) {
+    const domain = domainOf(file);
+    if (!domain || domain === "store" || SQL_NOT_YET_MOVED.has(file)) continue;
+    const text = readFileSync(join(root, file), "utf8");
+    const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+    const at = (node: ts.Node) => `${file}:${source.getLineAndCharacterOfPosition(node.getStart()).line + 1}`;
+    const visit = (node: ts.Node): void => {
+      if (ts.isImportSpecifier(node)) {
+        const name = (node.propertyName ?? node.name).text;
+        const declaration = node.parent.parent.parent as ts.ImportDeclaration;
+        const from = (declaration.moduleSpecifier as ts.StringLiteral).text;
+        const maker = SQL_MAKERS.get(name);
+        if (maker && (from === maker || (maker === "server/store" && from.includes("store/")))) {
+          lines.push(`${at(node)}: imports ${name} [domain-no-sql]: SQL text lives under server/store/statements/`);
+        }
+      }
+      if ((ts.isStringLiteral(node) || ts.isNoSubstitutionTemplateLiteral(node)) && STATEMENT_TEXT.test(node.text)) {
+        lines.push(`${at(node)}: a SQL statement [domain-no-sql]: move it to server/store/statements/`);
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
+  }
+  return lines;
+}
+
 /** The check's report lines for the tree at `root`; empty when every rule holds. */
 export function boundaryReport(root: string): string[] {
   const edges = readImports(root, ["server", "client", "scripts", "test"]);
   const lines = findViolations(edges).map(({ edge, rule, reason }) =>
     `${edge.from}:${edge.line}: imports "${edge.specifier}" [${rule}]: ${reason}`
   );
+  lines.push(...findSqlText(root));
   for (const cycle of findCycles(edges)) {
     lines.push(`import cycle [no-cycles]: ${cycle.join(" -> ")} (type-only imports count: move the shared types)`);
   }

@@ -4,7 +4,17 @@
  */
 import type { Kysely, Transaction } from "kysely";
 import type { components } from "../../generated/api.d.ts";
-import { type Database, rawStatement } from "../store/mod.ts";
+import type { Database } from "../store/mod.ts";
+import {
+  claimDue,
+  countAttempt,
+  insertAttempt,
+  insertDelivery,
+  markOutcomeUnknown,
+  moveOnPending,
+  settleDelivery,
+  startAttempt,
+} from "../store/statements/deliveries.ts";
 import type { WebhookDeliveryTable } from "../store/schema.ts";
 import { type RedeliveryLimit, takeRedelivery } from "./redelivery_limit.ts";
 import type { AttemptOutcome, AttemptVerdict } from "./retry_policy.ts";
@@ -43,11 +53,6 @@ export function webhookBody(
   return `{"result":${options.resultJson ?? "null"},${JSON.stringify(rest).slice(1)}`;
 }
 
-const insertDelivery = rawStatement(
-  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "credentials", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
-    + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
-);
-
 /** A lease a delivery is inserted with: it is handed to that owner's worker instead of being claimed. */
 export interface DeliveryLease {
   owner: string;
@@ -78,30 +83,6 @@ export async function enqueueDelivery(
   ]);
   return Number(result.numAffectedRows ?? 0n) > 0;
 }
-
-// A claim is one autocommit statement, and the lease condition is checked again on the row it
-// updates. PostgreSQL: the candidates are locked `FOR UPDATE SKIP LOCKED`, so concurrent claimers take
-// disjoint rows (a plain `in (select … limit n)` lets two claimers' subqueries pick the same rows, and
-// the one that waited re-checks only the `in`: a delivery sent twice). SQLite: one writer at a time
-// runs the whole statement, so today's form holds. Endpoints in a JSON array are skipped (their
-// destination is busy). Parameters: owner, lease end, now, now, skipped endpoints, limit, now.
-const claimDue = rawStatement<ClaimedDelivery>({
-  sqlite: `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?`
-    + ` where "run_id" in (select "run_id" from "webhook_deliveries"`
-    + ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`
-    + ` and "endpoint" not in (select "value" from json_each(?))`
-    + ` order by "next_attempt_at" limit ?)`
-    + ` and "status" = 'pending' and ("lease_expires_at" is null or "lease_expires_at" < ?)`
-    + ` returning "run_id", "endpoint", "body", "secret", "credentials", "attempts", "created_at", "attempt_limit"`,
-  postgres: `with "due" as materialized (select "run_id" from "webhook_deliveries"`
-    + ` where "status" = 'pending' and "next_attempt_at" <= $3 and ("lease_expires_at" is null or "lease_expires_at" < $4)`
-    + ` and not ("endpoint" = any (array(select jsonb_array_elements_text($5::jsonb))))`
-    + ` order by "next_attempt_at" limit $6 for update skip locked)`
-    + ` update "webhook_deliveries" as "d" set "lease_owner" = $1, "lease_expires_at" = $2 from "due"`
-    + ` where "d"."run_id" = "due"."run_id" and "d"."status" = 'pending'`
-    + ` and ("d"."lease_expires_at" is null or "d"."lease_expires_at" < $7)`
-    + ` returning "d"."run_id", "d"."endpoint", "d"."body", "d"."secret", "d"."credentials", "d"."attempts", "d"."created_at", "d"."attempt_limit"`,
-});
 
 /** A delivery this process holds the lease of. */
 export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" | "body" | "secret"> & {
@@ -159,22 +140,6 @@ export function statusAfter(record: AttemptRecord): "pending" | "delivered" | "f
   return record.verdict === "permanent" || record.attempt >= record.maxAttempts ? "failed" : "pending";
 }
 
-// An attempt's row is written when it starts (no outcome yet) and completed when it ends.
-const insertAttempt = rawStatement(
-  `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, ?, ?, ?)`
-    + ` on conflict ("run_id", "attempt") do update set "status_code" = excluded."status_code", "error" = excluded."error", "duration_ms" = excluded."duration_ms"`,
-);
-const startAttempt = rawStatement(
-  `insert into "webhook_attempts" ("run_id", "attempt", "at", "status_code", "error", "duration_ms") values (?, ?, ?, null, null, 0)`
-    + ` on conflict ("run_id", "attempt") do nothing`,
-);
-const countAttempt = rawStatement(
-  `update "webhook_deliveries" set "attempts" = ? where "run_id" = ? and "attempts" < ?`,
-);
-const markOutcomeUnknown = rawStatement(
-  `update "webhook_attempts" set "error" = ? where "run_id" = ? and "attempt" = ? and "status_code" is null and "error" is null`,
-);
-
 /** The error an attempt is recorded with when its process stopped before it ended. */
 export const OUTCOME_UNKNOWN = "no outcome: the server stopped during this attempt (the receiver may have got it)";
 
@@ -221,14 +186,6 @@ export async function settleInterruptedAttempts(
   });
   return claimed.filter((d) => !exhausted.has(d.run_id));
 }
-const moveOnPending = rawStatement(
-  `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
-);
-// A settled delivery keeps its sealed secret and credentials for a redelivery, until the run's result
-// expires (`forgetDeliverySecrets`).
-const settleDelivery = rawStatement(
-  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
-);
 
 /**
  * Records attempts (one transaction for all of them) and moves each delivery on: delivered, failed

@@ -6,6 +6,7 @@ import { describe, it } from "node:test";
 import {
   boundaryReport,
   findCycles,
+  findSqlText,
   findViolations,
   type ImportEdge,
   readImports,
@@ -100,6 +101,27 @@ describe("the import-boundary check", () => {
           line.startsWith("import cycle [no-cycles]: server/runs/_live.ts -> server/runs/service.ts")
         ),
       );
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it("keeps SQL text out of domain folders: no maker of it imported, no statement written, except under server/store/", async () => {
+    const root = await tree({
+      "server/webhooks/a.ts": `import { rawStatement } from "../store/mod.ts";\nexport const q = rawStatement("x");\n`,
+      "server/runs/b.ts": `import { sql } from "kysely";\nexport const t = "select * from runs where id = ?";\n`,
+      "server/auth/c.ts":
+        `export const message = "select a token from the list";\nexport const u = \`update "runs" set "status" = ?\`;\n`,
+      "server/store/statements/d.ts":
+        `import { rawStatement } from "../mod.ts";\nexport const q = rawStatement("delete from runs");\n`,
+    });
+    try {
+      assert.deepEqual(findSqlText(root).map((line) => line.split(" [")[0]), [
+        "server/auth/c.ts:2: a SQL statement",
+        "server/runs/b.ts:1: imports sql",
+        "server/runs/b.ts:2: a SQL statement",
+        "server/webhooks/a.ts:1: imports rawStatement",
+      ]);
     } finally {
       await rm(root, { recursive: true, force: true });
     }
