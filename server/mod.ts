@@ -81,7 +81,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       logger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
   }).catch(asConfigError);
   // With PostgreSQL the data dir holds no store: "fresh" means the schema was just created.
-  const freshDataDir = store.engine === "sqlite" ? freshSqliteFile : store.fresh;
+  const freshDataDir = store.shared ? store.fresh : freshSqliteFile;
   logger.info({ engine: store.engine, database: store.path }, "store opened");
   storeOutage = createStoreOutage({ logger, probe: () => writeProbe(store.db, owner, store.clock.now()) });
   const outage = storeOutage;
@@ -208,7 +208,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
   let announcingDeliveries = false;
   function deliveriesAdded(): void {
     deliveries.wake();
-    if (store.engine !== "postgres" || announcingDeliveries) return;
+    if (!store.shared || announcingDeliveries) return;
     announcingDeliveries = true;
     store.notifier.notify("runplane_deliveries").catch((error) =>
       logger.warn({ err: error }, "announcing webhook deliveries failed; other processes poll for them")
@@ -232,7 +232,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     storeOutage: outage,
     // The same-host pid shortcut only holds for SQLite (one host); on PostgreSQL another process's pid
     // may be another host's, so leases alone decide which runs were left by a dead process.
-    ownersDir: store.engine === "sqlite" ? join(config.dataDir, "run-owners") : undefined,
+    ownersDir: store.shared ? undefined : join(config.dataDir, "run-owners"),
     notifier: store.notifier,
     now: store.clock.now,
     onDeliveries: deliveriesAdded,

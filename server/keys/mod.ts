@@ -14,7 +14,7 @@ import {
   singleSigningKey,
 } from "../auth/mod.ts";
 import { createSecretBox, loadSecretBox, type SecretBox } from "../secrets/mod.ts";
-import type { Database, StoreEngine } from "../store/mod.ts";
+import type { Database } from "../store/mod.ts";
 import {
   ensureDatabaseKeys,
   liveSigningKids,
@@ -58,14 +58,15 @@ const CREATE_KEY = {
 };
 
 /**
- * `openStore`'s `bootstrap` hook: on PostgreSQL, creates the signing and data keys when the database has
+ * `openStore`'s `bootstrap` hook: in a shared store (PostgreSQL), creates the signing and data keys when the database has
  * none (under the migration lock, so once). Throws a `MasterKeyError` on PostgreSQL without a master key.
  */
 export function keysBootstrap(
   masterKey: MasterKey | null,
-): (db: Kysely<Database>, engine: StoreEngine) => Promise<void> {
-  return async (db, engine) => {
-    if (engine !== "postgres") return;
+): (db: Kysely<Database>, store: { shared: boolean }) => Promise<void> {
+  return async (db, store) => {
+    // A store of one host keeps no keys: they are files in the data dir.
+    if (!store.shared) return;
     if (!masterKey) throw missingMasterKey();
     await ensureDatabaseKeys(db, masterKey, CREATE_KEY);
   };
@@ -77,10 +78,10 @@ export function keysBootstrap(
  * key is missing or does not open the keys.
  */
 export async function loadKeys(
-  store: { db: Kysely<Database>; engine: StoreEngine },
+  store: { db: Kysely<Database>; shared: boolean },
   options: KeysOptions,
 ): Promise<ProcessKeys> {
-  if (store.engine === "sqlite") {
+  if (!store.shared) {
     return {
       signing: singleSigningKey(await loadOrCreateSigningKey(options.dataDir)),
       secrets: await loadSecretBox(options.dataDir),

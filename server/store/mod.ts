@@ -56,6 +56,12 @@ export type StoreEngine = "sqlite" | "postgres";
 export interface Store {
   db: Kysely<Database>;
   engine: StoreEngine;
+  /**
+   * Whether processes on other hosts may share this store (PostgreSQL): then keys live in it, work is
+   * announced to the others, and a process of another host is judged dead by its leases alone. False
+   * for SQLite: one host, its keys in the data dir. Ask this, not the engine, outside this folder.
+   */
+  shared: boolean;
   /** The SQLite file's path, or the database URL with its password redacted. */
   path: string;
   /**
@@ -103,7 +109,7 @@ export interface OpenStoreOptions {
    * Runs after the migrations and, on PostgreSQL, under the same advisory lock, so that of processes
    * starting at once one creates what must exist once (e.g. keys) and the others find it.
    */
-  bootstrap?(db: Kysely<Database>, engine: StoreEngine): Promise<void>;
+  bootstrap?(db: Kysely<Database>, store: { shared: boolean }): Promise<void>;
   /**
    * Where WAL checkpoints run: `commit` (SQLite's default: inside the commit that fills the WAL) or
    * `background` (a worker thread; for a server, whose event loop must not stall). Default `commit`.
@@ -152,7 +158,7 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
   });
   let fresh = false;
   if (options.migrate !== false) fresh = (await migrate(db)).includes(FIRST_MIGRATION);
-  await options.bootstrap?.(db, "sqlite");
+  await options.bootstrap?.(db, { shared: false });
   let checkpointer: Checkpointer | undefined;
   if (options.checkpoints === "background") {
     const automatic = neverCollected(sqlite.prepare("PRAGMA wal_autocheckpoint")).pluck().get();
@@ -168,6 +174,7 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
   return {
     db,
     engine: "sqlite",
+    shared: false,
     path,
     clock: systemClock(),
     notifier,
@@ -196,7 +203,7 @@ async function openPostgresStore(url: string, options: OpenStoreOptions): Promis
     if (options.migrate !== false || options.bootstrap) {
       await withMigrationLock(url, async () => {
         if (options.migrate !== false) fresh = (await migrate(db)).includes(FIRST_MIGRATION);
-        await options.bootstrap?.(db, "postgres");
+        await options.bootstrap?.(db, { shared: true });
       });
     }
     const clock = await startDatabaseClock(() => readDatabaseMs(pool), { onError: options.onError });
@@ -204,6 +211,7 @@ async function openPostgresStore(url: string, options: OpenStoreOptions): Promis
     return {
       db,
       engine: "postgres",
+      shared: true,
       path: redactDatabaseUrl(url),
       clock,
       notifier,
