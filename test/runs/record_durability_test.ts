@@ -208,7 +208,7 @@ describe("an answered call is a recorded call (over HTTP, with a real store fail
       assert.equal(beside.response.status, 200);
       assert.equal(refused.response.status, 503);
       const problem = refused.error as unknown as { type: string; run_id: string };
-      assert.match(problem.type, /service-unavailable$/);
+      assert.match(problem.type, /store-unavailable$/);
       const runId = refused.response.headers.get("x-request-id")!;
       assert.equal(problem.run_id, runId);
       assert.ok(
