@@ -396,15 +396,17 @@ export function createRunService(options: RunServiceOptions): RunService {
         lease_expires_at: null,
       };
     }
-    // A live run's input and webhook secrets stay in memory: its caller holds them until it ends.
+    // A live run's input stays in memory (its caller holds it until it ends). Its webhook secret and
+    // credentials are stored sealed, as an async run's are: when its process stops before it ends (drain
+    // timeout, kill -9), whoever ends it `interrupted` sends its webhook signed and authorised too.
     return {
       ...base,
       status: "running",
       started_at: now,
       queue_time_ms: 0,
       input_json: null,
-      webhook_secret: null,
-      webhook_credentials: null,
+      webhook_secret: webhook?.sealed ?? null,
+      webhook_credentials: webhook?.credentials ?? null,
       lease_owner: owner,
       lease_expires_at: clock() + config.runLeaseMs,
     };
