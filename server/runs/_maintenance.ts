@@ -9,7 +9,7 @@ import { forgetDeliverySecrets, releaseDeliveryLeases } from "../webhooks/mod.ts
 import type { Database } from "../store/mod.ts";
 import { startTicker, type Ticker } from "../ticker/mod.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "./_idempotency.ts";
-import type { LocalRuns } from "./_local_runs.ts";
+import { INTERRUPTED, type LocalRuns } from "./_local_runs.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { deadOwners, forgetOwner } from "./_owners.ts";
 import { finishAndReport } from "./_finish_and_report.ts";
@@ -33,14 +33,6 @@ export interface MaintenanceOptions {
   /** The store's clock, which decides leases (default the process's). */
   now?: () => number;
 }
-
-/** The error of a run whose process stopped while it ran. */
-export const INTERRUPTED = {
-  type: "interrupted",
-  message:
-    "The server process running this run stopped before it finished; it was not run again because functions may have side effects",
-  traceback: null,
-};
 
 /** Starts the upkeep loop (every third of the lease); it runs once at once. */
 export function startMaintenance(options: MaintenanceOptions): Ticker {

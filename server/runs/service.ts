@@ -26,16 +26,16 @@ import { startDispatcher } from "./_dispatcher.ts";
 import { finishAndReport } from "./_finish_and_report.ts";
 import { executeRun, type RunExecution } from "./_execute_run.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
-import type { LocalRuns } from "./_local_runs.ts";
-import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
+import { INTERRUPTED, type LocalRuns } from "./_local_runs.ts";
+import { startMaintenance } from "./_maintenance.ts";
 import { DEFAULT_RETENTION_MS, startRetention } from "./_retention.ts";
 import {
-  finishRun,
   queuedRunsByApp,
   selectReruns,
   selectRun,
   selectRunById,
   selectRunPage,
+  selectRunsOf,
   TERMINAL_STATUSES,
 } from "./_queries.ts";
 import { DEFAULT_RESULT_LIMIT_BYTES } from "./_stored_result.ts";
@@ -212,6 +212,11 @@ export interface RunServiceOptions {
    * (default 20, 100, 500 ms), then in the background from `keptMs` on (default 1 s, doubling to 30 s).
    */
   recordRetry?: { delaysMs?: readonly number[]; keptMs?: number };
+}
+
+/** The fields a run is logged with when its process gives it up. */
+function toLogFields(row: RunRow): { run_id: string; app: string } {
+  return { run_id: row.run_id, app: `${row.project_id}/${row.app_id}` };
 }
 
 /** Creates the service and starts its dispatcher (when it has an executor) and upkeep. */
@@ -684,22 +689,33 @@ export function createRunService(options: RunServiceOptions): RunService {
       return local.size;
     },
     async abandon() {
+      // A live run ends through its own record (its secret, its caller's log line, one end told); then
+      // the runs only the store knows as this process's (async runs, live ones already gone) end there.
+      const live = [...local.values()].filter((run): run is LiveRunRecord =>
+        run instanceof LiveRunRecord && !run.ended
+      );
+      // A refused record is kept and retried by the writer, which logs it: nobody answers here.
+      const liveEnds = live.map((run) => run.interrupt().catch(() => {}));
       await writer.flush();
-      const rows = await db.selectFrom("runs").selectAll().where("lease_owner", "=", owner).where(
-        "status",
-        "=",
-        "running",
-      ).execute();
-      let ended = 0;
+      await Promise.all(liveEnds);
+      const rows = await selectRunsOf(db, owner);
+      let ended = live.length;
+      const now = Date.now();
       for (const row of rows) {
-        if (
-          await finishRun(db, row, { outcome: { status: "failure", error: INTERRUPTED }, from: ["running"], owner })
-        ) ended++;
-        logger.warn(
-          { run_id: row.run_id, app: `${row.project_id}/${row.app_id}` },
-          "run interrupted: the server stopped before it finished",
-        );
+        const reported = await finishAndReport(row, {
+          db,
+          events,
+          outcome: { status: "failure", error: INTERRUPTED },
+          from: ["running"],
+          owner,
+          now,
+          runTimeMs: row.started_at === null ? null : Math.max(0, now - Number(row.started_at)),
+          queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
+        });
+        if (reported) ended++;
       }
+      const interrupted = [...live.map((run) => run.logFields()), ...rows.map((row) => toLogFields(row))];
+      for (const fields of interrupted) logger.warn(fields, "run interrupted: the server stopped before it finished");
       if (ended) onDeliveries();
       return ended;
     },
