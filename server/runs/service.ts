@@ -231,6 +231,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   // Kept after a clean stop too: the next start sees the process is gone and ends what it left running.
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
+    owner,
     retryDelaysMs: options.recordRetry?.delaysMs,
     keptRetryMs: options.recordRetry?.keptMs,
     onDeliveries,

@@ -63,9 +63,13 @@ export async function enqueueDelivery(
   delivery: NewDelivery,
   options: { now?: number; lease?: DeliveryLease } = {},
 ): Promise<boolean> {
-  const now = options.now ?? Date.now();
-  const { lease } = options;
-  const result = await insertDelivery(db, [
+  const result = await insertDelivery(db, insertParameters(delivery, options.now ?? Date.now(), options.lease));
+  return Number(result.numAffectedRows ?? 0n) > 0;
+}
+
+/** The parameters of a delivery's insert, due (and made) at `now`, held by `lease` when given. */
+function insertParameters(delivery: NewDelivery, now: number, lease: DeliveryLease | undefined): unknown[] {
+  return [
     delivery.runId,
     delivery.endpoint,
     delivery.body,
@@ -75,8 +79,37 @@ export async function enqueueDelivery(
     lease?.owner ?? null,
     lease?.expiresAt ?? null,
     now,
+  ];
+}
+
+// On a conflict the run's delivery is replaced: only the true end of a run whose stale-lease sweep
+// guessed `interrupted` gets here with a delivery already stored (see `putEndDelivery`).
+const insertOrReplaceDelivery = rawStatement<{ lease_owner: string | null }>(
+  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "credentials", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
+    + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do update set "endpoint" = excluded."endpoint",`
+    + ` "body" = excluded."body", "secret" = excluded."secret", "credentials" = excluded."credentials", "status" = 'pending',`
+    + ` "next_attempt_at" = excluded."next_attempt_at", "lease_owner" = null, "lease_expires_at" = null,`
+    + ` "attempt_limit" = "webhook_deliveries"."attempts" + ? returning "lease_owner"`,
+);
+
+/**
+ * Stores the delivery of a run's end that its owner has just written; call inside that write. A run
+ * whose end another process guessed (a stale-lease sweep: `interrupted`) already has that guess's
+ * delivery: it is replaced by this one, unleased and due now, with `attemptsMore` attempts of its own
+ * after those already made. A guess not yet attempted is thus never sent; one attempted (delivered,
+ * failed, or in flight) is followed by the truth. Resolves with `leased` when the row was added with
+ * `lease` (hand it to that worker), else `queued` (it waits in the outbox: wake the worker).
+ */
+export async function putEndDelivery(
+  db: Db,
+  delivery: NewDelivery,
+  options: { now: number; lease?: DeliveryLease; attemptsMore: number },
+): Promise<"leased" | "queued"> {
+  const { rows } = await insertOrReplaceDelivery(db, [
+    ...insertParameters(delivery, options.now, options.lease),
+    options.attemptsMore,
   ]);
-  return Number(result.numAffectedRows ?? 0n) > 0;
+  return rows[0]?.lease_owner ? "leased" : "queued";
 }
 
 // A claim is one autocommit statement, and the lease condition is checked again on the row it
@@ -205,7 +238,7 @@ export async function recordAttemptStarts(db: Kysely<Database>, starts: readonly
 export async function settleInterruptedAttempts(
   db: Kysely<Database>,
   claimed: readonly ClaimedDelivery[],
-  options: { maxAttempts: number; now: number },
+  options: { maxAttempts: number; now: number; owner?: string },
 ): Promise<ClaimedDelivery[]> {
   const resumed = claimed.filter((d) => d.attempts > 0);
   if (resumed.length === 0) return [...claimed];
@@ -214,27 +247,44 @@ export async function settleInterruptedAttempts(
     for (const delivery of resumed) {
       await markOutcomeUnknown(trx, [OUTCOME_UNKNOWN, delivery.run_id, delivery.attempts]);
       if (delivery.attempts >= (delivery.attempt_limit ?? options.maxAttempts)) {
-        await settleDelivery(trx, ["failed", delivery.attempts, options.now, delivery.run_id]);
+        await whileHeld(settle, trx, ["failed", delivery.attempts, options.now, delivery.run_id], options.owner);
         exhausted.add(delivery.run_id);
       }
     }
   });
   return claimed.filter((d) => !exhausted.has(d.run_id));
 }
-const moveOnPending = rawStatement(
-  `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
-);
+const MOVE_ON_PENDING =
+  `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`;
 // A settled delivery keeps its sealed secret and credentials for a redelivery, until the run's result
 // expires (`forgetDeliverySecrets`).
-const settleDelivery = rawStatement(
-  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
-);
+const SETTLE =
+  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`;
+// A worker moves on only the deliveries it still holds: one replaced while its attempt was in flight
+// (`putEndDelivery`: the lease is gone) is left pending, its new body to be sent.
+const HELD = ` and "lease_owner" = ?`;
+const moveOn = { any: rawStatement(MOVE_ON_PENDING), held: rawStatement(MOVE_ON_PENDING + HELD) };
+const settle = { any: rawStatement(SETTLE), held: rawStatement(SETTLE + HELD) };
+
+/** Runs `statement` on the delivery, only while `owner` (when given) holds it. */
+function whileHeld(
+  statement: typeof settle,
+  db: Db,
+  parameters: unknown[],
+  owner: string | undefined,
+): Promise<unknown> {
+  return owner === undefined ? statement.any(db, parameters) : statement.held(db, [...parameters, owner]);
+}
 
 /**
  * Records attempts (one transaction for all of them) and moves each delivery on: delivered, failed
- * (`statusAfter`), or due again at `nextAttemptAt`.
+ * (`statusAfter`), or due again at `nextAttemptAt` — with `owner`, only the deliveries it still holds.
  */
-export async function recordAttempts(db: Kysely<Database>, records: readonly AttemptRecord[]): Promise<void> {
+export async function recordAttempts(
+  db: Kysely<Database>,
+  records: readonly AttemptRecord[],
+  options: { owner?: string } = {},
+): Promise<void> {
   await db.transaction().execute(async (trx) => {
     for (const record of records) {
       const { outcome } = record;
@@ -247,8 +297,9 @@ export async function recordAttempts(db: Kysely<Database>, records: readonly Att
         record.durationMs,
       ]);
       const status = statusAfter(record);
-      if (status === "pending") await moveOnPending(trx, [record.attempt, record.nextAttemptAt, record.runId]);
-      else await settleDelivery(trx, [status, record.attempt, record.nextAttemptAt, record.runId]);
+      if (status === "pending") {
+        await whileHeld(moveOn, trx, [record.attempt, record.nextAttemptAt, record.runId], options.owner);
+      } else await whileHeld(settle, trx, [status, record.attempt, record.nextAttemptAt, record.runId], options.owner);
     }
   });
 }
