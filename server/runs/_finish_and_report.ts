@@ -4,20 +4,14 @@
  */
 import type { Kysely } from "kysely";
 import type { Database } from "../store/mod.ts";
-import { finishRun, type RunOutcome } from "./_queries.ts";
+import { finishRun, type FinishRunOptions, type RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
 import type { RunRow } from "./_view.ts";
 
 /** Options of `finishAndReport`. */
-export interface FinishAndReportOptions {
+export interface FinishAndReportOptions extends FinishRunOptions {
   db: Kysely<Database>;
   events: RunEvents;
-  outcome: RunOutcome;
-  /** The states the run may be ended from; see `finishRun` for `owner`, `now` and `staleBefore`. */
-  from: string[];
-  owner?: string;
-  now?: number;
-  staleBefore?: number;
   /** The run time reported (the metric and the `run finished` line); null when the run was cut off. */
   runTimeMs: number | null;
   queueTimeMs?: number | null;
@@ -31,13 +25,7 @@ export async function finishAndReport(
   row: RunRow,
   options: FinishAndReportOptions,
 ): Promise<boolean> {
-  const ended = await finishRun(options.db, row, {
-    outcome: options.outcome,
-    from: options.from,
-    owner: options.owner,
-    now: options.now,
-    staleBefore: options.staleBefore,
-  });
+  const ended = await finishRun(options.db, row, options);
   if (!ended) return false;
   reportFinished(options.events, row, options);
   return true;

@@ -8,7 +8,7 @@ import { LightAbortController } from "../abort/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { toRunError } from "./executor.ts";
-import { type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
+import { INTERRUPTED, type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
 import { deliveryBodyFor, outcomeColumns, type RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { StoredItems, storedResult } from "./_stored_result.ts";
@@ -107,6 +107,15 @@ export class LiveRunRecord implements LiveRun, LocalRun {
 
   cancelled(): Promise<void> {
     return this.#end({ status: "cancelled" });
+  }
+
+  /**
+   * Ends the run `failure`/`interrupted` now, as its process stops before it finished (the drain
+   * timeout): recorded, its webhook queued and its end told like any other end; what the function
+   * reports later is ignored. Its signal is left alone: stopping the replica cuts the call.
+   */
+  interrupt(): Promise<void> {
+    return this.#end({ status: "failure", error: INTERRUPTED });
   }
 
   streaming(): void {

@@ -12,6 +12,14 @@ export interface LocalRun {
 /** Runs executing in this process, by run id. */
 export type LocalRuns = Map<string, LocalRun>;
 
+/** The error of a run whose process stopped while it ran. */
+export const INTERRUPTED = {
+  type: "interrupted",
+  message:
+    "The server process running this run stopped before it finished; it was not run again because functions may have side effects",
+  traceback: null,
+};
+
 /** The reason a run's signal is aborted with when it is cancelled. */
 export class RunCancelled extends Error {
   constructor() {

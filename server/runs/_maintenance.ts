@@ -1,7 +1,10 @@
 /**
  * Periodic upkeep of run records: renews this process's leases (and picks up cancels asked of other
  * processes), ends runs whose process died as `failure`/`interrupted` (never re-running them), removes
- * results past the TTL and forgets idempotency keys past their window.
+ * results past the TTL and forgets idempotency keys past their window. A run ended because its lease ran
+ * out keeps its owner's name (`swept_owner`): an owner that was only cut off from the store still records
+ * its true end over that guess; and after an upkeep that failed (the store away), stale leases wait one
+ * more lease, for their owners to renew them.
  */
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
@@ -9,7 +12,7 @@ import { forgetDeliverySecrets, releaseDeliveryLeases } from "../webhooks/mod.ts
 import type { Database } from "../store/mod.ts";
 import { startTicker, type Ticker } from "../ticker/mod.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "./_idempotency.ts";
-import type { LocalRuns } from "./_local_runs.ts";
+import { INTERRUPTED, type LocalRuns } from "./_local_runs.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { deadOwners, forgetOwner } from "./_owners.ts";
 import { finishAndReport } from "./_finish_and_report.ts";
@@ -34,25 +37,41 @@ export interface MaintenanceOptions {
   now?: () => number;
 }
 
-/** The error of a run whose process stopped while it ran. */
-export const INTERRUPTED = {
-  type: "interrupted",
-  message:
-    "The server process running this run stopped before it finished; it was not run again because functions may have side effects",
-  traceback: null,
-};
-
 /** Starts the upkeep loop (every third of the lease); it runs once at once. */
 export function startMaintenance(options: MaintenanceOptions): Ticker {
   const { db, logger } = options;
+  const clock = options.now ?? Date.now;
+  // An upkeep that failed means the store may have been away for everyone: other processes' leases ran
+  // out meanwhile because they could not renew them either. Until one lease after this process reaches
+  // the store again, it leaves stale leases alone, so that their owners, if alive, renew them first.
+  let storeWasAway = false;
+  let sweepFrom = -Infinity;
   async function upkeep(): Promise<void> {
-    const clock = options.now ?? Date.now;
+    try {
+      await upkeepOnce();
+    } catch (error) {
+      storeWasAway = true;
+      throw error;
+    }
+  }
+  async function upkeepOnce(): Promise<void> {
     for (const runId of await renewLeases(db, { owner: options.owner, leaseMs: options.leaseMs, now: clock() })) {
       options.local.get(runId)?.cancel();
     }
     const now = clock();
+    if (storeWasAway) {
+      storeWasAway = false;
+      sweepFrom = now + options.leaseMs;
+      logger.info(
+        { lease_ms: options.leaseMs },
+        "run upkeep reaches the store again; runs whose lease ran out are ended only after one more lease",
+      );
+    }
     let interrupted = 0; // runs ended (or deliveries freed) that the delivery worker must look at
-    async function interrupt(row: RunRow, where: { staleBefore?: number; owner?: string }): Promise<void> {
+    async function interrupt(
+      row: RunRow,
+      where: { staleBefore?: number; owner?: string; sweptOwner?: string | null },
+    ): Promise<void> {
       const ended = await finishAndReport({ ...row, started_at: null }, {
         db,
         events: options.events,
@@ -71,7 +90,11 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
       if (await releaseDeliveryLeases(db, owner)) interrupted++;
       forgetOwner(options.ownersDir!, owner);
     }
-    for (const row of await selectStaleRuns(db, now)) await interrupt(row, { staleBefore: now });
+    // A lease that ran out is a guess that its owner is gone: the run keeps the owner's name, so that an
+    // owner merely cut off from the store longer than the lease can still record the truth.
+    for (const row of now >= sweepFrom ? await selectStaleRuns(db, now) : []) {
+      await interrupt(row, { staleBefore: now, sweptOwner: row.lease_owner });
+    }
     if (interrupted) options.onDeliveries();
     await expireResults(db, { resultTtlMs: options.resultTtlMs, now });
     await forgetDeliverySecrets(db, { before: now - options.resultTtlMs });

@@ -3,7 +3,7 @@ import type { Kysely, Transaction, Updateable } from "kysely";
 import { columnList, type Database, rawStatement } from "../store/mod.ts";
 import { endLeasedRuns } from "./_run_rows.ts";
 import type { RunTable } from "../store/schema.ts";
-import { enqueueDelivery, webhookBody } from "../webhooks/mod.ts";
+import { enqueueDelivery, MAX_ATTEMPTS, putEndDelivery, webhookBody } from "../webhooks/mod.ts";
 import type { RunErrorInfo } from "./executor.ts";
 import type { StoredResult } from "./_stored_result.ts";
 import type { RunRow, RunSummaryRow } from "./_view.ts";
@@ -110,10 +110,26 @@ export function deliveryBodyFor(runId: string, outcome: RunOutcome, runTimeMs: n
   }, { resultJson: success ? outcome.result.json : null, now });
 }
 
+/** How `finishRun` ends a run. */
+export interface FinishRunOptions {
+  outcome: RunOutcome;
+  /** The states the run may be ended from. */
+  from: string[];
+  /** Only while this process holds its lease. */
+  owner?: string;
+  /** Its `completed_at` (default the process's clock). */
+  now?: number;
+  /** Only while its lease ran out before this time (a stale-lease sweep). */
+  staleBefore?: number;
+  /** The owner a stale-lease sweep takes the run from: its own end may still replace this one. */
+  sweptOwner?: string | null;
+}
+
 /**
  * Ends a run that is still in one of `from` (and, when given, owned by `owner`): writes its outcome and,
  * in the same transaction, its webhook delivery, so the final state is stored before any webhook leaves.
- * Returns false when the run was no longer in that state (another process ended it first).
+ * Returns false when the run was no longer in that state (another process ended it first). A stale-lease
+ * sweep (`staleBefore`) names the run's `sweptOwner`: its end is a guess that owner's own end replaces.
  */
 export async function finishRun(
   db: Kysely<Database>,
@@ -121,12 +137,13 @@ export async function finishRun(
     started_at: number | null;
     created_at: number;
   },
-  options: { outcome: RunOutcome; from: string[]; owner?: string; now?: number; staleBefore?: number },
+  options: FinishRunOptions,
 ): Promise<boolean> {
   const now = options.now ?? Date.now();
   const startedAt = run.started_at ?? now;
   const columns = outcomeColumns(options.outcome, { startedAt, completedAt: now });
   if (run.started_at === null) columns.run_time_ms = null;
+  if (options.sweptOwner) columns.swept_owner = options.sweptOwner;
   return await db.transaction().execute(async (trx) => {
     let update = trx.updateTable("runs").set(columns).where("run_id", "=", run.run_id).where(
       "status",
@@ -169,7 +186,9 @@ export interface LeasedFinish {
 /**
  * Ends runs still `running` under `owner`'s lease, like `finishRun` from `running` with that owner, but
  * many in one transaction: one statement for their final states, then the webhook deliveries of those it
- * ended, then one commit. Answers the ids it ended; the others had been ended elsewhere first.
+ * ended, then one commit. A run a stale-lease sweep ended `interrupted` while this owner was cut off from
+ * the store is ended again, with its true outcome and delivery. Answers the ids it ended; the others had
+ * been ended elsewhere first.
  */
 export async function finishLeasedRuns(
   db: Kysely<Database>,
@@ -193,7 +212,15 @@ export async function finishLeasedRuns(
   return await db.transaction().execute(async (trx) => {
     const ended = new Set(await endLeasedRuns(trx, owner, ends));
     for (const [i, { run, outcome, now }] of finishes.entries()) {
-      if (ended.has(run.run_id)) await enqueueEndDelivery(trx, run, { outcome, runTimeMs: ends[i].run_time_ms, now });
+      if (!ended.has(run.run_id) || !run.webhook_endpoint) continue;
+      // Replaces the delivery of a sweep's guess, when the run had one (see `endLeasedRuns`).
+      await putEndDelivery(trx, {
+        runId: run.run_id,
+        endpoint: run.webhook_endpoint,
+        body: deliveryBodyFor(run.run_id, outcome, ends[i].run_time_ms, now),
+        sealedSecret: run.webhook_secret,
+        sealedCredentials: run.webhook_credentials,
+      }, { now, attemptsMore: MAX_ATTEMPTS });
     }
     return ended;
   });
@@ -271,6 +298,7 @@ const RUN_COLUMNS = {
   lease_expires_at: true,
   cancel_requested: true,
   rerun_of: true,
+  swept_owner: true,
 } satisfies Record<keyof RunTable, true>;
 
 const claimQueued = rawStatement<RunRow>({

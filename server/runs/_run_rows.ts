@@ -55,10 +55,15 @@ function byColumn(parameters: readonly unknown[], width: number): unknown[][] {
   for (let i = 0; i < parameters.length; i++) columns[i % width][Math.floor(i / width)] = parameters[i];
   return columns;
 }
-// A run another process already ended (e.g. marked interrupted) keeps its final state.
-const upsert = rawStatement(
-  `${INSERT} on conflict ("run_id") do update set ${COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")}`
-    + ` where "runs"."status" in ('queued', 'running')`,
+// A run another process already ended keeps its final state — unless that end is a stale-lease sweep's
+// guess at this owner's run (the last parameter): the owner's own final state replaces it.
+const upsert = rawStatement<{ run_id: string }>(
+  `${INSERT} on conflict ("run_id") do update set ${
+    COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")
+  }, "swept_owner" = null`
+    + ` where "runs"."status" in ('queued', 'running')`
+    + ` or ("runs"."swept_owner" = ? and excluded."status" in ('success', 'failure', 'cancelled'))`
+    + ` returning "run_id"`,
 );
 
 // Columns that are NOT NULL with a default: written as the default when the row leaves them out.
@@ -93,9 +98,14 @@ export async function insertRuns(db: Queryable, rows: ReadonlyArray<Insertable<R
   await statement(db, rows.flatMap(parameters));
 }
 
-/** Inserts a run or, while the stored one is still queued or running, replaces it with `row`. */
-export async function upsertRun(db: Queryable, row: Insertable<RunTable>): Promise<void> {
-  await upsert(db, parameters(row));
+/**
+ * Inserts a run or, while the stored one is still queued or running, replaces it with `row`; a final
+ * `row` also replaces the `interrupted` end a stale-lease sweep guessed for `owner`'s run. Resolves with
+ * whether `row` was written (false: the run had ended otherwise, and keeps that end).
+ */
+export async function upsertRun(db: Queryable, row: Insertable<RunTable>, owner: string): Promise<boolean> {
+  const { rows } = await upsert(db, [...parameters(row), owner]);
+  return rows.length > 0;
 }
 
 /** The final state of a run this process ran under its lease (see `endLeasedRuns`). */
@@ -125,20 +135,27 @@ const END_TYPES = {
 const END_COLUMNS = Object.keys(END_TYPES) as Array<keyof LeasedRunEnd>;
 // Secrets, input and lease go with the end; the input stays until the result expires.
 const END_SET = END_COLUMNS.slice(1).map((c) => `"${c}" = "v"."${c}"`).concat(
-  ["webhook_secret", "webhook_credentials", "lease_owner", "lease_expires_at"].map((c) => `"${c}" = null`),
+  ["webhook_secret", "webhook_credentials", "lease_owner", "lease_expires_at", "swept_owner"].map((c) =>
+    `"${c}" = null`
+  ),
 ).join(", ");
-// Each engine's text ends with the owner's placeholder.
-const END_WHERE = `where "runs"."run_id" = "v"."run_id" and "runs"."status" = 'running' and "runs"."lease_owner" =`;
-const END_POSTGRES = `update "runs" set ${END_SET} from unnest(${
-  END_COLUMNS.map((c, i) => `$${i + 1}::${END_TYPES[c]}[]`).join(", ")
-}) as "v"(${END_COLUMNS.map((c) => `"${c}"`).join(", ")}) ${END_WHERE} $${
-  END_COLUMNS.length + 1
-} returning "runs"."run_id"`;
+// Still running under the owner's lease, or ended by a stale-lease sweep's guess at the owner's run (its
+// true end replaces the guess). The owner's placeholder: `?` twice (SQLite), `$n` once (PostgreSQL).
+function endWhere(owner: string): string {
+  return `where "runs"."run_id" = "v"."run_id" and (("runs"."status" = 'running' and "runs"."lease_owner" = ${owner})`
+    + ` or "runs"."swept_owner" = ${owner})`;
+}
+const END_POSTGRES =
+  `update "runs" set ${END_SET} from unnest(${
+    END_COLUMNS.map((c, i) => `$${i + 1}::${END_TYPES[c]}[]`).join(", ")
+  }) as "v"(${END_COLUMNS.map((c) => `"${c}"`).join(", ")}) ${endWhere(`$${END_COLUMNS.length + 1}`)}`
+  + ` returning "runs"."run_id"`;
 const endMany = new Map<number, ReturnType<typeof rawStatement<{ run_id: string }>>>();
 
 /**
  * Ends runs that are still `running` under `owner`'s lease, in one statement, and answers the ids it
- * ended (a run another process ended first, e.g. as interrupted, keeps that end). PostgreSQL runs one
+ * ended. A run another process ended first keeps that end, unless it is a stale-lease sweep's
+ * `interrupted` guess at `owner`'s run: the true end replaces it. PostgreSQL runs one
  * text whatever the count (`unnest` of one array per column); SQLite a `VALUES` list per count.
  */
 export async function endLeasedRuns(
@@ -155,10 +172,10 @@ export async function endLeasedRuns(
     statement = rawStatement<{ run_id: string }>({
       sqlite: `update "runs" set ${END_SET} from (select ${named} from (values ${
         new Array(ends.length).fill(values).join(", ")
-      })) as "v" ${END_WHERE} ? returning "runs"."run_id"`,
+      })) as "v" ${endWhere("?")} returning "runs"."run_id"`,
       postgres: END_POSTGRES,
       postgresParameters: (parameters) => [
-        ...byColumn(parameters.slice(0, -1), END_COLUMNS.length),
+        ...byColumn(parameters.slice(0, -2), END_COLUMNS.length),
         parameters[parameters.length - 1],
       ],
     });
@@ -166,7 +183,7 @@ export async function endLeasedRuns(
   }
   const parameters: unknown[] = [];
   for (const end of ends) for (const column of END_COLUMNS) parameters.push(end[column]);
-  parameters.push(owner);
+  parameters.push(owner, owner);
   const { rows } = await statement(db, parameters);
   return rows.map((row) => row.run_id);
 }

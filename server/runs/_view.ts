@@ -19,7 +19,13 @@ export type RunRow = Omit<RunTable, "result_expired" | "result_truncated" | "can
 /** The columns a listed run is read with (no result, input or secret). */
 export type RunSummaryRow = Omit<
   RunRow,
-  "result_json" | "input_json" | "webhook_secret" | "lease_owner" | "lease_expires_at" | "cancel_requested"
+  | "result_json"
+  | "input_json"
+  | "webhook_secret"
+  | "lease_owner"
+  | "lease_expires_at"
+  | "cancel_requested"
+  | "swept_owner"
 >;
 
 function iso(ms: number | null): string | null {

@@ -1,8 +1,10 @@
 /**
  * Deferred, batched writes of sync and stream run records, so recording a run never adds a store write
  * to a sync call's path. Writes of the same run coalesce (a call that ends within the batch window is
- * written once, in its final state); one transaction per batch. A run already ended by someone else
- * (e.g. marked `interrupted`) is not overwritten.
+ * written once, in its final state); one transaction per batch. A run already ended by someone else is
+ * not overwritten — except the `interrupted` end another process's stale-lease sweep guessed while this
+ * one was cut off from the store: the run's true end replaces it, and its webhook delivery too
+ * (`putEndDelivery`).
  *
  * A batch the store refuses is retried run by run (so one refused run does not fail the others), a few
  * times with backoff. A run that still cannot be written is reported (its waiter rejects with
@@ -12,7 +14,13 @@
 import type { Insertable, Kysely } from "kysely";
 import type { Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
-import { type ClaimedDelivery, type DeliveryHandOff, enqueueDelivery, type NewDelivery } from "../webhooks/mod.ts";
+import {
+  type ClaimedDelivery,
+  type DeliveryHandOff,
+  MAX_ATTEMPTS,
+  type NewDelivery,
+  putEndDelivery,
+} from "../webhooks/mod.ts";
 import { upsertRun } from "./_run_rows.ts";
 
 /** Raised to whoever waits for a run's record when the store did not take it after the retries. */
@@ -46,6 +54,8 @@ export interface WriteBehind {
 
 /** Options of `createWriteBehind`. */
 export interface WriteBehindOptions {
+  /** The lease owner of this process's runs: their final states replace a stale-lease sweep's guess. */
+  owner: string;
   /** The batch window (default 25 ms). */
   delayMs?: number;
   /** Pauses before each retry of a refused write, run by run (default 20, 100 and 500 ms). */
@@ -98,13 +108,15 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     const handed: ClaimedDelivery[] = [];
     let stored = 0;
     await db.transaction().execute(async (trx) => {
-      for (const { row } of entries) await upsertRun(trx, row);
+      const written = new Set<string>();
+      for (const { row } of entries) if (await upsertRun(trx, row, options.owner)) written.add(row.run_id);
       const now = Date.now();
       for (const { delivery } of entries) {
-        if (!delivery) continue;
+        // A run that had ended otherwise (this write's twin after an unsure commit) keeps that end's delivery.
+        if (!delivery || !written.has(delivery.runId)) continue;
         const lease = options.handOff?.lease(now, delivery.endpoint) ?? undefined;
-        if (!(await enqueueDelivery(trx, delivery, { now, lease }))) continue;
-        if (lease) {
+        const put = await putEndDelivery(trx, delivery, { now, lease, attemptsMore: MAX_ATTEMPTS });
+        if (put === "leased") {
           handed.push({
             run_id: delivery.runId,
             endpoint: delivery.endpoint,

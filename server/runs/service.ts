@@ -26,16 +26,16 @@ import { startDispatcher } from "./_dispatcher.ts";
 import { finishAndReport } from "./_finish_and_report.ts";
 import { executeRun, type RunExecution } from "./_execute_run.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
-import type { LocalRuns } from "./_local_runs.ts";
-import { INTERRUPTED, startMaintenance } from "./_maintenance.ts";
+import { INTERRUPTED, type LocalRuns } from "./_local_runs.ts";
+import { startMaintenance } from "./_maintenance.ts";
 import { DEFAULT_RETENTION_MS, startRetention } from "./_retention.ts";
 import {
-  finishRun,
   queuedRunsByApp,
   selectReruns,
   selectRun,
   selectRunById,
   selectRunPage,
+  selectRunsOf,
   TERMINAL_STATUSES,
 } from "./_queries.ts";
 import { DEFAULT_RESULT_LIMIT_BYTES } from "./_stored_result.ts";
@@ -220,6 +220,11 @@ export interface RunServiceOptions {
   recordRetry?: { delaysMs?: readonly number[]; keptMs?: number };
 }
 
+/** The fields a run is logged with when its process gives it up. */
+function toLogFields(row: RunRow): { run_id: string; app: string } {
+  return { run_id: row.run_id, app: `${row.project_id}/${row.app_id}` };
+}
+
 /** Creates the service and starts its dispatcher (when it has an executor) and upkeep. */
 export function createRunService(options: RunServiceOptions): RunService {
   const { db, secrets, logger, config } = options;
@@ -232,6 +237,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   // Kept after a clean stop too: the next start sees the process is gone and ends what it left running.
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
+    owner,
     retryDelaysMs: options.recordRetry?.delaysMs,
     keptRetryMs: options.recordRetry?.keptMs,
     onDeliveries,
@@ -404,15 +410,17 @@ export function createRunService(options: RunServiceOptions): RunService {
         lease_expires_at: null,
       };
     }
-    // A live run's input and webhook secrets stay in memory: its caller holds them until it ends.
+    // A live run's input stays in memory (its caller holds it until it ends). Its webhook secret and
+    // credentials are stored sealed, as an async run's are: when its process stops before it ends (drain
+    // timeout, kill -9), whoever ends it `interrupted` sends its webhook signed and authorised too.
     return {
       ...base,
       status: "running",
       started_at: now,
       queue_time_ms: 0,
       input_json: null,
-      webhook_secret: null,
-      webhook_credentials: null,
+      webhook_secret: webhook?.sealed ?? null,
+      webhook_credentials: webhook?.credentials ?? null,
       lease_owner: owner,
       lease_expires_at: clock() + config.runLeaseMs,
     };
@@ -697,22 +705,33 @@ export function createRunService(options: RunServiceOptions): RunService {
       return local.size;
     },
     async abandon() {
+      // A live run ends through its own record (its secret, its caller's log line, one end told); then
+      // the runs only the store knows as this process's (async runs, live ones already gone) end there.
+      const live = [...local.values()].filter((run): run is LiveRunRecord =>
+        run instanceof LiveRunRecord && !run.ended
+      );
+      // A refused record is kept and retried by the writer, which logs it: nobody answers here.
+      const liveEnds = live.map((run) => run.interrupt().catch(() => {}));
       await writer.flush();
-      const rows = await db.selectFrom("runs").selectAll().where("lease_owner", "=", owner).where(
-        "status",
-        "=",
-        "running",
-      ).execute();
-      let ended = 0;
+      await Promise.all(liveEnds);
+      const rows = await selectRunsOf(db, owner);
+      let ended = live.length;
+      const now = Date.now();
       for (const row of rows) {
-        if (
-          await finishRun(db, row, { outcome: { status: "failure", error: INTERRUPTED }, from: ["running"], owner })
-        ) ended++;
-        logger.warn(
-          { run_id: row.run_id, app: `${row.project_id}/${row.app_id}` },
-          "run interrupted: the server stopped before it finished",
-        );
+        const reported = await finishAndReport(row, {
+          db,
+          events,
+          outcome: { status: "failure", error: INTERRUPTED },
+          from: ["running"],
+          owner,
+          now,
+          runTimeMs: row.started_at === null ? null : Math.max(0, now - Number(row.started_at)),
+          queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
+        });
+        if (reported) ended++;
       }
+      const interrupted = [...live.map((run) => run.logFields()), ...rows.map((row) => toLogFields(row))];
+      for (const fields of interrupted) logger.warn(fields, "run interrupted: the server stopped before it finished");
       if (ended) onDeliveries();
       return ended;
     },

@@ -84,6 +84,11 @@ export interface RunTable {
   cancel_requested: Generated<number>;
   /** The run this one ran again (`rerunOf`). */
   rerun_of: string | null;
+  /**
+   * The lease owner whose run a stale-lease sweep ended `interrupted` (a guess: its process may be alive,
+   * cut off from the store); that owner's own end replaces the guess. Null for any other end.
+   */
+  swept_owner: string | null;
 }
 
 /** The webhook outbox: one delivery per run, its exact body and (sealed) secret until it is settled. */

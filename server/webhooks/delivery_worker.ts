@@ -139,7 +139,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const answeredAt = new Map<string, number>();
   // Attempts that end within 10 ms of each other are recorded in one transaction. Until it commits, the
   // delivery's lease holds it: a crash in between means one more attempt, never a lost one.
-  const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch), { delayMs: 10 });
+  const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch, { owner }), {
+    delayMs: 10,
+  });
   // An attempt is counted in the store before it is sent: one killed mid-attempt is not lost from the
   // record while the receiver got it. Starts of the same event-loop turn share one commit.
   const starts = createGroupCommit<AttemptStart>((batch) => recordAttemptStarts(options.db, batch));
@@ -364,7 +366,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints });
     // More may be due: the claim was full, or it left a busy destination's out (claim again as it frees).
     backlog = due.length === limit || skipEndpoints.length > 0;
-    const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now });
+    const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now, owner });
     for (const delivery of claimed) enqueue(delivery, now + leaseMs);
     pump();
   }

@@ -26,6 +26,7 @@ export {
   redeliver,
   type RedeliveryRefusal,
   type NewDelivery,
+  putEndDelivery,
   releaseDeliveryLeases,
   type WebhookBody,
   webhookBody,

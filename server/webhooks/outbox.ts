@@ -10,9 +10,10 @@ import {
   countAttempt,
   insertAttempt,
   insertDelivery,
+  insertOrReplaceDelivery,
   markOutcomeUnknown,
-  moveOnPending,
-  settleDelivery,
+  moveOn,
+  settle,
   startAttempt,
 } from "../store/statements/deliveries.ts";
 import type { WebhookDeliveryTable } from "../store/schema.ts";
@@ -68,9 +69,13 @@ export async function enqueueDelivery(
   delivery: NewDelivery,
   options: { now?: number; lease?: DeliveryLease } = {},
 ): Promise<boolean> {
-  const now = options.now ?? Date.now();
-  const { lease } = options;
-  const result = await insertDelivery(db, [
+  const result = await insertDelivery(db, insertParameters(delivery, options.now ?? Date.now(), options.lease));
+  return Number(result.numAffectedRows ?? 0n) > 0;
+}
+
+/** The parameters of a delivery's insert, due (and made) at `now`, held by `lease` when given. */
+function insertParameters(delivery: NewDelivery, now: number, lease: DeliveryLease | undefined): unknown[] {
+  return [
     delivery.runId,
     delivery.endpoint,
     delivery.body,
@@ -80,8 +85,27 @@ export async function enqueueDelivery(
     lease?.owner ?? null,
     lease?.expiresAt ?? null,
     now,
+  ];
+}
+
+/**
+ * Stores the delivery of a run's end that its owner has just written; call inside that write. A run
+ * whose end another process guessed (a stale-lease sweep: `interrupted`) already has that guess's
+ * delivery: it is replaced by this one, unleased and due now, with `attemptsMore` attempts of its own
+ * after those already made. A guess not yet attempted is thus never sent; one attempted (delivered,
+ * failed, or in flight) is followed by the truth. Resolves with `leased` when the row was added with
+ * `lease` (hand it to that worker), else `queued` (it waits in the outbox: wake the worker).
+ */
+export async function putEndDelivery(
+  db: Db,
+  delivery: NewDelivery,
+  options: { now: number; lease?: DeliveryLease; attemptsMore: number },
+): Promise<"leased" | "queued"> {
+  const { rows } = await insertOrReplaceDelivery(db, [
+    ...insertParameters(delivery, options.now, options.lease),
+    options.attemptsMore,
   ]);
-  return Number(result.numAffectedRows ?? 0n) > 0;
+  return rows[0]?.lease_owner ? "leased" : "queued";
 }
 
 /** A delivery this process holds the lease of. */
@@ -170,7 +194,7 @@ export async function recordAttemptStarts(db: Kysely<Database>, starts: readonly
 export async function settleInterruptedAttempts(
   db: Kysely<Database>,
   claimed: readonly ClaimedDelivery[],
-  options: { maxAttempts: number; now: number },
+  options: { maxAttempts: number; now: number; owner?: string },
 ): Promise<ClaimedDelivery[]> {
   const resumed = claimed.filter((d) => d.attempts > 0);
   if (resumed.length === 0) return [...claimed];
@@ -179,7 +203,7 @@ export async function settleInterruptedAttempts(
     for (const delivery of resumed) {
       await markOutcomeUnknown(trx, [OUTCOME_UNKNOWN, delivery.run_id, delivery.attempts]);
       if (delivery.attempts >= (delivery.attempt_limit ?? options.maxAttempts)) {
-        await settleDelivery(trx, ["failed", delivery.attempts, options.now, delivery.run_id]);
+        await whileHeld(settle, trx, ["failed", delivery.attempts, options.now, delivery.run_id], options.owner);
         exhausted.add(delivery.run_id);
       }
     }
@@ -187,11 +211,25 @@ export async function settleInterruptedAttempts(
   return claimed.filter((d) => !exhausted.has(d.run_id));
 }
 
+/** Runs `statement` on the delivery, only while `owner` (when given) holds it. */
+function whileHeld(
+  statement: typeof settle,
+  db: Db,
+  parameters: unknown[],
+  owner: string | undefined,
+): Promise<unknown> {
+  return owner === undefined ? statement.any(db, parameters) : statement.held(db, [...parameters, owner]);
+}
+
 /**
  * Records attempts (one transaction for all of them) and moves each delivery on: delivered, failed
- * (`statusAfter`), or due again at `nextAttemptAt`.
+ * (`statusAfter`), or due again at `nextAttemptAt` — with `owner`, only the deliveries it still holds.
  */
-export async function recordAttempts(db: Kysely<Database>, records: readonly AttemptRecord[]): Promise<void> {
+export async function recordAttempts(
+  db: Kysely<Database>,
+  records: readonly AttemptRecord[],
+  options: { owner?: string } = {},
+): Promise<void> {
   await db.transaction().execute(async (trx) => {
     for (const record of records) {
       const { outcome } = record;
@@ -204,8 +242,9 @@ export async function recordAttempts(db: Kysely<Database>, records: readonly Att
         record.durationMs,
       ]);
       const status = statusAfter(record);
-      if (status === "pending") await moveOnPending(trx, [record.attempt, record.nextAttemptAt, record.runId]);
-      else await settleDelivery(trx, [status, record.attempt, record.nextAttemptAt, record.runId]);
+      if (status === "pending") {
+        await whileHeld(moveOn, trx, [record.attempt, record.nextAttemptAt, record.runId], options.owner);
+      } else await whileHeld(settle, trx, [status, record.attempt, record.nextAttemptAt, record.runId], options.owner);
     }
   });
 }

@@ -17,6 +17,16 @@ export const insertDelivery = rawStatement(
     + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
 );
 
+// On a conflict the run's delivery is replaced: only the true end of a run whose stale-lease sweep
+// guessed `interrupted` gets here with a delivery already stored (see `putEndDelivery`).
+export const insertOrReplaceDelivery = rawStatement<{ lease_owner: string | null }>(
+  `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "credentials", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
+    + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do update set "endpoint" = excluded."endpoint",`
+    + ` "body" = excluded."body", "secret" = excluded."secret", "credentials" = excluded."credentials", "status" = 'pending',`
+    + ` "next_attempt_at" = excluded."next_attempt_at", "lease_owner" = null, "lease_expires_at" = null,`
+    + ` "attempt_limit" = "webhook_deliveries"."attempts" + ? returning "lease_owner"`,
+);
+
 // A claim is one autocommit statement, and the lease condition is checked again on the row it
 // updates. PostgreSQL: the candidates are locked `FOR UPDATE SKIP LOCKED`, so concurrent claimers take
 // disjoint rows (a plain `in (select … limit n)` lets two claimers' subqueries pick the same rows, and
@@ -60,12 +70,16 @@ export const markOutcomeUnknown = rawStatement(
   `update "webhook_attempts" set "error" = ? where "run_id" = ? and "attempt" = ? and "status_code" is null and "error" is null`,
 );
 
-export const moveOnPending = rawStatement(
-  `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
-);
-
+const MOVE_ON_PENDING =
+  `update "webhook_deliveries" set "status" = 'pending', "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`;
 // A settled delivery keeps its sealed secret and credentials for a redelivery, until the run's result
 // expires (`forgetDeliverySecrets`).
-export const settleDelivery = rawStatement(
-  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`,
-);
+const SETTLE =
+  `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`;
+// A worker moves on only the deliveries it still holds: one replaced while its attempt was in flight
+// (`putEndDelivery`: the lease is gone) is left pending, its new body to be sent.
+const HELD = ` and "lease_owner" = ?`;
+/** Moves a delivery on to its next attempt: on any delivery, or only while `lease_owner` (the last parameter) holds it. */
+export const moveOn = { any: rawStatement(MOVE_ON_PENDING), held: rawStatement(MOVE_ON_PENDING + HELD) };
+/** Settles a delivery (delivered or failed): on any delivery, or only while `lease_owner` holds it. */
+export const settle = { any: rawStatement(SETTLE), held: rawStatement(SETTLE + HELD) };
