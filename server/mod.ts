@@ -23,7 +23,14 @@ import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
 import { createRunChangeFeed, createRunLogWriter, createRunService } from "./runs/mod.ts";
 import { createSandbox, type Sandbox, SandboxUnavailableError } from "./sandbox/mod.ts";
-import { createStoreOutage, migrationsApplied, openStore, type StoreOutage, writeProbe } from "./store/mod.ts";
+import {
+  createStoreOutage,
+  migrationsApplied,
+  openStore,
+  quietDuringOutages,
+  type StoreOutage,
+  writeProbe,
+} from "./store/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
@@ -60,7 +67,7 @@ export interface CreateServerOptions {
  */
 export async function createServer(config: Config, options: CreateServerOptions = {}): Promise<RunplaneServer> {
   prepareDataDir(config.dataDir);
-  const logger = options.logger ?? createLogger({ level: config.logLevel });
+  const rootLogger = options.logger ?? createLogger({ level: config.logLevel });
   const freshSqliteFile = !existsSync(join(config.dataDir, "runplane.sqlite3"));
   // One lease owner id for this process's runs, deliveries and builds, recorded in the data dir with its pid.
   const owner = `rp_${randomBytes(8).toString("hex")}`;
@@ -74,17 +81,20 @@ export async function createServer(config: Config, options: CreateServerOptions 
     statementTimeoutMs: config.databaseStatementTimeoutMs,
     onError(error) {
       if (storeOutage?.refused(error)) return;
-      logger.warn({ err: error }, "a background database operation failed; the store carries on");
+      rootLogger.warn({ err: error }, "a background database operation failed; the store carries on");
     },
     checkpoints: "background",
     onCheckpointerLost: (error) =>
-      logger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
+      rootLogger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
   }).catch(asConfigError);
   // With PostgreSQL the data dir holds no store: "fresh" means the schema was just created.
   const freshDataDir = store.shared ? store.fresh : freshSqliteFile;
-  logger.info({ engine: store.engine, database: store.path }, "store opened");
-  storeOutage = createStoreOutage({ logger, probe: () => writeProbe(store.db, owner, store.clock.now()) });
+  rootLogger.info({ engine: store.engine, database: store.path }, "store opened");
+  storeOutage = createStoreOutage({ logger: rootLogger, probe: () => writeProbe(store.db, owner, store.clock.now()) });
   const outage = storeOutage;
+  // From here on, a background loop's failure that is the store being away counts toward the outage
+  // (logged once when it starts and once when it ends) instead of a line per loop and tick.
+  const logger = quietDuringOutages(rootLogger, outage);
   let keys: ProcessKeys;
   try {
     keys = await loadKeys(store, { dataDir: config.dataDir, masterKey: config.masterKey });

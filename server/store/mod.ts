@@ -46,7 +46,13 @@ export {
   type WakeChannel,
   type WakeListener,
 } from "./notifier.ts";
-export { createStoreOutage, type StoreOutage, type StoreOutageOptions, storeUnavailableReason } from "./outage.ts";
+export {
+  createStoreOutage,
+  quietDuringOutages,
+  type StoreOutage,
+  type StoreOutageOptions,
+  storeUnavailableReason,
+} from "./outage.ts";
 export type { Database } from "./schema.ts";
 
 /** The database engine behind a store. */

@@ -190,3 +190,21 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
     },
   };
 }
+
+/**
+ * `logger`, except that an `error` or `warn` line whose `err` is the store being away is counted by
+ * `outage` (which logs the outage's start and end) instead of written: the background loops (the
+ * dispatcher, upkeep, the delivery worker, the builder) fail at every tick while the store is away.
+ * Made with `Object.create`, so every other method (and `child`) is the logger's own.
+ */
+export function quietDuringOutages(logger: Logger, outage: Pick<StoreOutage, "refused">): Logger {
+  const quiet = Object.create(logger) as Logger;
+  for (const level of ["error", "warn"] as const) {
+    quiet[level] = ((first: unknown, ...rest: unknown[]) => {
+      const error = typeof first === "object" && first !== null ? (first as { err?: unknown }).err : undefined;
+      if (error !== undefined && outage.refused(error)) return;
+      return (logger[level] as (...args: unknown[]) => void)(first, ...rest);
+    }) as Logger["error"];
+  }
+  return quiet;
+}

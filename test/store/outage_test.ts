@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { Writable } from "node:stream";
 import { describe, it } from "node:test";
 import { createLogger } from "../../server/log.ts";
-import { createStoreOutage, storeUnavailableReason } from "../../server/store/mod.ts";
+import { createStoreOutage, quietDuringOutages, storeUnavailableReason } from "../../server/store/mod.ts";
 import { eventually } from "../_helpers/webhook_receiver.ts";
 
 function pgError(code: string, message = "boom"): Error {
@@ -67,6 +67,36 @@ describe("createStoreOutage", () => {
       assert.equal(back?.refused, 101);
       assert.equal(outage.refusesWrites, false);
       assert.equal(lines.length, 2, "two lines for 101 refused operations");
+    } finally {
+      outage.close();
+    }
+  });
+});
+
+describe("quietDuringOutages", () => {
+  it("counts a background loop's store errors toward the outage instead of writing them; other lines pass", () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const destination = new Writable({
+      write(chunk, _encoding, done) {
+        lines.push(JSON.parse(String(chunk)));
+        done();
+      },
+    });
+    const logger = createLogger({ destination });
+    const outage = createStoreOutage({ logger, probe: () => Promise.reject(pgError("57P03")) });
+    try {
+      const quiet = quietDuringOutages(logger, outage);
+      for (let i = 0; i < 10; i++) quiet.error({ err: pgError("ECONNREFUSED") }, "dispatching queued runs failed");
+      quiet.error({ err: pgError("23505") }, "a bug, not an outage");
+      quiet.warn("no error at all");
+      quiet.child({ run_id: "r" }).info("a child line");
+      assert.deepEqual(lines.map((line) => line.msg), [
+        "store unavailable: operations answer 503 store-unavailable until a probe can write",
+        "a bug, not an outage",
+        "no error at all",
+        "a child line",
+      ]);
+      assert.equal(lines[3].run_id, "r");
     } finally {
       outage.close();
     }
