@@ -235,6 +235,21 @@ export interface ProjectSecretVersionTable {
   updated_at: number;
 }
 
+/** The deployment one server process serves for one app, kept fresh by that process's heartbeat. */
+export interface ServedDeploymentTable {
+  /** The process's lease owner id (`rp_…`, new at every start). */
+  process_id: string;
+  project_id: string;
+  app_id: string;
+  deployment_id: string;
+  /** The process's host name. */
+  host: string;
+  /** When the process began serving this deployment. */
+  since: number;
+  /** The process's last heartbeat: a row not renewed for a while is a stopped process's. */
+  seen_at: number;
+}
+
 /** Every table of the store. */
 export interface Database {
   projects: ProjectTable;
@@ -254,4 +269,5 @@ export interface Database {
   dashboard_sessions: DashboardSessionTable;
   project_secrets: ProjectSecretTable;
   project_secret_versions: ProjectSecretVersionTable;
+  served_deployments: ServedDeploymentTable;
 }

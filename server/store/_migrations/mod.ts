@@ -15,6 +15,7 @@ import * as serviceAccountLineage from "./0013_service_account_lineage.ts";
 import * as dashboardSessions from "./0014_dashboard_sessions.ts";
 import * as redeliveryBudget from "./0015_redelivery_budget.ts";
 import * as projectSecrets from "./0016_project_secrets.ts";
+import * as servedDeployments from "./0018_served_deployments.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -34,4 +35,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0014_dashboard_sessions": dashboardSessions,
   "0015_redelivery_budget": redeliveryBudget,
   "0016_project_secrets": projectSecrets,
+  "0018_served_deployments": servedDeployments,
 };
