@@ -10,7 +10,7 @@ import { after, before, describe, it } from "node:test";
 import { callFunction } from "../_helpers/apps.ts";
 import { bundleOf, deployBundle } from "../_helpers/deployments.ts";
 import { engines } from "../_helpers/postgres.ts";
-import { startTestServer, type TestServer } from "../_helpers/server.ts";
+import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 /** Longer than the follow-up reads' poll (2 s), so reads run back to back and one is always held. */
 const DELAY_MS = 3000;
@@ -50,6 +50,10 @@ for (const engine of await engines()) {
       assert.equal(second.status, "ready", second.lines.join("\n"));
       assert.ok(second.active);
       assert.equal(await answer(), "2", "the first call after the second deploy is ready");
+      const { data: shown } = await t.client.GET("/v3/projects/{project_id}/apps/{app_id}", {
+        params: { path: { project_id: TEST_PROJECT, app_id: "served" } },
+      });
+      assert.deepEqual(shown?.served_by.map((s) => s.deployment_id), [second.deployment_id], "getApp says so");
       // A follow-up read held by the hook when the build ended would switch back within DELAY_MS, and
       // the one after it forward again: every call over two of its rounds must still reach version 2.
       const seen = new Set<string>();
