@@ -2,9 +2,10 @@
  * `served_by`: each process records which deployment it serves, `getApp` lists the live ones, a
  * process's rows go when it stops cleanly, and the rows of a process whose heartbeat is old are neither
  * listed nor kept. And a follower of active deployments that never gets a wake-up still follows, by
- * polling alone.
+ * polling alone, and retries a deployment that a store fault kept it from reading.
  */
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,7 +19,9 @@ import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/serv
 import { startLocalApps } from "../../server/deployments/_local_apps.ts";
 import { SERVED_STALE_MS, startServedReporter } from "../../server/deployments/_served_reporter.ts";
 import { createLogger } from "../../server/log.ts";
+import { openStore, type Store } from "../../server/store/mod.ts";
 import { localNotifier } from "../../server/store/notifier.ts";
+import pg from "pg";
 
 const silent = createLogger({ level: "silent", destination: new Writable({ write: (_c, _e, done) => done() }) });
 
@@ -115,6 +118,54 @@ for (const engine of await engines()) {
       } finally {
         await follower.stop();
         await deaf.close();
+        await rm(dataDir, { recursive: true, force: true });
+      }
+    });
+
+    it("a follower retries a deployment it could not read from the store at its next poll", {
+      skip: engine !== "postgres",
+      timeout: 120_000,
+    }, async () => {
+      // A real store fault: the follower connects as a role that may read the apps and deployments but
+      // not yet the bundles, so materialising fails with PostgreSQL's "permission denied", not a build error.
+      const role = `rp_follower_${randomBytes(4).toString("hex")}`;
+      const admin = new pg.Client({ connectionString: t.databaseUrl! });
+      await admin.connect();
+      const dataDir = await mkdtemp(join(tmpdir(), "runplane-follower-"));
+      let follower: ReturnType<typeof startLocalApps> | undefined;
+      let store: Store | undefined;
+      try {
+        await admin.query(`create role ${role} login`);
+        await admin.query(`grant select on apps, deployments to ${role}`);
+        const url = new URL(t.databaseUrl!);
+        url.username = role;
+        store = await openStore(dataDir, { databaseUrl: url.toString(), migrate: false });
+        const errors: string[] = [];
+        const logger = createLogger({
+          level: "error",
+          destination: new Writable({ write: (chunk, _e, done) => done(void errors.push(String(chunk))) }),
+        });
+        follower = startLocalApps({
+          db: store.db,
+          notifier: store.notifier,
+          logger,
+          settings: { dataDir, timeoutMs: 60_000 },
+          now: Date.now,
+          onChange: async () => {},
+          pollMs: 200,
+        });
+        await waitFor(() => errors.some((line) => line.includes("permission denied")), "the fault to be seen");
+        await admin.query(`grant select on bundles to ${role}`);
+        const active = (await t.server.context.deployments.getApp({ projectId: TEST_PROJECT, appId: "listed" }))
+          .active_deployment_id;
+        const follows = () => follower!.list().find((a) => a.name === "listed")?.version === active;
+        await waitFor(follows, "the follower to serve the deployment once it can read it", 15_000);
+      } finally {
+        await follower?.stop();
+        await store?.close();
+        await admin.query(`drop owned by ${role}`).catch(() => {});
+        await admin.query(`drop role if exists ${role}`).catch(() => {});
+        await admin.end();
         await rm(dataDir, { recursive: true, force: true });
       }
     });
