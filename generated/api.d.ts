@@ -531,6 +531,12 @@ export interface components {
             /** @description Null until a `runplane.toml` loaded. */
             runtime: ("python" | "custom") | null;
             scaling: components["schemas"]["AppScaling"] | null;
+            /**
+             * @description Which deployment each live server process serves, oldest first: after a deploy reports ready, the
+             *     process that built it is listed with the new deployment, and the others follow within seconds. Empty
+             *     for a directory app, and before any process serves a deployment of the app.
+             */
+            served_by: components["schemas"]["ServedBy"][];
             source: components["schemas"]["AppSource"];
             state: components["schemas"]["AppState"];
         };
@@ -962,6 +968,24 @@ export interface components {
          *     digit), at most 128 characters. Names starting with `RUNPLANE_` are the platform's and refused (400).
          */
         SecretName: string;
+        /**
+         * @description One server process and the deployment of the app it serves. A process records this when it starts
+         *     serving a deployment and renews it every 10 s; it removes it when it stops cleanly, and one not renewed
+         *     for 60 s (a process that stopped without saying so) is left out.
+         */
+        ServedBy: {
+            /** @description The deployment this process serves the app's calls with. */
+            deployment_id: components["schemas"]["DeploymentId"];
+            /** @description The host the process runs on. */
+            host: string;
+            /** @description The server process (its id is new at every start). */
+            process_id: string;
+            /**
+             * Format: date-time
+             * @description When this process began serving that deployment.
+             */
+            since: string;
+        };
         /** @description A service account as listed: never its token. */
         ServiceAccount: {
             /** Format: date-time */

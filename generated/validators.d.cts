@@ -55,6 +55,7 @@ export declare const schema_RunSummary: Validator;
 export declare const schema_RunWebhook: Validator;
 export declare const schema_SandboxReport: Validator;
 export declare const schema_SecretName: Validator;
+export declare const schema_ServedBy: Validator;
 export declare const schema_ServiceAccount: Validator;
 export declare const schema_ServiceAccountId: Validator;
 export declare const schema_ServiceAccountList: Validator;

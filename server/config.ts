@@ -75,6 +75,11 @@ export interface Config {
   webhookPerDestination: number;
   /** The pause between two attempts of a webhook delivery, in milliseconds (at most 5 s). */
   webhookRetryDelayMs: number;
+  /**
+   * Test only: a pause between reading the store's active deployments and switching to them, on every
+   * follow-up read of this process (never the building process's own switch); 0 in production.
+   */
+  testDelayLocalSyncMs: number;
 }
 
 /** One setting of `Config[K]`: its variable, flag, default and a parser that returns that key's type. */
@@ -497,6 +502,15 @@ export const SETTINGS = [
     default: "2s",
     description: "Pause between webhook delivery attempts",
     parse: duration(0, 5000, "0s to 5s"),
+  },
+  {
+    key: "testDelayLocalSyncMs",
+    env: "RUNPLANE_TEST_DELAY_LOCAL_SYNC",
+    flag: "--test-delay-local-sync",
+    default: "0",
+    description:
+      "Test only, never set it in production: each process waits this long between reading the active deployments from the store and serving them (not the building process's own switch), so tests can reproduce a slow follower",
+    parse: duration(0, 60_000, "0s to 60s"),
   },
 ] satisfies AnySetting[];
 

@@ -192,6 +192,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     },
     runtime,
     archiveRepository: (projectId, request) => trees.archive(projectId, request),
+    testDelayLocalSyncMs: config.testDelayLocalSyncMs,
   });
   deployedApps = () => deployments.deployedApps();
   // Calls load an app on demand, so the server listens while apps load; readiness says when they have.

@@ -1,14 +1,20 @@
 /**
  * The deployments this process serves: the active deployment of every app in the store, materialised
  * on this host. Re-read on every wake-up (`runplane_deployments`) and polled, so that every process of
- * a scaled-out deployment switches to a new active deployment within a poll.
+ * a scaled-out deployment switches to a new active deployment within a poll even when a wake-up is lost.
+ *
+ * The building process serves its build before the store says it is active (`adopt`), and the store's
+ * answer is ignored for that app until a read that began after the build's end was recorded (`settle`):
+ * a read that began before it, still in flight, would switch a "ready" deployment back to the old one.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import type { DeployedApp } from "../runtime/mod.ts";
 import type { Database, Notifier } from "../store/mod.ts";
 import { type BuildSettings, DeploymentBuildError, materialise } from "./_materialise.ts";
 import { type DeploymentRow, selectActiveDeployments } from "./_records.ts";
+import type { ServedApp } from "./_served_reporter.ts";
 
 /** Options of `startLocalApps`. */
 export interface LocalAppsOptions {
@@ -16,20 +22,27 @@ export interface LocalAppsOptions {
   notifier: Notifier;
   logger: Logger;
   settings: BuildSettings;
+  /** The store's clock (when a deployment began to be served here). */
+  now(): number;
   /** Called after the set of served deployments changed (the runtime reloads). */
   onChange(): Promise<void>;
+  /** Called after `onChange` with everything served here (recorded in the store for `getApp`). */
+  onServed?(apps: ServedApp[]): Promise<void>;
   pollMs?: number;
+  /** Test only (RUNPLANE_TEST_DELAY_LOCAL_SYNC): a pause between reading the store and acting on it. */
+  testDelayMs?: number;
 }
 
 /** The deployments served here. */
 export interface LocalApps {
   /** Every deployed app ready on this host. */
   list(): DeployedApp[];
-  /** Re-reads the store now; resolves once what it found is served. */
+  /** Re-reads the store; resolves once a read that began after this call is served. */
   sync(): Promise<void>;
   /**
    * Serves `row` here before the store says it is active (the builder's host, so that "ready" means
-   * served); what the store says is kept from this app until `settle` is called for it.
+   * served); what the store says is kept from this app until `settle` is called for it. Throws when it
+   * cannot be served.
    */
   adopt(row: DeploymentRow): Promise<void>;
   /** Ends an `adopt`: the store decides again (a build whose end was not recorded goes back). */
@@ -37,20 +50,35 @@ export interface LocalApps {
   stop(): Promise<void>;
 }
 
+/** An adopted app: the store's answers are ignored for it, up to the read numbered `releasedAfterRead`. */
+interface Pin {
+  deploymentId: string;
+  releasedAfterRead?: number;
+}
+
+function keyOf(row: DeploymentRow): string {
+  return `${row.project_id}/${row.app_id}`;
+}
+
 /** Starts following the store's active deployments. */
 export function startLocalApps(options: LocalAppsOptions): LocalApps {
   const { logger } = options;
-  const served = new Map<string, DeployedApp>();
-  // A deployment that failed to materialise here is not retried at every poll.
+  const served = new Map<string, { app: DeployedApp; since: number }>();
+  // A deployment that cannot be built here is not retried at every poll (a store fault is).
   const failed = new Set<string>();
-  /** Apps adopted by a build of this process, by `project/app`: the store's older answer does not undo them. */
-  const adopted = new Map<string, string>();
-  let syncing: Promise<void> | undefined;
-  let again = false;
+  const pins = new Map<string, Pin>();
+  // Reads of the store are numbered as they begin; rounds run one at a time.
+  let reads = 0;
+  let tail: Promise<void> = Promise.resolve();
+  let queued: Promise<void> | undefined;
   let stopped = false;
 
+  function pinned(key: string, read: number): boolean {
+    const pin = pins.get(key);
+    return pin !== undefined && (pin.releasedAfterRead === undefined || read <= pin.releasedAfterRead);
+  }
+
   async function materialiseHere(row: DeploymentRow): Promise<DeployedApp | undefined> {
-    const app = `${row.project_id}/${row.app_id}`;
     try {
       const done = await materialise(options.db, row, {
         ...options.settings,
@@ -64,47 +92,65 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
         python: done.python,
       };
     } catch (error) {
-      failed.add(row.deployment_id);
-      const reason = error instanceof DeploymentBuildError ? error.message : String(error);
-      logger.error({ deployment_id: row.deployment_id, app, reason }, "the active deployment cannot be built here");
+      const buildFailed = error instanceof DeploymentBuildError;
+      if (buildFailed) failed.add(row.deployment_id);
+      const reason = buildFailed ? error.message : String(error);
+      logger.error(
+        { deployment_id: row.deployment_id, app: keyOf(row), reason, retried: !buildFailed },
+        "the active deployment cannot be built here",
+      );
       return undefined;
     }
   }
 
+  async function changed(): Promise<void> {
+    await options.onChange();
+    const apps = [...served.values()].map(({ app, since }) => ({
+      projectId: app.projectId,
+      appId: app.name,
+      deploymentId: app.version,
+      since,
+    }));
+    await options.onServed?.(apps);
+  }
+
   async function syncOnce(): Promise<void> {
+    const read = ++reads;
     const rows = await selectActiveDeployments(options.db);
-    const wanted = new Map(rows.map((row) => [`${row.project_id}/${row.app_id}`, row]));
-    let changed = false;
+    if (options.testDelayMs) await sleep(options.testDelayMs);
+    const wanted = new Map(rows.map((row) => [keyOf(row), row]));
+    let change = false;
     for (const [key, row] of wanted) {
       if (stopped) return;
-      if (adopted.has(key) || served.get(key)?.version === row.deployment_id || failed.has(row.deployment_id)) {
+      if (pinned(key, read) || served.get(key)?.app.version === row.deployment_id || failed.has(row.deployment_id)) {
         continue;
       }
       const app = await materialiseHere(row);
-      if (!app) continue;
-      served.set(key, app);
-      changed = true;
+      // Checked again: an adopt may have begun while this deployment was materialised.
+      if (!app || stopped || pinned(key, read)) continue;
+      served.set(key, { app, since: options.now() });
+      change = true;
     }
     for (const key of [...served.keys()]) {
-      if (wanted.has(key) || adopted.has(key)) continue;
+      if (wanted.has(key) || pinned(key, read)) continue;
       served.delete(key);
-      changed = true;
+      change = true;
     }
-    if (changed && !stopped) await options.onChange();
+    if (change && !stopped) await changed();
   }
 
   function sync(): Promise<void> {
-    if (syncing) {
-      again = true;
-      return syncing;
-    }
-    syncing = (async () => {
-      do {
-        again = false;
-        await syncOnce().catch((error) => logger.error({ err: error }, "reading the active deployments failed"));
-      } while (again && !stopped);
-    })().finally(() => (syncing = undefined));
-    return syncing;
+    // A round not yet begun reads after this call: share it. Otherwise queue one after the current one,
+    // so a caller never waits for more than two rounds however often polls and wake-ups come.
+    if (queued) return queued;
+    const round = tail.then(async () => {
+      queued = undefined;
+      if (stopped) return;
+      await syncOnce().catch((error) => logger.error({ err: error }, "reading the active deployments failed"));
+    });
+    queued = round;
+    tail = round;
+    return round;
   }
 
   const unlisten = options.notifier.listen("runplane_deployments", () => void sync());
@@ -112,26 +158,30 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
   timer.unref();
 
   return {
-    list: () => [...served.values()],
+    list: () => [...served.values()].map(({ app }) => app),
     sync,
     async adopt(row) {
-      const key = `${row.project_id}/${row.app_id}`;
-      adopted.set(key, row.deployment_id);
+      const key = keyOf(row);
+      pins.set(key, { deploymentId: row.deployment_id });
       const app = await materialiseHere(row);
-      if (!app || stopped) return;
-      served.set(key, app);
-      await options.onChange();
+      if (!app) throw new Error(`Deployment ${row.deployment_id} was built but cannot be served here`);
+      if (stopped) return;
+      served.set(key, { app, since: options.now() });
+      await changed();
     },
     async settle(row) {
-      const key = `${row.project_id}/${row.app_id}`;
-      if (adopted.get(key) === row.deployment_id) adopted.delete(key);
+      const key = keyOf(row);
+      const pin = pins.get(key);
+      if (!pin || pin.deploymentId !== row.deployment_id) return await sync();
+      pin.releasedAfterRead = reads;
       await sync();
+      if (pins.get(key) === pin) pins.delete(key);
     },
     async stop() {
       stopped = true;
       clearInterval(timer);
       unlisten();
-      await syncing;
+      await tail;
     },
   };
 }

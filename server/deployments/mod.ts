@@ -4,6 +4,7 @@
  * HTTP: handlers decode, call this, and map the views to responses.
  */
 import { mkdir, readFile, rm } from "node:fs/promises";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
@@ -28,6 +29,8 @@ import {
   selectLogLines,
   selectNewestDeployments,
 } from "./_records.ts";
+import { selectServed, type ServedRow } from "./_served_records.ts";
+import { SERVED_STALE_MS, type ServedReporter, startServedReporter } from "./_served_reporter.ts";
 
 export { type BuildSettings, deploymentDir } from "./_materialise.ts";
 
@@ -69,6 +72,8 @@ export interface AppView {
   replicas: { starting: number; idle: number; busy: number };
   queued_runs: number;
   created_at: string | null;
+  /** Which deployment each live server process serves (deployed apps; empty for a directory app). */
+  served_by: Array<{ process_id: string; host: string; deployment_id: string; since: string }>;
 }
 
 /** A repository folder to deploy. */
@@ -96,14 +101,18 @@ export interface DeploymentsOptions {
   db: Kysely<Database>;
   notifier: Notifier;
   logger: Logger;
-  /** This process's lease owner id. */
+  /** This process's lease owner id (also its id in `served_by`). */
   owner: string;
+  /** This process's host name in `served_by` (default: the OS's). */
+  host?: string;
   now(): number;
   settings: BuildSettings & { bundleLimitBytes: number };
   runtime: RuntimeView;
   archiveRepository: ArchiveRepository;
   /** How often the store is polled for builds and active deployments (default 2 s; wake-ups come sooner). */
   pollMs?: number;
+  /** Test only (RUNPLANE_TEST_DELAY_LOCAL_SYNC): the follower's pause between reading and switching. */
+  testDelayLocalSyncMs?: number;
 }
 
 /** Which app (and deployment) a call names. */
@@ -197,6 +206,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
   const { db, logger, settings } = options;
   let builder: Builder | undefined;
   let localApps: LocalApps | undefined;
+  let reporter: ServedReporter | undefined;
 
   /** Wakes every process's builder and follower of active deployments (they poll when this fails). */
   async function announce(): Promise<void> {
@@ -281,7 +291,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
 
   function appView(
     ref: AppRef,
-    found: { stored?: AppRow; newest?: DeploymentRow; info?: AppInfo; queued: number },
+    found: { stored?: AppRow; newest?: DeploymentRow; info?: AppInfo; queued: number; served: ServedRow[] },
   ): AppView {
     const { stored, newest, info } = found;
     const replicas = info?.replicas ?? { starting: 0, idle: 0, busy: 0 };
@@ -301,6 +311,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
         active_deployment_id: null,
         error: info?.error ?? null,
         created_at: null,
+        served_by: [],
       };
     }
     const building = newest !== undefined && !isTerminal(newest.status);
@@ -320,14 +331,21 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
       active_deployment_id: stored.active_deployment_id,
       error,
       created_at: iso(stored.created_at),
+      served_by: found.served.map((row) => ({
+        process_id: row.process_id,
+        host: row.host,
+        deployment_id: row.deployment_id,
+        since: iso(row.since)!,
+      })),
     };
   }
 
   async function projectApps(projectId: string, appId?: string): Promise<AppView[]> {
-    const [stored, newest, queued] = await Promise.all([
+    const [stored, newest, queued, served] = await Promise.all([
       selectApps(db, { projectId, appId }),
       selectNewestDeployments(db, projectId),
       queuedRunsByApp(db, projectId),
+      selectServed(db, { projectId, appId, seenSince: options.now() - SERVED_STALE_MS }),
     ]);
     const infos = new Map(options.runtime.apps(projectId).map((info) => [info.name, info]));
     const names = new Set([...stored.map((a) => a.app_id)]);
@@ -345,6 +363,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
           newest: app ? newest.get(name) : undefined,
           info,
           queued: queued.get(name) ?? 0,
+          served: app ? served.filter((row) => row.app_id === name) : [],
         });
       });
   }
@@ -450,13 +469,24 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
       return localApps?.list() ?? [];
     },
     async start() {
+      const served = startServedReporter({
+        db,
+        logger,
+        processId: options.owner,
+        host: options.host ?? hostname(),
+        now: options.now,
+      });
+      reporter = served;
       localApps = startLocalApps({
         db,
         notifier: options.notifier,
         logger,
         settings,
+        now: options.now,
         onChange: () => options.runtime.reload(),
+        onServed: (apps) => served.report(apps),
         pollMs: options.pollMs,
+        testDelayMs: options.testDelayLocalSyncMs,
       });
       builder = startBuilder({
         db,
@@ -474,6 +504,8 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     async stop() {
       await builder?.stop();
       await localApps?.stop();
+      // After the follower: nothing reports after this, and this process's rows go.
+      await reporter?.stop();
     },
   };
 }

@@ -154,7 +154,10 @@ export interface Runtime {
   warm(): Promise<void>;
   /** Replicas per app (`project/app`) by state, retired versions still finishing calls included. */
   replicaStates(): Array<{ app: string } & ReplicaStates>;
-  /** Re-reads the apps folder and the deployed apps now (it is also polled). */
+  /**
+   * Re-reads the apps folder and the deployed apps (it is also polled); resolves once a reload that
+   * began after this call has ended. Reloads run one at a time, so an older read never replaces a newer one.
+   */
   reload(): Promise<void>;
   /** Every app loaded (or failed to load), optionally of one project, sorted by name. */
   apps(projectId?: string): AppInfo[];
@@ -252,7 +255,23 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     retired.add(live.pool);
   }
 
-  async function reload(): Promise<void> {
+  // Reloads run one at a time: two at once could finish out of order, and the one that read the
+  // deployed apps first would then install the version the other had just replaced.
+  let reloadTail: Promise<void> = Promise.resolve();
+  let reloadQueued: Promise<void> | undefined;
+  function reload(): Promise<void> {
+    // A reload not yet begun reads after this call: share it; else queue one after the current one.
+    if (reloadQueued) return reloadQueued;
+    const round = reloadTail.catch(() => {}).then(() => {
+      reloadQueued = undefined;
+      return reloadOnce();
+    });
+    reloadQueued = round;
+    reloadTail = round;
+    return round;
+  }
+
+  async function reloadOnce(): Promise<void> {
     // Unchanged folders (by name, size and time of their files) are not read again.
     const found = await scanApps(appsDir, (projectId, name) => apps.get(`${projectId}/${name}`)?.version);
     const inFolder = new Set(found.map(label));

@@ -240,6 +240,21 @@ export interface ProjectSecretVersionTable {
   updated_at: number;
 }
 
+/** The deployment one server process serves for one app, kept fresh by that process's heartbeat. */
+export interface ServedDeploymentTable {
+  /** The process's lease owner id (`rp_…`, new at every start). */
+  process_id: string;
+  project_id: string;
+  app_id: string;
+  deployment_id: string;
+  /** The process's host name. */
+  host: string;
+  /** When the process began serving this deployment. */
+  since: number;
+  /** The process's last heartbeat: a row not renewed for a while is a stopped process's. */
+  seen_at: number;
+}
+
 /** Every table of the store. */
 /** A process's probe of whether the store can write (see `outage.ts`). */
 export interface StoreProbeTable {
@@ -266,4 +281,5 @@ export interface Database {
   dashboard_sessions: DashboardSessionTable;
   project_secrets: ProjectSecretTable;
   project_secret_versions: ProjectSecretVersionTable;
+  served_deployments: ServedDeploymentTable;
 }

@@ -11,6 +11,9 @@ import { engines } from "../_helpers/postgres.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { eventually } from "../_helpers/webhook_receiver.ts";
 
+/** RUNPLANE_RESULT_TTL of these tests' server. */
+const RESULT_TTL_MS = 10_000;
+
 /** Every function leaves a marker file per run (a side effect the test reads back). */
 function mainPy(marks: string): string {
   return `
@@ -67,7 +70,12 @@ for (const engine of await engines()) {
     before(async () => {
       marks = await mkdtemp(join(tmpdir(), "runplane-marks-"));
       // The functions write marker files the test reads back: a jailed app cannot (test/sandbox/ covers the jail).
-      t = await startTestServer({ engine, env: { RUNPLANE_RESULT_TTL: "2s", RUNPLANE_SANDBOX: "off" } });
+      // The result TTL is long enough that no read of a fresh result on a loaded machine comes after it
+      // (at 2 s a stalled read once found it expired already), and short enough to wait for in one test.
+      t = await startTestServer({
+        engine,
+        env: { RUNPLANE_RESULT_TTL: `${RESULT_TTL_MS}ms`, RUNPLANE_SANDBOX: "off" },
+      });
       const files = { "main.py": mainPy(marks) };
       await deployApp(t, "a1", { toml: toml(), files });
       await deployApp(t, "solo", { toml: toml({ replicas: 1 }), files });
@@ -93,7 +101,9 @@ for (const engine of await engines()) {
       const { data, response } = await callRun(ref("solo"), "echo", { async: true, body: { seconds: 10, x: 1 } });
       const elapsed = performance.now() - started;
       assert.equal(response.status, 202);
-      assert.ok(elapsed < 500, `202 after ${elapsed} ms`);
+      // "At once": not after the run, which cannot even start before the blocker is stopped and then takes
+      // 10 s. 5 s holds on a loaded machine; how fast an async call is accepted is measured by npm run bench (async_accept).
+      assert.ok(elapsed < 5000, `202 after ${elapsed} ms`);
       const runId = (data as { run_id: string }).run_id;
       assert.equal(response.headers.get("x-request-id"), runId);
       assert.equal((await getRun(ref("solo"), runId)).data?.status, "queued");
@@ -289,7 +299,7 @@ for (const engine of await engines()) {
           const { data } = await getRun(ref("a1"), runId);
           return data?.result_expired ? data : undefined;
         },
-        10_000,
+        RESULT_TTL_MS + 30_000,
         "the result to expire",
       );
       assert.equal(expired.result, null);
@@ -304,7 +314,8 @@ for (const engine of await engines()) {
           ).executeTakeFirst();
           return r?.result_expired === 1 ? r : undefined;
         },
-        15_000,
+        // Upkeep removes it at its next round (every third of the 30 s run lease).
+        30_000,
         "the stored result to be removed",
       );
       assert.equal(row.result_json, null);

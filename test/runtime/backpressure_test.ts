@@ -118,12 +118,12 @@ describe("streams and big results are read without holding or stalling the serve
   // and hands through unparsed, and the answer is written a MiB per turn (measured on the shared 2-core
   // test machine: /healthz max 250-650 ms before, 16-70 ms after, 7-40 ms with 10-byte results). That
   // machine runs other suites at the same time, so its own scheduling stalls show up in any probe: the
-  // bound is 100 ms above the worst /healthz latency of the same probe during the same kind of work with
+  // bound is a margin (see the test) above the worst /healthz latency of the same probe during the same kind of work with
   // a 10-byte result, measured right before. A neighbouring suite's burst can land in one measurement and
   // not the other, so a round that misses the bound is measured again, up to three rounds; the server
   // before the fix missed it in every round.
   /** One round: the worst /healthz latency during a 50 MB call, and during calls with 10-byte results. */
-  async function measureRound(): Promise<{ worst: number; baseline: number }> {
+  async function measureRound(): Promise<{ worst: number; baseline: number; took: number }> {
     const tiny = await healthzDuring(async () => {
       const until = performance.now() + 1500;
       while (performance.now() < until) {
@@ -168,18 +168,22 @@ describe("streams and big results are read without holding or stalling the serve
         + ` (with 10-byte results: max ${Math.round(baseline)} ms over ${tiny.length})`,
     );
     assert.ok(latencies.length >= 5, "/healthz was sampled during the call");
-    return { worst, baseline };
+    return { worst, baseline, took };
   }
 
   it("a 50 MB result keeps /healthz answering quickly while it is read", async () => {
     const rounds: string[] = [];
     for (let round = 1; round <= 3; round++) {
-      const { worst, baseline } = await measureRound();
-      rounds.push(`${Math.round(worst)} ms (baseline ${Math.round(baseline)} ms)`);
-      // 400 ms of margin: a loaded CI host (CI's Node 24 pass) added 170–230 ms to every round; a server
-      // that held its loop over the whole result stalls for seconds. The figures belong to npm run bench.
-      if (worst < baseline + 400) return;
+      const { worst, baseline, took } = await measureRound();
+      // The margin: 400 ms (a loaded CI host added 170–230 ms to every round), or a quarter of the time
+      // the result took, whichever is more. A loaded machine slows the whole call, and the margin with
+      // it; a server that held its loop over the result stalls for most of that time whatever the load.
+      const margin = Math.max(400, took / 4);
+      rounds.push(`${Math.round(worst)} ms (baseline ${Math.round(baseline)} ms, margin ${Math.round(margin)} ms)`);
+      if (worst < baseline + margin) return;
     }
-    assert.fail(`/healthz stalled over 400 ms above its baseline while a 50 MB result was read: ${rounds.join(", ")}`);
+    assert.fail(
+      `/healthz stalled past its margin above its baseline while a 50 MB result was read: ${rounds.join(", ")}`,
+    );
   });
 });

@@ -109,12 +109,12 @@ describe("a stream stalled on credit stops when it is cancelled, and its worker 
   }
 
   /**
-   * Waits (up to 10 s) for the generator's GeneratorExit marker; resolves with the milliseconds since
-   * `since`. The run may be recorded cancelled before the worker closed the generator.
+   * Waits (up to 20 s, for a loaded machine) for the generator's GeneratorExit marker; resolves with the
+   * milliseconds since `since`. The run may be recorded cancelled before the worker closed the generator.
    */
   async function closedWithin(marker: string, since: number): Promise<number> {
     while (!existsSync(marker)) {
-      assert.ok(performance.now() - since < 10_000, "the generator never saw GeneratorExit");
+      assert.ok(performance.now() - since < 20_000, "the generator never saw GeneratorExit");
       await sleep(20);
     }
     return performance.now() - since;
@@ -135,8 +135,10 @@ describe("a stream stalled on credit stops when it is cancelled, and its worker 
       await sleep(300);
       const cancelledAt = performance.now();
       stalled.destroy();
+      // "Within the grace" is proven by the worker's survival below (past the 1 s grace it is killed, and
+      // then never writes the marker), not by how soon this process, on a loaded machine, sees the marker.
       const took = await closedWithin(marker, cancelledAt);
-      assert.ok(took < 3000, `the generator saw GeneratorExit ${Math.round(took)} ms after the disconnect`);
+      console.log(`${fn}: the generator saw GeneratorExit ${Math.round(took)} ms after the disconnect`);
       const run = await waitForStatus(ref, runId, ["cancelled", "failure", "success"], 10_000);
       assert.notEqual(run.status, "success");
       const answer = await other;
@@ -158,8 +160,9 @@ describe("a stream stalled on credit stops when it is cancelled, and its worker 
     const cancelledAt = performance.now();
     const { response } = await cancelRun(ref, runId);
     assert.ok(response.status < 300, `cancelRun answered ${response.status}`);
+    // Within the grace: the worker survives it below (see the disconnect tests).
     const took = await closedWithin(marker, cancelledAt);
-    assert.ok(took < 3000, `the generator saw GeneratorExit ${Math.round(took)} ms after cancelRun`);
+    console.log(`cancelRun: the generator saw GeneratorExit ${Math.round(took)} ms after cancelRun`);
     const run = await waitForStatus(ref, runId, ["cancelled"], 10_000);
     assert.equal(run.status, "cancelled");
     stalled.destroy();

@@ -16,6 +16,7 @@ import * as dashboardSessions from "./0014_dashboard_sessions.ts";
 import * as redeliveryBudget from "./0015_redelivery_budget.ts";
 import * as projectSecrets from "./0016_project_secrets.ts";
 import * as sweptRuns from "./0017_swept_runs.ts";
+import * as servedDeployments from "./0018_served_deployments.ts";
 import * as storeProbes from "./0019_store_probes.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
@@ -37,5 +38,6 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0015_redelivery_budget": redeliveryBudget,
   "0016_project_secrets": projectSecrets,
   "0017_swept_runs": sweptRuns,
+  "0018_served_deployments": servedDeployments,
   "0019_store_probes": storeProbes,
 };
