@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../../client/cli_command.ts";
-import { stripTerminalControls } from "../../client/terminal_text.ts";
+import { writeTable } from "../../client/table_format.ts";
 import {
   createServiceAccount,
   listServiceAccounts,
@@ -83,14 +83,17 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
       if (values.json) {
         io.stdout.write(`${JSON.stringify(accounts, null, 2)}\n`);
       } else {
-        for (const a of accounts) {
-          const state = a.revokedAt ? "revoked" : a.expiresAt.getTime() < Date.now() ? "expired" : "active";
-          io.stdout.write(
-            `${a.id}\t${stripTerminalControls(a.name)}\t${
-              a.scopes.join(",")
-            }\t${state}\texpires ${a.expiresAt.toISOString()}\n`,
-          );
-        }
+        writeTable(
+          io,
+          ["ID", "NAME", "SCOPES", "STATE", "EXPIRES"],
+          accounts.map((a) => [
+            a.id,
+            a.name,
+            a.scopes.join(","),
+            a.revokedAt ? "revoked" : a.expiresAt.getTime() < Date.now() ? "expired" : "active",
+            a.expiresAt.toISOString(),
+          ]),
+        );
       }
     } finally {
       await store.close();
