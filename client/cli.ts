@@ -20,7 +20,7 @@ export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
     scopes: () => ["run"],
   },
   runs: {
-    summary: "Get, list and cancel runs",
+    summary: "Get, list, cancel and rerun runs; follow their logs; redeliver their webhooks",
     help: async () => (await import("./_commands/runs.ts")).RUNS_HELP,
     load: async () => (await import("./_commands/runs.ts")).runsCommand,
     scopes: () => ["run"],
