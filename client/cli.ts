@@ -8,45 +8,58 @@ import { type CommandEntry, type CommandIo, UsageError } from "./cli_command.ts"
 
 /** The commands that talk to a server; each module is imported only when its command runs. */
 export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
+  init: {
+    summary: "Write a new app (runplane.toml, main.py) into a folder",
+    help: async () => (await import("./_commands/init.ts")).INIT_HELP,
+    load: async () => (await import("./_commands/init.ts")).initCommand,
+  },
   run: {
     summary: "Call an app's function (sync, async, stream)",
     help: async () => (await import("./_commands/run.ts")).RUN_HELP,
     load: async () => (await import("./_commands/run.ts")).runCommand,
+    scopes: () => ["run"],
   },
   runs: {
-    summary: "Get, list and cancel runs",
+    summary: "Get, list, cancel and rerun runs; follow their logs; redeliver their webhooks",
     help: async () => (await import("./_commands/runs.ts")).RUNS_HELP,
     load: async () => (await import("./_commands/runs.ts")).runsCommand,
+    scopes: () => ["run"],
   },
   deploy: {
     summary: "Deploy an app folder or a repository folder, and follow its build",
     help: async () => (await import("./_commands/deploy.ts")).DEPLOY_HELP,
     load: async () => (await import("./_commands/deploy.ts")).deployCommand,
+    scopes: () => ["deploy", "rest"],
   },
   deployments: {
     summary: "List deployments, show build logs, activate (roll back)",
     help: async () => (await import("./_commands/deployments.ts")).DEPLOYMENTS_HELP,
     load: async () => (await import("./_commands/deployments.ts")).deploymentsCommand,
+    scopes: (args) => (args[0] === "activate" ? ["deploy"] : ["rest"]),
   },
   apps: {
     summary: "List, show and delete apps",
     help: async () => (await import("./_commands/apps.ts")).APPS_HELP,
     load: async () => (await import("./_commands/apps.ts")).appsCommand,
+    scopes: (args) => (args[0] === "delete" ? ["deploy"] : ["rest"]),
   },
   secrets: {
     summary: "Set, list and delete a project's secrets (its replicas' environment)",
     help: async () => (await import("./_commands/secrets.ts")).SECRETS_HELP,
     load: async () => (await import("./_commands/secrets.ts")).secretsCommand,
+    scopes: () => ["deploy"],
   },
   "base-image": {
     summary: "Hash an app's build dependencies",
     help: async () => (await import("./_commands/base_image.ts")).BASE_IMAGE_HELP,
     load: async () => (await import("./_commands/base_image.ts")).baseImageCommand,
+    scopes: () => ["rest"],
   },
   tree: {
     summary: "Show a repository's file tree",
     help: async () => (await import("./_commands/tree.ts")).TREE_HELP,
     load: async () => (await import("./_commands/tree.ts")).treeCommand,
+    scopes: () => ["rest"],
   },
   webhook: {
     summary: "Verify a webhook delivery, or receive deliveries locally",
@@ -101,7 +114,21 @@ export async function dispatch(
     // Imported here, not above, so that `runplane --help` loads no client module.
     const { describeError, errorAsJson, writeJson } = await import("./_commands/output.ts");
     if (args.includes("--json")) writeJson(io, errorAsJson(error));
-    io.stderr.write(`runplane ${name}: ${describeError(error)}\n`);
+    const context = { command: name, needs: command.scopes?.(args) ?? [], token: tokenOf(args, io.env) };
+    io.stderr.write(`runplane ${name}: ${describeError(error, context)}\n`);
     return 1;
   }
+}
+
+/** The token a command sent, and from where: `--token`, else `RUNPLANE_TOKEN` (as `connect` reads them). */
+function tokenOf(
+  args: string[],
+  env: Record<string, string | undefined>,
+): { value: string; from: "--token" | "RUNPLANE_TOKEN" } | undefined {
+  for (const [index, arg] of args.entries()) {
+    if (arg === "--") break;
+    if (arg === "--token" && args[index + 1] !== undefined) return { value: args[index + 1], from: "--token" };
+    if (arg.startsWith("--token=")) return { value: arg.slice("--token=".length), from: "--token" };
+  }
+  return env.RUNPLANE_TOKEN ? { value: env.RUNPLANE_TOKEN, from: "RUNPLANE_TOKEN" } : undefined;
 }

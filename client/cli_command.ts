@@ -38,4 +38,9 @@ export interface CommandEntry {
   summary: string;
   help: () => string | Promise<string>;
   load: () => Promise<Command>;
+  /**
+   * The token scopes the command's calls need, given its arguments (a subcommand may need another), so
+   * that a refusal names every scope missing at once; absent for a command that calls no server.
+   */
+  scopes?: (args: string[]) => string[];
 }

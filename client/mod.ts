@@ -46,6 +46,12 @@ export type RunStatus = Schemas["RunStatus"];
 export type RunResult = Schemas["RunResult"];
 /** A page of runs, newest first. */
 export type RunPage = Schemas["RunPage"];
+/** A run's captured output, oldest line first. */
+export type RunLog = Schemas["RunLog"];
+/** One line a run's function wrote, with its time and stream. */
+export type RunLogLine = Schemas["RunLogLine"];
+/** What following a run's log yields: each line, then the run's final status once it has ended. */
+export type RunLogEvent = { line: RunLogLine } | { end: { status: RunStatus } };
 /** The dependencies and commands a base-image digest covers. */
 export type BaseImageRequest = Schemas["BaseImageRequest"];
 /** A base-image digest and whether the project had seen it. */
@@ -107,6 +113,8 @@ export interface RunOptions {
   idempotencyKey?: string;
   /** Aborts the call (for `stream`, stops reading and closes the connection). */
   signal?: AbortSignal;
+  /** A run of the same app this call runs again: recorded as the new run's `rerun_of`. */
+  rerunOf?: string;
 }
 
 /** Options of `waitForRun`. */
@@ -196,6 +204,15 @@ export interface RunplaneClient {
   /** Cancels a queued or running run; resolves with its record. Takes the run id alone like `getRun`. */
   cancelRun(runId: string, options?: RunCallOptions): Promise<Run>;
   cancelRun(app: AppRef, runId: string, options?: RunCallOptions): Promise<Run>;
+  /** A run's captured output so far (its function's stdout, stderr and `logging`). */
+  runLogs(app: AppRef, runId: string, options?: RunCallOptions): Promise<RunLog>;
+  /** Follows a run's output line by line until the run ends, then yields its final status. */
+  followRunLogs(app: AppRef, runId: string, options?: RunCallOptions): AsyncIterable<RunLogEvent>;
+  /**
+   * Delivers a finished run's webhook once more (a new attempt, signed as the first); resolves with the
+   * run's record. A 409 `RunplaneError` when the run has not ended, had no webhook or its result expired.
+   */
+  redeliverWebhook(app: AppRef, runId: string, options?: RunCallOptions): Promise<Run>;
   /** Deploys an app: a bundle (the folder as a gzip tarball, see `packBundle`) or a repository folder. */
   createDeployment(
     app: AppRef,
@@ -342,6 +359,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
         query: {
           ...(call.async ? { async: true } : {}),
           ...(options.webhookEndpoint ? { webhookEndpoint: options.webhookEndpoint } : {}),
+          ...(options.rerunOf ? { rerunOf: options.rerunOf } : {}),
         },
         header: {
           ...(call.accept ? { accept: call.accept } : {}),
@@ -493,6 +511,36 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
       }),
     );
   }
+
+  const runRecords = {
+    runLogs(app: AppRef, runId: string, call: RunCallOptions = {}) {
+      return unwrap(api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/logs", {
+        params: { ...runPath(app, runId), header: { accept: "application/json" } },
+        signal: call.signal,
+      })) as Promise<RunLog>;
+    },
+    async *followRunLogs(app: AppRef, runId: string, call: RunCallOptions = {}) {
+      const { response, error } = await api.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/logs", {
+        params: { ...runPath(app, runId), header: { accept: "text/event-stream" } },
+        parseAs: "stream",
+        signal: call.signal,
+      });
+      if (!response.ok || !response.body) throw await errorFromResponse(response, error);
+      for await (const { event, data } of readServerEvents(response.body)) {
+        if (event === "end") {
+          yield { end: JSON.parse(data) as { status: RunStatus } } satisfies RunLogEvent;
+          return;
+        }
+        if (event === "message") yield { line: JSON.parse(data) as RunLogLine } satisfies RunLogEvent;
+      }
+    },
+    redeliverWebhook(app: AppRef, runId: string, call: RunCallOptions = {}) {
+      return unwrap(api.POST("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/webhook/redeliver", {
+        params: runPath(app, runId),
+        signal: call.signal,
+      }));
+    },
+  };
 
   function baseImageHash(
     app: AppRef,
@@ -695,6 +743,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     waitForRun,
     listRuns,
     cancelRun,
+    ...runRecords,
     baseImageHash,
     repositoryTree,
     ...deployments,

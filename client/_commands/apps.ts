@@ -3,13 +3,17 @@ import { type CommandIo, UsageError } from "../cli_command.ts";
 import type { App } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
+import { confirm, YES_OPTION } from "./confirm.ts";
 import { writeJson } from "./output.ts";
+import { writeTable } from "../table_format.ts";
 
 /** Help of `runplane apps`. */
 export const APPS_HELP = `Usage:
   runplane apps list <project>
   runplane apps get <project>/<app>
-  runplane apps delete <project>/<app>     (a deployed app: new calls answer 404, calls in flight finish)
+  runplane apps delete <project>/<app> [--yes]   (a deployed app: new calls answer 404, calls in flight finish)
+
+delete asks for a confirmation on a terminal; --yes (-y) skips it, and is needed where there is no terminal.
 
 ${CONNECTION_HELP}`;
 
@@ -38,7 +42,11 @@ export function formatApp(app: App): string {
 /** `runplane apps list|get|delete`. */
 export async function appsCommand(io: CommandIo): Promise<number> {
   const [sub, ...rest] = io.args;
-  const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: CONNECTION_OPTIONS });
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: { ...CONNECTION_OPTIONS, ...YES_OPTION },
+  });
   if (sub !== "list" && sub !== "get" && sub !== "delete") {
     throw new UsageError(
       sub ? `Unknown subcommand "${sub}": use list, get or delete` : "Name a subcommand: list, get or delete",
@@ -52,12 +60,11 @@ export async function appsCommand(io: CommandIo): Promise<number> {
     if (values.json) return (writeJson(io, { apps }), 0);
     if (apps.length === 0) {
       io.stderr.write(`Project ${target} has no apps yet: runplane deploy <dir> --project ${target}\n`);
-    }
-    for (const app of apps) {
-      io.stdout.write(
-        `${app.app_id}\t${app.state}\t${app.source}\t${app.runtime ?? "-"}\t${app.active_deployment_id ?? "-"}\t${
-          replicas(app)
-        }\n`,
+    } else {
+      writeTable(
+        io,
+        ["APP", "STATE", "SOURCE", "RUNTIME", "ACTIVE DEPLOYMENT", "REPLICAS"],
+        apps.map((app) => [app.app_id, app.state, app.source, app.runtime, app.active_deployment_id, replicas(app)]),
       );
     }
     return 0;
@@ -71,6 +78,10 @@ export async function appsCommand(io: CommandIo): Promise<number> {
     else io.stdout.write(`${formatApp(app)}\n`);
     return 0;
   }
+  await confirm(io, `Delete ${target}? New calls will answer 404.`, {
+    yes: values.yes,
+    what: target,
+  });
   await client.deleteApp(target, { signal: io.signal });
   if (values.json) writeJson(io, { deleted: target });
   else io.stdout.write(`Deleted ${target}: new calls answer 404\n`);

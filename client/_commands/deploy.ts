@@ -9,6 +9,8 @@ import { type Deployment, DEFAULT_FUNCTION, type RunplaneClient } from "../mod.t
 import { stripTerminalControls } from "../terminal_text.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect, serverUrls } from "./connection.ts";
 import { clearProgress, isTerminal, showProgress, writeJson } from "./output.ts";
+import { callInstructions } from "../call_instructions.ts";
+import { type PythonParameter, pythonParameters } from "../python_signature.ts";
 
 /** Help of `runplane deploy`. */
 export const DEPLOY_HELP = `Usage:
@@ -16,7 +18,8 @@ export const DEPLOY_HELP = `Usage:
   runplane deploy --repo <owner>/<repo> [--ref <ref>] [--path <folder>] --project <id> --app <name>
 
 Deploys an app folder (default: the current folder) or a folder of a repository the project's git
-integration reaches, follows the build log, and ends with the app's run URL and a curl to call it. The app
+integration reaches, follows the build log, and ends with the app's run URL and a curl to call it (its
+body built from the function's parameters in main.py, or a placeholder when they are unknown). The app
 name defaults to [deployment] name of runplane.toml, else the folder's name. Before uploading, it asks the
 server for the base-image digest of the app's dependencies and says whether that layer is new (pip will
 run) or cached (it is reused). Skipped when packing: .git, __pycache__, .venv, *.pyc and the patterns of
@@ -31,6 +34,7 @@ ${CONNECTION_HELP}`;
 interface DeploySettings {
   name?: string;
   exclude: string[];
+  runtime: string;
 }
 
 function deploySettings(text: string, path: string): DeploySettings {
@@ -45,7 +49,11 @@ function deploySettings(text: string, path: string): DeploySettings {
   if (!Array.isArray(exclude) || !exclude.every((e) => typeof e === "string")) {
     throw new Error(`${path}: [deployment] exclude must be a list of patterns, e.g. ["data/**", "*.log"]`);
   }
-  return { name: typeof deployment.name === "string" ? deployment.name : undefined, exclude };
+  return {
+    name: typeof deployment.name === "string" ? deployment.name : undefined,
+    exclude,
+    runtime: typeof deployment.runtime === "string" ? deployment.runtime : "python",
+  };
 }
 
 function kib(bytes: number): string {
@@ -58,14 +66,11 @@ export function progressBar(fraction: number, width = 24): string {
   return `[${"#".repeat(done)}${" ".repeat(width - done)}] ${String(Math.round(fraction * 100)).padStart(3)}%`;
 }
 
-/** The ready-to-paste lines that call the deployed app. */
-export function callInstructions(apiUrl: string, path: { project: string; app: string; function: string }): string {
-  const url = `${apiUrl.replace(/\/+$/, "")}/v4/${path.project}/${path.app}/${path.function}`;
-  return [
-    `Run URL: ${url}`,
-    `  curl -X POST ${url} \\`,
-    `    -H "Authorization: Bearer $RUNPLANE_TOKEN" -H 'Content-Type: application/json' -d '{}'`,
-  ].join("\n");
+/** The parameters of `name` in the folder's `main.py` (the Python runtime's module); null when not known. */
+async function functionParameters(dir: string, settings: DeploySettings, name: string) {
+  if (settings.runtime !== "python") return null;
+  const source = await readFile(join(dir, "main.py"), "utf8").catch(() => null);
+  return source === null ? null : pythonParameters(source, name);
 }
 
 /** Follows the build to its end, printing each line; resolves with the deployment and the last lines. */
@@ -107,6 +112,8 @@ export async function deployCommand(io: CommandIo): Promise<number> {
   const say = (line: string) => values.json || io.stdout.write(`${line}\n`);
   let app: string;
   let accepted: Deployment;
+  const functionName = values.function ?? DEFAULT_FUNCTION;
+  let parameters: PythonParameter[] | null = null;
   if (values.repo) {
     if (positionals.length) throw new UsageError("deploy takes a folder or --repo, not both");
     const [owner, repo, ...rest] = values.repo.split("/");
@@ -132,6 +139,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
       throw new Error(`Cannot read ${tomlPath} (${error.code}): deploy a folder that holds the app's runplane.toml`);
     });
     const settings = deploySettings(text, tomlPath);
+    parameters = await functionParameters(dir, settings, functionName);
     app = `${values.project}/${values.app ?? settings.name ?? basename(dir)}`;
     let request;
     try {
@@ -177,11 +185,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
   const [project, name] = app.split("/");
   say(`Ready: ${app} serves deployment ${deployment.deployment_id}`);
   say(
-    callInstructions(serverUrls(values, io.env).apiUrl, {
-      project,
-      app: name,
-      function: values.function ?? DEFAULT_FUNCTION,
-    }),
+    callInstructions(serverUrls(values, io.env).apiUrl, { project, app: name, function: functionName }, parameters),
   );
   return 0;
 }

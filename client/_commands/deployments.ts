@@ -4,6 +4,7 @@ import type { Deployment } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
 import { writeJson } from "./output.ts";
+import { writeTable } from "../table_format.ts";
 
 /** Help of `runplane deployments`. */
 export const DEPLOYMENTS_HELP = `Usage:
@@ -13,13 +14,12 @@ export const DEPLOYMENTS_HELP = `Usage:
 
 ${CONNECTION_HELP}`;
 
-/** One line per deployment: id, status, whether it serves, when, and why it failed. */
-export function formatDeploymentLine(d: Deployment): string {
+/** A table row per deployment: id, status, whether it serves, when, from what, and why it failed. */
+function deploymentRow(d: Deployment): Array<string | null> {
   const source = d.repository
     ? `${d.repository.owner}/${d.repository.repo}@${d.repository.commit.slice(0, 7)}`
     : "bundle";
-  const error = stripTerminalControls(d.error ?? "").replaceAll("\n", " ");
-  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, error].join("\t").trimEnd();
+  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, d.error];
 }
 
 /** `runplane deployments list|logs|activate`. */
@@ -53,7 +53,11 @@ export async function deploymentsCommand(io: CommandIo): Promise<number> {
       signal: io.signal,
     });
     if (values.json) return (writeJson(io, page), 0);
-    for (const d of page.deployments) io.stdout.write(`${formatDeploymentLine(d)}\n`);
+    writeTable(
+      io,
+      ["DEPLOYMENT", "STATUS", "ACTIVE", "CREATED", "SOURCE", "ERROR"],
+      page.deployments.map(deploymentRow),
+    );
     if (page.next_cursor) io.stderr.write(`More deployments: add --cursor ${page.next_cursor}\n`);
     return 0;
   }

@@ -1,6 +1,7 @@
 import { isRunplaneError, RunplaneConnectionError } from "../mod.ts";
 import type { CommandIo } from "../cli_command.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
+import { type AuthContext, authHint } from "./auth_hint.ts";
 
 /**
  * `value` as JSON text that is safe on a terminal and means the same: `JSON.stringify` escapes C0
@@ -39,11 +40,13 @@ export function clearProgress(io: Pick<CommandIo, "stderr">): void {
  * what to check when the server could not be reached. Never a stack trace, nor a control sequence (a
  * function's exception message is in the detail).
  */
-export function describeError(error: unknown): string {
-  return stripTerminalControls(describeFailure(error));
+export function describeError(error: unknown, context?: AuthContext): string {
+  return stripTerminalControls(describeFailure(error, context));
 }
 
-function describeFailure(error: unknown): string {
+function describeFailure(error: unknown, context: AuthContext | undefined): string {
+  const hint = context && isRunplaneError(error) ? authHint(error, context) : undefined;
+  if (hint) return hint;
   if (isRunplaneError(error)) {
     const { title, detail } = error.problem;
     const runId = error.runId ? ` (run ${error.runId})` : "";

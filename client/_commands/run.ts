@@ -1,10 +1,10 @@
-import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import { type RunOptions, TERMINAL_STATUSES } from "../mod.ts";
+import type { RunOptions } from "../mod.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
-import { formatRun } from "./runs.ts";
+import { readInput } from "./run_input.ts";
+import { waitAndReport } from "./run_wait.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
-import { clearProgress, jsonText, showProgress, writeJson } from "./output.ts";
+import { jsonText, writeJson } from "./output.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane run`. */
@@ -21,30 +21,6 @@ Calls a function (default: run) with the JSON object's members as its arguments 
 Exit code 1 when the call or the run failed.
 
 ${CONNECTION_HELP}`;
-
-async function readInput(data: string | undefined): Promise<Record<string, unknown>> {
-  if (data === undefined) return {};
-  let text = data;
-  if (data.startsWith("@")) {
-    try {
-      text = await readFile(data.slice(1), "utf8");
-    } catch (error) {
-      throw new UsageError(
-        `Cannot read ${data.slice(1)} (${(error as NodeJS.ErrnoException).code}): give --data @<path to a JSON file>`,
-      );
-    }
-  }
-  let input: unknown;
-  try {
-    input = JSON.parse(text);
-  } catch (error) {
-    throw new UsageError(`--data is not JSON (${(error as Error).message}): give an object such as '{"name": "Ada"}'`);
-  }
-  if (typeof input !== "object" || input === null || Array.isArray(input)) {
-    throw new UsageError("--data must be a JSON object: its members are the function's arguments");
-  }
-  return input as Record<string, unknown>;
-}
 
 /** `runplane run`: calls a function synchronously, asynchronously or as a stream. */
 export async function runCommand(io: CommandIo): Promise<number> {
@@ -106,20 +82,7 @@ export async function runCommand(io: CommandIo): Promise<number> {
       else io.stdout.write(`${runId}\n`);
       return 0;
     }
-    const started = Date.now();
-    const run = await client.waitForRun(target, runId, {
-      signal: controller.signal,
-      onPoll(record) {
-        if (!TERMINAL_STATUSES.includes(record.status)) {
-          showProgress(io, `${runId} ${record.status} ${((Date.now() - started) / 1000).toFixed(1)} s`);
-        }
-      },
-    });
-    clearProgress(io);
-    if (values.json) writeJson(io, run);
-    else if (run.status === "success") io.stdout.write(`${jsonText(run.result, 2)}\n`);
-    else io.stderr.write(`${formatRun(run)}\n`);
-    return run.status === "success" ? 0 : 1;
+    return await waitAndReport(io, client, { app: target, runId, json: values.json, signal: controller.signal });
   } finally {
     process.removeListener("SIGINT", interrupt);
   }

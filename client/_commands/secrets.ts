@@ -3,13 +3,15 @@ import { Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { confirm, YES_OPTION } from "./confirm.ts";
 import { writeJson } from "./output.ts";
+import { writeTable } from "../table_format.ts";
 
 /** Help of `runplane secrets`. */
 export const SECRETS_HELP = `Usage:
   runplane secrets set <project> NAME      the value from stdin (piped), else a prompt that does not echo
   runplane secrets list <project>          names and times; a value is never shown
-  runplane secrets delete <project> NAME
+  runplane secrets delete <project> NAME [--yes]   (asks on a terminal; --yes, or -y, where there is none)
 
 A project's secrets are environment variables of its replicas (set or deleted, they are replaced; calls in
 flight finish); builds never see them. NAME is an environment variable's name, not RUNPLANE_*. The value
@@ -59,7 +61,11 @@ export async function secretsCommand(io: CommandIo): Promise<number> {
       "A secret's value is never a flag (it would stay in the shell's history): pipe it on stdin or type it at the prompt",
     );
   }
-  const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: CONNECTION_OPTIONS });
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: { ...CONNECTION_OPTIONS, ...YES_OPTION },
+  });
   if (sub !== "set" && sub !== "list" && sub !== "delete") {
     throw new UsageError(
       sub ? `Unknown subcommand "${sub}": use set, list or delete` : "Name a subcommand: set, list or delete",
@@ -73,13 +79,16 @@ export async function secretsCommand(io: CommandIo): Promise<number> {
     if (values.json) return (writeJson(io, { secrets }), 0);
     if (secrets.length === 0) {
       io.stderr.write(`Project ${project} has no secrets: runplane secrets set ${project} NAME\n`);
-    }
-    for (const s of secrets) io.stdout.write(`${s.name}\tcreated ${s.created_at}\tupdated ${s.updated_at}\n`);
+    } else writeTable(io, ["NAME", "CREATED", "UPDATED"], secrets.map((s) => [s.name, s.created_at, s.updated_at]));
     return 0;
   }
   if (!name || positionals.length > 2) throw new UsageError(`secrets ${sub} needs <project> NAME`);
   const client = connect(values, io.env);
   if (sub === "delete") {
+    await confirm(io, `Delete the secret ${name} of ${project}? Its replicas are replaced without it.`, {
+      yes: values.yes,
+      what: `the secret ${name}`,
+    });
     await client.deleteProjectSecret(project, name, { signal: io.signal });
     if (values.json) writeJson(io, { deleted: name, project_id: project });
     else io.stdout.write(`Deleted ${name} of ${project}: its replicas are replaced without it\n`);

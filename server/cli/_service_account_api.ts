@@ -5,7 +5,7 @@
  */
 import { type CommandIo, UsageError } from "../../client/cli_command.ts";
 import { createRunplaneClient, type ServiceAccount } from "../../client/mod.ts";
-import { stripTerminalControls } from "../../client/terminal_text.ts";
+import { writeTable } from "../../client/table_format.ts";
 import { parseExpiry, parseScopes } from "../auth/mod.ts";
 
 /** The flags this mode reads. */
@@ -63,13 +63,18 @@ export async function serviceAccountOverApi(
       io.stdout.write(`${JSON.stringify(accounts, null, 2)}\n`);
       return 0;
     }
-    for (const a of accounts) {
-      io.stdout.write(
-        `${a.service_account_id}\t${stripTerminalControls(a.name)}\t${a.scopes.join(",")}\t${
-          state(a)
-        }\texpires ${a.expires_at}\tlast used ${a.last_used_at ?? "never"}\n`,
-      );
-    }
+    writeTable(
+      io,
+      ["ID", "NAME", "SCOPES", "STATE", "EXPIRES", "LAST USED"],
+      accounts.map((a) => [
+        a.service_account_id,
+        a.name,
+        a.scopes.join(","),
+        state(a),
+        a.expires_at,
+        a.last_used_at ?? "never",
+      ]),
+    );
     return 0;
   }
   if (sub === "revoke") {

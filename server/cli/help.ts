@@ -29,7 +29,8 @@ token's (default expiry: 90 days, or the caller's if sooner); list shows when ea
 revoke needs --project.
 
 Otherwise it works on the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane), whether the
-server runs or not, and --expires is required; with --database-url (or RUNPLANE_DATABASE_URL) on the store
+server runs or not, and --expires is required; that folder must exist (the server makes it when it first
+starts): it is never created here, since a token minted into a new data dir is one no server accepts; with --database-url (or RUNPLANE_DATABASE_URL) on the store
 in that PostgreSQL database. That is how the first token is made. create prints only the token on stdout;
 it is shown once and never stored. A new project is created. create against a database signs with the key
 kept in it, so it needs RUNPLANE_MASTER_KEY: the master key the server processes are given (never a flag:

@@ -18,6 +18,8 @@ export const SERVER_COMMANDS: Record<string, CommandEntry> = {
     summary: "Create, list and revoke service-account tokens",
     help: async () => (await import("./help.ts")).SERVICE_ACCOUNT_HELP,
     load: async () => (await import("./service_account.ts")).serviceAccountCommand,
+    // Over the REST API (with --base-url); on a data dir it sends no call.
+    scopes: () => ["admin"],
   },
   repo: {
     summary: "Mirror a git repository into a project's local repos, or update a mirror",

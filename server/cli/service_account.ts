@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../../client/cli_command.ts";
-import { stripTerminalControls } from "../../client/terminal_text.ts";
+import { writeTable } from "../../client/table_format.ts";
 import {
   createServiceAccount,
   listServiceAccounts,
@@ -12,7 +12,7 @@ import { keysBootstrap, loadKeys } from "../keys/mod.ts";
 import { openStore } from "../store/mod.ts";
 import { masterKeyFor } from "./_keys.ts";
 import { serviceAccountOverApi } from "./_service_account_api.ts";
-import { dataDirOf, requireProjectId } from "./_project_id.ts";
+import { dataDirOf, requireExistingDataDir, requireProjectId } from "./_project_id.ts";
 
 /** `runplane service-account create|list|revoke`. */
 export async function serviceAccountCommand(io: CommandIo): Promise<number> {
@@ -39,6 +39,10 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
   }
   const dataDir = dataDirOf(values["data-dir"], io.env);
   const databaseUrl = values["database-url"] ?? io.env.RUNPLANE_DATABASE_URL;
+  // Opening a store creates its folder: a token minted into a data dir made here is one no server accepts.
+  const requireDataDir = () => {
+    if (!databaseUrl) requireExistingDataDir(dataDir, `service-account ${sub}`);
+  };
   if (sub === "create") {
     if (!values.project || !values.name || !values.expires) {
       throw new UsageError("service-account create needs --project, --name and --expires");
@@ -53,6 +57,7 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
       throw new UsageError((error as Error).message);
     }
     const masterKey = masterKeyFor(databaseUrl, io.env);
+    requireDataDir();
     const store = await openStore(dataDir, { databaseUrl, bootstrap: keysBootstrap(masterKey) });
     try {
       const keys = await loadKeys(store, { dataDir, masterKey });
@@ -71,20 +76,24 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
   }
   if (sub === "list") {
     if (!values.project) throw new UsageError("service-account list needs --project");
+    requireDataDir();
     const store = await openStore(dataDir, { databaseUrl });
     try {
       const accounts = await listServiceAccounts(store.db, values.project);
       if (values.json) {
         io.stdout.write(`${JSON.stringify(accounts, null, 2)}\n`);
       } else {
-        for (const a of accounts) {
-          const state = a.revokedAt ? "revoked" : a.expiresAt.getTime() < Date.now() ? "expired" : "active";
-          io.stdout.write(
-            `${a.id}\t${stripTerminalControls(a.name)}\t${
-              a.scopes.join(",")
-            }\t${state}\texpires ${a.expiresAt.toISOString()}\n`,
-          );
-        }
+        writeTable(
+          io,
+          ["ID", "NAME", "SCOPES", "STATE", "EXPIRES"],
+          accounts.map((a) => [
+            a.id,
+            a.name,
+            a.scopes.join(","),
+            a.revokedAt ? "revoked" : a.expiresAt.getTime() < Date.now() ? "expired" : "active",
+            a.expiresAt.toISOString(),
+          ]),
+        );
       }
     } finally {
       await store.close();
@@ -94,6 +103,7 @@ export async function serviceAccountCommand(io: CommandIo): Promise<number> {
   if (sub === "revoke") {
     const id = positionals[0];
     if (!id) throw new UsageError("service-account revoke needs the service account's id (see service-account list)");
+    requireDataDir();
     const store = await openStore(dataDir, { databaseUrl });
     try {
       if (!(await revokeServiceAccount(store.db, id))) {

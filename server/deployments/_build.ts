@@ -260,6 +260,49 @@ function pipJail(dir: string, venv: string, options: RunBuildOptions): StepComma
   };
 }
 
+/**
+ * pip's arguments for installing `requirements`. With no index setting pip goes to PyPI; there, one quick
+ * retry (no backoff) and a 5 s socket timeout instead of pip's five retries with backoff and 15 s: a host
+ * that cannot reach PyPI fails the build in seconds (it took ~28 s), and the one retry's warning is what
+ * tells `pipInstall` the index was unreachable (with none, pip says only that it found no version).
+ */
+export function pipInstallArgs(
+  requirements: string,
+  options: Pick<RunBuildOptions, "pipIndexUrl" | "pipFindLinks">,
+): string[] {
+  const args = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r", requirements];
+  if (options.pipIndexUrl) args.push("--index-url", options.pipIndexUrl);
+  else if (options.pipFindLinks) args.push("--no-index");
+  else args.push("--retries", "1", "--timeout", "5");
+  if (options.pipFindLinks) args.push("--find-links", options.pipFindLinks);
+  return args;
+}
+
+/** What pip (urllib3) prints when it cannot connect to, resolve or hear back from an index. */
+const PIP_UNREACHABLE =
+  /NewConnectionError|ConnectTimeoutError|Failed to establish a new connection|Name or service not known|Temporary failure in name resolution|Network is unreachable|Connection refused|Read timed out|ProxyError/;
+
+/** Added to a failed pip step's error when pip could not reach its index. */
+const PIP_UNREACHABLE_HINT =
+  "pip could not reach the package index: give the server one it can reach with RUNPLANE_PIP_INDEX_URL (an index or a mirror of PyPI) or RUNPLANE_PIP_FIND_LINKS (a folder of wheels)";
+
+/** Runs `pip install`; a failure after pip could not reach its index says which settings to give. */
+async function pipInstall(command: Omit<StepCommand, "egress">, options: RunBuildOptions): Promise<void> {
+  let unreachable = false;
+  const log = (line: BuildLogLine) => {
+    if (line.stream !== "build" && PIP_UNREACHABLE.test(line.text)) unreachable = true;
+    options.log(line);
+  };
+  try {
+    await run("pip", { ...command, egress: true }, { ...options, log });
+  } catch (error) {
+    if (unreachable && error instanceof BuildError) {
+      throw new BuildError("pip", `${error.message}: ${PIP_UNREACHABLE_HINT}`);
+    }
+    throw error;
+  }
+}
+
 async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
   if (plan.pipRequirements.length === 0) return { venv: "none" };
   const requirementsFile = requirementsText(plan.pipRequirements, { allowOptions: options.pipAllowUnpinned });
@@ -294,12 +337,8 @@ async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions):
       }, options);
       const requirements = join(venv, "runplane-requirements.txt");
       await writeFile(requirements, requirementsFile);
-      const args = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r", requirements];
-      if (options.pipIndexUrl) args.push("--index-url", options.pipIndexUrl);
-      else if (options.pipFindLinks) args.push("--no-index");
-      if (options.pipFindLinks) args.push("--find-links", options.pipFindLinks);
       const shown = `pip install ${plan.pipRequirements.join(" ")}`;
-      await run("pip", { file: python, args, shown, jail, egress: true }, options);
+      await pipInstall({ file: python, args: pipInstallArgs(requirements, options), shown, jail }, options);
     } finally {
       await giveBack();
     }

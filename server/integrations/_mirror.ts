@@ -23,7 +23,8 @@ export interface MirrorOptions {
  */
 export async function mirrorRepository(source: string, options: MirrorOptions): Promise<string> {
   assertRepoCoordinates({ owner: options.owner, repo: options.repo });
-  const ownerDir = join(projectReposDir(options.dataDir, options.projectId), options.owner);
+  // Absolute: git runs in `ownerDir`, where a relative destination (a relative data dir's) would nest.
+  const ownerDir = resolve(projectReposDir(options.dataDir, options.projectId), options.owner);
   const bare = options.repo.endsWith(".git") ? options.repo : `${options.repo}.git`;
   const plain = bare.slice(0, -".git".length);
   for (const name of [plain, bare]) {
@@ -67,7 +68,7 @@ export interface SyncOutcome {
 
 /** The mirror's folder under `<owner>/`, with or without the `.git` suffix; null when there is none. */
 function existingMirror(options: MirrorOptions): string | null {
-  const ownerDir = join(projectReposDir(options.dataDir, options.projectId), options.owner);
+  const ownerDir = resolve(projectReposDir(options.dataDir, options.projectId), options.owner);
   const bare = options.repo.endsWith(".git") ? options.repo : `${options.repo}.git`;
   for (const name of [bare, bare.slice(0, -".git".length)]) {
     if (existsSync(join(ownerDir, name))) return join(ownerDir, name);

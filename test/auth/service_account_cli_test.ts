@@ -73,6 +73,31 @@ for (const engine of await engines()) {
 }
 
 describe("runplane service-account", () => {
+  it("creates no data dir: without a server or an existing data dir it refuses, naming --data-dir and --base-url", async () => {
+    const cwd = await mkdtemp(join(tmpdir(), "runplane-no-data-dir-"));
+    const missing = join(cwd, "nowhere");
+    try {
+      const create = ["service-account", "create", "--project", "p-cli", "--name", "x", "--expires", "1d"];
+      const outcomes = [
+        await runMain(create, { cwd }),
+        await runMain([...create, "--data-dir", missing], { cwd }),
+        await runMain(create, { cwd, env: { RUNPLANE_DATA_DIR: missing } }),
+        await runMain(["service-account", "list", "--project", "p-cli"], { cwd }),
+        await runMain(["service-account", "revoke", "sa_x", "--data-dir", missing], { cwd }),
+      ];
+      for (const outcome of outcomes) {
+        assert.equal(outcome.code, 2, outcome.stderr);
+        assert.equal(outcome.stdout, "", "no token");
+        assert.match(outcome.stderr, /found no data dir at \S+ and creates none: pass --data-dir .* or --base-url/);
+      }
+      assert.match(outcomes[0].stderr, new RegExp(`no data dir at ${join(cwd, ".runplane")} `));
+      assert.match(outcomes[1].stderr, new RegExp(`no data dir at ${missing} `));
+      assert.deepEqual(await readdir(cwd), [], "nothing was created where it ran");
+    } finally {
+      await rm(cwd, { recursive: true, force: true });
+    }
+  });
+
   it("exits 2 with a clear message for a bad expiry", async () => {
     const result = await runMain([
       "service-account",

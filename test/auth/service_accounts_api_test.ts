@@ -180,7 +180,8 @@ for (const engine of await engines()) {
       const { id, token } = JSON.parse(created.stdout) as { id: string; token: string };
       assert.match(token, /^eyJ/);
       const listed = await runMain(["service-account", "list", "--project", TEST_PROJECT], { env });
-      assert.match(listed.stdout, new RegExp(`^${id}\\tfrom-cli\\trest\\tactive\\t.*last used never$`, "m"));
+      assert.match(listed.stdout, /^ID +NAME +SCOPES +STATE +EXPIRES +LAST USED\n/);
+      assert.match(listed.stdout, new RegExp(`^${id} +from-cli +rest +active +\\S+Z +never$`, "m"));
       const revoked = await runMain(["service-account", "revoke", id, "--project", TEST_PROJECT], { env });
       assert.equal(revoked.code, 0, revoked.stderr);
       const denied = await runMain(

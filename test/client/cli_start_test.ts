@@ -51,7 +51,8 @@ describe("runplane start-up", { timeout: 120_000 }, () => {
     assert.deepEqual(loaded.filter((path) => path.startsWith("server/")), ["server/cli/mod.ts"]);
     assert.deepEqual(
       loaded.filter((path) =>
-        path.startsWith("client/_commands/") && !/\/(run|runs|connection|output)\.ts$/.test(path)
+        path.startsWith("client/_commands/")
+        && !/\/(run|run_input|run_wait|run_format|connection|output|auth_hint)\.ts$/.test(path)
       ),
       [],
     );

@@ -327,7 +327,8 @@ describe("runplane CLI against a server", { timeout: 300_000 }, () => {
     assert.deepEqual(JSON.parse(got.stdout), await record(runId));
     const listed = await runMain(["runs", "list", `${TEST_PROJECT}/py`, "--status", "cancelled"], { env });
     assert.equal(listed.code, 0, listed.stderr);
-    assert.match(listed.stdout, new RegExp(`^${runId}\\tcancelled\\tsleepy\\t`, "m"));
+    assert.match(listed.stdout, /^RUN +STATUS +FUNCTION +MODE +CREATED +RAN\n/);
+    assert.match(listed.stdout, new RegExp(`^${runId} +cancelled +sleepy +async +`, "m"));
     const listedJson = JSON.parse(
       (await runMain(["runs", "list", `${TEST_PROJECT}/py`, "--limit", "1", "--json"], { env })).stdout,
     ) as { runs: unknown[] };

@@ -45,17 +45,20 @@ describe("runplane secrets against a server", { timeout: 120_000 }, () => {
     await runMain(["secrets", "set", TEST_PROJECT, "DB_URL"], { env, stdin: Readable.from(["postgres://x"]) });
     const listed = await runMain(["secrets", "list", TEST_PROJECT], { env });
     assert.equal(listed.code, 0, listed.stderr);
-    assert.match(listed.stdout, /^API_KEY\tcreated \S+Z\tupdated \S+Z\nDB_URL\tcreated /);
+    assert.match(listed.stdout, /^NAME +CREATED +UPDATED\nAPI_KEY +\S+Z +\S+Z\nDB_URL +\S+Z +\S+Z\n$/);
     assert.ok(!listed.stdout.includes("postgres://x"));
     const json = await runMain(["secrets", "list", TEST_PROJECT, "--json"], { env });
     assert.deepEqual((JSON.parse(json.stdout) as { secrets: Array<{ name: string }> }).secrets.map((s) => s.name), [
       "API_KEY",
       "DB_URL",
     ]);
-    const deleted = await runMain(["secrets", "delete", TEST_PROJECT, "DB_URL"], { env });
+    const unconfirmed = await runMain(["secrets", "delete", TEST_PROJECT, "DB_URL"], { env, stdin: Readable.from([]) });
+    assert.equal(unconfirmed.code, 2);
+    assert.match(unconfirmed.stderr, /Not deleting the secret DB_URL without a confirmation: .*pass --yes/);
+    const deleted = await runMain(["secrets", "delete", TEST_PROJECT, "DB_URL", "--yes"], { env });
     assert.equal(deleted.code, 0, deleted.stderr);
     assert.equal(deleted.stdout, `Deleted DB_URL of ${TEST_PROJECT}: its replicas are replaced without it\n`);
-    const again = await runMain(["secrets", "delete", TEST_PROJECT, "DB_URL"], { env });
+    const again = await runMain(["secrets", "delete", TEST_PROJECT, "DB_URL", "-y"], { env });
     assert.equal(again.code, 1);
     assert.match(again.stderr, /has no secret DB_URL/);
     assert.deepEqual(Object.keys(await t.server.context.projectSecrets.environment(TEST_PROJECT)), ["API_KEY"]);

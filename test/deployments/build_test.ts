@@ -1,16 +1,28 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { lookup } from "node:dns/promises";
+import { once } from "node:events";
 import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
+import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { baseImageRequestFromToml } from "../../client/base_image_request.ts";
 import { baseImageDigest } from "../../server/builds/mod.ts";
-import { BuildError, type BuildLogLine, requirementsText, runBuild } from "../../server/deployments/_build.ts";
+import {
+  BuildError,
+  type BuildLogLine,
+  pipInstallArgs,
+  requirementsText,
+  runBuild,
+} from "../../server/deployments/_build.ts";
 import { buildPlan, type BuildPlan } from "../../server/deployments/_build_plan.ts";
 import { type AppConfigOptions, parseAppConfig } from "../../server/runtime/mod.ts";
 import { unjailedSandbox } from "../../server/sandbox/mod.ts";
 import { writeWheel } from "../_helpers/wheels.ts";
+
+/** Whether this host resolves PyPI's name (pip's default index). */
+const PYPI_RESOLVES = await lookup("pypi.org").then(() => true, () => false);
 
 function planOf(toml: string, options?: AppConfigOptions) {
   return buildPlan(parseAppConfig(toml, "/app", options));
@@ -32,7 +44,13 @@ describe("runBuild", () => {
 
   async function build(
     toml: string | BuildPlan,
-    options: { timeoutMs?: number; signal?: AbortSignal; pipAllowUnpinned?: boolean } = {},
+    options: {
+      timeoutMs?: number;
+      signal?: AbortSignal;
+      pipAllowUnpinned?: boolean;
+      /** The operator's pip settings, instead of the test's wheels folder. */
+      pip?: { pipIndexUrl?: string; pipFindLinks?: string };
+    } = {},
   ) {
     const dir = await mkdtemp(join(root, "app-"));
     const lines: BuildLogLine[] = [];
@@ -40,7 +58,7 @@ describe("runBuild", () => {
     const run = runBuild(dir, plan, {
       venvsDir,
       python: "python3",
-      pipFindLinks: wheels,
+      ...(options.pip ?? { pipFindLinks: wheels }),
       pipAllowUnpinned: options.pipAllowUnpinned,
       timeoutMs: options.timeoutMs ?? 120_000,
       log: (line) => lines.push(line),
@@ -108,6 +126,55 @@ describe("runBuild", () => {
     const apt = await build(`[dependencies.apt]\ndefinitely-not-a-package-xyz = "*"\n`);
     assert.ok(apt.error instanceof BuildError);
     assert.match(apt.error.message, /definitely-not-a-package-xyz is not installed on this host/);
+  });
+
+  it("gives pip one quick retry and a 5 s timeout only when the operator names no index or wheels", () => {
+    const base = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r", "/r.txt"];
+    assert.deepEqual(pipInstallArgs("/r.txt", {}), [...base, "--retries", "1", "--timeout", "5"]);
+    assert.deepEqual(pipInstallArgs("/r.txt", { pipIndexUrl: "https://mirror/simple" }), [
+      ...base,
+      "--index-url",
+      "https://mirror/simple",
+    ]);
+    assert.deepEqual(pipInstallArgs("/r.txt", { pipFindLinks: "/wheels" }), [
+      ...base,
+      "--no-index",
+      "--find-links",
+      "/wheels",
+    ]);
+  });
+
+  it("names RUNPLANE_PIP_INDEX_URL and RUNPLANE_PIP_FIND_LINKS when pip cannot reach its index", async () => {
+    const closed = createServer().listen(0, "127.0.0.1");
+    await once(closed, "listening");
+    const { port } = closed.address() as AddressInfo;
+    await new Promise((resolve) => closed.close(resolve));
+    const { error, text } = await build(`[dependencies.pip]\nrp_unreachable = "1.0"\n`, {
+      pip: { pipIndexUrl: `http://127.0.0.1:${port}/simple` },
+    });
+    assert.ok(error instanceof BuildError, text);
+    assert.equal(error.step, "pip");
+    assert.match(
+      error.message,
+      /pip failed: .* could not reach the package index: .*RUNPLANE_PIP_INDEX_URL.*RUNPLANE_PIP_FIND_LINKS/,
+    );
+    // A requirement pip finds no version of, on an index it reaches, is not blamed on the network.
+    const missing = await build(`[dependencies.pip]\nrp_not_a_wheel = "3.0"\n`);
+    assert.ok(missing.error instanceof BuildError);
+    assert.doesNotMatch(missing.error.message, /RUNPLANE_PIP_INDEX_URL/);
+  });
+
+  it("fails in seconds, naming both settings, with no index configured on a host that cannot reach PyPI", {
+    skip: PYPI_RESOLVES && "this host resolves pypi.org: the unreachable default index cannot be had here",
+  }, async () => {
+    const started = Date.now();
+    const { error, text } = await build(`[dependencies.pip]\nrp_offline = "1.0"\n`, { pip: {} });
+    const seconds = (Date.now() - started) / 1000;
+    assert.ok(error instanceof BuildError, text);
+    assert.match(error.message, /could not reach the package index: .*RUNPLANE_PIP_INDEX_URL.*RUNPLANE_PIP_FIND_LINKS/);
+    // pip's default is five retries with a growing backoff (7.5 s of sleeping alone, ~28 s seen): one is left.
+    assert.doesNotMatch(text, /Retry\(total=[1-9]/, "pip retried more than once");
+    assert.ok(seconds < 60, `the build took ${seconds} s`);
   });
 
   it("keeps the server's RUNPLANE_ settings from build commands", async () => {

@@ -117,11 +117,12 @@ describe("runplane deploy, deployments and apps against a running server", () =>
 
     // Apps: both listed as deployed; deleting one makes its calls 404.
     const apps = await runMain(["apps", "list", TEST_PROJECT], { env });
-    assert.match(apps.stdout, /^hello\tready\tdeployment\tpython\tdep_/m);
-    assert.match(apps.stdout, /^other\tready\tdeployment/m);
+    assert.match(apps.stdout, /^APP +STATE +SOURCE +RUNTIME +ACTIVE DEPLOYMENT +REPLICAS\n/);
+    assert.match(apps.stdout, /^hello +ready +deployment +python +dep_/m);
+    assert.match(apps.stdout, /^other +ready +deployment/m);
     const got = await runMain(["apps", "get", `${TEST_PROJECT}/hello`], { env });
     assert.match(got.stdout, new RegExp(`active deployment: ${first.deployment_id}`));
-    const deleted = await runMain(["apps", "delete", `${TEST_PROJECT}/other`], { env });
+    const deleted = await runMain(["apps", "delete", `${TEST_PROJECT}/other`, "--yes"], { env });
     assert.equal(deleted.code, 0, deleted.stderr);
     assert.equal((await call("other")).status, 404);
   });
@@ -146,7 +147,8 @@ describe("runplane deploy, deployments and apps against a running server", () =>
     assert.equal(outcome.code, 0, outcome.stderr + outcome.stdout);
     assert.equal((await call("greeter")).body.v, "repo");
     const list = await runMain(["deployments", "list", `${TEST_PROJECT}/greeter`], { env });
-    assert.match(list.stdout, /\tready\tactive\t.*\tacme\/apps@[0-9a-f]{7}/);
+    assert.match(list.stdout, /^DEPLOYMENT +STATUS +ACTIVE +CREATED +SOURCE +ERROR\n/);
+    assert.match(list.stdout, / ready +active +\S+ +acme\/apps@[0-9a-f]{7} +-$/m);
   });
 
   it("shows an upload progress bar on a terminal, and none when piped", async () => {

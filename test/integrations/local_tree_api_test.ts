@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { existsSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { Writable } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { main } from "../../server/cli/mod.ts";
 import { createLargeRepo } from "../../scripts/bench/large_repo.ts";
+import { runMain } from "../_helpers/cli.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import {
   blobSha,
@@ -161,6 +163,38 @@ for (const engine of await engines()) {
       });
       assert.equal(again, 1);
       assert.match(err.text(), /already exists/);
+    });
+
+    it("repo add with a relative --data-dir mirrors into that data dir, and the tree serves it", async () => {
+      // git runs inside the owner's folder: a relative destination used to nest a second data dir there.
+      const added = await runMain([
+        "repo",
+        "add",
+        fixture.path,
+        "--project",
+        TEST_PROJECT,
+        "--as",
+        "acme/relative",
+        "--data-dir",
+        basename(t.dataDir),
+      ], { cwd: dirname(t.dataDir) });
+      assert.equal(added.code, 0, added.stderr);
+      assert.equal(added.stdout.trim(), join(repos(), "acme", "relative.git"));
+      assert.equal(await git(join(repos(), "acme", "relative.git"), "rev-parse", "--is-bare-repository"), "true");
+      assert.equal(
+        existsSync(join(repos(), "acme", basename(t.dataDir))),
+        false,
+        "nothing nested in the owner's folder",
+      );
+      const mirrored = await tree("acme", "relative");
+      assert.equal(mirrored.response.status, 200);
+      assert.equal(mirrored.data?.sha, fixture.main);
+      const synced = await runMain(
+        ["repo", "sync", "acme/relative", "--project", TEST_PROJECT, "--data-dir", basename(t.dataDir)],
+        { cwd: dirname(t.dataDir) },
+      );
+      assert.equal(synced.code, 0, synced.stderr);
+      assert.equal(synced.stdout.trim(), join(repos(), "acme", "relative.git"));
     });
 
     it("repo sync brings a mirror up to date with its source: new commits, branches, deletions and default branch", async () => {
