@@ -3,7 +3,8 @@
  * build claims, and build log lines. Every state change is one conditional statement.
  */
 import type { Kysely, Selectable } from "kysely";
-import { columnList, type Database, isUniqueViolation, rawStatement } from "../store/mod.ts";
+import { type Database, isUniqueViolation } from "../store/mod.ts";
+import { claimBuild } from "../store/statements/deployments.ts";
 import type { DeploymentTable } from "../store/schema.ts";
 
 /** A deployment as stored. */
@@ -180,46 +181,6 @@ export async function activate(
     .executeTakeFirst();
   return Number(result.numUpdatedRows) > 0;
 }
-
-// Claims the oldest queued build of an app that has none building, in one autocommit statement.
-// PostgreSQL locks the candidate `FOR UPDATE SKIP LOCKED`; two processes claiming builds of the same
-// app at once are kept apart by the unique index on building rows (the loser's statement fails and
-// claims nothing). Parameters: now, owner, lease end.
-const DEPLOYMENT_COLUMNS = {
-  deployment_id: true,
-  project_id: true,
-  app_id: true,
-  status: true,
-  bundle_digest: true,
-  size_bytes: true,
-  source: true,
-  repository_json: true,
-  base_image_digest: true,
-  base_image_status: true,
-  created_at: true,
-  started_at: true,
-  finished_at: true,
-  error: true,
-  lease_owner: true,
-  lease_expires_at: true,
-} satisfies Record<keyof DeploymentTable, true>;
-
-const claimBuild = rawStatement<DeploymentRow>({
-  sqlite: `update "deployments" set "status" = 'building', "started_at" = ?, "lease_owner" = ?, "lease_expires_at" = ?`
-    + ` where "deployment_id" = (select "d"."deployment_id" from "deployments" as "d" where "d"."status" = 'queued'`
-    + ` and not exists (select 1 from "deployments" as "b" where "b"."project_id" = "d"."project_id"`
-    + ` and "b"."app_id" = "d"."app_id" and "b"."status" = 'building') order by "d"."deployment_id" limit 1)`
-    + ` and "status" = 'queued' returning ${columnList(DEPLOYMENT_COLUMNS)}`,
-  postgres:
-    `with "next" as materialized (select "d"."deployment_id" from "deployments" as "d" where "d"."status" = 'queued'`
-    + ` and not exists (select 1 from "deployments" as "b" where "b"."project_id" = "d"."project_id"`
-    + ` and "b"."app_id" = "d"."app_id" and "b"."status" = 'building')`
-    + ` order by "d"."deployment_id" limit 1 for update skip locked)`
-    + ` update "deployments" as "u" set "status" = 'building', "started_at" = $1, "lease_owner" = $2, "lease_expires_at" = $3`
-    + ` from "next" where "u"."deployment_id" = "next"."deployment_id" and "u"."status" = 'queued' returning ${
-      columnList(DEPLOYMENT_COLUMNS, "u")
-    }`,
-});
 
 /** Claims one queued build for `owner`, or undefined when none can start now. */
 export async function claimNextBuild(
