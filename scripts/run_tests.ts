@@ -123,8 +123,10 @@ const child = spawn(
     "tsx",
     "--test",
     `--test-concurrency=${shards.length}`,
-    // A backstop: a test that hangs fails after 10 minutes instead of holding its shard (and CI) forever.
-    "--test-timeout=600000",
+    // A backstop: a test that hangs fails after 20 minutes instead of holding its shard (and CI) forever.
+    // It bounds each shard's module too (node:test counts a file as a test): 10 minutes was too few for
+    // a shard of a loaded machine once the chaos and full-disk suites joined.
+    "--test-timeout=1200000",
     ...reporters,
     ...shardFiles,
   ],

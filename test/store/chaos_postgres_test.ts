@@ -143,7 +143,9 @@ describe("PostgreSQL failing under load", { skip: MISSING ?? false }, () => {
       assert.equal(server.child.signalCode, null, `${phase}: a process was killed`);
     }
     assert.deepEqual(tally.unexpected.slice(0, 5), [], `${phase}: answers other than 2xx and 503 store-unavailable`);
-    assert.ok(tally.accepted.length > 0 && tally.syncOk.length > 0, `${phase}: calls were answered (${summary})`);
+    // A sync call that ran but whose record waits for the store answers 503 with its run id: it counts.
+    const syncRan = tally.syncOk.length + tally.storedLater.length;
+    assert.ok(tally.accepted.length > 0 && syncRan > 0, `${phase}: calls were answered (${summary})`);
     const ref = refs[0];
     for (const runId of tally.accepted) {
       const run = await eventually(
