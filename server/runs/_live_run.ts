@@ -22,6 +22,8 @@ export interface LiveRunDeps {
   events: RunEvents;
   /** The largest result stored (and sent in the webhook), in JSON bytes. */
   resultLimitBytes: number;
+  /** The store's clock: the run's `completed_at`. */
+  now(): number;
 }
 
 /** The webhook of a call: its checked endpoint (without user information) and sealed secret and credentials. */
@@ -46,6 +48,8 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   #status = "running";
   #runTimeMs: number | null = null;
   #errorType: string | null = null;
+  /** When it started, on the monotonic clock: its run time is measured there, whatever the wall clock does. */
+  readonly #startedAt = performance.now();
   #done: Promise<void> | undefined = undefined;
   #resolveDone: (() => void) | undefined = undefined;
 
@@ -151,9 +155,9 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     const row = this.#row;
     const webhook = this.#webhook;
     const { writer, local, events } = this.#deps;
-    const now = Date.now();
+    const now = this.#deps.now();
     const columns = outcomeColumns(outcome, { startedAt: Number(row.started_at), completedAt: now });
-    if (runTimeMs !== undefined) columns.run_time_ms = runTimeMs;
+    columns.run_time_ms = runTimeMs ?? Math.round(performance.now() - this.#startedAt);
     const delivery = webhook
       ? {
         runId: row.run_id,

@@ -179,8 +179,10 @@ async function enqueueEndDelivery(
 export interface LeasedFinish {
   run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret" | "webhook_credentials" | "started_at">;
   outcome: RunOutcome;
-  /** When it ended (its `completed_at`). */
+  /** When it ended (its `completed_at`), on the store's clock. */
   now: number;
+  /** How long it ran, measured on the monotonic clock (default `now` − `started_at`). */
+  runTimeMs?: number;
 }
 
 /**
@@ -195,13 +197,13 @@ export async function finishLeasedRuns(
   owner: string,
   finishes: readonly LeasedFinish[],
 ): Promise<Set<string>> {
-  const ends = finishes.map(({ run, outcome, now }) => {
+  const ends = finishes.map(({ run, outcome, now, runTimeMs }) => {
     const columns = outcomeColumns(outcome, { startedAt: Number(run.started_at ?? now), completedAt: now });
     return {
       run_id: run.run_id,
       status: outcome.status,
       completed_at: now,
-      run_time_ms: run.started_at === null ? null : columns.run_time_ms as number,
+      run_time_ms: run.started_at === null ? null : runTimeMs ?? columns.run_time_ms as number,
       result_json: columns.result_json as string | null,
       result_truncated: columns.result_truncated as number,
       error_type: columns.error_type as string | null,

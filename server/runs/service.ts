@@ -238,6 +238,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
     owner,
+    now: clock,
     retryDelaysMs: options.recordRetry?.delaysMs,
     keptRetryMs: options.recordRetry?.keptMs,
     onDeliveries,
@@ -250,7 +251,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       logger.error({ err: error, run_id: runId }, "run record lost: the store refused it until it was given up"),
   });
   const resultLimitBytes = config.resultLimitBytes ?? DEFAULT_RESULT_LIMIT_BYTES;
-  const liveRunDeps = { writer, local, events, resultLimitBytes };
+  const liveRunDeps = { writer, local, events, resultLimitBytes, now: clock };
   const loops: Ticker[] = [];
   let dispatcher: Ticker | undefined;
   if (options.executor) {
@@ -351,7 +352,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     return toRun(row, {
       webhook: webhooks.get(row.run_id) ?? null,
       resultTtlMs: config.resultTtlMs,
-      now: Date.now(),
+      now: clock(),
       reruns,
     });
   }
@@ -386,7 +387,8 @@ export function createRunService(options: RunServiceOptions): RunService {
 
   /** The run's first record: `queued` for an async call, `running` (leased here) for a live one. */
   function firstRow(call: RunCall, webhook: CheckedWebhook | null): Insertable<RunTable> {
-    const now = Date.now();
+    // The store's clock: run ids and times order runs across processes, whatever each host's clock says.
+    const now = clock();
     const base = {
       run_id: newRunId(now),
       project_id: call.projectId,
@@ -422,7 +424,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       webhook_secret: webhook?.sealed ?? null,
       webhook_credentials: webhook?.credentials ?? null,
       lease_owner: owner,
-      lease_expires_at: clock() + config.runLeaseMs,
+      lease_expires_at: now + config.runLeaseMs,
     };
   }
 
@@ -579,6 +581,7 @@ export function createRunService(options: RunServiceOptions): RunService {
         events,
         outcome: { status: "cancelled" },
         from: ["queued"],
+        now: clock(),
         runTimeMs: null,
       });
       if (!ended) return await cancelRun(ref);
@@ -683,7 +686,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       const page = rows.slice(0, limit);
       const withWebhook = page.filter((r) => r.webhook_endpoint).map((r) => r.run_id);
       const webhooks = await webhookViews(db, withWebhook);
-      const now = Date.now();
+      const now = clock();
       return {
         runs: page.map((row) =>
           toRunSummary(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
@@ -716,7 +719,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       await Promise.all(liveEnds);
       const rows = await selectRunsOf(db, owner);
       let ended = live.length;
-      const now = Date.now();
+      const now = clock();
       for (const row of rows) {
         const reported = await finishAndReport(row, {
           db,
