@@ -5,11 +5,11 @@
 import type { Logger } from "../log.ts";
 import { isProblemError } from "../problems/mod.ts";
 import { toRunError } from "./executor.ts";
-import { reportFinished } from "./_finish_and_report.ts";
 import type { LeasedFinishes } from "./_leased_finishes.ts";
 import { RunCancelled, RunTimedOut } from "./_local_runs.ts";
 import type { RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
+import { endLeasedRun, runEnd } from "./_run_end.ts";
 import { StoredItems, storedResult } from "./_stored_result.ts";
 import type { RunRecorder } from "./run_call.ts";
 import type { RunRow } from "./_view.ts";
@@ -94,16 +94,12 @@ export class QueuedRunRecord implements RunRecorder {
   async #write(outcome: RunOutcome): Promise<void> {
     const row = this.#row;
     const { finishes, events, logger } = this.#deps;
-    const now = this.#deps.now();
-    const runTimeMs = Math.round(performance.now() - this.#startedAt);
-    if (!(await finishes.finish({ run: row, outcome, now, runTimeMs }))) {
-      logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
-      return;
-    }
-    reportFinished(events, row, {
-      outcome,
-      runTimeMs,
-      queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
+    const end = runEnd(row, outcome, {
+      now: this.#deps.now(),
+      runTimeMs: Math.round(performance.now() - this.#startedAt),
     });
+    if (!(await endLeasedRun({ finishes, events }, end))) {
+      logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
+    }
   }
 }

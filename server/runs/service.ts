@@ -23,7 +23,6 @@ import {
 import type { RunExecutor } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
-import { finishAndReport } from "./_finish_and_report.ts";
 import { executeRun, type RunExecution } from "./_execute_run.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import { INTERRUPTED, type LocalRuns } from "./_local_runs.ts";
@@ -43,6 +42,7 @@ import { type Run, type RunRow, toRun, toRunSummary } from "./_view.ts";
 import { type CheckedWebhook, LiveRunRecord } from "./_live_run.ts";
 import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
+import { endStoredRun, runEnd } from "./_run_end.ts";
 import type { RunChange } from "./change_feed.ts";
 import { readRunLog, type RunLog, type RunLogLine, type RunLogWriter } from "./run_logs.ts";
 import { insertRun, insertRuns } from "./_run_rows.ts";
@@ -576,14 +576,8 @@ export function createRunService(options: RunServiceOptions): RunService {
       here.cancel();
       await here.done;
     } else if (row.status === "queued") {
-      const ended = await finishAndReport(row, {
-        db,
-        events,
-        outcome: { status: "cancelled" },
-        from: ["queued"],
-        now: clock(),
-        runTimeMs: null,
-      });
+      const end = runEnd(row, { status: "cancelled" }, { now: clock() });
+      const ended = await endStoredRun({ db, events }, end, { from: ["queued"] });
       if (!ended) return await cancelRun(ref);
       onDeliveries();
     } else {
@@ -721,16 +715,8 @@ export function createRunService(options: RunServiceOptions): RunService {
       let ended = live.length;
       const now = clock();
       for (const row of rows) {
-        const reported = await finishAndReport(row, {
-          db,
-          events,
-          outcome: { status: "failure", error: INTERRUPTED },
-          from: ["running"],
-          owner,
-          now,
-          runTimeMs: row.started_at === null ? null : Math.max(0, now - Number(row.started_at)),
-          queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
-        });
+        const end = runEnd(row, { status: "failure", error: INTERRUPTED }, { now });
+        const reported = await endStoredRun({ db, events }, end, { from: ["running"], owner });
         if (reported) ended++;
       }
       const interrupted = [...live.map((run) => run.logFields()), ...rows.map((row) => toLogFields(row))];
