@@ -3,6 +3,7 @@ import { createServiceAccount } from "./auth/mod.ts";
 import { ConfigError, loadConfig, type SettingOverrides, settingProblem } from "./config.ts";
 import { DataDirError } from "./data_dir.ts";
 import { createServer, type RunplaneServer } from "./mod.ts";
+import { skewProcessClock } from "./store/mod.ts";
 
 /** The project `npm start` creates on a fresh data dir. */
 export const DEMO_PROJECT = "p-demo";
@@ -11,7 +12,10 @@ export const DEMO_PROJECT = "p-demo";
 export async function serve(overrides: SettingOverrides = {}): Promise<void> {
   let server: RunplaneServer;
   try {
-    server = await createServer(loadConfig(process.env, overrides));
+    const config = loadConfig(process.env, overrides);
+    // Test only (0 otherwise): this process then keeps time as a host whose clock is off.
+    skewProcessClock(config.testClockOffsetMs);
+    server = await createServer(config);
   } catch (error) {
     // An unwritable data dir is found at start, not while reading settings, and reported as a bad setting.
     const problem = error instanceof DataDirError

@@ -54,7 +54,12 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
 
   async function execute(row: RunRow, controller: AbortController): Promise<void> {
     const target = { projectId: row.project_id, app: row.app_id };
-    const record = new QueuedRunRecord(row, { ...options, finishes, signal: controller.signal });
+    const record = new QueuedRunRecord(row, {
+      ...options,
+      finishes,
+      signal: controller.signal,
+      now: options.now ?? Date.now,
+    });
     // Called before any await so the executor counts this run when the next app is looked at.
     const running = executeRun(executor, {
       ...target,

@@ -11,15 +11,16 @@
  */
 import type { Kysely } from "kysely";
 import { createGroupCommit, type Database } from "../store/mod.ts";
-import { finishLeasedRuns, type LeasedFinish } from "./_queries.ts";
+import { type EndToStore, finishLeasedRuns } from "./_queries.ts";
 
 /** Ends this process's async runs in shared commits. */
 export interface LeasedFinishes {
   /**
-   * Ends the run with its outcome (and webhook delivery) if it is still running under this process's
-   * lease; resolves with false when it had been ended elsewhere first, once committed.
+   * Stores the run's end (and webhook delivery) if it is still running under this process's lease (or
+   * a stale-lease sweep's guess at it); resolves with false when it had been ended elsewhere first, once
+   * committed.
    */
-  finish(finish: LeasedFinish): Promise<boolean>;
+  finish(end: EndToStore): Promise<boolean>;
 }
 
 /** Options of `createLeasedFinishes`. */
@@ -31,7 +32,7 @@ export interface LeasedFinishesOptions {
 }
 
 interface Pending {
-  finish: LeasedFinish;
+  finish: EndToStore;
   ended?: boolean;
   error?: unknown;
 }
@@ -45,13 +46,13 @@ export function createLeasedFinishes(
   options: LeasedFinishesOptions = {},
 ): LeasedFinishes {
   const firstRetryMs = options.retryMs ?? 100;
-  async function writeOne(finish: LeasedFinish): Promise<boolean> {
-    return (await finishLeasedRuns(db, owner, [finish])).has(finish.run.run_id);
+  async function writeOne(finish: EndToStore): Promise<boolean> {
+    return (await finishLeasedRuns(db, owner, [finish])).has(finish.runId);
   }
   const commits = createGroupCommit<Pending>(async (batch) => {
     try {
       const ended = await finishLeasedRuns(db, owner, batch.map((pending) => pending.finish));
-      for (const pending of batch) pending.ended = ended.has(pending.finish.run.run_id);
+      for (const pending of batch) pending.ended = ended.has(pending.finish.runId);
     } catch (error) {
       if (batch.length === 1) batch[0].error = error;
       else {
@@ -67,8 +68,8 @@ export function createLeasedFinishes(
   }, { maxInFlight: 1 });
 
   /** Tries `finish` alone until it is written (or found ended elsewhere). */
-  async function retry(finish: LeasedFinish, error: unknown): Promise<boolean> {
-    options.onRetry?.(error, finish.run.run_id);
+  async function retry(finish: EndToStore, error: unknown): Promise<boolean> {
+    options.onRetry?.(error, finish.runId);
     for (let pauseMs = firstRetryMs;; pauseMs = Math.min(pauseMs * 2, MAX_RETRY_MS)) {
       // Unreferenced: a stopping process is not held open by a store that does not answer.
       await new Promise((resolve) => setTimeout(resolve, pauseMs).unref());

@@ -9,7 +9,8 @@ import { ProblemError } from "../problems/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { toRunError } from "./executor.ts";
 import { INTERRUPTED, type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
-import { deliveryBodyFor, outcomeColumns, type RunOutcome } from "./_queries.ts";
+import type { RunOutcome } from "./_queries.ts";
+import { endLiveRun, runEnd } from "./_run_end.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { StoredItems, storedResult } from "./_stored_result.ts";
 import type { WriteBehind } from "./_write_behind.ts";
@@ -22,6 +23,8 @@ export interface LiveRunDeps {
   events: RunEvents;
   /** The largest result stored (and sent in the webhook), in JSON bytes. */
   resultLimitBytes: number;
+  /** The store's clock: the run's `completed_at`. */
+  now(): number;
 }
 
 /** The webhook of a call: its checked endpoint (without user information) and sealed secret and credentials. */
@@ -46,6 +49,8 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   #status = "running";
   #runTimeMs: number | null = null;
   #errorType: string | null = null;
+  /** When it started, on the monotonic clock: its run time is measured there, whatever the wall clock does. */
+  readonly #startedAt = performance.now();
   #done: Promise<void> | undefined = undefined;
   #resolveDone: (() => void) | undefined = undefined;
 
@@ -149,44 +154,38 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     // A stored list was read by `succeed` already; any other end drops it.
     this.#items?.close();
     const row = this.#row;
-    const webhook = this.#webhook;
     const { writer, local, events } = this.#deps;
-    const now = Date.now();
-    const columns = outcomeColumns(outcome, { startedAt: Number(row.started_at), completedAt: now });
-    if (runTimeMs !== undefined) columns.run_time_ms = runTimeMs;
-    const delivery = webhook
-      ? {
-        runId: row.run_id,
-        endpoint: webhook.endpoint,
-        body: deliveryBodyFor(row.run_id, outcome, columns.run_time_ms ?? null, now),
-        sealedSecret: webhook.sealed,
-        sealedCredentials: webhook.credentials,
-      }
-      : undefined;
-    const mode = this.#stream ? "stream" : row.mode;
-    writer.put({ ...row, mode, ...columns } as Insertable<RunTable>, delivery);
+    const end = runEnd(
+      {
+        run_id: row.run_id,
+        project_id: row.project_id,
+        app_id: row.app_id,
+        function_name: row.function_name,
+        mode: row.mode,
+        started_at: Number(row.started_at),
+        queue_time_ms: 0,
+        // The webhook's, sealed, as the running record has them.
+        webhook_endpoint: this.#webhook?.endpoint ?? null,
+        webhook_secret: this.#webhook?.sealed ?? null,
+        webhook_credentials: this.#webhook?.credentials ?? null,
+      },
+      outcome,
+      {
+        now: this.#deps.now(),
+        runTimeMs: runTimeMs ?? Math.round(performance.now() - this.#startedAt),
+        mode: this.#stream ? "stream" : row.mode,
+        loggedByCaller: true,
+      },
+    );
     local.delete(row.run_id);
     this.#status = outcome.status;
-    this.#runTimeMs = columns.run_time_ms ?? null;
-    this.#errorType = columns.error_type ?? null;
-    events.finished({
-      runId: row.run_id,
-      projectId: row.project_id,
-      appId: row.app_id,
-      functionName: row.function_name,
-      mode,
-      status: outcome.status,
-      runTimeMs: this.#runTimeMs,
-      errorType: this.#errorType,
-      queueTimeMs: 0,
-      loggedByCaller: true,
-    });
+    this.#runTimeMs = end.event.runTimeMs;
+    this.#errorType = end.event.errorType ?? null;
+    const committed = endLiveRun({ writer, events }, row, end);
     this.#resolveDone?.();
-    // A webhook must survive a crash right after the caller got the answer, so its record is committed
-    // now (one small transaction, about a millisecond) rather than in the next batch; when the store
-    // refuses it, the caller is told so instead of getting an answer nothing recorded.
-    if (!delivery) return Promise.resolve();
-    return writer.commitSoon(row.run_id).catch((error: unknown) => {
+    // When the store refuses the final state of a run with a webhook, the caller is told so instead of
+    // getting an answer nothing recorded.
+    return committed.catch((error: unknown) => {
       throw new ProblemError(
         "store-unavailable",
         `Run ${row.run_id} ended ${outcome.status}, but its record and webhook could not be stored; the server keeps retrying them. Check the run with getRun before calling again`,

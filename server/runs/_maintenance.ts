@@ -15,7 +15,7 @@ import { IDEMPOTENCY_WINDOW_MS } from "./_idempotency.ts";
 import { INTERRUPTED, type LocalRuns } from "./_local_runs.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { deadOwners, forgetOwner } from "./_owners.ts";
-import { finishAndReport } from "./_finish_and_report.ts";
+import { endStoredRun, runEnd } from "./_run_end.ts";
 import { expireResults, renewLeases, selectRunsOf, selectStaleRuns } from "./_queries.ts";
 import { expireRunLogs } from "./run_logs.ts";
 import type { RunRow } from "./_view.ts";
@@ -72,15 +72,9 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
       row: RunRow,
       where: { staleBefore?: number; owner?: string; sweptOwner?: string | null },
     ): Promise<void> {
-      const ended = await finishAndReport({ ...row, started_at: null }, {
-        db,
-        events: options.events,
-        outcome: { status: "failure", error: INTERRUPTED },
-        from: ["running"],
-        now,
-        ...where,
-        runTimeMs: null,
-      });
+      // Cut off: its run time was not measured.
+      const end = runEnd(row, { status: "failure", error: INTERRUPTED }, { now, runTimeMs: null });
+      const ended = await endStoredRun({ db, events: options.events }, end, { from: ["running"], ...where });
       if (ended) interrupted++;
     }
     // A process of this host that is gone cannot renew: end its runs, and free the webhook deliveries it

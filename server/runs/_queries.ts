@@ -3,7 +3,7 @@ import type { Kysely, Transaction, Updateable } from "kysely";
 import { columnList, type Database, rawStatement } from "../store/mod.ts";
 import { endLeasedRuns } from "./_run_rows.ts";
 import type { RunTable } from "../store/schema.ts";
-import { enqueueDelivery, MAX_ATTEMPTS, putEndDelivery, webhookBody } from "../webhooks/mod.ts";
+import { enqueueDelivery, MAX_ATTEMPTS, type NewDelivery, putEndDelivery } from "../webhooks/mod.ts";
 import type { RunErrorInfo } from "./executor.ts";
 import type { StoredResult } from "./_stored_result.ts";
 import type { RunRow, RunSummaryRow } from "./_view.ts";
@@ -76,49 +76,21 @@ export function selectRunPage(
   return query.orderBy("run_id", "desc").limit(options.limit).execute() as Promise<RunSummaryRow[]>;
 }
 
-/** The columns a run's outcome sets. */
-export function outcomeColumns(
-  outcome: RunOutcome,
-  timing: { startedAt: number; completedAt: number },
-): Updateable<RunTable> {
-  return {
-    status: outcome.status,
-    completed_at: timing.completedAt,
-    run_time_ms: Math.max(0, timing.completedAt - timing.startedAt),
-    result_json: outcome.status === "success" ? outcome.result.json : null,
-    result_truncated: outcome.status === "success" && outcome.result.truncated ? 1 : 0,
-    error_type: outcome.status === "failure" ? outcome.error.type : null,
-    error_message: outcome.status === "failure" ? outcome.error.message : null,
-    error_traceback: outcome.status === "failure" ? outcome.error.traceback : null,
-    // An async run's input stays (shown with the run, and run again) until its result expires.
-    webhook_secret: null,
-    webhook_credentials: null,
-    lease_owner: null,
-    lease_expires_at: null,
-  };
+/** A run's end as stored: its final columns and its webhook delivery (made by `runEnd`, `_run_end.ts`). */
+export interface EndToStore {
+  runId: string;
+  /** When it ended (its `completed_at`): its delivery is made and due then. */
+  now: number;
+  columns: Updateable<RunTable>;
+  delivery: NewDelivery | null;
 }
 
-/** The webhook body of a finished run: its result as stored (the same limit applies). */
-export function deliveryBodyFor(runId: string, outcome: RunOutcome, runTimeMs: number | null, now: number): string {
-  const success = outcome.status === "success";
-  return webhookBody({
-    run_id: runId,
-    status: outcome.status,
-    result_truncated: success && outcome.result.truncated,
-    error: outcome.status === "failure" ? outcome.error : null,
-    run_time_ms: runTimeMs,
-  }, { resultJson: success ? outcome.result.json : null, now });
-}
-
-/** How `finishRun` ends a run. */
-export interface FinishRunOptions {
-  outcome: RunOutcome;
+/** Which stored run `finishRun` may end. */
+export interface FinishWhere {
   /** The states the run may be ended from. */
   from: string[];
   /** Only while this process holds its lease. */
   owner?: string;
-  /** Its `completed_at` (default the process's clock). */
-  now?: number;
   /** Only while its lease ran out before this time (a stale-lease sweep). */
   staleBefore?: number;
   /** The owner a stale-lease sweep takes the run from: its own end may still replace this one. */
@@ -126,101 +98,52 @@ export interface FinishRunOptions {
 }
 
 /**
- * Ends a run that is still in one of `from` (and, when given, owned by `owner`): writes its outcome and,
- * in the same transaction, its webhook delivery, so the final state is stored before any webhook leaves.
+ * Ends a run that is still in one of `from` (and, when given, owned by `owner`): writes its end and, in
+ * the same transaction, its webhook delivery, so the final state is stored before any webhook leaves.
  * Returns false when the run was no longer in that state (another process ended it first). A stale-lease
  * sweep (`staleBefore`) names the run's `sweptOwner`: its end is a guess that owner's own end replaces.
  */
-export async function finishRun(
-  db: Kysely<Database>,
-  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret" | "webhook_credentials"> & {
-    started_at: number | null;
-    created_at: number;
-  },
-  options: FinishRunOptions,
-): Promise<boolean> {
-  const now = options.now ?? Date.now();
-  const startedAt = run.started_at ?? now;
-  const columns = outcomeColumns(options.outcome, { startedAt, completedAt: now });
-  if (run.started_at === null) columns.run_time_ms = null;
-  if (options.sweptOwner) columns.swept_owner = options.sweptOwner;
+export async function finishRun(db: Kysely<Database>, end: EndToStore, where: FinishWhere): Promise<boolean> {
+  const columns = where.sweptOwner ? { ...end.columns, swept_owner: where.sweptOwner } : end.columns;
   return await db.transaction().execute(async (trx) => {
-    let update = trx.updateTable("runs").set(columns).where("run_id", "=", run.run_id).where(
-      "status",
-      "in",
-      options.from,
-    );
-    if (options.owner) update = update.where("lease_owner", "=", options.owner);
-    if (options.staleBefore !== undefined) update = update.where("lease_expires_at", "<", options.staleBefore);
+    let update = trx.updateTable("runs").set(columns).where("run_id", "=", end.runId).where("status", "in", where.from);
+    if (where.owner) update = update.where("lease_owner", "=", where.owner);
+    if (where.staleBefore !== undefined) update = update.where("lease_expires_at", "<", where.staleBefore);
     const result = await update.executeTakeFirst();
     if (Number(result.numUpdatedRows) !== 1) return false;
-    await enqueueEndDelivery(trx, run, { outcome: options.outcome, runTimeMs: columns.run_time_ms ?? null, now });
+    if (end.delivery) await enqueueDelivery(trx, end.delivery, { now: end.now });
     return true;
   });
-}
-
-/** Queues the webhook delivery of a run that just ended, when it has a webhook (in the ending transaction). */
-async function enqueueEndDelivery(
-  trx: Transaction<Database>,
-  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret" | "webhook_credentials">,
-  end: { outcome: RunOutcome; runTimeMs: number | null; now: number },
-): Promise<void> {
-  if (!run.webhook_endpoint) return;
-  await enqueueDelivery(trx, {
-    runId: run.run_id,
-    endpoint: run.webhook_endpoint,
-    body: deliveryBodyFor(run.run_id, end.outcome, end.runTimeMs, end.now),
-    sealedSecret: run.webhook_secret,
-    sealedCredentials: run.webhook_credentials,
-  }, { now: end.now });
-}
-
-/** A run this process ran under its lease, and how it ended (see `finishLeasedRuns`). */
-export interface LeasedFinish {
-  run: Pick<RunRow, "run_id" | "webhook_endpoint" | "webhook_secret" | "webhook_credentials" | "started_at">;
-  outcome: RunOutcome;
-  /** When it ended (its `completed_at`). */
-  now: number;
 }
 
 /**
  * Ends runs still `running` under `owner`'s lease, like `finishRun` from `running` with that owner, but
  * many in one transaction: one statement for their final states, then the webhook deliveries of those it
  * ended, then one commit. A run a stale-lease sweep ended `interrupted` while this owner was cut off from
- * the store is ended again, with its true outcome and delivery. Answers the ids it ended; the others had
+ * the store is ended again, with its true end and delivery. Answers the ids it ended; the others had
  * been ended elsewhere first.
  */
 export async function finishLeasedRuns(
   db: Kysely<Database>,
   owner: string,
-  finishes: readonly LeasedFinish[],
+  ends: readonly EndToStore[],
 ): Promise<Set<string>> {
-  const ends = finishes.map(({ run, outcome, now }) => {
-    const columns = outcomeColumns(outcome, { startedAt: Number(run.started_at ?? now), completedAt: now });
-    return {
-      run_id: run.run_id,
-      status: outcome.status,
-      completed_at: now,
-      run_time_ms: run.started_at === null ? null : columns.run_time_ms as number,
-      result_json: columns.result_json as string | null,
-      result_truncated: columns.result_truncated as number,
-      error_type: columns.error_type as string | null,
-      error_message: columns.error_message as string | null,
-      error_traceback: columns.error_traceback as string | null,
-    };
-  });
+  const rows = ends.map(({ runId, now, columns }) => ({
+    run_id: runId,
+    status: columns.status as string,
+    completed_at: now,
+    run_time_ms: (columns.run_time_ms ?? null) as number | null,
+    result_json: (columns.result_json ?? null) as string | null,
+    result_truncated: (columns.result_truncated ?? 0) as number,
+    error_type: (columns.error_type ?? null) as string | null,
+    error_message: (columns.error_message ?? null) as string | null,
+    error_traceback: (columns.error_traceback ?? null) as string | null,
+  }));
   return await db.transaction().execute(async (trx) => {
-    const ended = new Set(await endLeasedRuns(trx, owner, ends));
-    for (const [i, { run, outcome, now }] of finishes.entries()) {
-      if (!ended.has(run.run_id) || !run.webhook_endpoint) continue;
+    const ended = new Set(await endLeasedRuns(trx, owner, rows));
+    for (const { runId, now, delivery } of ends) {
       // Replaces the delivery of a sweep's guess, when the run had one (see `endLeasedRuns`).
-      await putEndDelivery(trx, {
-        runId: run.run_id,
-        endpoint: run.webhook_endpoint,
-        body: deliveryBodyFor(run.run_id, outcome, ends[i].run_time_ms, now),
-        sealedSecret: run.webhook_secret,
-        sealedCredentials: run.webhook_credentials,
-      }, { now, attemptsMore: MAX_ATTEMPTS });
+      if (ended.has(runId) && delivery) await putEndDelivery(trx, delivery, { now, attemptsMore: MAX_ATTEMPTS });
     }
     return ended;
   });

@@ -5,11 +5,11 @@
 import type { Logger } from "../log.ts";
 import { isProblemError } from "../problems/mod.ts";
 import { toRunError } from "./executor.ts";
-import { reportFinished } from "./_finish_and_report.ts";
 import type { LeasedFinishes } from "./_leased_finishes.ts";
 import { RunCancelled, RunTimedOut } from "./_local_runs.ts";
 import type { RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
+import { endLeasedRun, runEnd } from "./_run_end.ts";
 import { StoredItems, storedResult } from "./_stored_result.ts";
 import type { RunRecorder } from "./run_call.ts";
 import type { RunRow } from "./_view.ts";
@@ -22,6 +22,8 @@ export interface QueuedRunDeps {
   logger: Logger;
   /** The largest result stored (and sent in the webhook), in JSON bytes. */
   resultLimitBytes: number;
+  /** The store's clock: the run's `completed_at`. */
+  now(): number;
 }
 
 /** The outcome a failure (or the reason the run's signal was aborted with) stands for. */
@@ -49,6 +51,8 @@ export class QueuedRunRecord implements RunRecorder {
   readonly #deps: QueuedRunDeps;
   #items: StoredItems | undefined = undefined;
   #ending: Promise<void> | undefined = undefined;
+  /** When it was claimed, on the monotonic clock: its run time is measured there. */
+  readonly #startedAt = performance.now();
 
   constructor(row: RunRow, deps: QueuedRunDeps & { signal: AbortSignal }) {
     this.runId = row.run_id;
@@ -64,7 +68,7 @@ export class QueuedRunRecord implements RunRecorder {
     (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
   }
 
-  /** Records success; a given run time is not used (the record's clock runs from start to end here). */
+  /** Records success; a given run time is not used (the record's monotonic clock runs from claim to end here). */
   succeed(...args: [result?: unknown, options?: { runTimeMs?: number }]): Promise<void> {
     const limit = this.#deps.resultLimitBytes;
     const result = args.length ? storedResult(args[0], limit) : (this.#items ?? new StoredItems(limit)).result();
@@ -90,15 +94,12 @@ export class QueuedRunRecord implements RunRecorder {
   async #write(outcome: RunOutcome): Promise<void> {
     const row = this.#row;
     const { finishes, events, logger } = this.#deps;
-    const now = Date.now();
-    if (!(await finishes.finish({ run: row, outcome, now }))) {
-      logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
-      return;
-    }
-    reportFinished(events, row, {
-      outcome,
-      runTimeMs: Math.max(0, now - Number(row.started_at ?? now)),
-      queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
+    const end = runEnd(row, outcome, {
+      now: this.#deps.now(),
+      runTimeMs: Math.round(performance.now() - this.#startedAt),
     });
+    if (!(await endLeasedRun({ finishes, events }, end))) {
+      logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");
+    }
   }
 }

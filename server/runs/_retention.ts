@@ -115,14 +115,16 @@ export function startRetention(options: RetentionOptions): Ticker {
   const { db, logger } = options;
   const stopping = new AbortController();
   const ticker = startTicker(async () => {
-    const started = Date.now();
+    const started = performance.now();
     const deleted = await purgeExpiredRuns(db, {
       retentionMs: options.retentionMs,
       resultTtlMs: options.resultTtlMs,
       now: (options.now ?? Date.now)(),
       signal: stopping.signal,
     });
-    if (deleted) logger.info({ deleted, duration_ms: Date.now() - started }, "expired run records deleted");
+    if (deleted) {
+      logger.info({ deleted, duration_ms: Math.round(performance.now() - started) }, "expired run records deleted");
+    }
   }, {
     intervalMs: options.intervalMs ?? 60_000,
     onError: (error) => logger.error({ err: error }, "deleting expired run records failed"),

@@ -56,6 +56,8 @@ export interface WriteBehind {
 export interface WriteBehindOptions {
   /** The lease owner of this process's runs: their final states replace a stale-lease sweep's guess. */
   owner: string;
+  /** The store's clock: when deliveries are made and due (default the process's). */
+  now?: () => number;
   /** The batch window (default 25 ms). */
   delayMs?: number;
   /** Pauses before each retry of a refused write, run by run (default 20, 100 and 500 ms). */
@@ -110,7 +112,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     await db.transaction().execute(async (trx) => {
       const written = new Set<string>();
       for (const { row } of entries) if (await upsertRun(trx, row, options.owner)) written.add(row.run_id);
-      const now = Date.now();
+      const now = (options.now ?? Date.now)();
       for (const { delivery } of entries) {
         // A run that had ended otherwise (this write's twin after an unsure commit) keeps that end's delivery.
         if (!delivery || !written.has(delivery.runId)) continue;

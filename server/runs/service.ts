@@ -23,7 +23,6 @@ import {
 import type { RunExecutor } from "./executor.ts";
 import { decodeCursor, encodeCursor } from "./_cursor.ts";
 import { startDispatcher } from "./_dispatcher.ts";
-import { finishAndReport } from "./_finish_and_report.ts";
 import { executeRun, type RunExecution } from "./_execute_run.ts";
 import { fingerprint, reserveKey } from "./_idempotency.ts";
 import { INTERRUPTED, type LocalRuns } from "./_local_runs.ts";
@@ -43,6 +42,7 @@ import { type Run, type RunRow, toRun, toRunSummary } from "./_view.ts";
 import { type CheckedWebhook, LiveRunRecord } from "./_live_run.ts";
 import { registerOwner } from "./_owners.ts";
 import { createRunEvents, type RunMetrics } from "./_run_events.ts";
+import { endStoredRun, runEnd } from "./_run_end.ts";
 import type { RunChange } from "./change_feed.ts";
 import { readRunLog, type RunLog, type RunLogLine, type RunLogWriter } from "./run_logs.ts";
 import { insertRun, insertRuns } from "./_run_rows.ts";
@@ -238,6 +238,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
     owner,
+    now: clock,
     retryDelaysMs: options.recordRetry?.delaysMs,
     keptRetryMs: options.recordRetry?.keptMs,
     onDeliveries,
@@ -250,7 +251,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       logger.error({ err: error, run_id: runId }, "run record lost: the store refused it until it was given up"),
   });
   const resultLimitBytes = config.resultLimitBytes ?? DEFAULT_RESULT_LIMIT_BYTES;
-  const liveRunDeps = { writer, local, events, resultLimitBytes };
+  const liveRunDeps = { writer, local, events, resultLimitBytes, now: clock };
   const loops: Ticker[] = [];
   let dispatcher: Ticker | undefined;
   if (options.executor) {
@@ -351,7 +352,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     return toRun(row, {
       webhook: webhooks.get(row.run_id) ?? null,
       resultTtlMs: config.resultTtlMs,
-      now: Date.now(),
+      now: clock(),
       reruns,
     });
   }
@@ -386,7 +387,8 @@ export function createRunService(options: RunServiceOptions): RunService {
 
   /** The run's first record: `queued` for an async call, `running` (leased here) for a live one. */
   function firstRow(call: RunCall, webhook: CheckedWebhook | null): Insertable<RunTable> {
-    const now = Date.now();
+    // The store's clock: run ids and times order runs across processes, whatever each host's clock says.
+    const now = clock();
     const base = {
       run_id: newRunId(now),
       project_id: call.projectId,
@@ -422,7 +424,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       webhook_secret: webhook?.sealed ?? null,
       webhook_credentials: webhook?.credentials ?? null,
       lease_owner: owner,
-      lease_expires_at: clock() + config.runLeaseMs,
+      lease_expires_at: now + config.runLeaseMs,
     };
   }
 
@@ -574,13 +576,8 @@ export function createRunService(options: RunServiceOptions): RunService {
       here.cancel();
       await here.done;
     } else if (row.status === "queued") {
-      const ended = await finishAndReport(row, {
-        db,
-        events,
-        outcome: { status: "cancelled" },
-        from: ["queued"],
-        runTimeMs: null,
-      });
+      const end = runEnd(row, { status: "cancelled" }, { now: clock() });
+      const ended = await endStoredRun({ db, events }, end, { from: ["queued"] });
       if (!ended) return await cancelRun(ref);
       onDeliveries();
     } else {
@@ -683,7 +680,7 @@ export function createRunService(options: RunServiceOptions): RunService {
       const page = rows.slice(0, limit);
       const withWebhook = page.filter((r) => r.webhook_endpoint).map((r) => r.run_id);
       const webhooks = await webhookViews(db, withWebhook);
-      const now = Date.now();
+      const now = clock();
       return {
         runs: page.map((row) =>
           toRunSummary(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
@@ -716,18 +713,10 @@ export function createRunService(options: RunServiceOptions): RunService {
       await Promise.all(liveEnds);
       const rows = await selectRunsOf(db, owner);
       let ended = live.length;
-      const now = Date.now();
+      const now = clock();
       for (const row of rows) {
-        const reported = await finishAndReport(row, {
-          db,
-          events,
-          outcome: { status: "failure", error: INTERRUPTED },
-          from: ["running"],
-          owner,
-          now,
-          runTimeMs: row.started_at === null ? null : Math.max(0, now - Number(row.started_at)),
-          queueTimeMs: row.queue_time_ms === null ? null : Number(row.queue_time_ms),
-        });
+        const end = runEnd(row, { status: "failure", error: INTERRUPTED }, { now });
+        const reported = await endStoredRun({ db, events }, end, { from: ["running"], owner });
         if (reported) ended++;
       }
       const interrupted = [...live.map((run) => run.logFields()), ...rows.map((row) => toLogFields(row))];

@@ -36,7 +36,7 @@ import type { Database } from "./schema.ts";
 
 export { isPostgresUrl, redactDatabaseUrl } from "./_postgres.ts";
 export { type BatchedLookup, type BatchedLookupOptions, createBatchedLookup } from "./batched_lookup.ts";
-export type { StoreClock } from "./clock.ts";
+export { skewProcessClock, type StoreClock } from "./clock.ts";
 export { createGroupCommit, type GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 export {
   LISTENER_APPLICATION_NAME,

@@ -187,7 +187,9 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
    */
   async function attempt(delivery: ClaimedDelivery, sent: (answered: boolean) => void): Promise<void> {
     const number = delivery.attempts + 1;
-    const at = Date.now();
+    // The store's clock: the attempt's time, the signature's timestamp and the next attempt's due time
+    // are the database's, not this host's, whose clock may be off.
+    const at = clock();
     await starts.add({ runId: delivery.run_id, attempt: number, at });
     if (stopping.signal.aborted) return;
     const started = performance.now();
@@ -210,7 +212,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       durationMs,
       outcome,
       verdict,
-      nextAttemptAt: Date.now() + options.retryDelayMs,
+      nextAttemptAt: clock() + options.retryDelayMs,
       maxAttempts: delivery.attempt_limit ?? MAX_ATTEMPTS,
     };
     await recordSurely(record);
@@ -221,7 +223,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     if (status !== "pending") {
       options.metrics?.webhookDeliveryLatency.observe(
         { outcome: status },
-        Math.max(0, Date.now() - delivery.created_at) / 1000,
+        Math.max(0, clock() - delivery.created_at) / 1000,
       );
     }
     const detail = { run_id: delivery.run_id, attempt: number, outcome: label, ...outcome, duration_ms: durationMs };
@@ -376,12 +378,11 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       const destination = destinationOf(endpoint);
       const full = ready.length >= maxReady
         || (saturated(destination) && (waiting.get(destination) ?? 0) >= perDestination);
-      // `now` is the process's clock (the delivery's created_at); the lease's end is the store's.
-      return full || stopping.signal.aborted ? null : { owner, expiresAt: now + (clock() - Date.now()) + leaseMs };
+      // `now` is the store's clock (the delivery's created_at), as the lease's end is.
+      return full || stopping.signal.aborted ? null : { owner, expiresAt: now + leaseMs };
     },
     take(deliveries) {
-      const offset = clock() - Date.now();
-      for (const delivery of deliveries) enqueue(delivery, delivery.created_at + offset + leaseMs);
+      for (const delivery of deliveries) enqueue(delivery, delivery.created_at + leaseMs);
       pump();
     },
   };

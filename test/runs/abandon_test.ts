@@ -21,7 +21,7 @@ for (const engine of await engines()) {
       defer(() => t.close());
       await deployApp(t, "stuck", {
         toml: "[deployment]\n\n[scaling]\nreplica_concurrency = 4\n",
-        files: { "main.py": "import time\n\ndef stuck():\n    time.sleep(600)\n" },
+        files: { "main.py": "import time\n\ndef stuck():\n    print('started', flush=True)\n    time.sleep(600)\n" },
       });
       const ref: AppRef = { client: t.client, project: TEST_PROJECT, app: "stuck" };
       const asyncRun = await submitAsync(ref, "stuck");
@@ -45,6 +45,12 @@ for (const engine of await engines()) {
         "the sync call to run",
       );
 
+      // Both functions run (a call still waiting for its replica would be cut as the app going away).
+      await eventually(
+        async () => t.logs.filter((l) => l.msg === "function output" && l.text === "started").length === 2 || undefined,
+        30_000,
+        "both functions to start",
+      );
       await t.server.drain(200);
       const response = await cut;
       await assertMatchesContract("POST", url, response.clone() as unknown as Response);

@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { CompiledQuery } from "kysely";
 import { purgeExpiredRuns } from "../../server/runs/_retention.ts";
+import { runEnd } from "../../server/runs/_run_end.ts";
 import {
   appsWithQueuedRuns,
   claimQueuedRuns,
@@ -99,10 +100,19 @@ for (const engine of await engines()) {
       await queuedRunsByApp(db);
       await claimQueuedRuns(db, { projectId: "p", appId: "a", owner: "o", leaseMs: 30_000, limit: 4, now });
       await renewLeases(db, { owner: "o", leaseMs: 30_000, now });
-      const leased = { webhook_endpoint: null, webhook_secret: null, webhook_credentials: null, started_at: now };
+      const leased = {
+        project_id: "p",
+        app_id: "a",
+        function_name: "f",
+        mode: "async",
+        webhook_endpoint: null,
+        webhook_secret: null,
+        webhook_credentials: null,
+        started_at: now,
+      };
       await finishLeasedRuns(db, "o", [
-        { run: { ...leased, run_id: ref.runId }, outcome: { status: "cancelled" }, now },
-        { run: { ...leased, run_id: "run_00000000000000000000000002" }, outcome: { status: "cancelled" }, now },
+        runEnd({ ...leased, run_id: ref.runId }, { status: "cancelled" }, { now }),
+        runEnd({ ...leased, run_id: "run_00000000000000000000000002" }, { status: "cancelled" }, { now }),
       ]);
       await selectStaleRuns(db, now);
       await selectRunsOf(db, "o");

@@ -8,6 +8,7 @@ import { after, before, describe, it } from "node:test";
 import { type Insertable, sql } from "kysely";
 import { createLeasedFinishes } from "../../server/runs/_leased_finishes.ts";
 import { finishLeasedRuns, type RunOutcome } from "../../server/runs/_queries.ts";
+import { runEnd } from "../../server/runs/_run_end.ts";
 import { insertRuns } from "../../server/runs/_run_rows.ts";
 import type { RunTable } from "../../server/store/schema.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
@@ -114,15 +115,14 @@ for (const engine of await engines()) {
         await t.store.db.selectFrom("runs").selectAll().where("run_id", "=", id).executeTakeFirstOrThrow();
       statements.length = 0;
       const ended = await finishLeasedRuns(t.store.db, "me", [
-        { run: await rowOf("end_a"), outcome: SUCCESS(`{"x":"${AWKWARD[0].replace(/"/g, '\\"')}"}`), now },
-        {
-          run: await rowOf("end_b"),
-          outcome: { status: "failure", error: { type: "ValueError", message: AWKWARD[5], traceback: AWKWARD[2] } },
-          now,
-        },
-        { run: await rowOf("end_c"), outcome: SUCCESS("1"), now },
-        { run: await rowOf("end_d"), outcome: SUCCESS("2"), now },
-        { run: await rowOf("end_e"), outcome: { status: "cancelled" }, now },
+        runEnd(await rowOf("end_a"), SUCCESS(`{"x":"${AWKWARD[0].replace(/"/g, '\\"')}"}`), { now }),
+        runEnd(await rowOf("end_b"), {
+          status: "failure",
+          error: { type: "ValueError", message: AWKWARD[5], traceback: AWKWARD[2] },
+        }, { now }),
+        runEnd(await rowOf("end_c"), SUCCESS("1"), { now }),
+        runEnd(await rowOf("end_d"), SUCCESS("2"), { now }),
+        runEnd(await rowOf("end_e"), { status: "cancelled" }, { now }),
       ]);
       assert.deepEqual([...ended].sort(), ["end_a", "end_b", "end_e"]);
       assert.equal(statements.filter((s) => /^update "runs"/.test(s)).length, 1, statements.join("\n"));
@@ -181,7 +181,7 @@ for (const engine of await engines()) {
         statements.length = 0;
         const settled: Array<boolean | undefined> = rows.map(() => undefined);
         const results = rows.map((run, i) =>
-          finishes.finish({ run, outcome: SUCCESS("true"), now: 1_764_000_002_000 }).then((
+          finishes.finish(runEnd(run, SUCCESS("true"), { now: 1_764_000_002_000 })).then((
             ended,
           ) => (settled[i] = ended))
         );

@@ -1,0 +1,168 @@
+/**
+ * A run ends in one place. `runEnd` makes a run's end from its outcome: its final columns, its webhook
+ * delivery (the exact body, signed with the run's sealed secret and authorised with its sealed
+ * credentials, whatever the outcome: success, failure, cancelled, interrupted) and the event that tells
+ * it (metrics, the `run finished` line, the live pages). Every path stores such an end with one of three
+ * strategies and tells its event once, when the end is its to tell:
+ *
+ * - `endLiveRun`: a sync or stream call, through the write-behind (`_write_behind.ts`: batched; a final
+ *   state with a webhook is committed at once);
+ * - `endLeasedRun`: an async run, through the leased batch (`_leased_finishes.ts`);
+ * - `endStoredRun`: a run ended where it is stored rather than where it runs: a cancel of a queued run,
+ *   upkeep's recovery of a dead process's runs and its stale-lease sweep, the drain timeout's abandon.
+ */
+import type { Insertable, Kysely, Updateable } from "kysely";
+import type { Database } from "../store/mod.ts";
+import type { RunTable } from "../store/schema.ts";
+import { type NewDelivery, webhookBody } from "../webhooks/mod.ts";
+import type { LeasedFinishes } from "./_leased_finishes.ts";
+import { type EndToStore, finishRun, type FinishWhere, type RunOutcome } from "./_queries.ts";
+import type { FinishedRun, RunEvents } from "./_run_events.ts";
+import type { RunRow } from "./_view.ts";
+import type { WriteBehind } from "./_write_behind.ts";
+
+/** A run as its end needs it: who it is, when it started, its webhook (sealed). */
+export type EndingRun =
+  & Pick<
+    RunRow,
+    | "run_id"
+    | "project_id"
+    | "app_id"
+    | "function_name"
+    | "mode"
+    | "webhook_endpoint"
+    | "webhook_secret"
+    | "webhook_credentials"
+  >
+  & { started_at: number | null; queue_time_ms?: number | null };
+
+/** A run's end: what is stored (`EndToStore`) and the event told once it is. */
+export interface RunEnd extends EndToStore {
+  outcome: RunOutcome;
+  event: FinishedRun;
+}
+
+/** How a run ended, besides its outcome. */
+export interface RunEndOptions {
+  /** When it ended (its `completed_at`), on the store's clock. */
+  now: number;
+  /**
+   * How long it ran, measured on the monotonic clock; null when it was cut off without a measure (a
+   * dead process's run); default `now` − `started_at` (null for a run that never started).
+   */
+  runTimeMs?: number | null;
+  /** The mode it ended in, when not its record's (a sync call whose function streamed: `stream`). */
+  mode?: string;
+  /** The caller's request line reports this end (a sync or stream call). */
+  loggedByCaller?: boolean;
+}
+
+/** The columns a run's outcome sets: status, times, result or error; the secrets and lease go with the end. */
+function outcomeColumns(outcome: RunOutcome, completedAt: number, runTimeMs: number | null): Updateable<RunTable> {
+  return {
+    status: outcome.status,
+    completed_at: completedAt,
+    run_time_ms: runTimeMs,
+    result_json: outcome.status === "success" ? outcome.result.json : null,
+    result_truncated: outcome.status === "success" && outcome.result.truncated ? 1 : 0,
+    error_type: outcome.status === "failure" ? outcome.error.type : null,
+    error_message: outcome.status === "failure" ? outcome.error.message : null,
+    error_traceback: outcome.status === "failure" ? outcome.error.traceback : null,
+    // An async run's input stays (shown with the run, and run again) until its result expires.
+    webhook_secret: null,
+    webhook_credentials: null,
+    lease_owner: null,
+    lease_expires_at: null,
+  };
+}
+
+/** The webhook body of a finished run: its result as stored (the same limit applies). */
+function deliveryBody(runId: string, outcome: RunOutcome, runTimeMs: number | null, now: number): string {
+  const success = outcome.status === "success";
+  return webhookBody({
+    run_id: runId,
+    status: outcome.status,
+    result_truncated: success && outcome.result.truncated,
+    error: outcome.status === "failure" ? outcome.error : null,
+    run_time_ms: runTimeMs,
+  }, { resultJson: success ? outcome.result.json : null, now });
+}
+
+/** Makes `run`'s end with `outcome`. */
+export function runEnd(run: EndingRun, outcome: RunOutcome, options: RunEndOptions): RunEnd {
+  const { now } = options;
+  const runTimeMs = options.runTimeMs !== undefined
+    ? options.runTimeMs
+    : run.started_at === null
+    ? null
+    : Math.max(0, now - Number(run.started_at));
+  const columns = outcomeColumns(outcome, now, runTimeMs);
+  if (options.mode !== undefined) columns.mode = options.mode;
+  const delivery: NewDelivery | null = run.webhook_endpoint
+    ? {
+      runId: run.run_id,
+      endpoint: run.webhook_endpoint,
+      body: deliveryBody(run.run_id, outcome, runTimeMs, now),
+      sealedSecret: run.webhook_secret,
+      sealedCredentials: run.webhook_credentials,
+    }
+    : null;
+  const event: FinishedRun = {
+    runId: run.run_id,
+    projectId: run.project_id,
+    appId: run.app_id,
+    functionName: run.function_name,
+    mode: options.mode ?? run.mode,
+    status: outcome.status,
+    runTimeMs,
+    errorType: outcome.status === "failure" ? outcome.error.type : null,
+    queueTimeMs: run.queue_time_ms === undefined || run.queue_time_ms === null ? null : Number(run.queue_time_ms),
+    loggedByCaller: options.loggedByCaller,
+  };
+  return { runId: run.run_id, now, columns, delivery, outcome, event };
+}
+
+/**
+ * Ends a sync or stream call: its final row goes to the write-behind with its delivery, and its end is
+ * told at once (its caller answers from it). Resolves once a final state with a webhook is committed
+ * (rejects with `RecordNotStored` when it could not be); at once without a webhook.
+ */
+export function endLiveRun(
+  deps: { writer: WriteBehind; events: RunEvents },
+  row: Insertable<RunTable>,
+  end: RunEnd,
+): Promise<void> {
+  deps.writer.put({ ...row, ...end.columns } as Insertable<RunTable>, end.delivery ?? undefined);
+  deps.events.finished(end.event);
+  // A webhook must survive a crash right after the caller got the answer: its record is committed now
+  // (one small transaction) rather than in the next batch.
+  return end.delivery ? deps.writer.commitSoon(end.runId) : Promise.resolve();
+}
+
+/**
+ * Ends an async run this process ran under its lease, in the leased batch; tells its end once it is
+ * stored. Resolves with false when the run had been ended elsewhere first (its outcome is dropped).
+ */
+export async function endLeasedRun(
+  deps: { finishes: LeasedFinishes; events: RunEvents },
+  end: RunEnd,
+): Promise<boolean> {
+  if (!(await deps.finishes.finish(end))) return false;
+  deps.events.finished(end.event);
+  return true;
+}
+
+/**
+ * Ends a run where it is stored, if it is still as `where` says (see `finishRun`), with its delivery in
+ * the same transaction; tells its end when this call ended it. Resolves with false when the run had been
+ * ended elsewhere first.
+ */
+export async function endStoredRun(
+  deps: { db: Kysely<Database>; events: RunEvents },
+  end: RunEnd,
+  where: FinishWhere,
+): Promise<boolean> {
+  if (!(await finishRun(deps.db, end, where))) return false;
+  deps.events.finished(end.event);
+  return true;
+}
