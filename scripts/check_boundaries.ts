@@ -234,22 +234,12 @@ const STATEMENT_TEXT = new RegExp(
   "i",
 );
 
-/**
- * Domain files whose statements have not moved to `server/store/statements/` yet. Each entry is a debt:
- * remove it when the file's statements move.
- */
-export const SQL_NOT_YET_MOVED = new Set([
-  "server/runs/_queries.ts",
-  "server/runs/_run_rows.ts",
-  "server/deployments/_records.ts",
-]);
-
 /** The places in domain files (outside `server/store/`) that import a maker of SQL text or write one. */
 export function findSqlText(root: string): string[] {
   const lines: string[] = [];
   for (const file of sourceFiles(root, "server")) {
     const domain = domainOf(file);
-    if (!domain || domain === "store" || SQL_NOT_YET_MOVED.has(file)) continue;
+    if (!domain || domain === "store") continue;
     const text = readFileSync(join(root, file), "utf8");
     const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
     const at = (node: ts.Node) => `${file}:${source.getLineAndCharacterOfPosition(node.getStart()).line + 1}`;

@@ -1,7 +1,18 @@
-/** The run records' store queries: portable Kysely builders, and portable SQL compiled once on the hot paths; every state change a conditional UPDATE. */
+/**
+ * The run records' store queries: portable Kysely builders here, and the statements of the hot paths
+ * (compiled once, written per engine where they differ) from `server/store/statements/`; every state
+ * change a conditional UPDATE.
+ */
 import type { Kysely, Transaction, Updateable } from "kysely";
-import { columnList, type Database, rawStatement } from "../store/mod.ts";
-import { endLeasedRuns } from "./_run_rows.ts";
+import type { Database } from "../store/mod.ts";
+import { endLeasedRuns } from "../store/statements/run_rows.ts";
+import {
+  claimQueued,
+  firstQueuedAppOfLaterProject,
+  nextQueuedAppOfProject,
+  oldestQueuedRun,
+  renewLeasesOf,
+} from "../store/statements/runs.ts";
 import type { RunTable } from "../store/schema.ts";
 import { enqueueDelivery, MAX_ATTEMPTS, type NewDelivery, putEndDelivery } from "../webhooks/mod.ts";
 import type { RunErrorInfo } from "./executor.ts";
@@ -149,19 +160,6 @@ export async function finishLeasedRuns(
   });
 }
 
-const firstQueuedAppOfLaterProject = rawStatement<{ project_id: string; app_id: string }>(
-  `select "project_id", "app_id" from "runs" where "status" = 'queued' and "project_id" > ? order by "project_id", "app_id" limit 1`,
-);
-const nextQueuedAppOfProject = rawStatement<{ app_id: string }>(
-  `select "app_id" from "runs" where "status" = 'queued' and "project_id" = ? and "app_id" > ? order by "app_id" limit 1`,
-);
-// `order by … limit 1`, not `min()`: PostgreSQL turns `min()` into an index walk only when its row
-// estimates say so, and on a young table (no statistics yet) it read every queued run (8 ms at 30,000).
-const oldestQueuedRun = rawStatement<{ oldest: string }>(
-  `select "run_id" as "oldest" from "runs" where "status" = 'queued' and "project_id" = ? and "app_id" = ?`
-    + ` order by "run_id" limit 1`,
-);
-
 /**
  * Apps with queued runs, in the order their oldest queued run arrived. Walks the status index from app
  * to app (a loose index scan: a few indexed lookups per app), so the dispatcher's poll costs the same
@@ -190,53 +188,6 @@ export async function queuedRunsByApp(db: Db): Promise<Array<{ projectId: string
   return rows.map((r) => ({ projectId: r.project_id, appId: r.app_id, count: Number(r.count) }));
 }
 
-// A claim is one autocommit statement that re-checks `status = 'queued'` on each row it updates, and
-// takes at most `limit` rows. PostgreSQL: the candidates are locked `FOR UPDATE SKIP LOCKED`, so
-// concurrent claimers take disjoint runs (a plain `in (select … limit n)` lets two claimers' subqueries
-// pick the same rows). SQLite: one writer at a time runs the whole statement. Parameters: now, now,
-// owner, lease end, project, app, limit.
-const RUN_COLUMNS = {
-  run_id: true,
-  project_id: true,
-  app_id: true,
-  function_name: true,
-  mode: true,
-  status: true,
-  created_at: true,
-  started_at: true,
-  completed_at: true,
-  queue_time_ms: true,
-  run_time_ms: true,
-  input_json: true,
-  result_json: true,
-  result_expired: true,
-  result_truncated: true,
-  error_type: true,
-  error_message: true,
-  error_traceback: true,
-  webhook_endpoint: true,
-  webhook_secret: true,
-  webhook_credentials: true,
-  lease_owner: true,
-  lease_expires_at: true,
-  cancel_requested: true,
-  rerun_of: true,
-  swept_owner: true,
-} satisfies Record<keyof RunTable, true>;
-
-const claimQueued = rawStatement<RunRow>({
-  sqlite: `update "runs" set "status" = 'running', "started_at" = ?, "queue_time_ms" = max(0, ? - "created_at"),`
-    + ` "lease_owner" = ?, "lease_expires_at" = ?`
-    + ` where "run_id" in (select "run_id" from "runs" where "status" = 'queued' and "project_id" = ? and "app_id" = ?`
-    + ` order by "run_id" limit ?) and "status" = 'queued' returning ${columnList(RUN_COLUMNS)}`,
-  postgres: `with "next" as materialized (select "run_id" from "runs"`
-    + ` where "status" = 'queued' and "project_id" = $5 and "app_id" = $6 order by "run_id" limit $7 for update skip locked)`
-    + ` update "runs" as "r" set "status" = 'running', "started_at" = $1, "queue_time_ms" = greatest(0, $2 - "r"."created_at"),`
-    + ` "lease_owner" = $3, "lease_expires_at" = $4`
-    + ` from "next" where "r"."run_id" = "next"."run_id" and "r"."status" = 'queued'`
-    + ` returning ${columnList(RUN_COLUMNS, "r")}`,
-});
-
 /**
  * Claims up to `limit` of an app's queued runs, oldest first, for `owner`, in one statement: when
  * several processes claim at once, each run goes to one of them. `now` (default the process's clock)
@@ -259,11 +210,6 @@ export async function claimQueuedRuns(
   ]);
   return rows.sort((a, b) => (a.run_id < b.run_id ? -1 : a.run_id > b.run_id ? 1 : 0));
 }
-
-const renewLeasesOf = rawStatement<{ run_id: string; cancel_requested: number }>(
-  `update "runs" set "lease_expires_at" = ? where "lease_owner" = ? and "status" = 'running'`
-    + ` returning "run_id", "cancel_requested"`,
-);
 
 /**
  * Extends the leases of `owner`'s running runs (one statement; a run ended meanwhile, by a cancel or

@@ -21,7 +21,7 @@ import {
   type NewDelivery,
   putEndDelivery,
 } from "../webhooks/mod.ts";
-import { upsertRun } from "./_run_rows.ts";
+import { upsertRun } from "../store/statements/run_rows.ts";
 
 /** Raised to whoever waits for a run's record when the store did not take it after the retries. */
 export class RecordNotStored extends Error {

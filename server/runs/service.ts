@@ -45,7 +45,7 @@ import { createRunEvents, type RunMetrics } from "./_run_events.ts";
 import { endStoredRun, runEnd } from "./_run_end.ts";
 import type { RunChange } from "./change_feed.ts";
 import { readRunLog, type RunLog, type RunLogLine, type RunLogWriter } from "./run_logs.ts";
-import { insertRun, insertRuns } from "./_run_rows.ts";
+import { insertRun, insertRuns } from "../store/statements/run_rows.ts";
 import { createWriteBehind } from "./_write_behind.ts";
 import { newRunId } from "./run_id.ts";
 import type { LiveRun, RunCall } from "./run_call.ts";

@@ -9,7 +9,7 @@ import { type Insertable, sql } from "kysely";
 import { createLeasedFinishes } from "../../server/runs/_leased_finishes.ts";
 import { finishLeasedRuns, type RunOutcome } from "../../server/runs/_queries.ts";
 import { runEnd } from "../../server/runs/_run_end.ts";
-import { insertRuns } from "../../server/runs/_run_rows.ts";
+import { insertRuns } from "../../server/store/statements/run_rows.ts";
 import type { RunTable } from "../../server/store/schema.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
 

@@ -3,8 +3,8 @@
  * statements: one column list, a missing column is written as NULL (or its default).
  */
 import type { Insertable } from "kysely";
-import { type Queryable, rawStatement } from "../store/mod.ts";
-import type { RunTable } from "../store/schema.ts";
+import { type Queryable, rawStatement } from "../mod.ts";
+import type { RunTable } from "../schema.ts";
 
 // Each column with its PostgreSQL type (for the batch insert's arrays).
 const COLUMN_TYPES = {
