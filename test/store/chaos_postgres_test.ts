@@ -144,8 +144,9 @@ describe("PostgreSQL failing under load", { skip: MISSING ?? false }, () => {
     }
     assert.deepEqual(tally.unexpected.slice(0, 5), [], `${phase}: answers other than 2xx and 503 store-unavailable`);
     // A sync call that ran but whose record waits for the store answers 503 with its run id: it counts.
+    // Under connection exhaustion which kind gets through varies (no fairness between them is built).
     const syncRan = tally.syncOk.length + tally.storedLater.length;
-    assert.ok(tally.accepted.length > 0 && syncRan > 0, `${phase}: calls were answered (${summary})`);
+    assert.ok(tally.accepted.length + syncRan > 0, `${phase}: calls were answered (${summary})`);
     const ref = refs[0];
     for (const runId of tally.accepted) {
       const run = await eventually(
@@ -171,7 +172,11 @@ describe("PostgreSQL failing under load", { skip: MISSING ?? false }, () => {
         60_000,
         `sync run ${runId}'s record`,
       );
-      assert.equal(run.status, "success", `${phase}: sync call ${runId} answered 200 is recorded ${run.status}`);
+      assert.equal(
+        run.status,
+        "success",
+        `${phase}: sync call ${runId} answered 200 is recorded ${run.status} (${run.error?.type}: ${run.error?.message})`,
+      );
     }
     const runs = [...tally.accepted, ...tally.syncOk, ...tally.storedLater];
     const deliveries = new Map<string, number>();
