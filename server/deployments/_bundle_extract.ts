@@ -226,7 +226,8 @@ export async function extractBundle(
   });
   try {
     await pipeline(
-      bundle instanceof Uint8Array ? Readable.from([bundle]) : Readable.from(bundle),
+      // A byte stream reads one chunk ahead, where an object stream would buffer 16 (16 MiB of store rows).
+      Readable.from(bundle instanceof Uint8Array ? [bundle] : bundle, { objectMode: false, highWaterMark: 1 }),
       createGunzip(),
       counter,
       tar,
