@@ -282,6 +282,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
     bundleLimitBytes: config.bundleLimitBytes,
+    spoolDir: join(config.dataDir, "uploads"),
     responseCheck: config.responseCheck,
     dashboard: { secrets: context.secrets, records: createSessionRecords(store.db) },
     gate,

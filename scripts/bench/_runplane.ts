@@ -27,6 +27,8 @@ export interface StartRunplaneOptions {
   appsDir?: string;
   /** A data dir to use, kept when the server stops (default: a new one, removed when it stops). */
   dataDir?: string;
+  /** The token's scopes (default `rest` and `run`). */
+  scopes?: Array<"run" | "rest" | "deploy" | "admin">;
 }
 
 /**
@@ -44,7 +46,7 @@ export async function startRunplane(
   const { token } = await createServiceAccount({ db: store.db, key }, {
     projectId: BENCH_PROJECT,
     name: "bench",
-    scopes: ["rest", "run"],
+    scopes: options.scopes ?? ["rest", "run"],
     expiresAt: Date.now() + 86_400_000,
   });
   await store.close();

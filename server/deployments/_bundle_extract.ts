@@ -106,7 +106,8 @@ function isSystemError(error: unknown): boolean {
 }
 
 /**
- * Unpacks `bundle` into `dir` (made; it must not exist or be empty). Throws a 400 problem (`validation`)
+ * Unpacks `bundle` (its bytes, or a stream of them: a file, the store's chunks) into `dir` (made; it must
+ * not exist or be empty). Throws a 400 problem (`validation`)
  * for an entry that is not a plain file or folder inside the bundle (links of any kind, devices, fifos,
  * absolute or `..` paths, a path held twice or as both file and folder, a name over `MAX_NAME_BYTES` or
  * a path over `MAX_PATH_BYTES`, or one the file system finds too long) or for bytes that are not a gzip
@@ -115,7 +116,7 @@ function isSystemError(error: unknown): boolean {
  * `dir` is removed, and nothing is ever written outside it.
  */
 export async function extractBundle(
-  bundle: Uint8Array,
+  bundle: Uint8Array | AsyncIterable<Uint8Array>,
   dir: string,
   limits: Partial<BundleLimits> = {},
 ): Promise<{ files: number; bytes: number }> {
@@ -224,7 +225,13 @@ export async function extractBundle(
     },
   });
   try {
-    await pipeline(Readable.from([bundle]), createGunzip(), counter, tar);
+    await pipeline(
+      // A byte stream reads one chunk ahead, where an object stream would buffer 16 (16 MiB of store rows).
+      Readable.from(bundle instanceof Uint8Array ? [bundle] : bundle, { objectMode: false, highWaterMark: 1 }),
+      createGunzip(),
+      counter,
+      tar,
+    );
     return { files, bytes };
   } catch (error) {
     await current;

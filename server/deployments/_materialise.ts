@@ -83,7 +83,7 @@ export async function materialise(
   const bundle = await selectBundle(db, deployment.bundle_digest);
   if (!bundle) throw new DeploymentBuildError(`The bundle ${deployment.bundle_digest} is missing from the store`);
   try {
-    const extracted = await extractBundle(bundle, dir, options.bundleLimits);
+    const extracted = await extractBundle(bundle.chunks, dir, options.bundleLimits);
     options.log({ stream: "build", text: `==> bundle ${deployment.bundle_digest}: ${extracted.files} files` });
     let config;
     try {

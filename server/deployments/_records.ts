@@ -10,21 +10,37 @@ import type { DeploymentTable } from "../store/schema.ts";
 /** A deployment as stored. */
 export type DeploymentRow = Selectable<DeploymentTable>;
 
+/** A bundle to store: its content address, its length, and its bytes read in order, a chunk at a time. */
+export interface BundleSource {
+  digest: string;
+  size: number;
+  /**
+   * The bytes as chunks of at most `BUNDLE_CHUNK_BYTES` (each stored as one row). A chunk may be
+   * overwritten once the next is asked for: its consumer is done with it by then.
+   */
+  chunks(): AsyncIterable<Uint8Array>;
+  /** The bytes as a stream whose chunks stay valid (for the extractor, which reads ahead). */
+  stream(): AsyncIterable<Uint8Array>;
+}
+
+/** The bytes of one row of `bundle_chunks`: small enough for any driver, few enough rows per bundle. */
+export const BUNDLE_CHUNK_BYTES = 64 * 1024;
+
 /** What a new deployment is made of. */
 export interface NewDeployment {
   deploymentId: string;
   projectId: string;
   appId: string;
-  bundle: Uint8Array;
-  digest: string;
+  bundle: BundleSource;
   source: "bundle" | "repository";
   repository?: { owner: string; repo: string; ref: string; commit: string; path: string };
   now: number;
 }
 
 /**
- * Stores a deployment, `queued`: its bundle (unless the same bytes are stored already), its app (made, or
- * brought back when it was deleted) and its row, in one transaction.
+ * Stores a deployment, `queued`: its bundle (unless the same bytes are stored already; chunk by chunk, read
+ * from the source as they are written), its app (made, or brought back when it was deleted) and its row,
+ * in one transaction.
  */
 export async function insertDeployment(db: Kysely<Database>, deployment: NewDeployment): Promise<DeploymentRow> {
   return await db.transaction().execute(async (tx) => {
@@ -33,16 +49,7 @@ export async function insertDeployment(db: Kysely<Database>, deployment: NewDepl
       .values({ id: deployment.projectId, created_at: deployment.now })
       .onConflict((oc) => oc.column("id").doNothing())
       .execute();
-    await tx
-      .insertInto("bundles")
-      .values({
-        digest: deployment.digest,
-        size_bytes: deployment.bundle.byteLength,
-        data: deployment.bundle,
-        created_at: deployment.now,
-      })
-      .onConflict((oc) => oc.column("digest").doNothing())
-      .execute();
+    await insertBundle(tx, deployment.bundle, deployment.now);
     await tx
       .insertInto("apps")
       .values({
@@ -61,8 +68,8 @@ export async function insertDeployment(db: Kysely<Database>, deployment: NewDepl
         project_id: deployment.projectId,
         app_id: deployment.appId,
         status: "queued",
-        bundle_digest: deployment.digest,
-        size_bytes: deployment.bundle.byteLength,
+        bundle_digest: deployment.bundle.digest,
+        size_bytes: deployment.bundle.size,
         source: deployment.source,
         repository_json: deployment.repository ? JSON.stringify(deployment.repository) : null,
         base_image_digest: null,
@@ -79,10 +86,59 @@ export async function insertDeployment(db: Kysely<Database>, deployment: NewDepl
   });
 }
 
-/** The bytes of a stored bundle, or undefined. */
-export async function selectBundle(db: Kysely<Database>, digest: string): Promise<Uint8Array | undefined> {
-  const row = await db.selectFrom("bundles").select("data").where("digest", "=", digest).executeTakeFirst();
-  return row ? new Uint8Array(row.data) : undefined;
+/** Stores a bundle's row and its chunks, unless a bundle of the same digest is stored already. */
+async function insertBundle(tx: Kysely<Database>, bundle: BundleSource, now: number): Promise<void> {
+  const inserted = await tx
+    .insertInto("bundles")
+    .values({
+      digest: bundle.digest,
+      size_bytes: bundle.size,
+      data: new Uint8Array(0),
+      created_at: now,
+      chunk_count: 0,
+    })
+    .onConflict((oc) => oc.column("digest").doNothing())
+    .returning("digest")
+    .executeTakeFirst();
+  if (!inserted) return;
+  let idx = 0;
+  for await (const chunk of bundle.chunks()) {
+    if (chunk.byteLength > BUNDLE_CHUNK_BYTES) throw new Error(`insertBundle: a chunk of ${chunk.byteLength} bytes`);
+    await tx.insertInto("bundle_chunks").values({ digest: bundle.digest, idx: idx++, data: chunk }).execute();
+  }
+  await tx.updateTable("bundles").set({ chunk_count: idx }).where("digest", "=", bundle.digest).execute();
+}
+
+/** A stored bundle: its length, and its bytes read from the store a chunk at a time. */
+export interface StoredBundle {
+  size: number;
+  chunks: AsyncIterable<Uint8Array>;
+}
+
+/**
+ * A stored bundle, or undefined. Its chunks are read one row at a time as they are consumed; a bundle
+ * stored before migration 0021 (its bytes in `bundles.data`) comes as one chunk.
+ */
+export async function selectBundle(db: Kysely<Database>, digest: string): Promise<StoredBundle | undefined> {
+  const row = await db.selectFrom("bundles").select(["size_bytes", "chunk_count"]).where("digest", "=", digest)
+    .executeTakeFirst();
+  if (!row) return undefined;
+  const count = row.chunk_count === null ? null : Number(row.chunk_count);
+  async function* chunks(): AsyncGenerator<Uint8Array> {
+    if (count === null) {
+      const legacy = await db.selectFrom("bundles").select("data").where("digest", "=", digest)
+        .executeTakeFirstOrThrow();
+      yield new Uint8Array(legacy.data);
+      return;
+    }
+    for (let idx = 0; idx < count; idx++) {
+      const chunk = await db.selectFrom("bundle_chunks").select("data").where("digest", "=", digest)
+        .where("idx", "=", idx).executeTakeFirst();
+      if (!chunk) throw new Error(`The bundle ${digest} misses its chunk ${idx} in the store`);
+      yield chunk.data;
+    }
+  }
+  return { size: Number(row.size_bytes), chunks: chunks() };
 }
 
 /** One deployment of an app, or undefined. */

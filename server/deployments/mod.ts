@@ -3,7 +3,8 @@
  * by digest, built by whichever process claims them, and served by every process once active. Free of
  * HTTP: handlers decode, call this, and map the views to responses.
  */
-import { mkdir, readFile, rm } from "node:fs/promises";
+import { createReadStream } from "node:fs";
+import { mkdir, open, readFile, rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Kysely } from "kysely";
@@ -19,6 +20,8 @@ import { type BuildSettings, deployedAppRules } from "./_materialise.ts";
 import {
   activate,
   type AppRow,
+  BUNDLE_CHUNK_BYTES,
+  type BundleSource,
   type DeploymentRow,
   insertDeployment,
   markAppDeleted,
@@ -76,6 +79,45 @@ export interface AppView {
   served_by: Array<{ process_id: string; host: string; deployment_id: string; since: string }>;
 }
 
+/** An uploaded bundle on disk (the HTTP layer spooled it there, and removes it after the call). */
+export interface BundleFile {
+  path: string;
+  size: number;
+  /** `sha256:<hex>` of the file's bytes. */
+  digest: string;
+}
+
+/**
+ * A bundle file read a chunk (one stored row) at a time into one buffer: a fresh 1 MiB buffer per chunk
+ * is garbage the collector may leave for tens of MiB before it runs.
+ */
+function fileSource(file: BundleFile): BundleSource {
+  async function* chunks(): AsyncGenerator<Uint8Array> {
+    const handle = await open(file.path, "r");
+    try {
+      const buffer = Buffer.allocUnsafe(BUNDLE_CHUNK_BYTES);
+      for (;;) {
+        const { bytesRead } = await handle.read(buffer, 0, BUNDLE_CHUNK_BYTES, null);
+        if (bytesRead === 0) return;
+        yield buffer.subarray(0, bytesRead);
+      }
+    } finally {
+      await handle.close();
+    }
+  }
+  return { digest: file.digest, size: file.size, chunks, stream: () => createReadStream(file.path) };
+}
+
+/** A bundle in memory (a repository's archive), cut into chunks without copying. */
+function bytesSource(bytes: Uint8Array): BundleSource {
+  async function* chunks(): AsyncGenerator<Uint8Array> {
+    for (let at = 0; at < bytes.byteLength; at += BUNDLE_CHUNK_BYTES) {
+      yield bytes.subarray(at, at + BUNDLE_CHUNK_BYTES);
+    }
+  }
+  return { digest: bundleDigest(bytes), size: bytes.byteLength, chunks, stream: chunks };
+}
+
 /** A repository folder to deploy. */
 export interface RepositorySource {
   owner: string;
@@ -123,8 +165,11 @@ export interface AppRef {
 
 /** The deployments service. */
 export interface Deployments {
-  /** Stores a bundle as a new deployment of the app (made if new); the build follows. */
-  deployBundle(ref: AppRef, bundle: Uint8Array): Promise<DeploymentView>;
+  /**
+   * Stores an uploaded bundle as a new deployment of the app (made if new); the build follows. The file
+   * is read as a stream (checked, then stored in chunks), never whole into memory; the caller removes it.
+   */
+  deployBundle(ref: AppRef, bundle: BundleFile): Promise<DeploymentView>;
   /** Fetches a repository folder and deploys it like a bundle. */
   deployRepository(ref: AppRef, source: RepositorySource): Promise<DeploymentView>;
   get(ref: AppRef & { deploymentId: string }): Promise<DeploymentView>;
@@ -226,11 +271,11 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
   }
 
   /** Checks the bundle unpacks safely and its runplane.toml loads, in a scratch folder removed after. */
-  async function checkBundle(bundle: Uint8Array): Promise<void> {
+  async function checkBundle(bundle: BundleSource): Promise<void> {
     const scratch = join(settings.dataDir, "uploads", `${Date.now()}-${randomBytesPooled(6).toString("hex")}`);
     await mkdir(join(settings.dataDir, "uploads"), { recursive: true });
     try {
-      await extractBundle(bundle, scratch, settings.bundleLimits);
+      await extractBundle(bundle.stream(), scratch, settings.bundleLimits);
       const text = await readFile(join(scratch, "runplane.toml"), "utf8").catch(() => {
         throw new ProblemError(
           "validation",
@@ -253,7 +298,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
 
   async function store(
     ref: AppRef,
-    bundle: Uint8Array,
+    bundle: BundleSource,
     repository?: DeploymentView["repository"],
   ): Promise<DeploymentView> {
     refuseDirectoryApp(ref);
@@ -263,7 +308,6 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
       projectId: ref.projectId,
       appId: ref.appId,
       bundle,
-      digest: bundleDigest(bundle),
       source: repository ? "repository" : "bundle",
       repository: repository ?? undefined,
       now: options.now(),
@@ -370,7 +414,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
 
   return {
     deployBundle(ref, bundle) {
-      return store(ref, bundle);
+      return store(ref, fileSource(bundle));
     },
     async deployRepository(ref, source) {
       refuseDirectoryApp(ref);
@@ -378,7 +422,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
         ...source,
         maxBytes: settings.bundleLimitBytes,
       });
-      return store(ref, archive.bytes, {
+      return store(ref, bytesSource(archive.bytes), {
         owner: source.owner,
         repo: source.repo,
         ref: archive.ref,

@@ -1,5 +1,5 @@
 import type { ServerContext } from "../context.ts";
-import { frameEvent, type Handlers, wantsEventStream, withHeartbeat } from "../http/mod.ts";
+import { frameEvent, type Handlers, SpooledBody, wantsEventStream, withHeartbeat } from "../http/mod.ts";
 
 type DeploymentHandlers = Pick<
   Handlers,
@@ -19,7 +19,7 @@ export function deploymentHandlers(context: ServerContext): DeploymentHandlers {
   return {
     async createDeployment({ path, body }) {
       const ref = { projectId: path.project_id, appId: path.app_id };
-      const deployment = body instanceof Uint8Array
+      const deployment = body instanceof SpooledBody
         ? await deployments.deployBundle(ref, body)
         : await deployments.deployRepository(ref, body!.source);
       return {

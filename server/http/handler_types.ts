@@ -5,6 +5,7 @@
 import type { operations } from "../../generated/api.d.ts";
 import type { OperationId as RoutedOperationId } from "../../generated/routes.ts";
 import type { Principal } from "../auth/mod.ts";
+import type { SpooledBody } from "./spool_body.ts";
 
 /** An operation id of the contract's paths (webhooks are sent, not served). */
 export type OperationId = RoutedOperationId & keyof operations;
@@ -14,8 +15,8 @@ type Part<P, F extends string> = F extends keyof P
   ? ([NonNullable<P[F]>] extends [never] ? Record<never, never> : NonNullable<P[F]>)
   : Record<never, never>;
 type JsonBodyOf<C> = C extends { "application/json": infer J } ? J : never;
-/** A body of any other media type (a bundle) arrives as its bytes. */
-type BytesBodyOf<C> = [Exclude<keyof C, "application/json">] extends [never] ? never : Uint8Array;
+/** A body of any other media type (a bundle) arrives spooled to a temporary file. */
+type BytesBodyOf<C> = [Exclude<keyof C, "application/json">] extends [never] ? never : SpooledBody;
 type RequestBodyOf<K extends OperationId> = operations[K] extends { requestBody?: infer B }
   ? [NonNullable<B>] extends [never] ? undefined
   : NonNullable<B> extends { content: infer C } ? JsonBodyOf<C> | BytesBodyOf<C> | undefined

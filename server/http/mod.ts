@@ -20,6 +20,7 @@ import { decodeRequest } from "./request_decoding.ts";
 import { RequestInput } from "./request_input.ts";
 import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
+import { SpooledBody } from "./spool_body.ts";
 
 export { answerClientErrors, MAX_HEADER_BYTES } from "./client_error.ts";
 export { createDrainGate, type DrainGate } from "./drain_gate.ts";
@@ -33,6 +34,7 @@ export type {
   OperationId,
 } from "./handler_types.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
+export { SpooledBody } from "./spool_body.ts";
 export {
   type FrameOptions,
   formatServerSentEvent,
@@ -52,6 +54,8 @@ export interface HttpAppOptions {
   bodyLimitBytes: number;
   /** The largest body of a media type other than JSON (a deploy bundle). */
   bundleLimitBytes: number;
+  /** Where such a body is spooled while its request is handled (removed after, whatever the outcome). */
+  spoolDir: string;
   /** Check every response against the contract (development and tests). */
   responseCheck: boolean;
   /** Counts requests in flight and turns new calls away while the server drains. */
@@ -162,7 +166,11 @@ export function createHttpApp(options: HttpAppOptions): Koa {
   const { logger } = options;
   const app = new Koa();
   const router = new Router();
-  const readBody = createBodyReader({ json: options.bodyLimitBytes, bytes: options.bundleLimitBytes });
+  const readBody = createBodyReader({
+    json: options.bodyLimitBytes,
+    bytes: options.bundleLimitBytes,
+    spoolDir: options.spoolDir,
+  });
   const logsRequests = logger.isLevelEnabled("info");
 
   app.use(async (ctx, next) => {
@@ -283,17 +291,22 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         })
         : null;
       const body = route.body ? await readBody(ctx, route.body.contentTypes) : undefined;
-      const decoded = decodeRequest(route, {
-        params: ctx.params,
-        query: ctx.query,
-        header: (name) => headerValues(ctx.req, name.toLowerCase()),
-        body: body?.value,
-      });
-      const input = new RequestInput(decoded, { principal, ids: state, instance: ctx.path, bodyText: body?.text });
-      (ctx.res as ResponseWithInput)[INPUT] = input;
-      ctx.res.on("close", onResponseClose);
-      const result = await handler(input);
-      writeResult(ctx, result);
+      try {
+        const decoded = decodeRequest(route, {
+          params: ctx.params,
+          query: ctx.query,
+          header: (name) => headerValues(ctx.req, name.toLowerCase()),
+          body: body?.value,
+        });
+        const input = new RequestInput(decoded, { principal, ids: state, instance: ctx.path, bodyText: body?.text });
+        (ctx.res as ResponseWithInput)[INPUT] = input;
+        ctx.res.on("close", onResponseClose);
+        const result = await handler(input);
+        writeResult(ctx, result);
+      } finally {
+        // A spooled body (a bundle) lives as long as its request: the handler has read it or failed.
+        if (body?.value instanceof SpooledBody) await body.value.remove();
+      }
     });
   }
   /** The route of a request turned away before routing, so its problem is checked against it too. */

@@ -2,10 +2,11 @@ import type { Context } from "koa";
 import { koaBody } from "koa-body";
 import { ProblemError } from "../problems/mod.ts";
 import { MAX_JSON_DEPTH, nestsDeeperThan } from "./json_depth.ts";
+import { spoolBody } from "./spool_body.ts";
 
 /**
  * A body: a JSON body's value and its text as received (handed on as is where the value must not
- * change), or the bytes of a body of another media type (`text` undefined).
+ * change), or a body of another media type spooled to a file (a `SpooledBody`, `text` undefined).
  */
 export interface ReadBody {
   value: unknown;
@@ -18,6 +19,8 @@ export interface BodyLimits {
   json: number;
   /** The largest body of another media type (a deploy bundle). */
   bytes: number;
+  /** Where a body of another media type is spooled (a temporary file the router removes). */
+  spoolDir: string;
 }
 
 /** Reads JSON request bodies with a size and a nesting limit; every failure becomes a problem. */
@@ -45,25 +48,9 @@ function wellFormedScalar(error: { message?: string; body?: unknown }): { wellFo
   }
 }
 
-/** Reads a body of another media type as bytes, refusing it once it passes `limitBytes`. */
-async function readBytes(ctx: Context, limitBytes: number): Promise<Uint8Array> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limitBytes) {
-      // Stop reading; the connection closes after the problem is sent, so the rest is never uploaded.
-      ctx.set("Connection", "close");
-      throw new ProblemError("content-too-large", `The body is larger than the limit of ${limitBytes} bytes`);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size);
-}
-
 /**
  * Creates a body reader: undefined for a request without a body, the parsed JSON and its text for a JSON
- * body, the bytes of a body of another media type the operation takes. 415 for a media type the
+ * body, a body of another media type the operation takes spooled to a file. 415 for a media type the
  * operation does not take, 413 above the limit, 400 for malformed JSON or nesting deeper than
  * `MAX_JSON_DEPTH`.
  */
@@ -98,7 +85,17 @@ export function createBodyReader(limits: BodyLimits): BodyReader {
           `The body is ${ctx.request.length} bytes; the limit is ${limits.bytes}`,
         );
       }
-      return { value: await readBytes(ctx, limits.bytes), text: undefined };
+      try {
+        const value = await spoolBody(ctx.req as AsyncIterable<Uint8Array>, {
+          dir: limits.spoolDir,
+          limitBytes: limits.bytes,
+        });
+        return { value, text: undefined };
+      } catch (error) {
+        // Stop reading; the connection closes after the problem is sent, so the rest is never uploaded.
+        if (error instanceof ProblemError) ctx.set("Connection", "close");
+        throw error;
+      }
     }
     if (ctx.request.length !== undefined && ctx.request.length > limitBytes) {
       throw new ProblemError(

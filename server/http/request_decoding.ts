@@ -4,6 +4,7 @@
  */
 import type { RouteSpec } from "../../generated/routes.ts";
 import { type FieldError, ProblemError } from "../problems/mod.ts";
+import { SpooledBody } from "./spool_body.ts";
 import { fieldErrors, validator } from "./validators.ts";
 
 /** A request's raw parts, as the HTTP layer read them. */
@@ -12,7 +13,7 @@ export interface RawRequest {
   query: Record<string, string | string[] | undefined>;
   /** Header lookup by name, case-insensitive: every value when the header was sent more than once. */
   header(name: string): string | string[] | undefined;
-  /** The parsed JSON body, the bytes of a body of another media type, or undefined when the request had none. */
+  /** The parsed JSON body, a body of another media type spooled to a file, or undefined when the request had none. */
   body: unknown;
 }
 
@@ -55,8 +56,8 @@ export function decodeRequest(route: RouteSpec, raw: RawRequest): DecodedRequest
   if (route.body) {
     if (raw.body === undefined) {
       if (route.body.required) errors.push({ path: "body", message: "is required: send a JSON object" });
-    } else if (route.validators.body && !(raw.body instanceof Uint8Array)) {
-      // Bytes (a bundle) are checked by whoever reads them; the validator describes the JSON body.
+    } else if (route.validators.body && !(raw.body instanceof SpooledBody)) {
+      // A spooled body (a bundle) is checked by whoever reads them; the validator describes the JSON body.
       const bodyValid = validator(route.validators.body);
       if (!bodyValid(raw.body)) errors.push(...fieldErrors(bodyValid.errors, "body"));
     }

@@ -161,8 +161,18 @@ export interface BundleTable {
   /** `sha256:<hex>` of `data`. */
   digest: string;
   size_bytes: number;
+  /** The bytes of a bundle stored before migration 0021; empty for a bundle kept in `bundle_chunks`. */
   data: Uint8Array;
   created_at: number;
+  /** How many rows of `bundle_chunks` hold the bytes; null for a bundle whose bytes are in `data`. */
+  chunk_count: number | null;
+}
+
+/** One piece (about 1 MiB) of a bundle's bytes, in order of `idx` from 0. */
+export interface BundleChunkTable {
+  digest: string;
+  idx: number;
+  data: Uint8Array;
 }
 
 /** An app made by deploying (apps of the apps folder have no row). */
@@ -274,6 +284,7 @@ export interface Database {
   idempotency_keys: IdempotencyKeyTable;
   keys: KeyTable;
   bundles: BundleTable;
+  bundle_chunks: BundleChunkTable;
   apps: AppTable;
   deployments: DeploymentTable;
   deployment_logs: DeploymentLogTable;

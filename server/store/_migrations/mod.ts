@@ -18,6 +18,7 @@ import * as projectSecrets from "./0016_project_secrets.ts";
 import * as sweptRuns from "./0017_swept_runs.ts";
 import * as servedDeployments from "./0018_served_deployments.ts";
 import * as storeProbes from "./0019_store_probes.ts";
+import * as bundleChunks from "./0021_bundle_chunks.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -40,4 +41,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0017_swept_runs": sweptRuns,
   "0018_served_deployments": servedDeployments,
   "0019_store_probes": storeProbes,
+  "0021_bundle_chunks": bundleChunks,
 };
