@@ -30,6 +30,9 @@ export {
   type AppConfig,
   AppConfigError,
   type AppConfigOptions,
+  DEFAULT_HARDWARE,
+  type Hardware,
+  HARDWARE_BOUNDS,
   MAX_GRACE_PERIOD_SECONDS,
   parseAppConfig,
 } from "./_app_config.ts";
