@@ -34,6 +34,13 @@ export interface Config {
    * namespaces work (a loud warning otherwise), `required` refuses to start without it, `off` never.
    */
   sandbox: "auto" | "required" | "off";
+  /**
+   * Whether each replica gets a cgroup with its `[hardware]` memory and CPU and the pids limit: `auto` when
+   * cgroups can be written here (a loud warning otherwise), `required` refuses to start without them, `off` never.
+   */
+  cgroups: "auto" | "required" | "off";
+  /** The most processes and threads one replica may have at once (its cgroup's pids limit). */
+  replicaPids: number;
   /** Lets deployed apps name an external `runtime.custom.url` (checked by the webhook guard at connect time). */
   allowExternalRuntimes: boolean;
   /** Lets `[dependencies.pip]` entries be pip options, paths or URLs instead of PEP 508 names with versions. */
@@ -162,6 +169,12 @@ function boolean(raw: string): boolean {
   if (/^(1|true|yes|on)$/i.test(raw)) return true;
   if (/^(0|false|no|off)$/i.test(raw)) return false;
   throw new Error("must be true or false (or 1 or 0)");
+}
+
+/** `auto`, `required` or `off`: how a protection of tenants' code (sandbox, cgroups) is asked for. */
+function autoRequiredOff(raw: string): "auto" | "required" | "off" {
+  if (raw !== "auto" && raw !== "required" && raw !== "off") throw new Error("must be one of auto, required, off");
+  return raw;
 }
 
 function path(raw: string): string {
@@ -314,10 +327,25 @@ export const SETTINGS = [
     default: "auto",
     description:
       "Jail replicas and build steps with bubblewrap: auto (when it works here, else a loud warning), required (refuse to start without it) or off",
-    parse: (raw) => {
-      if (raw !== "auto" && raw !== "required" && raw !== "off") throw new Error("must be one of auto, required, off");
-      return raw;
-    },
+    parse: autoRequiredOff,
+  },
+  {
+    key: "cgroups",
+    env: "RUNPLANE_CGROUPS",
+    flag: "--cgroups",
+    default: "auto",
+    description:
+      "Limit each replica with a cgroup of its own (v2, else v1): its [hardware] memory (swap included) and CPU, and RUNPLANE_REPLICA_PIDS. auto (when cgroups can be written here, else a loud warning), required (refuse to start without them) or off",
+    parse: autoRequiredOff,
+  },
+  {
+    key: "replicaPids",
+    env: "RUNPLANE_REPLICA_PIDS",
+    flag: "--replica-pids",
+    default: "512",
+    description:
+      "Most processes and threads one replica may have at once (its cgroup's pids limit); past it fork() and thread starts fail in the app",
+    parse: integer(16, 1_000_000),
   },
   {
     key: "allowExternalRuntimes",

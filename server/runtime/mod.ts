@@ -24,7 +24,8 @@ import { type OutputLine, PythonReplica } from "./_python_replica.ts";
 import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
 import { replicaJail } from "./_replica_jail.ts";
 import { UrlUpstream } from "./_url_upstream.ts";
-import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
+import { type Cgroups, disabledCgroups, type ReplicaCgroup, type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
+import { FailedReplica } from "./_failed_replica.ts";
 
 export {
   type AppConfig,
@@ -45,7 +46,7 @@ export { type OutputLine, PythonReplica } from "./_python_replica.ts";
 export { interpreterHome } from "./_replica_jail.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 
-type AnyReplica = PythonReplica | Upstream;
+type AnyReplica = PythonReplica | Upstream | FailedReplica;
 
 /** A slot reserved with `tryAcquireSlot`: pass it to `invoke`, or `release()` it if unused. */
 export type SlotLease = Lease<AnyReplica>;
@@ -107,6 +108,8 @@ export interface RuntimeOptions {
   onOutput?(line: OutputLine): void;
   /** Jails the replicas; without it they run unjailed (with an environment built from scratch all the same). */
   sandbox?: Sandbox;
+  /** Limits each replica to its `[hardware]` (memory, CPU) and the pids limit; without it, nothing is limited. */
+  cgroups?: Cgroups;
   /**
    * The project's secrets for its replicas' environment, and a fingerprint that changes with them (a
    * change replaces the project's replicas at the next `reload()`).
@@ -175,35 +178,69 @@ function label(version: AppVersion): string {
   return `${version.projectId}/${version.name}`;
 }
 
+type PoolOptions = RuntimeOptions & { sandbox: Sandbox; cgroups: Cgroups };
+
+/**
+ * The cgroup of a new replica of `name`, removed once the replica has ended; a `FailedReplica` (its calls
+ * get 503 with why) when it cannot be made.
+ */
+function replicaCgroup(name: string, config: AppConfig, options: PoolOptions): ReplicaCgroup | null | FailedReplica {
+  const { logger } = options;
+  try {
+    return options.cgroups.create(name, { cpu: config.hardware.cpu, memoryBytes: config.hardware.memoryBytes });
+  } catch (error) {
+    logger.error({ err: error, app: name }, "the replica's cgroup could not be made; the replica does not start");
+    return new FailedReplica(
+      new ProblemError(
+        "app-unavailable",
+        `${name}: its replica's cgroup (its memory and CPU limits) could not be made: ${(error as Error).message}`,
+      ),
+    );
+  }
+}
+
 function createPool(
   version: AppVersion,
   secrets: ProjectEnvironment,
-  options: RuntimeOptions & { sandbox: Sandbox },
+  options: PoolOptions,
 ): ReplicaPool<AnyReplica> | undefined {
   const { config } = version;
   if (!config) return undefined;
   const name = label(version);
   const { logger, sandbox } = options;
   const jail = replicaJail({ ...version, config }, secrets.env);
+  function startProcess(cgroup: ReplicaCgroup | undefined): PythonReplica | CustomProcessReplica {
+    const custom = config!.custom;
+    if (custom?.kind === "process") {
+      return new CustomProcessReplica({ appDir: version.dir, label: name, logger, sandbox, jail, cgroup, ...custom });
+    }
+    return new PythonReplica({
+      appDir: version.dir,
+      label: name,
+      python: config!.python,
+      concurrency: config!.replicaConcurrency,
+      logger,
+      onOutput: options.onOutput,
+      sandbox,
+      jail,
+      cgroup,
+    });
+  }
   function spawn(): AnyReplica {
     const custom = config!.custom;
-    if (!custom) {
-      return new PythonReplica({
-        appDir: version.dir,
-        label: name,
-        python: config!.python,
-        concurrency: config!.replicaConcurrency,
-        logger,
-        onOutput: options.onOutput,
-        sandbox,
-        jail,
-      });
-    }
-    if (custom.kind === "url") {
+    if (custom?.kind === "url") {
       const allowPrivate = options.externalRuntimes?.allowPrivate ?? false;
       return new UrlUpstream(custom.url, { guard: version.source === "deployment" ? { allowPrivate } : undefined });
     }
-    return new CustomProcessReplica({ appDir: version.dir, label: name, logger, sandbox, jail, ...custom });
+    const cgroup = replicaCgroup(name, config!, options);
+    if (cgroup instanceof FailedReplica) return cgroup;
+    const replica = startProcess(cgroup ?? undefined);
+    if (cgroup) {
+      void replica.exited.then(() => cgroup.remove()).then((removed) => {
+        if (!removed) logger.warn({ app: name, cgroup: cgroup.name }, "a replica's cgroup could not be removed");
+      });
+    }
+    return replica;
   }
   return new ReplicaPool<AnyReplica>({
     label: name,
@@ -219,7 +256,11 @@ function createPool(
 
 /** Creates the runtime over `appsDir`; call `start()` before serving. */
 export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): Runtime {
-  const options = { ...runtimeOptions, sandbox: runtimeOptions.sandbox ?? unjailedSandbox() };
+  const options = {
+    ...runtimeOptions,
+    sandbox: runtimeOptions.sandbox ?? unjailedSandbox(),
+    cgroups: runtimeOptions.cgroups ?? disabledCgroups(),
+  };
   const apps = new Map<string, LiveApp>();
   const retired = new Set<ReplicaPool<AnyReplica>>();
   const logger = options.logger;
@@ -357,6 +398,8 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
         throw error;
       }
       const replica = lease.replica;
+      // Never ready: its `ready` rejected above.
+      if (replica instanceof FailedReplica) throw new Error("a replica that failed to start was given a call");
       if (replica instanceof PythonReplica) {
         return replica.call({
           runId: request.runId,
@@ -378,6 +421,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
         onSettled: () => lease.release(),
         dispatcher: replica.dispatcher,
         guard: replica instanceof UrlUpstream ? replica.guard : undefined,
+        oomLimit: replica instanceof CustomProcessReplica ? () => replica.oomLimit() : undefined,
       });
     },
     tryAcquireSlot(projectId, app) {
