@@ -93,6 +93,24 @@ def fork_many(n):
 
 def ok():
     return "ok"
+
+def fill_tmp(mib):
+    written = 0
+    try:
+        with open("/tmp/fill", "wb") as f:
+            for _ in range(mib):
+                f.write(b"x" * (1 << 20))
+                f.flush()
+                written += 1
+    except OSError as e:
+        return {"written": written, "error": e.strerror}
+    finally:
+        os.remove("/tmp/fill")
+    return {"written": written, "error": None}
+
+def threads():
+    names = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"]
+    return {name: os.environ.get(name) for name in names}
 `;
 
 const TOML = (hardware: string) =>
@@ -175,7 +193,7 @@ if (await cgroupsWork("the resource limit tests")) {
     before(async () => {
       t = await startTestServer({ env: { RUNPLANE_REPLICA_PIDS: "64" } });
       await deployApp(t, "busy", { toml: TOML("cpu = 0.5"), files: { "main.py": BUSY } });
-      await deployApp(t, "forker", { toml: TOML("cpu = 1"), files: { "main.py": FORKER } });
+      await deployApp(t, "forker", { toml: TOML("cpu = 1.5\nmemory = 0.5"), files: { "main.py": FORKER } });
     });
     after(() => t.close());
 
@@ -197,6 +215,24 @@ if (await cgroupsWork("the resource limit tests")) {
       const health = await checkedFetch(`${t.url}/healthz`);
       assert.equal(health.status, 200);
       assert.equal((await callFunction(t, "forker", "ok")).data?.result, "ok");
+    });
+
+    it("bounds the jail's /tmp to a quarter of the memory, and sizes thread pools by cpu", async () => {
+      const { data, error } = await callFunction(t, "forker", "fill_tmp", { mib: 300 });
+      const { written, error: writeError } = data!.result as { written: number; error: string | null };
+      if (
+        (await checkedFetch(`${t.url}/readyz`).then((r) => r.json()) as { sandbox: { jailed: boolean } }).sandbox.jailed
+      ) {
+        // 512 MiB / 4: 128 MiB of /tmp.
+        assert.match(String(writeError), /No space left on device/, JSON.stringify(error));
+        assert.ok(written <= 128, `${written} MiB were written to /tmp`);
+      }
+      assert.deepEqual((await callFunction(t, "forker", "threads")).data?.result, {
+        OMP_NUM_THREADS: "2",
+        MKL_NUM_THREADS: "2",
+        OPENBLAS_NUM_THREADS: "2",
+        NUMEXPR_NUM_THREADS: "2",
+      });
     });
 
     it("says in /readyz which cgroup version limits the replicas", async () => {
