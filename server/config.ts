@@ -2,6 +2,7 @@
  * Every server setting: where it comes from (environment variable, `runplane serve` flag), its default,
  * and how it is validated. `loadConfig` reports every problem at once.
  */
+import { cpus, totalmem } from "node:os";
 import { resolve } from "node:path";
 import { MASTER_KEY_HOWTO, type MasterKey, parseMasterKey } from "./keys/master_key.ts";
 
@@ -41,6 +42,12 @@ export interface Config {
   cgroups: "auto" | "required" | "off";
   /** The most processes and threads one replica may have at once (its cgroup's pids limit). */
   replicaPids: number;
+  /** Cores the replicas of this host may reserve between them (each its app's `[hardware] cpu`). */
+  hostCpu: number;
+  /** Bytes of memory the replicas of this host may reserve between them (each its app's `[hardware] memory`). */
+  hostMemoryBytes: number;
+  /** The most replicas one project's apps may ask for, `scaling.max_replicas` summed over them. */
+  projectReplicaLimit: number;
   /** Lets deployed apps name an external `runtime.custom.url` (checked by the webhook guard at connect time). */
   allowExternalRuntimes: boolean;
   /** Lets `[dependencies.pip]` entries be pip options, paths or URLs instead of PEP 508 names with versions. */
@@ -348,6 +355,43 @@ export const SETTINGS = [
     parse: integer(16, 1_000_000),
   },
   {
+    key: "hostCpu",
+    env: "RUNPLANE_HOST_CPU",
+    flag: "--host-cpu",
+    default: "the machine's cores",
+    description:
+      "Cores this host's replicas may reserve between them, each its app's [hardware] cpu: a replica that does not fit waits (its calls queue) until one ends; idle replicas of other apps are stopped to make room",
+    parse: (raw) => {
+      const value = Number(raw.trim());
+      if (!/^\d+(\.\d+)?$/.test(raw.trim()) || value < 0.05 || value > 100_000) {
+        throw new Error("must be a number of cores from 0.05 to 100000, such as 8 or 3.5");
+      }
+      return value;
+    },
+  },
+  {
+    key: "hostMemoryBytes",
+    env: "RUNPLANE_HOST_MEMORY",
+    flag: "--host-memory",
+    default: "the machine's memory",
+    description:
+      "Memory this host's replicas may reserve between them, each its app's [hardware] memory (a size such as 64gb); leave room for the server itself",
+    parse: (raw) => {
+      const value = parseSize(raw);
+      if (value < 64 * 1024 ** 2) throw new Error("must be a size of at least 64mb, such as 16gb");
+      return value;
+    },
+  },
+  {
+    key: "projectReplicaLimit",
+    env: "RUNPLANE_PROJECT_REPLICA_LIMIT",
+    flag: "--project-replica-limit",
+    default: "32",
+    description:
+      "Most replicas one project's apps may ask for (scaling.max_replicas summed over them): a deployment past it gets 400, an app of the apps folder 503",
+    parse: integer(1, 100_000),
+  },
+  {
     key: "allowExternalRuntimes",
     env: "RUNPLANE_ALLOW_EXTERNAL_RUNTIMES",
     flag: "--allow-external-runtimes",
@@ -539,9 +583,13 @@ export type SettingOverrides = Partial<Record<keyof Config, string>>;
 /** A setting's raw text and where it came from: its flag, else its variable, else its default. */
 function rawValue(setting: AnySetting, env: Record<string, string | undefined>, overrides: SettingOverrides) {
   const fromFlag = overrides[setting.key];
-  // Defaults that depend on other variables.
+  // Defaults that depend on other variables, or on the machine.
   const fallback = setting.key === "responseCheck"
     ? (env.NODE_ENV === "production" ? "false" : "true")
+    : setting.key === "hostCpu"
+    ? String(cpus().length || 1)
+    : setting.key === "hostMemoryBytes"
+    ? String(totalmem())
     : setting.default;
   return { raw: fromFlag ?? env[setting.env] ?? fallback, source: fromFlag !== undefined ? setting.flag : setting.env };
 }

@@ -173,6 +173,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
     logger,
     sandbox,
     cgroups,
+    host: { cpu: config.hostCpu, memoryBytes: config.hostMemoryBytes },
+    projectReplicaLimit: config.projectReplicaLimit,
     queueLimit: config.appQueueLimit,
     deployedApps: () => deployedApps(),
     onOutput: (line) => runLogs.add(line),
@@ -261,6 +263,18 @@ export async function createServer(config: Config, options: CreateServerOptions 
   metrics.setQueuedRunsSource(async () =>
     (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count }))
   );
+  metrics.setCapacitySource(() => {
+    const { total, reserved } = runtime.hostCapacity();
+    return {
+      waiting: runtime.waitingForCapacity().map(({ app, replicas }) => ({ labels: { app }, value: replicas })),
+      host: [
+        { labels: { resource: "cpu", kind: "total" }, value: total.cpu },
+        { labels: { resource: "cpu", kind: "reserved" }, value: reserved.cpu },
+        { labels: { resource: "memory_bytes", kind: "total" }, value: total.memoryBytes },
+        { labels: { resource: "memory_bytes", kind: "reserved" }, value: reserved.memoryBytes },
+      ],
+    };
+  });
   metrics.setReplicasSource(() =>
     runtime.replicaStates().flatMap(({ app, ...states }) =>
       Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value }))

@@ -29,6 +29,7 @@ import { startRunplane } from "./_runplane.ts";
 import { asyncAcceptScenario } from "./scenarios/async_accept.ts";
 import { asyncBacklogScenario } from "./scenarios/async_backlog.ts";
 import { baseImageScenario } from "./scenarios/base_image.ts";
+import { cgroupCostScenario } from "./scenarios/cgroup_cost.ts";
 import { coldStartScenario } from "./scenarios/cold_start.ts";
 import { idleRssScenario } from "./scenarios/idle_rss.ts";
 import { openStreamsScenario } from "./scenarios/open_streams.ts";
@@ -52,6 +53,7 @@ const SCENARIOS: Array<[string, string, Scenario]> = [
   ["6", "tree", repositoryTreeScenario],
   ["8", "drain", queueDrainScenario],
   ["14", "sandbox", sandboxCostScenario],
+  ["15", "cgroups", cgroupCostScenario],
 ];
 
 /** The growth scenarios: run only when named (`growth` names them all). */
