@@ -5,7 +5,7 @@
  * that does what every replica will do. Knows nothing of apps or runs.
  */
 import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync, statfsSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, readlinkSync, statfsSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "../log.ts";
 import { type CgroupLayout, cgroupLayout, type Controller, CONTROLLERS } from "./_cgroup_layout.ts";
@@ -82,10 +82,27 @@ function startTime(pid: number | "self"): string | undefined {
   }
 }
 
-/** Whether the server that named its folder `<pid>-<start time>-<owner>` has stopped. */
+/** The inode of this process's pid namespace: pids mean something only within it. */
+function pidNamespace(): string {
+  try {
+    return /\[(\d+)\]/.exec(readlinkSync("/proc/self/ns/pid"))?.[1] ?? "0";
+  } catch {
+    return "0";
+  }
+}
+
+/** This server's folder name: `<pid namespace>-<pid>-<start time>-<owner>`. */
+function serverFolderName(owner: string): string {
+  return `${pidNamespace()}-${process.pid}-${startTime("self")}-${owner}`;
+}
+
+/**
+ * Whether the server that named its folder `<pid namespace>-<pid>-<start time>-<owner>` has stopped. One
+ * of another pid namespace (a container sharing the hierarchy) is never judged: its pid means nothing here.
+ */
 function serverGone(name: string): boolean {
-  const match = /^(\d+)-(\d+)-/.exec(name);
-  return match !== null && startTime(Number(match[1])) !== match[2];
+  const match = /^(\d+)-(\d+)-(\d+)-/.exec(name);
+  return match !== null && match[1] === pidNamespace() && startTime(Number(match[2])) !== match[3];
 }
 
 function readLayout(): CgroupLayout {
@@ -197,7 +214,7 @@ function probe(tree: CgroupTree, pids: number): Promise<void> {
 /** Options of `createCgroups`. */
 export interface CgroupsOptions {
   logger: Logger;
-  /** This server's id: its folder is `<pid>-<start time>-<owner>` under each hierarchy's `runplane/`. */
+  /** This server's id: its folder is `<pid namespace>-<pid>-<start time>-<owner>` under each hierarchy's `runplane/`. */
   owner: string;
   /** RUNPLANE_REPLICA_PIDS. */
   pids: number;
@@ -224,7 +241,7 @@ export async function createCgroups(setting: CgroupStatus["setting"], options: C
     const chosen = chooseBases(options.layout ?? readLayout());
     if (typeof chosen === "string") throw new Error(chosen);
     for (const base of chosen.bases) checkCgroupFs(base.dir, chosen.version);
-    const tree = new CgroupTree(chosen.version, chosen.bases, `${process.pid}-${startTime("self")}-${options.owner}`);
+    const tree = new CgroupTree(chosen.version, chosen.bases, serverFolderName(options.owner));
     if (chosen.version === "v2") leaveV2Base(chosen.bases[0].dir);
     tree.prepare();
     const gone = await tree.removeGone(serverGone);

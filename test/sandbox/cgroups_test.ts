@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -188,10 +188,17 @@ if (await cgroupsWork("the cgroup cleanup tests")) {
       if (layout) { for (const dir of isolated) mkdirSync(dir, { recursive: true }); }
       const first = await createCgroups("required", { logger, owner: "rp_first", pids: 64, layout });
       cleanups.push(() => first.close());
-      // A server killed with its replica still running: a folder named for a process that no longer
-      // exists (pid 2^22 + 1 is past every pid_max), holding a live process.
+      // A server killed with its replica still running: a folder named for a process of this pid namespace
+      // that no longer exists (pid 2^22 + 1 is past every pid_max), holding a live process; and one of
+      // another pid namespace (a container sharing the hierarchy), whose pid means nothing here.
       const [parent] = first.status.parents;
-      const stale = first.status.parents.map((p) => join(p, "4194305-1-rp_dead", "1-p.app"));
+      const namespace = /\[(\d+)\]/.exec(readlinkSync("/proc/self/ns/pid"))![1];
+      const stale = first.status.parents.map((p) => join(p, `${namespace}-4194305-1-rp_dead`, "1-p.app"));
+      const foreign = first.status.parents.map((p) => join(p, "1-4194305-1-rp_elsewhere"));
+      for (const dir of foreign) mkdirSync(dir, { recursive: true });
+      cleanups.push(async () => {
+        for (const dir of foreign) rmdirSync(dir);
+      });
       for (const dir of stale) mkdirSync(dir, { recursive: true });
       const sleeper = spawn("/bin/sh", [
         "-c",
@@ -205,7 +212,8 @@ if (await cgroupsWork("the cgroup cleanup tests")) {
       cleanups.push(() => second.close());
       await waitFor(() => !alive(sleeper.pid!), "the stale replica's process to be killed");
       for (const dir of stale) assert.equal(existsSync(dir), false, `${dir} was removed`);
-      assert.equal(existsSync(join(parent, "4194305-1-rp_dead")), false);
+      assert.equal(existsSync(join(parent, `${namespace}-4194305-1-rp_dead`)), false);
+      assert.ok(foreign.every((dir) => existsSync(dir)), "another pid namespace's server's folder stays");
       // The live servers' folders stay.
       assert.ok(first.status.parents.every((p) => existsSync(p)));
       assert.equal(second.status.version, first.status.version);
