@@ -3,6 +3,8 @@
  * allocate past their memory, burn CPU and fork without end, jailed and (memory) unjailed.
  */
 import assert from "node:assert/strict";
+import { readdirSync, readlinkSync, renameSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { alive, callFunction, deployApp, hostPid, waitFor } from "../_helpers/apps.ts";
 import { cgroupsWork } from "../_helpers/cgroups.ts";
@@ -233,6 +235,34 @@ if (await cgroupsWork("the resource limit tests")) {
         OPENBLAS_NUM_THREADS: "2",
         NUMEXPR_NUM_THREADS: "2",
       });
+    });
+
+    it("answers 503 naming the cgroup when a replica's cannot be made, and starts none unlimited", async () => {
+      // This server's folders gone from under it (an operator's cleanup, a broken delegation).
+      const namespace = /\[(\d+)\]/.exec(readlinkSync("/proc/self/ns/pid"))![1];
+      // (This test file's servers run one at a time: this one's are the only folders of this process but
+      // for a probe of `cgroupsWork` that another file's import may be making.)
+      const mine = t.server.context.cgroups.parents.flatMap((parent) =>
+        readdirSync(parent).filter((name) =>
+          name.startsWith(`${namespace}-${process.pid}-`) && !name.endsWith("-rp_testprobe")
+        ).map((name) => join(parent, name))
+      );
+      assert.equal(mine.length, t.server.context.cgroups.parents.length, "this server's own folders");
+      const hidden = mine.map((dir) => `${dir}-hidden`);
+      mine.forEach((dir, i) => renameSync(dir, hidden[i]));
+      try {
+        await deployApp(t, "unlimited", { toml: TOML("cpu = 0.5"), files: { "main.py": FORKER } });
+        const { response, error } = await callFunction(t, "unlimited", "ok");
+        assert.equal(response.status, 503);
+        assert.match(
+          (error as Problem).detail ?? "",
+          /its replica's cgroup \(its memory and CPU limits\) could not be made/,
+        );
+        assert.ok(!t.logs.some((l) => l.msg === "replica starting" && l.app === `${TEST_PROJECT}/unlimited` && l.pid));
+      } finally {
+        hidden.forEach((dir, i) => renameSync(dir, mine[i]));
+      }
+      assert.equal((await callFunction(t, "unlimited", "ok")).data?.result, "ok");
     });
 
     it("says in /readyz which cgroup version limits the replicas", async () => {
