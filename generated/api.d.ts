@@ -612,6 +612,18 @@ export interface components {
          * @enum {string}
          */
         BaseImageStatus: "new" | "cached";
+        /** @description How each replica's resources (its `[hardware]` memory and CPU, a pids limit) are enforced on this process. */
+        CgroupsReport: {
+            /**
+             * @description `RUNPLANE_CGROUPS`.
+             * @enum {string}
+             */
+            setting: "auto" | "required" | "off";
+            /** @description The cgroup version the limits are enforced with; null when replicas run without limits. */
+            version: ("v1" | "v2") | null;
+            /** @description Why replicas run without limits, each with what to do; empty when they are limited. */
+            warnings: string[];
+        };
         /** @description A new service account and its token: the token is in this answer only, and never stored. */
         CreatedServiceAccount: {
             /** Format: date-time */
@@ -785,6 +797,7 @@ export interface components {
         };
         /** @description The process can take calls: store reachable, migrations applied, apps loaded. */
         Readiness: {
+            cgroups: components["schemas"]["CgroupsReport"];
             sandbox: components["schemas"]["SandboxReport"];
             /** @enum {string} */
             status: "ready";
@@ -868,7 +881,8 @@ export interface components {
             /**
              * @description The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of
              *     `timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,
-             *     `protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`.
+             *     `protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`,
+             *     `out-of-memory` (the kernel killed the replica at its `[hardware] memory` limit).
              */
             type: string;
         };

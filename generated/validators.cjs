@@ -2102,16 +2102,189 @@ return errors === 0;
 }
 validate34.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_CreatedServiceAccount = validate35;
-const schema58 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at","token"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"token":{"type":"string","description":"The bearer token. Keep it secret: the server keeps only its id and cannot show it again."}},"description":"A new service account and its token: the token is in this answer only, and never stored."};
-const schema59 = {"type":"string","pattern":"^sa_[A-Za-z0-9_-]{16}$","description":"A service account's id: `sa_` and 16 base64url characters."};
-const schema61 = {"type":"string","enum":["admin","deploy","rest","run"],"description":"What a token may do: `run` the run API, `rest` read the REST API, `deploy` deploy, `admin` manage tokens."};
-const pattern10 = new RegExp("^sa_[A-Za-z0-9_-]{16}$", "u");
+exports.schema_CgroupsReport = validate35;
+const schema58 = {"type":"object","required":["setting","version","warnings"],"properties":{"setting":{"type":"string","enum":["auto","required","off"],"description":"`RUNPLANE_CGROUPS`."},"version":{"anyOf":[{"type":"string","enum":["v1","v2"]},{"type":"null"}],"description":"The cgroup version the limits are enforced with; null when replicas run without limits."},"warnings":{"type":"array","items":{"type":"string"},"description":"Why replicas run without limits, each with what to do; empty when they are limited."}},"description":"How each replica's resources (its `[hardware]` memory and CPU, a pids limit) are enforced on this process."};
 
 function validate35(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate35.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.setting === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "setting"},message:"must have required property '"+"setting"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.version === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "version"},message:"must have required property '"+"version"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.warnings === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.setting !== undefined){
+let data0 = data.setting;
+if(typeof data0 !== "string"){
+const err3 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(!(((data0 === "auto") || (data0 === "required")) || (data0 === "off"))){
+const err4 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/enum",keyword:"enum",params:{allowedValues: schema58.properties.setting.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.version !== undefined){
+let data1 = data.version;
+const _errs4 = errors;
+let valid1 = false;
+const _errs5 = errors;
+if(typeof data1 !== "string"){
+const err5 = {instancePath:instancePath+"/version",schemaPath:"#/properties/version/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(!((data1 === "v1") || (data1 === "v2"))){
+const err6 = {instancePath:instancePath+"/version",schemaPath:"#/properties/version/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema58.properties.version.anyOf[0].enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+var _valid0 = _errs5 === errors;
+valid1 = valid1 || _valid0;
+const _errs7 = errors;
+if(data1 !== null){
+const err7 = {instancePath:instancePath+"/version",schemaPath:"#/properties/version/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+var _valid0 = _errs7 === errors;
+valid1 = valid1 || _valid0;
+if(!valid1){
+const err8 = {instancePath:instancePath+"/version",schemaPath:"#/properties/version/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+else {
+errors = _errs4;
+if(vErrors !== null){
+if(_errs4){
+vErrors.length = _errs4;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.warnings !== undefined){
+let data2 = data.warnings;
+if(Array.isArray(data2)){
+const len0 = data2.length;
+for(let i0=0; i0<len0; i0++){
+if(typeof data2[i0] !== "string"){
+const err9 = {instancePath:instancePath+"/warnings/" + i0,schemaPath:"#/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+}
+else {
+const err10 = {instancePath:instancePath+"/warnings",schemaPath:"#/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+}
+else {
+const err11 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+validate35.errors = vErrors;
+return errors === 0;
+}
+validate35.evaluated = {"props":{"setting":true,"version":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_CreatedServiceAccount = validate36;
+const schema59 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at","token"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"token":{"type":"string","description":"The bearer token. Keep it secret: the server keeps only its id and cannot show it again."}},"description":"A new service account and its token: the token is in this answer only, and never stored."};
+const schema60 = {"type":"string","pattern":"^sa_[A-Za-z0-9_-]{16}$","description":"A service account's id: `sa_` and 16 base64url characters."};
+const schema62 = {"type":"string","enum":["admin","deploy","rest","run"],"description":"What a token may do: `run` the run API, `rest` read the REST API, `deploy` deploy, `admin` manage tokens."};
+const pattern10 = new RegExp("^sa_[A-Za-z0-9_-]{16}$", "u");
+
+function validate36(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate36.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2288,7 +2461,7 @@ vErrors.push(err14);
 errors++;
 }
 if(!((((data4 === "admin") || (data4 === "deploy")) || (data4 === "rest")) || (data4 === "run"))){
-const err15 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema61.enum},message:"must be equal to one of the allowed values"};
+const err15 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema62.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -2511,29 +2684,29 @@ vErrors.push(err30);
 }
 errors++;
 }
-validate35.errors = vErrors;
+validate36.errors = vErrors;
 return errors === 0;
 }
-validate35.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
+validate36.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Deployment = validate36;
-const schema62 = {"type":"object","required":["deployment_id","project_id","app_id","status","active","digest","size_bytes","source","repository","base_image_digest","base_image_status","created_at","started_at","finished_at","error"],"properties":{"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"status":{"$ref":"runplane-openapi#/$defs/DeploymentStatus"},"active":{"type":"boolean","description":"True for the one deployment of the app that serves its calls."},"digest":{"allOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"}],"description":"The bundle's digest: equal bytes, equal digest (the store keeps each bundle once)."},"size_bytes":{"type":"integer","format":"int64","minimum":0,"description":"The bundle's size in bytes, compressed."},"source":{"$ref":"runplane-openapi#/$defs/DeploymentSourceKind"},"repository":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentRepository"},{"type":"null"}],"description":"For a deployment from a repository."},"base_image_digest":{"anyOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"},{"type":"null"}],"description":"The base-image digest of the app's dependencies, once `runplane.toml` was read."},"base_image_status":{"anyOf":[{"type":"string","enum":["new","cached"]},{"type":"null"}],"description":"`cached` when a virtualenv for `base_image_digest` existed and nothing was installed."},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"finished_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the build failed."}},"description":"One uploaded (or fetched) version of an app, its build, and whether it serves."};
-const schema66 = {"type":"string","enum":["queued","building","ready","failed"],"description":"Where a deployment is in its life. `ready` and `failed` are terminal."};
-const schema67 = {"type":"string","pattern":"^sha256:[0-9a-f]{64}$","description":"A SHA-256 digest: `sha256:` and 64 lowercase hex digits."};
-const schema68 = {"type":"string","enum":["bundle","repository"],"description":"Where a deployment's files came from."};
+exports.schema_Deployment = validate37;
+const schema63 = {"type":"object","required":["deployment_id","project_id","app_id","status","active","digest","size_bytes","source","repository","base_image_digest","base_image_status","created_at","started_at","finished_at","error"],"properties":{"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"status":{"$ref":"runplane-openapi#/$defs/DeploymentStatus"},"active":{"type":"boolean","description":"True for the one deployment of the app that serves its calls."},"digest":{"allOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"}],"description":"The bundle's digest: equal bytes, equal digest (the store keeps each bundle once)."},"size_bytes":{"type":"integer","format":"int64","minimum":0,"description":"The bundle's size in bytes, compressed."},"source":{"$ref":"runplane-openapi#/$defs/DeploymentSourceKind"},"repository":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentRepository"},{"type":"null"}],"description":"For a deployment from a repository."},"base_image_digest":{"anyOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"},{"type":"null"}],"description":"The base-image digest of the app's dependencies, once `runplane.toml` was read."},"base_image_status":{"anyOf":[{"type":"string","enum":["new","cached"]},{"type":"null"}],"description":"`cached` when a virtualenv for `base_image_digest` existed and nothing was installed."},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"finished_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the build failed."}},"description":"One uploaded (or fetched) version of an app, its build, and whether it serves."};
+const schema67 = {"type":"string","enum":["queued","building","ready","failed"],"description":"Where a deployment is in its life. `ready` and `failed` are terminal."};
+const schema68 = {"type":"string","pattern":"^sha256:[0-9a-f]{64}$","description":"A SHA-256 digest: `sha256:` and 64 lowercase hex digits."};
+const schema69 = {"type":"string","enum":["bundle","repository"],"description":"Where a deployment's files came from."};
 const formats46 = require("ajv-formats/dist/formats").fullFormats.int64;
-const schema69 = {"type":"object","required":["owner","repo","ref","commit","path"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string"},"commit":{"$ref":"runplane-openapi#/$defs/GitObjectId"},"path":{"type":"string","description":"The app's folder inside the repository; empty for its root."}},"description":"A deployment made from a repository: what was asked for and the commit it resolved to."};
-const schema70 = {"type":"string","pattern":"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$","description":"A GitHub account name: letters, digits and single dashes, at most 39 characters."};
-const schema71 = {"type":"string","pattern":"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$","description":"A repository name: letters, digits, `.`, `_` and `-`, at most 100 characters, never `.` or `..`."};
-const schema72 = {"type":"string","pattern":"^[0-9a-f]{40}([0-9a-f]{24})?$","description":"A git object id (SHA-1 or SHA-256, lowercase hex)."};
+const schema70 = {"type":"object","required":["owner","repo","ref","commit","path"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string"},"commit":{"$ref":"runplane-openapi#/$defs/GitObjectId"},"path":{"type":"string","description":"The app's folder inside the repository; empty for its root."}},"description":"A deployment made from a repository: what was asked for and the commit it resolved to."};
+const schema71 = {"type":"string","pattern":"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$","description":"A GitHub account name: letters, digits and single dashes, at most 39 characters."};
+const schema72 = {"type":"string","pattern":"^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$","description":"A repository name: letters, digits, `.`, `_` and `-`, at most 100 characters, never `.` or `..`."};
+const schema73 = {"type":"string","pattern":"^[0-9a-f]{40}([0-9a-f]{24})?$","description":"A git object id (SHA-1 or SHA-256, lowercase hex)."};
 const pattern16 = new RegExp("^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$", "u");
 const pattern17 = new RegExp("^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,100}$", "u");
 const pattern18 = new RegExp("^[0-9a-f]{40}([0-9a-f]{24})?$", "u");
 
-function validate37(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate38(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate37.evaluated;
+const evaluated0 = validate38.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2701,16 +2874,16 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate37.errors = vErrors;
+validate38.errors = vErrors;
 return errors === 0;
 }
-validate37.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
+validate38.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate36(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate37(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate36.evaluated;
+const evaluated0 = validate37.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2956,7 +3129,7 @@ vErrors.push(err21);
 errors++;
 }
 if(!((((data3 === "queued") || (data3 === "building")) || (data3 === "ready")) || (data3 === "failed"))){
-const err22 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/DeploymentStatus/enum",keyword:"enum",params:{allowedValues: schema66.enum},message:"must be equal to one of the allowed values"};
+const err22 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/DeploymentStatus/enum",keyword:"enum",params:{allowedValues: schema67.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -3051,7 +3224,7 @@ vErrors.push(err29);
 errors++;
 }
 if(!((data7 === "bundle") || (data7 === "repository"))){
-const err30 = {instancePath:instancePath+"/source",schemaPath:"runplane-openapi#/$defs/DeploymentSourceKind/enum",keyword:"enum",params:{allowedValues: schema68.enum},message:"must be equal to one of the allowed values"};
+const err30 = {instancePath:instancePath+"/source",schemaPath:"runplane-openapi#/$defs/DeploymentSourceKind/enum",keyword:"enum",params:{allowedValues: schema69.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -3066,8 +3239,8 @@ let data8 = data.repository;
 const _errs25 = errors;
 let valid8 = false;
 const _errs26 = errors;
-if(!(validate37(data8, {instancePath:instancePath+"/repository",parentData:data,parentDataProperty:"repository",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate37.errors : vErrors.concat(validate37.errors);
+if(!(validate38(data8, {instancePath:instancePath+"/repository",parentData:data,parentDataProperty:"repository",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate38.errors : vErrors.concat(validate38.errors);
 errors = vErrors.length;
 }
 var _valid0 = _errs26 === errors;
@@ -3195,7 +3368,7 @@ vErrors.push(err37);
 errors++;
 }
 if(!((data10 === "new") || (data10 === "cached"))){
-const err38 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema62.properties.base_image_status.anyOf[0].enum},message:"must be equal to one of the allowed values"};
+const err38 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema63.properties.base_image_status.anyOf[0].enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err38];
 }
@@ -3457,17 +3630,17 @@ vErrors.push(err54);
 }
 errors++;
 }
-validate36.errors = vErrors;
+validate37.errors = vErrors;
 return errors === 0;
 }
-validate36.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate37.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentId = validate39;
+exports.schema_DeploymentId = validate40;
 
-function validate39(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate40(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate39.evaluated;
+const evaluated0 = validate40.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3496,18 +3669,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate39.errors = vErrors;
+validate40.errors = vErrors;
 return errors === 0;
 }
-validate39.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate40.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentPage = validate40;
-const schema75 = {"type":"object","required":["deployments","next_cursor"],"properties":{"deployments":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/Deployment"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of deployments, newest first."};
+exports.schema_DeploymentPage = validate41;
+const schema76 = {"type":"object","required":["deployments","next_cursor"],"properties":{"deployments":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/Deployment"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of deployments, newest first."};
 
-function validate40(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate41(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate40.evaluated;
+const evaluated0 = validate41.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3540,8 +3713,8 @@ let data0 = data.deployments;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate36(data0[i0], {instancePath:instancePath+"/deployments/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate36.errors : vErrors.concat(validate36.errors);
+if(!(validate37(data0[i0], {instancePath:instancePath+"/deployments/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate37.errors : vErrors.concat(validate37.errors);
 errors = vErrors.length;
 }
 }
@@ -3620,17 +3793,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate40.errors = vErrors;
+validate41.errors = vErrors;
 return errors === 0;
 }
-validate40.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate41.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentRepository = validate42;
+exports.schema_DeploymentRepository = validate43;
 
-function validate42(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate43(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate42.evaluated;
+const evaluated0 = validate43.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3798,17 +3971,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate42.errors = vErrors;
+validate43.errors = vErrors;
 return errors === 0;
 }
-validate42.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
+validate43.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentSourceKind = validate43;
+exports.schema_DeploymentSourceKind = validate44;
 
-function validate43(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate44(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate43.evaluated;
+const evaluated0 = validate44.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3826,7 +3999,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((data === "bundle") || (data === "repository"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema68.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema69.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -3835,18 +4008,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate43.errors = vErrors;
+validate44.errors = vErrors;
 return errors === 0;
 }
-validate43.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate44.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentSourceRequest = validate44;
-const schema81 = {"type":"object","required":["source"],"properties":{"source":{"type":"object","properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","maxLength":255,"description":"A branch, tag or commit; the default branch when absent."},"path":{"type":"string","maxLength":1024,"description":"The app's folder inside the repository; its root when absent."}},"required":["owner","repo"]}},"description":"A repository folder to deploy, read through the project's tree provider (local mirror or GitHub)."};
+exports.schema_DeploymentSourceRequest = validate45;
+const schema82 = {"type":"object","required":["source"],"properties":{"source":{"type":"object","properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","maxLength":255,"description":"A branch, tag or commit; the default branch when absent."},"path":{"type":"string","maxLength":1024,"description":"The app's folder inside the repository; its root when absent."}},"required":["owner","repo"]}},"description":"A repository folder to deploy, read through the project's tree provider (local mirror or GitHub)."};
 
-function validate44(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate45(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate44.evaluated;
+const evaluated0 = validate45.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4010,17 +4183,17 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate44.errors = vErrors;
+validate45.errors = vErrors;
 return errors === 0;
 }
-validate44.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
+validate45.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentStatus = validate45;
+exports.schema_DeploymentStatus = validate46;
 
-function validate45(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate46(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate45.evaluated;
+const evaluated0 = validate46.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4038,7 +4211,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((((data === "queued") || (data === "building")) || (data === "ready")) || (data === "failed"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema66.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema67.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -4047,18 +4220,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate45.errors = vErrors;
+validate46.errors = vErrors;
 return errors === 0;
 }
-validate45.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate46.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_FieldError = validate46;
-const schema85 = {"type":"object","required":["path","message"],"properties":{"path":{"type":"string","description":"Where the value was: `body.aptPackages[2]`, `query.limit`, `header.idempotency-key`."},"message":{"type":"string","description":"What was wrong with it and what is expected."}},"description":"One field that failed validation."};
+exports.schema_FieldError = validate47;
+const schema86 = {"type":"object","required":["path","message"],"properties":{"path":{"type":"string","description":"Where the value was: `body.aptPackages[2]`, `query.limit`, `header.idempotency-key`."},"message":{"type":"string","description":"What was wrong with it and what is expected."}},"description":"One field that failed validation."};
 
-function validate46(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate47(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate46.evaluated;
+const evaluated0 = validate47.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4121,19 +4294,19 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate46.errors = vErrors;
+validate47.errors = vErrors;
 return errors === 0;
 }
-validate46.evaluated = {"props":{"path":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate47.evaluated = {"props":{"path":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_FunctionName = validate47;
-const schema86 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$","description":"A function's name: `run` is the default; names starting with `_` are private and answer 404."};
+exports.schema_FunctionName = validate48;
+const schema87 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$","description":"A function's name: `run` is the default; names starting with `_` are private and answer 404."};
 const pattern26 = new RegExp("^[A-Za-z_][A-Za-z0-9_.-]{0,127}$", "u");
 
-function validate47(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate48(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate47.evaluated;
+const evaluated0 = validate48.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4162,17 +4335,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate47.errors = vErrors;
+validate48.errors = vErrors;
 return errors === 0;
 }
-validate47.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate48.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_GitObjectId = validate48;
+exports.schema_GitObjectId = validate49;
 
-function validate48(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate49(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate48.evaluated;
+const evaluated0 = validate49.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4201,18 +4374,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate48.errors = vErrors;
+validate49.errors = vErrors;
 return errors === 0;
 }
-validate48.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate49.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Health = validate49;
-const schema88 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ok"]}},"description":"The process is alive."};
+exports.schema_Health = validate50;
+const schema89 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ok"]}},"description":"The process is alive."};
 
-function validate49(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate50(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate49.evaluated;
+const evaluated0 = validate50.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4243,7 +4416,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ok")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema88.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema89.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -4264,18 +4437,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate49.errors = vErrors;
+validate50.errors = vErrors;
 return errors === 0;
 }
-validate49.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate50.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_JsonWebKey = validate50;
-const schema89 = {"type":"object","required":["kty","crv","x","kid","alg","use"],"properties":{"kty":{"type":"string","enum":["OKP"]},"crv":{"type":"string","enum":["Ed25519"]},"x":{"type":"string"},"kid":{"type":"string"},"alg":{"type":"string","enum":["EdDSA"]},"use":{"type":"string","enum":["sig"]}},"description":"An Ed25519 public key as a JSON Web Key (RFC 8037)."};
+exports.schema_JsonWebKey = validate51;
+const schema90 = {"type":"object","required":["kty","crv","x","kid","alg","use"],"properties":{"kty":{"type":"string","enum":["OKP"]},"crv":{"type":"string","enum":["Ed25519"]},"x":{"type":"string"},"kid":{"type":"string"},"alg":{"type":"string","enum":["EdDSA"]},"use":{"type":"string","enum":["sig"]}},"description":"An Ed25519 public key as a JSON Web Key (RFC 8037)."};
 
-function validate50(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate51(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate50.evaluated;
+const evaluated0 = validate51.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4356,7 +4529,7 @@ vErrors.push(err6);
 errors++;
 }
 if(!(data0 === "OKP")){
-const err7 = {instancePath:instancePath+"/kty",schemaPath:"#/properties/kty/enum",keyword:"enum",params:{allowedValues: schema89.properties.kty.enum},message:"must be equal to one of the allowed values"};
+const err7 = {instancePath:instancePath+"/kty",schemaPath:"#/properties/kty/enum",keyword:"enum",params:{allowedValues: schema90.properties.kty.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -4379,7 +4552,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!(data1 === "Ed25519")){
-const err9 = {instancePath:instancePath+"/crv",schemaPath:"#/properties/crv/enum",keyword:"enum",params:{allowedValues: schema89.properties.crv.enum},message:"must be equal to one of the allowed values"};
+const err9 = {instancePath:instancePath+"/crv",schemaPath:"#/properties/crv/enum",keyword:"enum",params:{allowedValues: schema90.properties.crv.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -4426,7 +4599,7 @@ vErrors.push(err12);
 errors++;
 }
 if(!(data4 === "EdDSA")){
-const err13 = {instancePath:instancePath+"/alg",schemaPath:"#/properties/alg/enum",keyword:"enum",params:{allowedValues: schema89.properties.alg.enum},message:"must be equal to one of the allowed values"};
+const err13 = {instancePath:instancePath+"/alg",schemaPath:"#/properties/alg/enum",keyword:"enum",params:{allowedValues: schema90.properties.alg.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -4449,7 +4622,7 @@ vErrors.push(err14);
 errors++;
 }
 if(!(data5 === "sig")){
-const err15 = {instancePath:instancePath+"/use",schemaPath:"#/properties/use/enum",keyword:"enum",params:{allowedValues: schema89.properties.use.enum},message:"must be equal to one of the allowed values"};
+const err15 = {instancePath:instancePath+"/use",schemaPath:"#/properties/use/enum",keyword:"enum",params:{allowedValues: schema90.properties.use.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -4470,18 +4643,18 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate50.errors = vErrors;
+validate51.errors = vErrors;
 return errors === 0;
 }
-validate50.evaluated = {"props":{"kty":true,"crv":true,"x":true,"kid":true,"alg":true,"use":true},"dynamicProps":false,"dynamicItems":false};
+validate51.evaluated = {"props":{"kty":true,"crv":true,"x":true,"kid":true,"alg":true,"use":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_JsonWebKeySet = validate51;
-const schema90 = {"type":"object","required":["keys"],"properties":{"keys":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/JsonWebKey"}}},"description":"The keys that verify Runplane's service-account tokens."};
+exports.schema_JsonWebKeySet = validate52;
+const schema91 = {"type":"object","required":["keys"],"properties":{"keys":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/JsonWebKey"}}},"description":"The keys that verify Runplane's service-account tokens."};
 
-function validate51(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate51.evaluated;
+const evaluated0 = validate52.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4579,7 +4752,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!(data2 === "OKP")){
-const err8 = {instancePath:instancePath+"/keys/" + i0+"/kty",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/kty/enum",keyword:"enum",params:{allowedValues: schema89.properties.kty.enum},message:"must be equal to one of the allowed values"};
+const err8 = {instancePath:instancePath+"/keys/" + i0+"/kty",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/kty/enum",keyword:"enum",params:{allowedValues: schema90.properties.kty.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -4602,7 +4775,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!(data3 === "Ed25519")){
-const err10 = {instancePath:instancePath+"/keys/" + i0+"/crv",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/crv/enum",keyword:"enum",params:{allowedValues: schema89.properties.crv.enum},message:"must be equal to one of the allowed values"};
+const err10 = {instancePath:instancePath+"/keys/" + i0+"/crv",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/crv/enum",keyword:"enum",params:{allowedValues: schema90.properties.crv.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -4649,7 +4822,7 @@ vErrors.push(err13);
 errors++;
 }
 if(!(data6 === "EdDSA")){
-const err14 = {instancePath:instancePath+"/keys/" + i0+"/alg",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/alg/enum",keyword:"enum",params:{allowedValues: schema89.properties.alg.enum},message:"must be equal to one of the allowed values"};
+const err14 = {instancePath:instancePath+"/keys/" + i0+"/alg",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/alg/enum",keyword:"enum",params:{allowedValues: schema90.properties.alg.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -4672,7 +4845,7 @@ vErrors.push(err15);
 errors++;
 }
 if(!(data7 === "sig")){
-const err16 = {instancePath:instancePath+"/keys/" + i0+"/use",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/use/enum",keyword:"enum",params:{allowedValues: schema89.properties.use.enum},message:"must be equal to one of the allowed values"};
+const err16 = {instancePath:instancePath+"/keys/" + i0+"/use",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/use/enum",keyword:"enum",params:{allowedValues: schema90.properties.use.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -4717,17 +4890,17 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate51.errors = vErrors;
+validate52.errors = vErrors;
 return errors === 0;
 }
-validate51.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
+validate52.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_PackageSpec = validate52;
+exports.schema_PackageSpec = validate53;
 
-function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate52.evaluated;
+const evaluated0 = validate53.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -4766,20 +4939,20 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate52.errors = vErrors;
+validate53.errors = vErrors;
 return errors === 0;
 }
-validate52.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate53.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Problem = validate53;
-const schema93 = {"type":"object","required":["type","title","status"],"properties":{"type":{"type":"string","description":"A URI reference that identifies the kind of problem, e.g. `https://runplane.dev/problems/validation`."},"title":{"type":"string","description":"A short, human-readable summary of the kind of problem."},"status":{"type":"integer","format":"int32","minimum":100,"maximum":599,"description":"The HTTP status code of this occurrence."},"detail":{"type":"string","description":"What happened in this occurrence, and what to do about it."},"instance":{"type":"string","description":"The request path of this occurrence."},"run_id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run this problem belongs to, when a run exists."},"errors":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/FieldError"},"description":"Every field that failed validation."},"exception_type":{"type":"string","description":"For a failed run: the exception's type, e.g. `ValueError`."},"traceback":{"type":"string","description":"For a failed run: the exception's traceback."}},"description":"An RFC 9457 problem document. `type` is stable for each kind of error and names its documentation."};
-const schema94 = {"type":"string","pattern":"^run_[0-9a-z]{26}$","description":"A run's id: `run_` followed by a time-ordered, 26-character lowercase identifier."};
+exports.schema_Problem = validate54;
+const schema94 = {"type":"object","required":["type","title","status"],"properties":{"type":{"type":"string","description":"A URI reference that identifies the kind of problem, e.g. `https://runplane.dev/problems/validation`."},"title":{"type":"string","description":"A short, human-readable summary of the kind of problem."},"status":{"type":"integer","format":"int32","minimum":100,"maximum":599,"description":"The HTTP status code of this occurrence."},"detail":{"type":"string","description":"What happened in this occurrence, and what to do about it."},"instance":{"type":"string","description":"The request path of this occurrence."},"run_id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run this problem belongs to, when a run exists."},"errors":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/FieldError"},"description":"Every field that failed validation."},"exception_type":{"type":"string","description":"For a failed run: the exception's type, e.g. `ValueError`."},"traceback":{"type":"string","description":"For a failed run: the exception's traceback."}},"description":"An RFC 9457 problem document. `type` is stable for each kind of error and names its documentation."};
+const schema95 = {"type":"string","pattern":"^run_[0-9a-z]{26}$","description":"A run's id: `run_` followed by a time-ordered, 26-character lowercase identifier."};
 const pattern28 = new RegExp("^run_[0-9a-z]{26}$", "u");
 
-function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate53.evaluated;
+const evaluated0 = validate54.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5045,17 +5218,17 @@ vErrors.push(err21);
 }
 errors++;
 }
-validate53.errors = vErrors;
+validate54.errors = vErrors;
 return errors === 0;
 }
-validate53.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate54.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectId = validate54;
+exports.schema_ProjectId = validate55;
 
-function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate55(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate54.evaluated;
+const evaluated0 = validate55.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5084,18 +5257,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate54.errors = vErrors;
+validate55.errors = vErrors;
 return errors === 0;
 }
-validate54.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate55.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectSecret = validate55;
-const schema97 = {"type":"object","required":["name","created_at","updated_at"],"properties":{"name":{"type":"string","description":"The variable's name, as stored: a `SecretName` for every secret set through this API (a list does\nnot fail over a row that is not one; clients show it as text)."},"created_at":{"type":"string","format":"date-time"},"updated_at":{"type":"string","format":"date-time","description":"When its value was last set."}},"description":"A project secret as listed: its name and times, never its value."};
+exports.schema_ProjectSecret = validate56;
+const schema98 = {"type":"object","required":["name","created_at","updated_at"],"properties":{"name":{"type":"string","description":"The variable's name, as stored: a `SecretName` for every secret set through this API (a list does\nnot fail over a row that is not one; clients show it as text)."},"created_at":{"type":"string","format":"date-time"},"updated_at":{"type":"string","format":"date-time","description":"When its value was last set."}},"description":"A project secret as listed: its name and times, never its value."};
 
-function validate55(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate55.evaluated;
+const evaluated0 = validate56.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5206,18 +5379,18 @@ vErrors.push(err8);
 }
 errors++;
 }
-validate55.errors = vErrors;
+validate56.errors = vErrors;
 return errors === 0;
 }
-validate55.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+validate56.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectSecretList = validate56;
-const schema98 = {"type":"object","required":["secrets"],"properties":{"secrets":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ProjectSecret"}}},"description":"A project's secrets, by name."};
+exports.schema_ProjectSecretList = validate57;
+const schema99 = {"type":"object","required":["secrets"],"properties":{"secrets":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ProjectSecret"}}},"description":"A project's secrets, by name."};
 
-function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate56.evaluated;
+const evaluated0 = validate57.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5369,18 +5542,18 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate56.errors = vErrors;
+validate57.errors = vErrors;
 return errors === 0;
 }
-validate56.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
+validate57.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectSecretRequest = validate57;
-const schema100 = {"type":"object","required":["value"],"properties":{"value":{"type":"string","description":"The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8\n(413 above it). It is sealed at rest and never shown again."}},"description":"A secret's value."};
+exports.schema_ProjectSecretRequest = validate58;
+const schema101 = {"type":"object","required":["value"],"properties":{"value":{"type":"string","description":"The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8\n(413 above it). It is sealed at rest and never shown again."}},"description":"A secret's value."};
 
-function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate57.evaluated;
+const evaluated0 = validate58.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5421,19 +5594,19 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate57.errors = vErrors;
+validate58.errors = vErrors;
 return errors === 0;
 }
-validate57.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
+validate58.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Readiness = validate58;
-const schema101 = {"type":"object","required":["status","sandbox"],"properties":{"status":{"type":"string","enum":["ready"]},"sandbox":{"$ref":"runplane-openapi#/$defs/SandboxReport"}},"description":"The process can take calls: store reachable, migrations applied, apps loaded."};
-const schema102 = {"type":"object","required":["setting","jailed","warnings"],"properties":{"setting":{"type":"string","enum":["auto","required","off"],"description":"`RUNPLANE_SANDBOX`."},"jailed":{"type":"boolean","description":"Whether replicas and build steps run in the sandbox."},"warnings":{"type":"array","items":{"type":"string"},"description":"What is missing or weaker than the full policy, each with what to do; empty when complete."}},"description":"How tenants' code (replicas, build steps) is jailed on this process."};
+exports.schema_Readiness = validate59;
+const schema102 = {"type":"object","required":["status","sandbox","cgroups"],"properties":{"status":{"type":"string","enum":["ready"]},"sandbox":{"$ref":"runplane-openapi#/$defs/SandboxReport"},"cgroups":{"$ref":"runplane-openapi#/$defs/CgroupsReport"}},"description":"The process can take calls: store reachable, migrations applied, apps loaded."};
+const schema103 = {"type":"object","required":["setting","jailed","warnings"],"properties":{"setting":{"type":"string","enum":["auto","required","off"],"description":"`RUNPLANE_SANDBOX`."},"jailed":{"type":"boolean","description":"Whether replicas and build steps run in the sandbox."},"warnings":{"type":"array","items":{"type":"string"},"description":"What is missing or weaker than the full policy, each with what to do; empty when complete."}},"description":"How tenants' code (replicas, build steps) is jailed on this process."};
 
-function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate58.evaluated;
+const evaluated0 = validate59.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5461,10 +5634,8 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data.status !== undefined){
-let data0 = data.status;
-if(typeof data0 !== "string"){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.cgroups === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "cgroups"},message:"must have required property '"+"cgroups"+"'"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -5473,8 +5644,10 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(!(data0 === "ready")){
-const err3 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema101.properties.status.enum},message:"must be equal to one of the allowed values"};
+if(data.status !== undefined){
+let data0 = data.status;
+if(typeof data0 !== "string"){
+const err3 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -5483,12 +5656,8 @@ vErrors.push(err3);
 }
 errors++;
 }
-}
-if(data.sandbox !== undefined){
-let data1 = data.sandbox;
-if(data1 && typeof data1 == "object" && !Array.isArray(data1)){
-if(data1.setting === undefined){
-const err4 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "setting"},message:"must have required property '"+"setting"+"'"};
+if(!(data0 === "ready")){
+const err4 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema102.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -5497,8 +5666,12 @@ vErrors.push(err4);
 }
 errors++;
 }
-if(data1.jailed === undefined){
-const err5 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "jailed"},message:"must have required property '"+"jailed"+"'"};
+}
+if(data.sandbox !== undefined){
+let data1 = data.sandbox;
+if(data1 && typeof data1 == "object" && !Array.isArray(data1)){
+if(data1.setting === undefined){
+const err5 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "setting"},message:"must have required property '"+"setting"+"'"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -5507,8 +5680,8 @@ vErrors.push(err5);
 }
 errors++;
 }
-if(data1.warnings === undefined){
-const err6 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
+if(data1.jailed === undefined){
+const err6 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "jailed"},message:"must have required property '"+"jailed"+"'"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5517,10 +5690,8 @@ vErrors.push(err6);
 }
 errors++;
 }
-if(data1.setting !== undefined){
-let data2 = data1.setting;
-if(typeof data2 !== "string"){
-const err7 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data1.warnings === undefined){
+const err7 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -5529,8 +5700,10 @@ vErrors.push(err7);
 }
 errors++;
 }
-if(!(((data2 === "auto") || (data2 === "required")) || (data2 === "off"))){
-const err8 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema102.properties.setting.enum},message:"must be equal to one of the allowed values"};
+if(data1.setting !== undefined){
+let data2 = data1.setting;
+if(typeof data2 !== "string"){
+const err8 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -5539,15 +5712,25 @@ vErrors.push(err8);
 }
 errors++;
 }
-}
-if(data1.jailed !== undefined){
-if(typeof data1.jailed !== "boolean"){
-const err9 = {instancePath:instancePath+"/sandbox/jailed",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/jailed/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(!(((data2 === "auto") || (data2 === "required")) || (data2 === "off"))){
+const err9 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema103.properties.setting.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err9];
 }
 else {
 vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data1.jailed !== undefined){
+if(typeof data1.jailed !== "boolean"){
+const err10 = {instancePath:instancePath+"/sandbox/jailed",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/jailed/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
 }
 errors++;
 }
@@ -5558,19 +5741,7 @@ if(Array.isArray(data4)){
 const len0 = data4.length;
 for(let i0=0; i0<len0; i0++){
 if(typeof data4[i0] !== "string"){
-const err10 = {instancePath:instancePath+"/sandbox/warnings/" + i0,schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-}
-else {
-const err11 = {instancePath:instancePath+"/sandbox/warnings",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err11 = {instancePath:instancePath+"/sandbox/warnings/" + i0,schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -5582,7 +5753,7 @@ errors++;
 }
 }
 else {
-const err12 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err12 = {instancePath:instancePath+"/sandbox/warnings",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -5594,7 +5765,7 @@ errors++;
 }
 }
 else {
-const err13 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err13 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -5603,17 +5774,187 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate58.errors = vErrors;
+}
+if(data.cgroups !== undefined){
+let data6 = data.cgroups;
+if(data6 && typeof data6 == "object" && !Array.isArray(data6)){
+if(data6.setting === undefined){
+const err14 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "setting"},message:"must have required property '"+"setting"+"'"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if(data6.version === undefined){
+const err15 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "version"},message:"must have required property '"+"version"+"'"};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if(data6.warnings === undefined){
+const err16 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+if(data6.setting !== undefined){
+let data7 = data6.setting;
+if(typeof data7 !== "string"){
+const err17 = {instancePath:instancePath+"/cgroups/setting",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+if(!(((data7 === "auto") || (data7 === "required")) || (data7 === "off"))){
+const err18 = {instancePath:instancePath+"/cgroups/setting",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema58.properties.setting.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+}
+if(data6.version !== undefined){
+let data8 = data6.version;
+const _errs20 = errors;
+let valid7 = false;
+const _errs21 = errors;
+if(typeof data8 !== "string"){
+const err19 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+if(!((data8 === "v1") || (data8 === "v2"))){
+const err20 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema58.properties.version.anyOf[0].enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+var _valid0 = _errs21 === errors;
+valid7 = valid7 || _valid0;
+const _errs23 = errors;
+if(data8 !== null){
+const err21 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+var _valid0 = _errs23 === errors;
+valid7 = valid7 || _valid0;
+if(!valid7){
+const err22 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+else {
+errors = _errs20;
+if(vErrors !== null){
+if(_errs20){
+vErrors.length = _errs20;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data6.warnings !== undefined){
+let data9 = data6.warnings;
+if(Array.isArray(data9)){
+const len1 = data9.length;
+for(let i1=0; i1<len1; i1++){
+if(typeof data9[i1] !== "string"){
+const err23 = {instancePath:instancePath+"/cgroups/warnings/" + i1,schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+}
+}
+else {
+const err24 = {instancePath:instancePath+"/cgroups/warnings",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
+}
+errors++;
+}
+}
+}
+else {
+const err25 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err25];
+}
+else {
+vErrors.push(err25);
+}
+errors++;
+}
+}
+}
+else {
+const err26 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err26];
+}
+else {
+vErrors.push(err26);
+}
+errors++;
+}
+validate59.errors = vErrors;
 return errors === 0;
 }
-validate58.evaluated = {"props":{"status":true,"sandbox":true},"dynamicProps":false,"dynamicItems":false};
+validate59.evaluated = {"props":{"status":true,"sandbox":true,"cgroups":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepoName = validate59;
+exports.schema_RepoName = validate60;
 
-function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate59.evaluated;
+const evaluated0 = validate60.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5642,17 +5983,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate59.errors = vErrors;
+validate60.errors = vErrors;
 return errors === 0;
 }
-validate59.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate60.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepoOwner = validate60;
+exports.schema_RepoOwner = validate61;
 
-function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate60.evaluated;
+const evaluated0 = validate61.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5681,21 +6022,21 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate60.errors = vErrors;
+validate61.errors = vErrors;
 return errors === 0;
 }
-validate60.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate61.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepositoryTree = validate61;
-const schema105 = {"type":"object","required":["owner","repo","ref","sha","entries"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","description":"The ref that was resolved: the one asked for, or the default branch."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The commit the tree belongs to."},"entries":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TreeEntry"}}},"description":"Every path of a repository at one commit, sorted by path, directories included."};
-const schema109 = {"type":"object","required":["path","type","mode","sha"],"properties":{"path":{"type":"string","description":"The path from the repository's root, `/`-separated."},"type":{"$ref":"runplane-openapi#/$defs/TreeEntryType"},"mode":{"type":"string","pattern":"^[0-7]{6}$","description":"git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The blob, tree or (for a submodule) commit id."},"size":{"type":"integer","minimum":0,"description":"The size in bytes, for files and symlinks."}},"description":"One path in a repository's tree."};
-const schema110 = {"type":"string","enum":["file","directory","symlink","submodule"],"description":"What a tree entry is."};
+exports.schema_RepositoryTree = validate62;
+const schema107 = {"type":"object","required":["owner","repo","ref","sha","entries"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","description":"The ref that was resolved: the one asked for, or the default branch."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The commit the tree belongs to."},"entries":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TreeEntry"}}},"description":"Every path of a repository at one commit, sorted by path, directories included."};
+const schema111 = {"type":"object","required":["path","type","mode","sha"],"properties":{"path":{"type":"string","description":"The path from the repository's root, `/`-separated."},"type":{"$ref":"runplane-openapi#/$defs/TreeEntryType"},"mode":{"type":"string","pattern":"^[0-7]{6}$","description":"git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The blob, tree or (for a submodule) commit id."},"size":{"type":"integer","minimum":0,"description":"The size in bytes, for files and symlinks."}},"description":"One path in a repository's tree."};
+const schema112 = {"type":"string","enum":["file","directory","symlink","submodule"],"description":"What a tree entry is."};
 const pattern35 = new RegExp("^[0-7]{6}$", "u");
 
-function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate62.evaluated;
+const evaluated0 = validate63.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5768,7 +6109,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((((data1 === "file") || (data1 === "directory")) || (data1 === "symlink")) || (data1 === "submodule"))){
-const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema112.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -5864,16 +6205,16 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate62.errors = vErrors;
+validate63.errors = vErrors;
 return errors === 0;
 }
-validate62.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
+validate63.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate61.evaluated;
+const evaluated0 = validate62.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6023,8 +6364,8 @@ let data4 = data.entries;
 if(Array.isArray(data4)){
 const len0 = data4.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate62(data4[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data4,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate62.errors : vErrors.concat(validate62.errors);
+if(!(validate63(data4[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data4,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate63.errors : vErrors.concat(validate63.errors);
 errors = vErrors.length;
 }
 }
@@ -6051,25 +6392,25 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate61.errors = vErrors;
+validate62.errors = vErrors;
 return errors === 0;
 }
-validate61.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
+validate62.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Run = validate64;
-const schema112 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook","result","input","rerun_of","reruns"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."},"input":{"anyOf":[{},{"type":"null"}],"description":"An async run's input (its JSON body), kept as long as its result; null for sync and stream runs."},"rerun_of":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunId"},{"type":"null"}],"description":"The run this call ran again (`rerunOf`)."},"reruns":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunId"},"description":"The runs that ran this one again, oldest first."}},"description":"One call of an app's function, with its outcome."};
-const schema117 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
-const schema118 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
-const schema119 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`."},"message":{"type":"string"},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}]}},"description":"Why a run failed."};
-const schema120 = {"type":"object","required":["endpoint","status","attempts"],"properties":{"endpoint":{"type":"string","format":"uri"},"status":{"$ref":"runplane-openapi#/$defs/WebhookStatus"},"attempts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/WebhookAttempt"}}},"description":"A run's webhook forwarding. The secret is never shown."};
-const schema121 = {"type":"string","enum":["pending","delivered","failed"],"description":"The state of a run's webhook forwarding."};
-const schema122 = {"type":"object","required":["attempt","at","status_code","error","duration_ms"],"properties":{"attempt":{"type":"integer","format":"int32","minimum":1,"description":"1, 2 or 3."},"at":{"type":"string","format":"date-time"},"status_code":{"anyOf":[{"type":"integer","format":"int32"},{"type":"null"}],"description":"The receiver's status code, or null when no response arrived."},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the attempt failed without a status code (network error, timeout, refused destination)."},"duration_ms":{"type":"number","format":"double"}},"description":"How a webhook delivery attempt ended."};
+exports.schema_Run = validate65;
+const schema114 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook","result","input","rerun_of","reruns"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."},"input":{"anyOf":[{},{"type":"null"}],"description":"An async run's input (its JSON body), kept as long as its result; null for sync and stream runs."},"rerun_of":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunId"},{"type":"null"}],"description":"The run this call ran again (`rerunOf`)."},"reruns":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunId"},"description":"The runs that ran this one again, oldest first."}},"description":"One call of an app's function, with its outcome."};
+const schema119 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
+const schema120 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
+const schema121 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`,\n`out-of-memory` (the kernel killed the replica at its `[hardware] memory` limit)."},"message":{"type":"string"},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}]}},"description":"Why a run failed."};
+const schema122 = {"type":"object","required":["endpoint","status","attempts"],"properties":{"endpoint":{"type":"string","format":"uri"},"status":{"$ref":"runplane-openapi#/$defs/WebhookStatus"},"attempts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/WebhookAttempt"}}},"description":"A run's webhook forwarding. The secret is never shown."};
+const schema123 = {"type":"string","enum":["pending","delivered","failed"],"description":"The state of a run's webhook forwarding."};
+const schema124 = {"type":"object","required":["attempt","at","status_code","error","duration_ms"],"properties":{"attempt":{"type":"integer","format":"int32","minimum":1,"description":"1, 2 or 3."},"at":{"type":"string","format":"date-time"},"status_code":{"anyOf":[{"type":"integer","format":"int32"},{"type":"null"}],"description":"The receiver's status code, or null when no response arrived."},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the attempt failed without a status code (network error, timeout, refused destination)."},"duration_ms":{"type":"number","format":"double"}},"description":"How a webhook delivery attempt ended."};
 const formats74 = require("ajv-formats/dist/formats").fullFormats.uri;
 
-function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate65.evaluated;
+const evaluated0 = validate66.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6145,7 +6486,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!(((data1 === "pending") || (data1 === "delivered")) || (data1 === "failed"))){
-const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema121.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema123.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -6448,16 +6789,16 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate65.errors = vErrors;
+validate66.errors = vErrors;
 return errors === 0;
 }
-validate65.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
+validate66.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate64.evaluated;
+const evaluated0 = validate65.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6768,7 +7109,7 @@ vErrors.push(err27);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err28 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema117.enum},message:"must be equal to one of the allowed values"};
+const err28 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -6791,7 +7132,7 @@ vErrors.push(err29);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err30 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
+const err30 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema120.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -7267,8 +7608,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate65(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+if(!(validate66(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -7510,18 +7851,18 @@ vErrors.push(err74);
 }
 errors++;
 }
-validate64.errors = vErrors;
+validate65.errors = vErrors;
 return errors === 0;
 }
-validate64.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate65.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunAccepted = validate67;
-const schema125 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
+exports.schema_RunAccepted = validate68;
+const schema127 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
 
-function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate67.evaluated;
+const evaluated0 = validate68.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7575,18 +7916,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate67.errors = vErrors;
+validate68.errors = vErrors;
 return errors === 0;
 }
-validate67.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
+validate68.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunChange = validate68;
-const schema127 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","at"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"at":{"type":"string","format":"date-time","description":"When the change happened."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Milliseconds it ran, in the change that ends it."}},"description":"What a run-change event holds."};
+exports.schema_RunChange = validate69;
+const schema129 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","at"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"at":{"type":"string","format":"date-time","description":"When the change happened."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Milliseconds it ran, in the change that ends it."}},"description":"What a run-change event holds."};
 
-function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate68.evaluated;
+const evaluated0 = validate69.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7777,7 +8118,7 @@ vErrors.push(err15);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err16 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema117.enum},message:"must be equal to one of the allowed values"};
+const err16 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -7800,7 +8141,7 @@ vErrors.push(err17);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err18 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
+const err18 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema120.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -7910,17 +8251,17 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate68.errors = vErrors;
+validate69.errors = vErrors;
 return errors === 0;
 }
-validate68.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"at":true,"run_time_ms":true},"dynamicProps":false,"dynamicItems":false};
+validate69.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"at":true,"run_time_ms":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunError = validate69;
+exports.schema_RunError = validate70;
 
-function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate69.evaluated;
+const evaluated0 = validate70.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8035,17 +8376,17 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate69.errors = vErrors;
+validate70.errors = vErrors;
 return errors === 0;
 }
-validate69.evaluated = {"props":{"type":true,"message":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate70.evaluated = {"props":{"type":true,"message":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunId = validate70;
+exports.schema_RunId = validate71;
 
-function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate70.evaluated;
+const evaluated0 = validate71.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8074,18 +8415,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate70.errors = vErrors;
+validate71.errors = vErrors;
 return errors === 0;
 }
-validate70.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate71.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunInput = validate71;
-const schema136 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
+exports.schema_RunInput = validate72;
+const schema138 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
 
-function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate71.evaluated;
+const evaluated0 = validate72.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8104,19 +8445,19 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate71.errors = vErrors;
+validate72.errors = vErrors;
 return errors === 0;
 }
-validate71.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate72.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLog = validate72;
-const schema137 = {"type":"object","required":["lines","truncated"],"properties":{"lines":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunLogLine"}},"truncated":{"type":"boolean","description":"The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`."}},"description":"A run's captured output: its function's stdout, stderr and `logging` lines, oldest first."};
-const schema138 = {"type":"object","required":["at","stream","text"],"properties":{"at":{"type":"string","format":"date-time"},"stream":{"type":"string","enum":["stdout","stderr"]},"text":{"type":"string"}},"description":"One line of a run's output."};
+exports.schema_RunLog = validate73;
+const schema139 = {"type":"object","required":["lines","truncated"],"properties":{"lines":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunLogLine"}},"truncated":{"type":"boolean","description":"The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`."}},"description":"A run's captured output: its function's stdout, stderr and `logging` lines, oldest first."};
+const schema140 = {"type":"object","required":["at","stream","text"],"properties":{"at":{"type":"string","format":"date-time"},"stream":{"type":"string","enum":["stdout","stderr"]},"text":{"type":"string"}},"description":"One line of a run's output."};
 
-function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate72.evaluated;
+const evaluated0 = validate73.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8219,7 +8560,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!((data3 === "stdout") || (data3 === "stderr"))){
-const err8 = {instancePath:instancePath+"/lines/" + i0+"/stream",schemaPath:"runplane-openapi#/$defs/RunLogLine/properties/stream/enum",keyword:"enum",params:{allowedValues: schema138.properties.stream.enum},message:"must be equal to one of the allowed values"};
+const err8 = {instancePath:instancePath+"/lines/" + i0+"/stream",schemaPath:"runplane-openapi#/$defs/RunLogLine/properties/stream/enum",keyword:"enum",params:{allowedValues: schema140.properties.stream.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -8288,17 +8629,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate72.errors = vErrors;
+validate73.errors = vErrors;
 return errors === 0;
 }
-validate72.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
+validate73.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLogLine = validate73;
+exports.schema_RunLogLine = validate74;
 
-function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate73.evaluated;
+const evaluated0 = validate74.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8374,7 +8715,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((data1 === "stdout") || (data1 === "stderr"))){
-const err6 = {instancePath:instancePath+"/stream",schemaPath:"#/properties/stream/enum",keyword:"enum",params:{allowedValues: schema138.properties.stream.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/stream",schemaPath:"#/properties/stream/enum",keyword:"enum",params:{allowedValues: schema140.properties.stream.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -8407,17 +8748,17 @@ vErrors.push(err8);
 }
 errors++;
 }
-validate73.errors = vErrors;
+validate74.errors = vErrors;
 return errors === 0;
 }
-validate73.evaluated = {"props":{"at":true,"stream":true,"text":true},"dynamicProps":false,"dynamicItems":false};
+validate74.evaluated = {"props":{"at":true,"stream":true,"text":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunMode = validate74;
+exports.schema_RunMode = validate75;
 
-function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate74.evaluated;
+const evaluated0 = validate75.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8435,7 +8776,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((data === "sync") || (data === "async")) || (data === "stream"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema117.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -8444,19 +8785,19 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate74.errors = vErrors;
+validate75.errors = vErrors;
 return errors === 0;
 }
-validate74.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate75.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunPage = validate75;
-const schema141 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
-const schema142 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
+exports.schema_RunPage = validate76;
+const schema143 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
+const schema144 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
 
-function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate76.evaluated;
+const evaluated0 = validate77.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8727,7 +9068,7 @@ vErrors.push(err23);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema117.enum},message:"must be equal to one of the allowed values"};
+const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -8750,7 +9091,7 @@ vErrors.push(err25);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
+const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema120.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -9226,8 +9567,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate65(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+if(!(validate66(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -9284,16 +9625,16 @@ vErrors.push(err59);
 }
 errors++;
 }
-validate76.errors = vErrors;
+validate77.errors = vErrors;
 return errors === 0;
 }
-validate76.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
+validate77.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate75.evaluated;
+const evaluated0 = validate76.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9326,8 +9667,8 @@ let data0 = data.runs;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate76(data0[i0], {instancePath:instancePath+"/runs/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate76.errors : vErrors.concat(validate76.errors);
+if(!(validate77(data0[i0], {instancePath:instancePath+"/runs/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 }
@@ -9406,18 +9747,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate75.errors = vErrors;
+validate76.errors = vErrors;
 return errors === 0;
 }
-validate75.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate76.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunResult = validate79;
-const schema150 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
+exports.schema_RunResult = validate80;
+const schema152 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
 
-function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate79.evaluated;
+const evaluated0 = validate80.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9516,17 +9857,17 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate79.errors = vErrors;
+validate80.errors = vErrors;
 return errors === 0;
 }
-validate79.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate80.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunStatus = validate80;
+exports.schema_RunStatus = validate81;
 
-function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate80.evaluated;
+const evaluated0 = validate81.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9544,7 +9885,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((((data === "queued") || (data === "running")) || (data === "success")) || (data === "failure")) || (data === "cancelled"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema120.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -9553,17 +9894,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate80.errors = vErrors;
+validate81.errors = vErrors;
 return errors === 0;
 }
-validate80.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate81.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunSummary = validate81;
+exports.schema_RunSummary = validate82;
 
-function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate81.evaluated;
+const evaluated0 = validate82.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9834,7 +10175,7 @@ vErrors.push(err23);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema117.enum},message:"must be equal to one of the allowed values"};
+const err24 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema119.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -9857,7 +10198,7 @@ vErrors.push(err25);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
+const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema120.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -10333,8 +10674,8 @@ let data17 = data.webhook;
 const _errs67 = errors;
 let valid15 = false;
 const _errs68 = errors;
-if(!(validate65(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+if(!(validate66(data17, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
 errors = vErrors.length;
 }
 var _valid6 = _errs68 === errors;
@@ -10391,17 +10732,17 @@ vErrors.push(err59);
 }
 errors++;
 }
-validate81.errors = vErrors;
+validate82.errors = vErrors;
 return errors === 0;
 }
-validate81.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
+validate82.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunWebhook = validate83;
+exports.schema_RunWebhook = validate84;
 
-function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate83.evaluated;
+const evaluated0 = validate84.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10477,7 +10818,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!(((data1 === "pending") || (data1 === "delivered")) || (data1 === "failed"))){
-const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema121.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema123.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -10780,17 +11121,17 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate83.errors = vErrors;
+validate84.errors = vErrors;
 return errors === 0;
 }
-validate83.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
+validate84.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_SandboxReport = validate84;
+exports.schema_SandboxReport = validate85;
 
-function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate84.evaluated;
+const evaluated0 = validate85.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10841,7 +11182,7 @@ vErrors.push(err3);
 errors++;
 }
 if(!(((data0 === "auto") || (data0 === "required")) || (data0 === "off"))){
-const err4 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/enum",keyword:"enum",params:{allowedValues: schema102.properties.setting.enum},message:"must be equal to one of the allowed values"};
+const err4 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/enum",keyword:"enum",params:{allowedValues: schema103.properties.setting.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -10902,19 +11243,19 @@ vErrors.push(err8);
 }
 errors++;
 }
-validate84.errors = vErrors;
+validate85.errors = vErrors;
 return errors === 0;
 }
-validate84.evaluated = {"props":{"setting":true,"jailed":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
+validate85.evaluated = {"props":{"setting":true,"jailed":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_SecretName = validate85;
-const schema165 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]{0,127}$","description":"A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a\ndigit), at most 128 characters. Names starting with `RUNPLANE_` are the platform's and refused (400)."};
+exports.schema_SecretName = validate86;
+const schema167 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]{0,127}$","description":"A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a\ndigit), at most 128 characters. Names starting with `RUNPLANE_` are the platform's and refused (400)."};
 const pattern58 = new RegExp("^[A-Za-z_][A-Za-z0-9_]{0,127}$", "u");
 
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate85.evaluated;
+const evaluated0 = validate86.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10943,17 +11284,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate85.errors = vErrors;
+validate86.errors = vErrors;
 return errors === 0;
 }
-validate85.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate86.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServedBy = validate86;
+exports.schema_ServedBy = validate87;
 
-function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate86.evaluated;
+const evaluated0 = validate87.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11086,18 +11427,18 @@ vErrors.push(err10);
 }
 errors++;
 }
-validate86.errors = vErrors;
+validate87.errors = vErrors;
 return errors === 0;
 }
-validate86.evaluated = {"props":{"process_id":true,"host":true,"deployment_id":true,"since":true},"dynamicProps":false,"dynamicItems":false};
+validate87.evaluated = {"props":{"process_id":true,"host":true,"deployment_id":true,"since":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccount = validate87;
-const schema168 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
+exports.schema_ServiceAccount = validate88;
+const schema170 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
 
-function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate87.evaluated;
+const evaluated0 = validate88.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11264,7 +11605,7 @@ vErrors.push(err13);
 errors++;
 }
 if(!((((data4 === "admin") || (data4 === "deploy")) || (data4 === "rest")) || (data4 === "run"))){
-const err14 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema61.enum},message:"must be equal to one of the allowed values"};
+const err14 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema62.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -11475,17 +11816,17 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate87.errors = vErrors;
+validate88.errors = vErrors;
 return errors === 0;
 }
-validate87.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true},"dynamicProps":false,"dynamicItems":false};
+validate88.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountId = validate88;
+exports.schema_ServiceAccountId = validate89;
 
-function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate88.evaluated;
+const evaluated0 = validate89.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11514,18 +11855,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate88.errors = vErrors;
+validate89.errors = vErrors;
 return errors === 0;
 }
-validate88.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate89.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountList = validate89;
-const schema173 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
+exports.schema_ServiceAccountList = validate90;
+const schema175 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
 
-function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate89.evaluated;
+const evaluated0 = validate90.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11548,8 +11889,8 @@ let data0 = data.service_accounts;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate87(data0[i0], {instancePath:instancePath+"/service_accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate87.errors : vErrors.concat(validate87.errors);
+if(!(validate88(data0[i0], {instancePath:instancePath+"/service_accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate88.errors : vErrors.concat(validate88.errors);
 errors = vErrors.length;
 }
 }
@@ -11576,18 +11917,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate89.errors = vErrors;
+validate90.errors = vErrors;
 return errors === 0;
 }
-validate89.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
+validate90.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountRequest = validate91;
-const schema174 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
+exports.schema_ServiceAccountRequest = validate92;
+const schema176 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
 
-function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate91.evaluated;
+const evaluated0 = validate92.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11677,7 +12018,7 @@ vErrors.push(err6);
 errors++;
 }
 if(!((((data2 === "admin") || (data2 === "deploy")) || (data2 === "rest")) || (data2 === "run"))){
-const err7 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema61.enum},message:"must be equal to one of the allowed values"};
+const err7 = {instancePath:instancePath+"/scopes/" + i0,schemaPath:"runplane-openapi#/$defs/TokenScope/enum",keyword:"enum",params:{allowedValues: schema62.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -11735,17 +12076,17 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate91.errors = vErrors;
+validate92.errors = vErrors;
 return errors === 0;
 }
-validate91.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
+validate92.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Sha256Digest = validate92;
+exports.schema_Sha256Digest = validate93;
 
-function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate92.evaluated;
+const evaluated0 = validate93.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11774,17 +12115,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate92.errors = vErrors;
+validate93.errors = vErrors;
 return errors === 0;
 }
-validate92.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate93.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TokenScope = validate93;
+exports.schema_TokenScope = validate94;
 
-function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate93.evaluated;
+const evaluated0 = validate94.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11802,7 +12143,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((((data === "admin") || (data === "deploy")) || (data === "rest")) || (data === "run"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema61.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema62.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -11811,17 +12152,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate93.errors = vErrors;
+validate94.errors = vErrors;
 return errors === 0;
 }
-validate93.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate94.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TreeEntry = validate94;
+exports.schema_TreeEntry = validate95;
 
-function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate94.evaluated;
+const evaluated0 = validate95.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11894,7 +12235,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((((data1 === "file") || (data1 === "directory")) || (data1 === "symlink")) || (data1 === "submodule"))){
-const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema112.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -11990,17 +12331,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate94.errors = vErrors;
+validate95.errors = vErrors;
 return errors === 0;
 }
-validate94.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
+validate95.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TreeEntryType = validate95;
+exports.schema_TreeEntryType = validate96;
 
-function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate95.evaluated;
+const evaluated0 = validate96.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12018,7 +12359,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((((data === "file") || (data === "directory")) || (data === "symlink")) || (data === "submodule"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema110.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema112.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -12027,17 +12368,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate95.errors = vErrors;
+validate96.errors = vErrors;
 return errors === 0;
 }
-validate95.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate96.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookAttempt = validate96;
+exports.schema_WebhookAttempt = validate97;
 
-function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate96.evaluated;
+const evaluated0 = validate97.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12307,18 +12648,18 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate96.errors = vErrors;
+validate97.errors = vErrors;
 return errors === 0;
 }
-validate96.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
+validate97.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookDelivery = validate97;
-const schema183 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
+exports.schema_WebhookDelivery = validate98;
+const schema185 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"anyOf":[{},{"type":"null"}],"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
 
-function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate97.evaluated;
+const evaluated0 = validate98.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12434,7 +12775,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!(((((data1 === "queued") || (data1 === "running")) || (data1 === "success")) || (data1 === "failure")) || (data1 === "cancelled"))){
-const err10 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
+const err10 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema120.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -12752,20 +13093,20 @@ vErrors.push(err30);
 }
 errors++;
 }
-validate97.errors = vErrors;
+validate98.errors = vErrors;
 return errors === 0;
 }
-validate97.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
+validate98.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookDeliveryHeaders = validate98;
-const schema187 = {"type":"object","required":["x-request-id","content-type"],"properties":{"x-request-id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run id."},"x-runplane-webhook-timestamp":{"type":"string","pattern":"^[0-9]{1,12}$","description":"Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`."},"x-runplane-webhook-signature":{"type":"string","pattern":"^v1,[0-9a-f]{64}$","description":"`v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over\n`run_id + \".\" + timestamp + \".\" + body` (the exact bytes sent)."},"content-type":{"type":"string","enum":["application/json"]}},"description":"The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two\nsignature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.","x-runplane-webhook-headers":"runFinished"};
+exports.schema_WebhookDeliveryHeaders = validate99;
+const schema189 = {"type":"object","required":["x-request-id","content-type"],"properties":{"x-request-id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run id."},"x-runplane-webhook-timestamp":{"type":"string","pattern":"^[0-9]{1,12}$","description":"Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`."},"x-runplane-webhook-signature":{"type":"string","pattern":"^v1,[0-9a-f]{64}$","description":"`v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over\n`run_id + \".\" + timestamp + \".\" + body` (the exact bytes sent)."},"content-type":{"type":"string","enum":["application/json"]}},"description":"The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two\nsignature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.","x-runplane-webhook-headers":"runFinished"};
 const pattern68 = new RegExp("^[0-9]{1,12}$", "u");
 const pattern69 = new RegExp("^v1,[0-9a-f]{64}$", "u");
 
-function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate98.evaluated;
+const evaluated0 = validate99.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12881,7 +13222,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!(data3 === "application/json")){
-const err9 = {instancePath:instancePath+"/content-type",schemaPath:"#/properties/content-type/enum",keyword:"enum",params:{allowedValues: schema187.properties["content-type"].enum},message:"must be equal to one of the allowed values"};
+const err9 = {instancePath:instancePath+"/content-type",schemaPath:"#/properties/content-type/enum",keyword:"enum",params:{allowedValues: schema189.properties["content-type"].enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -12902,17 +13243,17 @@ vErrors.push(err10);
 }
 errors++;
 }
-validate98.errors = vErrors;
+validate99.errors = vErrors;
 return errors === 0;
 }
-validate98.evaluated = {"props":{"x-request-id":true,"x-runplane-webhook-timestamp":true,"x-runplane-webhook-signature":true,"content-type":true},"dynamicProps":false,"dynamicItems":false};
+validate99.evaluated = {"props":{"x-request-id":true,"x-runplane-webhook-timestamp":true,"x-runplane-webhook-signature":true,"content-type":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookStatus = validate99;
+exports.schema_WebhookStatus = validate100;
 
-function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate99.evaluated;
+const evaluated0 = validate100.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12930,7 +13271,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((data === "pending") || (data === "delivered")) || (data === "failed"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema121.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema123.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -12939,18 +13280,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate99.errors = vErrors;
+validate100.errors = vErrors;
 return errors === 0;
 }
-validate99.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate100.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_params = validate100;
-const schema190 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getJwks_params = validate101;
+const schema192 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate100.evaluated;
+const evaluated0 = validate101.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13038,40 +13379,40 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate100.errors = vErrors;
+validate101.errors = vErrors;
 return errors === 0;
 }
-validate100.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate101.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_200_application_json = validate101;
-const schema191 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
+exports.getJwks_200_application_json = validate102;
+const schema193 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
 
-function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate101.evaluated;
+const evaluated0 = validate102.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
+if(!(validate52(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate52.errors : vErrors.concat(validate52.errors);
 errors = vErrors.length;
 }
-validate101.errors = vErrors;
+validate102.errors = vErrors;
 return errors === 0;
 }
-validate101.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
+validate102.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_200_headers = validate103;
-const schema192 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
+exports.getJwks_200_headers = validate104;
+const schema194 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
 
-function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate103.evaluated;
+const evaluated0 = validate104.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13134,40 +13475,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate103.errors = vErrors;
+validate104.errors = vErrors;
 return errors === 0;
 }
-validate103.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
+validate104.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_500_application_problem_json = validate104;
-const schema193 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getJwks_500_application_problem_json = validate105;
+const schema195 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate104.evaluated;
+const evaluated0 = validate105.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate104.errors = vErrors;
+validate105.errors = vErrors;
 return errors === 0;
 }
-validate104.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate105.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_500_headers = validate106;
-const schema194 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getJwks_500_headers = validate107;
+const schema196 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate106.evaluated;
+const evaluated0 = validate107.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13208,18 +13549,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate106.errors = vErrors;
+validate107.errors = vErrors;
 return errors === 0;
 }
-validate106.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate107.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_params = validate107;
-const schema195 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getHealth_params = validate108;
+const schema197 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate107.evaluated;
+const evaluated0 = validate108.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13307,18 +13648,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate107.errors = vErrors;
+validate108.errors = vErrors;
 return errors === 0;
 }
-validate107.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate108.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_200_application_json = validate108;
-const schema196 = {"$ref":"runplane-openapi#/$defs/Health"};
+exports.getHealth_200_application_json = validate109;
+const schema198 = {"$ref":"runplane-openapi#/$defs/Health"};
 
-function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate108.evaluated;
+const evaluated0 = validate109.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13349,7 +13690,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ok")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Health/properties/status/enum",keyword:"enum",params:{allowedValues: schema88.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Health/properties/status/enum",keyword:"enum",params:{allowedValues: schema89.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -13370,18 +13711,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate108.errors = vErrors;
+validate109.errors = vErrors;
 return errors === 0;
 }
-validate108.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate109.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_200_headers = validate109;
-const schema198 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getHealth_200_headers = validate110;
+const schema200 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate109.evaluated;
+const evaluated0 = validate110.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13422,18 +13763,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate109.errors = vErrors;
+validate110.errors = vErrors;
 return errors === 0;
 }
-validate109.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate110.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_params = validate110;
-const schema199 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
+exports.getMetrics_params = validate111;
+const schema201 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
 
-function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate110.evaluated;
+const evaluated0 = validate111.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13535,18 +13876,18 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate110.errors = vErrors;
+validate111.errors = vErrors;
 return errors === 0;
 }
-validate110.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate111.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_200_text_plain = validate111;
-const schema200 = {"type":"string"};
+exports.getMetrics_200_text_plain = validate112;
+const schema202 = {"type":"string"};
 
-function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate111.evaluated;
+const evaluated0 = validate112.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13563,18 +13904,18 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate111.errors = vErrors;
+validate112.errors = vErrors;
 return errors === 0;
 }
-validate111.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate112.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_200_headers = validate112;
-const schema201 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getMetrics_200_headers = validate113;
+const schema203 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate112.evaluated;
+const evaluated0 = validate113.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13615,40 +13956,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate112.errors = vErrors;
+validate113.errors = vErrors;
 return errors === 0;
 }
-validate112.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate113.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_401_application_problem_json = validate113;
-const schema202 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getMetrics_401_application_problem_json = validate114;
+const schema204 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate113.evaluated;
+const evaluated0 = validate114.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate113.errors = vErrors;
+validate114.errors = vErrors;
 return errors === 0;
 }
-validate113.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate114.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_401_headers = validate115;
-const schema203 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getMetrics_401_headers = validate116;
+const schema205 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate115.evaluated;
+const evaluated0 = validate116.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13711,18 +14052,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate115.errors = vErrors;
+validate116.errors = vErrors;
 return errors === 0;
 }
-validate115.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
+validate116.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_params = validate116;
-const schema204 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getReadiness_params = validate117;
+const schema206 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate116.evaluated;
+const evaluated0 = validate117.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13810,40 +14151,40 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate116.errors = vErrors;
+validate117.errors = vErrors;
 return errors === 0;
 }
-validate116.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate117.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_200_application_json = validate117;
-const schema205 = {"$ref":"runplane-openapi#/$defs/Readiness"};
+exports.getReadiness_200_application_json = validate118;
+const schema207 = {"$ref":"runplane-openapi#/$defs/Readiness"};
 
-function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate117.evaluated;
+const evaluated0 = validate118.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate58(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate58.errors : vErrors.concat(validate58.errors);
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
 errors = vErrors.length;
 }
-validate117.errors = vErrors;
+validate118.errors = vErrors;
 return errors === 0;
 }
-validate117.evaluated = {"props":{"status":true,"sandbox":true},"dynamicProps":false,"dynamicItems":false};
+validate118.evaluated = {"props":{"status":true,"sandbox":true,"cgroups":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_200_headers = validate119;
-const schema206 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getReadiness_200_headers = validate120;
+const schema208 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate119.evaluated;
+const evaluated0 = validate120.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13884,40 +14225,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate119.errors = vErrors;
+validate120.errors = vErrors;
 return errors === 0;
 }
-validate119.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate120.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_503_application_problem_json = validate120;
-const schema207 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getReadiness_503_application_problem_json = validate121;
+const schema209 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate120.evaluated;
+const evaluated0 = validate121.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate120.errors = vErrors;
+validate121.errors = vErrors;
 return errors === 0;
 }
-validate120.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate121.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_503_headers = validate122;
-const schema208 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getReadiness_503_headers = validate123;
+const schema210 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate122.evaluated;
+const evaluated0 = validate123.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13983,18 +14324,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate122.errors = vErrors;
+validate123.errors = vErrors;
 return errors === 0;
 }
-validate122.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate123.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_params = validate123;
-const schema209 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listApps_params = validate124;
+const schema211 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate123.evaluated;
+const evaluated0 = validate124.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14119,18 +14460,18 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate123.errors = vErrors;
+validate124.errors = vErrors;
 return errors === 0;
 }
-validate123.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate124.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_200_application_json = validate124;
-const schema211 = {"$ref":"runplane-openapi#/$defs/AppList"};
+exports.listApps_200_application_json = validate125;
+const schema213 = {"$ref":"runplane-openapi#/$defs/AppList"};
 
-function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate124.evaluated;
+const evaluated0 = validate125.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14141,65 +14482,13 @@ if(!(validate24(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate24.errors : vErrors.concat(validate24.errors);
 errors = vErrors.length;
 }
-validate124.errors = vErrors;
+validate125.errors = vErrors;
 return errors === 0;
 }
-validate124.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
+validate125.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_200_headers = validate126;
-const schema212 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate126.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate126.errors = vErrors;
-return errors === 0;
-}
-validate126.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_400_application_problem_json = validate127;
-const schema213 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_200_headers = validate127;
+const schema214 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14211,22 +14500,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate127.errors = vErrors;
 return errors === 0;
 }
-validate127.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate127.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_400_headers = validate129;
-const schema214 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_400_application_problem_json = validate128;
+const schema215 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate129.evaluated;
+const evaluated0 = validate128.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate128.errors = vErrors;
+return errors === 0;
+}
+validate128.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listApps_400_headers = validate130;
+const schema216 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate130.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14267,40 +14608,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate129.errors = vErrors;
+validate130.errors = vErrors;
 return errors === 0;
 }
-validate129.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate130.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_401_application_problem_json = validate130;
-const schema215 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_401_application_problem_json = validate131;
+const schema217 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate130.evaluated;
+const evaluated0 = validate131.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate130.errors = vErrors;
+validate131.errors = vErrors;
 return errors === 0;
 }
-validate130.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate131.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_401_headers = validate132;
-const schema216 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listApps_401_headers = validate133;
+const schema218 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate132.evaluated;
+const evaluated0 = validate133.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14363,87 +14704,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate132.errors = vErrors;
-return errors === 0;
-}
-validate132.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_403_application_problem_json = validate133;
-const schema217 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate133.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate133.errors = vErrors;
 return errors === 0;
 }
-validate133.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate133.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_403_headers = validate135;
-const schema218 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_403_application_problem_json = validate134;
+const schema219 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate135.evaluated;
+const evaluated0 = validate134.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate135.errors = vErrors;
+validate134.errors = vErrors;
 return errors === 0;
 }
-validate135.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate134.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_500_application_problem_json = validate136;
-const schema219 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_403_headers = validate136;
+const schema220 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14455,22 +14744,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate136.errors = vErrors;
 return errors === 0;
 }
-validate136.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate136.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_500_headers = validate138;
-const schema220 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_500_application_problem_json = validate137;
+const schema221 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate138.evaluated;
+const evaluated0 = validate137.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate137.errors = vErrors;
+return errors === 0;
+}
+validate137.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listApps_500_headers = validate139;
+const schema222 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate139.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14511,112 +14852,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate138.errors = vErrors;
-return errors === 0;
-}
-validate138.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_503_application_problem_json = validate139;
-const schema221 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate139.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate139.errors = vErrors;
 return errors === 0;
 }
-validate139.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate139.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_503_headers = validate141;
-const schema222 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listApps_503_application_problem_json = validate140;
+const schema223 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate141.evaluated;
+const evaluated0 = validate140.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate141.errors = vErrors;
+validate140.errors = vErrors;
 return errors === 0;
 }
-validate141.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate140.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_params = validate142;
-const schema223 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listApps_503_headers = validate142;
+const schema224 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14629,6 +14893,83 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate142.errors = vErrors;
+return errors === 0;
+}
+validate142.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_params = validate143;
+const schema225 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate143.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.path === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
@@ -14781,18 +15122,18 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate142.errors = vErrors;
+validate143.errors = vErrors;
 return errors === 0;
 }
-validate142.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate143.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_200_application_json = validate143;
-const schema226 = {"$ref":"runplane-openapi#/$defs/App"};
+exports.getApp_200_application_json = validate144;
+const schema228 = {"$ref":"runplane-openapi#/$defs/App"};
 
-function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate143.evaluated;
+const evaluated0 = validate144.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14803,65 +15144,13 @@ if(!(validate21(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
 errors = vErrors.length;
 }
-validate143.errors = vErrors;
+validate144.errors = vErrors;
 return errors === 0;
 }
-validate143.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true,"served_by":true},"dynamicProps":false,"dynamicItems":false};
+validate144.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true,"served_by":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_200_headers = validate145;
-const schema227 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate145.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate145.errors = vErrors;
-return errors === 0;
-}
-validate145.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_400_application_problem_json = validate146;
-const schema228 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_200_headers = validate146;
+const schema229 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -14873,22 +15162,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate146.errors = vErrors;
 return errors === 0;
 }
-validate146.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate146.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_400_headers = validate148;
-const schema229 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_400_application_problem_json = validate147;
+const schema230 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate148.evaluated;
+const evaluated0 = validate147.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate147.errors = vErrors;
+return errors === 0;
+}
+validate147.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_400_headers = validate149;
+const schema231 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate149.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14929,40 +15270,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate148.errors = vErrors;
+validate149.errors = vErrors;
 return errors === 0;
 }
-validate148.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate149.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_401_application_problem_json = validate149;
-const schema230 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_401_application_problem_json = validate150;
+const schema232 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate149.evaluated;
+const evaluated0 = validate150.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate149.errors = vErrors;
+validate150.errors = vErrors;
 return errors === 0;
 }
-validate149.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate150.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_401_headers = validate151;
-const schema231 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getApp_401_headers = validate152;
+const schema233 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate151.evaluated;
+const evaluated0 = validate152.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15025,87 +15366,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate151.errors = vErrors;
-return errors === 0;
-}
-validate151.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_403_application_problem_json = validate152;
-const schema232 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate152.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate152.errors = vErrors;
 return errors === 0;
 }
-validate152.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate152.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_403_headers = validate154;
-const schema233 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_403_application_problem_json = validate153;
+const schema234 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate154.evaluated;
+const evaluated0 = validate153.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate154.errors = vErrors;
+validate153.errors = vErrors;
 return errors === 0;
 }
-validate154.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate153.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_404_application_problem_json = validate155;
-const schema234 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_403_headers = validate155;
+const schema235 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15117,28 +15406,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate155.errors = vErrors;
-return errors === 0;
-}
-validate155.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_404_headers = validate157;
-const schema235 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate157.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -15173,13 +15440,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate157.errors = vErrors;
+validate155.errors = vErrors;
 return errors === 0;
 }
-validate157.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate155.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_500_application_problem_json = validate158;
+exports.getApp_404_application_problem_json = validate156;
 const schema236 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate156.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate156.errors = vErrors;
+return errors === 0;
+}
+validate156.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_404_headers = validate158;
+const schema237 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15191,22 +15480,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate158.errors = vErrors;
 return errors === 0;
 }
-validate158.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate158.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_500_headers = validate160;
-const schema237 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_500_application_problem_json = validate159;
+const schema238 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate160.evaluated;
+const evaluated0 = validate159.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate159.errors = vErrors;
+return errors === 0;
+}
+validate159.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_500_headers = validate161;
+const schema239 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate161.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15247,112 +15588,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate160.errors = vErrors;
-return errors === 0;
-}
-validate160.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_503_application_problem_json = validate161;
-const schema238 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate161.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate161.errors = vErrors;
 return errors === 0;
 }
-validate161.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate161.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_503_headers = validate163;
-const schema239 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getApp_503_application_problem_json = validate162;
+const schema240 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate163.evaluated;
+const evaluated0 = validate162.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate163.errors = vErrors;
+validate162.errors = vErrors;
 return errors === 0;
 }
-validate163.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate162.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_params = validate164;
-const schema240 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getApp_503_headers = validate164;
+const schema241 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate164(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15365,8 +15629,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.path === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -15375,8 +15639,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.query === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -15385,8 +15650,11 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data.header === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -15395,11 +15663,9 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(data.path !== undefined){
-let data0 = data.path;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.project_id === undefined){
-const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -15408,8 +15674,11 @@ vErrors.push(err3);
 }
 errors++;
 }
-if(data0.app_id === undefined){
-const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -15418,112 +15687,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-if(data0.project_id !== undefined){
-let data1 = data0.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-else {
-const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-if(data0.app_id !== undefined){
-let data2 = data0.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err7 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-else {
-const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-}
-}
-else {
-const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err9];
-}
-else {
-vErrors.push(err9);
-}
-errors++;
-}
-}
-if(data.query !== undefined){
-let data3 = data.query;
-if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
-const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err10];
-}
-else {
-vErrors.push(err10);
-}
-errors++;
-}
-}
-if(data.header !== undefined){
-let data4 = data.header;
-if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
-const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err11];
-}
-else {
-vErrors.push(err11);
-}
-errors++;
-}
-}
-}
-else {
-const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err12];
-}
-else {
-vErrors.push(err12);
-}
-errors++;
-}
 validate164.errors = vErrors;
 return errors === 0;
 }
-validate164.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate164.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_204_headers = validate165;
-const schema243 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_params = validate165;
+const schema242 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
 function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15536,8 +15706,8 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(data.path === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -15546,9 +15716,8 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.query === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "query"},message:"must have required property '"+"query"+"'"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -15557,10 +15726,8 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data.header === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "header"},message:"must have required property '"+"header"+"'"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -15569,40 +15736,140 @@ vErrors.push(err2);
 }
 errors++;
 }
+if(data.path !== undefined){
+let data0 = data.path;
+if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
+if(data0.project_id === undefined){
+const err3 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "project_id"},message:"must have required property '"+"project_id"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data0.app_id === undefined){
+const err4 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/required",keyword:"required",params:{missingProperty: "app_id"},message:"must have required property '"+"app_id"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0.project_id !== undefined){
+let data1 = data0.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err5 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+else {
+const err6 = {instancePath:instancePath+"/path/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data0.app_id !== undefined){
+let data2 = data0.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err7 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+else {
+const err8 = {instancePath:instancePath+"/path/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+else {
+const err9 = {instancePath:instancePath+"/path",schemaPath:"#/properties/path/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.query !== undefined){
+let data3 = data.query;
+if(!(data3 && typeof data3 == "object" && !Array.isArray(data3))){
+const err10 = {instancePath:instancePath+"/query",schemaPath:"#/properties/query/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(data.header !== undefined){
+let data4 = data.header;
+if(!(data4 && typeof data4 == "object" && !Array.isArray(data4))){
+const err11 = {instancePath:instancePath+"/header",schemaPath:"#/properties/header/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+}
+}
+else {
+const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
 validate165.errors = vErrors;
 return errors === 0;
 }
-validate165.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate165.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_400_application_problem_json = validate166;
-const schema244 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_204_headers = validate166;
+const schema245 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate166.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate166.errors = vErrors;
-return errors === 0;
-}
-validate166.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_400_headers = validate168;
-const schema245 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate168.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15643,13 +15910,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate168.errors = vErrors;
+validate166.errors = vErrors;
 return errors === 0;
 }
-validate168.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate166.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_401_application_problem_json = validate169;
+exports.deleteApp_400_application_problem_json = validate167;
 const schema246 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate167.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate167.errors = vErrors;
+return errors === 0;
+}
+validate167.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_400_headers = validate169;
+const schema247 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15661,22 +15950,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate169.errors = vErrors;
 return errors === 0;
 }
-validate169.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate169.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_401_headers = validate171;
-const schema247 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.deleteApp_401_application_problem_json = validate170;
+const schema248 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate170(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate171.evaluated;
+const evaluated0 = validate170.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate170.errors = vErrors;
+return errors === 0;
+}
+validate170.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_401_headers = validate172;
+const schema249 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate172.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15739,87 +16080,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate171.errors = vErrors;
-return errors === 0;
-}
-validate171.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_403_application_problem_json = validate172;
-const schema248 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate172.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate172.errors = vErrors;
 return errors === 0;
 }
-validate172.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate172.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_403_headers = validate174;
-const schema249 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_403_application_problem_json = validate173;
+const schema250 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate174.evaluated;
+const evaluated0 = validate173.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate174.errors = vErrors;
+validate173.errors = vErrors;
 return errors === 0;
 }
-validate174.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate173.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_404_application_problem_json = validate175;
-const schema250 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_403_headers = validate175;
+const schema251 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15831,28 +16120,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate175.errors = vErrors;
-return errors === 0;
-}
-validate175.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_404_headers = validate177;
-const schema251 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate177.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -15887,13 +16154,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate177.errors = vErrors;
+validate175.errors = vErrors;
 return errors === 0;
 }
-validate177.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate175.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_409_application_problem_json = validate178;
+exports.deleteApp_404_application_problem_json = validate176;
 const schema252 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate176.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate176.errors = vErrors;
+return errors === 0;
+}
+validate176.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_404_headers = validate178;
+const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15905,28 +16194,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate178.errors = vErrors;
-return errors === 0;
-}
-validate178.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_409_headers = validate180;
-const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate180(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate180.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -15961,13 +16228,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate180.errors = vErrors;
+validate178.errors = vErrors;
 return errors === 0;
 }
-validate180.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate178.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_500_application_problem_json = validate181;
+exports.deleteApp_409_application_problem_json = validate179;
 const schema254 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate179.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate179.errors = vErrors;
+return errors === 0;
+}
+validate179.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_409_headers = validate181;
+const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15979,22 +16268,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate181.errors = vErrors;
 return errors === 0;
 }
-validate181.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate181.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_500_headers = validate183;
-const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_500_application_problem_json = validate182;
+const schema256 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate183.evaluated;
+const evaluated0 = validate182.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate182.errors = vErrors;
+return errors === 0;
+}
+validate182.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_500_headers = validate184;
+const schema257 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate184.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16035,40 +16376,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate183.errors = vErrors;
+validate184.errors = vErrors;
 return errors === 0;
 }
-validate183.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate184.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_503_application_problem_json = validate184;
-const schema256 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_503_application_problem_json = validate185;
+const schema258 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate184.evaluated;
+const evaluated0 = validate185.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate184.errors = vErrors;
+validate185.errors = vErrors;
 return errors === 0;
 }
-validate184.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate185.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_503_headers = validate186;
-const schema257 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.deleteApp_503_headers = validate187;
+const schema259 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate186.evaluated;
+const evaluated0 = validate187.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16134,18 +16475,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate186.errors = vErrors;
+validate187.errors = vErrors;
 return errors === 0;
 }
-validate186.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate187.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_params = validate187;
-const schema258 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createBaseImageHash_params = validate188;
+const schema260 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate188(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate187.evaluated;
+const evaluated0 = validate188.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16305,18 +16646,18 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate187.errors = vErrors;
+validate188.errors = vErrors;
 return errors === 0;
 }
-validate187.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate188.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_body = validate188;
-const schema261 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
+exports.createBaseImageHash_body = validate189;
+const schema263 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
 
-function validate188(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate188.evaluated;
+const evaluated0 = validate189.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16327,18 +16668,18 @@ if(!(validate33(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
 errors = vErrors.length;
 }
-validate188.errors = vErrors;
+validate189.errors = vErrors;
 return errors === 0;
 }
-validate188.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate189.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_200_application_json = validate190;
-const schema262 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
+exports.createBaseImageHash_200_application_json = validate191;
+const schema264 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
 
-function validate190(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate190.evaluated;
+const evaluated0 = validate191.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16349,65 +16690,13 @@ if(!(validate32(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate32.errors : vErrors.concat(validate32.errors);
 errors = vErrors.length;
 }
-validate190.errors = vErrors;
+validate191.errors = vErrors;
 return errors === 0;
 }
-validate190.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
+validate191.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_200_headers = validate192;
-const schema263 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate192(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate192.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate192.errors = vErrors;
-return errors === 0;
-}
-validate192.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_400_application_problem_json = validate193;
-const schema264 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_200_headers = validate193;
+const schema265 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16419,22 +16708,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate193.errors = vErrors;
 return errors === 0;
 }
-validate193.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate193.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_400_headers = validate195;
-const schema265 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_400_application_problem_json = validate194;
+const schema266 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate194(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate195.evaluated;
+const evaluated0 = validate194.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate194.errors = vErrors;
+return errors === 0;
+}
+validate194.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_400_headers = validate196;
+const schema267 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate196.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16475,40 +16816,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate195.errors = vErrors;
+validate196.errors = vErrors;
 return errors === 0;
 }
-validate195.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate196.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_401_application_problem_json = validate196;
-const schema266 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_401_application_problem_json = validate197;
+const schema268 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate196.evaluated;
+const evaluated0 = validate197.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate196.errors = vErrors;
+validate197.errors = vErrors;
 return errors === 0;
 }
-validate196.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate197.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_401_headers = validate198;
-const schema267 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createBaseImageHash_401_headers = validate199;
+const schema269 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate198.evaluated;
+const evaluated0 = validate199.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16571,87 +16912,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate198.errors = vErrors;
-return errors === 0;
-}
-validate198.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_403_application_problem_json = validate199;
-const schema268 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate199.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate199.errors = vErrors;
 return errors === 0;
 }
-validate199.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate199.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_403_headers = validate201;
-const schema269 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_403_application_problem_json = validate200;
+const schema270 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate200(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate201.evaluated;
+const evaluated0 = validate200.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate201.errors = vErrors;
+validate200.errors = vErrors;
 return errors === 0;
 }
-validate201.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate200.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_413_application_problem_json = validate202;
-const schema270 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_403_headers = validate202;
+const schema271 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate202(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16663,28 +16952,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate202.errors = vErrors;
-return errors === 0;
-}
-validate202.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_413_headers = validate204;
-const schema271 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate204.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -16719,13 +16986,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate204.errors = vErrors;
+validate202.errors = vErrors;
 return errors === 0;
 }
-validate204.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate202.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_415_application_problem_json = validate205;
+exports.createBaseImageHash_413_application_problem_json = validate203;
 const schema272 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate203.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate203.errors = vErrors;
+return errors === 0;
+}
+validate203.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_413_headers = validate205;
+const schema273 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16737,28 +17026,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate205.errors = vErrors;
-return errors === 0;
-}
-validate205.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_415_headers = validate207;
-const schema273 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate207.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -16793,13 +17060,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate207.errors = vErrors;
+validate205.errors = vErrors;
 return errors === 0;
 }
-validate207.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate205.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_500_application_problem_json = validate208;
+exports.createBaseImageHash_415_application_problem_json = validate206;
 const schema274 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate206.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate206.errors = vErrors;
+return errors === 0;
+}
+validate206.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_415_headers = validate208;
+const schema275 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate208(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -16811,22 +17100,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate208.errors = vErrors;
 return errors === 0;
 }
-validate208.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate208.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_500_headers = validate210;
-const schema275 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_500_application_problem_json = validate209;
+const schema276 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate210(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate210.evaluated;
+const evaluated0 = validate209.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate209.errors = vErrors;
+return errors === 0;
+}
+validate209.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_500_headers = validate211;
+const schema277 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate211.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16867,40 +17208,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate210.errors = vErrors;
+validate211.errors = vErrors;
 return errors === 0;
 }
-validate210.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate211.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_503_application_problem_json = validate211;
-const schema276 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_503_application_problem_json = validate212;
+const schema278 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate212(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate211.evaluated;
+const evaluated0 = validate212.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate211.errors = vErrors;
+validate212.errors = vErrors;
 return errors === 0;
 }
-validate211.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate212.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_503_headers = validate213;
-const schema277 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createBaseImageHash_503_headers = validate214;
+const schema279 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate213(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate214(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate213.evaluated;
+const evaluated0 = validate214.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16966,18 +17307,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate213.errors = vErrors;
+validate214.errors = vErrors;
 return errors === 0;
 }
-validate213.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate214.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_params = validate214;
-const schema278 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.listDeployments_params = validate215;
+const schema280 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
-function validate214(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate214.evaluated;
+const evaluated0 = validate215.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17209,87 +17550,35 @@ vErrors.push(err18);
 }
 errors++;
 }
-validate214.errors = vErrors;
-return errors === 0;
-}
-validate214.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_200_application_json = validate215;
-const schema281 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
-
-function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate215.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate40(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate40.errors : vErrors.concat(validate40.errors);
-errors = vErrors.length;
-}
 validate215.errors = vErrors;
 return errors === 0;
 }
-validate215.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate215.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_200_headers = validate217;
-const schema282 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_200_application_json = validate216;
+const schema283 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
 
-function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate216(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate217.evaluated;
+const evaluated0 = validate216.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate41(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate41.errors : vErrors.concat(validate41.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate217.errors = vErrors;
+validate216.errors = vErrors;
 return errors === 0;
 }
-validate217.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate216.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_400_application_problem_json = validate218;
-const schema283 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_200_headers = validate218;
+const schema284 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate218(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17301,22 +17590,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate218.errors = vErrors;
 return errors === 0;
 }
-validate218.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate218.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_400_headers = validate220;
-const schema284 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_400_application_problem_json = validate219;
+const schema285 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate220(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate220.evaluated;
+const evaluated0 = validate219.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate219.errors = vErrors;
+return errors === 0;
+}
+validate219.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_400_headers = validate221;
+const schema286 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate221.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17357,40 +17698,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate220.errors = vErrors;
+validate221.errors = vErrors;
 return errors === 0;
 }
-validate220.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate221.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_401_application_problem_json = validate221;
-const schema285 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_401_application_problem_json = validate222;
+const schema287 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate222(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate221.evaluated;
+const evaluated0 = validate222.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate221.errors = vErrors;
+validate222.errors = vErrors;
 return errors === 0;
 }
-validate221.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate222.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_401_headers = validate223;
-const schema286 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listDeployments_401_headers = validate224;
+const schema288 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate224(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate223.evaluated;
+const evaluated0 = validate224.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17453,87 +17794,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate223.errors = vErrors;
-return errors === 0;
-}
-validate223.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_403_application_problem_json = validate224;
-const schema287 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate224(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate224.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate224.errors = vErrors;
 return errors === 0;
 }
-validate224.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate224.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_403_headers = validate226;
-const schema288 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_403_application_problem_json = validate225;
+const schema289 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate226(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate226.evaluated;
+const evaluated0 = validate225.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate226.errors = vErrors;
+validate225.errors = vErrors;
 return errors === 0;
 }
-validate226.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate225.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_404_application_problem_json = validate227;
-const schema289 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_403_headers = validate227;
+const schema290 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17545,28 +17834,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate227.errors = vErrors;
-return errors === 0;
-}
-validate227.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_404_headers = validate229;
-const schema290 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate229.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -17601,13 +17868,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate229.errors = vErrors;
+validate227.errors = vErrors;
 return errors === 0;
 }
-validate229.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate227.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_500_application_problem_json = validate230;
+exports.listDeployments_404_application_problem_json = validate228;
 const schema291 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate228(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate228.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate228.errors = vErrors;
+return errors === 0;
+}
+validate228.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_404_headers = validate230;
+const schema292 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate230(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17619,22 +17908,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate230.errors = vErrors;
 return errors === 0;
 }
-validate230.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate230.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_500_headers = validate232;
-const schema292 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_500_application_problem_json = validate231;
+const schema293 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate232(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate231(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate232.evaluated;
+const evaluated0 = validate231.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate231.errors = vErrors;
+return errors === 0;
+}
+validate231.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_500_headers = validate233;
+const schema294 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate233.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17675,40 +18016,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate232.errors = vErrors;
+validate233.errors = vErrors;
 return errors === 0;
 }
-validate232.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate233.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_503_application_problem_json = validate233;
-const schema293 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_503_application_problem_json = validate234;
+const schema295 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate234(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate233.evaluated;
+const evaluated0 = validate234.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate233.errors = vErrors;
+validate234.errors = vErrors;
 return errors === 0;
 }
-validate233.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate234.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_503_headers = validate235;
-const schema294 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listDeployments_503_headers = validate236;
+const schema296 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate236(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate235.evaluated;
+const evaluated0 = validate236.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17774,18 +18115,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate235.errors = vErrors;
+validate236.errors = vErrors;
 return errors === 0;
 }
-validate235.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate236.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_params = validate236;
-const schema295 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createDeployment_params = validate237;
+const schema297 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate236(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate237(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate236.evaluated;
+const evaluated0 = validate237.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17945,62 +18286,62 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate236.errors = vErrors;
-return errors === 0;
-}
-validate236.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_body = validate237;
-const schema298 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
-
-function validate237(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate237.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate44(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate44.errors : vErrors.concat(validate44.errors);
-errors = vErrors.length;
-}
 validate237.errors = vErrors;
 return errors === 0;
 }
-validate237.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
+validate237.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_202_application_json = validate239;
-const schema299 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+exports.createDeployment_body = validate238;
+const schema300 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
 
-function validate239(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate238(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate239.evaluated;
+const evaluated0 = validate238.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate36(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate36.errors : vErrors.concat(validate36.errors);
+if(!(validate45(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate45.errors : vErrors.concat(validate45.errors);
 errors = vErrors.length;
 }
-validate239.errors = vErrors;
+validate238.errors = vErrors;
 return errors === 0;
 }
-validate239.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate238.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_202_headers = validate241;
-const schema300 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
+exports.createDeployment_202_application_json = validate240;
+const schema301 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
-function validate241(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate240(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate241.evaluated;
+const evaluated0 = validate240.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate37(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate37.errors : vErrors.concat(validate37.errors);
+errors = vErrors.length;
+}
+validate240.errors = vErrors;
+return errors === 0;
+}
+validate240.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_202_headers = validate242;
+const schema302 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
+
+function validate242(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate242.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18063,40 +18404,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate241.errors = vErrors;
+validate242.errors = vErrors;
 return errors === 0;
 }
-validate241.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
+validate242.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_400_application_problem_json = validate242;
-const schema301 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_400_application_problem_json = validate243;
+const schema303 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate242(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate243(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate242.evaluated;
+const evaluated0 = validate243.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate242.errors = vErrors;
+validate243.errors = vErrors;
 return errors === 0;
 }
-validate242.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate243.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_400_headers = validate244;
-const schema302 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_400_headers = validate245;
+const schema304 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate244(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate245(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate244.evaluated;
+const evaluated0 = validate245.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18137,40 +18478,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate244.errors = vErrors;
+validate245.errors = vErrors;
 return errors === 0;
 }
-validate244.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate245.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_401_application_problem_json = validate245;
-const schema303 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_401_application_problem_json = validate246;
+const schema305 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate245(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate246(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate245.evaluated;
+const evaluated0 = validate246.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate245.errors = vErrors;
+validate246.errors = vErrors;
 return errors === 0;
 }
-validate245.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate246.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_401_headers = validate247;
-const schema304 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createDeployment_401_headers = validate248;
+const schema306 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate247(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate248(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate247.evaluated;
+const evaluated0 = validate248.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18233,87 +18574,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate247.errors = vErrors;
-return errors === 0;
-}
-validate247.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_403_application_problem_json = validate248;
-const schema305 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate248(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate248.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate248.errors = vErrors;
 return errors === 0;
 }
-validate248.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate248.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_403_headers = validate250;
-const schema306 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_403_application_problem_json = validate249;
+const schema307 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate250(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate249(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate250.evaluated;
+const evaluated0 = validate249.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate250.errors = vErrors;
+validate249.errors = vErrors;
 return errors === 0;
 }
-validate250.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate249.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_404_application_problem_json = validate251;
-const schema307 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_403_headers = validate251;
+const schema308 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate251(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18325,28 +18614,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate251.errors = vErrors;
-return errors === 0;
-}
-validate251.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_404_headers = validate253;
-const schema308 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate253(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate253.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -18381,13 +18648,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate253.errors = vErrors;
+validate251.errors = vErrors;
 return errors === 0;
 }
-validate253.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate251.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_409_application_problem_json = validate254;
+exports.createDeployment_404_application_problem_json = validate252;
 const schema309 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate252(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate252.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate252.errors = vErrors;
+return errors === 0;
+}
+validate252.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_404_headers = validate254;
+const schema310 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate254(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18399,28 +18688,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate254.errors = vErrors;
-return errors === 0;
-}
-validate254.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_409_headers = validate256;
-const schema310 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate256(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate256.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -18455,13 +18722,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate256.errors = vErrors;
+validate254.errors = vErrors;
 return errors === 0;
 }
-validate256.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate254.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_413_application_problem_json = validate257;
+exports.createDeployment_409_application_problem_json = validate255;
 const schema311 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate255(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate255.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate255.errors = vErrors;
+return errors === 0;
+}
+validate255.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_409_headers = validate257;
+const schema312 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate257(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18473,28 +18762,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate257.errors = vErrors;
-return errors === 0;
-}
-validate257.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_413_headers = validate259;
-const schema312 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate259(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate259.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -18529,13 +18796,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate259.errors = vErrors;
+validate257.errors = vErrors;
 return errors === 0;
 }
-validate259.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate257.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_415_application_problem_json = validate260;
+exports.createDeployment_413_application_problem_json = validate258;
 const schema313 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate258(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate258.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate258.errors = vErrors;
+return errors === 0;
+}
+validate258.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_413_headers = validate260;
+const schema314 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate260(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18547,28 +18836,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate260.errors = vErrors;
-return errors === 0;
-}
-validate260.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_415_headers = validate262;
-const schema314 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate262(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate262.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -18603,13 +18870,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate262.errors = vErrors;
+validate260.errors = vErrors;
 return errors === 0;
 }
-validate262.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate260.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_500_application_problem_json = validate263;
+exports.createDeployment_415_application_problem_json = validate261;
 const schema315 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate261(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate261.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate261.errors = vErrors;
+return errors === 0;
+}
+validate261.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_415_headers = validate263;
+const schema316 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate263(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18621,28 +18910,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate263.errors = vErrors;
-return errors === 0;
-}
-validate263.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_500_headers = validate265;
-const schema316 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate265(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate265.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -18677,13 +18944,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate265.errors = vErrors;
+validate263.errors = vErrors;
 return errors === 0;
 }
-validate265.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate263.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_502_application_problem_json = validate266;
+exports.createDeployment_500_application_problem_json = validate264;
 const schema317 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate264(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate264.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate264.errors = vErrors;
+return errors === 0;
+}
+validate264.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_500_headers = validate266;
+const schema318 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate266(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18695,22 +18984,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate266.errors = vErrors;
 return errors === 0;
 }
-validate266.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate266.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_502_headers = validate268;
-const schema318 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_502_application_problem_json = validate267;
+const schema319 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate268(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate267(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate268.evaluated;
+const evaluated0 = validate267.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate267.errors = vErrors;
+return errors === 0;
+}
+validate267.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_502_headers = validate269;
+const schema320 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate269(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate269.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18751,112 +19092,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate268.errors = vErrors;
-return errors === 0;
-}
-validate268.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_503_application_problem_json = validate269;
-const schema319 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate269(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate269.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate269.errors = vErrors;
 return errors === 0;
 }
-validate269.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate269.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_503_headers = validate271;
-const schema320 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createDeployment_503_application_problem_json = validate270;
+const schema321 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate271(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate270(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate271.evaluated;
+const evaluated0 = validate270.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate271.errors = vErrors;
+validate270.errors = vErrors;
 return errors === 0;
 }
-validate271.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate270.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_params = validate272;
-const schema321 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createDeployment_503_headers = validate272;
+const schema322 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate272(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18869,6 +19133,83 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate272.errors = vErrors;
+return errors === 0;
+}
+validate272.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeployment_params = validate273;
+const schema323 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate273(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate273.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.path === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
@@ -19056,87 +19397,35 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate272.errors = vErrors;
-return errors === 0;
-}
-validate272.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_200_application_json = validate273;
-const schema325 = {"$ref":"runplane-openapi#/$defs/Deployment"};
-
-function validate273(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate273.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate36(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate36.errors : vErrors.concat(validate36.errors);
-errors = vErrors.length;
-}
 validate273.errors = vErrors;
 return errors === 0;
 }
-validate273.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate273.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_200_headers = validate275;
-const schema326 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_200_application_json = validate274;
+const schema327 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
-function validate275(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate274(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate275.evaluated;
+const evaluated0 = validate274.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate37(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate37.errors : vErrors.concat(validate37.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate275.errors = vErrors;
+validate274.errors = vErrors;
 return errors === 0;
 }
-validate275.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate274.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_400_application_problem_json = validate276;
-const schema327 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_200_headers = validate276;
+const schema328 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate276(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19148,22 +19437,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate276.errors = vErrors;
 return errors === 0;
 }
-validate276.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate276.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_400_headers = validate278;
-const schema328 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_400_application_problem_json = validate277;
+const schema329 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate278(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate277(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate278.evaluated;
+const evaluated0 = validate277.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate277.errors = vErrors;
+return errors === 0;
+}
+validate277.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeployment_400_headers = validate279;
+const schema330 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate279(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate279.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19204,40 +19545,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate278.errors = vErrors;
+validate279.errors = vErrors;
 return errors === 0;
 }
-validate278.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate279.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_401_application_problem_json = validate279;
-const schema329 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_401_application_problem_json = validate280;
+const schema331 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate279(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate280(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate279.evaluated;
+const evaluated0 = validate280.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate279.errors = vErrors;
+validate280.errors = vErrors;
 return errors === 0;
 }
-validate279.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate280.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_401_headers = validate281;
-const schema330 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getDeployment_401_headers = validate282;
+const schema332 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate281(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate282(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate281.evaluated;
+const evaluated0 = validate282.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19300,87 +19641,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate281.errors = vErrors;
-return errors === 0;
-}
-validate281.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_403_application_problem_json = validate282;
-const schema331 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate282(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate282.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate282.errors = vErrors;
 return errors === 0;
 }
-validate282.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate282.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_403_headers = validate284;
-const schema332 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_403_application_problem_json = validate283;
+const schema333 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate284(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate283(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate284.evaluated;
+const evaluated0 = validate283.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate284.errors = vErrors;
+validate283.errors = vErrors;
 return errors === 0;
 }
-validate284.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate283.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_404_application_problem_json = validate285;
-const schema333 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_403_headers = validate285;
+const schema334 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate285(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19392,28 +19681,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate285.errors = vErrors;
-return errors === 0;
-}
-validate285.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_404_headers = validate287;
-const schema334 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate287(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate287.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -19448,13 +19715,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate287.errors = vErrors;
+validate285.errors = vErrors;
 return errors === 0;
 }
-validate287.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate285.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_500_application_problem_json = validate288;
+exports.getDeployment_404_application_problem_json = validate286;
 const schema335 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate286(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate286.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate286.errors = vErrors;
+return errors === 0;
+}
+validate286.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeployment_404_headers = validate288;
+const schema336 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate288(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19466,22 +19755,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate288.errors = vErrors;
 return errors === 0;
 }
-validate288.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate288.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_500_headers = validate290;
-const schema336 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_500_application_problem_json = validate289;
+const schema337 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate290(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate289(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate290.evaluated;
+const evaluated0 = validate289.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate289.errors = vErrors;
+return errors === 0;
+}
+validate289.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeployment_500_headers = validate291;
+const schema338 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate291(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate291.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19522,112 +19863,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate290.errors = vErrors;
-return errors === 0;
-}
-validate290.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_503_application_problem_json = validate291;
-const schema337 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate291(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate291.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate291.errors = vErrors;
 return errors === 0;
 }
-validate291.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate291.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_503_headers = validate293;
-const schema338 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getDeployment_503_application_problem_json = validate292;
+const schema339 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate293(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate292(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate293.evaluated;
+const evaluated0 = validate292.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate293.errors = vErrors;
+validate292.errors = vErrors;
 return errors === 0;
 }
-validate293.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate292.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_params = validate294;
-const schema339 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getDeployment_503_headers = validate294;
+const schema340 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate294(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19640,6 +19904,83 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate294.errors = vErrors;
+return errors === 0;
+}
+validate294.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_params = validate295;
+const schema341 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate295(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate295.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.path === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
@@ -19827,87 +20168,35 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate294.errors = vErrors;
-return errors === 0;
-}
-validate294.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_200_application_json = validate295;
-const schema343 = {"$ref":"runplane-openapi#/$defs/Deployment"};
-
-function validate295(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate295.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate36(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate36.errors : vErrors.concat(validate36.errors);
-errors = vErrors.length;
-}
 validate295.errors = vErrors;
 return errors === 0;
 }
-validate295.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate295.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_200_headers = validate297;
-const schema344 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_200_application_json = validate296;
+const schema345 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
-function validate297(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate296(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate297.evaluated;
+const evaluated0 = validate296.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate37(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate37.errors : vErrors.concat(validate37.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate297.errors = vErrors;
+validate296.errors = vErrors;
 return errors === 0;
 }
-validate297.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate296.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_400_application_problem_json = validate298;
-const schema345 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_200_headers = validate298;
+const schema346 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate298(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19919,22 +20208,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate298.errors = vErrors;
 return errors === 0;
 }
-validate298.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate298.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_400_headers = validate300;
-const schema346 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_400_application_problem_json = validate299;
+const schema347 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate300(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate299(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate300.evaluated;
+const evaluated0 = validate299.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate299.errors = vErrors;
+return errors === 0;
+}
+validate299.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_400_headers = validate301;
+const schema348 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate301(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate301.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19975,40 +20316,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate300.errors = vErrors;
+validate301.errors = vErrors;
 return errors === 0;
 }
-validate300.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate301.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_401_application_problem_json = validate301;
-const schema347 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_401_application_problem_json = validate302;
+const schema349 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate301(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate302(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate301.evaluated;
+const evaluated0 = validate302.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate301.errors = vErrors;
+validate302.errors = vErrors;
 return errors === 0;
 }
-validate301.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate302.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_401_headers = validate303;
-const schema348 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.activateDeployment_401_headers = validate304;
+const schema350 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate303(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate304(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate303.evaluated;
+const evaluated0 = validate304.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20071,87 +20412,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate303.errors = vErrors;
-return errors === 0;
-}
-validate303.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_403_application_problem_json = validate304;
-const schema349 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate304(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate304.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate304.errors = vErrors;
 return errors === 0;
 }
-validate304.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate304.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_403_headers = validate306;
-const schema350 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_403_application_problem_json = validate305;
+const schema351 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate306(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate305(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate306.evaluated;
+const evaluated0 = validate305.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate306.errors = vErrors;
+validate305.errors = vErrors;
 return errors === 0;
 }
-validate306.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate305.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_404_application_problem_json = validate307;
-const schema351 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_403_headers = validate307;
+const schema352 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate307(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20163,28 +20452,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate307.errors = vErrors;
-return errors === 0;
-}
-validate307.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_404_headers = validate309;
-const schema352 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate309(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate309.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -20219,13 +20486,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate309.errors = vErrors;
+validate307.errors = vErrors;
 return errors === 0;
 }
-validate309.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate307.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_409_application_problem_json = validate310;
+exports.activateDeployment_404_application_problem_json = validate308;
 const schema353 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate308(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate308.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate308.errors = vErrors;
+return errors === 0;
+}
+validate308.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_404_headers = validate310;
+const schema354 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate310(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20237,28 +20526,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate310.errors = vErrors;
-return errors === 0;
-}
-validate310.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_409_headers = validate312;
-const schema354 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate312(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate312.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -20293,13 +20560,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate312.errors = vErrors;
+validate310.errors = vErrors;
 return errors === 0;
 }
-validate312.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate310.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_500_application_problem_json = validate313;
+exports.activateDeployment_409_application_problem_json = validate311;
 const schema355 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate311(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate311.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate311.errors = vErrors;
+return errors === 0;
+}
+validate311.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_409_headers = validate313;
+const schema356 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate313(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20311,22 +20600,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate313.errors = vErrors;
 return errors === 0;
 }
-validate313.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate313.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_500_headers = validate315;
-const schema356 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_500_application_problem_json = validate314;
+const schema357 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate315(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate314(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate315.evaluated;
+const evaluated0 = validate314.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate314.errors = vErrors;
+return errors === 0;
+}
+validate314.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_500_headers = validate316;
+const schema358 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate316(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate316.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20367,40 +20708,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate315.errors = vErrors;
+validate316.errors = vErrors;
 return errors === 0;
 }
-validate315.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate316.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_503_application_problem_json = validate316;
-const schema357 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_503_application_problem_json = validate317;
+const schema359 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate316(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate317(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate316.evaluated;
+const evaluated0 = validate317.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate316.errors = vErrors;
+validate317.errors = vErrors;
 return errors === 0;
 }
-validate316.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate317.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_503_headers = validate318;
-const schema358 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.activateDeployment_503_headers = validate319;
+const schema360 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate318(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate319(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate318.evaluated;
+const evaluated0 = validate319.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20466,18 +20807,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate318.errors = vErrors;
+validate319.errors = vErrors;
 return errors === 0;
 }
-validate318.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate319.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_params = validate319;
-const schema359 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+exports.getDeploymentLogs_params = validate320;
+const schema361 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
 
-function validate319(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate320(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate319.evaluated;
+const evaluated0 = validate320.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20686,41 +21027,13 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate319.errors = vErrors;
-return errors === 0;
-}
-validate319.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_200_text_event_stream = validate320;
-const schema363 = {"type":"string"};
-
-function validate320(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate320.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(typeof data !== "string"){
-const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
 validate320.errors = vErrors;
 return errors === 0;
 }
-validate320.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate320.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_200_text_plain = validate321;
-const schema364 = {"type":"string"};
+exports.getDeploymentLogs_200_text_event_stream = validate321;
+const schema365 = {"type":"string"};
 
 function validate321(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20747,8 +21060,8 @@ return errors === 0;
 }
 validate321.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_200_headers = validate322;
-const schema365 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_200_text_plain = validate322;
+const schema366 = {"type":"string"};
 
 function validate322(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20760,9 +21073,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(typeof data !== "string"){
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -20771,36 +21083,13 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate322.errors = vErrors;
 return errors === 0;
 }
-validate322.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate322.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_400_application_problem_json = validate323;
-const schema366 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_200_headers = validate323;
+const schema367 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate323(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20812,22 +21101,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate323.errors = vErrors;
 return errors === 0;
 }
-validate323.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate323.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_400_headers = validate325;
-const schema367 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_400_application_problem_json = validate324;
+const schema368 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate325(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate324(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate325.evaluated;
+const evaluated0 = validate324.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate324.errors = vErrors;
+return errors === 0;
+}
+validate324.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_400_headers = validate326;
+const schema369 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate326(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate326.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20868,40 +21209,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate325.errors = vErrors;
+validate326.errors = vErrors;
 return errors === 0;
 }
-validate325.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate326.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_401_application_problem_json = validate326;
-const schema368 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_401_application_problem_json = validate327;
+const schema370 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate326(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate327(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate326.evaluated;
+const evaluated0 = validate327.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate326.errors = vErrors;
+validate327.errors = vErrors;
 return errors === 0;
 }
-validate326.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate327.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_401_headers = validate328;
-const schema369 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getDeploymentLogs_401_headers = validate329;
+const schema371 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate328(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate329(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate328.evaluated;
+const evaluated0 = validate329.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20964,87 +21305,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate328.errors = vErrors;
-return errors === 0;
-}
-validate328.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_403_application_problem_json = validate329;
-const schema370 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate329(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate329.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate329.errors = vErrors;
 return errors === 0;
 }
-validate329.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate329.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_403_headers = validate331;
-const schema371 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_403_application_problem_json = validate330;
+const schema372 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate331(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate330(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate331.evaluated;
+const evaluated0 = validate330.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate331.errors = vErrors;
+validate330.errors = vErrors;
 return errors === 0;
 }
-validate331.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate330.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_404_application_problem_json = validate332;
-const schema372 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_403_headers = validate332;
+const schema373 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate332(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21056,28 +21345,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate332.errors = vErrors;
-return errors === 0;
-}
-validate332.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_404_headers = validate334;
-const schema373 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate334(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate334.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -21112,13 +21379,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate334.errors = vErrors;
+validate332.errors = vErrors;
 return errors === 0;
 }
-validate334.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate332.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_500_application_problem_json = validate335;
+exports.getDeploymentLogs_404_application_problem_json = validate333;
 const schema374 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate333(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate333.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate333.errors = vErrors;
+return errors === 0;
+}
+validate333.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_404_headers = validate335;
+const schema375 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate335(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21130,22 +21419,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate335.errors = vErrors;
 return errors === 0;
 }
-validate335.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate335.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_500_headers = validate337;
-const schema375 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_500_application_problem_json = validate336;
+const schema376 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate337(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate336(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate337.evaluated;
+const evaluated0 = validate336.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate336.errors = vErrors;
+return errors === 0;
+}
+validate336.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_500_headers = validate338;
+const schema377 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate338(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate338.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21186,40 +21527,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate337.errors = vErrors;
+validate338.errors = vErrors;
 return errors === 0;
 }
-validate337.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate338.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_503_application_problem_json = validate338;
-const schema376 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_503_application_problem_json = validate339;
+const schema378 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate338(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate339(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate338.evaluated;
+const evaluated0 = validate339.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate338.errors = vErrors;
+validate339.errors = vErrors;
 return errors === 0;
 }
-validate338.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate339.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_503_headers = validate340;
-const schema377 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_503_headers = validate341;
+const schema379 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate340(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate341(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate340.evaluated;
+const evaluated0 = validate341.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21285,18 +21626,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate340.errors = vErrors;
+validate341.errors = vErrors;
 return errors === 0;
 }
-validate340.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate341.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_params = validate341;
-const schema378 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listProjectSecrets_params = validate342;
+const schema380 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate341(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate342(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate341.evaluated;
+const evaluated0 = validate342.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21421,87 +21762,35 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate341.errors = vErrors;
-return errors === 0;
-}
-validate341.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectSecrets_200_application_json = validate342;
-const schema380 = {"$ref":"runplane-openapi#/$defs/ProjectSecretList"};
-
-function validate342(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate342.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
-errors = vErrors.length;
-}
 validate342.errors = vErrors;
 return errors === 0;
 }
-validate342.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
+validate342.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_200_headers = validate344;
-const schema381 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_200_application_json = validate343;
+const schema382 = {"$ref":"runplane-openapi#/$defs/ProjectSecretList"};
 
-function validate344(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate343(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate344.evaluated;
+const evaluated0 = validate343.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate57(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate57.errors : vErrors.concat(validate57.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate344.errors = vErrors;
+validate343.errors = vErrors;
 return errors === 0;
 }
-validate344.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate343.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_400_application_problem_json = validate345;
-const schema382 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_200_headers = validate345;
+const schema383 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate345(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21513,22 +21802,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate345.errors = vErrors;
 return errors === 0;
 }
-validate345.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate345.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_400_headers = validate347;
-const schema383 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_400_application_problem_json = validate346;
+const schema384 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate347(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate346(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate347.evaluated;
+const evaluated0 = validate346.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate346.errors = vErrors;
+return errors === 0;
+}
+validate346.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_400_headers = validate348;
+const schema385 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate348(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate348.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21569,40 +21910,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate347.errors = vErrors;
+validate348.errors = vErrors;
 return errors === 0;
 }
-validate347.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate348.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_401_application_problem_json = validate348;
-const schema384 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_401_application_problem_json = validate349;
+const schema386 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate348(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate349(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate348.evaluated;
+const evaluated0 = validate349.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate348.errors = vErrors;
+validate349.errors = vErrors;
 return errors === 0;
 }
-validate348.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate349.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_401_headers = validate350;
-const schema385 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listProjectSecrets_401_headers = validate351;
+const schema387 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate350(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate351(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate350.evaluated;
+const evaluated0 = validate351.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21665,87 +22006,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate350.errors = vErrors;
-return errors === 0;
-}
-validate350.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectSecrets_403_application_problem_json = validate351;
-const schema386 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate351(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate351.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate351.errors = vErrors;
 return errors === 0;
 }
-validate351.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate351.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_403_headers = validate353;
-const schema387 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_403_application_problem_json = validate352;
+const schema388 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate353(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate352(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate353.evaluated;
+const evaluated0 = validate352.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate353.errors = vErrors;
+validate352.errors = vErrors;
 return errors === 0;
 }
-validate353.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate352.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_500_application_problem_json = validate354;
-const schema388 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_403_headers = validate354;
+const schema389 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate354(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21757,22 +22046,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate354.errors = vErrors;
 return errors === 0;
 }
-validate354.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate354.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_500_headers = validate356;
-const schema389 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_500_application_problem_json = validate355;
+const schema390 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate356(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate355(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate356.evaluated;
+const evaluated0 = validate355.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate355.errors = vErrors;
+return errors === 0;
+}
+validate355.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_500_headers = validate357;
+const schema391 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate357(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate357.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21813,40 +22154,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate356.errors = vErrors;
+validate357.errors = vErrors;
 return errors === 0;
 }
-validate356.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate357.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_503_application_problem_json = validate357;
-const schema390 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_503_application_problem_json = validate358;
+const schema392 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate357(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate358(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate357.evaluated;
+const evaluated0 = validate358.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate357.errors = vErrors;
+validate358.errors = vErrors;
 return errors === 0;
 }
-validate357.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate358.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_503_headers = validate359;
-const schema391 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listProjectSecrets_503_headers = validate360;
+const schema393 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate359(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate360(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate359.evaluated;
+const evaluated0 = validate360.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21912,18 +22253,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate359.errors = vErrors;
+validate360.errors = vErrors;
 return errors === 0;
 }
-validate359.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate360.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_params = validate360;
-const schema392 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.putProjectSecret_params = validate361;
+const schema394 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate360(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate361(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate360.evaluated;
+const evaluated0 = validate361.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22083,18 +22424,18 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate360.errors = vErrors;
+validate361.errors = vErrors;
 return errors === 0;
 }
-validate360.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate361.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_body = validate361;
-const schema395 = {"$ref":"runplane-openapi#/$defs/ProjectSecretRequest"};
+exports.putProjectSecret_body = validate362;
+const schema397 = {"$ref":"runplane-openapi#/$defs/ProjectSecretRequest"};
 
-function validate361(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate362(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate361.evaluated;
+const evaluated0 = validate362.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22135,135 +22476,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate361.errors = vErrors;
-return errors === 0;
-}
-validate361.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_200_application_json = validate362;
-const schema397 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
-
-function validate362(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate362.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.created_at === undefined){
-const err1 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.updated_at === undefined){
-const err2 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "updated_at"},message:"must have required property '"+"updated_at"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.name !== undefined){
-if(typeof data.name !== "string"){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-if(data.created_at !== undefined){
-let data1 = data.created_at;
-if(typeof data1 === "string"){
-if(!(formats18.validate(data1))){
-const err4 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-if(data.updated_at !== undefined){
-let data2 = data.updated_at;
-if(typeof data2 === "string"){
-if(!(formats18.validate(data2))){
-const err6 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-}
-else {
-const err8 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
 validate362.errors = vErrors;
 return errors === 0;
 }
-validate362.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+validate362.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_200_headers = validate363;
-const schema399 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_200_application_json = validate363;
+const schema399 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
 
 function validate363(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22276,6 +22495,128 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.name === undefined){
+const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.created_at === undefined){
+const err1 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.updated_at === undefined){
+const err2 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "updated_at"},message:"must have required property '"+"updated_at"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.name !== undefined){
+if(typeof data.name !== "string"){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+if(data.created_at !== undefined){
+let data1 = data.created_at;
+if(typeof data1 === "string"){
+if(!(formats18.validate(data1))){
+const err4 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+if(data.updated_at !== undefined){
+let data2 = data.updated_at;
+if(typeof data2 === "string"){
+if(!(formats18.validate(data2))){
+const err6 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+else {
+const err8 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+validate363.errors = vErrors;
+return errors === 0;
+}
+validate363.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_200_headers = validate364;
+const schema401 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate364(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate364.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
 if(vErrors === null){
@@ -22309,18 +22650,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate363.errors = vErrors;
+validate364.errors = vErrors;
 return errors === 0;
 }
-validate363.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate364.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_201_application_json = validate364;
-const schema400 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
+exports.putProjectSecret_201_application_json = validate365;
+const schema402 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
 
-function validate364(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate365(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate364.evaluated;
+const evaluated0 = validate365.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22431,65 +22772,13 @@ vErrors.push(err8);
 }
 errors++;
 }
-validate364.errors = vErrors;
-return errors === 0;
-}
-validate364.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_201_headers = validate365;
-const schema402 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate365(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate365.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate365.errors = vErrors;
 return errors === 0;
 }
-validate365.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate365.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_400_application_problem_json = validate366;
-const schema403 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_201_headers = validate366;
+const schema404 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate366(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22501,22 +22790,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate366.errors = vErrors;
 return errors === 0;
 }
-validate366.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate366.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_400_headers = validate368;
-const schema404 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_400_application_problem_json = validate367;
+const schema405 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate368(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate367(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate368.evaluated;
+const evaluated0 = validate367.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate367.errors = vErrors;
+return errors === 0;
+}
+validate367.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_400_headers = validate369;
+const schema406 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate369(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate369.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22557,40 +22898,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate368.errors = vErrors;
+validate369.errors = vErrors;
 return errors === 0;
 }
-validate368.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate369.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_401_application_problem_json = validate369;
-const schema405 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_401_application_problem_json = validate370;
+const schema407 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate369(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate370(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate369.evaluated;
+const evaluated0 = validate370.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate369.errors = vErrors;
+validate370.errors = vErrors;
 return errors === 0;
 }
-validate369.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate370.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_401_headers = validate371;
-const schema406 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.putProjectSecret_401_headers = validate372;
+const schema408 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate371(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate372(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate371.evaluated;
+const evaluated0 = validate372.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22653,87 +22994,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate371.errors = vErrors;
-return errors === 0;
-}
-validate371.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_403_application_problem_json = validate372;
-const schema407 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate372(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate372.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate372.errors = vErrors;
 return errors === 0;
 }
-validate372.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate372.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_403_headers = validate374;
-const schema408 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_403_application_problem_json = validate373;
+const schema409 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate374(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate373(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate374.evaluated;
+const evaluated0 = validate373.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate374.errors = vErrors;
+validate373.errors = vErrors;
 return errors === 0;
 }
-validate374.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate373.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_409_application_problem_json = validate375;
-const schema409 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_403_headers = validate375;
+const schema410 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate375(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22745,28 +23034,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate375.errors = vErrors;
-return errors === 0;
-}
-validate375.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_409_headers = validate377;
-const schema410 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate377(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate377.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -22801,13 +23068,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate377.errors = vErrors;
+validate375.errors = vErrors;
 return errors === 0;
 }
-validate377.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate375.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_413_application_problem_json = validate378;
+exports.putProjectSecret_409_application_problem_json = validate376;
 const schema411 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate376(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate376.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate376.errors = vErrors;
+return errors === 0;
+}
+validate376.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_409_headers = validate378;
+const schema412 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate378(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22819,28 +23108,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate378.errors = vErrors;
-return errors === 0;
-}
-validate378.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_413_headers = validate380;
-const schema412 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate380(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate380.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -22875,13 +23142,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate380.errors = vErrors;
+validate378.errors = vErrors;
 return errors === 0;
 }
-validate380.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate378.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_415_application_problem_json = validate381;
+exports.putProjectSecret_413_application_problem_json = validate379;
 const schema413 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate379(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate379.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate379.errors = vErrors;
+return errors === 0;
+}
+validate379.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_413_headers = validate381;
+const schema414 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate381(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22893,28 +23182,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate381.errors = vErrors;
-return errors === 0;
-}
-validate381.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_415_headers = validate383;
-const schema414 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate383(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate383.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -22949,13 +23216,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate383.errors = vErrors;
+validate381.errors = vErrors;
 return errors === 0;
 }
-validate383.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate381.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_500_application_problem_json = validate384;
+exports.putProjectSecret_415_application_problem_json = validate382;
 const schema415 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate382(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate382.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate382.errors = vErrors;
+return errors === 0;
+}
+validate382.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_415_headers = validate384;
+const schema416 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate384(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22967,22 +23256,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate384.errors = vErrors;
 return errors === 0;
 }
-validate384.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate384.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_500_headers = validate386;
-const schema416 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_500_application_problem_json = validate385;
+const schema417 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate386(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate385(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate386.evaluated;
+const evaluated0 = validate385.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate385.errors = vErrors;
+return errors === 0;
+}
+validate385.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_500_headers = validate387;
+const schema418 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate387(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate387.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23023,40 +23364,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate386.errors = vErrors;
+validate387.errors = vErrors;
 return errors === 0;
 }
-validate386.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate387.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_503_application_problem_json = validate387;
-const schema417 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_503_application_problem_json = validate388;
+const schema419 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate387(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate388(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate387.evaluated;
+const evaluated0 = validate388.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate387.errors = vErrors;
+validate388.errors = vErrors;
 return errors === 0;
 }
-validate387.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate388.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_503_headers = validate389;
-const schema418 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.putProjectSecret_503_headers = validate390;
+const schema420 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate389(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate390(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate389.evaluated;
+const evaluated0 = validate390.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23122,18 +23463,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate389.errors = vErrors;
+validate390.errors = vErrors;
 return errors === 0;
 }
-validate389.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate390.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_params = validate390;
-const schema419 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.deleteProjectSecret_params = validate391;
+const schema421 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate390(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate391(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate390.evaluated;
+const evaluated0 = validate391.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23293,65 +23634,13 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate390.errors = vErrors;
-return errors === 0;
-}
-validate390.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteProjectSecret_204_headers = validate391;
-const schema422 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate391(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate391.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate391.errors = vErrors;
 return errors === 0;
 }
-validate391.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate391.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_400_application_problem_json = validate392;
-const schema423 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_204_headers = validate392;
+const schema424 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate392(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23363,22 +23652,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate392.errors = vErrors;
 return errors === 0;
 }
-validate392.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate392.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_400_headers = validate394;
-const schema424 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_400_application_problem_json = validate393;
+const schema425 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate394(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate393(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate394.evaluated;
+const evaluated0 = validate393.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate393.errors = vErrors;
+return errors === 0;
+}
+validate393.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_400_headers = validate395;
+const schema426 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate395(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate395.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23419,40 +23760,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate394.errors = vErrors;
+validate395.errors = vErrors;
 return errors === 0;
 }
-validate394.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate395.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_401_application_problem_json = validate395;
-const schema425 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_401_application_problem_json = validate396;
+const schema427 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate395(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate396(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate395.evaluated;
+const evaluated0 = validate396.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate395.errors = vErrors;
+validate396.errors = vErrors;
 return errors === 0;
 }
-validate395.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate396.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_401_headers = validate397;
-const schema426 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.deleteProjectSecret_401_headers = validate398;
+const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate397(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate398(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate397.evaluated;
+const evaluated0 = validate398.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23515,87 +23856,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate397.errors = vErrors;
-return errors === 0;
-}
-validate397.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteProjectSecret_403_application_problem_json = validate398;
-const schema427 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate398(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate398.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate398.errors = vErrors;
 return errors === 0;
 }
-validate398.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate398.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_403_headers = validate400;
-const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_403_application_problem_json = validate399;
+const schema429 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate400(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate399(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate400.evaluated;
+const evaluated0 = validate399.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate400.errors = vErrors;
+validate399.errors = vErrors;
 return errors === 0;
 }
-validate400.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate399.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_404_application_problem_json = validate401;
-const schema429 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_403_headers = validate401;
+const schema430 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate401(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23607,28 +23896,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate401.errors = vErrors;
-return errors === 0;
-}
-validate401.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteProjectSecret_404_headers = validate403;
-const schema430 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate403(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate403.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -23663,13 +23930,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate403.errors = vErrors;
+validate401.errors = vErrors;
 return errors === 0;
 }
-validate403.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate401.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_500_application_problem_json = validate404;
+exports.deleteProjectSecret_404_application_problem_json = validate402;
 const schema431 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate402(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate402.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate402.errors = vErrors;
+return errors === 0;
+}
+validate402.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_404_headers = validate404;
+const schema432 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate404(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23681,22 +23970,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate404.errors = vErrors;
 return errors === 0;
 }
-validate404.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate404.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_500_headers = validate406;
-const schema432 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_500_application_problem_json = validate405;
+const schema433 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate406(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate405(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate406.evaluated;
+const evaluated0 = validate405.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate405.errors = vErrors;
+return errors === 0;
+}
+validate405.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_500_headers = validate407;
+const schema434 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate407.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23737,112 +24078,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate406.errors = vErrors;
-return errors === 0;
-}
-validate406.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteProjectSecret_503_application_problem_json = validate407;
-const schema433 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate407.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate407.errors = vErrors;
 return errors === 0;
 }
-validate407.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate407.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_503_headers = validate409;
-const schema434 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_503_application_problem_json = validate408;
+const schema435 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate409(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate408(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate409.evaluated;
+const evaluated0 = validate408.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate409.errors = vErrors;
+validate408.errors = vErrors;
 return errors === 0;
 }
-validate409.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate408.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_params = validate410;
-const schema435 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.deleteProjectSecret_503_headers = validate410;
+const schema436 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate410(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23855,6 +24119,83 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate410.errors = vErrors;
+return errors === 0;
+}
+validate410.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_params = validate411;
+const schema437 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate411(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate411.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.path === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
@@ -23972,87 +24313,35 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate410.errors = vErrors;
-return errors === 0;
-}
-validate410.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_200_application_json = validate411;
-const schema437 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
-
-function validate411(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate411.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate89(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate89.errors : vErrors.concat(validate89.errors);
-errors = vErrors.length;
-}
 validate411.errors = vErrors;
 return errors === 0;
 }
-validate411.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
+validate411.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_200_headers = validate413;
-const schema438 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listServiceAccounts_200_application_json = validate412;
+const schema439 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
 
-function validate413(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate412(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate413.evaluated;
+const evaluated0 = validate412.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate90(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate90.errors : vErrors.concat(validate90.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate413.errors = vErrors;
+validate412.errors = vErrors;
 return errors === 0;
 }
-validate413.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate412.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_400_application_problem_json = validate414;
-const schema439 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_200_headers = validate414;
+const schema440 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate414(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24064,22 +24353,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate414.errors = vErrors;
 return errors === 0;
 }
-validate414.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate414.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_400_headers = validate416;
-const schema440 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listServiceAccounts_400_application_problem_json = validate415;
+const schema441 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate416(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate415(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate416.evaluated;
+const evaluated0 = validate415.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate415.errors = vErrors;
+return errors === 0;
+}
+validate415.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_400_headers = validate417;
+const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate417.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24120,40 +24461,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate416.errors = vErrors;
+validate417.errors = vErrors;
 return errors === 0;
 }
-validate416.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate417.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_401_application_problem_json = validate417;
-const schema441 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_401_application_problem_json = validate418;
+const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate418(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate417.evaluated;
+const evaluated0 = validate418.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate417.errors = vErrors;
+validate418.errors = vErrors;
 return errors === 0;
 }
-validate417.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate418.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_401_headers = validate419;
-const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listServiceAccounts_401_headers = validate420;
+const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate419(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate420(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate419.evaluated;
+const evaluated0 = validate420.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24216,87 +24557,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate419.errors = vErrors;
-return errors === 0;
-}
-validate419.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_403_application_problem_json = validate420;
-const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate420(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate420.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate420.errors = vErrors;
 return errors === 0;
 }
-validate420.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate420.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_403_headers = validate422;
-const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listServiceAccounts_403_application_problem_json = validate421;
+const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate422(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate421(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate422.evaluated;
+const evaluated0 = validate421.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate422.errors = vErrors;
+validate421.errors = vErrors;
 return errors === 0;
 }
-validate422.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate421.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_500_application_problem_json = validate423;
-const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_403_headers = validate423;
+const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate423(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24308,22 +24597,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate423.errors = vErrors;
 return errors === 0;
 }
-validate423.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate423.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_500_headers = validate425;
-const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listServiceAccounts_500_application_problem_json = validate424;
+const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate425(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate424(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate425.evaluated;
+const evaluated0 = validate424.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate424.errors = vErrors;
+return errors === 0;
+}
+validate424.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_500_headers = validate426;
+const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate426(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate426.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24364,112 +24705,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate425.errors = vErrors;
-return errors === 0;
-}
-validate425.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_503_application_problem_json = validate426;
-const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate426(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate426.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate426.errors = vErrors;
 return errors === 0;
 }
-validate426.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate426.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_503_headers = validate428;
-const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listServiceAccounts_503_application_problem_json = validate427;
+const schema449 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate428(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate427(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate428.evaluated;
+const evaluated0 = validate427.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate428.errors = vErrors;
+validate427.errors = vErrors;
 return errors === 0;
 }
-validate428.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate427.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_params = validate429;
-const schema449 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listServiceAccounts_503_headers = validate429;
+const schema450 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate429(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24482,6 +24746,83 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate429.errors = vErrors;
+return errors === 0;
+}
+validate429.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_params = validate430;
+const schema451 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate430(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate430.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.path === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
@@ -24599,109 +24940,57 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate429.errors = vErrors;
-return errors === 0;
-}
-validate429.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_body = validate430;
-const schema451 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
-
-function validate430(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate430.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate91(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate91.errors : vErrors.concat(validate91.errors);
-errors = vErrors.length;
-}
 validate430.errors = vErrors;
 return errors === 0;
 }
-validate430.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
+validate430.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_201_application_json = validate432;
-const schema452 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
+exports.createServiceAccount_body = validate431;
+const schema453 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
 
-function validate432(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate431(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate432.evaluated;
+const evaluated0 = validate431.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate35(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate35.errors : vErrors.concat(validate35.errors);
+if(!(validate92(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate92.errors : vErrors.concat(validate92.errors);
 errors = vErrors.length;
 }
-validate432.errors = vErrors;
+validate431.errors = vErrors;
 return errors === 0;
 }
-validate432.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
+validate431.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_201_headers = validate434;
-const schema453 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_201_application_json = validate433;
+const schema454 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
 
-function validate434(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate433(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate434.evaluated;
+const evaluated0 = validate433.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate36(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate36.errors : vErrors.concat(validate36.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate434.errors = vErrors;
+validate433.errors = vErrors;
 return errors === 0;
 }
-validate434.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate433.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_400_application_problem_json = validate435;
-const schema454 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_201_headers = validate435;
+const schema455 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate435(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24713,22 +25002,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate435.errors = vErrors;
 return errors === 0;
 }
-validate435.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate435.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_400_headers = validate437;
-const schema455 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_400_application_problem_json = validate436;
+const schema456 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate437(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate436(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate437.evaluated;
+const evaluated0 = validate436.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate436.errors = vErrors;
+return errors === 0;
+}
+validate436.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_400_headers = validate438;
+const schema457 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate438(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate438.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24769,40 +25110,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate437.errors = vErrors;
+validate438.errors = vErrors;
 return errors === 0;
 }
-validate437.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate438.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_401_application_problem_json = validate438;
-const schema456 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_401_application_problem_json = validate439;
+const schema458 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate438(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate439(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate438.evaluated;
+const evaluated0 = validate439.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate438.errors = vErrors;
+validate439.errors = vErrors;
 return errors === 0;
 }
-validate438.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate439.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_401_headers = validate440;
-const schema457 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createServiceAccount_401_headers = validate441;
+const schema459 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate440(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate441(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate440.evaluated;
+const evaluated0 = validate441.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24865,87 +25206,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate440.errors = vErrors;
-return errors === 0;
-}
-validate440.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_403_application_problem_json = validate441;
-const schema458 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate441(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate441.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate441.errors = vErrors;
 return errors === 0;
 }
-validate441.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate441.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_403_headers = validate443;
-const schema459 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_403_application_problem_json = validate442;
+const schema460 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate443(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate442(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate443.evaluated;
+const evaluated0 = validate442.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate443.errors = vErrors;
+validate442.errors = vErrors;
 return errors === 0;
 }
-validate443.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate442.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_500_application_problem_json = validate444;
-const schema460 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_403_headers = validate444;
+const schema461 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate444(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24957,22 +25246,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate444.errors = vErrors;
 return errors === 0;
 }
-validate444.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate444.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_500_headers = validate446;
-const schema461 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_500_application_problem_json = validate445;
+const schema462 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate446(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate445(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate446.evaluated;
+const evaluated0 = validate445.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate445.errors = vErrors;
+return errors === 0;
+}
+validate445.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_500_headers = validate447;
+const schema463 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate447(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate447.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25013,40 +25354,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate446.errors = vErrors;
+validate447.errors = vErrors;
 return errors === 0;
 }
-validate446.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate447.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_503_application_problem_json = validate447;
-const schema462 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_503_application_problem_json = validate448;
+const schema464 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate447(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate448(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate447.evaluated;
+const evaluated0 = validate448.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate447.errors = vErrors;
+validate448.errors = vErrors;
 return errors === 0;
 }
-validate447.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate448.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_503_headers = validate449;
-const schema463 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createServiceAccount_503_headers = validate450;
+const schema465 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate449(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate450(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate449.evaluated;
+const evaluated0 = validate450.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25112,18 +25453,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate449.errors = vErrors;
+validate450.errors = vErrors;
 return errors === 0;
 }
-validate449.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate450.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_params = validate450;
-const schema464 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.revokeServiceAccount_params = validate451;
+const schema466 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate450(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate451(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate450.evaluated;
+const evaluated0 = validate451.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25283,65 +25624,13 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate450.errors = vErrors;
-return errors === 0;
-}
-validate450.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.revokeServiceAccount_204_headers = validate451;
-const schema467 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate451(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate451.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate451.errors = vErrors;
 return errors === 0;
 }
-validate451.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate451.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_400_application_problem_json = validate452;
-const schema468 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_204_headers = validate452;
+const schema469 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate452(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25353,22 +25642,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate452.errors = vErrors;
 return errors === 0;
 }
-validate452.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate452.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_400_headers = validate454;
-const schema469 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_400_application_problem_json = validate453;
+const schema470 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate454(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate453(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate454.evaluated;
+const evaluated0 = validate453.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate453.errors = vErrors;
+return errors === 0;
+}
+validate453.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_400_headers = validate455;
+const schema471 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate455(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate455.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25409,40 +25750,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate454.errors = vErrors;
+validate455.errors = vErrors;
 return errors === 0;
 }
-validate454.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate455.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_401_application_problem_json = validate455;
-const schema470 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_401_application_problem_json = validate456;
+const schema472 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate455(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate456(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate455.evaluated;
+const evaluated0 = validate456.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate455.errors = vErrors;
+validate456.errors = vErrors;
 return errors === 0;
 }
-validate455.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate456.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_401_headers = validate457;
-const schema471 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.revokeServiceAccount_401_headers = validate458;
+const schema473 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate457(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate458(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate457.evaluated;
+const evaluated0 = validate458.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25505,87 +25846,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate457.errors = vErrors;
-return errors === 0;
-}
-validate457.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.revokeServiceAccount_403_application_problem_json = validate458;
-const schema472 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate458(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate458.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate458.errors = vErrors;
 return errors === 0;
 }
-validate458.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate458.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_403_headers = validate460;
-const schema473 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_403_application_problem_json = validate459;
+const schema474 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate460(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate459(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate460.evaluated;
+const evaluated0 = validate459.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate460.errors = vErrors;
+validate459.errors = vErrors;
 return errors === 0;
 }
-validate460.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate459.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_404_application_problem_json = validate461;
-const schema474 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_403_headers = validate461;
+const schema475 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate461(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25597,28 +25886,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate461.errors = vErrors;
-return errors === 0;
-}
-validate461.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.revokeServiceAccount_404_headers = validate463;
-const schema475 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate463(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate463.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -25653,13 +25920,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate463.errors = vErrors;
+validate461.errors = vErrors;
 return errors === 0;
 }
-validate463.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate461.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_500_application_problem_json = validate464;
+exports.revokeServiceAccount_404_application_problem_json = validate462;
 const schema476 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate462(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate462.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate462.errors = vErrors;
+return errors === 0;
+}
+validate462.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_404_headers = validate464;
+const schema477 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate464(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25671,22 +25960,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate464.errors = vErrors;
 return errors === 0;
 }
-validate464.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate464.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_500_headers = validate466;
-const schema477 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_500_application_problem_json = validate465;
+const schema478 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate466(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate465(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate466.evaluated;
+const evaluated0 = validate465.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate465.errors = vErrors;
+return errors === 0;
+}
+validate465.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_500_headers = validate467;
+const schema479 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate467(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate467.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25727,40 +26068,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate466.errors = vErrors;
+validate467.errors = vErrors;
 return errors === 0;
 }
-validate466.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate467.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_503_application_problem_json = validate467;
-const schema478 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_503_application_problem_json = validate468;
+const schema480 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate467(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate468(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate467.evaluated;
+const evaluated0 = validate468.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate467.errors = vErrors;
+validate468.errors = vErrors;
 return errors === 0;
 }
-validate467.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate468.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_503_headers = validate469;
-const schema479 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_503_headers = validate470;
+const schema481 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate469(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate470(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate469.evaluated;
+const evaluated0 = validate470.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25826,18 +26167,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate469.errors = vErrors;
+validate470.errors = vErrors;
 return errors === 0;
 }
-validate469.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate470.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_params = validate470;
-const schema480 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.listRuns_params = validate471;
+const schema482 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
-function validate470(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate471(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate470.evaluated;
+const evaluated0 = validate471.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25976,7 +26317,7 @@ vErrors.push(err10);
 errors++;
 }
 if(!(((((data4 === "queued") || (data4 === "running")) || (data4 === "success")) || (data4 === "failure")) || (data4 === "cancelled"))){
-const err11 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema118.enum},message:"must be equal to one of the allowed values"};
+const err11 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema120.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -26092,87 +26433,35 @@ vErrors.push(err20);
 }
 errors++;
 }
-validate470.errors = vErrors;
-return errors === 0;
-}
-validate470.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_200_application_json = validate471;
-const schema484 = {"$ref":"runplane-openapi#/$defs/RunPage"};
-
-function validate471(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate471.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate75(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate75.errors : vErrors.concat(validate75.errors);
-errors = vErrors.length;
-}
 validate471.errors = vErrors;
 return errors === 0;
 }
-validate471.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate471.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_200_headers = validate473;
-const schema485 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_200_application_json = validate472;
+const schema486 = {"$ref":"runplane-openapi#/$defs/RunPage"};
 
-function validate473(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate472(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate473.evaluated;
+const evaluated0 = validate472.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate76(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate76.errors : vErrors.concat(validate76.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate473.errors = vErrors;
+validate472.errors = vErrors;
 return errors === 0;
 }
-validate473.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate472.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_400_application_problem_json = validate474;
-const schema486 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_200_headers = validate474;
+const schema487 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate474(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26184,22 +26473,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate474.errors = vErrors;
 return errors === 0;
 }
-validate474.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate474.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_400_headers = validate476;
-const schema487 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_400_application_problem_json = validate475;
+const schema488 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate476(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate475(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate476.evaluated;
+const evaluated0 = validate475.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate475.errors = vErrors;
+return errors === 0;
+}
+validate475.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_400_headers = validate477;
+const schema489 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate477(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate477.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26240,40 +26581,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate476.errors = vErrors;
+validate477.errors = vErrors;
 return errors === 0;
 }
-validate476.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate477.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_401_application_problem_json = validate477;
-const schema488 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_401_application_problem_json = validate478;
+const schema490 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate477(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate478(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate477.evaluated;
+const evaluated0 = validate478.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate477.errors = vErrors;
+validate478.errors = vErrors;
 return errors === 0;
 }
-validate477.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate478.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_401_headers = validate479;
-const schema489 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listRuns_401_headers = validate480;
+const schema491 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate479(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate480(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate479.evaluated;
+const evaluated0 = validate480.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26336,87 +26677,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate479.errors = vErrors;
-return errors === 0;
-}
-validate479.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_403_application_problem_json = validate480;
-const schema490 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate480(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate480.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate480.errors = vErrors;
 return errors === 0;
 }
-validate480.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate480.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_403_headers = validate482;
-const schema491 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_403_application_problem_json = validate481;
+const schema492 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate482(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate481(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate482.evaluated;
+const evaluated0 = validate481.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate482.errors = vErrors;
+validate481.errors = vErrors;
 return errors === 0;
 }
-validate482.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate481.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_404_application_problem_json = validate483;
-const schema492 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_403_headers = validate483;
+const schema493 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate483(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26428,28 +26717,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate483.errors = vErrors;
-return errors === 0;
-}
-validate483.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_404_headers = validate485;
-const schema493 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate485(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate485.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -26484,13 +26751,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate485.errors = vErrors;
+validate483.errors = vErrors;
 return errors === 0;
 }
-validate485.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate483.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_500_application_problem_json = validate486;
+exports.listRuns_404_application_problem_json = validate484;
 const schema494 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate484(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate484.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate484.errors = vErrors;
+return errors === 0;
+}
+validate484.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_404_headers = validate486;
+const schema495 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate486(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26502,22 +26791,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate486.errors = vErrors;
 return errors === 0;
 }
-validate486.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate486.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_500_headers = validate488;
-const schema495 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_500_application_problem_json = validate487;
+const schema496 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate488(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate487(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate488.evaluated;
+const evaluated0 = validate487.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate487.errors = vErrors;
+return errors === 0;
+}
+validate487.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_500_headers = validate489;
+const schema497 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate489(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate489.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26558,112 +26899,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate488.errors = vErrors;
-return errors === 0;
-}
-validate488.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_503_application_problem_json = validate489;
-const schema496 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate489(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate489.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate489.errors = vErrors;
 return errors === 0;
 }
-validate489.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate489.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_503_headers = validate491;
-const schema497 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listRuns_503_application_problem_json = validate490;
+const schema498 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate491(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate490(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate491.evaluated;
+const evaluated0 = validate490.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate491.errors = vErrors;
+validate490.errors = vErrors;
 return errors === 0;
 }
-validate491.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate490.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_params = validate492;
-const schema498 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listRuns_503_headers = validate492;
+const schema499 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate492(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26676,6 +26940,83 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate492.errors = vErrors;
+return errors === 0;
+}
+validate492.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_params = validate493;
+const schema500 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate493(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate493.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.path === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
@@ -26863,87 +27204,35 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate492.errors = vErrors;
-return errors === 0;
-}
-validate492.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_200_application_json = validate493;
-const schema502 = {"$ref":"runplane-openapi#/$defs/Run"};
-
-function validate493(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate493.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate64(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate64.errors : vErrors.concat(validate64.errors);
-errors = vErrors.length;
-}
 validate493.errors = vErrors;
 return errors === 0;
 }
-validate493.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate493.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_200_headers = validate495;
-const schema503 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_200_application_json = validate494;
+const schema504 = {"$ref":"runplane-openapi#/$defs/Run"};
 
-function validate495(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate494(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate495.evaluated;
+const evaluated0 = validate494.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate495.errors = vErrors;
+validate494.errors = vErrors;
 return errors === 0;
 }
-validate495.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate494.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_400_application_problem_json = validate496;
-const schema504 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_200_headers = validate496;
+const schema505 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate496(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26955,22 +27244,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate496.errors = vErrors;
 return errors === 0;
 }
-validate496.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate496.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_400_headers = validate498;
-const schema505 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_400_application_problem_json = validate497;
+const schema506 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate498(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate497(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate498.evaluated;
+const evaluated0 = validate497.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate497.errors = vErrors;
+return errors === 0;
+}
+validate497.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_400_headers = validate499;
+const schema507 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate499(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate499.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27011,40 +27352,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate498.errors = vErrors;
+validate499.errors = vErrors;
 return errors === 0;
 }
-validate498.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate499.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_401_application_problem_json = validate499;
-const schema506 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_401_application_problem_json = validate500;
+const schema508 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate499(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate500(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate499.evaluated;
+const evaluated0 = validate500.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate499.errors = vErrors;
+validate500.errors = vErrors;
 return errors === 0;
 }
-validate499.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate500.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_401_headers = validate501;
-const schema507 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRun_401_headers = validate502;
+const schema509 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate501(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate502(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate501.evaluated;
+const evaluated0 = validate502.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27107,87 +27448,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate501.errors = vErrors;
-return errors === 0;
-}
-validate501.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_403_application_problem_json = validate502;
-const schema508 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate502(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate502.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate502.errors = vErrors;
 return errors === 0;
 }
-validate502.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate502.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_403_headers = validate504;
-const schema509 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_403_application_problem_json = validate503;
+const schema510 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate504(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate503(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate504.evaluated;
+const evaluated0 = validate503.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate504.errors = vErrors;
+validate503.errors = vErrors;
 return errors === 0;
 }
-validate504.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate503.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_404_application_problem_json = validate505;
-const schema510 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_403_headers = validate505;
+const schema511 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate505(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27199,28 +27488,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate505.errors = vErrors;
-return errors === 0;
-}
-validate505.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_404_headers = validate507;
-const schema511 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate507(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate507.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -27255,13 +27522,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate507.errors = vErrors;
+validate505.errors = vErrors;
 return errors === 0;
 }
-validate507.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate505.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_500_application_problem_json = validate508;
+exports.getRun_404_application_problem_json = validate506;
 const schema512 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate506(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate506.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate506.errors = vErrors;
+return errors === 0;
+}
+validate506.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_404_headers = validate508;
+const schema513 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate508(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27273,22 +27562,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate508.errors = vErrors;
 return errors === 0;
 }
-validate508.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate508.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_500_headers = validate510;
-const schema513 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_500_application_problem_json = validate509;
+const schema514 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate510(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate509(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate510.evaluated;
+const evaluated0 = validate509.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate509.errors = vErrors;
+return errors === 0;
+}
+validate509.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_500_headers = validate511;
+const schema515 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate511(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate511.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27329,112 +27670,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate510.errors = vErrors;
-return errors === 0;
-}
-validate510.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_503_application_problem_json = validate511;
-const schema514 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate511(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate511.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate511.errors = vErrors;
 return errors === 0;
 }
-validate511.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate511.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_503_headers = validate513;
-const schema515 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRun_503_application_problem_json = validate512;
+const schema516 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate513(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate512(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate513.evaluated;
+const evaluated0 = validate512.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(data["retry-after"] !== undefined){
-let data1 = data["retry-after"];
-if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
-const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(!(formats0.validate(data1))){
-const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate513.errors = vErrors;
+validate512.errors = vErrors;
 return errors === 0;
 }
-validate513.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate512.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_params = validate514;
-const schema516 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getRun_503_headers = validate514;
+const schema517 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
 function validate514(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27447,6 +27711,83 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(data["retry-after"] !== undefined){
+let data1 = data["retry-after"];
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
+const err2 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(!(formats0.validate(data1))){
+const err3 = {instancePath:instancePath+"/retry-after",schemaPath:"#/properties/retry-after/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate514.errors = vErrors;
+return errors === 0;
+}
+validate514.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_params = validate515;
+const schema518 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+
+function validate515(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate515.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.path === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "path"},message:"must have required property '"+"path"+"'"};
 if(vErrors === null){
@@ -27634,87 +27975,35 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate514.errors = vErrors;
-return errors === 0;
-}
-validate514.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_200_application_json = validate515;
-const schema520 = {"$ref":"runplane-openapi#/$defs/Run"};
-
-function validate515(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate515.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate64(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate64.errors : vErrors.concat(validate64.errors);
-errors = vErrors.length;
-}
 validate515.errors = vErrors;
 return errors === 0;
 }
-validate515.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate515.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_200_headers = validate517;
-const schema521 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_200_application_json = validate516;
+const schema522 = {"$ref":"runplane-openapi#/$defs/Run"};
 
-function validate517(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate516(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate517.evaluated;
+const evaluated0 = validate516.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate517.errors = vErrors;
+validate516.errors = vErrors;
 return errors === 0;
 }
-validate517.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate516.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_400_application_problem_json = validate518;
-const schema522 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_200_headers = validate518;
+const schema523 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate518(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27726,22 +28015,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate518.errors = vErrors;
 return errors === 0;
 }
-validate518.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate518.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_400_headers = validate520;
-const schema523 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_400_application_problem_json = validate519;
+const schema524 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate520(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate519(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate520.evaluated;
+const evaluated0 = validate519.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate519.errors = vErrors;
+return errors === 0;
+}
+validate519.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_400_headers = validate521;
+const schema525 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate521(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate521.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27782,40 +28123,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate520.errors = vErrors;
+validate521.errors = vErrors;
 return errors === 0;
 }
-validate520.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate521.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_401_application_problem_json = validate521;
-const schema524 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_401_application_problem_json = validate522;
+const schema526 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate521(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate522(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate521.evaluated;
+const evaluated0 = validate522.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate521.errors = vErrors;
+validate522.errors = vErrors;
 return errors === 0;
 }
-validate521.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate522.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_401_headers = validate523;
-const schema525 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.cancelRun_401_headers = validate524;
+const schema527 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate523(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate524(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate523.evaluated;
+const evaluated0 = validate524.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27878,87 +28219,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate523.errors = vErrors;
-return errors === 0;
-}
-validate523.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_403_application_problem_json = validate524;
-const schema526 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate524(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate524.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate524.errors = vErrors;
 return errors === 0;
 }
-validate524.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate524.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_403_headers = validate526;
-const schema527 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_403_application_problem_json = validate525;
+const schema528 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate526(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate525(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate526.evaluated;
+const evaluated0 = validate525.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate526.errors = vErrors;
+validate525.errors = vErrors;
 return errors === 0;
 }
-validate526.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate525.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_404_application_problem_json = validate527;
-const schema528 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_403_headers = validate527;
+const schema529 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate527(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27970,28 +28259,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate527.errors = vErrors;
-return errors === 0;
-}
-validate527.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_404_headers = validate529;
-const schema529 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate529(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate529.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -28026,13 +28293,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate529.errors = vErrors;
+validate527.errors = vErrors;
 return errors === 0;
 }
-validate529.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate527.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_409_application_problem_json = validate530;
+exports.cancelRun_404_application_problem_json = validate528;
 const schema530 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate528(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate528.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate528.errors = vErrors;
+return errors === 0;
+}
+validate528.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_404_headers = validate530;
+const schema531 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate530(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28044,28 +28333,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate530.errors = vErrors;
-return errors === 0;
-}
-validate530.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_409_headers = validate532;
-const schema531 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate532(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate532.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -28100,13 +28367,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate532.errors = vErrors;
+validate530.errors = vErrors;
 return errors === 0;
 }
-validate532.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate530.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_500_application_problem_json = validate533;
+exports.cancelRun_409_application_problem_json = validate531;
 const schema532 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate531(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate531.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate531.errors = vErrors;
+return errors === 0;
+}
+validate531.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_409_headers = validate533;
+const schema533 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate533(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28118,22 +28407,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate533.errors = vErrors;
 return errors === 0;
 }
-validate533.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate533.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_500_headers = validate535;
-const schema533 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_500_application_problem_json = validate534;
+const schema534 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate535(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate534(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate535.evaluated;
+const evaluated0 = validate534.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate534.errors = vErrors;
+return errors === 0;
+}
+validate534.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_500_headers = validate536;
+const schema535 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate536(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate536.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28174,40 +28515,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate535.errors = vErrors;
+validate536.errors = vErrors;
 return errors === 0;
 }
-validate535.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate536.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_503_application_problem_json = validate536;
-const schema534 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_503_application_problem_json = validate537;
+const schema536 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate536(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate537(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate536.evaluated;
+const evaluated0 = validate537.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate536.errors = vErrors;
+validate537.errors = vErrors;
 return errors === 0;
 }
-validate536.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate537.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_503_headers = validate538;
-const schema535 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.cancelRun_503_headers = validate539;
+const schema537 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate538(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate539(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate538.evaluated;
+const evaluated0 = validate539.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28273,18 +28614,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate538.errors = vErrors;
+validate539.errors = vErrors;
 return errors === 0;
 }
-validate538.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate539.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_params = validate539;
-const schema536 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+exports.getRunLogs_params = validate540;
+const schema538 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
 
-function validate539(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate540(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate539.evaluated;
+const evaluated0 = validate540.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28493,40 +28834,40 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate539.errors = vErrors;
+validate540.errors = vErrors;
 return errors === 0;
 }
-validate539.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate540.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_200_application_json = validate540;
-const schema540 = {"$ref":"runplane-openapi#/$defs/RunLog"};
+exports.getRunLogs_200_application_json = validate541;
+const schema542 = {"$ref":"runplane-openapi#/$defs/RunLog"};
 
-function validate540(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate541(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate540.evaluated;
+const evaluated0 = validate541.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate72(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate72.errors : vErrors.concat(validate72.errors);
+if(!(validate73(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate73.errors : vErrors.concat(validate73.errors);
 errors = vErrors.length;
 }
-validate540.errors = vErrors;
+validate541.errors = vErrors;
 return errors === 0;
 }
-validate540.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
+validate541.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_200_text_event_stream = validate542;
-const schema541 = {"type":"string"};
+exports.getRunLogs_200_text_event_stream = validate543;
+const schema543 = {"type":"string"};
 
-function validate542(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate543(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate542.evaluated;
+const evaluated0 = validate543.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28543,65 +28884,13 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate542.errors = vErrors;
-return errors === 0;
-}
-validate542.evaluated = {"dynamicProps":false,"dynamicItems":false};
-
-exports.getRunLogs_200_headers = validate543;
-const schema542 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate543(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate543.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate543.errors = vErrors;
 return errors === 0;
 }
-validate543.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate543.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_400_application_problem_json = validate544;
-const schema543 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_200_headers = validate544;
+const schema544 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate544(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28613,22 +28902,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate544.errors = vErrors;
 return errors === 0;
 }
-validate544.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate544.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_400_headers = validate546;
-const schema544 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_400_application_problem_json = validate545;
+const schema545 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate546(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate545(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate546.evaluated;
+const evaluated0 = validate545.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate545.errors = vErrors;
+return errors === 0;
+}
+validate545.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRunLogs_400_headers = validate547;
+const schema546 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate547(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate547.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28669,40 +29010,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate546.errors = vErrors;
+validate547.errors = vErrors;
 return errors === 0;
 }
-validate546.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate547.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_401_application_problem_json = validate547;
-const schema545 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_401_application_problem_json = validate548;
+const schema547 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate547(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate548(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate547.evaluated;
+const evaluated0 = validate548.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate547.errors = vErrors;
+validate548.errors = vErrors;
 return errors === 0;
 }
-validate547.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate548.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_401_headers = validate549;
-const schema546 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRunLogs_401_headers = validate550;
+const schema548 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate549(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate550(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate549.evaluated;
+const evaluated0 = validate550.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28765,87 +29106,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate549.errors = vErrors;
-return errors === 0;
-}
-validate549.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRunLogs_403_application_problem_json = validate550;
-const schema547 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate550(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate550.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate550.errors = vErrors;
 return errors === 0;
 }
-validate550.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate550.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_403_headers = validate552;
-const schema548 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_403_application_problem_json = validate551;
+const schema549 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate552(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate551(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate552.evaluated;
+const evaluated0 = validate551.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate552.errors = vErrors;
+validate551.errors = vErrors;
 return errors === 0;
 }
-validate552.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate551.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_404_application_problem_json = validate553;
-const schema549 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_403_headers = validate553;
+const schema550 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate553(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28857,28 +29146,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate553.errors = vErrors;
-return errors === 0;
-}
-validate553.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRunLogs_404_headers = validate555;
-const schema550 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate555(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate555.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -28913,13 +29180,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate555.errors = vErrors;
+validate553.errors = vErrors;
 return errors === 0;
 }
-validate555.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate553.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_500_application_problem_json = validate556;
+exports.getRunLogs_404_application_problem_json = validate554;
 const schema551 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate554(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate554.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate554.errors = vErrors;
+return errors === 0;
+}
+validate554.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRunLogs_404_headers = validate556;
+const schema552 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate556(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28931,22 +29220,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate556.errors = vErrors;
 return errors === 0;
 }
-validate556.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate556.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_500_headers = validate558;
-const schema552 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_500_application_problem_json = validate557;
+const schema553 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate558(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate557(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate558.evaluated;
+const evaluated0 = validate557.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate557.errors = vErrors;
+return errors === 0;
+}
+validate557.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRunLogs_500_headers = validate559;
+const schema554 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate559(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate559.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28987,40 +29328,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate558.errors = vErrors;
+validate559.errors = vErrors;
 return errors === 0;
 }
-validate558.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate559.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_503_application_problem_json = validate559;
-const schema553 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_503_application_problem_json = validate560;
+const schema555 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate559(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate560(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate559.evaluated;
+const evaluated0 = validate560.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate559.errors = vErrors;
+validate560.errors = vErrors;
 return errors === 0;
 }
-validate559.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate560.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_503_headers = validate561;
-const schema554 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRunLogs_503_headers = validate562;
+const schema556 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate561(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate562(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate561.evaluated;
+const evaluated0 = validate562.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29086,18 +29427,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate561.errors = vErrors;
+validate562.errors = vErrors;
 return errors === 0;
 }
-validate561.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate562.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_params = validate562;
-const schema555 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.redeliverWebhook_params = validate563;
+const schema557 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate562(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate563(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate562.evaluated;
+const evaluated0 = validate563.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29292,87 +29633,35 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate562.errors = vErrors;
-return errors === 0;
-}
-validate562.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_200_application_json = validate563;
-const schema559 = {"$ref":"runplane-openapi#/$defs/Run"};
-
-function validate563(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate563.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate64(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate64.errors : vErrors.concat(validate64.errors);
-errors = vErrors.length;
-}
 validate563.errors = vErrors;
 return errors === 0;
 }
-validate563.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate563.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_200_headers = validate565;
-const schema560 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_200_application_json = validate564;
+const schema561 = {"$ref":"runplane-openapi#/$defs/Run"};
 
-function validate565(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate564(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate565.evaluated;
+const evaluated0 = validate564.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate565.errors = vErrors;
+validate564.errors = vErrors;
 return errors === 0;
 }
-validate565.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate564.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_400_application_problem_json = validate566;
-const schema561 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_200_headers = validate566;
+const schema562 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate566(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29384,22 +29673,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate566.errors = vErrors;
 return errors === 0;
 }
-validate566.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate566.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_400_headers = validate568;
-const schema562 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_400_application_problem_json = validate567;
+const schema563 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate568(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate567(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate568.evaluated;
+const evaluated0 = validate567.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate567.errors = vErrors;
+return errors === 0;
+}
+validate567.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_400_headers = validate569;
+const schema564 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate569(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate569.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29440,40 +29781,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate568.errors = vErrors;
+validate569.errors = vErrors;
 return errors === 0;
 }
-validate568.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate569.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_401_application_problem_json = validate569;
-const schema563 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_401_application_problem_json = validate570;
+const schema565 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate569(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate570(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate569.evaluated;
+const evaluated0 = validate570.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate569.errors = vErrors;
+validate570.errors = vErrors;
 return errors === 0;
 }
-validate569.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate570.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_401_headers = validate571;
-const schema564 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.redeliverWebhook_401_headers = validate572;
+const schema566 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate571(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate572(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate571.evaluated;
+const evaluated0 = validate572.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29536,87 +29877,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate571.errors = vErrors;
-return errors === 0;
-}
-validate571.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_403_application_problem_json = validate572;
-const schema565 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate572(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate572.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate572.errors = vErrors;
 return errors === 0;
 }
-validate572.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate572.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_403_headers = validate574;
-const schema566 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_403_application_problem_json = validate573;
+const schema567 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate574(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate573(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate574.evaluated;
+const evaluated0 = validate573.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate574.errors = vErrors;
+validate573.errors = vErrors;
 return errors === 0;
 }
-validate574.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate573.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_404_application_problem_json = validate575;
-const schema567 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_403_headers = validate575;
+const schema568 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate575(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29628,28 +29917,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate575.errors = vErrors;
-return errors === 0;
-}
-validate575.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_404_headers = validate577;
-const schema568 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate577(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate577.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -29684,13 +29951,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate577.errors = vErrors;
+validate575.errors = vErrors;
 return errors === 0;
 }
-validate577.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate575.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_409_application_problem_json = validate578;
+exports.redeliverWebhook_404_application_problem_json = validate576;
 const schema569 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate576(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate576.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate576.errors = vErrors;
+return errors === 0;
+}
+validate576.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_404_headers = validate578;
+const schema570 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate578(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29702,22 +29991,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate578.errors = vErrors;
 return errors === 0;
 }
-validate578.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate578.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_409_headers = validate580;
-const schema570 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_409_application_problem_json = validate579;
+const schema571 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate580(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate579(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate580.evaluated;
+const evaluated0 = validate579.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate579.errors = vErrors;
+return errors === 0;
+}
+validate579.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_409_headers = validate581;
+const schema572 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate581(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate581.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29758,40 +30099,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate580.errors = vErrors;
+validate581.errors = vErrors;
 return errors === 0;
 }
-validate580.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate581.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_429_application_problem_json = validate581;
-const schema571 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_429_application_problem_json = validate582;
+const schema573 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate581(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate582(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate581.evaluated;
+const evaluated0 = validate582.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate581.errors = vErrors;
+validate582.errors = vErrors;
 return errors === 0;
 }
-validate581.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate582.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_429_headers = validate583;
-const schema572 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+exports.redeliverWebhook_429_headers = validate584;
+const schema574 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
 
-function validate583(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate584(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate583.evaluated;
+const evaluated0 = validate584.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29867,40 +30208,40 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate583.errors = vErrors;
+validate584.errors = vErrors;
 return errors === 0;
 }
-validate583.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate584.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_500_application_problem_json = validate584;
-const schema573 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_500_application_problem_json = validate585;
+const schema575 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate584(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate585(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate584.evaluated;
+const evaluated0 = validate585.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate584.errors = vErrors;
+validate585.errors = vErrors;
 return errors === 0;
 }
-validate584.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate585.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_500_headers = validate586;
-const schema574 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_500_headers = validate587;
+const schema576 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate586(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate587(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate586.evaluated;
+const evaluated0 = validate587.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29941,40 +30282,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate586.errors = vErrors;
+validate587.errors = vErrors;
 return errors === 0;
 }
-validate586.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate587.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_503_application_problem_json = validate587;
-const schema575 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_503_application_problem_json = validate588;
+const schema577 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate587(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate588(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate587.evaluated;
+const evaluated0 = validate588.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate587.errors = vErrors;
+validate588.errors = vErrors;
 return errors === 0;
 }
-validate587.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate588.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_503_headers = validate589;
-const schema576 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.redeliverWebhook_503_headers = validate590;
+const schema578 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate589(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate590(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate589.evaluated;
+const evaluated0 = validate590.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -30040,18 +30381,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate589.errors = vErrors;
+validate590.errors = vErrors;
 return errors === 0;
 }
-validate589.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate590.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_params = validate590;
-const schema577 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
+exports.getRepositoryTree_params = validate591;
+const schema579 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
 
-function validate590(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate591(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate590.evaluated;
+const evaluated0 = validate591.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -30310,109 +30651,35 @@ vErrors.push(err20);
 }
 errors++;
 }
-validate590.errors = vErrors;
-return errors === 0;
-}
-validate590.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRepositoryTree_200_application_json = validate591;
-const schema581 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
-
-function validate591(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate591.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
-errors = vErrors.length;
-}
 validate591.errors = vErrors;
 return errors === 0;
 }
-validate591.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
+validate591.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_200_headers = validate593;
-const schema582 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+exports.getRepositoryTree_200_application_json = validate592;
+const schema583 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
 
-function validate593(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate592(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate593.evaluated;
+const evaluated0 = validate592.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate62(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate62.errors : vErrors.concat(validate62.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.etag === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "etag"},message:"must have required property '"+"etag"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.etag !== undefined){
-if(typeof data.etag !== "string"){
-const err3 = {instancePath:instancePath+"/etag",schemaPath:"#/properties/etag/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-validate593.errors = vErrors;
+validate592.errors = vErrors;
 return errors === 0;
 }
-validate593.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
+validate592.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_304_headers = validate594;
-const schema583 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+exports.getRepositoryTree_200_headers = validate594;
+const schema584 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
 function validate594(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30485,8 +30752,8 @@ return errors === 0;
 }
 validate594.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_400_application_problem_json = validate595;
-const schema584 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_304_headers = validate595;
+const schema585 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
 function validate595(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30498,22 +30765,96 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.etag === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "etag"},message:"must have required property '"+"etag"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.etag !== undefined){
+if(typeof data.etag !== "string"){
+const err3 = {instancePath:instancePath+"/etag",schemaPath:"#/properties/etag/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
 }
 validate595.errors = vErrors;
 return errors === 0;
 }
-validate595.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate595.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_400_headers = validate597;
-const schema585 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_400_application_problem_json = validate596;
+const schema586 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate597(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate596(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate597.evaluated;
+const evaluated0 = validate596.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate596.errors = vErrors;
+return errors === 0;
+}
+validate596.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_400_headers = validate598;
+const schema587 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate598(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate598.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -30554,40 +30895,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate597.errors = vErrors;
+validate598.errors = vErrors;
 return errors === 0;
 }
-validate597.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate598.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_401_application_problem_json = validate598;
-const schema586 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_401_application_problem_json = validate599;
+const schema588 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate598(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate599(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate598.evaluated;
+const evaluated0 = validate599.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate598.errors = vErrors;
+validate599.errors = vErrors;
 return errors === 0;
 }
-validate598.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate599.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_401_headers = validate600;
-const schema587 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRepositoryTree_401_headers = validate601;
+const schema589 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate600(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate601(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate600.evaluated;
+const evaluated0 = validate601.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -30650,87 +30991,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate600.errors = vErrors;
-return errors === 0;
-}
-validate600.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRepositoryTree_403_application_problem_json = validate601;
-const schema588 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate601(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate601.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate601.errors = vErrors;
 return errors === 0;
 }
-validate601.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate601.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_403_headers = validate603;
-const schema589 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_403_application_problem_json = validate602;
+const schema590 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate603(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate602(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate603.evaluated;
+const evaluated0 = validate602.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate603.errors = vErrors;
+validate602.errors = vErrors;
 return errors === 0;
 }
-validate603.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate602.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_404_application_problem_json = validate604;
-const schema590 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_403_headers = validate604;
+const schema591 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate604(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30742,28 +31031,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate604.errors = vErrors;
-return errors === 0;
-}
-validate604.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRepositoryTree_404_headers = validate606;
-const schema591 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate606(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate606.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -30798,13 +31065,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate606.errors = vErrors;
+validate604.errors = vErrors;
 return errors === 0;
 }
-validate606.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate604.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_500_application_problem_json = validate607;
+exports.getRepositoryTree_404_application_problem_json = validate605;
 const schema592 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate605(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate605.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate605.errors = vErrors;
+return errors === 0;
+}
+validate605.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_404_headers = validate607;
+const schema593 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate607(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30816,28 +31105,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate607.errors = vErrors;
-return errors === 0;
-}
-validate607.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRepositoryTree_500_headers = validate609;
-const schema593 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate609(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate609.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -30872,13 +31139,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate609.errors = vErrors;
+validate607.errors = vErrors;
 return errors === 0;
 }
-validate609.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate607.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_502_application_problem_json = validate610;
+exports.getRepositoryTree_500_application_problem_json = validate608;
 const schema594 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate608(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate608.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate608.errors = vErrors;
+return errors === 0;
+}
+validate608.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_500_headers = validate610;
+const schema595 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate610(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30890,22 +31179,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate610.errors = vErrors;
 return errors === 0;
 }
-validate610.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate610.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_502_headers = validate612;
-const schema595 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_502_application_problem_json = validate611;
+const schema596 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate612(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate611(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate612.evaluated;
+const evaluated0 = validate611.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate611.errors = vErrors;
+return errors === 0;
+}
+validate611.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_502_headers = validate613;
+const schema597 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate613(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate613.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -30946,40 +31287,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate612.errors = vErrors;
+validate613.errors = vErrors;
 return errors === 0;
 }
-validate612.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate613.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_503_application_problem_json = validate613;
-const schema596 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_503_application_problem_json = validate614;
+const schema598 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate613(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate614(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate613.evaluated;
+const evaluated0 = validate614.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate613.errors = vErrors;
+validate614.errors = vErrors;
 return errors === 0;
 }
-validate613.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate614.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_503_headers = validate615;
-const schema597 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRepositoryTree_503_headers = validate616;
+const schema599 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate615(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate616(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate615.evaluated;
+const evaluated0 = validate616.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31045,18 +31386,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate615.errors = vErrors;
+validate616.errors = vErrors;
 return errors === 0;
 }
-validate615.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate616.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_params = validate616;
-const schema598 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.watchRuns_params = validate617;
+const schema600 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate616(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate617(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate616.evaluated;
+const evaluated0 = validate617.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31181,18 +31522,18 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate616.errors = vErrors;
+validate617.errors = vErrors;
 return errors === 0;
 }
-validate616.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate617.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_200_text_event_stream = validate617;
-const schema600 = {"type":"string"};
+exports.watchRuns_200_text_event_stream = validate618;
+const schema602 = {"type":"string"};
 
-function validate617(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate618(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate617.evaluated;
+const evaluated0 = validate618.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31209,65 +31550,13 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate617.errors = vErrors;
-return errors === 0;
-}
-validate617.evaluated = {"dynamicProps":false,"dynamicItems":false};
-
-exports.watchRuns_200_headers = validate618;
-const schema601 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate618(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate618.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate618.errors = vErrors;
 return errors === 0;
 }
-validate618.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate618.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_400_application_problem_json = validate619;
-const schema602 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_200_headers = validate619;
+const schema603 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate619(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31279,22 +31568,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate619.errors = vErrors;
 return errors === 0;
 }
-validate619.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate619.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_400_headers = validate621;
-const schema603 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_400_application_problem_json = validate620;
+const schema604 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate621(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate620(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate621.evaluated;
+const evaluated0 = validate620.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate620.errors = vErrors;
+return errors === 0;
+}
+validate620.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.watchRuns_400_headers = validate622;
+const schema605 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate622(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate622.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31335,40 +31676,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate621.errors = vErrors;
+validate622.errors = vErrors;
 return errors === 0;
 }
-validate621.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate622.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_401_application_problem_json = validate622;
-const schema604 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_401_application_problem_json = validate623;
+const schema606 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate622(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate623(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate622.evaluated;
+const evaluated0 = validate623.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate622.errors = vErrors;
+validate623.errors = vErrors;
 return errors === 0;
 }
-validate622.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate623.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_401_headers = validate624;
-const schema605 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.watchRuns_401_headers = validate625;
+const schema607 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate624(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate625(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate624.evaluated;
+const evaluated0 = validate625.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31431,87 +31772,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate624.errors = vErrors;
-return errors === 0;
-}
-validate624.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.watchRuns_403_application_problem_json = validate625;
-const schema606 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate625(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate625.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate625.errors = vErrors;
 return errors === 0;
 }
-validate625.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate625.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_403_headers = validate627;
-const schema607 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_403_application_problem_json = validate626;
+const schema608 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate627(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate626(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate627.evaluated;
+const evaluated0 = validate626.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate627.errors = vErrors;
+validate626.errors = vErrors;
 return errors === 0;
 }
-validate627.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate626.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_500_application_problem_json = validate628;
-const schema608 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_403_headers = validate628;
+const schema609 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate628(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31523,22 +31812,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate628.errors = vErrors;
 return errors === 0;
 }
-validate628.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate628.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_500_headers = validate630;
-const schema609 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_500_application_problem_json = validate629;
+const schema610 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate630(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate629(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate630.evaluated;
+const evaluated0 = validate629.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate629.errors = vErrors;
+return errors === 0;
+}
+validate629.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.watchRuns_500_headers = validate631;
+const schema611 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate631(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate631.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31579,40 +31920,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate630.errors = vErrors;
+validate631.errors = vErrors;
 return errors === 0;
 }
-validate630.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate631.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_503_application_problem_json = validate631;
-const schema610 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_503_application_problem_json = validate632;
+const schema612 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate631(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate632(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate631.evaluated;
+const evaluated0 = validate632.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate631.errors = vErrors;
+validate632.errors = vErrors;
 return errors === 0;
 }
-validate631.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate632.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_503_headers = validate633;
-const schema611 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.watchRuns_503_headers = validate634;
+const schema613 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate633(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate634(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate633.evaluated;
+const evaluated0 = validate634.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31678,18 +32019,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate633.errors = vErrors;
+validate634.errors = vErrors;
 return errors === 0;
 }
-validate633.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate634.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_params = validate634;
-const schema612 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"},"rerunOf":{"$ref":"runplane-openapi#/$defs/RunId"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
+exports.runFunction_params = validate635;
+const schema614 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"},"rerunOf":{"$ref":"runplane-openapi#/$defs/RunId"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
 
-function validate634(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate635(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate634.evaluated;
+const evaluated0 = validate635.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32032,18 +32373,18 @@ vErrors.push(err27);
 }
 errors++;
 }
-validate634.errors = vErrors;
+validate635.errors = vErrors;
 return errors === 0;
 }
-validate634.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate635.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_body = validate635;
-const schema617 = {"$ref":"runplane-openapi#/$defs/RunInput"};
+exports.runFunction_body = validate636;
+const schema619 = {"$ref":"runplane-openapi#/$defs/RunInput"};
 
-function validate635(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate636(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate635.evaluated;
+const evaluated0 = validate636.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32062,40 +32403,40 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate635.errors = vErrors;
+validate636.errors = vErrors;
 return errors === 0;
 }
-validate635.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate636.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_application_json = validate636;
-const schema619 = {"$ref":"runplane-openapi#/$defs/RunResult"};
+exports.runFunction_200_application_json = validate637;
+const schema621 = {"$ref":"runplane-openapi#/$defs/RunResult"};
 
-function validate636(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate637(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate636.evaluated;
+const evaluated0 = validate637.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate79(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
+if(!(validate80(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate80.errors : vErrors.concat(validate80.errors);
 errors = vErrors.length;
 }
-validate636.errors = vErrors;
+validate637.errors = vErrors;
 return errors === 0;
 }
-validate636.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate637.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_text_event_stream = validate638;
-const schema620 = {"type":"string"};
+exports.runFunction_200_text_event_stream = validate639;
+const schema622 = {"type":"string"};
 
-function validate638(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate639(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate638.evaluated;
+const evaluated0 = validate639.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32112,65 +32453,13 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate638.errors = vErrors;
-return errors === 0;
-}
-validate638.evaluated = {"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_200_headers = validate639;
-const schema621 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate639(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate639.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate639.errors = vErrors;
 return errors === 0;
 }
-validate639.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate639.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_202_application_json = validate640;
-const schema622 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
+exports.runFunction_200_headers = validate640;
+const schema623 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate640(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32182,28 +32471,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate67(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate67.errors : vErrors.concat(validate67.errors);
-errors = vErrors.length;
-}
-validate640.errors = vErrors;
-return errors === 0;
-}
-validate640.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_202_headers = validate642;
-const schema623 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate642(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate642.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -32238,13 +32505,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate642.errors = vErrors;
+validate640.errors = vErrors;
 return errors === 0;
 }
-validate642.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate640.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_400_application_problem_json = validate643;
-const schema624 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_202_application_json = validate641;
+const schema624 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
+
+function validate641(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate641.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate68(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate68.errors : vErrors.concat(validate68.errors);
+errors = vErrors.length;
+}
+validate641.errors = vErrors;
+return errors === 0;
+}
+validate641.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_202_headers = validate643;
+const schema625 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate643(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32256,22 +32545,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate643.errors = vErrors;
 return errors === 0;
 }
-validate643.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate643.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_400_headers = validate645;
-const schema625 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_400_application_problem_json = validate644;
+const schema626 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate645(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate644(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate645.evaluated;
+const evaluated0 = validate644.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate644.errors = vErrors;
+return errors === 0;
+}
+validate644.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_400_headers = validate646;
+const schema627 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate646(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate646.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32312,40 +32653,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate645.errors = vErrors;
+validate646.errors = vErrors;
 return errors === 0;
 }
-validate645.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate646.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_401_application_problem_json = validate646;
-const schema626 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_401_application_problem_json = validate647;
+const schema628 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate646(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate647(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate646.evaluated;
+const evaluated0 = validate647.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate646.errors = vErrors;
+validate647.errors = vErrors;
 return errors === 0;
 }
-validate646.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate647.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_401_headers = validate648;
-const schema627 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.runFunction_401_headers = validate649;
+const schema629 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate648(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate649(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate648.evaluated;
+const evaluated0 = validate649.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32408,87 +32749,35 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate648.errors = vErrors;
-return errors === 0;
-}
-validate648.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_403_application_problem_json = validate649;
-const schema628 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate649(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate649.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate649.errors = vErrors;
 return errors === 0;
 }
-validate649.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate649.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_403_headers = validate651;
-const schema629 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_403_application_problem_json = validate650;
+const schema630 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate651(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate650(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate651.evaluated;
+const evaluated0 = validate650.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate651.errors = vErrors;
+validate650.errors = vErrors;
 return errors === 0;
 }
-validate651.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate650.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_404_application_problem_json = validate652;
-const schema630 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_403_headers = validate652;
+const schema631 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate652(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32500,28 +32789,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate652.errors = vErrors;
-return errors === 0;
-}
-validate652.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_404_headers = validate654;
-const schema631 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate654(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate654.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -32556,13 +32823,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate654.errors = vErrors;
+validate652.errors = vErrors;
 return errors === 0;
 }
-validate654.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate652.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_409_application_problem_json = validate655;
+exports.runFunction_404_application_problem_json = validate653;
 const schema632 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate653(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate653.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate653.errors = vErrors;
+return errors === 0;
+}
+validate653.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_404_headers = validate655;
+const schema633 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate655(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32574,28 +32863,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate655.errors = vErrors;
-return errors === 0;
-}
-validate655.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_409_headers = validate657;
-const schema633 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate657(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate657.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -32630,13 +32897,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate657.errors = vErrors;
+validate655.errors = vErrors;
 return errors === 0;
 }
-validate657.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate655.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_413_application_problem_json = validate658;
+exports.runFunction_409_application_problem_json = validate656;
 const schema634 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate656(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate656.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate656.errors = vErrors;
+return errors === 0;
+}
+validate656.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_409_headers = validate658;
+const schema635 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate658(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32648,28 +32937,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate658.errors = vErrors;
-return errors === 0;
-}
-validate658.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_413_headers = validate660;
-const schema635 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate660(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate660.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -32704,13 +32971,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate660.errors = vErrors;
+validate658.errors = vErrors;
 return errors === 0;
 }
-validate660.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate658.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_415_application_problem_json = validate661;
+exports.runFunction_413_application_problem_json = validate659;
 const schema636 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate659(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate659.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate659.errors = vErrors;
+return errors === 0;
+}
+validate659.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_413_headers = validate661;
+const schema637 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate661(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32722,28 +33011,6 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate661.errors = vErrors;
-return errors === 0;
-}
-validate661.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_415_headers = validate663;
-const schema637 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate663(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate663.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -32778,13 +33045,35 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate663.errors = vErrors;
+validate661.errors = vErrors;
 return errors === 0;
 }
-validate663.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate661.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_422_application_problem_json = validate664;
+exports.runFunction_415_application_problem_json = validate662;
 const schema638 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate662(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate662.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate662.errors = vErrors;
+return errors === 0;
+}
+validate662.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_415_headers = validate664;
+const schema639 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate664(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32796,22 +33085,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate664.errors = vErrors;
 return errors === 0;
 }
-validate664.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate664.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_422_headers = validate666;
-const schema639 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_422_application_problem_json = validate665;
+const schema640 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate666(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate665(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate666.evaluated;
+const evaluated0 = validate665.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate665.errors = vErrors;
+return errors === 0;
+}
+validate665.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_422_headers = validate667;
+const schema641 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate667(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate667.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32852,40 +33193,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate666.errors = vErrors;
+validate667.errors = vErrors;
 return errors === 0;
 }
-validate666.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate667.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_429_application_problem_json = validate667;
-const schema640 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_429_application_problem_json = validate668;
+const schema642 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate667(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate668(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate667.evaluated;
+const evaluated0 = validate668.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate667.errors = vErrors;
+validate668.errors = vErrors;
 return errors === 0;
 }
-validate667.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate668.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_429_headers = validate669;
-const schema641 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+exports.runFunction_429_headers = validate670;
+const schema643 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
 
-function validate669(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate670(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate669.evaluated;
+const evaluated0 = validate670.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32961,87 +33302,35 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate669.errors = vErrors;
-return errors === 0;
-}
-validate669.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_500_application_problem_json = validate670;
-const schema642 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate670(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate670.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate670.errors = vErrors;
 return errors === 0;
 }
-validate670.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate670.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_500_headers = validate672;
-const schema643 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_500_application_problem_json = validate671;
+const schema644 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate672(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate671(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate672.evaluated;
+const evaluated0 = validate671.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate672.errors = vErrors;
+validate671.errors = vErrors;
 return errors === 0;
 }
-validate672.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate671.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_502_application_problem_json = validate673;
-const schema644 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_500_headers = validate673;
+const schema645 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate673(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33053,22 +33342,74 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
 }
 validate673.errors = vErrors;
 return errors === 0;
 }
-validate673.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate673.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_502_headers = validate675;
-const schema645 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_502_application_problem_json = validate674;
+const schema646 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate675(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate674(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate675.evaluated;
+const evaluated0 = validate674.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
+errors = vErrors.length;
+}
+validate674.errors = vErrors;
+return errors === 0;
+}
+validate674.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_502_headers = validate676;
+const schema647 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate676(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate676.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -33109,40 +33450,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate675.errors = vErrors;
+validate676.errors = vErrors;
 return errors === 0;
 }
-validate675.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate676.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_503_application_problem_json = validate676;
-const schema646 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_503_application_problem_json = validate677;
+const schema648 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate676(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate677(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate676.evaluated;
+const evaluated0 = validate677.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate676.errors = vErrors;
+validate677.errors = vErrors;
 return errors === 0;
 }
-validate676.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate677.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_503_headers = validate678;
-const schema647 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.runFunction_503_headers = validate679;
+const schema649 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
 
-function validate678(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate679(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate678.evaluated;
+const evaluated0 = validate679.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -33208,40 +33549,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate678.errors = vErrors;
+validate679.errors = vErrors;
 return errors === 0;
 }
-validate678.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate679.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_504_application_problem_json = validate679;
-const schema648 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_504_application_problem_json = validate680;
+const schema650 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate679(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate680(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate679.evaluated;
+const evaluated0 = validate680.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
-validate679.errors = vErrors;
+validate680.errors = vErrors;
 return errors === 0;
 }
-validate679.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate680.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_504_headers = validate681;
-const schema649 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_504_headers = validate682;
+const schema651 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate681(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate682(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate681.evaluated;
+const evaluated0 = validate682.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -33282,8 +33623,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate681.errors = vErrors;
+validate682.errors = vErrors;
 return errors === 0;
 }
-validate681.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate682.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -15,6 +15,7 @@ export declare const schema_Base64Command: Validator;
 export declare const schema_BaseImageHash: Validator;
 export declare const schema_BaseImageRequest: Validator;
 export declare const schema_BaseImageStatus: Validator;
+export declare const schema_CgroupsReport: Validator;
 export declare const schema_CreatedServiceAccount: Validator;
 export declare const schema_Deployment: Validator;
 export declare const schema_DeploymentId: Validator;

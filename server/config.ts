@@ -2,6 +2,7 @@
  * Every server setting: where it comes from (environment variable, `runplane serve` flag), its default,
  * and how it is validated. `loadConfig` reports every problem at once.
  */
+import { cpus, totalmem } from "node:os";
 import { resolve } from "node:path";
 import { MASTER_KEY_HOWTO, type MasterKey, parseMasterKey } from "./keys/master_key.ts";
 
@@ -34,6 +35,19 @@ export interface Config {
    * namespaces work (a loud warning otherwise), `required` refuses to start without it, `off` never.
    */
   sandbox: "auto" | "required" | "off";
+  /**
+   * Whether each replica gets a cgroup with its `[hardware]` memory and CPU and the pids limit: `auto` when
+   * cgroups can be written here (a loud warning otherwise), `required` refuses to start without them, `off` never.
+   */
+  cgroups: "auto" | "required" | "off";
+  /** The most processes and threads one replica may have at once (its cgroup's pids limit). */
+  replicaPids: number;
+  /** Cores the replicas of this host may reserve between them (each its app's `[hardware] cpu`). */
+  hostCpu: number;
+  /** Bytes of memory the replicas of this host may reserve between them (each its app's `[hardware] memory`). */
+  hostMemoryBytes: number;
+  /** The most replicas one project's apps may ask for, `scaling.max_replicas` summed over them. */
+  projectReplicaLimit: number;
   /** Lets deployed apps name an external `runtime.custom.url` (checked by the webhook guard at connect time). */
   allowExternalRuntimes: boolean;
   /** Lets `[dependencies.pip]` entries be pip options, paths or URLs instead of PEP 508 names with versions. */
@@ -169,6 +183,12 @@ function boolean(raw: string): boolean {
   if (/^(1|true|yes|on)$/i.test(raw)) return true;
   if (/^(0|false|no|off)$/i.test(raw)) return false;
   throw new Error("must be true or false (or 1 or 0)");
+}
+
+/** `auto`, `required` or `off`: how a protection of tenants' code (sandbox, cgroups) is asked for. */
+function autoRequiredOff(raw: string): "auto" | "required" | "off" {
+  if (raw !== "auto" && raw !== "required" && raw !== "off") throw new Error("must be one of auto, required, off");
+  return raw;
 }
 
 function path(raw: string): string {
@@ -321,10 +341,62 @@ export const SETTINGS = [
     default: "auto",
     description:
       "Jail replicas and build steps with bubblewrap: auto (when it works here, else a loud warning), required (refuse to start without it) or off",
+    parse: autoRequiredOff,
+  },
+  {
+    key: "cgroups",
+    env: "RUNPLANE_CGROUPS",
+    flag: "--cgroups",
+    default: "auto",
+    description:
+      "Limit each replica with a cgroup of its own (v2, else v1): its [hardware] memory (swap included) and CPU, and RUNPLANE_REPLICA_PIDS. auto (when cgroups can be written here, else a loud warning), required (refuse to start without them) or off",
+    parse: autoRequiredOff,
+  },
+  {
+    key: "replicaPids",
+    env: "RUNPLANE_REPLICA_PIDS",
+    flag: "--replica-pids",
+    default: "512",
+    description:
+      "Most processes and threads one replica may have at once (its cgroup's pids limit); past it fork() and thread starts fail in the app",
+    parse: integer(16, 1_000_000),
+  },
+  {
+    key: "hostCpu",
+    env: "RUNPLANE_HOST_CPU",
+    flag: "--host-cpu",
+    default: "the machine's cores",
+    description:
+      "Cores this host's replicas may reserve between them, each its app's [hardware] cpu: a replica that does not fit waits (its calls queue) until one ends; idle replicas of other apps are stopped to make room",
     parse: (raw) => {
-      if (raw !== "auto" && raw !== "required" && raw !== "off") throw new Error("must be one of auto, required, off");
-      return raw;
+      const value = Number(raw.trim());
+      if (!/^\d+(\.\d+)?$/.test(raw.trim()) || value < 0.05 || value > 100_000) {
+        throw new Error("must be a number of cores from 0.05 to 100000, such as 8 or 3.5");
+      }
+      return value;
     },
+  },
+  {
+    key: "hostMemoryBytes",
+    env: "RUNPLANE_HOST_MEMORY",
+    flag: "--host-memory",
+    default: "the machine's memory",
+    description:
+      "Memory this host's replicas may reserve between them, each its app's [hardware] memory (a size such as 64gb); leave room for the server itself",
+    parse: (raw) => {
+      const value = parseSize(raw);
+      if (value < 64 * 1024 ** 2) throw new Error("must be a size of at least 64mb, such as 16gb");
+      return value;
+    },
+  },
+  {
+    key: "projectReplicaLimit",
+    env: "RUNPLANE_PROJECT_REPLICA_LIMIT",
+    flag: "--project-replica-limit",
+    default: "32",
+    description:
+      "Most replicas one project's apps may ask for (scaling.max_replicas summed over them): a deployment past it gets 400, an app of the apps folder 503",
+    parse: integer(1, 100_000),
   },
   {
     key: "allowExternalRuntimes",
@@ -545,9 +617,13 @@ export type SettingOverrides = Partial<Record<keyof Config, string>>;
 /** A setting's raw text and where it came from: its flag, else its variable, else its default. */
 function rawValue(setting: AnySetting, env: Record<string, string | undefined>, overrides: SettingOverrides) {
   const fromFlag = overrides[setting.key];
-  // Defaults that depend on other variables.
+  // Defaults that depend on other variables, or on the machine.
   const fallback = setting.key === "responseCheck"
     ? (env.NODE_ENV === "production" ? "false" : "true")
+    : setting.key === "hostCpu"
+    ? String(cpus().length || 1)
+    : setting.key === "hostMemoryBytes"
+    ? String(totalmem())
     : setting.default;
   return { raw: fromFlag ?? env[setting.env] ?? fallback, source: fromFlag !== undefined ? setting.flag : setting.env };
 }

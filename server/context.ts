@@ -8,7 +8,7 @@ import type { Metrics } from "./metrics/mod.ts";
 import type { ProjectSecrets } from "./project_secrets/mod.ts";
 import type { Runtime } from "./runtime/mod.ts";
 import type { RunChangeFeed, RunService } from "./runs/mod.ts";
-import type { SandboxStatus } from "./sandbox/mod.ts";
+import type { CgroupStatus, SandboxStatus } from "./sandbox/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 
@@ -35,6 +35,8 @@ export interface ServerContext {
   trees: RepositoryTrees;
   /** Whether tenants' code runs jailed here, and what is missing (shown by `/readyz`). */
   sandbox: SandboxStatus;
+  /** Whether replicas are limited by cgroups here, with which version, and what is missing (shown by `/readyz`). */
+  cgroups: CgroupStatus;
   /** Deployed apps and their replicas: runs functions. */
   runtime: Runtime;
   /** Run records, submitting calls, the async dispatcher, cancel. */

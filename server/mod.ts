@@ -22,7 +22,14 @@ import { cacheReplicaEnvironments, createProjectSecrets } from "./project_secret
 import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
 import { createRunChangeFeed, createRunLogWriter, createRunService } from "./runs/mod.ts";
-import { createSandbox, type Sandbox, SandboxUnavailableError } from "./sandbox/mod.ts";
+import {
+  type Cgroups,
+  CgroupsUnavailableError,
+  createCgroups,
+  createSandbox,
+  type Sandbox,
+  SandboxUnavailableError,
+} from "./sandbox/mod.ts";
 import {
   createStoreOutage,
   migrationsApplied,
@@ -121,6 +128,16 @@ export async function createServer(config: Config, options: CreateServerOptions 
     );
   }
   for (const problem of sandbox.status.problems) logger.warn({ sandbox: config.sandbox }, `SANDBOX: ${problem}`);
+  let cgroups: Cgroups;
+  try {
+    cgroups = await createCgroups(config.cgroups, { logger, owner, pids: config.replicaPids });
+  } catch (error) {
+    sandbox.close();
+    await store.close();
+    if (error instanceof CgroupsUnavailableError) throw new ConfigError([error.message]);
+    throw error;
+  }
+  logCgroups(logger, cgroups);
   const metrics = createMetrics();
   const gate = createDrainGate();
   let appsLoaded = false;
@@ -165,6 +182,9 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const runtime = createRuntime(config.appsDir, {
     logger,
     sandbox,
+    cgroups,
+    host: { cpu: config.hostCpu, memoryBytes: config.hostMemoryBytes },
+    projectReplicaLimit: config.projectReplicaLimit,
     queueLimit: config.appQueueLimit,
     deployedApps: () => deployedApps(),
     onOutput: (line) => runLogs.add(line),
@@ -254,6 +274,18 @@ export async function createServer(config: Config, options: CreateServerOptions 
   metrics.setQueuedRunsSource(async () =>
     (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count }))
   );
+  metrics.setCapacitySource(() => {
+    const { total, reserved } = runtime.hostCapacity();
+    return {
+      waiting: runtime.waitingForCapacity().map(({ app, replicas }) => ({ labels: { app }, value: replicas })),
+      host: [
+        { labels: { resource: "cpu", kind: "total" }, value: total.cpu },
+        { labels: { resource: "cpu", kind: "reserved" }, value: reserved.cpu },
+        { labels: { resource: "memory_bytes", kind: "total" }, value: total.memoryBytes },
+        { labels: { resource: "memory_bytes", kind: "reserved" }, value: reserved.memoryBytes },
+      ],
+    };
+  });
   metrics.setReplicasSource(() =>
     runtime.replicaStates().flatMap(({ app, ...states }) =>
       Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value }))
@@ -274,6 +306,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     runChanges,
     deployments,
     sandbox: sandbox.status,
+    cgroups: cgroups.status,
     projectSecrets,
   };
   const app = createHttpApp({
@@ -318,6 +351,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       await deployments.stop();
       replicaEnvironments.close();
       await runtime.close();
+      await cgroups.close();
       await runLogs.close();
       await connectionsEnded;
       await deliveries.stop();
@@ -389,6 +423,18 @@ export async function createServer(config: Config, options: CreateServerOptions 
     drain,
     close,
   };
+}
+
+/** Says at start how replicas are limited: the cgroup version and where, or loudly why they are not. */
+function logCgroups(logger: Logger, cgroups: Cgroups): void {
+  const { status } = cgroups;
+  if (status.version) {
+    logger.info(
+      { cgroups: status.version, parents: status.parents, replica_pids: status.pids },
+      `cgroups: each replica is limited by a cgroup ${status.version} of its own (its [hardware] memory, swap included, and CPU; ${status.pids} processes)`,
+    );
+  }
+  for (const problem of status.problems) logger.warn({ cgroups: status.setting }, `CGROUPS: ${problem}`);
 }
 
 /** Rethrows a missing or wrong master key as the bad setting it is (exit 2 at start); anything else as is. */

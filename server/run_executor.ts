@@ -14,7 +14,9 @@ export function runtimeExecutor(runtime: Runtime): RunExecutor {
   return {
     freeSlots(target) {
       try {
-        const { slots, busy, queued } = runtime.capacity(target.projectId, target.app);
+        const { slots, busy, queued, waitingForCapacity } = runtime.capacity(target.projectId, target.app);
+        // An app waiting for host capacity takes no more runs off the store's queue until it has room.
+        if (waitingForCapacity > 0) return 0;
         return Math.max(0, slots - busy - queued);
       } catch {
         return 1;

@@ -60,6 +60,12 @@ export async function startRunplane(
       RUNPLANE_DATA_DIR: dataDir,
       RUNPLANE_APPS_DIR: options.appsDir ?? join(ROOT, "scripts", "bench", "apps"),
       RUNPLANE_LOG_LEVEL: "warn",
+      // The scenarios measure the server, not the host budget: a small machine's cores would make replicas
+      // wait for each other.
+      RUNPLANE_HOST_CPU: "256",
+      RUNPLANE_HOST_MEMORY: "1024gb",
+      // The cold-start scenario serves 100 apps of one project.
+      RUNPLANE_PROJECT_REPLICA_LIMIT: "10000",
       ...(options.databaseUrl
         ? { RUNPLANE_DATABASE_URL: options.databaseUrl, RUNPLANE_MASTER_KEY: BENCH_MASTER_KEY }
         : {}),

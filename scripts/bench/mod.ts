@@ -30,6 +30,7 @@ import { asyncAcceptScenario } from "./scenarios/async_accept.ts";
 import { asyncBacklogScenario } from "./scenarios/async_backlog.ts";
 import { baseImageScenario } from "./scenarios/base_image.ts";
 import { bundleUploadsScenario } from "./scenarios/bundle_uploads.ts";
+import { cgroupCostScenario } from "./scenarios/cgroup_cost.ts";
 import { coldStartScenario } from "./scenarios/cold_start.ts";
 import { idleRssScenario } from "./scenarios/idle_rss.ts";
 import { openStreamsScenario } from "./scenarios/open_streams.ts";
@@ -54,6 +55,7 @@ const SCENARIOS: Array<[string, string, Scenario]> = [
   ["8", "drain", queueDrainScenario],
   ["14", "sandbox", sandboxCostScenario],
   ["15", "bundle_uploads", bundleUploadsScenario],
+  ["16", "cgroups", cgroupCostScenario],
 ];
 
 /** The growth scenarios: run only when named (`growth` names them all). */

@@ -11,7 +11,7 @@ import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { randomBytesPooled, timeOrderedId } from "../random/mod.ts";
-import { type AppInfo, AppConfigError, type DeployedApp, parseAppConfig } from "../runtime/mod.ts";
+import { type AppConfig, AppConfigError, type AppInfo, type DeployedApp, parseAppConfig } from "../runtime/mod.ts";
 import type { Database, Notifier } from "../store/mod.ts";
 import { type Builder, startBuilder } from "./_builder.ts";
 import { bundleDigest, extractBundle } from "./_bundle_extract.ts";
@@ -136,6 +136,8 @@ export type ArchiveRepository = (
 export interface RuntimeView {
   apps(projectId?: string): AppInfo[];
   reload(): Promise<void>;
+  /** Why the runtime would refuse to serve this app with `config` (host budget, project replica limit). */
+  admissionProblem(projectId: string, app: string, config: AppConfig): string | undefined;
 }
 
 /** Options of `createDeployments`. */
@@ -270,8 +272,11 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     }
   }
 
-  /** Checks the bundle unpacks safely and its runplane.toml loads, in a scratch folder removed after. */
-  async function checkBundle(bundle: BundleSource): Promise<void> {
+  /**
+   * Checks the bundle unpacks safely and its runplane.toml loads, in a scratch folder removed after, and
+   * that the runtime would serve it (its replicas fit the host, its project stays within its replica limit).
+   */
+  async function checkBundle(ref: AppRef, bundle: BundleSource): Promise<void> {
     const scratch = join(settings.dataDir, "uploads", `${Date.now()}-${randomBytesPooled(6).toString("hex")}`);
     await mkdir(join(settings.dataDir, "uploads"), { recursive: true });
     try {
@@ -283,12 +288,17 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
           { errors: [{ path: "body", message: "has no runplane.toml at its root" }] },
         );
       });
+      let problem: string | undefined;
       try {
-        parseAppConfig(text, scratch, deployedAppRules(settings));
+        const config = parseAppConfig(text, scratch, deployedAppRules(settings));
+        problem = options.runtime.admissionProblem(ref.projectId, ref.appId, config);
       } catch (error) {
         if (!(error instanceof AppConfigError)) throw error;
-        throw new ProblemError("validation", `runplane.toml: ${error.message}`, {
-          errors: [{ path: "body.runplane.toml", message: error.message }],
+        problem = error.message;
+      }
+      if (problem !== undefined) {
+        throw new ProblemError("validation", `runplane.toml: ${problem}`, {
+          errors: [{ path: "body.runplane.toml", message: problem }],
         });
       }
     } finally {
@@ -302,7 +312,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     repository?: DeploymentView["repository"],
   ): Promise<DeploymentView> {
     refuseDirectoryApp(ref);
-    await checkBundle(bundle);
+    await checkBundle(ref, bundle);
     const row = await insertDeployment(db, {
       deploymentId: timeOrderedId("dep_"),
       projectId: ref.projectId,

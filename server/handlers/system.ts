@@ -33,10 +33,15 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
         });
       }
       const { setting, jailed, problems } = context.sandbox;
+      const { cgroups } = context;
       return {
         status: 200,
         contentType: "application/json",
-        body: { status: "ready", sandbox: { setting, jailed, warnings: problems } },
+        body: {
+          status: "ready",
+          sandbox: { setting, jailed, warnings: problems },
+          cgroups: { setting: cgroups.setting, version: cgroups.version, warnings: cgroups.problems },
+        },
       };
     },
     async getMetrics({ header }) {

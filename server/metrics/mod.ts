@@ -25,6 +25,17 @@ export interface Metrics {
   setQueuedRunsSource(source: () => GaugeReading[] | Promise<GaugeReading[]>): void;
   /** Sets where the `runplane_replicas` gauge reads its values from. */
   setReplicasSource(source: () => GaugeReading[] | Promise<GaugeReading[]>): void;
+  /**
+   * Sets where `runplane_replicas_waiting_for_capacity` (per app) and `runplane_host_capacity` (the host's
+   * budget and what replicas reserve of it) read their values from.
+   */
+  setCapacitySource(source: () => CapacityReadings): void;
+}
+
+/** Live readings of the host's capacity: who waits for it, and how much there is and is held. */
+export interface CapacityReadings {
+  waiting: GaugeReading[];
+  host: GaugeReading[];
 }
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
@@ -36,6 +47,7 @@ export function createMetrics(): Metrics {
   collectDefaultMetrics({ register: registry });
   let queuedSource: () => GaugeReading[] | Promise<GaugeReading[]> = () => [];
   let replicasSource: () => GaugeReading[] | Promise<GaugeReading[]> = () => [];
+  let capacitySource: () => CapacityReadings = () => ({ waiting: [], host: [] });
   function liveGauge(
     name: string,
     help: string,
@@ -59,6 +71,18 @@ export function createMetrics(): Metrics {
     "Worker replicas per app by state (starting, idle, busy)",
     ["app", "state"],
     () => replicasSource(),
+  );
+  liveGauge(
+    "runplane_replicas_waiting_for_capacity",
+    "Replicas an app would start now but the host's budget (RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY) has no room for; its calls wait",
+    ["app"],
+    () => capacitySource().waiting,
+  );
+  liveGauge(
+    "runplane_host_capacity",
+    "The host's budget for replicas (kind=total) and what live replicas reserve of it (kind=reserved), by resource (cpu cores, memory_bytes)",
+    ["resource", "kind"],
+    () => capacitySource().host,
   );
   return {
     registry,
@@ -113,6 +137,9 @@ export function createMetrics(): Metrics {
     },
     setReplicasSource(source) {
       replicasSource = source;
+    },
+    setCapacitySource(source) {
+      capacitySource = source;
     },
   };
 }

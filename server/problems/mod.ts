@@ -58,6 +58,7 @@ export const PROBLEM_KINDS = {
   "function-error": { status: 500, title: "The function raised an exception" },
   "bad-gateway": { status: 502, title: "Bad gateway" },
   "worker-crashed": { status: 502, title: "The worker process died during the call" },
+  "out-of-memory": { status: 502, title: "The replica ran out of memory" },
   "service-unavailable": { status: 503, title: "Service unavailable" },
   "app-unavailable": { status: 503, title: "The app failed to load" },
   "store-unavailable": { status: 503, title: "The store is unavailable" },

@@ -15,6 +15,29 @@ export type CustomRuntime =
   | { kind: "process"; entrypoint: string[]; port?: number; healthcheckEndpoint?: string }
   | { kind: "url"; url: string };
 
+/** `[hardware]`: what one replica of the app gets, and reserves of the host's budget. */
+export interface Hardware {
+  /** Cores (`cpu`): the replica's CPU quota; its thread pools (`OMP_NUM_THREADS`, …) get `ceil(cpu)`. */
+  cpu: number;
+  /** Bytes (`memory`, given in GiB): the replica's memory limit, swap included. */
+  memoryBytes: number;
+  /** GPUs per replica (`gpu_count`). */
+  gpuCount: number;
+  /** `compute`: `"CPU"`, or the GPU model the replica needs; undefined when the file names none. */
+  compute?: string;
+}
+
+/** `[hardware]`'s defaults: one core, 2 GiB, no GPU. */
+export const DEFAULT_HARDWARE: Hardware = { cpu: 1, memoryBytes: 2 * 1024 ** 3, gpuCount: 0 };
+
+/** The bounds of `[hardware]`'s keys. */
+export const HARDWARE_BOUNDS = {
+  cpu: { min: 0.05, max: 256 },
+  /** GiB: from 64 MiB to 1 TiB. */
+  memory: { min: 0.0625, max: 1024 },
+  gpuCount: { min: 0, max: 16 },
+} as const;
+
 /** An app's validated settings, with defaults applied. */
 export interface AppConfig {
   name: string;
@@ -33,6 +56,8 @@ export interface AppConfig {
   env: Record<string, string>;
   /** `[network] egress`: whether the app's replicas may open connections to public addresses (default true). */
   egress: boolean;
+  /** `[hardware]`: each replica's cores, memory and GPUs. */
+  hardware: Hardware;
 }
 
 /**
@@ -120,6 +145,20 @@ class Reader {
     return value;
   }
 
+  /** A number (TOML integer or float) from `min` to `max`; `unit` names what it counts in the error. */
+  number(key: string, fallback: number, bounds: { min: number; max: number; unit: string }): number {
+    const value = this.table[key];
+    if (value === undefined) return fallback;
+    if (typeof value !== "number" || !Number.isFinite(value) || value < bounds.min || value > bounds.max) {
+      throw new AppConfigError(
+        `${this.name(key)} must be a number of ${bounds.unit} from ${bounds.min} to ${bounds.max}, got ${
+          JSON.stringify(value)
+        }`,
+      );
+    }
+    return value;
+  }
+
   boolean(key: string, fallback: boolean): boolean {
     const value = this.table[key];
     if (value === undefined) return fallback;
@@ -186,6 +225,40 @@ function environment(root: Reader): Record<string, string> {
   return { ...value } as Record<string, string>;
 }
 
+/** A GPU model as `nvidia-smi` names one (`NVIDIA A100-SXM4-80GB`), or a platform's name (`AMPERE_A10`). */
+const COMPUTE = /^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$/;
+
+function hardware(root: Reader): Hardware {
+  const section = root.section("hardware", ["cpu", "memory", "gpu_count", "compute"]);
+  const { cpu: cpuBounds, memory: memoryBounds, gpuCount: gpuBounds } = HARDWARE_BOUNDS;
+  const cpu = section.number("cpu", DEFAULT_HARDWARE.cpu, { ...cpuBounds, unit: "cores" });
+  const memory = section.number("memory", DEFAULT_HARDWARE.memoryBytes / 1024 ** 3, { ...memoryBounds, unit: "GiB" });
+  const gpuCount = section.integer("gpu_count", DEFAULT_HARDWARE.gpuCount, gpuBounds.min, gpuBounds.max)!;
+  const compute = section.string("compute");
+  if (compute !== undefined && !COMPUTE.test(compute)) {
+    throw new AppConfigError(
+      `hardware.compute must be "CPU" or a GPU model (letters, digits, spaces, _ . -, at most 64), got ${
+        JSON.stringify(compute)
+      }`,
+    );
+  }
+  if (compute?.toUpperCase() === "CPU" && gpuCount > 0) {
+    throw new AppConfigError(`hardware.compute = "CPU" asks for no GPU, but hardware.gpu_count is ${gpuCount}`);
+  }
+  if (compute !== undefined && compute.toUpperCase() !== "CPU" && gpuCount === 0) {
+    throw new AppConfigError(
+      `hardware.compute names a GPU model (${JSON.stringify(compute)}), but hardware.gpu_count is 0; set gpu_count`,
+    );
+  }
+  return {
+    cpu,
+    // Whole bytes: the kernel takes the limit in bytes (and rounds it to pages).
+    memoryBytes: Math.round(memory * 1024 ** 3),
+    gpuCount,
+    ...(compute !== undefined ? { compute: compute.toUpperCase() === "CPU" ? "CPU" : compute } : {}),
+  };
+}
+
 function customRuntime(runtime: Reader, options: AppConfigOptions): CustomRuntime | undefined {
   if (runtime.table.custom === undefined) return undefined;
   const custom = runtime.section("custom", ["entrypoint", "port", "healthcheck_endpoint", "url"]);
@@ -242,7 +315,16 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
   } catch (error) {
     throw new AppConfigError(`runplane.toml is not valid TOML: ${(error as Error).message.split("\n")[0]}`);
   }
-  const root = new Reader(raw, "", ["deployment", "scaling", "dependencies", "build", "runtime", "env", "network"]);
+  const root = new Reader(raw, "", [
+    "deployment",
+    "scaling",
+    "dependencies",
+    "build",
+    "runtime",
+    "env",
+    "network",
+    "hardware",
+  ]);
   const deployment = root.section("deployment", ["name", "runtime", "python", "exclude"]);
   // `exclude` is read by `runplane deploy` when it packs the folder; checked here, unused by the server.
   deployment.strings("exclude");
@@ -303,5 +385,6 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
     custom,
     env: environment(root),
     egress: network.boolean("egress", true),
+    hardware: hardware(root),
   };
 }

@@ -12,7 +12,7 @@ import type { Writable } from "node:stream";
 import { Agent, type Dispatcher, fetch } from "undici";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
-import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
+import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { freePort } from "./free_port.ts";
 import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
@@ -35,6 +35,8 @@ export interface CustomProcessOptions {
   logger: Logger;
   sandbox: Sandbox;
   jail: JailSpec;
+  /** The replica's cgroup: its limits, and whether the kernel killed a process of it at its memory limit. */
+  cgroup?: ReplicaCgroup;
 }
 
 /** Something calls can be forwarded to. */
@@ -43,6 +45,11 @@ export interface Upstream extends Replica {
   readonly baseUrl: string;
   /** How to reach `baseUrl` (the relay's Unix socket); the default network when absent. */
   readonly dispatcher?: Dispatcher;
+  /**
+   * The memory limit, in bytes, when the kernel killed a process of the replica at it (a broken call is
+   * then said to be out of memory); undefined otherwise.
+   */
+  oomLimit?(): number | undefined;
 }
 
 /** Asks the relay whether the app's port accepts a connection (one byte back: "1" or "0"). */
@@ -86,6 +93,11 @@ export class CustomProcessReplica implements Upstream {
     return this.#child?.pid;
   }
 
+  oomLimit(): number | undefined {
+    const cgroup = this.#options.cgroup;
+    return cgroup?.oomKilled() ? cgroup.limits.memoryBytes : undefined;
+  }
+
   async #healthy(): Promise<boolean> {
     const endpoint = this.#options.healthcheckEndpoint;
     if (!endpoint) return portAccepts(this.#socketDir);
@@ -123,12 +135,13 @@ export class CustomProcessReplica implements Upstream {
         extraPipes: 1,
         logger,
         label,
+        cgroup: this.#options.cgroup,
       },
     );
     this.#child = child;
     (child.stdio[3] as Writable | null)?.on("error", () => undefined);
     let exitReason = "";
-    void exited.then((reason) => {
+    void exited.then(({ reason }) => {
       exitReason = reason;
       this.usable = false;
       clearInterval(this.#health);

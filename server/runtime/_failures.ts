@@ -9,6 +9,7 @@ export type RunErrorType =
   | "timeout"
   | "interrupted"
   | "worker_crashed"
+  | "out-of-memory"
   | "invalid_arguments"
   | "not_serializable"
   | "upstream_error"
@@ -20,6 +21,7 @@ const KIND_OF: Record<string, ProblemKind> = {
   timeout: "gateway-timeout",
   interrupted: "interrupted",
   worker_crashed: "worker-crashed",
+  "out-of-memory": "out-of-memory",
   invalid_arguments: "unprocessable",
   not_serializable: "function-error",
   upstream_error: "bad-gateway",
@@ -78,4 +80,22 @@ export function failureFromRunError(
     traceback: error.traceback ?? undefined,
     exception: !(error.type in KIND_OF),
   });
+}
+
+/** A byte count as people read a memory limit: `256 MiB`, `2 GiB`, `1.5 GiB`. */
+export function memoryText(bytes: number): string {
+  const gib = bytes / 1024 ** 3;
+  if (gib >= 1) return `${Number(gib.toFixed(2))} GiB`;
+  return `${Number((bytes / 1024 ** 2).toFixed(1))} MiB`;
+}
+
+/** The failure of a call whose replica the kernel killed at its memory limit (the cgroup's OOM count said so). */
+export function outOfMemory(runId: string, memoryBytes: number): RunFailure {
+  return new RunFailure(
+    "out-of-memory",
+    `The replica exceeded its memory limit of ${
+      memoryText(memoryBytes)
+    } and was killed; it is replaced. Use less memory per call, or raise [hardware] memory`,
+    { runId },
+  );
 }

@@ -7,7 +7,8 @@
  */
 import type { ChildProcess } from "node:child_process";
 import type { Logger } from "../log.ts";
-import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
+import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
+import { memoryText } from "./_failures.ts";
 
 /** Whether replicas lead their own group: the sandbox spawns them `detached` (in a new session) on POSIX. */
 const OWN_PROCESS_GROUP = { detached: process.platform !== "win32" } as const;
@@ -36,16 +37,23 @@ export interface ReplicaSpawnOptions {
   /** The replica's stdout and stderr go here, as `worker output` lines. */
   logger: Logger;
   label: string;
+  /** The replica's cgroup (its limits), joined before the command runs; read for OOM kills when it ends. */
+  cgroup?: ReplicaCgroup;
+}
+
+/** How a replica's process ended. */
+export interface ProcessExit {
+  /** `exit code N`, `signal S`, or the spawn error's message when it could not start. */
+  reason: string;
+  /** Whether the kernel killed a process of the replica at its cgroup's memory limit. */
+  outOfMemory: boolean;
 }
 
 /** A replica's process and its exit. */
 export interface ReplicaProcess {
   child: ChildProcess;
-  /**
-   * Resolves once the process has exited and its pipes closed, with why: `exit code N`, `signal S`, or
-   * the spawn error's message when it could not start.
-   */
-  exited: Promise<string>;
+  /** Resolves once the process has exited and its pipes closed. */
+  exited: Promise<ProcessExit>;
 }
 
 /**
@@ -56,11 +64,21 @@ export function spawnInOwnGroup(command: string, args: string[], options: Replic
   const child = options.sandbox.spawn(command, args, {
     jail: options.jail,
     stdio: ["ignore", "pipe", "pipe", ...Array<"pipe">(options.extraPipes ?? 0).fill("pipe")],
+    cgroup: options.cgroup,
   });
   let spawnError: string | undefined;
   child.once("error", (error) => (spawnError = error.message));
-  const exited = new Promise<string>((resolve) => {
-    child.once("close", (code, signal) => resolve(spawnError ?? (signal ? `signal ${signal}` : `exit code ${code}`)));
+  const exited = new Promise<ProcessExit>((resolve) => {
+    child.once("close", (code, signal) => {
+      const reason = spawnError ?? (signal ? `signal ${signal}` : `exit code ${code}`);
+      // Read before the cgroup is removed: the count is the only sign that the memory limit killed it.
+      const outOfMemory = options.cgroup?.oomKilled() ?? false;
+      if (outOfMemory) {
+        options.logger.warn({ app: options.label, pid: child.pid }, "replica killed at its memory limit");
+      }
+      const limit = memoryText(options.cgroup?.limits.memoryBytes ?? 0);
+      resolve({ reason: outOfMemory ? `killed at its memory limit of ${limit}, ${reason}` : reason, outOfMemory });
+    });
   });
   for (const stream of ["stdout", "stderr"] as const) {
     child[stream]!.setEncoding("utf8").on("data", (text: string) => {

@@ -4,7 +4,7 @@ import { type Dispatcher, fetch as undiciFetch } from "undici";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import { type Deadline, startDeadline } from "../deadline/mod.ts";
 import { DestinationRefusedError, type GuardOptions } from "../webhooks/mod.ts";
-import { RunFailure } from "./_failures.ts";
+import { outOfMemory, RunFailure } from "./_failures.ts";
 import { guardedPost } from "./_guarded_fetch.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
 import { MAX_MESSAGE_BYTES } from "./_worker_protocol.ts";
@@ -67,6 +67,8 @@ export interface ProxyCall {
    * (see `_guarded_fetch.ts`); none for the platform's own replicas and the operator's apps.
    */
   guard?: GuardOptions;
+  /** The replica's memory limit when the kernel killed it at that limit (see `Upstream.oomLimit`). */
+  oomLimit?(): number | undefined;
 }
 
 function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFailure {
@@ -88,6 +90,9 @@ function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFai
   if (call.signal?.aborted) {
     return new RunFailure("interrupted", "The run was interrupted before it finished", { runId: call.runId });
   }
+  // The app's server was killed at its memory limit: the broken connection says no more than that.
+  const limit = call.oomLimit?.();
+  if (limit !== undefined) return outOfMemory(call.runId, limit);
   const cause = (error as { cause?: { message?: string } }).cause?.message ?? (error as Error).message;
   return new RunFailure("upstream_error", `The app's server failed during the call: ${cause}`, { runId: call.runId });
 }

@@ -9,9 +9,9 @@ import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
-import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
+import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
-import { RunFailure } from "./_failures.ts";
+import { outOfMemory, RunFailure } from "./_failures.ts";
 import { ItemQueue } from "./_item_queue.ts";
 import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import type { Replica } from "./_replica_pool.ts";
@@ -60,6 +60,8 @@ export interface PythonReplicaOptions {
   jail: JailSpec;
   /** Told every line a call's function writes (stdout, stderr, `logging`), as it is written. */
   onOutput?(line: OutputLine): void;
+  /** The replica's cgroup: its limits, and whether the kernel killed it at its memory limit. */
+  cgroup?: ReplicaCgroup;
 }
 
 /** One line of a call's output. */
@@ -112,6 +114,8 @@ export class PythonReplica implements Replica {
   #loadError: ProblemError | undefined;
   #corked = false;
   #exitCode: string | undefined;
+  /** Set when the worker ended because the kernel killed it at its cgroup's memory limit. */
+  #outOfMemory = false;
   #exitedProcess = false;
   /** Set by `stop()`: calls still running when the worker exits were cut by the server, not by a crash. */
   #stopping = false;
@@ -132,11 +136,13 @@ export class PythonReplica implements Replica {
       extraPipes: 2,
       logger: options.logger,
       label: options.label,
+      cgroup: options.cgroup,
     });
     this.#child = worker.child;
     this.#child.once("exit", () => (this.#exitedProcess = true));
-    this.exited = worker.exited.then((reason) => {
-      this.#exitCode = reason;
+    this.exited = worker.exited.then((exit) => {
+      this.#exitCode = exit.reason;
+      this.#outOfMemory = exit.outOfMemory;
       this.usable = false;
       this.#onExit();
     });
@@ -548,6 +554,11 @@ export class PythonReplica implements Replica {
   #onExit(): void {
     for (const pending of [...this.#pending.values()]) {
       const runId = pending.call.runId;
+      // Killed at its memory limit: said as such, whatever else was under way (a stop, a cancel).
+      if (this.#outOfMemory) {
+        this.#fail(pending, outOfMemory(runId, this.#options.cgroup!.limits.memoryBytes));
+        continue;
+      }
       // Stopped by the server (a drain past its timeout, a server that closes): the same word as the record.
       const failure = this.#stopping
         ? new RunFailure("interrupted", "The server stopped before the call finished; the run is interrupted", {

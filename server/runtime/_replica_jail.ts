@@ -35,19 +35,31 @@ export function interpreterHome(
   return dirname(dirname(python));
 }
 
+/** The thread-pool variables of numerical libraries, set to the replica's cores (rounded up). */
+const THREAD_VARIABLES = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"];
+
+/** The most bytes a replica's private `/tmp` (and HOME) may hold: a quarter of its memory, at most 1 GiB. */
+export function tmpBytesFor(memoryBytes: number): number {
+  return Math.min(Math.floor(memoryBytes / 4), 1024 ** 3);
+}
+
 /** The jail of one app version's replicas. */
 export function replicaJail(
   app: { projectId: string; dir: string; source: AppSource; config: AppConfig; venv?: string },
   secrets: Record<string, string>,
 ): JailSpec {
   const home = interpreterHome(app.config.python, { appDir: app.dir, source: app.source, venv: app.venv });
-  const { env, egress } = app.config;
+  const { env, egress, hardware } = app.config;
+  // A pool sized for the host's cores would run many threads on a quota of a few: they follow `cpu`
+  // unless the app's [env] says otherwise.
+  const threads = String(Math.ceil(hardware.cpu));
   return {
     projectId: app.projectId,
     readOnly: home ? [app.dir, home] : [app.dir],
     cwd: app.dir,
     egress,
     // Secrets last: a name in both is the project's secret (the app's [env] is in its bundle, readable).
-    env: { ...env, ...secrets },
+    env: { ...Object.fromEntries(THREAD_VARIABLES.map((name) => [name, threads])), ...env, ...secrets },
+    tmpBytes: tmpBytesFor(hardware.memoryBytes),
   };
 }

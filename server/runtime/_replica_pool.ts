@@ -6,6 +6,7 @@
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
+import type { BudgetClient, HardwareNeed, HostBudget, Reservation } from "./_host_budget.ts";
 
 /** One warm process (or a stand-in for a remote upstream). */
 export interface Replica {
@@ -41,6 +42,8 @@ export interface Capacity {
   queueLimit: number;
   /** Replicas alive now (starting or ready). */
   replicas: number;
+  /** Replicas the app would start now but the host's budget has no room for (their calls wait). */
+  waitingForCapacity: number;
 }
 
 /** How many of a pool's replicas are starting, idle and busy. */
@@ -60,6 +63,8 @@ export interface ReplicaPoolOptions<R extends Replica> {
   queueLimit: number;
   spawn(): R;
   logger: Logger;
+  /** The host's budget and what each replica reserves of it; without it replicas start whenever wanted. */
+  budget?: { host: HostBudget; need: HardwareNeed };
 }
 
 interface Entry<R> {
@@ -68,6 +73,8 @@ interface Entry<R> {
   stopping: boolean;
   startedAt: number;
   cooldown?: ReturnType<typeof setTimeout>;
+  /** Its share of the host's budget, released once its process is gone. */
+  reservation?: Reservation;
 }
 
 interface Waiter<R extends Replica> {
@@ -76,27 +83,51 @@ interface Waiter<R extends Replica> {
 }
 
 /** The replicas and slots of one app version. */
-export class ReplicaPool<R extends Replica> {
+export class ReplicaPool<R extends Replica> implements BudgetClient {
   readonly #options: ReplicaPoolOptions<R>;
   readonly #entries: Entry<R>[] = [];
   readonly #waiters: Waiter<R>[] = [];
   #busy = 0;
   #draining = false;
+  /** Set when a replica could not start for want of host capacity, until one could. */
+  #blocked = false;
 
   constructor(options: ReplicaPoolOptions<R>) {
     this.#options = options;
+    options.budget?.host.join(this);
     this.#keepWarm();
   }
 
   /** The pool's current load. */
   capacity(): Capacity {
     return {
-      slots: this.#options.maxReplicas * this.#options.slotsPerReplica,
+      slots: this.#slots(),
       busy: this.#busy,
       queued: this.#waiters.length,
       queueLimit: this.#options.queueLimit,
-      replicas: this.#entries.filter((e) => !e.stopping && e.replica.usable).length,
+      replicas: this.#alive(),
+      waitingForCapacity: this.#waitingForCapacity(),
     };
+  }
+
+  #slots(): number {
+    return this.#options.maxReplicas * this.#options.slotsPerReplica;
+  }
+
+  /** Replicas alive and taking calls (starting or ready). */
+  #alive(): number {
+    return this.#entries.filter((e) => !e.stopping && e.replica.usable).length;
+  }
+
+  #waitingForCapacity(): number {
+    if (!this.#blocked) return 0;
+    const alive = this.#alive();
+    const warm = Math.max(0, this.#options.minReplicas - alive);
+    const forCalls = Math.min(
+      Math.ceil(this.#waiters.length / this.#options.slotsPerReplica),
+      this.#options.maxReplicas - alive,
+    );
+    return Math.max(warm, forCalls, 1);
   }
 
   /** The app version's label (`project/app`). */
@@ -116,9 +147,9 @@ export class ReplicaPool<R extends Replica> {
     return states;
   }
 
-  /** A slot now, or null when every slot is busy (never queues). */
+  /** A slot now, or null when every slot is busy or no replica can start (never queues). */
   tryAcquire(): Lease<R> | null {
-    if (this.#draining || this.#busy >= this.capacity().slots) return null;
+    if (this.#draining || this.#busy >= this.#slots() || this.#waiters.length > 0) return null;
     return this.#grant();
   }
 
@@ -133,7 +164,9 @@ export class ReplicaPool<R extends Replica> {
       return Promise.reject(
         new ProblemError(
           "too-many-requests",
-          `${this.#options.label} has ${this.#waiters.length} calls waiting already; retry later`,
+          `${this.#options.label} has ${this.#waiters.length} calls waiting already${
+            this.#blocked ? " (for room on this host: RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY)" : ""
+          }; retry later`,
           {
             headers: { "Retry-After": "1" },
           },
@@ -151,6 +184,7 @@ export class ReplicaPool<R extends Replica> {
       const onAbort = () => {
         const index = this.#waiters.indexOf(waiter);
         if (index >= 0) this.#waiters.splice(index, 1);
+        this.#settleBlocked();
         reject(signal!.reason);
       };
       signal?.addEventListener("abort", onAbort, { once: true });
@@ -162,6 +196,35 @@ export class ReplicaPool<R extends Replica> {
   drain(): void {
     this.#draining = true;
     for (const entry of this.#entries) if (entry.active === 0) this.#stopEntry(entry, "drained");
+    this.#settleBlocked();
+  }
+
+  /** Leaves the host's budget (the pool is gone: retired and empty, or closed). */
+  detach(): void {
+    this.#options.budget?.host.leave(this);
+  }
+
+  /** The host's budget was released: start what waits, if it fits now. */
+  wake(): void {
+    this.#serveWaiters();
+    this.#keepWarm();
+    this.#settleBlocked();
+  }
+
+  /** No longer waits for host capacity once no call waits and `min_replicas` are up (or it drains). */
+  #settleBlocked(): void {
+    if (this.#waiters.length > 0) return;
+    if (this.#draining || this.#alive() >= this.#options.minReplicas) this.#unblock();
+  }
+
+  /** Stops one idle replica beyond `min_replicas` (for another app that waits for capacity). */
+  evictIdle(): boolean {
+    const alive = this.#entries.filter((e) => !e.stopping).length;
+    if (alive <= this.#options.minReplicas && !this.#draining) return false;
+    const idle = this.#entries.find((e) => !e.stopping && e.active === 0 && e.replica.wasReady);
+    if (!idle) return false;
+    void this.#stopEntry(idle, "making room for another app");
+    return true;
   }
 
   /** Settles once every replica started so far is ready or has failed to start (min_replicas warm-up). */
@@ -172,6 +235,7 @@ export class ReplicaPool<R extends Replica> {
   /** Stops every replica now; queued calls fail with 503. */
   async close(): Promise<void> {
     this.#draining = true;
+    this.detach();
     for (const waiter of this.#waiters.splice(0)) {
       waiter.reject(
         new ProblemError("service-unavailable", "The server is shutting down; retry on another server", {}),
@@ -180,13 +244,18 @@ export class ReplicaPool<R extends Replica> {
     await Promise.all(this.#entries.map((entry) => this.#stopEntry(entry, "server closing")));
   }
 
-  #grant(): Lease<R> {
-    this.#busy++;
+  /** A slot on the least busy replica, or on a new one; null when none can start (host capacity). */
+  #grant(): Lease<R> | null {
     const live = this.#entries.filter((e) =>
       !e.stopping && e.replica.usable && e.active < this.#options.slotsPerReplica
     );
     let entry = live.sort((a, b) => a.active - b.active)[0];
-    if (!entry) entry = this.#start("cold start");
+    if (!entry) {
+      const started = this.#start("cold start");
+      if (!started) return null;
+      entry = started;
+    }
+    this.#busy++;
     clearTimeout(entry.cooldown);
     entry.active++;
     let released = false;
@@ -202,12 +271,26 @@ export class ReplicaPool<R extends Replica> {
     };
   }
 
+  /** Gives queued calls the slots there are (or replicas that can start), oldest first. */
+  #serveWaiters(): void {
+    while (this.#waiters.length > 0 && this.#busy < this.#slots()) {
+      const lease = this.#grant();
+      if (!lease) return;
+      this.#waiters.shift()!.resolve(lease);
+    }
+  }
+
   #afterRelease(entry: Entry<R>): void {
-    const waiter = this.#waiters.shift();
-    if (waiter) waiter.resolve(this.#grant());
+    this.#serveWaiters();
     if (entry.active > 0 || entry.stopping) return;
     if (this.#draining && this.#waiters.length === 0) {
       this.#stopEntry(entry, "drained");
+      return;
+    }
+    // Idle while another app waits for host capacity: its room is worth more there than a warm replica here.
+    const alive = this.#entries.filter((e) => !e.stopping).length;
+    if (alive > this.#options.minReplicas && this.#options.budget?.host.othersWait(this)) {
+      this.#stopEntry(entry, "making room for another app");
       return;
     }
     clearTimeout(entry.cooldown);
@@ -218,9 +301,24 @@ export class ReplicaPool<R extends Replica> {
     entry.cooldown.unref?.();
   }
 
-  #start(reason: string): Entry<R> {
+  /** Starts a replica if the host's budget has room for it; null (and waits for room) otherwise. */
+  #start(reason: string): Entry<R> | null {
+    const budget = this.#options.budget;
+    const reservation = budget ? budget.host.tryReserve(budget.need) : undefined;
+    if (reservation === null) {
+      if (!this.#blocked) {
+        this.#blocked = true;
+        this.#options.logger.info(
+          { app: this.#options.label, reason, reserved: budget!.host.reserved, need: budget!.need },
+          "replica waits for host capacity",
+        );
+      }
+      budget!.host.wait(this);
+      return null;
+    }
+    this.#unblock();
     const replica = this.#options.spawn();
-    const entry: Entry<R> = { replica, active: 0, stopping: false, startedAt: Date.now() };
+    const entry: Entry<R> = { replica, active: 0, stopping: false, startedAt: Date.now(), reservation };
     this.#entries.push(entry);
     this.#options.logger.info({ app: this.#options.label, pid: replica.pid, reason }, "replica starting");
     replica.ready.catch(() => undefined);
@@ -228,10 +326,17 @@ export class ReplicaPool<R extends Replica> {
     return entry;
   }
 
+  #unblock(): void {
+    if (!this.#blocked) return;
+    this.#blocked = false;
+    this.#options.budget?.host.satisfied(this);
+  }
+
   #onExit(entry: Entry<R>): void {
     clearTimeout(entry.cooldown);
     const index = this.#entries.indexOf(entry);
     if (index >= 0) this.#entries.splice(index, 1);
+    entry.reservation?.release();
     if (entry.stopping || this.#draining) return;
     this.#options.logger.warn({ app: this.#options.label, pid: entry.replica.pid }, "replica exited unexpectedly");
     // Replace a replica that had served, not one that failed to start or died at once (that would loop);
@@ -249,6 +354,8 @@ export class ReplicaPool<R extends Replica> {
 
   #keepWarm(): void {
     if (this.#draining) return;
-    while (this.#entries.filter((e) => !e.stopping).length < this.#options.minReplicas) this.#start("min_replicas");
+    while (this.#entries.filter((e) => !e.stopping).length < this.#options.minReplicas) {
+      if (!this.#start("min_replicas")) return;
+    }
   }
 }

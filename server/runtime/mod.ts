@@ -24,25 +24,31 @@ import { type OutputLine, PythonReplica } from "./_python_replica.ts";
 import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
 import { replicaJail } from "./_replica_jail.ts";
 import { UrlUpstream } from "./_url_upstream.ts";
-import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
+import { type Cgroups, disabledCgroups, type ReplicaCgroup, type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
+import { FailedReplica } from "./_failed_replica.ts";
+import { type HardwareNeed, HostBudget } from "./_host_budget.ts";
 
 export {
   type AppConfig,
   AppConfigError,
   type AppConfigOptions,
+  DEFAULT_HARDWARE,
+  type Hardware,
+  HARDWARE_BOUNDS,
   MAX_GRACE_PERIOD_SECONDS,
   parseAppConfig,
 } from "./_app_config.ts";
 export { envNameProblem } from "./_app_env.ts";
 export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
+export type { HardwareNeed } from "./_host_budget.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export { signalGroup } from "./_process_group.ts";
 export { type OutputLine, PythonReplica } from "./_python_replica.ts";
 export { interpreterHome } from "./_replica_jail.ts";
 export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
 
-type AnyReplica = PythonReplica | Upstream;
+type AnyReplica = PythonReplica | Upstream | FailedReplica;
 
 /** A slot reserved with `tryAcquireSlot`: pass it to `invoke`, or `release()` it if unused. */
 export type SlotLease = Lease<AnyReplica>;
@@ -104,6 +110,15 @@ export interface RuntimeOptions {
   onOutput?(line: OutputLine): void;
   /** Jails the replicas; without it they run unjailed (with an environment built from scratch all the same). */
   sandbox?: Sandbox;
+  /** Limits each replica to its `[hardware]` (memory, CPU) and the pids limit; without it, nothing is limited. */
+  cgroups?: Cgroups;
+  /**
+   * The host's budget (RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY): each replica of an app with processes
+   * reserves its `[hardware]` and starts only if that fits. Unbounded without it.
+   */
+  host?: HardwareNeed;
+  /** The most replicas one project's apps may ask for, `max_replicas` summed (RUNPLANE_PROJECT_REPLICA_LIMIT). */
+  projectReplicaLimit?: number;
   /**
    * The project's secrets for its replicas' environment, and a fingerprint that changes with them (a
    * change replaces the project's replicas at the next `reload()`).
@@ -161,6 +176,16 @@ export interface Runtime {
   reload(): Promise<void>;
   /** Every app loaded (or failed to load), optionally of one project, sorted by name. */
   apps(projectId?: string): AppInfo[];
+  /**
+   * Why a version of app `app` with `config` would not be served here (its replicas could never fit the
+   * host's budget, or its project's `max_replicas` would pass RUNPLANE_PROJECT_REPLICA_LIMIT, counted
+   * with the project's other apps as served now); undefined when it would.
+   */
+  admissionProblem(projectId: string, app: string, config: AppConfig): string | undefined;
+  /** The host's budget and what live replicas reserve of it. */
+  hostCapacity(): { total: HardwareNeed; reserved: HardwareNeed };
+  /** Per app (`project/app`), replicas it would start now but the host has no room for. */
+  waitingForCapacity(): Array<{ app: string; replicas: number }>;
   /** Stops watching and stops every replica. */
   close(): Promise<void>;
 }
@@ -169,44 +194,83 @@ interface LiveApp {
   version: AppVersion;
   secrets: ProjectEnvironment;
   pool?: ReplicaPool<AnyReplica>;
+  /** The loaded version, when `version` is its refusal (see `admissionProblem`): checked again at each reload. */
+  refused?: AppVersion;
 }
 
 function label(version: AppVersion): string {
   return `${version.projectId}/${version.name}`;
 }
 
+type PoolOptions = RuntimeOptions & { sandbox: Sandbox; cgroups: Cgroups; budget: HostBudget };
+
+/**
+ * The cgroup of a new replica of `name`, removed once the replica has ended; a `FailedReplica` (its calls
+ * get 503 with why) when it cannot be made.
+ */
+function replicaCgroup(name: string, config: AppConfig, options: PoolOptions): ReplicaCgroup | null | FailedReplica {
+  const { logger } = options;
+  try {
+    return options.cgroups.create(name, { cpu: config.hardware.cpu, memoryBytes: config.hardware.memoryBytes });
+  } catch (error) {
+    logger.error({ err: error, app: name }, "the replica's cgroup could not be made; the replica does not start");
+    return new FailedReplica(
+      new ProblemError(
+        "app-unavailable",
+        `${name}: its replica's cgroup (its memory and CPU limits) could not be made: ${(error as Error).message}`,
+      ),
+    );
+  }
+}
+
 function createPool(
   version: AppVersion,
   secrets: ProjectEnvironment,
-  options: RuntimeOptions & { sandbox: Sandbox },
+  options: PoolOptions,
 ): ReplicaPool<AnyReplica> | undefined {
   const { config } = version;
   if (!config) return undefined;
   const name = label(version);
   const { logger, sandbox } = options;
   const jail = replicaJail({ ...version, config }, secrets.env);
+  function startProcess(cgroup: ReplicaCgroup | undefined): PythonReplica | CustomProcessReplica {
+    const custom = config!.custom;
+    if (custom?.kind === "process") {
+      return new CustomProcessReplica({ appDir: version.dir, label: name, logger, sandbox, jail, cgroup, ...custom });
+    }
+    return new PythonReplica({
+      appDir: version.dir,
+      label: name,
+      python: config!.python,
+      concurrency: config!.replicaConcurrency,
+      logger,
+      onOutput: options.onOutput,
+      sandbox,
+      jail,
+      cgroup,
+    });
+  }
   function spawn(): AnyReplica {
     const custom = config!.custom;
-    if (!custom) {
-      return new PythonReplica({
-        appDir: version.dir,
-        label: name,
-        python: config!.python,
-        concurrency: config!.replicaConcurrency,
-        logger,
-        onOutput: options.onOutput,
-        sandbox,
-        jail,
-      });
-    }
-    if (custom.kind === "url") {
+    if (custom?.kind === "url") {
       const allowPrivate = options.externalRuntimes?.allowPrivate ?? false;
       return new UrlUpstream(custom.url, { guard: version.source === "deployment" ? { allowPrivate } : undefined });
     }
-    return new CustomProcessReplica({ appDir: version.dir, label: name, logger, sandbox, jail, ...custom });
+    const cgroup = replicaCgroup(name, config!, options);
+    if (cgroup instanceof FailedReplica) return cgroup;
+    const replica = startProcess(cgroup ?? undefined);
+    if (cgroup) {
+      void replica.exited.then(() => cgroup.remove()).then((removed) => {
+        if (!removed) logger.warn({ app: name, cgroup: cgroup.name }, "a replica's cgroup could not be removed");
+      });
+    }
+    return replica;
   }
+  const need = { cpu: config.hardware.cpu, memoryBytes: config.hardware.memoryBytes };
   return new ReplicaPool<AnyReplica>({
     label: name,
+    // An external url runs nothing on this host.
+    budget: config.custom?.kind === "url" ? undefined : { host: options.budget, need },
     minReplicas: config.minReplicas,
     maxReplicas: config.maxReplicas,
     slotsPerReplica: config.replicaConcurrency,
@@ -219,7 +283,13 @@ function createPool(
 
 /** Creates the runtime over `appsDir`; call `start()` before serving. */
 export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): Runtime {
-  const options = { ...runtimeOptions, sandbox: runtimeOptions.sandbox ?? unjailedSandbox() };
+  const options = {
+    ...runtimeOptions,
+    sandbox: runtimeOptions.sandbox ?? unjailedSandbox(),
+    cgroups: runtimeOptions.cgroups ?? disabledCgroups(),
+    budget: new HostBudget(runtimeOptions.host ?? { cpu: Infinity, memoryBytes: Infinity }),
+  };
+  const replicaLimit = runtimeOptions.projectReplicaLimit ?? Infinity;
   const apps = new Map<string, LiveApp>();
   const retired = new Set<ReplicaPool<AnyReplica>>();
   const logger = options.logger;
@@ -241,12 +311,47 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     };
   }
 
-  function install(version: AppVersion, secrets: ProjectEnvironment): LiveApp {
+  function admissionProblem(projectId: string, app: string, config: AppConfig): string | undefined {
+    if (config.custom?.kind !== "url") {
+      const never = options.budget.neverFits(config.hardware);
+      if (never) return `${never}: no replica of it could ever start here; lower it`;
+    }
+    let asked = config.maxReplicas;
+    for (const live of apps.values()) {
+      const { version } = live;
+      if (version.projectId === projectId && version.name !== app && version.config) {
+        asked += version.config.maxReplicas;
+      }
+    }
+    if (asked <= replicaLimit) return undefined;
+    return `project ${projectId}'s apps would ask for ${asked} replicas in all (scaling.max_replicas summed over its apps), more than this server's RUNPLANE_PROJECT_REPLICA_LIMIT of ${replicaLimit}; lower max_replicas, or remove an app`;
+  }
+
+  /** `version`, or its refusal when it may not be served here (see `admissionProblem`). */
+  function admitted(version: AppVersion): { version: AppVersion; refused?: AppVersion } {
+    if (!version.config) return { version };
+    const problem = admissionProblem(version.projectId, version.name, version.config);
+    if (!problem) return { version };
+    const { config: _, ...base } = version;
+    return { version: { ...base, error: problem }, refused: version };
+  }
+
+  function install(loaded: AppVersion, secrets: ProjectEnvironment): LiveApp {
+    const { version, refused } = admitted(loaded);
     if (version.error) logger.error({ app: label(version), error: version.error }, "app failed to load");
     else logger.info({ app: label(version), runtime: version.config?.runtime }, "app loaded");
-    const live = { version, secrets, pool: closed ? undefined : createPool(version, secrets, options) };
+    const live = { version, secrets, refused, pool: closed ? undefined : createPool(version, secrets, options) };
     apps.set(label(version), live);
     return live;
+  }
+
+  /** Whether `live` is still what `version` with `secrets` gives (a refusal only while it is still refused). */
+  function unchanged(live: LiveApp | undefined, version: AppVersion, secrets: ProjectEnvironment): boolean {
+    if (live?.version.fingerprint !== version.fingerprint || live.secrets.fingerprint !== secrets.fingerprint) {
+      return false;
+    }
+    if (!live.refused) return true;
+    return admitted(version).version.error === live.version.error;
   }
 
   function retire(live: LiveApp): void {
@@ -273,39 +378,45 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
 
   async function reloadOnce(): Promise<void> {
     // Unchanged folders (by name, size and time of their files) are not read again.
-    const found = await scanApps(appsDir, (projectId, name) => apps.get(`${projectId}/${name}`)?.version);
+    // The version as loaded (a refused one's own, not its refusal), so that it is checked again.
+    const loaded = (key: string) => apps.get(key)?.refused ?? apps.get(key)?.version;
+    const found = await scanApps(appsDir, (projectId, name) => loaded(`${projectId}/${name}`));
     const inFolder = new Set(found.map(label));
     for (const deployed of options.deployedApps?.() ?? []) {
       const key = `${deployed.projectId}/${deployed.name}`;
       if (!inFolder.has(key)) {
-        found.push(await loadDeployedApp(deployed, { known: apps.get(key)?.version, allowExternalRuntimes }));
+        found.push(await loadDeployedApp(deployed, { known: loaded(key), allowExternalRuntimes }));
       }
     }
     const secretsOf = secretsReader();
     const secrets = await Promise.all(found.map((version) => secretsOf(version.projectId)));
     if (closed) return;
-    const seen = new Set<string>();
-    for (const [index, version] of found.entries()) {
-      const key = label(version);
-      seen.add(key);
-      const live = apps.get(key);
-      if (
-        live?.version.fingerprint === version.fingerprint
-        && live.secrets.fingerprint === secrets[index].fingerprint
-      ) continue;
-      if (live) {
-        logger.info({ app: key }, "app changed; new calls go to new replicas");
-        retire(live);
-      }
-      install(version, secrets[index]);
-    }
+    const seen = new Set(found.map(label));
+    // Removed apps first: what they asked for no longer counts against their project's limit.
     for (const [key, live] of apps) {
       if (seen.has(key)) continue;
       logger.info({ app: key }, "app removed");
       apps.delete(key);
       retire(live);
     }
-    for (const pool of retired) if (pool.capacity().replicas === 0 && pool.capacity().busy === 0) retired.delete(pool);
+    for (const [index, version] of found.entries()) {
+      const key = label(version);
+      const live = apps.get(key);
+      if (unchanged(live, version, secrets[index])) continue;
+      if (live) {
+        logger.info({ app: key }, "app changed; new calls go to new replicas");
+        retire(live);
+        // Its own old version does not count against its project's limit.
+        apps.delete(key);
+      }
+      install(version, secrets[index]);
+    }
+    for (const pool of retired) {
+      if (pool.capacity().replicas === 0 && pool.capacity().busy === 0) {
+        pool.detach();
+        retired.delete(pool);
+      }
+    }
   }
 
   function live(
@@ -373,6 +484,8 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
         throw error;
       }
       const replica = lease.replica;
+      // Never ready: its `ready` rejected above.
+      if (replica instanceof FailedReplica) throw new Error("a replica that failed to start was given a call");
       if (replica instanceof PythonReplica) {
         return replica.call({
           runId: request.runId,
@@ -394,6 +507,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
         onSettled: () => lease.release(),
         dispatcher: replica.dispatcher,
         guard: replica instanceof UrlUpstream ? replica.guard : undefined,
+        oomLimit: replica instanceof CustomProcessReplica ? () => replica.oomLimit() : undefined,
       });
     },
     tryAcquireSlot(projectId, app) {
@@ -431,6 +545,15 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
           replicas: states.get(label(version)) ?? { starting: 0, idle: 0, busy: 0 },
         }))
         .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    },
+    admissionProblem,
+    hostCapacity() {
+      return { total: options.budget.total, reserved: options.budget.reserved };
+    },
+    waitingForCapacity() {
+      const pools = [...[...apps.values()].flatMap((a) => (a.pool ? [a.pool] : [])), ...retired];
+      return pools.map((pool) => ({ app: pool.label, replicas: pool.capacity().waitingForCapacity }))
+        .filter((entry) => entry.replicas > 0);
     },
     replicaStates() {
       const byApp = new Map<string, ReplicaStates>();

@@ -6,6 +6,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
 import type { Logger } from "../log.ts";
+import { joinCgroupArgs } from "./_cgroups.ts";
+import type { ReplicaCgroup } from "./_cgroup_tree.ts";
 import { attachNetwork } from "./_network.ts";
 import { bubblewrapArgs, dropPrivileges, type Identity, type JailSpec, type SupportFiles } from "./_policy.ts";
 
@@ -49,6 +51,8 @@ export interface SpawnJailedOptions {
   /** The child's stdio up to its own descriptors (0–2 and protocol pipes); the jail's follow. */
   stdio: Array<"pipe" | "ignore">;
   env: Record<string, string>;
+  /** The cgroup bubblewrap joins before it starts (so the whole jail is in it from its first process). */
+  cgroup?: ReplicaCgroup;
 }
 
 /**
@@ -64,7 +68,11 @@ export function spawnJailed(
   const base = options.stdio.length;
   const fds = { seccomp: support.seccomp ? base : undefined, info: base + 1, block: base + 2 };
   const policy = bubblewrapArgs(options.spec, { identity: options.identity, files: options.files, fds });
-  const child: ChildProcess = spawn(support.bwrap, [...policy, ...dropPrivileges(options.identity), command, ...args], {
+  const jailed = [...policy, ...dropPrivileges(options.identity), command, ...args];
+  const started = options.cgroup
+    ? joinCgroupArgs(options.cgroup, support.bwrap, jailed)
+    : { command: support.bwrap, args: jailed };
+  const child: ChildProcess = spawn(started.command, started.args, {
     cwd: "/",
     env: options.env,
     detached: true,

@@ -18,6 +18,11 @@ export interface JailSpec {
   egress: boolean;
   /** The environment on top of the basics (`baseEnvironment`): the app's `[env]`, its secrets. */
   env: Record<string, string>;
+  /**
+   * The most bytes each of its private tmpfs folders (`/tmp` and HOME) may hold; unbounded when absent.
+   * Their pages count toward the memory limit of the process's cgroup as well.
+   */
+  tmpBytes?: number;
 }
 
 /** Who the jailed process is on the host. */
@@ -129,6 +134,12 @@ export function baseEnvironment(options: { home: string; path?: string }): Recor
 /** HOME inside the sandbox: a private tmpfs. */
 export const SANDBOX_HOME = "/home/runplane";
 
+/** A private tmpfs at `path`, writable by everyone (sticky), of at most `bytes` when given. */
+function tmpfs(path: string, bytes: number | undefined): string[] {
+  const size = bytes === undefined ? [] : ["--size", String(Math.floor(bytes))];
+  return ["--perms", "1777", ...size, "--tmpfs", path];
+}
+
 /**
  * The bubblewrap arguments that jail `command`, up to and including the `--` before it. With a root
  * identity the command must be prefixed by `dropPrivileges(identity)`.
@@ -163,19 +174,14 @@ export function bubblewrapArgs(
     files.hosts,
     "/etc/hosts",
     ...(spec.egress ? ["--ro-bind", files.resolvConf, "/etc/resolv.conf"] : []),
-    // Its own /proc (its own processes only), a minimal /dev, private writable /tmp and HOME.
+    // Its own /proc (its own processes only), a minimal /dev, private writable /tmp and HOME (bounded
+    // when the spec says so: a full /tmp is ENOSPC for the app, not the host's memory).
     "--proc",
     "/proc",
     "--dev",
     "/dev",
-    "--perms",
-    "1777",
-    "--tmpfs",
-    "/tmp",
-    "--perms",
-    "1777",
-    "--tmpfs",
-    SANDBOX_HOME,
+    ...tmpfs("/tmp", spec.tmpBytes),
+    ...tmpfs(SANDBOX_HOME, spec.tmpBytes),
   ];
   const made = new Set(["/", "/etc", "/tmp", "/home", SANDBOX_HOME]);
   for (const path of spec.readOnly ?? []) args.push(...parentDirs(path, made), "--ro-bind", path, path);

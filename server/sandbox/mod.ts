@@ -12,10 +12,21 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { Logger } from "../log.ts";
 import { identityFor, serverIsRoot, SupportDir } from "./_identity.ts";
+import { joinCgroupArgs } from "./_cgroups.ts";
+import type { ReplicaCgroup } from "./_cgroup_tree.ts";
 import { type JailSupport, spawnJailed } from "./_jail.ts";
 import { BLOCKED_RANGES, hostAddresses } from "./_network.ts";
 import { baseEnvironment, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
 
+export type { ReplicaCgroup, ResourceLimits } from "./_cgroup_tree.ts";
+export {
+  type CgroupStatus,
+  type Cgroups,
+  type CgroupsOptions,
+  CgroupsUnavailableError,
+  createCgroups,
+  disabledCgroups,
+} from "./_cgroups.ts";
 export { BLOCKED_RANGES } from "./_network.ts";
 export type { JailSpec } from "./_policy.ts";
 
@@ -41,6 +52,8 @@ export interface SandboxSpawnOptions {
   jail: JailSpec;
   /** stdio as `child_process.spawn` takes it (0–2 and any protocol pipes). */
   stdio: Array<"pipe" | "ignore">;
+  /** The cgroup the process (and all it starts) is in from its first instruction, jailed or not. */
+  cgroup?: ReplicaCgroup;
 }
 
 /** Gives jailed processes; `spawn` starts each in its own process group. */
@@ -81,7 +94,8 @@ function plainSpawn(command: string, args: string[], options: SandboxSpawnOption
     ...baseEnvironment({ home: homedir(), path: process.env.PATH }),
     ...options.jail.env,
   };
-  return spawn(command, args, { cwd: options.jail.cwd, env, detached: true, stdio: options.stdio });
+  const started = options.cgroup ? joinCgroupArgs(options.cgroup, command, args) : { command, args };
+  return spawn(started.command, started.args, { cwd: options.jail.cwd, env, detached: true, stdio: options.stdio });
 }
 
 /** A sandbox that jails nothing (RUNPLANE_SANDBOX=off, or tests of other parts): plain processes, clean environment. */
@@ -218,6 +232,7 @@ function jailedSandbox(support: JailSupport, files: SupportDir, status: Omit<San
         files: files.files(identity),
         stdio: options.stdio,
         env: { ...baseEnvironment({ home: SANDBOX_HOME }), ...options.jail.env },
+        cgroup: options.cgroup,
       });
     },
     async lend(paths, projectId) {

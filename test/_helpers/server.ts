@@ -69,6 +69,10 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     RUNPLANE_APPS_DIR: join(dataDir, "apps"),
     RUNPLANE_LOG_LEVEL: "debug",
     RUNPLANE_RESPONSE_CHECK: "1",
+    // The host budget of a test machine (two cores) would hold tests that start several replicas to a couple
+    // at a time; the tests of that budget set their own.
+    RUNPLANE_HOST_CPU: "256",
+    RUNPLANE_HOST_MEMORY: "1024gb",
     ...(databaseUrl ? { RUNPLANE_DATABASE_URL: databaseUrl, RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {}),
     ...options.env,
   });

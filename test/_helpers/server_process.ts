@@ -92,6 +92,10 @@ export async function startServerProcess(
       PORT: "0",
       HOST: "127.0.0.1",
       RUNPLANE_LOG_LEVEL: "info",
+      // The host budget of a test machine (two cores) would hold tests that start several replicas to a couple
+      // at a time; the tests of that budget set their own.
+      RUNPLANE_HOST_CPU: "256",
+      RUNPLANE_HOST_MEMORY: "1024gb",
       // A PostgreSQL store needs a master key; servers of one test share it unless `env` gives another.
       ...(env.RUNPLANE_DATABASE_URL ? { RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {}),
       ...env,

@@ -168,6 +168,18 @@ describe("a deployed app's runplane.toml is checked before anything is stored or
     await notStored("envbad");
   });
 
+  it("refuses a bad [hardware] value with 400 naming the key", async () => {
+    const cpu = await refusal(await api.deploy("hwbad", pythonApp("[hardware]\ncpu = 0\n")));
+    assert.match(cpu.detail, /hardware\.cpu must be a number of cores from 0\.05 to 256, got 0/);
+    const memory = await refusal(await api.deploy("hwbad", pythonApp('[hardware]\nmemory = "lots"\n')));
+    assert.match(memory.detail, /hardware\.memory must be a number of GiB/);
+    const gpus = await refusal(await api.deploy("hwbad", pythonApp("[hardware]\ngpu_count = 2.5\n")));
+    assert.match(gpus.detail, /hardware\.gpu_count must be a whole number/);
+    const compute = await refusal(await api.deploy("hwbad", pythonApp('[hardware]\ncompute = "CPU"\ngpu_count = 1\n')));
+    assert.match(compute.detail, /hardware\.compute = "CPU" asks for no GPU/);
+    await notStored("hwbad");
+  });
+
   it("accepts pip names with version specifiers, [env] and [network], and builds them", async () => {
     // Accepted; its build stops at a failing pre-build command, before pip (no index here, and no
     // virtualenv made for nothing).
@@ -183,7 +195,8 @@ describe("a deployed app's runplane.toml is checked before anything is stored or
     const response = await api.deploy(
       "good2",
       pythonApp(
-        '[dependencies.pip]\nrp_checkdep = ">=1,<2"\n[env]\nMODEL = "small"\n[network]\negress = false\n',
+        '[dependencies.pip]\nrp_checkdep = ">=1,<2"\n[env]\nMODEL = "small"\n[network]\negress = false\n'
+          + "[hardware]\ncpu = 0.5\nmemory = 0.5\n",
       ),
     );
     assert.equal(response.status, 202, await response.clone().text());
@@ -195,6 +208,7 @@ describe("a deployed app's runplane.toml is checked before anything is stored or
     const config = served();
     assert.deepEqual(config?.env, { MODEL: "small" });
     assert.equal(config?.egress, false);
+    assert.deepEqual(config?.hardware, { cpu: 0.5, memoryBytes: 512 * 1024 ** 2, gpuCount: 0 });
   });
 });
 

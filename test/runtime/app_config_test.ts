@@ -248,6 +248,42 @@ pre-rel = ">=1.0rc1"
     assert.equal(config.dependencies.conda.numpy, ">=1.26,<2");
   });
 
+  it("reads [hardware] with its documented defaults: 1 core, 2 GiB, no GPU", () => {
+    assert.deepEqual(parseAppConfig("", "/a").hardware, { cpu: 1, memoryBytes: 2 * 1024 ** 3, gpuCount: 0 });
+    assert.deepEqual(
+      parseAppConfig('[hardware]\ncpu = 0.5\nmemory = 0.25\ngpu_count = 2\ncompute = "NVIDIA A100-SXM4-80GB"\n', "/a")
+        .hardware,
+      { cpu: 0.5, memoryBytes: 256 * 1024 ** 2, gpuCount: 2, compute: "NVIDIA A100-SXM4-80GB" },
+    );
+    assert.deepEqual(parseAppConfig('[hardware]\ncpu = 4\nmemory = 16\ncompute = "cpu"\n', "/a").hardware, {
+      cpu: 4,
+      memoryBytes: 16 * 1024 ** 3,
+      gpuCount: 0,
+      compute: "CPU",
+    });
+  });
+
+  it("refuses [hardware] values out of range or of the wrong type, naming the key", () => {
+    assert.match(error("[hardware]\ncpu = 0\n"), /hardware\.cpu must be a number of cores from 0\.05 to 256, got 0/);
+    assert.match(error("[hardware]\ncpu = -1\n"), /hardware\.cpu must be/);
+    assert.match(error('[hardware]\ncpu = "2"\n'), /hardware\.cpu must be a number of cores/);
+    assert.match(error("[hardware]\ncpu = 1000\n"), /hardware\.cpu must be/);
+    assert.match(error("[hardware]\nmemory = 0.01\n"), /hardware\.memory must be a number of GiB from 0\.0625 to 1024/);
+    assert.match(error('[hardware]\nmemory = "2Gi"\n'), /hardware\.memory must be a number of GiB/);
+    assert.match(error("[hardware]\nmemory = nan\n"), /hardware\.memory must be/);
+    assert.match(error("[hardware]\ngpu_count = 1.5\n"), /hardware\.gpu_count must be a whole number from 0 to 16/);
+    assert.match(error("[hardware]\ngpu_count = -1\n"), /hardware\.gpu_count/);
+    assert.match(error('[hardware]\ncompute = ""\n'), /hardware\.compute must be a non-empty string/);
+    assert.match(error('[hardware]\ncompute = "A10; rm -rf /"\n'), /hardware\.compute must be "CPU" or a GPU model/);
+    assert.match(error("[hardware]\ngpu = 1\n"), /unknown key hardware\.gpu/);
+    assert.match(error("hardware = 2\n"), /hardware must be a table/);
+  });
+
+  it("refuses a [hardware] compute that contradicts gpu_count", () => {
+    assert.match(error('[hardware]\ncompute = "CPU"\ngpu_count = 1\n'), /compute = "CPU" asks for no GPU/);
+    assert.match(error('[hardware]\ncompute = "AMPERE_A10"\n'), /hardware\.compute names a GPU model .*gpu_count is 0/);
+  });
+
   it("reports invalid TOML", () => {
     assert.match(error("[scaling\n"), /not valid TOML/);
   });

@@ -47,6 +47,14 @@ describe("app discovery and reload", () => {
     assert.match(error?.detail ?? "", /scaling\.response_grace_period/);
   });
 
+  it("answers 503 naming the key of a bad [hardware] value", async () => {
+    await deployApp(t, "bad-hardware", { toml: "[hardware]\nmemory = -2\n", files: { "main.py": MAIN(1) } });
+    const { error, response } = await callFunction(t, "bad-hardware", "version");
+    assert.equal(response.status, 503);
+    assert.equal(error?.type, "https://runplane.dev/problems/app-unavailable");
+    assert.match(error?.detail ?? "", /hardware\.memory must be a number of GiB/);
+  });
+
   it("answers 503 when main.py fails to import", async () => {
     await deployApp(t, "bad-import", { toml: "", files: { "main.py": "import no_such_module_here\n" } });
     const { error, response } = await callFunction(t, "bad-import", "version");

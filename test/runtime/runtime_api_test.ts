@@ -82,6 +82,7 @@ describe("runtime module API (as an async dispatcher uses it)", () => {
       queued: 0,
       queueLimit: 10,
       replicas: 0,
+      waitingForCapacity: 0,
     });
     const outcome = await runtime.invoke({ ...request("add", { a: 1, b: 2 }), lease: a });
     assert.equal(outcome.kind === "result" && outcome.result, 3);

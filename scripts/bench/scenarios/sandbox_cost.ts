@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createLogger } from "../../../server/log.ts";
 import { PythonReplica } from "../../../server/runtime/mod.ts";
-import { createSandbox, type Sandbox, unjailedSandbox } from "../../../server/sandbox/mod.ts";
+import { type Cgroups, createSandbox, type Sandbox, unjailedSandbox } from "../../../server/sandbox/mod.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { type LoadResult, loadTest } from "../_load.ts";
 import type { BenchRow } from "../_report.ts";
@@ -17,14 +17,23 @@ import { BENCH_PROJECT, type BenchServer, startRunplane } from "../_runplane.ts"
 const SCENARIO = "14. Sandbox";
 const ROUNDS = 15;
 
-function median(values: number[]): number {
+/** The middle of `values`. */
+export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor(sorted.length / 2)];
 }
 
-/** Milliseconds from spawning a replica to the end of its first call. */
-async function coldStart(sandbox: Sandbox, appDir: string, egress: boolean): Promise<number> {
+/**
+ * Milliseconds from spawning a replica (its cgroup made first, when `cgroups` is given; removed after) to
+ * the end of its first call.
+ */
+export async function coldStart(
+  sandbox: Sandbox,
+  appDir: string,
+  options: { egress: boolean; cgroups?: Cgroups },
+): Promise<number> {
   const started = performance.now();
+  const cgroup = options.cgroups?.create("p-bench/cold", { cpu: 1, memoryBytes: 512 * 1024 ** 2 }) ?? undefined;
   const replica = new PythonReplica({
     appDir,
     label: "p-bench/cold",
@@ -33,7 +42,8 @@ async function coldStart(sandbox: Sandbox, appDir: string, egress: boolean): Pro
     concurrency: 1,
     logger: createLogger({ level: "silent" }),
     sandbox,
-    jail: { projectId: BENCH_PROJECT, cwd: appDir, readOnly: [appDir], egress, env: {} },
+    jail: { projectId: BENCH_PROJECT, cwd: appDir, readOnly: [appDir], egress: options.egress, env: {} },
+    cgroup,
   });
   await replica.ready;
   await replica.call({
@@ -45,6 +55,7 @@ async function coldStart(sandbox: Sandbox, appDir: string, egress: boolean): Pro
   });
   const elapsed = performance.now() - started;
   await replica.stop();
+  await cgroup?.remove();
   return elapsed;
 }
 
@@ -56,13 +67,13 @@ async function coldStartRows(context: BenchContext): Promise<BenchRow[]> {
   await writeFile(join(appDir, "main.py"), "def hello():\n    return {'hello': 'world'}\n");
   const times = { plain: [] as number[], closed: [] as number[], open: [] as number[] };
   try {
-    await coldStart(plain, appDir, false);
-    await coldStart(jailed, appDir, true);
+    await coldStart(plain, appDir, { egress: false });
+    await coldStart(jailed, appDir, { egress: true });
     for (let round = 0; round < ROUNDS; round++) {
       if (round % 5 === 0) context.log(`sandbox: cold starts, round ${round + 1} of ${ROUNDS}`);
-      times.plain.push(await coldStart(plain, appDir, false));
-      times.closed.push(await coldStart(jailed, appDir, false));
-      times.open.push(await coldStart(jailed, appDir, true));
+      times.plain.push(await coldStart(plain, appDir, { egress: false }));
+      times.closed.push(await coldStart(jailed, appDir, { egress: false }));
+      times.open.push(await coldStart(jailed, appDir, { egress: true }));
     }
   } finally {
     jailed.close();
