@@ -62,7 +62,7 @@ export interface WriteBehindOptions {
   delayMs?: number;
   /** Pauses before each retry of a refused write, run by run (default 20, 100 and 500 ms). */
   retryDelaysMs?: readonly number[];
-  /** The first pause before a kept run is tried again in the background; it doubles up to 30 s (default 1 s). */
+  /** The first pause before a kept run is tried again in the background; it doubles up to 5 s (default 1 s). */
   keptRetryMs?: number;
   /** The most runs kept for a later retry; past it the oldest is given up (default 1,000). */
   keptLimit?: number;
@@ -88,7 +88,9 @@ interface Waiter {
   reject(error: unknown): void;
 }
 
-const MAX_KEPT_RETRY_MS = 30_000;
+// A kept run's record is written at most 5 s after the store is back (one small transaction per try:
+// cheap to repeat through an outage, and a caller told to check getRun finds it soon).
+const MAX_KEPT_RETRY_MS = 5_000;
 
 /** Creates the buffer over `db`. */
 export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOptions): WriteBehind {

@@ -215,7 +215,7 @@ export interface RunServiceOptions {
   pollMs?: number;
   /**
    * How a run record the store refused is retried: `delaysMs` before each retry while a caller waits
-   * (default 20, 100, 500 ms), then in the background from `keptMs` on (default 1 s, doubling to 30 s).
+   * (default 20, 100, 500 ms), then in the background from `keptMs` on (default 1 s, doubling to 5 s).
    */
   recordRetry?: { delaysMs?: readonly number[]; keptMs?: number };
 }

@@ -169,7 +169,7 @@ describe("PostgreSQL failing under load", { skip: MISSING ?? false }, () => {
           const { data } = await getRun(ref, runId);
           return data && data.status !== "running" ? data : undefined;
         },
-        60_000,
+        90_000,
         `sync run ${runId}'s record`,
       );
       assert.equal(
