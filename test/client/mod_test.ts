@@ -275,10 +275,12 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     const jwks = await client.jwks();
     assert.equal(jwks.keys[0].kty, "OKP");
     assert.deepEqual(await client.health(), { status: "ok" });
-    // Readiness reports the sandbox this server runs with (off here, see `before`).
+    // Readiness reports the sandbox this server runs with (off here, see `before`) and its cgroups.
+    const { cgroups } = t.server.context;
     assert.deepEqual(await client.readiness(), {
       status: "ready",
       sandbox: { setting: "off", jailed: false, warnings: t.server.context.sandbox.problems },
+      cgroups: { setting: cgroups.setting, version: cgroups.version, warnings: cgroups.problems },
     });
     assert.match(await client.metrics(), /# TYPE /);
   });
