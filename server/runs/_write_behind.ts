@@ -92,6 +92,11 @@ interface Waiter {
 // cheap to repeat through an outage, and a caller told to check getRun finds it soon).
 const MAX_KEPT_RETRY_MS = 5_000;
 
+/** Whether `row` is a run's final state (not its `queued` or `running` one). */
+function isEnd(row: Insertable<RunTable> | undefined): boolean {
+  return row !== undefined && row.status !== "queued" && row.status !== "running";
+}
+
 /** Creates the buffer over `db`. */
 export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOptions): WriteBehind {
   const retryDelaysMs = options.retryDelaysMs ?? [20, 100, 500];
@@ -147,6 +152,10 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
 
   function keep(entry: Entry, error: unknown): void {
     const runId = entry.row.run_id;
+    // A retry of an older state (the run's `running` row, taken from `kept` before its end was kept)
+    // that failed again must not replace the end kept meanwhile: the end would never be written, and
+    // the `running` row, once written, would keep its lease renewed for ever.
+    if (isEnd(kept.get(runId)?.row) && !isEnd(entry.row)) return;
     kept.delete(runId);
     kept.set(runId, { ...entry, kept: true, error });
     if (!entry.kept) options.onError(error, runId);
