@@ -50,6 +50,18 @@ function excluder(patterns: readonly string[]): (path: string) => boolean {
     byPath.some((r) => r.test(path)) || path.split("/").some((segment) => byName.some((r) => r.test(segment)));
 }
 
+/**
+ * Whether `packBundle` leaves `path` (relative to the folder, `/`-separated) out, with `exclude` besides
+ * `DEFAULT_EXCLUDES`; a path inside a left-out folder is left out too.
+ */
+export function bundleExcluder(exclude: readonly string[] = []): (path: string) => boolean {
+  const excluded = excluder([...DEFAULT_EXCLUDES, ...exclude]);
+  return (path) => {
+    const segments = path.split("/");
+    return segments.some((_, i) => excluded(segments.slice(0, i + 1).join("/")));
+  };
+}
+
 /** The folder's files and folders in path order, excluded ones (and what is inside them) left out. */
 async function listEntries(
   root: string,

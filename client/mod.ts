@@ -50,11 +50,20 @@ export type RunPage = Schemas["RunPage"];
 export type RunLog = Schemas["RunLog"];
 /** One line a run's function wrote, with its time and stream. */
 export type RunLogLine = Schemas["RunLogLine"];
+/** How a followed run ended. */
+export type RunLogEnd = Schemas["RunLogEnd"];
 /** What following a run's log yields: each line, then the run's final status once it has ended. */
-export type RunLogEvent = { line: RunLogLine } | { end: { status: RunStatus } };
+export type RunLogEvent = { line: RunLogLine } | { end: RunLogEnd };
+/** One change of a project's runs: created, started or ended. */
+export type RunChange = Schemas["RunChange"];
+/**
+ * What following a project's runs yields: each change, or `resync` when changes may have been missed
+ * (read the list of runs again).
+ */
+export type RunChangeEvent = { change: RunChange } | { resync: true };
 /** The dependencies and commands a base-image digest covers. */
 export type BaseImageRequest = Schemas["BaseImageRequest"];
-/** A base-image digest and whether the project had seen it. */
+/** A base-image digest and what a build of it will do with its virtualenv (`new` or `cached`). */
 export type BaseImageHash = Schemas["BaseImageHash"];
 /** A repository's tree at one commit. */
 export type RepositoryTree = Schemas["RepositoryTree"];
@@ -79,6 +88,14 @@ export interface CreateDeploymentOptions {
   signal?: AbortSignal;
   /** Called as the bundle's bytes are taken by the connection (for a progress bar). */
   onUploadProgress?(sent: number, total: number): void;
+  /** What this version is, for people (1 to 500 characters); kept as the deployment's `message`. */
+  message?: string;
+  /**
+   * A bundle's git commit, and whether its folder held changes the commit does not (`dirty`, needs
+   * `commit`); a repository deployment's commit is the one its ref resolves to.
+   */
+  commit?: string;
+  dirty?: boolean;
 }
 /** A repository folder to deploy. */
 export type DeploymentSource = Schemas["DeploymentSourceRequest"]["source"];
@@ -146,6 +163,19 @@ export interface ListRunsOptions {
   signal?: AbortSignal;
 }
 
+/** Options of `listProjectRuns`: `listRuns`' and the filters a project-wide listing adds. */
+export interface ListProjectRunsOptions extends ListRunsOptions {
+  /** Only runs of this app. */
+  app?: string;
+  /** Only calls of this function. */
+  functionName?: string;
+  mode?: "sync" | "async" | "stream";
+  /** Only runs created at or after this time (RFC 3339). */
+  createdAfter?: string;
+  /** Only runs created before this time (RFC 3339). */
+  createdBefore?: string;
+}
+
 /** Options of `repositoryTree`. */
 export interface RepositoryTreeOptions {
   /** A branch, tag or commit sha; the default branch when absent. */
@@ -201,6 +231,8 @@ export interface RunplaneClient {
   waitForRun(app: AppRef, runId: string, options?: WaitForRunOptions): Promise<Run>;
   /** A page of an app's runs, newest first. */
   listRuns(app: AppRef, options?: ListRunsOptions): Promise<RunPage>;
+  /** A page of a project's runs across all its apps, newest first, filtered (`listProjectRuns`). */
+  listProjectRuns(project: string, options?: ListProjectRunsOptions): Promise<RunPage>;
   /** Cancels a queued or running run; resolves with its record. Takes the run id alone like `getRun`. */
   cancelRun(runId: string, options?: RunCallOptions): Promise<Run>;
   cancelRun(app: AppRef, runId: string, options?: RunCallOptions): Promise<Run>;
@@ -208,6 +240,11 @@ export interface RunplaneClient {
   runLogs(app: AppRef, runId: string, options?: RunCallOptions): Promise<RunLog>;
   /** Follows a run's output line by line until the run ends, then yields its final status. */
   followRunLogs(app: AppRef, runId: string, options?: RunCallOptions): AsyncIterable<RunLogEvent>;
+  /**
+   * Follows the project's runs (every app, every server process) until `signal` aborts or the server
+   * ends the stream: each change as it happens, and `resync` when some may have been missed.
+   */
+  watchRuns(project: string, options?: RunCallOptions): AsyncIterable<RunChangeEvent>;
   /**
    * Delivers a finished run's webhook once more (a new attempt, signed as the first); resolves with the
    * run's record. A 409 `RunplaneError` when the run has not ended, had no webhook or its result expired.
@@ -263,7 +300,7 @@ export interface RunplaneClient {
   ): Promise<{ created: boolean; secret: ProjectSecret }>;
   /** Deletes a project secret (a 404 `RunplaneError` when there is none by that name). */
   deleteProjectSecret(project: string, name: string, options?: { signal?: AbortSignal }): Promise<void>;
-  /** The digest of an app's build dependencies and whether the project had seen it. */
+  /** The digest of an app's build dependencies and whether a build will make (`new`) or reuse (`cached`) its virtualenv. */
   baseImageHash(app: AppRef, request: BaseImageRequest, options?: { signal?: AbortSignal }): Promise<BaseImageHash>;
   /** A repository's tree (`"owner/repo"`) through a project's git integration. */
   repositoryTree(project: string, repository: string, options?: RepositoryTreeOptions): Promise<RepositoryTreeResult>;
@@ -502,6 +539,23 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     return page;
   }
 
+  async function listProjectRuns(project: string, listOptions: ListProjectRunsOptions = {}): Promise<RunPage> {
+    const { signal, app, functionName, createdAfter, createdBefore, ...rest } = listOptions;
+    const query = {
+      ...rest,
+      app_id: app,
+      function_name: functionName,
+      created_after: createdAfter,
+      created_before: createdBefore,
+    };
+    const page = await unwrap(api.GET("/v4/projects/{project_id}/runs", {
+      params: { path: { project_id: project }, query },
+      signal,
+    }));
+    for (const record of page.runs) remember(record.run_id, { project: record.project_id, app: record.app_id });
+    return page;
+  }
+
   async function cancelRun(first: AppRef, second?: string | RunCallOptions, third?: RunCallOptions): Promise<Run> {
     const { app, runId, options: callOptions } = runTarget("cancelRun", first, second, third);
     return await unwrap(
@@ -528,10 +582,22 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
       if (!response.ok || !response.body) throw await errorFromResponse(response, error);
       for await (const { event, data } of readServerEvents(response.body)) {
         if (event === "end") {
-          yield { end: JSON.parse(data) as { status: RunStatus } } satisfies RunLogEvent;
+          yield { end: JSON.parse(data) as RunLogEnd } satisfies RunLogEvent;
           return;
         }
         if (event === "message") yield { line: JSON.parse(data) as RunLogLine } satisfies RunLogEvent;
+      }
+    },
+    async *watchRuns(project: string, call: RunCallOptions = {}) {
+      const { response, error } = await api.GET("/v4/projects/{project_id}/runs/events", {
+        params: { path: { project_id: project } },
+        parseAs: "stream",
+        signal: call.signal,
+      });
+      if (!response.ok || !response.body) throw await errorFromResponse(response, error);
+      for await (const { event, data } of readServerEvents(response.body)) {
+        if (event === "resync") yield { resync: true } satisfies RunChangeEvent;
+        else if (event === "message") yield { change: JSON.parse(data) as RunChange } satisfies RunChangeEvent;
       }
     },
     redeliverWebhook(app: AppRef, runId: string, call: RunCallOptions = {}) {
@@ -570,7 +636,8 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
       body: Uint8Array | { source: DeploymentSource },
       call: CreateDeploymentOptions = {},
     ) {
-      const params = { path: appPath(app) };
+      const query = { message: call.message, commit: call.commit, dirty: call.dirty };
+      const params = { path: appPath(app), query };
       if (!(body instanceof Uint8Array)) {
         return unwrap(api.POST("/v3/projects/{project_id}/apps/{app_id}/deployments", {
           params,
@@ -582,12 +649,10 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
       const progress = call.onUploadProgress;
       return unwrap(api.POST("/v3/projects/{project_id}/apps/{app_id}/deployments", {
         params,
-        // The contract types a binary body as a string; the bytes go as they are (or as a stream that
-        // reports how much was taken, for a progress bar).
-        body: body as unknown as string,
-        bodySerializer: (
-          bytes: unknown,
-        ) => (progress ? uploadStream(bytes as Uint8Array, progress) : bytes as BodyInit),
+        // The bytes go as they are (or as a stream that reports how much was taken, for a progress bar).
+        body,
+        bodySerializer: (bytes: unknown) =>
+          progress ? uploadStream(bytes as Uint8Array, progress) : (bytes as BodyInit),
         headers: { "Content-Type": "application/gzip", "Content-Length": String(body.length) },
         signal: call.signal,
         ...(progress ? { duplex: "half" } : {}),
@@ -742,6 +807,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     getRun,
     waitForRun,
     listRuns,
+    listProjectRuns,
     cancelRun,
     ...runRecords,
     baseImageHash,

@@ -1,4 +1,5 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=16
+// (The flag is the server's, for `runplane serve`: see server/node_flags.ts.)
 // The `runplane` executable. An installed package (under node_modules) runs the JavaScript that
 // `npm pack` built into dist/: tsx's loader costs ~200 ms of CPU per start, more than the CLI itself
 // (measured on `runplane run`: ~300 ms through tsx, ~110 ms built). A checkout runs its TypeScript

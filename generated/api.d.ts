@@ -9,7 +9,7 @@ export interface paths {
         };
         /**
          * Get token verification keys
-         * @description The public keys that verify service-account tokens (JWKS).
+         * @description The public keys that verify service-account tokens (JWKS); 503 while the store (where they are listed) is unavailable.
          */
         get: operations["getJwks"];
         put?: never;
@@ -137,8 +137,8 @@ export interface paths {
         put?: never;
         /**
          * Hash base-image dependencies
-         * @description The canonical, versioned SHA-256 digest of an app's build dependencies, and whether this project
-         *     has seen it before.
+         * @description The canonical, versioned SHA-256 digest of an app's build dependencies, and whether a build of them
+         *     will make its virtualenv (`new`) or reuse a ready one (`cached`).
          */
         post: operations["createBaseImageHash"];
         delete?: never;
@@ -165,7 +165,8 @@ export interface paths {
          * @description Deploy an app: the body is the app folder as a gzip tarball (`application/gzip`, at most
          *     `RUNPLANE_BUNDLE_LIMIT` bytes), or JSON naming a repository folder to deploy. The app is created if
          *     it does not exist. 202 answers once the bundle is stored; the build runs after, and the deployment
-         *     becomes active when it is `ready`. Follow it with `getDeploymentLogs`.
+         *     becomes active when it is `ready`. Follow it with `getDeploymentLogs`. `message`, `commit` and `dirty`
+         *     label the version (the body is the bundle itself, so they travel as query parameters).
          */
         post: operations["createDeployment"];
         delete?: never;
@@ -465,6 +466,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v4/projects/{project_id}/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a project's runs
+         * @description The project's runs across all its apps, newest first, without their results (`getRun` has a run's
+         *     result): one paged listing, filtered by app, function, status, mode and creation time. Pass the same
+         *     filters with `cursor` to read the next page.
+         */
+        get: operations["listProjectRuns"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v4/projects/{project_id}/runs/events": {
         parameters: {
             query?: never;
@@ -521,6 +544,8 @@ export interface components {
             created_at: string | null;
             /** @description Why the app cannot serve (a failed build or a `runplane.toml` that does not load). */
             error: string | null;
+            /** @description Null until a `runplane.toml` loaded. */
+            hardware: components["schemas"]["AppHardware"] | null;
             project_id: components["schemas"]["ProjectId"];
             /**
              * Format: int32
@@ -540,16 +565,95 @@ export interface components {
             source: components["schemas"]["AppSource"];
             state: components["schemas"]["AppState"];
         };
+        /** @description An app's `[hardware]` from its `runplane.toml`: what each of its replicas gets. */
+        AppHardware: {
+            /** @description `CPU`, or the GPU model its GPUs must be; null when the file names none. */
+            compute: string | null;
+            /**
+             * Format: double
+             * @description Cores.
+             */
+            cpu: number;
+            /**
+             * Format: int32
+             * @description Whole GPUs, each held by this replica alone.
+             */
+            gpu_count: number;
+            /**
+             * Format: double
+             * @description GiB of memory.
+             */
+            memory: number;
+        };
+        /** @description One host's replicas of an app. */
+        AppHostReplicas: {
+            /**
+             * Format: int32
+             * @description Calls in flight on the host's replicas of the app, summed.
+             */
+            busy: number;
+            /**
+             * Format: int32
+             * @description GPUs the host has (its registered capacity), not only those this app's replicas hold: for the
+             *     answering process see `gpus` above.
+             */
+            host_gpus: number;
+            /** @description The host's server process (as `served_by[].process_id`; new at every start). */
+            host_id: string;
+            /**
+             * Format: int32
+             * @description Replicas ready for calls (idle or busy).
+             */
+            ready: number;
+            /**
+             * Format: int32
+             * @description Calls the host's replicas of the app take at once: `replica_concurrency` per replica, starting ones included.
+             */
+            slots: number;
+            /**
+             * Format: int32
+             * @description Replicas placed on the host and not ready yet.
+             */
+            starting: number;
+            /** @description Whether this is the process that answered. */
+            this_host: boolean;
+            /**
+             * @description The host's advertised base URL (`RUNPLANE_ADVERTISE_URL`), where other hosts forward calls; null
+             *     for a process that advertises none (not part of a cluster).
+             */
+            url: string | null;
+        };
         /** @description Every app of a project, by name. */
         AppList: {
             apps: components["schemas"]["App"][];
         };
         /** @description An app's name within its project: letters, digits, `_` and `-`. */
         AppName: string;
-        /** @description Replicas of an app on the process that answered, by state. */
+        /**
+         * @description Replicas of an app. `starting`, `idle`, `busy` and `gpus` are those of the process that answered;
+         *     `hosts` lists every host holding replicas of the app.
+         */
         AppReplicas: {
             /** Format: int32 */
             busy: number;
+            /**
+             * @description Which GPUs each replica holds (replicas without GPUs are left out): no GPU is held by two at once.
+             *     A replica holds its GPUs from its start until its process is gone, stopping included. Only the
+             *     answering process's replicas: which GPUs another host's replicas hold is that host's to say (ask
+             *     it at its `url`); each of them holds `hardware.gpu_count`.
+             */
+            gpus: components["schemas"]["ReplicaGpus"][];
+            /**
+             * @description The app's replicas per host, for every host holding at least one of them, ordered by `url` (hosts
+             *     without one are left out). In a cluster (`RUNPLANE_ADVERTISE_URL` on PostgreSQL) the figures come
+             *     from the answering host's cached view of the cluster: its own entry as of its last report and the
+             *     others' as of theirs, re-read on the cluster's wake-ups and at each heartbeat, so up to a heartbeat
+             *     (a third of `RUNPLANE_RUN_LEASE`) old. Without a cluster the list holds the answering process alone,
+             *     live, when it has replicas of the app (and is empty otherwise): a process that is not part of a
+             *     cluster counts its replicas by itself, so it is the whole picture it knows of, and a client reads
+             *     `hosts` the same way on one process and on many.
+             */
+            hosts: components["schemas"]["AppHostReplicas"][];
             /** Format: int32 */
             idle: number;
             /** Format: int32 */
@@ -608,10 +712,25 @@ export interface components {
             shellCommands?: components["schemas"]["Base64Command"][];
         };
         /**
-         * @description Whether this project had seen the digest before.
+         * @description What a build of these dependencies will do with its virtualenv on the server that answers: `new`, pip
+         *     will make one (no ready virtualenv of the digest is there, e.g. none was built, or its build failed);
+         *     `cached`, it reuses the ready one, or needs none (no pip requirements). In a cluster a build runs on the
+         *     process that claims it, whose host may hold other virtualenvs.
          * @enum {string}
          */
         BaseImageStatus: "new" | "cached";
+        /** @description A followed build log's last event: the build has ended. */
+        BuildLogEndEvent: {
+            /** @description The deployment as it ended (`ready` or `failed`), as JSON. */
+            data: string;
+            /** @enum {string} */
+            event: "end";
+        };
+        /** @description A followed build log's event: one line, as text. */
+        BuildLogLineEvent: {
+            /** @description The line as the build wrote it (`==> ` lines are the build's own). */
+            data: string;
+        };
         /** @description How each replica's resources (its `[hardware]` memory and CPU, a pids limit) are enforced on this process. */
         CgroupsReport: {
             /**
@@ -647,16 +766,29 @@ export interface components {
             app_id: components["schemas"]["AppName"];
             /** @description The base-image digest of the app's dependencies, once `runplane.toml` was read. */
             base_image_digest: components["schemas"]["Sha256Digest"] | null;
-            /** @description `cached` when a virtualenv for `base_image_digest` existed and nothing was installed. */
+            /** @description What the build did with its virtualenv: `new` made it (pip ran), `cached` reused one; null when it needs none. */
             base_image_status: ("new" | "cached") | null;
+            /**
+             * @description The git commit the files come from: for a bundle, the one its deployer named (`runplane deploy` names
+             *     the app folder's `HEAD` when the folder is in a git work tree); for a repository, the one its ref
+             *     resolved to. Null when unknown.
+             */
+            commit: components["schemas"]["GitObjectId"] | null;
             /** Format: date-time */
             created_at: string;
             deployment_id: components["schemas"]["DeploymentId"];
             /** @description The bundle's digest: equal bytes, equal digest (the store keeps each bundle once). */
             digest: components["schemas"]["Sha256Digest"];
+            /**
+             * @description True when the bundle's folder held changes `commit` does not (edited, added or untracked files, as
+             *     `git status` lists them); false otherwise.
+             */
+            dirty: boolean;
             /** @description Why the build failed. */
             error: string | null;
             finished_at: string | null;
+            /** @description What the deployer said this version is (`message` of `createDeployment`); null when nothing was said. */
+            message: components["schemas"]["DeploymentMessage"] | null;
             project_id: components["schemas"]["ProjectId"];
             /** @description For a deployment from a repository. */
             repository: components["schemas"]["DeploymentRepository"] | null;
@@ -671,6 +803,11 @@ export interface components {
         };
         /** @description A deployment's id: `dep_` followed by a time-ordered, 26-character lowercase identifier. */
         DeploymentId: string;
+        /**
+         * @description What a deployment is, for people (`runplane deploy --message`): free text of 1 to 500 characters,
+         *     line feeds and tabs allowed, no other control character.
+         */
+        DeploymentMessage: string;
         /** @description A page of deployments, newest first. */
         DeploymentPage: {
             deployments: components["schemas"]["Deployment"][];
@@ -718,10 +855,39 @@ export interface components {
         FunctionName: string;
         /** @description A git object id (SHA-1 or SHA-256, lowercase hex). */
         GitObjectId: string;
+        /** @description The GPUs this process gives replicas (read once at start). */
+        GpusReport: {
+            /**
+             * Format: int32
+             * @description The host's GPUs.
+             */
+            count: number;
+            /**
+             * Format: int32
+             * @description GPUs held by replicas now.
+             */
+            held: number;
+            /**
+             * @description Where the list came from: nvidia-smi, `RUNPLANE_GPUS`, or `none` (no nvidia-smi here).
+             * @enum {string}
+             */
+            source: "nvidia-smi" | "RUNPLANE_GPUS" | "none";
+            /** @description Lines of nvidia-smi's list that were skipped, GPUs whose device node is guessed, a failing nvidia-smi. */
+            warnings: string[];
+        };
         /** @description The process is alive. */
         Health: {
             /** @enum {string} */
             status: "ok";
+        };
+        /** @description One GPU of the host. */
+        HostGpu: {
+            /** @description How the replica's `CUDA_VISIBLE_DEVICES` names it: its UUID (`GPU-…`), or its index where only that is known. */
+            id: string;
+            /** @description Its index as nvidia-smi lists it; null when unknown. */
+            index: number | null;
+            /** @description Its model as nvidia-smi names it; null when unknown. */
+            model: string | null;
         };
         /** @description An Ed25519 public key as a JSON Web Key (RFC 8037). */
         JsonWebKey: {
@@ -761,7 +927,7 @@ export interface components {
             status: number;
             /** @description A short, human-readable summary of the kind of problem. */
             title: string;
-            /** @description For a failed run: the exception's traceback. */
+            /** @description For a failed run: the exception's traceback, of the app's own frames (see `RunError.traceback`). */
             traceback?: string;
             /** @description A URI reference that identifies the kind of problem, e.g. `https://runplane.dev/problems/validation`. */
             type: string;
@@ -798,9 +964,16 @@ export interface components {
         /** @description The process can take calls: store reachable, migrations applied, apps loaded. */
         Readiness: {
             cgroups: components["schemas"]["CgroupsReport"];
+            gpus: components["schemas"]["GpusReport"];
             sandbox: components["schemas"]["SandboxReport"];
             /** @enum {string} */
             status: "ready";
+        };
+        /** @description The GPUs one replica holds. */
+        ReplicaGpus: {
+            gpus: components["schemas"]["HostGpu"][];
+            /** @description The replica's process id on the host of the process that answered; null while it has none. */
+            pid: number | null;
         };
         /** @description A repository name: letters, digits, `.`, `_` and `-`, at most 100 characters, never `.` or `..`. */
         RepoName: string;
@@ -822,10 +995,16 @@ export interface components {
             completed_at: string | null;
             /** Format: date-time */
             created_at: string;
+            /**
+             * @description The deployment whose replica took the call; null for an app of the apps folder
+             *     (`RUNPLANE_APPS_DIR`), for a run no replica took (queued, or failed before one did), and for a run
+             *     recorded before deployments were recorded with runs.
+             */
+            deployment_id: components["schemas"]["DeploymentId"] | null;
             error: components["schemas"]["RunError"] | null;
             function_name: components["schemas"]["FunctionName"];
             /** @description An async run's input (its JSON body), kept as long as its result; null for sync and stream runs. */
-            input: unknown | null;
+            input: unknown;
             mode: components["schemas"]["RunMode"];
             project_id: components["schemas"]["ProjectId"];
             /** @description Time between acceptance and start. */
@@ -838,7 +1017,7 @@ export interface components {
              * @description The function's JSON result (for a stream, the list of items); null until success, once expired, or
              *     when too large to store (see `result_truncated`).
              */
-            result: unknown | null;
+            result: unknown;
             /** @description True once the result was removed after `RUNPLANE_RESULT_TTL`. */
             result_expired: boolean;
             /**
@@ -874,9 +1053,19 @@ export interface components {
             run_time_ms?: number | null;
             status: components["schemas"]["RunStatus"];
         };
+        /** @description A `watchRuns` event: one run changed. */
+        RunChangeEvent: {
+            /** @description The change, as JSON. */
+            data: string;
+        };
         /** @description Why a run failed. */
         RunError: {
+            /** @description What went wrong: for a raised exception its own message, without its type (`type` has it). */
             message: string;
+            /**
+             * @description For a raised exception: Python's traceback of the app's own frames only (not the platform's, the
+             *     standard library's or installed packages'), each file named relative to the app's folder.
+             */
             traceback?: string | null;
             /**
              * @description The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of
@@ -886,15 +1075,43 @@ export interface components {
              */
             type: string;
         };
+        /** @description A stream's last event when the function failed mid-stream (the status line was sent already). */
+        RunErrorEvent: {
+            /** @description What went wrong, as JSON. */
+            data: string;
+            /** @enum {string} */
+            event: "error";
+        };
         /** @description A run's id: `run_` followed by a time-ordered, 26-character lowercase identifier. */
         RunId: string;
         /** @description The app's function's named parameters. */
         RunInput: Record<string, unknown>;
+        /** @description A stream's event: one item the function yielded. */
+        RunItemEvent: {
+            /**
+             * @description The item: a string as it is, any other value as JSON (a reader parses it as JSON, and keeps the text
+             *     when it does not parse).
+             */
+            data: string;
+            /** @description The event's name when a custom runtime gave one; absent for a Python function's items. */
+            event?: string;
+        };
         /** @description A run's captured output: its function's stdout, stderr and `logging` lines, oldest first. */
         RunLog: {
             lines: components["schemas"]["RunLogLine"][];
             /** @description The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`. */
             truncated: boolean;
+        };
+        /** @description How a followed run ended. */
+        RunLogEnd: {
+            status: components["schemas"]["RunStatus"];
+        };
+        /** @description A followed run log's last event: the run has ended. */
+        RunLogEndEvent: {
+            /** @description The run's final status, as JSON. */
+            data: string;
+            /** @enum {string} */
+            event: "end";
         };
         /** @description One line of a run's output. */
         RunLogLine: {
@@ -903,6 +1120,11 @@ export interface components {
             /** @enum {string} */
             stream: "stdout" | "stderr";
             text: string;
+        };
+        /** @description A followed run log's event: one line of output. */
+        RunLogLineEvent: {
+            /** @description The line, as JSON. */
+            data: string;
         };
         /**
          * @description How a run was called.
@@ -926,6 +1148,13 @@ export interface components {
              */
             run_time_ms: number;
         };
+        /** @description A `watchRuns` event: changes may have been missed; read the list again. */
+        RunResyncEvent: {
+            /** @description Always `{}`. */
+            data: string;
+            /** @enum {string} */
+            event: "resync";
+        };
         /**
          * @description Where a run is in its life. `success`, `failure` and `cancelled` are terminal.
          * @enum {string}
@@ -937,6 +1166,12 @@ export interface components {
             completed_at: string | null;
             /** Format: date-time */
             created_at: string;
+            /**
+             * @description The deployment whose replica took the call; null for an app of the apps folder
+             *     (`RUNPLANE_APPS_DIR`), for a run no replica took (queued, or failed before one did), and for a run
+             *     recorded before deployments were recorded with runs.
+             */
+            deployment_id: components["schemas"]["DeploymentId"] | null;
             error: components["schemas"]["RunError"] | null;
             function_name: components["schemas"]["FunctionName"];
             mode: components["schemas"]["RunMode"];
@@ -1082,7 +1317,7 @@ export interface components {
              * @description The function's result (for a stream, the list of items); null unless the run succeeded, or when
              *     too large to send (see `result_truncated`).
              */
-            result: unknown | null;
+            result: unknown;
             /**
              * @description True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,
              *     `result` holds the first items that fit, in order; for any other result, `result` is null.
@@ -1097,23 +1332,6 @@ export interface components {
              * @description When the delivery body was made, as an ISO 8601 timestamp.
              */
             timestamp: string;
-        };
-        /**
-         * @description The headers of a webhook delivery, by their lowercase names. The vendor word (`runplane`) in the two
-         *     signature headers is configurable with `RUNPLANE_WEBHOOK_HEADER_VENDOR`.
-         */
-        WebhookDeliveryHeaders: {
-            /** @enum {string} */
-            "content-type": "application/json";
-            /** @description The run id. */
-            "x-request-id": components["schemas"]["RunId"];
-            /**
-             * @description `v1,` followed by the lowercase hex HMAC-SHA256, keyed with the call's `X-Webhook-Secret`, over
-             *     `run_id + "." + timestamp + "." + body` (the exact bytes sent).
-             */
-            "x-runplane-webhook-signature"?: string;
-            /** @description Unix seconds when the delivery was signed; present when the call sent `X-Webhook-Secret`. */
-            "x-runplane-webhook-timestamp"?: string;
         };
         /**
          * @description The state of a run's webhook forwarding.
@@ -1150,9 +1368,60 @@ export interface operations {
                     "application/json": components["schemas"]["JsonWebKeySet"];
                 };
             };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The server or the function failed. */
             500: {
                 headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
                     [name: string]: unknown;
@@ -1183,6 +1452,56 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     getMetrics: {
@@ -1208,11 +1527,73 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
             401: {
                 headers: {
                     /** @description Always `Bearer`, with the error code when a token was sent. */
                     "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
                     [name: string]: unknown;
@@ -1241,6 +1622,56 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Readiness"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
@@ -1305,6 +1736,34 @@ export interface operations {
             };
             /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
             403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -1408,6 +1867,34 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The server or the function failed. */
             500: {
                 headers: {
@@ -1500,8 +1987,36 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request conflicts with the resource's current state. */
             409: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -1598,6 +2113,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request body is larger than the server accepts. */
             413: {
                 headers: {
@@ -1609,8 +2138,22 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body's media type is not `application/json`. */
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
             415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -1718,6 +2261,34 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The server or the function failed. */
             500: {
                 headers: {
@@ -1745,7 +2316,17 @@ export interface operations {
     };
     createDeployment: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description The git commit the bundle was packed from, kept with the deployment. Not for a repository
+                 *     deployment (400): its commit is the one its ref resolves to.
+                 */
+                commit?: components["schemas"]["GitObjectId"];
+                /** @description The folder held changes `commit` does not (`git status` was not clean); needs `commit`. */
+                dirty?: boolean;
+                /** @description What this version is, for people; kept with the deployment (see `Deployment.message`). */
+                message?: components["schemas"]["DeploymentMessage"];
+            };
             header?: never;
             path: {
                 app_id: components["schemas"]["AppName"];
@@ -1755,7 +2336,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/gzip": string;
+                "application/gzip": Uint8Array;
                 "application/json": components["schemas"]["DeploymentSourceRequest"];
             };
         };
@@ -1818,6 +2399,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request conflicts with the resource's current state. */
             409: {
                 headers: {
@@ -1840,8 +2435,22 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body's media type is not `application/json`. */
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
             415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -1957,6 +2566,34 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The server or the function failed. */
             500: {
                 headers: {
@@ -2052,8 +2689,36 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request conflicts with the resource's current state. */
             409: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -2111,7 +2776,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": string;
+                    "text/event-stream": (components["schemas"]["BuildLogLineEvent"] | components["schemas"]["BuildLogEndEvent"])[];
                     "text/plain": string;
                 };
             };
@@ -2152,6 +2817,34 @@ export interface operations {
             };
             /** @description The resource does not exist. */
             404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -2234,6 +2927,34 @@ export interface operations {
             };
             /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
             403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -2341,6 +3062,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request conflicts with the resource's current state. */
             409: {
                 headers: {
@@ -2363,8 +3098,22 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body's media type is not `application/json`. */
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
             415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -2466,6 +3215,34 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The server or the function failed. */
             500: {
                 headers: {
@@ -2539,6 +3316,34 @@ export interface operations {
             };
             /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
             403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -2625,6 +3430,56 @@ export interface operations {
             };
             /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
             403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
+            415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -2726,6 +3581,34 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The server or the function failed. */
             500: {
                 headers: {
@@ -2791,7 +3674,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunResult"];
-                    "text/event-stream": string;
+                    "text/event-stream": (components["schemas"]["RunItemEvent"] | components["schemas"]["RunErrorEvent"])[];
                 };
             };
             /** @description The run was accepted and will run; poll `getRun` or wait for the webhook. */
@@ -2851,6 +3734,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request conflicts with the resource's current state. */
             409: {
                 headers: {
@@ -2873,7 +3770,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The request body's media type is not `application/json`. */
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
             415: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
@@ -2902,6 +3799,20 @@ export interface operations {
             429: {
                 headers: {
                     "Retry-After": number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
                     [name: string]: unknown;
@@ -3033,6 +3944,34 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The server or the function failed. */
             500: {
                 headers: {
@@ -3119,6 +4058,34 @@ export interface operations {
             };
             /** @description The resource does not exist. */
             404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -3223,8 +4190,36 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request conflicts with the resource's current state. */
             409: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -3283,7 +4278,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunLog"];
-                    "text/event-stream": string;
+                    "text/event-stream": (components["schemas"]["RunLogLineEvent"] | components["schemas"]["RunLogEndEvent"])[];
                 };
             };
             /** @description The request is malformed or failed validation (see `errors`). */
@@ -3323,6 +4318,34 @@ export interface operations {
             };
             /** @description The resource does not exist. */
             404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -3427,6 +4450,20 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request conflicts with the resource's current state. */
             409: {
                 headers: {
@@ -3445,6 +4482,20 @@ export interface operations {
             429: {
                 headers: {
                     "Retry-After": number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
                     [name: string]: unknown;
@@ -3565,6 +4616,34 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The server or the function failed. */
             500: {
                 headers: {
@@ -3578,6 +4657,133 @@ export interface operations {
             };
             /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
             502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listProjectRuns: {
+        parameters: {
+            query?: {
+                /** @description Only runs of this app. */
+                app_id?: components["schemas"]["AppName"];
+                /** @description Only runs created at or after this time. */
+                created_after?: string;
+                /** @description Only runs created before this time. */
+                created_before?: string;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+                /** @description Only calls of this function. */
+                function_name?: components["schemas"]["FunctionName"];
+                /** @description Page size. */
+                limit?: number;
+                /** @description Only runs called this way. */
+                mode?: components["schemas"]["RunMode"];
+                /** @description Only runs in this status. */
+                status?: components["schemas"]["RunStatus"];
+            };
+            header?: never;
+            path: {
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunPage"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -3626,7 +4832,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": string;
+                    "text/event-stream": (components["schemas"]["RunChangeEvent"] | components["schemas"]["RunResyncEvent"])[];
                 };
             };
             /** @description The request is malformed or failed validation (see `errors`). */
@@ -3655,6 +4861,34 @@ export interface operations {
             };
             /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
             403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;

@@ -21,10 +21,34 @@ export const routes = [
             "application/json": "getJwks_200_application_json"
           }
         },
+        "400": {
+          "headers": "getJwks_400_headers",
+          "content": {
+            "application/problem+json": "getJwks_400_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getJwks_408_headers",
+          "content": {
+            "application/problem+json": "getJwks_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getJwks_431_headers",
+          "content": {
+            "application/problem+json": "getJwks_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "getJwks_500_headers",
           "content": {
             "application/problem+json": "getJwks_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getJwks_503_headers",
+          "content": {
+            "application/problem+json": "getJwks_503_application_problem_json"
           }
         }
       }
@@ -47,6 +71,30 @@ export const routes = [
           "headers": "getHealth_200_headers",
           "content": {
             "application/json": "getHealth_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "getHealth_400_headers",
+          "content": {
+            "application/problem+json": "getHealth_400_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getHealth_408_headers",
+          "content": {
+            "application/problem+json": "getHealth_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getHealth_431_headers",
+          "content": {
+            "application/problem+json": "getHealth_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getHealth_500_headers",
+          "content": {
+            "application/problem+json": "getHealth_500_application_problem_json"
           }
         }
       }
@@ -78,10 +126,40 @@ export const routes = [
             "text/plain": "getMetrics_200_text_plain"
           }
         },
+        "400": {
+          "headers": "getMetrics_400_headers",
+          "content": {
+            "application/problem+json": "getMetrics_400_application_problem_json"
+          }
+        },
         "401": {
           "headers": "getMetrics_401_headers",
           "content": {
             "application/problem+json": "getMetrics_401_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getMetrics_408_headers",
+          "content": {
+            "application/problem+json": "getMetrics_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getMetrics_431_headers",
+          "content": {
+            "application/problem+json": "getMetrics_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getMetrics_500_headers",
+          "content": {
+            "application/problem+json": "getMetrics_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getMetrics_503_headers",
+          "content": {
+            "application/problem+json": "getMetrics_503_application_problem_json"
           }
         }
       }
@@ -104,6 +182,30 @@ export const routes = [
           "headers": "getReadiness_200_headers",
           "content": {
             "application/json": "getReadiness_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "getReadiness_400_headers",
+          "content": {
+            "application/problem+json": "getReadiness_400_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getReadiness_408_headers",
+          "content": {
+            "application/problem+json": "getReadiness_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getReadiness_431_headers",
+          "content": {
+            "application/problem+json": "getReadiness_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getReadiness_500_headers",
+          "content": {
+            "application/problem+json": "getReadiness_500_application_problem_json"
           }
         },
         "503": {
@@ -157,6 +259,18 @@ export const routes = [
           "headers": "listApps_403_headers",
           "content": {
             "application/problem+json": "listApps_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "listApps_408_headers",
+          "content": {
+            "application/problem+json": "listApps_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "listApps_431_headers",
+          "content": {
+            "application/problem+json": "listApps_431_application_problem_json"
           }
         },
         "500": {
@@ -230,6 +344,18 @@ export const routes = [
             "application/problem+json": "getApp_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "getApp_408_headers",
+          "content": {
+            "application/problem+json": "getApp_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getApp_431_headers",
+          "content": {
+            "application/problem+json": "getApp_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "getApp_500_headers",
           "content": {
@@ -299,10 +425,22 @@ export const routes = [
             "application/problem+json": "deleteApp_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "deleteApp_408_headers",
+          "content": {
+            "application/problem+json": "deleteApp_408_application_problem_json"
+          }
+        },
         "409": {
           "headers": "deleteApp_409_headers",
           "content": {
             "application/problem+json": "deleteApp_409_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "deleteApp_431_headers",
+          "content": {
+            "application/problem+json": "deleteApp_431_application_problem_json"
           }
         },
         "500": {
@@ -375,6 +513,12 @@ export const routes = [
             "application/problem+json": "createBaseImageHash_403_application_problem_json"
           }
         },
+        "408": {
+          "headers": "createBaseImageHash_408_headers",
+          "content": {
+            "application/problem+json": "createBaseImageHash_408_application_problem_json"
+          }
+        },
         "413": {
           "headers": "createBaseImageHash_413_headers",
           "content": {
@@ -385,6 +529,12 @@ export const routes = [
           "headers": "createBaseImageHash_415_headers",
           "content": {
             "application/problem+json": "createBaseImageHash_415_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "createBaseImageHash_431_headers",
+          "content": {
+            "application/problem+json": "createBaseImageHash_431_application_problem_json"
           }
         },
         "500": {
@@ -470,6 +620,18 @@ export const routes = [
             "application/problem+json": "listDeployments_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "listDeployments_408_headers",
+          "content": {
+            "application/problem+json": "listDeployments_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "listDeployments_431_headers",
+          "content": {
+            "application/problem+json": "listDeployments_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "listDeployments_500_headers",
           "content": {
@@ -504,6 +666,24 @@ export const routes = [
         "in": "path",
         "type": "string",
         "required": true
+      },
+      {
+        "name": "message",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "commit",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "dirty",
+        "in": "query",
+        "type": "boolean",
+        "required": false
       }
     ],
     "body": {
@@ -547,6 +727,12 @@ export const routes = [
             "application/problem+json": "createDeployment_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "createDeployment_408_headers",
+          "content": {
+            "application/problem+json": "createDeployment_408_application_problem_json"
+          }
+        },
         "409": {
           "headers": "createDeployment_409_headers",
           "content": {
@@ -563,6 +749,12 @@ export const routes = [
           "headers": "createDeployment_415_headers",
           "content": {
             "application/problem+json": "createDeployment_415_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "createDeployment_431_headers",
+          "content": {
+            "application/problem+json": "createDeployment_431_application_problem_json"
           }
         },
         "500": {
@@ -648,6 +840,18 @@ export const routes = [
             "application/problem+json": "getDeployment_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "getDeployment_408_headers",
+          "content": {
+            "application/problem+json": "getDeployment_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getDeployment_431_headers",
+          "content": {
+            "application/problem+json": "getDeployment_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "getDeployment_500_headers",
           "content": {
@@ -725,10 +929,22 @@ export const routes = [
             "application/problem+json": "activateDeployment_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "activateDeployment_408_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_408_application_problem_json"
+          }
+        },
         "409": {
           "headers": "activateDeployment_409_headers",
           "content": {
             "application/problem+json": "activateDeployment_409_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "activateDeployment_431_headers",
+          "content": {
+            "application/problem+json": "activateDeployment_431_application_problem_json"
           }
         },
         "500": {
@@ -815,6 +1031,18 @@ export const routes = [
             "application/problem+json": "getDeploymentLogs_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "getDeploymentLogs_408_headers",
+          "content": {
+            "application/problem+json": "getDeploymentLogs_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getDeploymentLogs_431_headers",
+          "content": {
+            "application/problem+json": "getDeploymentLogs_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "getDeploymentLogs_500_headers",
           "content": {
@@ -872,6 +1100,18 @@ export const routes = [
           "headers": "listProjectSecrets_403_headers",
           "content": {
             "application/problem+json": "listProjectSecrets_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "listProjectSecrets_408_headers",
+          "content": {
+            "application/problem+json": "listProjectSecrets_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "listProjectSecrets_431_headers",
+          "content": {
+            "application/problem+json": "listProjectSecrets_431_application_problem_json"
           }
         },
         "500": {
@@ -950,6 +1190,12 @@ export const routes = [
             "application/problem+json": "putProjectSecret_403_application_problem_json"
           }
         },
+        "408": {
+          "headers": "putProjectSecret_408_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_408_application_problem_json"
+          }
+        },
         "409": {
           "headers": "putProjectSecret_409_headers",
           "content": {
@@ -966,6 +1212,12 @@ export const routes = [
           "headers": "putProjectSecret_415_headers",
           "content": {
             "application/problem+json": "putProjectSecret_415_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "putProjectSecret_431_headers",
+          "content": {
+            "application/problem+json": "putProjectSecret_431_application_problem_json"
           }
         },
         "500": {
@@ -1037,6 +1289,18 @@ export const routes = [
             "application/problem+json": "deleteProjectSecret_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "deleteProjectSecret_408_headers",
+          "content": {
+            "application/problem+json": "deleteProjectSecret_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "deleteProjectSecret_431_headers",
+          "content": {
+            "application/problem+json": "deleteProjectSecret_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "deleteProjectSecret_500_headers",
           "content": {
@@ -1094,6 +1358,18 @@ export const routes = [
           "headers": "listServiceAccounts_403_headers",
           "content": {
             "application/problem+json": "listServiceAccounts_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "listServiceAccounts_408_headers",
+          "content": {
+            "application/problem+json": "listServiceAccounts_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "listServiceAccounts_431_headers",
+          "content": {
+            "application/problem+json": "listServiceAccounts_431_application_problem_json"
           }
         },
         "500": {
@@ -1158,6 +1434,30 @@ export const routes = [
           "headers": "createServiceAccount_403_headers",
           "content": {
             "application/problem+json": "createServiceAccount_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "createServiceAccount_408_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_408_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "createServiceAccount_413_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "createServiceAccount_415_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_415_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "createServiceAccount_431_headers",
+          "content": {
+            "application/problem+json": "createServiceAccount_431_application_problem_json"
           }
         },
         "500": {
@@ -1227,6 +1527,18 @@ export const routes = [
           "headers": "revokeServiceAccount_404_headers",
           "content": {
             "application/problem+json": "revokeServiceAccount_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "revokeServiceAccount_408_headers",
+          "content": {
+            "application/problem+json": "revokeServiceAccount_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "revokeServiceAccount_431_headers",
+          "content": {
+            "application/problem+json": "revokeServiceAccount_431_application_problem_json"
           }
         },
         "500": {
@@ -1318,6 +1630,18 @@ export const routes = [
             "application/problem+json": "listRuns_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "listRuns_408_headers",
+          "content": {
+            "application/problem+json": "listRuns_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "listRuns_431_headers",
+          "content": {
+            "application/problem+json": "listRuns_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "listRuns_500_headers",
           "content": {
@@ -1393,6 +1717,18 @@ export const routes = [
           "headers": "getRun_404_headers",
           "content": {
             "application/problem+json": "getRun_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getRun_408_headers",
+          "content": {
+            "application/problem+json": "getRun_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getRun_431_headers",
+          "content": {
+            "application/problem+json": "getRun_431_application_problem_json"
           }
         },
         "500": {
@@ -1472,10 +1808,22 @@ export const routes = [
             "application/problem+json": "cancelRun_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "cancelRun_408_headers",
+          "content": {
+            "application/problem+json": "cancelRun_408_application_problem_json"
+          }
+        },
         "409": {
           "headers": "cancelRun_409_headers",
           "content": {
             "application/problem+json": "cancelRun_409_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "cancelRun_431_headers",
+          "content": {
+            "application/problem+json": "cancelRun_431_application_problem_json"
           }
         },
         "500": {
@@ -1562,6 +1910,18 @@ export const routes = [
             "application/problem+json": "getRunLogs_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "getRunLogs_408_headers",
+          "content": {
+            "application/problem+json": "getRunLogs_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getRunLogs_431_headers",
+          "content": {
+            "application/problem+json": "getRunLogs_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "getRunLogs_500_headers",
           "content": {
@@ -1639,6 +1999,12 @@ export const routes = [
             "application/problem+json": "redeliverWebhook_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "redeliverWebhook_408_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_408_application_problem_json"
+          }
+        },
         "409": {
           "headers": "redeliverWebhook_409_headers",
           "content": {
@@ -1649,6 +2015,12 @@ export const routes = [
           "headers": "redeliverWebhook_429_headers",
           "content": {
             "application/problem+json": "redeliverWebhook_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "redeliverWebhook_431_headers",
+          "content": {
+            "application/problem+json": "redeliverWebhook_431_application_problem_json"
           }
         },
         "500": {
@@ -1744,6 +2116,18 @@ export const routes = [
             "application/problem+json": "getRepositoryTree_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "getRepositoryTree_408_headers",
+          "content": {
+            "application/problem+json": "getRepositoryTree_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getRepositoryTree_431_headers",
+          "content": {
+            "application/problem+json": "getRepositoryTree_431_application_problem_json"
+          }
+        },
         "500": {
           "headers": "getRepositoryTree_500_headers",
           "content": {
@@ -1760,6 +2144,125 @@ export const routes = [
           "headers": "getRepositoryTree_503_headers",
           "content": {
             "application/problem+json": "getRepositoryTree_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "listProjectRuns",
+    "method": "GET",
+    "path": "/v4/projects/{project_id}/runs",
+    "koaPath": "/v4/projects/:project_id/runs",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "function_name",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "status",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "mode",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "created_after",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "created_before",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "limit",
+        "in": "query",
+        "type": "integer",
+        "required": false
+      },
+      {
+        "name": "cursor",
+        "in": "query",
+        "type": "string",
+        "required": false
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "listProjectRuns_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "listProjectRuns_200_headers",
+          "content": {
+            "application/json": "listProjectRuns_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "listProjectRuns_400_headers",
+          "content": {
+            "application/problem+json": "listProjectRuns_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "listProjectRuns_401_headers",
+          "content": {
+            "application/problem+json": "listProjectRuns_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "listProjectRuns_403_headers",
+          "content": {
+            "application/problem+json": "listProjectRuns_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "listProjectRuns_408_headers",
+          "content": {
+            "application/problem+json": "listProjectRuns_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "listProjectRuns_431_headers",
+          "content": {
+            "application/problem+json": "listProjectRuns_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "listProjectRuns_500_headers",
+          "content": {
+            "application/problem+json": "listProjectRuns_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "listProjectRuns_503_headers",
+          "content": {
+            "application/problem+json": "listProjectRuns_503_application_problem_json"
           }
         }
       }
@@ -1807,6 +2310,18 @@ export const routes = [
           "headers": "watchRuns_403_headers",
           "content": {
             "application/problem+json": "watchRuns_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "watchRuns_408_headers",
+          "content": {
+            "application/problem+json": "watchRuns_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "watchRuns_431_headers",
+          "content": {
+            "application/problem+json": "watchRuns_431_application_problem_json"
           }
         },
         "500": {
@@ -1934,6 +2449,12 @@ export const routes = [
             "application/problem+json": "runFunction_404_application_problem_json"
           }
         },
+        "408": {
+          "headers": "runFunction_408_headers",
+          "content": {
+            "application/problem+json": "runFunction_408_application_problem_json"
+          }
+        },
         "409": {
           "headers": "runFunction_409_headers",
           "content": {
@@ -1962,6 +2483,12 @@ export const routes = [
           "headers": "runFunction_429_headers",
           "content": {
             "application/problem+json": "runFunction_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "runFunction_431_headers",
+          "content": {
+            "application/problem+json": "runFunction_431_application_problem_json"
           }
         },
         "500": {

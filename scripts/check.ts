@@ -1,13 +1,17 @@
 /**
- * `npm run check`: fails when generated/ differs from what spec/ produces, when `tsc --noEmit` fails,
+ * `npm run check`: fails when generated/ differs from what spec/ produces, when `tsc --noEmit` fails (on the
+ * TypeScript, and on the dashboard's `// @ts-check` JavaScript with `tsconfig.dashboard.json`),
  * when a file is not formatted as `npm run fmt` would, when an import breaks a layering rule
- * (`scripts/check_boundaries.ts`), or when Redocly's lint reports an error on the OpenAPI document.
+ * (`scripts/check_boundaries.ts`), or when a linter reports anything on the OpenAPI document: Redocly
+ * (`redocly.yaml`: its `recommended` rules) or Spectral (`.spectral.yaml`: `spectral:oas`), warnings
+ * included.
  */
 import { spawnSync } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { generateArtifacts, ROOT } from "./generate.ts";
+import { redoclyProblems, spectralProblems } from "./openapi_lint.ts";
 
 /**
  * Lists the generated files that differ from the spec's output (missing, stale or extra). `artifacts` is
@@ -31,13 +35,18 @@ export async function staleGenerated(
 
 function runStep(name: string, command: string, args: string[]): boolean {
   process.stdout.write(`check: ${name}\n`);
-  const result = spawnSync(command, args, {
-    cwd: ROOT,
-    stdio: "inherit",
-    env: { ...process.env, REDOCLY_TELEMETRY: "off", REDOCLY_SUPPRESS_UPDATE_NOTICE: "true" },
-  });
+  const result = spawnSync(command, args, { cwd: ROOT, stdio: "inherit" });
   if (result.status !== 0) process.stdout.write(`check: ${name} failed\n`);
   return result.status === 0;
+}
+
+/** A step that passes when `problems` lists none; it prints each. */
+function lintStep(name: string, problems: () => string[]): boolean {
+  process.stdout.write(`check: ${name}\n`);
+  const found = problems();
+  for (const line of found) process.stdout.write(`  ${line}\n`);
+  if (found.length) process.stdout.write(`check: ${name} failed: ${found.length} problems\n`);
+  return found.length === 0;
 }
 
 if (process.argv[1]?.endsWith("check.ts")) {
@@ -51,12 +60,20 @@ if (process.argv[1]?.endsWith("check.ts")) {
       `check: generated/ is out of date (${stale.join(", ")}): run npm run generate and commit the result\n`,
     );
   }
-  ok = runStep("tsc --noEmit", process.execPath, [require.resolve("typescript/bin/tsc"), "-p", ".", "--noEmit"]) && ok;
+  const tsc = require.resolve("typescript/bin/tsc");
+  ok = runStep("tsc --noEmit", process.execPath, [tsc, "-p", ".", "--noEmit"]) && ok;
+  ok = runStep("tsc --noEmit (the dashboard's JavaScript, checked with its JSDoc types)", process.execPath, [
+    tsc,
+    "-p",
+    "tsconfig.dashboard.json",
+    "--noEmit",
+  ]) && ok;
   const tsx = join(ROOT, "node_modules", "tsx", "dist", "cli.mjs");
   ok = runStep("formatting (npm run fmt fixes it)", process.execPath, [tsx, "scripts/fmt.ts", "--check"]) && ok;
   ok = runStep("import boundaries", process.execPath, [tsx, "scripts/check_boundaries.ts"]) && ok;
-  const redocly = join(ROOT, "node_modules", "@redocly", "cli", "bin", "cli.js");
-  ok = runStep("redocly lint", process.execPath, [redocly, "lint", "generated/openapi.json", "--format=summary"]) && ok;
+  const document = "generated/openapi.json";
+  ok = lintStep("redocly lint (recommended, warnings fail)", () => redoclyProblems(document)) && ok;
+  ok = lintStep("spectral lint (spectral:oas, warnings fail)", () => spectralProblems(document)) && ok;
   process.stdout.write(ok ? "check: all passed\n" : "check: failed\n");
   process.exit(ok ? 0 : 1);
 }

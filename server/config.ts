@@ -4,6 +4,7 @@
  */
 import { cpus, totalmem } from "node:os";
 import { resolve } from "node:path";
+import { type GpuEntry, parseGpuList } from "./gpus/mod.ts";
 import { MASTER_KEY_HOWTO, type MasterKey, parseMasterKey } from "./keys/master_key.ts";
 
 /** The server's validated settings. */
@@ -13,6 +14,12 @@ export interface Config {
   dataDir: string;
   /** A `postgres://` URL selects PostgreSQL; null keeps the SQLite file in the data dir. Never log it unredacted. */
   databaseUrl: string | null;
+  /**
+   * The base URL other processes reach this one at (`RUNPLANE_ADVERTISE_URL`): with PostgreSQL it makes
+   * the processes one cluster that counts, places and reaches replicas together (issue 31); null: each
+   * process counts its own.
+   */
+  advertiseUrl: string | null;
   /** The most PostgreSQL connections the process opens (its pool's size). */
   databasePoolSize: number;
   /** Whether the hot paths' statements are named prepared statements on PostgreSQL (planned once per connection). */
@@ -42,10 +49,19 @@ export interface Config {
   cgroups: "auto" | "required" | "off";
   /** The most processes and threads one replica may have at once (its cgroup's pids limit). */
   replicaPids: number;
+  /** Whether Python replicas are forked from a template per app version that imported the app once. */
+  forkReplicas: boolean;
   /** Cores the replicas of this host may reserve between them (each its app's `[hardware] cpu`). */
   hostCpu: number;
   /** Bytes of memory the replicas of this host may reserve between them (each its app's `[hardware] memory`). */
   hostMemoryBytes: number;
+  /**
+   * The GPUs replicas may be given (`RUNPLANE_GPUS`): null takes nvidia-smi's list; an empty list is none;
+   * entries nvidia-smi does not list are used as given (a fake inventory, for tests).
+   */
+  gpus: GpuEntry[] | null;
+  /** The nvidia-smi command that lists the host's GPUs (a name looked up on PATH, or a path). */
+  nvidiaSmi: string;
   /** The most replicas one project's apps may ask for, `scaling.max_replicas` summed over them. */
   projectReplicaLimit: number;
   /** Lets deployed apps name an external `runtime.custom.url` (checked by the webhook guard at connect time). */
@@ -204,7 +220,7 @@ function logLevel(raw: string): Config["logLevel"] {
   return level;
 }
 
-/** Every setting, in the order `runplane serve --help` and the README list them. */
+/** Every setting, in the order `runplane serve --help` and docs/configuration.md list them. */
 export const SETTINGS = [
   {
     key: "host",
@@ -321,6 +337,19 @@ export const SETTINGS = [
     parse: duration(1000, 86_400_000, "1s to 24h"),
   },
   {
+    key: "advertiseUrl",
+    env: "RUNPLANE_ADVERTISE_URL",
+    flag: "--advertise-url",
+    default: "",
+    description:
+      "The base URL the other processes on the same PostgreSQL reach this one at (e.g. http://10.0.0.5:8080). Set on every process, it makes them one cluster: an app's min_replicas and max_replicas count across all of them, and a call goes to warm capacity wherever it is. Unset: each process counts its own replicas",
+    parse: (raw) => {
+      if (!raw.trim()) return null;
+      if (!/^https?:\/\//i.test(raw.trim()) || !URL.canParse(raw.trim())) throw new Error("must be an http(s) URL");
+      return raw.trim().replace(/\/+$/, "");
+    },
+  },
+  {
     key: "pipIndexUrl",
     env: "RUNPLANE_PIP_INDEX_URL",
     flag: "--pip-index-url",
@@ -362,6 +391,15 @@ export const SETTINGS = [
     parse: integer(16, 1_000_000),
   },
   {
+    key: "forkReplicas",
+    env: "RUNPLANE_FORK_REPLICAS",
+    flag: "--fork-replicas",
+    default: "true",
+    description:
+      "Fork Python replicas from a template per app version that imported main.py and [runtime] preload once (in the app's jail), instead of importing again per replica; an app whose import starts threads or initialises CUDA cold-starts anyway. false: every replica cold-starts",
+    parse: boolean,
+  },
+  {
     key: "hostCpu",
     env: "RUNPLANE_HOST_CPU",
     flag: "--host-cpu",
@@ -387,6 +425,28 @@ export const SETTINGS = [
       const value = parseSize(raw);
       if (value < 64 * 1024 ** 2) throw new Error("must be a size of at least 64mb, such as 16gb");
       return value;
+    },
+  },
+  {
+    key: "gpus",
+    env: "RUNPLANE_GPUS",
+    flag: "--gpus",
+    default: "",
+    description:
+      "The GPUs replicas may be given, separated by commas: indexes or UUIDs as nvidia-smi lists them (GPU-…), each optionally followed by :MODEL for a GPU nvidia-smi does not list (a fake inventory); none for no GPU. Unset: every GPU nvidia-smi lists",
+    parse: parseGpuList,
+  },
+  {
+    key: "nvidiaSmi",
+    env: "RUNPLANE_NVIDIA_SMI",
+    flag: "--nvidia-smi",
+    default: "nvidia-smi",
+    description:
+      "The nvidia-smi run once at start to list the host's GPUs (index, UUID, model, memory, PCI bus id); where it is missing the host has no GPUs unless RUNPLANE_GPUS lists some",
+    parse: (raw) => {
+      const value = raw.trim();
+      if (!value) throw new Error("must name a command, such as nvidia-smi or /usr/bin/nvidia-smi");
+      return value.includes("/") ? resolve(value) : value;
     },
   },
   {
@@ -688,12 +748,17 @@ export function loadConfig(
       `RUNPLANE_MASTER_KEY is not set: with RUNPLANE_DATABASE_URL the signing and data keys are kept in the database, sealed with it; ${MASTER_KEY_HOWTO}`,
     );
   }
+  if (out.advertiseUrl && !out.databaseUrl) {
+    problems.push(
+      "RUNPLANE_ADVERTISE_URL needs RUNPLANE_DATABASE_URL: the processes of a cluster share one PostgreSQL",
+    );
+  }
   if (problems.length) throw new ConfigError(problems);
   if (!isComplete(out)) throw new Error("a setting was parsed to nothing");
   return out;
 }
 
-/** The settings as the README's Markdown table (kept equal to it by a test). */
+/** The settings as docs/configuration.md's Markdown table (kept equal to it by a test). */
 export function settingsMarkdown(): string {
   const cell = (text: string) => text.replace(/\|/g, "\\|");
   const rows = SETTINGS.map((s) =>

@@ -1,7 +1,9 @@
 /** What the handlers share: the server's settings and its domain services. */
 import type { SigningKey, SigningKeys } from "./auth/mod.ts";
+import type { ClusterView, ForwardKey } from "./cluster/mod.ts";
 import type { Config } from "./config.ts";
 import type { Deployments } from "./deployments/mod.ts";
+import type { GpuInventory } from "./gpus/mod.ts";
 import type { RepositoryTrees } from "./integrations/mod.ts";
 import type { Logger } from "./log.ts";
 import type { Metrics } from "./metrics/mod.ts";
@@ -37,6 +39,8 @@ export interface ServerContext {
   sandbox: SandboxStatus;
   /** Whether replicas are limited by cgroups here, with which version, and what is missing (shown by `/readyz`). */
   cgroups: CgroupStatus;
+  /** The host's GPUs as read at start, where from, and what was wrong (shown by `/readyz`). */
+  gpus: GpuInventory;
   /** Deployed apps and their replicas: runs functions. */
   runtime: Runtime;
   /** Run records, submitting calls, the async dispatcher, cancel. */
@@ -47,4 +51,16 @@ export interface ServerContext {
   deployments: Deployments;
   /** Each project's secrets: sealed at rest, its replicas' environment variables. */
   projectSecrets: ProjectSecrets;
+  /**
+   * Signs calls forwarded to another host (`forwardCall`) and verifies the ones forwarded here; derived
+   * from the master key, so null without one (a single process on SQLite forwards nothing).
+   */
+  forwardKey: ForwardKey | null;
+  /** This process as a host: its id (new at every start, as `served_by[].process_id`) and `RUNPLANE_ADVERTISE_URL`. */
+  host: { id: string; url: string | null };
+  /**
+   * The cluster's cached view (hosts and replica seats, up to a heartbeat old) on a cluster host;
+   * null on a process that is not part of a cluster (it counts its replicas by itself).
+   */
+  cluster: { view(): ClusterView } | null;
 }

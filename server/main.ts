@@ -3,6 +3,7 @@ import { createServiceAccount } from "./auth/mod.ts";
 import { ConfigError, loadConfig, type SettingOverrides, settingProblem } from "./config.ts";
 import { DataDirError } from "./data_dir.ts";
 import { createServer, type RunplaneServer } from "./mod.ts";
+import { applyServerV8Flags } from "./node_flags.ts";
 import { skewProcessClock } from "./store/mod.ts";
 
 /** The project `npm start` creates on a fresh data dir. */
@@ -10,6 +11,7 @@ export const DEMO_PROJECT = "p-demo";
 
 /** Starts the server with `overrides` (flag values) over the environment; resolves once listening. */
 export async function serve(overrides: SettingOverrides = {}): Promise<void> {
+  applyServerV8Flags();
   let server: RunplaneServer;
   try {
     const config = loadConfig(process.env, overrides);

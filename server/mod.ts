@@ -8,20 +8,23 @@ import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { createSessionRecords, createTokenVerifier } from "./auth/mod.ts";
+import { forwardKey, seatCounts } from "./cluster/mod.ts";
+import { type ClusterHost, createClusterHost } from "./cluster_host.ts";
 import { type Config, ConfigError } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { prepareDataDir } from "./data_dir.ts";
+import { detectGpus, type GpuInventory } from "./gpus/mod.ts";
 import { createDeployments } from "./deployments/mod.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { answerClientErrors, createDrainGate, createHttpApp } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
 import { keysBootstrap, loadKeys, MasterKeyError, type ProcessKeys } from "./keys/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
-import { createMetrics } from "./metrics/mod.ts";
+import { createMetrics, type Metrics } from "./metrics/mod.ts";
 import { cacheReplicaEnvironments, createProjectSecrets } from "./project_secrets/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
-import { createRuntime, type DeployedApp } from "./runtime/mod.ts";
-import { createRunChangeFeed, createRunLogWriter, createRunService } from "./runs/mod.ts";
+import { createRuntime, type DeployedApp, type Runtime } from "./runtime/mod.ts";
+import { createRunChangeFeed, createRunLogWriter, createRunService, type RunService } from "./runs/mod.ts";
 import {
   type Cgroups,
   CgroupsUnavailableError,
@@ -66,6 +69,11 @@ export interface RunplaneServer {
 /** Options of `createServer`. */
 export interface CreateServerOptions {
   logger?: Logger;
+  /**
+   * Where the GPUs' device nodes (default `/dev`) and the driver's per-GPU folders (default
+   * `/proc/driver/nvidia/gpus`) are: tests point them at folders of fake ones.
+   */
+  gpuPaths?: { devices?: string; driver?: string };
 }
 
 /**
@@ -138,6 +146,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
     throw error;
   }
   logCgroups(logger, cgroups);
+  const gpus = await detectGpus({ list: config.gpus, nvidiaSmi: config.nvidiaSmi, procDir: options.gpuPaths?.driver });
+  logGpus(logger, gpus);
   const metrics = createMetrics();
   const gate = createDrainGate();
   let appsLoaded = false;
@@ -179,18 +189,39 @@ export async function createServer(config: Config, options: CreateServerOptions 
   // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
   let deployedApps: () => DeployedApp[] = () => [];
   const runLogs = createRunLogWriter(store.db, { limitBytes: config.runLogLimitBytes, logger });
+  // With RUNPLANE_ADVERTISE_URL on a shared store, this process is a host of one cluster (issue 31):
+  // replicas are counted by seats in the store and calls go to warm capacity on any host.
+  const clusterKey = config.advertiseUrl && store.shared && config.masterKey ? forwardKey(config.masterKey) : null;
+  let cluster: ClusterHost | undefined;
   const runtime = createRuntime(config.appsDir, {
+    seated: clusterKey !== null,
+    onLoadChange: clusterKey ? () => cluster?.registry.changed() : undefined,
     logger,
     sandbox,
     cgroups,
     host: { cpu: config.hostCpu, memoryBytes: config.hostMemoryBytes },
+    gpus: gpus.gpus,
+    gpuDeviceDir: options.gpuPaths?.devices,
     projectReplicaLimit: config.projectReplicaLimit,
+    forkReplicas: config.forkReplicas,
     queueLimit: config.appQueueLimit,
     deployedApps: () => deployedApps(),
     onOutput: (line) => runLogs.add(line),
     projectEnvironment: (projectId) => replicaEnvironments.get(projectId),
     externalRuntimes: { allowed: config.allowExternalRuntimes, allowPrivate: config.webhookAllowPrivate },
   });
+  if (clusterKey && config.advertiseUrl) {
+    cluster = createClusterHost({
+      store,
+      runtime,
+      logger,
+      hostId: owner,
+      url: config.advertiseUrl,
+      capacity: { cpu: config.hostCpu, memoryBytes: config.hostMemoryBytes, gpus: gpus.gpus.length },
+      leaseMs: config.runLeaseMs,
+      forwardKey: clusterKey,
+    });
+  }
   reloadApps = () => {
     runtime.reload().catch((error) => logger.error({ err: error }, "reloading apps after a secrets change failed"));
   };
@@ -212,11 +243,14 @@ export async function createServer(config: Config, options: CreateServerOptions 
     },
     runtime,
     archiveRepository: (projectId, request) => trees.archive(projectId, request),
+    deferBuilds: clusterKey !== null,
     testDelayLocalSyncMs: config.testDelayLocalSyncMs,
   });
   deployedApps = () => deployments.deployedApps();
   // Calls load an app on demand, so the server listens while apps load; readiness says when they have.
-  const loading = runtime.start().then(() => deployments.start()).then(() => runtime.warm()).then(
+  const loading = runtime.start().then(() => deployments.start()).then(() => cluster?.start()).then(() =>
+    runtime.warm()
+  ).then(
     () => void (appsLoaded = true),
     (error) => logger.error({ err: error }, "loading apps failed"),
   );
@@ -245,6 +279,10 @@ export async function createServer(config: Config, options: CreateServerOptions 
       logger.warn({ err: error }, "announcing webhook deliveries failed; other processes poll for them")
     ).finally(() => (announcingDeliveries = false));
   }
+  // This host's own replicas. The endpoint other hosts forward calls to always runs them here (on a
+  // cluster host, on a replica it may place here): a forwarded call is never forwarded again.
+  const localExecutor = runtimeExecutor(runtime);
+  const hereExecutor = cluster?.executor.placing ?? localExecutor;
   const runChanges = createRunChangeFeed({ notifier: store.notifier, logger });
   const runs = createRunService({
     db: store.db,
@@ -257,7 +295,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       webhookAllowPrivate: config.webhookAllowPrivate,
       resultLimitBytes: config.resultLimitBytes,
     },
-    executor: runtimeExecutor(runtime),
+    executor: cluster?.executor ?? localExecutor,
     metrics,
     owner,
     storeOutage: outage,
@@ -269,28 +307,10 @@ export async function createServer(config: Config, options: CreateServerOptions 
     onDeliveries: deliveriesAdded,
     deliveryHandOff: deliveries.handOff,
     onChange: runChanges.publish,
+    changesWanted: runChanges.watches,
     logs: runLogs,
   });
-  metrics.setQueuedRunsSource(async () =>
-    (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count }))
-  );
-  metrics.setCapacitySource(() => {
-    const { total, reserved } = runtime.hostCapacity();
-    return {
-      waiting: runtime.waitingForCapacity().map(({ app, replicas }) => ({ labels: { app }, value: replicas })),
-      host: [
-        { labels: { resource: "cpu", kind: "total" }, value: total.cpu },
-        { labels: { resource: "cpu", kind: "reserved" }, value: reserved.cpu },
-        { labels: { resource: "memory_bytes", kind: "total" }, value: total.memoryBytes },
-        { labels: { resource: "memory_bytes", kind: "reserved" }, value: reserved.memoryBytes },
-      ],
-    };
-  });
-  metrics.setReplicasSource(() =>
-    runtime.replicaStates().flatMap(({ app, ...states }) =>
-      Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value }))
-    )
-  );
+  wireGauges(metrics, { runs, runtime, cluster });
   const context: ServerContext = {
     config,
     store,
@@ -307,7 +327,11 @@ export async function createServer(config: Config, options: CreateServerOptions 
     deployments,
     sandbox: sandbox.status,
     cgroups: cgroups.status,
+    gpus,
     projectSecrets,
+    forwardKey: clusterKey ?? (config.masterKey ? forwardKey(config.masterKey) : null),
+    host: { id: owner, url: config.advertiseUrl ?? null },
+    cluster: cluster ? { view: cluster.registry.view } : null,
   };
   const app = createHttpApp({
     handlers: createHandlers(context),
@@ -320,6 +344,9 @@ export async function createServer(config: Config, options: CreateServerOptions 
     dashboard: { secrets: context.secrets, records: createSessionRecords(store.db) },
     gate,
     storeOutage: outage,
+    forwardedCalls: context.forwardKey
+      ? { key: context.forwardKey, executor: hereExecutor, now: store.clock.now }
+      : undefined,
     onRequestFinished(request) {
       metrics.httpRequestDuration.observe(
         { operation_id: request.operationId ?? "unmatched", method: request.method, status: String(request.status) },
@@ -350,6 +377,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
       await runChanges.close();
       await deployments.stop();
       replicaEnvironments.close();
+      // Its seats go first, so no host forwards a call to replicas that are going away.
+      await cluster?.stop();
       await runtime.close();
       await cgroups.close();
       await runLogs.close();
@@ -382,6 +411,9 @@ export async function createServer(config: Config, options: CreateServerOptions 
     // Retry-After and `Connection: close`, and probes see /readyz fail, instead of a refused connection
     // that a load balancer might retry blindly.
     await runs.stopDispatching();
+    // Its seats go at once: the other hosts stop sending it calls and may start the replicas it held,
+    // while the calls in flight here finish on its own.
+    await cluster?.stop();
     let wasCutShort = false;
     await Promise.race([
       Promise.all([gate.idle(timeoutMs), runs.settled(timeoutMs)]),
@@ -425,6 +457,43 @@ export async function createServer(config: Config, options: CreateServerOptions 
   };
 }
 
+/** Where the live gauges read from: queued runs, this host's capacity and replicas, and (on a cluster host) the cluster's view. */
+function wireGauges(metrics: Metrics, sources: { runs: RunService; runtime: Runtime; cluster?: ClusterHost }): void {
+  const { runs, runtime, cluster } = sources;
+  metrics.setQueuedRunsSource(async () =>
+    (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count }))
+  );
+  metrics.setCapacitySource(() => {
+    const { total, reserved, gpus } = runtime.hostCapacity();
+    return {
+      waiting: runtime.waitingForCapacity().map(({ app, replicas }) => ({ labels: { app }, value: replicas })),
+      host: [
+        { labels: { resource: "cpu", kind: "total" }, value: total.cpu },
+        { labels: { resource: "cpu", kind: "reserved" }, value: reserved.cpu },
+        { labels: { resource: "memory_bytes", kind: "total" }, value: total.memoryBytes },
+        { labels: { resource: "memory_bytes", kind: "reserved" }, value: reserved.memoryBytes },
+        { labels: { resource: "gpus", kind: "total" }, value: gpus.total },
+        { labels: { resource: "gpus", kind: "reserved" }, value: gpus.held },
+      ],
+    };
+  });
+  metrics.setReplicasSource(() =>
+    runtime.replicaStates().flatMap(({ app, ...states }) =>
+      Object.entries(states).map(([state, value]) => ({ labels: { app, state }, value }))
+    )
+  );
+  if (cluster) {
+    const { registry } = cluster;
+    metrics.setClusterSource(() => {
+      const { seats, calls } = seatCounts(registry.view());
+      return {
+        seats: seats.map(({ app, host, state, count }) => ({ labels: { app, host, state }, value: count })),
+        calls: calls.map(({ app, host, count }) => ({ labels: { app, host }, value: count })),
+      };
+    });
+  }
+}
+
 /** Says at start how replicas are limited: the cgroup version and where, or loudly why they are not. */
 function logCgroups(logger: Logger, cgroups: Cgroups): void {
   const { status } = cgroups;
@@ -435,6 +504,17 @@ function logCgroups(logger: Logger, cgroups: Cgroups): void {
     );
   }
   for (const problem of status.problems) logger.warn({ cgroups: status.setting }, `CGROUPS: ${problem}`);
+}
+
+function logGpus(logger: Logger, inventory: GpuInventory): void {
+  const { gpus, source } = inventory;
+  if (gpus.length) {
+    logger.info(
+      { gpus: gpus.map((gpu) => ({ id: gpu.id, index: gpu.index, model: gpu.model, minor: gpu.minor })), source },
+      `GPUs: ${gpus.length} from ${source}, each given whole to one replica at a time`,
+    );
+  }
+  for (const problem of inventory.problems) logger.warn({ gpus: source }, `GPUS: ${problem}`);
 }
 
 /** Rethrows a missing or wrong master key as the bad setting it is (exit 2 at start); anything else as is. */

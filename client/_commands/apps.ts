@@ -22,6 +22,25 @@ function replicas(app: App): string {
   return `${busy} busy, ${idle} idle, ${starting} starting`;
 }
 
+/** `[hardware]` in one line: `hardware: 0.5 cores, 2 GiB, 1 GPU (HOPPER_H100)`. */
+function hardware(app: App): string | null {
+  const h = app.hardware;
+  if (!h) return null;
+  const gpus = h.gpu_count === 0 ? "" : `, ${h.gpu_count} GPU${h.gpu_count === 1 ? "" : "s"}`;
+  const compute = h.compute === null ? "" : ` (${stripTerminalControls(h.compute)})`;
+  return `hardware: ${h.cpu} cores, ${h.memory} GiB${gpus}${compute}`;
+}
+
+/** Which replica holds which GPUs: one line each, `  pid 4182: GPU-3a7b… (NVIDIA H100 80GB HBM3)`. */
+function replicaGpus(app: App): string[] {
+  return app.replicas.gpus.map((replica) => {
+    const gpus = replica.gpus.map((gpu) => `${gpu.id}${gpu.model === null ? "" : ` (${gpu.model})`}`);
+    return stripTerminalControls(
+      `  replica ${replica.pid === null ? "(starting)" : `pid ${replica.pid}`}: ${gpus.join(", ")}`,
+    );
+  });
+}
+
 /** An app for people: one line of identity and state, then its settings. */
 export function formatApp(app: App): string {
   const lines = [
@@ -35,6 +54,9 @@ export function formatApp(app: App): string {
       `scaling: ${s.min_replicas}..${s.max_replicas} replicas, ${s.replica_concurrency} calls each, cooldown ${s.cooldown} s`,
     );
   }
+  const hw = hardware(app);
+  if (hw) lines.push(hw);
+  if (app.replicas.gpus.length) lines.push("GPUs held:", ...replicaGpus(app));
   if (app.error) lines.push(`error: ${stripTerminalControls(app.error)}`);
   return lines.join("\n");
 }

@@ -10,8 +10,9 @@ import { type CommandIo, UsageError } from "../cli_command.ts";
 export const BASE_IMAGE_HELP = `Usage: runplane base-image --project <id> --app <name> [--config path/to/runplane.toml]
 
 Hashes the app's build dependencies ([dependencies.pip|apt|conda] and [build] base_image,
-shell_commands, pre_build_commands of its runplane.toml) and prints the digest and whether the project
-has seen it before (new or cached). The default config is
+shell_commands, pre_build_commands of its runplane.toml) and prints the digest and what a build of them
+will do on the server: new (pip will make their virtualenv) or cached (a ready one is reused, or there
+are no pip requirements). The default config is
 <RUNPLANE_APPS_DIR, else examples/apps>/<project>/<app>/runplane.toml.
 
 ${CONNECTION_HELP}`;

@@ -3,28 +3,38 @@ import { basename, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { parse } from "smol-toml";
 import { baseImageRequestFromToml } from "../base_image_request.ts";
-import { packBundle } from "../bundle.ts";
+import { bundleExcluder, packBundle } from "../bundle.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
-import { type Deployment, DEFAULT_FUNCTION, type RunplaneClient } from "../mod.ts";
+import {
+  type BaseImageHash,
+  type BaseImageRequest,
+  type Deployment,
+  DEFAULT_FUNCTION,
+  type RunplaneClient,
+} from "../mod.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect, serverUrls } from "./connection.ts";
 import { clearProgress, isTerminal, showProgress, writeJson } from "./output.ts";
 import { callInstructions } from "../call_instructions.ts";
 import { type PythonParameter, pythonParameters } from "../python_signature.ts";
+import { commitLabel, workTreeCommit } from "./work_tree.ts";
 
 /** Help of `runplane deploy`. */
 export const DEPLOY_HELP = `Usage:
-  runplane deploy [dir] --project <id> [--app <name>] [--function <name>]
-  runplane deploy --repo <owner>/<repo> [--ref <ref>] [--path <folder>] --project <id> --app <name>
+  runplane deploy [dir] --project <id> [--app <name>] [--function <name>] [--message <text>]
+  runplane deploy --repo <owner>/<repo> [--ref <ref>] [--path <folder>] --project <id> --app <name> [--message <text>]
 
 Deploys an app folder (default: the current folder) or a folder of a repository the project's git
 integration reaches, follows the build log, and ends with the app's run URL and a curl to call it (its
 body built from the function's parameters in main.py, or a placeholder when they are unknown). The app
 name defaults to [deployment] name of runplane.toml, else the folder's name. Before uploading, it asks the
-server for the base-image digest of the app's dependencies and says whether that layer is new (pip will
-run) or cached (it is reused). Skipped when packing: .git, __pycache__, .venv, *.pyc and the patterns of
-[deployment] exclude. Exit 1 when the build fails.
+server for the base-image digest of the app's dependencies and says what the build will do with that
+layer: new (pip will make its virtualenv), cached (a ready one is reused) or none (no [dependencies.pip]).
+Skipped when packing: .git, __pycache__, .venv, *.pyc and the patterns of [deployment] exclude. When the
+folder is in a git work tree, the deployment records its HEAD commit, and "dirty" when files it uploads
+differ from that commit. Exit 1 when the build fails.
 
+  --message <text>   what this version is, kept with the deployment (at most 500 characters)
   --function <name>  the function the printed curl calls (default ${DEFAULT_FUNCTION})
   --no-follow        print the deployment as soon as it is accepted; do not wait for the build
 
@@ -58,6 +68,14 @@ function deploySettings(text: string, path: string): DeploySettings {
 
 function kib(bytes: number): string {
   return bytes < 1024 * 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/** What the build will do with the dependency layer, for people. */
+function dependencyLayer(layer: BaseImageHash, request: BaseImageRequest): string {
+  if (!request.pipRequirements?.length) return `none: no [dependencies.pip] (${layer.digest})`;
+  return layer.status === "new"
+    ? `new: pip will make its virtualenv (${layer.digest})`
+    : `cached: its virtualenv is reused (${layer.digest})`;
 }
 
 /** `[#####     ]  50%`. */
@@ -103,6 +121,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
       repo: { type: "string" },
       ref: { type: "string" },
       path: { type: "string" },
+      message: { type: "string" },
       "no-follow": { type: "boolean", default: false },
     },
   });
@@ -127,7 +146,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
         ...(values.ref ? { ref: values.ref } : {}),
         ...(values.path ? { path: values.path } : {}),
       },
-    }, { signal: io.signal });
+    }, { signal: io.signal, message: values.message });
     say(
       `Deploying ${values.repo}${values.path ? `/${values.path}` : ""}${values.ref ? `@${values.ref}` : ""} as ${app}`,
     );
@@ -148,12 +167,18 @@ export async function deployCommand(io: CommandIo): Promise<number> {
       throw new Error(`${tomlPath}: ${(error as Error).message}`);
     }
     const layer = await client.baseImageHash(app, request, { signal: io.signal });
-    say(`Dependency layer: ${layer.status} (${layer.digest})`);
+    say(`Dependency layer: ${dependencyLayer(layer, request)}`);
     const bundle = await packBundle(dir, { exclude: settings.exclude });
-    say(`Packed ${bundle.files} files (${kib(bundle.bytes.length)})`);
+    const source = await workTreeCommit(dir, bundleExcluder(settings.exclude));
+    say(
+      `Packed ${bundle.files} files (${kib(bundle.bytes.length)})${source ? ` at commit ${commitLabel(source)}` : ""}`,
+    );
     try {
       accepted = await client.createDeployment(app, bundle.bytes, {
         signal: io.signal,
+        message: values.message,
+        commit: source?.commit,
+        dirty: source?.dirty,
         onUploadProgress: isTerminal(io.stderr)
           ? (sent, total) => showProgress(io, `Uploading ${progressBar(sent / total)} ${kib(sent)} of ${kib(total)}`)
           : undefined,

@@ -5,6 +5,7 @@ import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
 import { writeJson } from "./output.ts";
 import { writeTable } from "../table_format.ts";
+import { commitLabel } from "./work_tree.ts";
 
 /** Help of `runplane deployments`. */
 export const DEPLOYMENTS_HELP = `Usage:
@@ -14,12 +15,28 @@ export const DEPLOYMENTS_HELP = `Usage:
 
 ${CONNECTION_HELP}`;
 
-/** A table row per deployment: id, status, whether it serves, when, from what, and why it failed. */
+/** The longest message a table shows (its first line); `--json` has it whole. */
+const MESSAGE_WIDTH = 48;
+
+/** A message's first line, cut to `MESSAGE_WIDTH` characters. */
+function messageCell(message: string | null): string | null {
+  if (message === null) return null;
+  const [first] = message.split("\n");
+  const more = first.length < message.trimEnd().length;
+  return first.length > MESSAGE_WIDTH ? `${first.slice(0, MESSAGE_WIDTH - 1)}…` : more ? `${first} …` : first;
+}
+
+/**
+ * A table row per deployment: id, status, whether it serves, when, from what (a repository, or a bundle
+ * with its commit, `-dirty` when its folder differed), what its deployer said of it, and why it failed.
+ */
 function deploymentRow(d: Deployment): Array<string | null> {
   const source = d.repository
     ? `${d.repository.owner}/${d.repository.repo}@${d.repository.commit.slice(0, 7)}`
+    : d.commit
+    ? `bundle@${commitLabel({ commit: d.commit, dirty: d.dirty })}`
     : "bundle";
-  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, d.error];
+  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, messageCell(d.message), d.error];
 }
 
 /** `runplane deployments list|logs|activate`. */
@@ -55,7 +72,7 @@ export async function deploymentsCommand(io: CommandIo): Promise<number> {
     if (values.json) return (writeJson(io, page), 0);
     writeTable(
       io,
-      ["DEPLOYMENT", "STATUS", "ACTIVE", "CREATED", "SOURCE", "ERROR"],
+      ["DEPLOYMENT", "STATUS", "ACTIVE", "CREATED", "SOURCE", "MESSAGE", "ERROR"],
       page.deployments.map(deploymentRow),
     );
     if (page.next_cursor) io.stderr.write(`More deployments: add --cursor ${page.next_cursor}\n`);

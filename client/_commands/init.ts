@@ -16,13 +16,18 @@ Then: runplane deploy <dir> --project <id>`;
 const APP_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
 
 function toml(name: string): string {
-  return `# How Runplane builds and runs this app (README: "runplane.toml").
+  return `# How Runplane builds and runs this app (docs/runplane-toml.md in Runplane's repository).
 [deployment]
 name = "${name}"
 
 [scaling]
 max_replicas = 1
 replica_concurrency = 4
+
+# What each replica may use: cores, GiB of memory (and gpu_count).
+[hardware]
+cpu = 1
+memory = 2
 
 # Python packages the build installs, one name and version each:
 # [dependencies.pip]
@@ -35,6 +40,7 @@ const MAIN_PY = `"""A Runplane app: each top-level function is called with the J
 
 def run(name: str, greeting: str = "Hello") -> dict:
     """Answers once: POST /v4/<project>/<app>/run with {"name": "Ada"}."""
+    print(f"greeting {name}")  # what a function prints is its run's log (runplane runs logs)
     return {"message": f"{greeting}, {name}!"}
 
 

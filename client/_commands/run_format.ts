@@ -26,6 +26,7 @@ export function formatRun(run: Run): string {
   if (run.status === "success") {
     lines.push(run.result_expired ? "result: expired" : `result: ${JSON.stringify(run.result, null, 2)}`);
   }
+  if (run.deployment_id) lines.push(`deployment: ${run.deployment_id}`);
   if (run.rerun_of) lines.push(`rerun of: ${run.rerun_of}`);
   if (run.reruns.length) lines.push(`rerun as: ${run.reruns.join(", ")}`);
   if (run.webhook) {

@@ -12,12 +12,15 @@ import { writeTable } from "../table_format.ts";
 /** Help of `runplane runs`. */
 export const RUNS_HELP = `Usage:
   runplane runs get <project>/<app> <run_id>
-  runplane runs list <project>/<app> [--status queued|running|success|failure|cancelled] [--limit N] [--cursor C]
+  runplane runs list <project>[/<app>] [--status queued|running|success|failure|cancelled] [--function F]
+                     [--mode sync|async|stream] [--after TIME] [--before TIME] [--limit N] [--cursor C]
   runplane runs logs <project>/<app> <run_id> [--follow]
   runplane runs cancel <project>/<app> <run_id>
   runplane runs rerun <project>/<app> <run_id> [--data JSON | --data @file.json] [--wait]
   runplane runs redeliver <project>/<app> <run_id>
 
+list with a project alone lists the runs of all its apps (with each run's app and error); --function,
+--mode and the creation-time range (--after inclusive, --before exclusive, RFC 3339 times) filter it.
 logs prints what the run's function wrote (stdout, stderr and logging; each on the stream it was written
 to); --follow prints the lines as they come until the run ends (exit 1 if it failed or was cancelled).
 rerun queues the same function again as an async run, recorded as a rerun of the first, and prints its
@@ -29,37 +32,74 @@ ${CONNECTION_HELP}`;
 const STATUSES: RunStatus[] = ["queued", "running", "success", "failure", "cancelled"];
 const SUBCOMMANDS = ["get", "list", "logs", "cancel", "rerun", "redeliver"];
 
-/** Lists a page of an app's runs as a table, and says how to get the next page. */
-async function listRuns(
-  io: CommandIo,
-  client: RunplaneClient,
-  options: { app: string; status?: string; limit?: string; cursor?: string; json: boolean },
-): Promise<number> {
+/** The options of `runs list`. */
+interface ListOptions {
+  /** `<project>` or `<project>/<app>`. */
+  target: string;
+  status?: string;
+  function?: string;
+  mode?: string;
+  after?: string;
+  before?: string;
+  limit?: string;
+  cursor?: string;
+  json: boolean;
+}
+
+const MODES = ["sync", "async", "stream"] as const;
+
+function checkListOptions(options: ListOptions): void {
   if (options.status && !STATUSES.includes(options.status as RunStatus)) {
     throw new UsageError(`--status must be one of ${STATUSES.join(", ")}`);
+  }
+  if (options.mode && !(MODES as readonly string[]).includes(options.mode)) {
+    throw new UsageError(`--mode must be one of ${MODES.join(", ")}`);
   }
   if (options.limit && !/^\d+$/.test(options.limit)) {
     throw new UsageError("--limit must be a whole number from 1 to 200");
   }
-  const page = await client.listRuns(options.app, {
+}
+
+/**
+ * Lists a page of runs as a table, and says how to get the next page: an app's (`listRuns`), or a
+ * project's across its apps, or filtered by function, mode or time (`listProjectRuns`).
+ */
+async function listRuns(io: CommandIo, client: RunplaneClient, options: ListOptions): Promise<number> {
+  checkListOptions(options);
+  const [project, app] = options.target.split("/");
+  const common = {
     status: options.status as RunStatus | undefined,
     limit: options.limit ? Number(options.limit) : undefined,
     cursor: options.cursor,
     signal: io.signal,
-  });
+  };
+  const wide = !app || options.function !== undefined || options.mode !== undefined
+    || options.after !== undefined || options.before !== undefined;
+  const page = wide
+    ? await client.listProjectRuns(project, {
+      ...common,
+      app,
+      functionName: options.function,
+      mode: options.mode as (typeof MODES)[number] | undefined,
+      createdAfter: options.after,
+      createdBefore: options.before,
+    })
+    : await client.listRuns(options.target, common);
   if (options.json) return (writeJson(io, page), 0);
-  if (page.runs.length === 0) io.stderr.write(`No runs of ${options.app}${options.cursor ? " on this page" : ""}\n`);
+  if (page.runs.length === 0) io.stderr.write(`No runs of ${options.target}${options.cursor ? " on this page" : ""}\n`);
   else {
     writeTable(
       io,
-      ["RUN", "STATUS", "FUNCTION", "MODE", "CREATED", "RAN"],
+      ["RUN", ...(app ? [] : ["APP"]), "STATUS", "FUNCTION", "MODE", "CREATED", "RAN", "ERROR"],
       page.runs.map((run) => [
         run.run_id,
+        ...(app ? [] : [run.app_id]),
         run.status,
         run.function_name,
         run.mode,
         run.created_at,
         milliseconds(run.run_time_ms),
+        run.error ? `${run.error.type}: ${run.error.message}` : "",
       ]),
     );
   }
@@ -101,6 +141,10 @@ export async function runsCommand(io: CommandIo): Promise<number> {
     options: {
       ...CONNECTION_OPTIONS,
       status: { type: "string" },
+      function: { type: "string" },
+      mode: { type: "string" },
+      after: { type: "string" },
+      before: { type: "string" },
       limit: { type: "string" },
       cursor: { type: "string" },
       follow: { type: "boolean", default: false },
@@ -113,13 +157,20 @@ export async function runsCommand(io: CommandIo): Promise<number> {
     const choices = `${SUBCOMMANDS.slice(0, -1).join(", ")} or ${SUBCOMMANDS.at(-1)}`;
     throw new UsageError(sub ? `Unknown subcommand "${sub}": use ${choices}` : `Name a subcommand: ${choices}`);
   }
-  if (!app || !/^[^/]+\/[^/]+$/.test(app)) throw new UsageError(`runs ${sub} needs <project>/<app>`);
+  if (sub === "list" && app && /^[^/]+(\/[^/]+)?$/.test(app)) {
+    return await listRuns(io, connect(values, io.env), { target: app, ...values });
+  }
+  if (!app || !/^[^/]+\/[^/]+$/.test(app)) {
+    throw new UsageError(`runs ${sub} needs ${sub === "list" ? "<project>[/<app>]" : "<project>/<app>"}`);
+  }
+  const onlyList = ["function", "mode", "after", "before"] as const;
+  const misplaced = onlyList.filter((name) => values[name] !== undefined);
+  if (misplaced.length) throw new UsageError(`--${misplaced.join(", --")} go with runs list`);
   if (values.follow && sub !== "logs") throw new UsageError("--follow goes with runs logs");
   if ((values.data !== undefined || values.wait) && sub !== "rerun") {
     throw new UsageError("--data and --wait go with runs rerun");
   }
   const client = connect(values, io.env);
-  if (sub === "list") return await listRuns(io, client, { app, ...values });
   if (!runId || positionals.length > 2) throw new UsageError(`runs ${sub} needs <project>/<app> <run_id>`);
   if (sub === "logs") return await printRunLogs(io, client, { app, runId, follow: values.follow, json: values.json });
   if (sub === "rerun") return await rerun(io, client, { app, runId, ...values });

@@ -2,8 +2,9 @@
  * TypeSpec gives every content type of a request body the same schema, so a body declared as
  * `bytes | Model` for `"application/gzip" | "application/json"` reads "either" under both. This step
  * narrows such a union per media type: the JSON types keep the model, the others keep the bytes (as
- * OpenAPI 3.1 writes raw bytes: a string with `contentMediaType`), so the contract says what each type
- * carries and the JSON body validator checks only the model.
+ * OpenAPI 3.1 writes raw bytes: a string with `contentMediaType`, and `format: binary` for generators
+ * that read 3.0's way), so the contract says what each type carries and the JSON body validator checks
+ * only the model.
  */
 import type { JsonSchema, OpenApiDocument } from "./compile_spec.ts";
 
@@ -26,7 +27,7 @@ export function narrowMediaTypeBodies(document: OpenApiDocument): OpenApiDocumen
         if (!variants || variants.length !== 2 || !variants.some(isBytes)) continue;
         media.schema = isJsonMediaType(mediaType)
           ? variants.find((v) => !isBytes(v))!
-          : { type: "string", contentMediaType: mediaType };
+          : { type: "string", format: "binary", contentMediaType: mediaType };
       }
     }
   }

@@ -1,9 +1,17 @@
 import type { OpenApiDocument } from "./compile_spec.ts";
 
+/** `{allOf: [x]}` (how TypeSpec wraps a described `$ref`) is `x`: a one-schema `allOf` says nothing more. */
+function unwrapAllOf(schema: Record<string, unknown>): Record<string, unknown> {
+  const { allOf, ...rest } = schema;
+  if (!Array.isArray(allOf) || allOf.length !== 1 || Object.keys(rest).length > 0) return schema;
+  return allOf[0] as Record<string, unknown>;
+}
+
 /**
  * Adds OpenAPI 3.1 `webhooks` for the delivery models the spec marks with `x-runplane-webhook` (the body)
  * and `x-runplane-webhook-headers` (its headers, by lowercase name). The TypeSpec emitter has no webhook
- * support, so the spec names the models and this step only places them.
+ * support, so the spec names the models and this step only places them: the headers model becomes the
+ * webhook's header parameters and leaves the components (no schema refers to it).
  */
 export function addWebhooks(document: OpenApiDocument): OpenApiDocument {
   const schemas = document.components.schemas;
@@ -12,6 +20,7 @@ export function addWebhooks(document: OpenApiDocument): OpenApiDocument {
     const hook = body["x-runplane-webhook"];
     if (typeof hook !== "string") continue;
     const headerEntry = Object.entries(schemas).find(([, s]) => s["x-runplane-webhook-headers"] === hook);
+    if (headerEntry) delete schemas[headerEntry[0]];
     const headerSchema = headerEntry?.[1] as
       | { properties?: Record<string, Record<string, unknown>>; required?: string[] }
       | undefined;
@@ -24,7 +33,7 @@ export function addWebhooks(document: OpenApiDocument): OpenApiDocument {
           in: "header",
           required: headerSchema?.required?.includes(name) ?? false,
           ...(description ? { description } : {}),
-          schema: rest,
+          schema: unwrapAllOf(rest),
         };
       });
     webhooks[hook] = {

@@ -10,6 +10,21 @@ export async function memoryOf(pid: number): Promise<{ rssMiB: number; peakRssMi
   return { rssMiB: field("VmRSS"), peakRssMiB: field("VmHWM") };
 }
 
+/** The kernel's clock ticks per second (USER_HZ), the unit of /proc's CPU times: 100 on Linux. */
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/** CPU seconds (user + system) `pids` have used so far (processes gone meanwhile count 0). */
+export async function cpuSeconds(pids: number[]): Promise<number> {
+  let ticks = 0;
+  for (const pid of pids) {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
+    // utime and stime are the 12th and 13th fields after the command's closing parenthesis.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    ticks += Number(fields[11] ?? 0) + Number(fields[12] ?? 0);
+  }
+  return ticks / CLOCK_TICKS_PER_SECOND;
+}
+
 /** The pids of `pid`'s descendants (children, their children, …), from /proc. */
 export async function descendantsOf(pid: number): Promise<number[]> {
   const parents = new Map<number, number>();
@@ -58,12 +73,15 @@ export interface BenchProcess {
   stop(): Promise<void>;
 }
 
-/** Starts `command` with `PORT` set to a free port and waits until `readyPath` answers. */
+/**
+ * Starts `command` with `PORT` set to `port` (default: a free port) and waits until `readyPath` answers.
+ * A process that must know its own address before it starts (an advertised URL) is given its port.
+ */
 export async function startProcess(
   command: string,
-  options: { args: string[]; env?: Record<string, string>; readyPath?: string; cwd?: string },
+  options: { args: string[]; env?: Record<string, string>; readyPath?: string; cwd?: string; port?: number },
 ): Promise<BenchProcess> {
-  const port = await freePort();
+  const port = options.port ?? await freePort();
   const child = spawn(command, options.args, {
     cwd: options.cwd,
     env: { ...process.env, ...options.env, PORT: String(port) },

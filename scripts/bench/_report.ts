@@ -77,15 +77,9 @@ export function textReport(report: BenchReport): string {
   return [line(header), ...rows.map(line), ...(notes.length ? ["", "notes:", ...notes] : [])].join("\n");
 }
 
-/** The growth scenarios' rows as one small table per scenario (size → figure), with the machine and date. */
-export function growthMarkdown(report: BenchReport): string {
-  const m = report.machine;
-  const lines = [
-    `Measured ${report.date} on ${m.cores} cores (${m.cpuModel}), ${m.memoryGiB} GiB, Node ${m.node}, ${m.platform},`,
-    "each scenario's latest run by `npm run bench -- --scenario <name>` (`records`, `streams`, `cold-start`,",
-    "`receivers`, `backlog`; `--scenario growth` runs all five), merged by scenario. Server, receivers and",
-    "load each in their own process on loopback; PostgreSQL 15 on the same host.",
-  ];
+/** Rows as one small table per scenario (subject → figure). */
+function scenarioTables(report: BenchReport): string[] {
+  const lines: string[] = [];
   const scenarios = [...new Set(report.rows.map((r) => r.scenario))];
   for (const scenario of scenarios) {
     lines.push(
@@ -103,18 +97,66 @@ export function growthMarkdown(report: BenchReport): string {
       );
     }
   }
-  return lines.join("\n");
+  return lines;
+}
+
+/** A section of tables: where and when measured, how (`how`, lines that follow the first), and the tables. */
+function sectionMarkdown(report: BenchReport, how: string[]): string {
+  const m = report.machine;
+  return [
+    `Measured ${report.date} on ${m.cores} cores (${m.cpuModel}), ${m.memoryGiB} GiB, Node ${m.node}, ${m.platform},`,
+    ...how,
+    ...scenarioTables(report),
+  ].join("\n");
+}
+
+/** The growth scenarios' rows as one small table per scenario (size → figure), with the machine and date. */
+export function growthMarkdown(report: BenchReport): string {
+  return sectionMarkdown(report, [
+    "each scenario's latest run by `npm run bench -- --scenario <name>` (`records`, `streams`, `cold-start`,",
+    "`receivers`, `backlog`; `--scenario growth` runs all five), merged by scenario. Server, receivers and",
+    "load each in their own process on loopback; PostgreSQL 15 on the same host.",
+  ]);
+}
+
+/** The cluster scenario's rows (issue 31: the forwarding hop, cold starts avoided), with the machine and date. */
+export function clusterMarkdown(report: BenchReport): string {
+  return sectionMarkdown(report, [
+    "by `npm run bench -- --scenario cluster`: two or three built servers as one cluster",
+    "(`RUNPLANE_ADVERTISE_URL` each) on a fresh PostgreSQL database, the calls sent from the benchmark's",
+    "process, all on this one machine over loopback (so the hop's network is loopback's). Latencies are",
+    "from the request to the whole answer. The hop rows compare the same calls on the host holding the",
+    'app\'s one replica and on the other host (forwarded to it), in alternating rounds; "added" is the',
+    "forwarded percentile minus the direct one. Figures are the calls' throughput, or replicas started.",
+  ]);
+}
+
+/** The cores section's table, with what it measures. */
+export function coresMarkdown(report: BenchReport): string {
+  return sectionMarkdown(report, [
+    "by `npm run bench -- --scenario cores`: for each process count n, bare `node:http` in n processes",
+    "(node:cluster), aiohttp in n processes (SO_REUSEPORT) and the built Runplane server with n warm",
+    "replicas of one app (one front-door process: `RUNPLANE_WORKERS` is not built yet), each driven at",
+    "concurrency 64 by autocannon with the sync echo call and with a function burning 2 ms of CPU, in",
+    "alternating rounds. Runplane's ratio is against aiohttp with as many processes; its CPU per call is",
+    "its Node process's alone (the front door), from /proc.",
+  ]);
 }
 
 /** Where `writeReadmeSection` writes: the section's marker name and its heading. */
 export interface ReadmeSectionOptions {
   /** Default `performance`. */
-  section?: "performance" | "growth";
+  section?: "performance" | "growth" | "cluster" | "cores";
 }
 
-const SECTION_TITLES = { performance: "Performance", growth: "Cost as the work grows" } as const;
+const SECTION_TITLES = {
+  performance: "Performance",
+  growth: "Cost as the work grows",
+  cluster: "Across hosts",
+  cores: "On every core",
+} as const;
 
-/** Replaces a README section (up to the next `<!-- section:` marker or the end); default Performance. */
+/** Replaces a section of docs/performance.md (up to the next `<!-- section:` marker or the end); default Performance. */
 export async function writeReadmeSection(
   readmePath: string,
   markdown: string,
@@ -124,7 +166,7 @@ export async function writeReadmeSection(
   const readme = await readFile(readmePath, "utf8");
   const marker = `<!-- section: ${section} -->`;
   const start = readme.indexOf(marker);
-  if (start < 0) throw new Error(`README has no ${marker} marker`);
+  if (start < 0) throw new Error(`${readmePath} has no ${marker} marker`);
   const rest = readme.slice(start + marker.length);
   const next = rest.indexOf("<!-- section:");
   const tail = next < 0 ? "" : rest.slice(next);

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServiceAccount } from "../../server/auth/mod.ts";
 import { keysBootstrap, loadKeys, parseMasterKey } from "../../server/keys/mod.ts";
+import { SERVER_NODE_FLAGS } from "../../server/node_flags.ts";
 import { openStore, type Store } from "../../server/store/mod.ts";
 import { ROOT } from "../generate.ts";
 import { BENCH_MASTER_KEY, createBenchDatabase } from "./_postgres.ts";
@@ -29,6 +30,8 @@ export interface StartRunplaneOptions {
   dataDir?: string;
   /** The token's scopes (default `rest` and `run`). */
   scopes?: Array<"run" | "rest" | "deploy" | "admin">;
+  /** The port to listen on (default: a free one); for a server whose environment names its own address. */
+  port?: number;
 }
 
 /**
@@ -53,7 +56,11 @@ export async function startRunplane(
   const server = await startProcess(process.execPath, {
     // The built server, as production runs it (`npm run build` first; mod.ts does).
     // `BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof"` profiles the servers a run starts.
-    args: [...(process.env.BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []), join(ROOT, "dist", "server", "main.js")],
+    args: [
+      ...SERVER_NODE_FLAGS,
+      ...(process.env.BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []),
+      join(ROOT, "dist", "server", "main.js"),
+    ],
     cwd: ROOT,
     env: {
       NODE_ENV: "production",
@@ -72,6 +79,7 @@ export async function startRunplane(
       ...env,
     },
     readyPath: "/healthz",
+    port: options.port,
   });
   return {
     ...server,

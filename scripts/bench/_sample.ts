@@ -20,7 +20,8 @@ export interface SampleOptions {
   durationMs?: number;
 }
 
-function percentile(sorted: number[], p: number): number {
+/** The `p`th percentile of `sorted` (ascending), nearest rank; NaN when empty. */
+export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }

@@ -1,6 +1,6 @@
 /**
  * `npm run bench`: starts Runplane and its peers as separate processes on loopback, drives them with
- * autocannon, prints one table, and writes it as JSON (scripts/bench/results.json) and as the README's
+ * autocannon, prints one table, and writes it as JSON (scripts/bench/results.json) and as docs/performance.md's
  * Performance section. `npm run bench -- --scenario sync --scenario accept` (or the numbers, `-- 1 2`)
  * runs only those, and writes only results.json. PostgreSQL rows use `BENCH_DATABASE_URL` (see
  * _postgres.ts); `BENCH_DRAIN_RUNS` sets the queue drain's size (default 10,000).
@@ -8,7 +8,15 @@
  * The growth scenarios (how each cost grows with the work: `records`, `streams`, `cold-start`,
  * `receivers`, `backlog`; `--scenario growth` runs all five) take minutes each and run only when named.
  * Their rows go to scripts/bench/growth_results.json (merged by scenario with the previous run's) and to
- * the README's "Cost as the work grows" section.
+ * docs/performance.md's "Cost as the work grows" section.
+ *
+ * The cluster scenario (`cluster`: the forwarding hop between hosts, cold starts avoided; PostgreSQL)
+ * runs with the default ones, and its rows go to scripts/bench/cluster_results.json and docs/performance.md's
+ * "Across hosts" section whenever it runs, alone or not.
+ *
+ * The cores scenario (`cores`: throughput against the processes on one host, Runplane beside aiohttp and
+ * bare node:http; needs python3-aiohttp) runs only when named; its rows go to
+ * scripts/bench/cores_results.json and docs/performance.md's "On every core" section.
  */
 import { execFileSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
@@ -20,6 +28,8 @@ import { startProcess } from "./_processes.ts";
 import {
   type BenchReport,
   type BenchRow,
+  clusterMarkdown,
+  coresMarkdown,
   growthMarkdown,
   markdownReport,
   textReport,
@@ -31,7 +41,9 @@ import { asyncBacklogScenario } from "./scenarios/async_backlog.ts";
 import { baseImageScenario } from "./scenarios/base_image.ts";
 import { bundleUploadsScenario } from "./scenarios/bundle_uploads.ts";
 import { cgroupCostScenario } from "./scenarios/cgroup_cost.ts";
+import { clusterScenario } from "./scenarios/cluster.ts";
 import { coldStartScenario } from "./scenarios/cold_start.ts";
+import { coresScenario } from "./scenarios/cores.ts";
 import { idleRssScenario } from "./scenarios/idle_rss.ts";
 import { openStreamsScenario } from "./scenarios/open_streams.ts";
 import { queueDrainScenario } from "./scenarios/queue_drain.ts";
@@ -42,6 +54,9 @@ import { slowReceiversScenario } from "./scenarios/slow_receivers.ts";
 import { streamingScenario } from "./scenarios/streaming.ts";
 import { syncRunScenario } from "./scenarios/sync_run.ts";
 import { webhookDeliveryScenario } from "./scenarios/webhook_delivery.ts";
+
+/** Scenarios run only when named, each with a results file and a section of its own. */
+const ON_DEMAND: Array<[string, string, Scenario]> = [["18", "cores", coresScenario]];
 
 /** Scenarios by number and name, in the order they run (idle memory first, before any load). */
 const SCENARIOS: Array<[string, string, Scenario]> = [
@@ -56,6 +71,7 @@ const SCENARIOS: Array<[string, string, Scenario]> = [
   ["14", "sandbox", sandboxCostScenario],
   ["15", "bundle_uploads", bundleUploadsScenario],
   ["16", "cgroups", cgroupCostScenario],
+  ["17", "cluster", clusterScenario],
 ];
 
 /** The growth scenarios: run only when named (`growth` names them all). */
@@ -80,7 +96,7 @@ function requestedScenarios(args: string[]): string[] {
 }
 
 const only = requestedScenarios(process.argv.slice(2));
-const known = [...SCENARIOS, ...GROWTH];
+const known = [...SCENARIOS, ...GROWTH, ...ON_DEMAND];
 const unknown = only.filter((wanted) => !known.some(([id, name]) => wanted === id || wanted === name));
 if (unknown.length) {
   process.stderr.write(
@@ -93,7 +109,6 @@ if (unknown.length) {
 const selected = known.filter(([id, name]) =>
   only.length ? only.includes(id) || only.includes(name) : SCENARIOS.some(([other]) => other === id)
 );
-const growthRun = selected.some(([id]) => GROWTH.some(([other]) => other === id));
 const started = Date.now();
 const log = (message: string) =>
   process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${message}\n`);
@@ -136,25 +151,34 @@ try {
 }
 report.rows.sort((a, b) => a.scenario.localeCompare(b.scenario, "en", { numeric: true }));
 process.stdout.write(`${textReport(report)}\n`);
-const growthIds = new Set(GROWTH.map(([id]) => `${id}.`));
-const isGrowth = (row: BenchRow) => growthIds.has(row.scenario.split(" ")[0]);
-await writeFile(
-  join(ROOT, "scripts", "bench", "results.json"),
-  `${JSON.stringify({ ...report, rows: report.rows.filter((r) => !isGrowth(r)) }, null, 2)}\n`,
-);
-if (only.length === 0) await writeReadmeSection(join(ROOT, "README.md"), markdownReport(report));
-if (growthRun) {
+/** Scenarios whose rows go to a results file and a docs/performance.md section of their own. */
+const OWN_SECTIONS = [
+  { ids: GROWTH.map(([id]) => id), file: "growth_results.json", section: "growth", markdown: growthMarkdown },
+  { ids: ["17"], file: "cluster_results.json", section: "cluster", markdown: clusterMarkdown },
+  { ids: ["18"], file: "cores_results.json", section: "cores", markdown: coresMarkdown },
+] as const;
+const scenarioId = (row: BenchRow) => row.scenario.split(".")[0];
+const ownSection = (row: BenchRow) =>
+  OWN_SECTIONS.some((own) => (own.ids as readonly string[]).includes(scenarioId(row)));
+const mainReport: BenchReport = { ...report, rows: report.rows.filter((r) => !ownSection(r)) };
+// A run of only the growth or cluster scenarios leaves the main results as they were.
+if (mainReport.rows.length > 0) {
+  await writeFile(join(ROOT, "scripts", "bench", "results.json"), `${JSON.stringify(mainReport, null, 2)}\n`);
+}
+if (only.length === 0) await writeReadmeSection(join(ROOT, "docs", "performance.md"), markdownReport(mainReport));
+for (const own of OWN_SECTIONS) {
+  const fresh = report.rows.filter((r) => (own.ids as readonly string[]).includes(scenarioId(r)));
+  if (fresh.length === 0) continue;
   // Merged by scenario: a scenario run alone replaces its own rows and keeps the others'.
-  const path = join(ROOT, "scripts", "bench", "growth_results.json");
+  const path = join(ROOT, "scripts", "bench", own.file);
   const previous: BenchReport | null = await readFile(path, "utf8").then((t) => JSON.parse(t), () => null);
-  const fresh = report.rows.filter(isGrowth);
-  const freshScenarios = new Set(fresh.map((r) => r.scenario.split(" ")[0]));
-  const growth: BenchReport = {
+  const freshScenarios = new Set(fresh.map(scenarioId));
+  const merged: BenchReport = {
     ...report,
-    rows: [...(previous?.rows ?? []).filter((r) => !freshScenarios.has(r.scenario.split(" ")[0])), ...fresh]
+    rows: [...(previous?.rows ?? []).filter((r) => !freshScenarios.has(scenarioId(r))), ...fresh]
       .sort((a, b) => a.scenario.localeCompare(b.scenario, "en", { numeric: true })),
   };
-  await writeFile(path, `${JSON.stringify(growth, null, 2)}\n`);
-  await writeReadmeSection(join(ROOT, "README.md"), growthMarkdown(growth), { section: "growth" });
+  await writeFile(path, `${JSON.stringify(merged, null, 2)}\n`);
+  await writeReadmeSection(join(ROOT, "docs", "performance.md"), own.markdown(merged), { section: own.section });
 }
 log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);

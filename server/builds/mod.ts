@@ -2,7 +2,7 @@
 import type { Kysely } from "kysely";
 import { ensureProject, isForeignKeyViolation } from "../store/mod.ts";
 import type { Database } from "../store/schema.ts";
-import { baseImageDigest, type BaseImageRequest } from "./base_image_hash.ts";
+import { baseImageDigest, type BaseImageRequest, canonicalBaseImage } from "./base_image_hash.ts";
 
 export {
   BASE_IMAGE_ALGORITHM,
@@ -15,20 +15,30 @@ export {
   normalizePipRequirement,
 } from "./base_image_hash.ts";
 
-/** The digest and whether the project had seen it. */
+/** The digest, and what a build of it will do with its virtualenv. */
 export interface BaseImageHashOutcome {
   digest: string;
+  /** `new`: pip will make the virtualenv; `cached`: a ready one is reused, or none is needed (no pip requirements). */
   status: "new" | "cached";
 }
 
+/** What `hashBaseImage` asks of the builds. */
+export interface HashBaseImageOptions {
+  /** Whether a build of `digest` would reuse a ready virtualenv (rather than run pip). */
+  dependencyLayerReady(digest: string): Promise<boolean>;
+}
+
 /**
- * Computes the digest of `request` and records it for the project: `new` the first time, `cached`
- * after. Throws a 400 problem for a bad Base64 command.
+ * Computes the digest of `request`, records it among the project's digests, and says what a build of it
+ * will do: `new` when it has pip requirements and no ready virtualenv of the digest, `cached` otherwise.
+ * Throws a 400 problem for a bad Base64 command.
  */
 export async function hashBaseImage(
   db: Kysely<Database>,
   input: { projectId: string; request: BaseImageRequest },
+  options: HashBaseImageOptions,
 ): Promise<BaseImageHashOutcome> {
+  const canonical = canonicalBaseImage(input.request);
   const digest = baseImageDigest(input.request);
   const insert = () =>
     db.insertInto("base_image_digests")
@@ -40,14 +50,14 @@ export async function hashBaseImage(
       )
       .returning("seen_count")
       .executeTakeFirstOrThrow();
-  let row;
   try {
-    row = await insert();
+    await insert();
   } catch (error) {
     // A token can name a project that only exists in its claims; create it and try again.
     if (!isForeignKeyViolation(error)) throw error;
     await ensureProject(db, input.projectId);
-    row = await insert();
+    await insert();
   }
-  return { digest, status: row.seen_count === 1 ? "new" : "cached" };
+  const reused = canonical.pipRequirements.length === 0 || await options.dependencyLayerReady(digest);
+  return { digest, status: reused ? "cached" : "new" };
 }

@@ -200,6 +200,24 @@ async function exists(path: string): Promise<boolean> {
   return stat(path).then(() => true, () => false);
 }
 
+/** The folder of the virtualenv of base-image `digest` (`sha256:<hex>`) under `venvsDir`. */
+function virtualenvDir(venvsDir: string, digest: string): string {
+  return join(venvsDir, digest.replace(/^sha256:/, ""));
+}
+
+/** The interpreter of the virtualenv of base-image `digest` under `venvsDir`. */
+export function virtualenvPython(venvsDir: string, digest: string): string {
+  return join(virtualenvDir(venvsDir, digest), "bin", "python");
+}
+
+/**
+ * Whether the virtualenv of `digest` under `venvsDir` is ready (its marker is written last, once pip
+ * succeeded): a build of that digest reuses it rather than running pip.
+ */
+export function virtualenvReady(venvsDir: string, digest: string): Promise<boolean> {
+  return exists(join(virtualenvDir(venvsDir, digest), READY));
+}
+
 /** Holds the digest's lock while `work` runs: two builds of one digest on a host never race. */
 async function withLock<T>(lock: string, options: RunBuildOptions, work: () => Promise<T>): Promise<T> {
   for (;;) {
@@ -307,10 +325,9 @@ async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions):
   if (plan.pipRequirements.length === 0) return { venv: "none" };
   const requirementsFile = requirementsText(plan.pipRequirements, { allowOptions: options.pipAllowUnpinned });
   await mkdir(options.venvsDir, { recursive: true });
-  const hex = plan.digest.replace(/^sha256:/, "");
-  const venv = join(options.venvsDir, hex);
-  const python = join(venv, "bin", "python");
-  if (await exists(join(venv, READY))) {
+  const venv = virtualenvDir(options.venvsDir, plan.digest);
+  const python = virtualenvPython(options.venvsDir, plan.digest);
+  if (await virtualenvReady(options.venvsDir, plan.digest)) {
     options.log({ stream: "build", text: `==> pip: cached virtualenv ${plan.digest}` });
     return { venv: "cached", python };
   }

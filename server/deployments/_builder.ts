@@ -81,7 +81,7 @@ export function startBuilder(options: BuilderOptions): Builder {
         ...options.settings,
         log: (line) => log.write(line),
         signal: stopping.signal,
-        onPlan: (digest) => recordBaseImage(db, { deploymentId: id, digest, status: null }),
+        onPlan: (plan) => recordBaseImage(db, { deploymentId: id, status: null, ...plan }),
       });
       await recordBaseImage(db, {
         deploymentId: id,

@@ -3,6 +3,10 @@
  * on this host. Re-read on every wake-up (`runplane_deployments`) and polled, so that every process of
  * a scaled-out deployment switches to a new active deployment within a poll even when a wake-up is lost.
  *
+ * A host of a cluster (`deferBuilds`) builds a deployment only when one of its replicas is to start here:
+ * until then it serves the app from the `runplane.toml` the build recorded in the store (its limits,
+ * concurrency and hardware are all routing needs), and each replica's start awaits the one shared build.
+ *
  * The building process serves its build before the store says it is active (`adopt`), and the store's
  * answer is ignored for that app until a read that began after the build's end was recorded (`settle`):
  * a read that began before it, still in flight, would switch a "ready" deployment back to the old one.
@@ -12,7 +16,7 @@ import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import type { DeployedApp } from "../runtime/mod.ts";
 import type { Database, Notifier } from "../store/mod.ts";
-import { type BuildSettings, DeploymentBuildError, materialise } from "./_materialise.ts";
+import { type BuildSettings, DeploymentBuildError, materialise, plannedPaths } from "./_materialise.ts";
 import { type DeploymentRow, selectActiveDeployments } from "./_records.ts";
 import type { ServedApp } from "./_served_reporter.ts";
 
@@ -29,6 +33,11 @@ export interface LocalAppsOptions {
   /** Called after `onChange` with everything served here (recorded in the store for `getApp`). */
   onServed?(apps: ServedApp[]): Promise<void>;
   pollMs?: number;
+  /**
+   * A host of a cluster: an active deployment whose build recorded its `runplane.toml` is served from
+   * that file, and built here only when a replica of it is to start here (then kept and reused).
+   */
+  deferBuilds?: boolean;
   /** Test only (RUNPLANE_TEST_DELAY_LOCAL_SYNC): a pause between reading the store and acting on it. */
   testDelayMs?: number;
 }
@@ -103,6 +112,51 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
     }
   }
 
+  // Builds of deferred deployments begun here, by deployment id: every replica's start shares one.
+  const builds = new Map<string, Promise<void>>();
+
+  function buildDeferred(row: DeploymentRow, python: string | undefined): Promise<void> {
+    const known = builds.get(row.deployment_id);
+    if (known) return known;
+    logger.info({ deployment_id: row.deployment_id, app: keyOf(row) }, "building the deployment to run a replica here");
+    const build = materialise(options.db, row, {
+      ...options.settings,
+      log: (line) => logger.debug({ deployment_id: row.deployment_id, stream: line.stream }, line.text),
+    }).then((done) => {
+      // The replicas were told where the interpreter would be before the build; it must be there.
+      if (done.python !== python) {
+        throw new DeploymentBuildError(`its build made interpreter ${done.python}, not the planned ${python}`);
+      }
+    }).catch((error) => {
+      // A build that cannot succeed fails every start; a store fault is tried again by the next one.
+      if (!(error instanceof DeploymentBuildError)) builds.delete(row.deployment_id);
+      logger.error({ deployment_id: row.deployment_id, app: keyOf(row), reason: String(error) }, "build failed here");
+      throw new Error(`the deployment ${row.deployment_id} cannot be built on this host: ${error.message ?? error}`);
+    });
+    builds.set(row.deployment_id, build);
+    return build;
+  }
+
+  /** `row` served from its recorded `runplane.toml`, built when a replica starts; undefined when it cannot be. */
+  function deferredApp(row: DeploymentRow, configToml: string): DeployedApp | undefined {
+    let paths;
+    try {
+      paths = plannedPaths(row, { configToml, settings: options.settings });
+    } catch (error) {
+      failed.add(row.deployment_id);
+      logger.error({ deployment_id: row.deployment_id, app: keyOf(row), reason: String(error) }, "cannot be served");
+      return undefined;
+    }
+    return {
+      projectId: row.project_id,
+      name: row.app_id,
+      dir: paths.dir,
+      version: row.deployment_id,
+      python: paths.python,
+      deferred: { configToml, prepare: () => buildDeferred(row, paths.python) },
+    };
+  }
+
   async function changed(): Promise<void> {
     await options.onChange();
     const apps = [...served.values()].map(({ app, since }) => ({
@@ -125,14 +179,19 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
       if (pinned(key, read) || served.get(key)?.app.version === row.deployment_id || failed.has(row.deployment_id)) {
         continue;
       }
-      const app = await materialiseHere(row);
+      const app = options.deferBuilds && row.config_toml !== null
+        ? deferredApp(row, row.config_toml)
+        : await materialiseHere(row);
       // Checked again: an adopt may have begun while this deployment was materialised.
       if (!app || stopped || pinned(key, read)) continue;
+      const replaced = served.get(key);
+      if (replaced) builds.delete(replaced.app.version);
       served.set(key, { app, since: options.now() });
       change = true;
     }
     for (const key of [...served.keys()]) {
       if (wanted.has(key) || pinned(key, read)) continue;
+      builds.delete(served.get(key)!.app.version);
       served.delete(key);
       change = true;
     }

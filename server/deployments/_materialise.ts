@@ -9,13 +9,14 @@ import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Kysely } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
-import { AppConfigError, type AppConfigOptions, parseAppConfig } from "../runtime/mod.ts";
+import { type AppConfig, AppConfigError, type AppConfigOptions, parseAppConfig } from "../runtime/mod.ts";
 import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 import type { Database } from "../store/mod.ts";
-import { type BuildLogLine, type BuildResult, runBuild } from "./_build.ts";
+import { type BuildLogLine, type BuildResult, runBuild, virtualenvPython, virtualenvReady } from "./_build.ts";
 import { buildPlan } from "./_build_plan.ts";
 import { type BundleLimits, extractBundle } from "./_bundle_extract.ts";
 import { type DeploymentRow, selectBundle } from "./_records.ts";
+import { takeUnpacked } from "./_unpacked.ts";
 
 /** How builds run on this host. */
 export interface BuildSettings {
@@ -56,9 +57,60 @@ export class DeploymentBuildError extends Error {
 
 const MARKER = ".runplane-deployment.json";
 
+/** Where this host's builds keep their virtualenvs, one folder per base-image digest. */
+function venvsDir(dataDir: string): string {
+  return join(dataDir, "venvs");
+}
+
+/** Whether a build on this host would reuse the virtualenv of base-image `digest` (it is ready here). */
+export function dependencyLayerReady(dataDir: string, digest: string): Promise<boolean> {
+  return virtualenvReady(venvsDir(dataDir), digest);
+}
+
 /** The folder a deployment is built in on this host. */
 export function deploymentDir(dataDir: string, deploymentId: string): string {
   return join(dataDir, "deployments", deploymentId);
+}
+
+function readConfig(configToml: string, dir: string, settings: BuildSettings): AppConfig {
+  try {
+    return parseAppConfig(configToml, dir, deployedAppRules(settings));
+  } catch (error) {
+    throw new DeploymentBuildError(`runplane.toml: ${error instanceof AppConfigError ? error.message : error}`);
+  }
+}
+
+/**
+ * Where `deployment` is (or will be) served from on this host, read from the `runplane.toml` its build
+ * recorded, without building it: its folder and its virtualenv's interpreter (undefined when it has no
+ * pip dependencies). `materialise` makes the same paths. Throws `DeploymentBuildError` when the file
+ * does not parse here.
+ */
+export function plannedPaths(
+  deployment: { deployment_id: string },
+  options: { configToml: string; settings: BuildSettings },
+): { dir: string; python?: string } {
+  const dir = deploymentDir(options.settings.dataDir, deployment.deployment_id);
+  const plan = buildPlan(readConfig(options.configToml, dir, options.settings));
+  if (plan.pipRequirements.length === 0) return { dir };
+  return { dir, python: virtualenvPython(venvsDir(options.settings.dataDir), plan.digest) };
+}
+
+/** Puts the deployment's files in `dir`: the upload's own unpacking when this host kept it, else the store's bundle. */
+async function unpack(
+  db: Kysely<Database>,
+  deployment: DeploymentRow,
+  options: { dir: string; settings: BuildSettings; log(line: BuildLogLine): void },
+): Promise<void> {
+  const digest = deployment.bundle_digest;
+  if (await takeUnpacked(options.settings.dataDir, { digest, dir: options.dir })) {
+    options.log({ stream: "build", text: `==> bundle ${digest}: unpacked here when it was uploaded` });
+    return;
+  }
+  const bundle = await selectBundle(db, digest);
+  if (!bundle) throw new DeploymentBuildError(`The bundle ${digest} is missing from the store`);
+  const extracted = await extractBundle(bundle.chunks, options.dir, options.settings.bundleLimits);
+  options.log({ stream: "build", text: `==> bundle ${digest}: ${extracted.files} files` });
 }
 
 /**
@@ -70,7 +122,8 @@ export async function materialise(
   deployment: DeploymentRow,
   options: BuildSettings & {
     log(line: BuildLogLine): void;
-    onPlan?(digest: string): Promise<void>;
+    /** Told the build's plan once `runplane.toml` was read: the base-image digest and the file's text. */
+    onPlan?(plan: { digest: string; configToml: string }): Promise<void>;
     /** Stops the build (its step's process group is killed). */
     signal?: AbortSignal;
   },
@@ -80,22 +133,15 @@ export async function materialise(
   if (built) return built;
   // A folder without the marker is a build that did not finish (the process stopped): start over.
   await rm(dir, { recursive: true, force: true });
-  const bundle = await selectBundle(db, deployment.bundle_digest);
-  if (!bundle) throw new DeploymentBuildError(`The bundle ${deployment.bundle_digest} is missing from the store`);
   try {
-    const extracted = await extractBundle(bundle.chunks, dir, options.bundleLimits);
-    options.log({ stream: "build", text: `==> bundle ${deployment.bundle_digest}: ${extracted.files} files` });
-    let config;
-    try {
-      config = parseAppConfig(await readFile(join(dir, "runplane.toml"), "utf8"), dir, deployedAppRules(options));
-    } catch (error) {
-      const reason = error instanceof AppConfigError ? error.message : "it cannot be read";
-      throw new DeploymentBuildError(`runplane.toml: ${reason}`);
-    }
+    await unpack(db, deployment, { dir, settings: options, log: options.log });
+    const configToml = await readFile(join(dir, "runplane.toml"), "utf8").catch(() => undefined);
+    if (configToml === undefined) throw new DeploymentBuildError("runplane.toml: it cannot be read");
+    const config = readConfig(configToml, dir, options);
     const plan = buildPlan(config);
-    await options.onPlan?.(plan.digest);
+    await options.onPlan?.({ digest: plan.digest, configToml });
     const result = await runBuild(dir, plan, {
-      venvsDir: join(options.dataDir, "venvs"),
+      venvsDir: venvsDir(options.dataDir),
       python: config.python,
       pipIndexUrl: options.pipIndexUrl ?? undefined,
       pipFindLinks: options.pipFindLinks ?? undefined,

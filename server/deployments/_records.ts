@@ -34,6 +34,11 @@ export interface NewDeployment {
   bundle: BundleSource;
   source: "bundle" | "repository";
   repository?: { owner: string; repo: string; ref: string; commit: string; path: string };
+  /** What its deployer said it is. */
+  message?: string;
+  /** The git commit its files come from, and whether its folder held changes that commit does not. */
+  commit?: string;
+  dirty?: boolean;
   now: number;
 }
 
@@ -74,6 +79,10 @@ export async function insertDeployment(db: Kysely<Database>, deployment: NewDepl
         repository_json: deployment.repository ? JSON.stringify(deployment.repository) : null,
         base_image_digest: null,
         base_image_status: null,
+        config_toml: null,
+        message: deployment.message ?? null,
+        git_commit: deployment.commit ?? null,
+        git_dirty: deployment.dirty ? 1 : 0,
         created_at: deployment.now,
         started_at: null,
         finished_at: null,
@@ -268,14 +277,18 @@ export async function renewBuildLease(
   return Number(result.numUpdatedRows) > 0;
 }
 
-/** Records what the build found out before it ended (the base-image digest and whether it was cached). */
+/**
+ * Records what the build found out before it ended: the base-image digest and whether it was cached, and
+ * (when it planned its steps) the `runplane.toml` it read.
+ */
 export async function recordBaseImage(
   db: Kysely<Database>,
-  options: { deploymentId: string; digest: string; status: "new" | "cached" | null },
+  options: { deploymentId: string; digest: string; status: "new" | "cached" | null; configToml?: string },
 ): Promise<void> {
+  const config = options.configToml === undefined ? {} : { config_toml: options.configToml };
   await db
     .updateTable("deployments")
-    .set({ base_image_digest: options.digest, base_image_status: options.status })
+    .set({ base_image_digest: options.digest, base_image_status: options.status, ...config })
     .where("deployment_id", "=", options.deploymentId)
     .execute();
 }

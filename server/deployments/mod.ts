@@ -16,7 +16,7 @@ import type { Database, Notifier } from "../store/mod.ts";
 import { type Builder, startBuilder } from "./_builder.ts";
 import { bundleDigest, extractBundle } from "./_bundle_extract.ts";
 import { type LocalApps, startLocalApps } from "./_local_apps.ts";
-import { type BuildSettings, deployedAppRules } from "./_materialise.ts";
+import { type BuildSettings, dependencyLayerReady, deployedAppRules } from "./_materialise.ts";
 import {
   activate,
   type AppRow,
@@ -33,6 +33,7 @@ import {
   selectNewestDeployments,
 } from "./_records.ts";
 import { selectServed, type ServedRow } from "./_served_records.ts";
+import { keepUnpacked, sweepUnpacked, UNPACKED_KEPT_MS } from "./_unpacked.ts";
 import { SERVED_STALE_MS, type ServedReporter, startServedReporter } from "./_served_reporter.ts";
 
 export { type BuildSettings, deploymentDir } from "./_materialise.ts";
@@ -48,6 +49,9 @@ export interface DeploymentView {
   size_bytes: number;
   source: "bundle" | "repository";
   repository: { owner: string; repo: string; ref: string; commit: string; path: string } | null;
+  message: string | null;
+  commit: string | null;
+  dirty: boolean;
   base_image_digest: string | null;
   base_image_status: "new" | "cached" | null;
   created_at: string;
@@ -70,9 +74,16 @@ export interface AppView {
     cooldown: number;
     response_grace_period: number;
   } | null;
+  hardware: { cpu: number; memory: number; gpu_count: number; compute: string | null } | null;
   active_deployment_id: string | null;
   error: string | null;
-  replicas: { starting: number; idle: number; busy: number };
+  replicas: {
+    starting: number;
+    idle: number;
+    busy: number;
+    /** Which GPUs each replica on this process holds. */
+    gpus: Array<{ pid: number | null; gpus: Array<{ id: string; index: number | null; model: string | null }> }>;
+  };
   queued_runs: number;
   created_at: string | null;
   /** Which deployment each live server process serves (deployed apps; empty for a directory app). */
@@ -118,6 +129,17 @@ function bytesSource(bytes: Uint8Array): BundleSource {
   return { digest: bundleDigest(bytes), size: bytes.byteLength, chunks, stream: chunks };
 }
 
+/**
+ * What a deployer says of a version: a message for people, and the git commit its files come from (with
+ * whether the folder held changes that commit does not). A repository's commit is the one its ref
+ * resolves to, never the deployer's.
+ */
+export interface DeploymentLabel {
+  message?: string;
+  commit?: string;
+  dirty?: boolean;
+}
+
 /** A repository folder to deploy. */
 export interface RepositorySource {
   owner: string;
@@ -155,6 +177,8 @@ export interface DeploymentsOptions {
   archiveRepository: ArchiveRepository;
   /** How often the store is polled for builds and active deployments (default 2 s; wake-ups come sooner). */
   pollMs?: number;
+  /** A host of a cluster: build a deployment only to run one of its replicas here (see `startLocalApps`). */
+  deferBuilds?: boolean;
   /** Test only (RUNPLANE_TEST_DELAY_LOCAL_SYNC): the follower's pause between reading and switching. */
   testDelayLocalSyncMs?: number;
 }
@@ -171,9 +195,9 @@ export interface Deployments {
    * Stores an uploaded bundle as a new deployment of the app (made if new); the build follows. The file
    * is read as a stream (checked, then stored in chunks), never whole into memory; the caller removes it.
    */
-  deployBundle(ref: AppRef, bundle: BundleFile): Promise<DeploymentView>;
-  /** Fetches a repository folder and deploys it like a bundle. */
-  deployRepository(ref: AppRef, source: RepositorySource): Promise<DeploymentView>;
+  deployBundle(ref: AppRef, bundle: BundleFile, label?: DeploymentLabel): Promise<DeploymentView>;
+  /** Fetches a repository folder and deploys it like a bundle (a `label.commit` is refused: 400). */
+  deployRepository(ref: AppRef, source: RepositorySource, label?: DeploymentLabel): Promise<DeploymentView>;
   get(ref: AppRef & { deploymentId: string }): Promise<DeploymentView>;
   list(
     ref: AppRef,
@@ -194,6 +218,11 @@ export interface Deployments {
   deleteApp(ref: AppRef): Promise<void>;
   /** The deployed apps ready on this host (the runtime serves them). */
   deployedApps(): DeployedApp[];
+  /**
+   * Whether a build here of base-image `digest` would reuse its virtualenv (a ready one is on this host)
+   * rather than run pip.
+   */
+  dependencyLayerReady(digest: string): Promise<boolean>;
   /** Starts the build worker and the follower of active deployments; resolves after the first read. */
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -216,6 +245,9 @@ function deploymentView(row: DeploymentRow, activeId: string | null | undefined)
     size_bytes: Number(row.size_bytes),
     source: row.source as DeploymentView["source"],
     repository: row.repository_json ? JSON.parse(row.repository_json) : null,
+    message: row.message,
+    commit: row.git_commit,
+    dirty: Number(row.git_dirty) === 1,
     base_image_digest: row.base_image_digest,
     base_image_status: row.base_image_status as DeploymentView["base_image_status"],
     created_at: iso(row.created_at)!,
@@ -236,12 +268,38 @@ function scalingOf(config: AppInfo["config"]): AppView["scaling"] {
   };
 }
 
+function hardwareOf(config: AppInfo["config"]): AppView["hardware"] {
+  if (!config) return null;
+  const { cpu, memoryBytes, gpuCount, compute } = config.hardware;
+  return { cpu, memory: memoryBytes / 1024 ** 3, gpu_count: gpuCount, compute: compute ?? null };
+}
+
+function replicasOf(info: AppInfo | undefined): AppView["replicas"] {
+  if (!info) return { starting: 0, idle: 0, busy: 0, gpus: [] };
+  return {
+    ...info.replicas,
+    gpus: info.gpus.map((replica) => ({
+      pid: replica.pid ?? null,
+      gpus: replica.gpus.map((gpu) => ({ id: gpu.id, index: gpu.index, model: gpu.model })),
+    })),
+  };
+}
+
 function appNotFound(ref: AppRef): ProblemError {
   return new ProblemError("not-found", `Project ${ref.projectId} has no app named ${ref.appId}; deploy it first`);
 }
 
 function deploymentNotFound(ref: AppRef & { deploymentId: string }): ProblemError {
   return new ProblemError("not-found", `App ${ref.projectId}/${ref.appId} has no deployment ${ref.deploymentId}`);
+}
+
+/** `dirty` says something of `commit` only: without one it is refused (400). */
+function checkLabel(label: DeploymentLabel): void {
+  if (label.dirty !== undefined && label.commit === undefined) {
+    throw new ProblemError("validation", "query.dirty says whether the folder matched query.commit; send both", {
+      errors: [{ path: "query.dirty", message: "needs query.commit" }],
+    });
+  }
 }
 
 function isTerminal(status: string): boolean {
@@ -273,12 +331,14 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
   }
 
   /**
-   * Checks the bundle unpacks safely and its runplane.toml loads, in a scratch folder removed after, and
-   * that the runtime would serve it (its replicas fit the host, its project stays within its replica limit).
+   * Checks the bundle unpacks safely and its runplane.toml loads, in a scratch folder, and that the
+   * runtime would serve it (its replicas fit the host, its project stays within its replica limit). The
+   * checked folder is kept for this host's build (see _unpacked.ts); returns what removes it.
    */
-  async function checkBundle(ref: AppRef, bundle: BundleSource): Promise<void> {
+  async function checkBundle(ref: AppRef, bundle: BundleSource): Promise<() => Promise<void>> {
     const scratch = join(settings.dataDir, "uploads", `${Date.now()}-${randomBytesPooled(6).toString("hex")}`);
     await mkdir(join(settings.dataDir, "uploads"), { recursive: true });
+    await sweepUnpacked(settings.dataDir, { olderThanMs: UNPACKED_KEPT_MS, now: Date.now() });
     try {
       await extractBundle(bundle.stream(), scratch, settings.bundleLimits);
       const text = await readFile(join(scratch, "runplane.toml"), "utf8").catch(() => {
@@ -301,6 +361,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
           errors: [{ path: "body.runplane.toml", message: problem }],
         });
       }
+      return await keepUnpacked(settings.dataDir, { scratch, digest: bundle.digest });
     } finally {
       await rm(scratch, { recursive: true, force: true });
     }
@@ -309,10 +370,11 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
   async function store(
     ref: AppRef,
     bundle: BundleSource,
-    repository?: DeploymentView["repository"],
+    from: { label: DeploymentLabel; repository?: DeploymentView["repository"] },
   ): Promise<DeploymentView> {
     refuseDirectoryApp(ref);
-    await checkBundle(ref, bundle);
+    const dropUnpacked = await checkBundle(ref, bundle);
+    const { label, repository } = from;
     const row = await insertDeployment(db, {
       deploymentId: timeOrderedId("dep_"),
       projectId: ref.projectId,
@@ -320,7 +382,13 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
       bundle,
       source: repository ? "repository" : "bundle",
       repository: repository ?? undefined,
+      message: label.message,
+      commit: repository?.commit ?? label.commit,
+      dirty: repository ? false : label.dirty === true,
       now: options.now(),
+    }).catch(async (error: unknown) => {
+      await dropUnpacked();
+      throw error;
     });
     logger.info({ deployment_id: row.deployment_id, app: `${ref.projectId}/${ref.appId}` }, "deployment queued");
     builder?.wake();
@@ -348,13 +416,13 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     found: { stored?: AppRow; newest?: DeploymentRow; info?: AppInfo; queued: number; served: ServedRow[] },
   ): AppView {
     const { stored, newest, info } = found;
-    const replicas = info?.replicas ?? { starting: 0, idle: 0, busy: 0 };
     const base = {
       project_id: ref.projectId,
       app_id: ref.appId,
       runtime: info?.config?.runtime ?? null,
       scaling: scalingOf(info?.config),
-      replicas,
+      hardware: hardwareOf(info?.config),
+      replicas: replicasOf(info),
       queued_runs: found.queued,
     };
     if (!stored) {
@@ -423,21 +491,33 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
   }
 
   return {
-    deployBundle(ref, bundle) {
-      return store(ref, fileSource(bundle));
+    deployBundle(ref, bundle, label = {}) {
+      checkLabel(label);
+      return store(ref, fileSource(bundle), { label });
     },
-    async deployRepository(ref, source) {
+    async deployRepository(ref, source, label = {}) {
+      checkLabel(label);
+      if (label.commit !== undefined) {
+        throw new ProblemError(
+          "validation",
+          "A repository deployment's commit is the one its ref resolves to; leave query.commit out (or name it as source.ref)",
+          { errors: [{ path: "query.commit", message: "must be absent when deploying from a repository" }] },
+        );
+      }
       refuseDirectoryApp(ref);
       const archive = await options.archiveRepository(ref.projectId, {
         ...source,
         maxBytes: settings.bundleLimitBytes,
       });
       return store(ref, bytesSource(archive.bytes), {
-        owner: source.owner,
-        repo: source.repo,
-        ref: archive.ref,
-        commit: archive.commit,
-        path: source.path ?? "",
+        label,
+        repository: {
+          owner: source.owner,
+          repo: source.repo,
+          ref: archive.ref,
+          commit: archive.commit,
+          path: source.path ?? "",
+        },
       });
     },
     get: view,
@@ -522,7 +602,12 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     deployedApps() {
       return localApps?.list() ?? [];
     },
+    dependencyLayerReady(digest) {
+      return dependencyLayerReady(settings.dataDir, digest);
+    },
     async start() {
+      // What an earlier process kept for its builds: a build here unpacks from the store instead.
+      await sweepUnpacked(settings.dataDir, { olderThanMs: 0, now: Date.now() });
       const served = startServedReporter({
         db,
         logger,
@@ -540,6 +625,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
         onChange: () => options.runtime.reload(),
         onServed: (apps) => served.report(apps),
         pollMs: options.pollMs,
+        deferBuilds: options.deferBuilds,
         testDelayMs: options.testDelayLocalSyncMs,
       });
       builder = startBuilder({

@@ -8,7 +8,9 @@ type BuildHandlers = Pick<Handlers, "createBaseImageHash">;
 export function buildHandlers(context: ServerContext): BuildHandlers {
   return {
     async createBaseImageHash({ path, body }) {
-      const outcome = await hashBaseImage(context.store.db, { projectId: path.project_id, request: body ?? {} });
+      const outcome = await hashBaseImage(context.store.db, { projectId: path.project_id, request: body ?? {} }, {
+        dependencyLayerReady: (digest) => context.deployments.dependencyLayerReady(digest),
+      });
       return { status: 200, contentType: "application/json", body: outcome };
     },
   };

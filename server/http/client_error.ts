@@ -18,6 +18,9 @@ const REASONS: Record<number, string> = {
   431: "Request Header Fields Too Large",
 };
 
+/** The statuses a request can get from the parser, before any operation is known (each declares them). */
+export const CLIENT_ERROR_STATUSES: readonly number[] = Object.keys(REASONS).map(Number);
+
 function problemFor(code: string | undefined): ProblemError {
   const [kind, detail]: [ProblemKind, string] = code === "HPE_HEADER_OVERFLOW"
     ? [

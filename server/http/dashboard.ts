@@ -1,6 +1,7 @@
 /**
- * The dashboard's HTTP side: its static files (served from `client/dashboard/`, the generated client's
- * `openapi-fetch` from node_modules; no bundler), strict security headers, and the session.
+ * The dashboard's HTTP side: its static files (its ES modules from `client/dashboard/`, and the packages
+ * they import, `openapi-fetch` and `eventsource-parser`, from node_modules; no bundler), strict security
+ * headers, and the session.
  *
  * Signing in posts a token once; the server checks it, records a session (`SessionRecords`, in the
  * store) and answers with an HttpOnly, SameSite=Strict cookie holding the session's id and the token
@@ -11,6 +12,7 @@
  * by that cookie, and a state-changing one only when it comes from this origin (`Origin`, or
  * `Sec-Fetch-Site: same-origin`), so a cross-site form cannot act with the user's session.
  */
+import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { extname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -26,7 +28,18 @@ export const SESSION_COOKIE = "runplane_session";
 const SESSION_MAX_MS = 12 * 3_600_000;
 
 const STATIC_DIR = fileURLToPath(new URL("../../client/dashboard/", import.meta.url));
-const OPENAPI_FETCH = fileURLToPath(import.meta.resolve("openapi-fetch"));
+
+/**
+ * The packages the dashboard's modules import by name, each file at a fixed path below
+ * `/dashboard/assets/vendor/` (the import map in `index.html` names them): served from `node_modules` as
+ * npm installed them, so nothing is vendored or built.
+ */
+const VENDOR_FILES: Record<string, string> = {
+  "openapi-fetch.mjs": fileURLToPath(import.meta.resolve("openapi-fetch")),
+  "eventsource-parser/stream.js": fileURLToPath(import.meta.resolve("eventsource-parser/stream")),
+  // `stream.js` imports `./index.js`.
+  "eventsource-parser/index.js": fileURLToPath(import.meta.resolve("eventsource-parser")),
+};
 
 const TYPES: Record<string, string> = {
   ".html": "text/html; charset=utf-8",
@@ -36,11 +49,26 @@ const TYPES: Record<string, string> = {
   ".svg": "image/svg+xml",
 };
 
+/**
+ * The Content-Security-Policy: only the server's own scripts and styles, and the inline scripts whose
+ * hashes are given (the page's import map, which a browser reads only inline).
+ */
+function contentSecurityPolicy(scriptHashes: string[] = []): string {
+  const scripts = ["'self'", ...scriptHashes.map((hash) => `'sha256-${hash}'`)].join(" ");
+  return `default-src 'none'; script-src ${scripts}; style-src 'self'; img-src 'self' data:; connect-src 'self'; `
+    + "base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+}
+
+/** The SHA-256 (base64) of each inline `<script>` of `html`, for the page's CSP. */
+function inlineScriptHashes(html: string): string[] {
+  return [...html.matchAll(/<script\b[^>]*>([^<]+)<\/script>/g)].map((match) =>
+    createHash("sha256").update(match[1], "utf8").digest("base64")
+  );
+}
+
 /** Only the server's own scripts and styles; no framing, no referrer, no sniffing. */
 const SECURITY_HEADERS: Record<string, string> = {
-  "Content-Security-Policy":
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-    + "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  "Content-Security-Policy": contentSecurityPolicy(),
   "X-Content-Type-Options": "nosniff",
   "Referrer-Policy": "no-referrer",
   "X-Frame-Options": "DENY",
@@ -147,6 +175,13 @@ async function serveFile(ctx: Context, path: string, cache: string): Promise<voi
   ctx.body = body;
 }
 
+/** The page (every path of the dashboard's pages is the same HTML), its CSP allowing its import map. */
+async function servePage(ctx: Context): Promise<void> {
+  await serveFile(ctx, join(STATIC_DIR, "index.html"), "no-store");
+  const html = (ctx.body as Buffer).toString("utf8");
+  ctx.set("Content-Security-Policy", contentSecurityPolicy(inlineScriptHashes(html)));
+}
+
 /**
  * The dashboard's routes as one Koa middleware: `/dashboard` and its pages (the same HTML; the script
  * reads the path), `/dashboard/assets/*`, and `POST /dashboard/session` (sign in: `{token}`),
@@ -207,11 +242,14 @@ export function dashboardMiddleware(
       return;
     }
     if (ctx.method !== "GET" && ctx.method !== "HEAD") throw new ProblemError("method-not-allowed", "Use GET");
-    if (rest === "/assets/openapi-fetch.mjs") return await serveFile(ctx, OPENAPI_FETCH, "public, max-age=3600");
+    const vendor = rest.slice("/assets/vendor/".length);
+    if (rest.startsWith("/assets/vendor/") && Object.hasOwn(VENDOR_FILES, vendor)) {
+      return await serveFile(ctx, VENDOR_FILES[vendor], "public, max-age=3600");
+    }
     const asset = /^\/assets\/([a-z0-9_]+\.(?:js|css|svg))$/.exec(rest);
     if (asset) return await serveFile(ctx, join(STATIC_DIR, asset[1]), "no-cache");
     if (rest.startsWith("/assets/")) throw new ProblemError("not-found", `No dashboard file ${ctx.path}`);
-    await serveFile(ctx, join(STATIC_DIR, "index.html"), "no-store");
+    await servePage(ctx);
   };
 }
 

@@ -4,6 +4,7 @@
  */
 import { Router } from "@koa/router";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { Stream } from "node:stream";
 import Koa, { type Context } from "koa";
 import { routes, type RouteSpec } from "../../generated/routes.ts";
 import type { SessionRecords, TokenVerifier } from "../auth/mod.ts";
@@ -16,14 +17,16 @@ import { createDashboardSessions, dashboardMiddleware } from "./dashboard.ts";
 import type { AnyHandlerResult, HandlerInput, Handlers, LoggedOutcome, OperationId } from "./handler_types.ts";
 import { createBodyReader } from "./read_body.ts";
 import type { DrainGate } from "./drain_gate.ts";
+import { forwardedCalls, type ForwardedCallsOptions } from "./forwarded_calls.ts";
 import { decodeRequest } from "./request_decoding.ts";
 import { RequestInput } from "./request_input.ts";
 import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
 import { SpooledBody } from "./spool_body.ts";
 
-export { answerClientErrors, MAX_HEADER_BYTES } from "./client_error.ts";
+export { answerClientErrors, CLIENT_ERROR_STATUSES, MAX_HEADER_BYTES } from "./client_error.ts";
 export { createDrainGate, type DrainGate } from "./drain_gate.ts";
+export type { ForwardedCallsOptions } from "./forwarded_calls.ts";
 export type {
   EventStreamBody,
   Handler,
@@ -72,6 +75,11 @@ export interface HttpAppOptions {
    * once per outage) becomes a 503 `store-unavailable` with `Retry-After`, not a logged 500.
    */
   storeOutage?: { refused(error: unknown): boolean };
+  /**
+   * The internal endpoint other hosts forward calls to (`POST /internal/v1/calls/…`, outside the public
+   * contract); absent, it is not mounted.
+   */
+  forwardedCalls?: Omit<ForwardedCallsOptions, "bodyLimitBytes">;
 }
 
 /** The `Retry-After` of a store-unavailable answer, in seconds: about how often an outage is probed. */
@@ -225,6 +233,11 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         renderProblem(ctx, error, logger);
       }
     }
+    // An event stream's headers leave now, not with its first event: that may be long in coming (a silent
+    // run's log, a generator before its first item), and the client learns meanwhile that it was accepted.
+    if (!ctx.headerSent && ctx.body instanceof Stream && ctx.response.type === "text/event-stream") {
+      ctx.flushHeaders();
+    }
     const routeId = state.route?.operationId ?? null;
     // "close", not "finish": a call whose client went away is logged too (its run ended `cancelled`);
     // it may have closed already, while the handler ran.
@@ -260,6 +273,11 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     if (!outcome) logger.info(line, "request");
     else if (outcome.ended) logger.info(Object.assign(line, outcome.logFields()), "request");
     else void outcome.done.then(() => logger.info(Object.assign(line, outcome.logFields()), "request"));
+  }
+
+  // Before the dashboard and the router: a forwarded call carries no token and no session.
+  if (options.forwardedCalls) {
+    app.use(forwardedCalls({ ...options.forwardedCalls, bodyLimitBytes: options.bodyLimitBytes }));
   }
 
   const sessions = options.dashboard

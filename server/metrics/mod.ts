@@ -30,6 +30,18 @@ export interface Metrics {
    * budget and what replicas reserve of it) read their values from.
    */
   setCapacitySource(source: () => CapacityReadings): void;
+  /**
+   * Sets where `runplane_cluster_seats` (replica seats per app, host and state) and
+   * `runplane_cluster_calls_in_flight` (per app and host) read their values from: a cluster host's cached
+   * view. Unset (no cluster), both are empty.
+   */
+  setClusterSource(source: () => ClusterReadings): void;
+}
+
+/** Live readings of the cluster's view: seats per app, host and state, and calls in flight per app and host. */
+export interface ClusterReadings {
+  seats: GaugeReading[];
+  calls: GaugeReading[];
 }
 
 /** Live readings of the host's capacity: who waits for it, and how much there is and is held. */
@@ -48,6 +60,7 @@ export function createMetrics(): Metrics {
   let queuedSource: () => GaugeReading[] | Promise<GaugeReading[]> = () => [];
   let replicasSource: () => GaugeReading[] | Promise<GaugeReading[]> = () => [];
   let capacitySource: () => CapacityReadings = () => ({ waiting: [], host: [] });
+  let clusterSource: () => ClusterReadings = () => ({ seats: [], calls: [] });
   function liveGauge(
     name: string,
     help: string,
@@ -74,15 +87,27 @@ export function createMetrics(): Metrics {
   );
   liveGauge(
     "runplane_replicas_waiting_for_capacity",
-    "Replicas an app would start now but the host's budget (RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY) has no room for; its calls wait",
+    "Replicas an app would start now but the host's budget (RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY, free GPUs) has no room for; its calls wait",
     ["app"],
     () => capacitySource().waiting,
   );
   liveGauge(
     "runplane_host_capacity",
-    "The host's budget for replicas (kind=total) and what live replicas reserve of it (kind=reserved), by resource (cpu cores, memory_bytes)",
+    "The host's budget for replicas (kind=total) and what live replicas reserve of it (kind=reserved), by resource (cpu cores, memory_bytes, gpus)",
     ["resource", "kind"],
     () => capacitySource().host,
+  );
+  liveGauge(
+    "runplane_cluster_seats",
+    "Replica seats of the cluster per app, host (its advertised URL) and state (starting, ready), as this host's cached view has them (up to a heartbeat old); only on a cluster host",
+    ["app", "host", "state"],
+    () => clusterSource().seats,
+  );
+  liveGauge(
+    "runplane_cluster_calls_in_flight",
+    "Calls in flight on each host's replicas of an app (host: its advertised URL), as this host's cached view has them (up to a heartbeat old); only on a cluster host",
+    ["app", "host"],
+    () => clusterSource().calls,
   );
   return {
     registry,
@@ -140,6 +165,9 @@ export function createMetrics(): Metrics {
     },
     setCapacitySource(source) {
       capacitySource = source;
+    },
+    setClusterSource(source) {
+      clusterSource = source;
     },
   };
 }

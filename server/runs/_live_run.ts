@@ -127,6 +127,11 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     this.#stream = true;
   }
 
+  /** Its record says so from now on: the row the write-behind holds, and its final state. */
+  servedBy(deploymentId: string): void {
+    this.#row.deployment_id = deploymentId;
+  }
+
   item(value: unknown): void {
     (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
   }

@@ -70,19 +70,37 @@ const SUMMARY_COLUMNS = [
   "error_message",
   "error_traceback",
   "webhook_endpoint",
+  "deployment_id",
 ] as const satisfies ReadonlyArray<keyof RunSummaryRow>;
 
-/** One page of an app's runs, newest first, starting after `before` (a run id); results are not read. */
-export function selectRunPage(
-  db: Db,
-  options: { projectId: string; appId: string; status?: string; before?: string; limit: number },
-): Promise<RunSummaryRow[]> {
-  let query = db
-    .selectFrom("runs")
-    .select(SUMMARY_COLUMNS)
-    .where("project_id", "=", options.projectId)
-    .where("app_id", "=", options.appId);
+/** Which runs `selectRunPage` reads: a project's, narrowed by each filter given. */
+export interface RunPageWhere {
+  projectId: string;
+  appId?: string;
+  functionName?: string;
+  status?: string;
+  mode?: string;
+  /** Unix ms: created at or after. */
+  createdAfter?: number;
+  /** Unix ms: created before. */
+  createdBefore?: number;
+  /** A run id: the page starts after it (newest first). */
+  before?: string;
+  limit: number;
+}
+
+/**
+ * One page of a project's runs (an app's, with `appId`), newest first, starting after `before`; results
+ * are not read. Indexes `runs_by_app` and `runs_by_project` walk the order.
+ */
+export function selectRunPage(db: Db, options: RunPageWhere): Promise<RunSummaryRow[]> {
+  let query = db.selectFrom("runs").select(SUMMARY_COLUMNS).where("project_id", "=", options.projectId);
+  if (options.appId !== undefined) query = query.where("app_id", "=", options.appId);
+  if (options.functionName !== undefined) query = query.where("function_name", "=", options.functionName);
   if (options.status) query = query.where("status", "=", options.status);
+  if (options.mode) query = query.where("mode", "=", options.mode);
+  if (options.createdAfter !== undefined) query = query.where("created_at", ">=", options.createdAfter);
+  if (options.createdBefore !== undefined) query = query.where("created_at", "<", options.createdBefore);
   if (options.before) query = query.where("run_id", "<", options.before);
   return query.orderBy("run_id", "desc").limit(options.limit).execute() as Promise<RunSummaryRow[]>;
 }
@@ -149,6 +167,7 @@ export async function finishLeasedRuns(
     error_type: (columns.error_type ?? null) as string | null,
     error_message: (columns.error_message ?? null) as string | null,
     error_traceback: (columns.error_traceback ?? null) as string | null,
+    deployment_id: (columns.deployment_id ?? null) as string | null,
   }));
   return await db.transaction().execute(async (trx) => {
     const ended = new Set(await endLeasedRuns(trx, owner, rows));

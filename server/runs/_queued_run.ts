@@ -51,6 +51,7 @@ export class QueuedRunRecord implements RunRecorder {
   readonly #deps: QueuedRunDeps;
   #items: StoredItems | undefined = undefined;
   #ending: Promise<void> | undefined = undefined;
+  #deploymentId: string | undefined = undefined;
   /** When it was claimed, on the monotonic clock: its run time is measured there. */
   readonly #startedAt = performance.now();
 
@@ -63,6 +64,11 @@ export class QueuedRunRecord implements RunRecorder {
 
   /** An async run keeps its mode when its function streams: the items are stored as a list. */
   streaming(): void {}
+
+  /** Written with the run's end. */
+  servedBy(deploymentId: string): void {
+    this.#deploymentId = deploymentId;
+  }
 
   item(value: unknown): void {
     (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
@@ -97,6 +103,7 @@ export class QueuedRunRecord implements RunRecorder {
     const end = runEnd(row, outcome, {
       now: this.#deps.now(),
       runTimeMs: Math.round(performance.now() - this.#startedAt),
+      deploymentId: this.#deploymentId,
     });
     if (!(await endLeasedRun({ finishes, events }, end))) {
       logger.warn({ run_id: row.run_id }, "run was ended elsewhere before it finished here; its outcome is dropped");

@@ -13,6 +13,7 @@
  */
 import type { Insertable, Kysely, Updateable } from "kysely";
 import type { Database } from "../store/mod.ts";
+import { runRowWith } from "../store/statements/run_rows.ts";
 import type { RunTable } from "../store/schema.ts";
 import { type NewDelivery, webhookBody } from "../webhooks/mod.ts";
 import type { LeasedFinishes } from "./_leased_finishes.ts";
@@ -55,6 +56,8 @@ export interface RunEndOptions {
   mode?: string;
   /** The caller's request line reports this end (a sync or stream call). */
   loggedByCaller?: boolean;
+  /** The deployment whose replica took the call, when one did and the stored run does not say so yet. */
+  deploymentId?: string;
 }
 
 /** The columns a run's outcome sets: status, times, result or error; the secrets and lease go with the end. */
@@ -98,6 +101,7 @@ export function runEnd(run: EndingRun, outcome: RunOutcome, options: RunEndOptio
     : Math.max(0, now - Number(run.started_at));
   const columns = outcomeColumns(outcome, now, runTimeMs);
   if (options.mode !== undefined) columns.mode = options.mode;
+  if (options.deploymentId !== undefined) columns.deployment_id = options.deploymentId;
   const delivery: NewDelivery | null = run.webhook_endpoint
     ? {
       runId: run.run_id,
@@ -132,7 +136,7 @@ export function endLiveRun(
   row: Insertable<RunTable>,
   end: RunEnd,
 ): Promise<void> {
-  deps.writer.put({ ...row, ...end.columns } as Insertable<RunTable>, end.delivery ?? undefined);
+  deps.writer.put(runRowWith(row, end.columns), end.delivery ?? undefined);
   deps.events.finished(end.event);
   // A webhook must survive a crash right after the caller got the answer: its record is committed now
   // (one small transaction) rather than in the next batch.

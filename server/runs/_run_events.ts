@@ -74,17 +74,28 @@ function change(run: Omit<CreatedRun, "createdAt">, extra: Partial<RunChange> = 
 /** Creates the teller; without `metrics` it only logs, without `onChange` it tells no page. */
 export function createRunEvents(
   logger: Logger,
-  options: { metrics?: RunMetrics; onChange?(change: RunChange): void } = {},
+  options: {
+    metrics?: RunMetrics;
+    onChange?(change: RunChange): void;
+    /** Whether `onChange` takes a project's changes now (default: always); no change is built for it otherwise. */
+    changesWanted?(projectId: string): boolean;
+  } = {},
 ): RunEvents {
-  const { metrics, onChange } = options;
+  const { metrics, onChange, changesWanted } = options;
   // Checked once: a sync call must not build a line nobody writes.
   const debug = logger.isLevelEnabled("debug");
+  // A change costs a date and an object; most runs belong to projects no page follows.
+  const tells = (projectId: string) => onChange !== undefined && (changesWanted?.(projectId) ?? true);
   return {
     created(run) {
-      onChange?.(change(run, { at: new Date(run.createdAt).toISOString() }));
+      if (tells(run.projectId)) onChange!(change(run, { at: new Date(run.createdAt).toISOString() }));
     },
     started(run) {
-      onChange?.(change({ ...run, status: "running" }));
+      if (tells(run.projectId)) {
+        // Named, not `{ ...run, status }`: on Node 20 each property after a spread costs ~0.5 µs.
+        const { runId, projectId, appId, functionName, mode } = run;
+        onChange!(change({ runId, projectId, appId, functionName, mode, status: "running" }));
+      }
       const app = `${run.projectId}/${run.appId}`;
       metrics?.runsStarted.inc({ app, mode: run.mode });
       metrics?.runQueueTime.observe({ app, mode: run.mode }, run.queueTimeMs / 1000);
@@ -96,7 +107,7 @@ export function createRunEvents(
       }
     },
     finished(run) {
-      onChange?.(change(run, { run_time_ms: run.runTimeMs }));
+      if (tells(run.projectId)) onChange!(change(run, { run_time_ms: run.runTimeMs }));
       const app = `${run.projectId}/${run.appId}`;
       const labels = { app, mode: run.mode, status: run.status };
       metrics?.runsFinished.inc(labels);

@@ -75,6 +75,7 @@ export function toRunSummary(row: RunSummaryRow, options: RunViewOptions): RunSu
     completed_at: iso(row.completed_at),
     queue_time_ms: row.queue_time_ms,
     run_time_ms: row.run_time_ms,
+    deployment_id: row.deployment_id ?? null,
     result_expired: expired,
     result_truncated: row.result_truncated === 1,
     error: row.error_type === null

@@ -21,7 +21,7 @@ import {
   type NewDelivery,
   putEndDelivery,
 } from "../webhooks/mod.ts";
-import { upsertRun } from "../store/statements/run_rows.ts";
+import { upsertRuns } from "../store/statements/run_rows.ts";
 
 /** Raised to whoever waits for a run's record when the store did not take it after the retries. */
 export class RecordNotStored extends Error {
@@ -117,8 +117,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     const handed: ClaimedDelivery[] = [];
     let stored = 0;
     await db.transaction().execute(async (trx) => {
-      const written = new Set<string>();
-      for (const { row } of entries) if (await upsertRun(trx, row, options.owner)) written.add(row.run_id);
+      const written = await upsertRuns(trx, entries.map((entry) => entry.row), options.owner);
       const now = (options.now ?? Date.now)();
       for (const { delivery } of entries) {
         // A run that had ended otherwise (this write's twin after an unsure commit) keeps that end's delivery.

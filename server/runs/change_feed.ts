@@ -10,7 +10,8 @@
  * every process sends that project's changes until `watchTtlMs` after the last such word. Sending every
  * change to every process (and PostgreSQL queueing each for all of them) cost more than accepting the
  * runs did: async accept on PostgreSQL rose from 0.63x to 0.79x SQLite's when it stopped. Until the
- * answers are in (`settleMs`), a process that asked sends every project's changes; and a new page is
+ * answers are in (`settleMs`; it asks once it listens, and sends everything until then), a process that
+ * asked sends every project's changes; and a new page is
  * told to read again (`resync`) once `settleMs` have passed, so that a change sent before every process
  * heard of the page is not missed.
  */
@@ -37,6 +38,8 @@ export type RunChangeListener = (change: RunChange | "missed" | "closed") => voi
 /** Publishes changes and lets a project's pages follow them. */
 export interface RunChangeFeed {
   publish(change: RunChange): void;
+  /** Whether `publish` sends the changes of `projectId`'s runs now (a page here or elsewhere follows it). */
+  watches(projectId: string): boolean;
   /**
    * Calls `listener` with each change of `projectId`'s runs, with `"missed"` when changes may have been
    * missed (a lost database connection), and with `"closed"` when the server stops; returns the function
@@ -52,7 +55,7 @@ const ASK = "?";
 
 /** Options of `createRunChangeFeed`. */
 export interface RunChangeFeedOptions {
-  notifier: Pick<Notifier, "notify" | "listen">;
+  notifier: Pick<Notifier, "notify" | "listen" | "listening">;
   logger: Logger;
   /** How long changes collect before they are sent (default 100 ms). */
   flushMs?: number;
@@ -116,7 +119,11 @@ export function createRunChangeFeed(options: RunChangeFeedOptions): RunChangeFee
     everythingUntil = performance.now() + settleMs;
     say(ASK);
   }
-  ask();
+  // A word said before this process listens never reaches it (a page opened elsewhere meanwhile, the
+  // answers to its question): it sends everything until it listens, and only then asks. CI once had a
+  // just-started process miss a page's word this way and send none of a run's changes.
+  everythingUntil = Infinity;
+  void options.notifier.listening().then(ask);
 
   function watched(projectId: string): boolean {
     const now = performance.now();
@@ -160,6 +167,7 @@ export function createRunChangeFeed(options: RunChangeFeedOptions): RunChangeFee
   }
 
   return {
+    watches: watched,
     publish(change) {
       if (!watched(change.project_id)) return;
       pending.push(change);

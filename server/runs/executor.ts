@@ -20,6 +20,11 @@ export interface ExecuteRequest extends AppTarget {
   runId: string;
   /** Aborted on timeout (`response_grace_period`), cancel or a caller gone: stop the worker. */
   signal: AbortSignalLike;
+  /**
+   * Told the deployment whose replica takes the call, once one does (before the function runs); never for
+   * an app of the apps folder.
+   */
+  onDeployment?(deploymentId: string): void;
 }
 
 /** One streamed item: a value (strings as they are), with an SSE event name when the function gave one. */
@@ -61,11 +66,17 @@ export interface RunErrorInfo {
 }
 
 /**
- * The `RunError` for anything an executor threw: an object with `errorType` (or `type`), `message` and
- * `traceback` keeps them; any other error becomes `upstream_error` with its message.
+ * The `RunError` for anything an executor threw: an object with `errorType` (or `type`), `errorMessage`
+ * (or `message`) and `traceback` keeps them; any other error becomes `upstream_error` with its message.
  */
 export function toRunError(error: unknown): RunErrorInfo {
-  const e = (error ?? {}) as { errorType?: unknown; type?: unknown; message?: unknown; traceback?: unknown };
+  const e = (error ?? {}) as {
+    errorType?: unknown;
+    errorMessage?: unknown;
+    type?: unknown;
+    message?: unknown;
+    traceback?: unknown;
+  };
   const type = typeof e.errorType === "string"
     ? e.errorType
     : typeof e.type === "string" && !(error instanceof Error)
@@ -73,7 +84,11 @@ export function toRunError(error: unknown): RunErrorInfo {
     : "upstream_error";
   return {
     type,
-    message: typeof e.message === "string" ? e.message : String(error),
+    message: typeof e.errorMessage === "string"
+      ? e.errorMessage
+      : typeof e.message === "string"
+      ? e.message
+      : String(error),
     traceback: typeof e.traceback === "string" ? e.traceback : null,
   };
 }

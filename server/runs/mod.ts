@@ -30,6 +30,7 @@ export {
   createRunService,
   type ExecuteOptions,
   type Execution,
+  type ListProjectRunsOptions,
   type ListRunsOptions,
   type RunPage,
   type RunRef,

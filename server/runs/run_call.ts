@@ -35,6 +35,8 @@ export interface RunRecorder {
   readonly signal: AbortSignalLike;
   /** Marks a call whose function turned out to stream. */
   streaming(): void;
+  /** Records the deployment whose replica took the call (its `deployment_id`). */
+  servedBy(deploymentId: string): void;
   /** Adds one streamed item; `succeed()` without a value then records the list. */
   item(value: unknown): void;
   /** Records success with `result` (for a stream, default: the items so far). */

@@ -88,6 +88,17 @@ export interface ListRunsOptions {
   cursor?: string;
 }
 
+/** Options of `listProjectRuns`: those of `listRuns` and more filters, each narrowing the list. */
+export interface ListProjectRunsOptions extends ListRunsOptions {
+  appId?: string;
+  functionName?: string;
+  mode?: Run["mode"];
+  /** Unix ms: only runs created at or after it. */
+  createdAfter?: number;
+  /** Unix ms: only runs created before it. */
+  createdBefore?: number;
+}
+
 /** The run service. */
 export interface RunService {
   /**
@@ -113,6 +124,8 @@ export interface RunService {
   getRun(ref: RunRef): Promise<Run>;
   /** An app's runs, newest first; a 400 problem for a cursor this server did not make. */
   listRuns(app: { projectId: string; appId: string }, options?: ListRunsOptions): Promise<RunPage>;
+  /** A project's runs in all its apps, newest first, filtered; a 400 problem for a cursor this server did not make. */
+  listProjectRuns(projectId: string, options?: ListProjectRunsOptions): Promise<RunPage>;
   /**
    * Cancels a run: queued → `cancelled` at once; running here → interrupted and `cancelled`; running in
    * another process → asked to stop (a wake-up on `runplane_cancel`, and its next lease renewal): it ends
@@ -183,6 +196,8 @@ export interface RunServiceOptions {
   logs?: RunLogWriter;
   /** Told each run's creation, start and end (the live pages' feed). */
   onChange?(change: RunChange): void;
+  /** Whether `onChange` takes the changes of a project's runs now (default: always); skips building the others. */
+  changesWanted?(projectId: string): boolean;
   /** Called when deliveries were added to the outbox: wake the delivery worker. */
   onDeliveries?(): void;
   /** The delivery worker's hand-off: deliveries of sync and stream runs go to it without a claim. */
@@ -233,7 +248,11 @@ export function createRunService(options: RunServiceOptions): RunService {
   const onDeliveries = options.onDeliveries ?? (() => {});
   const clock = options.now ?? Date.now;
   const notifier = options.notifier;
-  const events = createRunEvents(logger, { metrics: options.metrics, onChange: options.onChange });
+  const events = createRunEvents(logger, {
+    metrics: options.metrics,
+    onChange: options.onChange,
+    changesWanted: options.changesWanted,
+  });
   // Kept after a clean stop too: the next start sees the process is gone and ends what it left running.
   if (options.ownersDir) registerOwner(options.ownersDir, owner);
   const writer = createWriteBehind(db, {
@@ -389,7 +408,12 @@ export function createRunService(options: RunServiceOptions): RunService {
   function firstRow(call: RunCall, webhook: CheckedWebhook | null): Insertable<RunTable> {
     // The store's clock: run ids and times order runs across processes, whatever each host's clock says.
     const now = clock();
-    const base = {
+    const live = call.mode !== "async";
+    // One literal, not `{ ...base, status, … }`: on Node 20 each property after a spread costs ~0.5 µs.
+    // A live run's input stays in memory (its caller holds it until it ends). Its webhook secret and
+    // credentials are stored sealed, as an async run's are: when its process stops before it ends (drain
+    // timeout, kill -9), whoever ends it `interrupted` sends its webhook signed and authorised too.
+    return {
       run_id: newRunId(now),
       project_id: call.projectId,
       app_id: call.app,
@@ -398,33 +422,15 @@ export function createRunService(options: RunServiceOptions): RunService {
       created_at: now,
       webhook_endpoint: webhook?.endpoint ?? null,
       rerun_of: call.rerunOf ?? null,
-    };
-    if (call.mode === "async") {
-      return {
-        ...base,
-        status: "queued",
-        started_at: null,
-        queue_time_ms: null,
-        input_json: call.inputJson ?? JSON.stringify(call.input),
-        webhook_secret: webhook?.sealed ?? null,
-        webhook_credentials: webhook?.credentials ?? null,
-        lease_owner: null,
-        lease_expires_at: null,
-      };
-    }
-    // A live run's input stays in memory (its caller holds it until it ends). Its webhook secret and
-    // credentials are stored sealed, as an async run's are: when its process stops before it ends (drain
-    // timeout, kill -9), whoever ends it `interrupted` sends its webhook signed and authorised too.
-    return {
-      ...base,
-      status: "running",
-      started_at: now,
-      queue_time_ms: 0,
-      input_json: null,
+      status: live ? "running" : "queued",
+      started_at: live ? now : null,
+      queue_time_ms: live ? 0 : null,
+      input_json: live ? null : call.inputJson ?? JSON.stringify(call.input),
       webhook_secret: webhook?.sealed ?? null,
       webhook_credentials: webhook?.credentials ?? null,
-      lease_owner: owner,
-      lease_expires_at: now + config.runLeaseMs,
+      // A live run is leased here from its start; a queued one by whoever claims it.
+      lease_owner: live ? owner : null,
+      lease_expires_at: live ? now + config.runLeaseMs : null,
     };
   }
 
@@ -658,6 +664,27 @@ export function createRunService(options: RunServiceOptions): RunService {
     })();
   }
 
+  /** One page of runs: the written-behind ones first stored, one more row read to know of a next page. */
+  async function listPage(where: ListProjectRunsOptions & { projectId: string }): Promise<RunPage> {
+    await writer.flush();
+    const { cursor, limit = 50, ...filters } = where;
+    const rows = await selectRunPage(db, {
+      ...filters,
+      before: cursor === undefined ? undefined : decodeCursor(cursor),
+      limit: limit + 1,
+    });
+    const page = rows.slice(0, limit);
+    const withWebhook = page.filter((r) => r.webhook_endpoint).map((r) => r.run_id);
+    const webhooks = await webhookViews(db, withWebhook);
+    const now = clock();
+    return {
+      runs: page.map((row) =>
+        toRunSummary(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
+      ),
+      next_cursor: rows.length > limit ? encodeCursor(page[page.length - 1].run_id) : null,
+    };
+  }
+
   return {
     submit,
     execute,
@@ -668,25 +695,10 @@ export function createRunService(options: RunServiceOptions): RunService {
       return await view(await findRun(ref));
     },
     async listRuns(app, listOptions = {}) {
-      await writer.flush();
-      const limit = listOptions.limit ?? 50;
-      const rows = await selectRunPage(db, {
-        projectId: app.projectId,
-        appId: app.appId,
-        status: listOptions.status,
-        before: listOptions.cursor === undefined ? undefined : decodeCursor(listOptions.cursor),
-        limit: limit + 1,
-      });
-      const page = rows.slice(0, limit);
-      const withWebhook = page.filter((r) => r.webhook_endpoint).map((r) => r.run_id);
-      const webhooks = await webhookViews(db, withWebhook);
-      const now = clock();
-      return {
-        runs: page.map((row) =>
-          toRunSummary(row, { webhook: webhooks.get(row.run_id) ?? null, resultTtlMs: config.resultTtlMs, now })
-        ),
-        next_cursor: rows.length > limit ? encodeCursor(page[page.length - 1].run_id) : null,
-      };
+      return await listPage({ ...listOptions, projectId: app.projectId, appId: app.appId });
+    },
+    async listProjectRuns(projectId, listOptions = {}) {
+      return await listPage({ ...listOptions, projectId });
     },
     cancelRun,
     async queuedByApp() {

@@ -58,6 +58,8 @@ export interface AppConfig {
   egress: boolean;
   /** `[hardware]`: each replica's cores, memory and GPUs. */
   hardware: Hardware;
+  /** `[runtime] preload`: modules a Python replica (and its template) imports before main.py. */
+  preload: string[];
 }
 
 /**
@@ -337,7 +339,7 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
   ]);
   const dependencies = root.section("dependencies", ["pip", "apt", "conda"]);
   const build = root.section("build", ["base_image", "shell_commands", "pre_build_commands"]);
-  const runtimeSection = root.section("runtime", ["custom"]);
+  const runtimeSection = root.section("runtime", ["custom", "preload"]);
   const network = root.section("network", ["egress"]);
   const runtime = deployment.oneOf("runtime", ["python", "custom"] as const, "python");
   const python = deployment.string("python", "python3");
@@ -386,5 +388,24 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
     env: environment(root),
     egress: network.boolean("egress", true),
     hardware: hardware(root),
+    preload: preload(runtimeSection),
   };
+}
+
+/** A dotted Python module name (`torch`, `numpy.linalg`). */
+const MODULE_NAME = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
+
+function preload(runtime: Reader): string[] {
+  const names = runtime.strings("preload") ?? [];
+  if (names.length > 64) {
+    throw new AppConfigError(`runtime.preload names ${names.length} modules; at most 64 are allowed`);
+  }
+  for (const name of names) {
+    if (!MODULE_NAME.test(name)) {
+      throw new AppConfigError(
+        `runtime.preload entry ${JSON.stringify(name)} is not a Python module name such as "numpy"`,
+      );
+    }
+  }
+  return names;
 }

@@ -17,7 +17,7 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
  * the home folder are (`PATH`, `HOME`, `TMPDIR`: the sandbox's private ones), where the custom runtime
  * listens (`PORT`), how the Python worker starts and finds its code (`PYTHONPATH`, `PYTHONHOME`,
  * `PYTHONUNBUFFERED`, `VIRTUAL_ENV`), and which GPUs it was given (`CUDA_VISIBLE_DEVICES`,
- * `NVIDIA_VISIBLE_DEVICES`).
+ * `CUDA_DEVICE_ORDER`, `NVIDIA_VISIBLE_DEVICES`).
  */
 export const RESERVED_ENV_NAMES: ReadonlySet<string> = new Set([
   "PATH",
@@ -29,6 +29,7 @@ export const RESERVED_ENV_NAMES: ReadonlySet<string> = new Set([
   "PYTHONUNBUFFERED",
   "VIRTUAL_ENV",
   "CUDA_VISIBLE_DEVICES",
+  "CUDA_DEVICE_ORDER",
   "NVIDIA_VISIBLE_DEVICES",
 ]);
 

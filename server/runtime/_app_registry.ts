@@ -18,6 +18,10 @@ interface VersionBase {
   source: AppSource;
   /** The virtualenv the deployment's build made, when it made one (its replicas may read it). */
   venv?: string;
+  /** The deployment this version is (undefined for an app of the apps folder). */
+  deploymentId?: string;
+  /** Makes `dir` (and the virtualenv) ready on this host before a replica starts; see `DeployedApp`. */
+  prepare?(): Promise<void>;
 }
 
 /** One loaded (or failed) version of an app. */
@@ -34,6 +38,12 @@ export interface DeployedApp {
   version: string;
   /** The virtualenv's interpreter, when the build made one; it replaces `[deployment] python`. */
   python?: string;
+  /**
+   * Set for a deployment not built on this host yet (a host of a cluster builds one only to run its
+   * replicas): its `runplane.toml`, read in place of `dir`'s, and what builds it into `dir` and `python`.
+   * Each replica's start awaits `prepare` first; it rejects when the deployment cannot be built here.
+   */
+  deferred?: { configToml: string; prepare(): Promise<void> };
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
@@ -88,12 +98,20 @@ export async function loadApp(
 /** Reads an app version's `runplane.toml`; a file that does not load gives a version with its error. */
 async function readVersion(
   base: VersionBase,
-  options: AppConfigOptions & { python?: string },
+  options: AppConfigOptions & { python?: string; configToml?: string },
 ): Promise<AppVersion> {
-  const { python } = options;
+  const { python, configToml } = options;
   try {
-    const config = parseAppConfig(await readFile(join(base.dir, "runplane.toml"), "utf8"), base.dir, options);
-    if (config.runtime === "python" && !(await stat(join(base.dir, "main.py")).catch(() => undefined))) {
+    const config = parseAppConfig(
+      configToml ?? await readFile(join(base.dir, "runplane.toml"), "utf8"),
+      base.dir,
+      options,
+    );
+    // A deferred deployment's files are not here yet: its build checks them.
+    if (
+      configToml === undefined && config.runtime === "python"
+      && !(await stat(join(base.dir, "main.py")).catch(() => undefined))
+    ) {
       return { ...base, error: "main.py is missing; the python runtime calls functions of main.py" };
     }
     return { ...base, config: python ? { ...config, python } : config };
@@ -124,8 +142,15 @@ export async function loadDeployedApp(app: DeployedApp, options: LoadDeployedOpt
       fingerprint,
       source: "deployment",
       venv: app.python ? dirname(dirname(app.python)) : undefined,
+      deploymentId: app.version,
+      prepare: app.deferred?.prepare,
     },
-    { python: app.python, allowExternalRuntimes: options.allowExternalRuntimes, pipAllowUnpinned: true },
+    {
+      python: app.python,
+      configToml: app.deferred?.configToml,
+      allowExternalRuntimes: options.allowExternalRuntimes,
+      pipAllowUnpinned: true,
+    },
   );
 }
 

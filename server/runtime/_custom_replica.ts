@@ -37,6 +37,8 @@ export interface CustomProcessOptions {
   jail: JailSpec;
   /** The replica's cgroup: its limits, and whether the kernel killed a process of it at its memory limit. */
   cgroup?: ReplicaCgroup;
+  /** Makes the app's files ready on this host before the process starts (see `PythonReplicaOptions`). */
+  prepare?(): Promise<void>;
 }
 
 /** Something calls can be forwarded to. */
@@ -113,8 +115,24 @@ export class CustomProcessReplica implements Upstream {
     }
   }
 
+  /** Awaits the `prepare` option; a replica that cannot start (or was stopped meanwhile) is gone at once. */
+  async #prepare(): Promise<void> {
+    let failure: string | undefined;
+    try {
+      await this.#options.prepare?.();
+      if (this.#stopped) failure = "stopped before it started";
+    } catch (error) {
+      failure = (error as Error).message;
+    }
+    if (failure === undefined) return;
+    this.usable = false;
+    this.#resolveExited();
+    throw new ProblemError("app-unavailable", `${this.#options.label}: ${failure}`);
+  }
+
   async #start(): Promise<void> {
     const { label, logger, sandbox } = this.#options;
+    await this.#prepare();
     const jailed = sandbox.status.jailed;
     // Jailed, every replica has its own network namespace and the same port; unjailed they share the host's.
     const port = this.#options.port ?? (jailed ? JAILED_DEFAULT_PORT : await freePort());

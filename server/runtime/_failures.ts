@@ -41,29 +41,36 @@ export interface RunFailureOptions {
 /**
  * A run that started and failed. It is a `ProblemError`, so a handler may just let it propagate: the
  * status follows the kind (500 exception, 504 timeout, 502 crash/upstream, 422 bad arguments).
+ *
+ * `message` is the record's `RunError.message`. For a raised exception it is the exception's own message,
+ * and the problem's `detail` (this error's `message`) reads `Type: message`: the type is said once,
+ * whether one reads the detail or the record's type and message side by side.
  */
 export class RunFailure extends ProblemError {
   /** The contract's `RunError.type`: exception type name or a fixed kind such as `timeout`. */
   readonly errorType: RunErrorType;
+  /** The contract's `RunError.message`: without the type (see the class). */
+  readonly errorMessage: string;
   readonly traceback: string | undefined;
   readonly runId: string;
 
   constructor(errorType: RunErrorType, message: string, options: RunFailureOptions) {
     const kind = options.exception ? "function-error" : (KIND_OF[errorType] ?? "function-error");
-    super(kind, message, {
+    super(kind, options.exception ? `${errorType}: ${message}` : message, {
       runId: options.runId,
       exceptionType: options.exception ? errorType : undefined,
       traceback: options.traceback,
     });
     this.name = "RunFailure";
     this.errorType = errorType;
+    this.errorMessage = message;
     this.traceback = options.traceback;
     this.runId = options.runId;
   }
 
   /** The failure as the contract's `RunError`. */
   toRunError(): { type: string; message: string; traceback: string | null } {
-    return { type: this.errorType, message: this.message, traceback: this.traceback ?? null };
+    return { type: this.errorType, message: this.errorMessage, traceback: this.traceback ?? null };
   }
 }
 

@@ -1,18 +1,27 @@
 /**
- * The host's budget of cores and memory (RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY): each replica reserves
- * its app's `[hardware]` while it lives, and starts only if that fits. Pools that could not start one wait
- * here and are woken, in the order they began waiting, whenever a reservation is released; an idle replica
- * of another app (beyond its `min_replicas`) is stopped to make room for one that waits.
+ * The host's budget of cores, memory and GPUs (RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY, the GPU
+ * inventory): each replica reserves its app's `[hardware]` while it lives — its GPUs whole, held by no
+ * other replica — and starts only if that fits. Pools that could not start one wait here and are woken,
+ * in the order they began waiting, whenever a reservation is released; an idle replica of another app
+ * (beyond its `min_replicas`) whose share would help is stopped to make room for one that waits.
  */
+import type { Gpu } from "../gpus/mod.ts";
+import { GpuAllocation, type GpuNeed } from "./_gpu_allocation.ts";
 
 /** What one replica reserves. */
 export interface HardwareNeed {
   cpu: number;
   memoryBytes: number;
+  /** Whole GPUs (`gpu_count`); none when absent. */
+  gpuCount?: number;
+  /** The GPU model they must be (`compute`); any when absent (or `"CPU"`, which asks for none). */
+  compute?: string;
 }
 
 /** A held share of the budget; `release()` once the replica's process is gone (extra calls are ignored). */
 export interface Reservation {
+  /** The GPUs it holds, no other replica's. */
+  readonly gpus: readonly Gpu[];
   release(): void;
 }
 
@@ -20,8 +29,11 @@ export interface Reservation {
 export interface BudgetClient {
   /** Capacity was released: start what waits, if it fits now. */
   wake(): void;
-  /** Stops one idle replica beyond its `min_replicas` to make room; false when it has none. */
-  evictIdle(): boolean;
+  /**
+   * Stops one idle replica beyond its `min_replicas` to make room, one whose reservation `helps` when
+   * given; false when it has none.
+   */
+  evictIdle(helps?: (reservation: Reservation) => boolean): boolean;
 }
 
 /** Millicores: sums of fractional cores stay exact. */
@@ -29,18 +41,26 @@ function milli(cpu: number): number {
   return Math.round(cpu * 1000);
 }
 
+function gpuNeed(need: HardwareNeed): GpuNeed {
+  return { count: need.gpuCount ?? 0, compute: need.compute === "CPU" ? undefined : need.compute };
+}
+
 /** The host's budget and who holds and waits for it. */
 export class HostBudget {
   readonly total: HardwareNeed;
+  /** The host's GPUs and which replica holds each. */
+  readonly gpus: GpuAllocation;
   #cpuMilli = 0;
   #memoryBytes = 0;
   readonly #clients = new Set<BudgetClient>();
-  readonly #waiting = new Set<BudgetClient>();
+  /** Who waits, with what each needs (to stop only replicas whose share would help). */
+  readonly #waiting = new Map<BudgetClient, HardwareNeed>();
   /** An eviction made for a waiting pool and not yet released: no second one is made meanwhile. */
   #evicting = false;
 
-  constructor(total: HardwareNeed) {
+  constructor(total: HardwareNeed, options: { gpus?: readonly Gpu[] } = {}) {
     this.total = total;
+    this.gpus = new GpuAllocation(options.gpus ?? []);
   }
 
   /** What the live replicas hold now. */
@@ -62,25 +82,47 @@ export class HostBudget {
     return undefined;
   }
 
-  /** Reserves `need` if it fits now; null otherwise. */
+  /** Whether `need` would fit now (as `tryReserve` would find), without reserving it. */
+  fits(need: HardwareNeed): boolean {
+    const cpu = milli(need.cpu);
+    if (this.#cpuMilli + cpu > milli(this.total.cpu) || this.#memoryBytes + need.memoryBytes > this.total.memoryBytes) {
+      return false;
+    }
+    return !this.gpus.short(gpuNeed(need));
+  }
+
+  /** Reserves `need` (cores, memory and whole GPUs of its model) if it fits now; null otherwise. */
   tryReserve(need: HardwareNeed): Reservation | null {
     const cpu = milli(need.cpu);
     if (this.#cpuMilli + cpu > milli(this.total.cpu) || this.#memoryBytes + need.memoryBytes > this.total.memoryBytes) {
       return null;
     }
+    const gpus = this.gpus.take(gpuNeed(need));
+    if (!gpus) return null;
     this.#cpuMilli += cpu;
     this.#memoryBytes += need.memoryBytes;
     let released = false;
     return {
+      gpus,
       release: () => {
         if (released) return;
         released = true;
         this.#cpuMilli -= cpu;
         this.#memoryBytes -= need.memoryBytes;
+        this.gpus.give(gpus);
         this.#evicting = false;
-        for (const client of [...this.#waiting]) client.wake();
+        for (const client of [...this.#waiting.keys()]) client.wake();
       },
     };
+  }
+
+  /**
+   * Whether releasing `reservation` would help a replica needing `need`: when GPUs are what it lacks,
+   * only one holding GPUs of its model does; otherwise any (cores and memory are alike).
+   */
+  #helps(reservation: Reservation, need: HardwareNeed): boolean {
+    const gpus = gpuNeed(need);
+    return !this.gpus.short(gpus) || this.gpus.helps(reservation.gpus, gpus);
   }
 
   /** Lets `client`'s idle replicas be stopped for others; `leave` when it is gone. */
@@ -94,23 +136,29 @@ export class HostBudget {
   }
 
   /**
-   * `client` could not start a replica: it is woken at each release until `satisfied`, and one idle
-   * replica of another client is stopped to make room (unless one is being stopped already).
+   * `client` could not start a replica needing `need`: it is woken at each release until `satisfied`,
+   * and one idle replica of another client whose share would help is stopped to make room (unless one
+   * is being stopped already).
    */
-  wait(client: BudgetClient): void {
-    this.#waiting.add(client);
+  wait(client: BudgetClient, need: HardwareNeed): void {
+    this.#waiting.set(client, need);
     if (this.#evicting) return;
     for (const other of this.#clients) {
-      if (other !== client && other.evictIdle()) {
+      if (other !== client && other.evictIdle((reservation) => this.#helps(reservation, need))) {
         this.#evicting = true;
         return;
       }
     }
   }
 
-  /** Whether a client other than `client` waits for room (an idle replica of `client` should make it). */
-  othersWait(client: BudgetClient): boolean {
-    for (const other of this.#waiting) if (other !== client) return true;
+  /**
+   * Whether a client other than `client` waits for room that releasing `reservation` would help (an
+   * idle replica of `client` holding it should make it); any room at all when no reservation is given.
+   */
+  othersWait(client: BudgetClient, reservation?: Reservation): boolean {
+    for (const [other, need] of this.#waiting) {
+      if (other !== client && (!reservation || this.#helps(reservation, need))) return true;
+    }
     return false;
   }
 

@@ -3,17 +3,15 @@
  * messages come back on fd 4 (newline-delimited JSON); the function's stdout/stderr arrive as per-run
  * log messages, the process's own stdout/stderr are logged as worker output.
  */
-import type { ChildProcess } from "node:child_process";
 import { setImmediate as setImmediatePromise } from "node:timers/promises";
-import { fileURLToPath } from "node:url";
-import type { Readable, Writable } from "node:stream";
+import type { Readable } from "node:stream";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { outOfMemory, RunFailure } from "./_failures.ts";
 import { ItemQueue } from "./_item_queue.ts";
-import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
+import { startColdWorker, type WorkerProcess } from "./_worker_process.ts";
 import type { Replica } from "./_replica_pool.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
 import { LineSplitter, LineTooLong, type Payload } from "./_line_splitter.ts";
@@ -34,7 +32,6 @@ import {
   type WorkerMessage,
 } from "./_worker_protocol.ts";
 
-const WORKER_PATH = fileURLToPath(new URL("./_worker.py", import.meta.url));
 const START_TIMEOUT_MS = 60_000;
 /** How long a cancelled call may take to stop before its worker is killed. */
 const CANCEL_GRACE_MS = 1_000;
@@ -62,6 +59,18 @@ export interface PythonReplicaOptions {
   onOutput?(line: OutputLine): void;
   /** The replica's cgroup: its limits, and whether the kernel killed it at its memory limit. */
   cgroup?: ReplicaCgroup;
+  /** Modules imported before main.py (`[runtime] preload`). */
+  preload?: string[];
+  /**
+   * Gives the worker's process (a fork of the app's template); without it the worker cold-starts in a
+   * jail of its own. A rejection is the replica's failure to start.
+   */
+  start?(): Promise<WorkerProcess>;
+  /**
+   * Makes the app's files ready on this host before the worker starts (a deployment this host had not
+   * built); the start timeout counts from when it resolves. A rejection is the replica's failure to start.
+   */
+  prepare?(): Promise<void>;
 }
 
 /** One line of a call's output. */
@@ -108,7 +117,10 @@ export class PythonReplica implements Replica {
   readonly exited: Promise<void>;
   wasReady = false;
   usable = true;
-  readonly #child: ChildProcess;
+  #worker: WorkerProcess | undefined;
+  /** Set when it was to be killed before its process was known. */
+  #killed = false;
+  #unstarted = false;
   readonly #options: PythonReplicaOptions;
   readonly #pending = new Map<string, Pending>();
   #loadError: ProblemError | undefined;
@@ -116,7 +128,6 @@ export class PythonReplica implements Replica {
   #exitCode: string | undefined;
   /** Set when the worker ended because the kernel killed it at its cgroup's memory limit. */
   #outOfMemory = false;
-  #exitedProcess = false;
   /** Set by `stop()`: calls still running when the worker exits were cut by the server, not by a crash. */
   #stopping = false;
   #violation: string | undefined;
@@ -125,55 +136,42 @@ export class PythonReplica implements Replica {
 
   constructor(options: PythonReplicaOptions) {
     this.#options = options;
-    const { jail } = options;
-    const worker = spawnInOwnGroup(options.python, ["-u", WORKER_PATH, options.appDir, String(options.concurrency)], {
-      sandbox: options.sandbox,
-      jail: {
-        ...jail,
-        readOnly: [...(jail.readOnly ?? []), WORKER_PATH],
-        env: { ...jail.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
-      },
-      extraPipes: 2,
-      logger: options.logger,
-      label: options.label,
-      cgroup: options.cgroup,
+    const prepared = this.#prepare();
+    const started = prepared.then(() => {
+      if (this.#killed) throw new Error("stopped before it started");
+      return options.start?.() ?? startColdWorker({ ...options, preload: options.preload ?? [] });
     });
-    this.#child = worker.child;
-    this.#child.once("exit", () => (this.#exitedProcess = true));
-    this.exited = worker.exited.then((exit) => {
+    this.exited = started.then((worker) => {
+      this.#worker = worker;
+      if (this.#killed) worker.kill();
+      this.#readMessages(worker.messages);
+      return worker.exited;
+    }, (error: Error) => ({ reason: error.message, outOfMemory: false, unstarted: true })).then((exit) => {
       this.#exitCode = exit.reason;
       this.#outOfMemory = exit.outOfMemory;
       this.usable = false;
       this.#onExit();
-    });
+      return "unstarted" in exit || !/^(exit code|signal|killed)/.test(exit.reason);
+    }).then((unstarted) => void (this.#unstarted = unstarted));
     this.ready = new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(
-          new ProblemError(
-            "app-unavailable",
-            `${options.label}: the Python worker did not start within ${START_TIMEOUT_MS / 1000} s`,
-          ),
-        );
-        signalGroup(this.#child, "SIGKILL");
-      }, START_TIMEOUT_MS);
-      this.#child.once("error", (error) => {
-        clearTimeout(timer);
-        reject(
-          new ProblemError(
-            "app-unavailable",
-            `${options.label}: cannot start ${options.python} (${error.message}); check deployment.python`,
-          ),
-        );
-      });
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      void prepared.then(() => {
+        timer = setTimeout(() => {
+          reject(
+            new ProblemError(
+              "app-unavailable",
+              `${options.label}: the Python worker did not start within ${START_TIMEOUT_MS / 1000} s`,
+            ),
+          );
+          this.#kill();
+        }, START_TIMEOUT_MS);
+      }, () => undefined);
       void this.exited.then(() => {
         clearTimeout(timer);
-        reject(
-          this.#loadError
-            ?? new ProblemError(
-              "app-unavailable",
-              `${options.label}: the Python worker exited while starting (${this.#exitCode})`,
-            ),
-        );
+        const how = this.#unstarted
+          ? `cannot start ${options.python} (${this.#exitCode}); check deployment.python`
+          : `the Python worker exited while starting (${this.#exitCode})`;
+        reject(this.#loadError ?? new ProblemError("app-unavailable", `${options.label}: ${how}`));
       });
       this.#onReady = () => {
         clearTimeout(timer);
@@ -181,15 +179,27 @@ export class PythonReplica implements Replica {
         resolve();
       };
     });
-    this.#readMessages(this.#child.stdio[4] as Readable);
-    // A write after the worker died must not crash the server.
-    (this.#child.stdio[3] as Writable).on("error", () => undefined);
   }
 
   #onReady: () => void = () => undefined;
 
+  /** Runs the `prepare` option; its failure becomes the replica's load error. */
+  #prepare(): Promise<void> {
+    const prepare = this.#options.prepare;
+    if (!prepare) return Promise.resolve();
+    return prepare().catch((error: Error) => {
+      this.#loadError = new ProblemError("app-unavailable", `${this.#options.label}: ${error.message}`);
+      throw error;
+    });
+  }
+
   get pid(): number | undefined {
-    return this.#child.pid;
+    return this.#worker?.pid;
+  }
+
+  /** How its process began (`cold` or `fork`); undefined until it is known. */
+  get origin(): WorkerProcess["origin"] | undefined {
+    return this.#worker?.origin;
   }
 
   /** Runs a call; resolves with its result or its stream once the worker says which it is. */
@@ -260,20 +270,20 @@ export class PythonReplica implements Replica {
    */
   async stop(): Promise<void> {
     this.#stopping = true;
-    await stopReplicaProcess({ child: this.#child, exited: this.exited }, {
-      graceMs: STOP_GRACE_MS,
-      ask: () => (this.#child.stdio[3] as Writable).end(),
-    });
+    if (this.#worker) await this.#worker.stop(STOP_GRACE_MS);
+    else this.#kill();
+    await this.exited;
   }
 
   #kill(): void {
     this.usable = false;
-    signalGroup(this.#child, "SIGKILL");
+    this.#killed = true;
+    this.#worker?.kill();
   }
 
   #send(line: string): void {
-    const pipe = this.#child.stdio[3] as Writable;
-    if (!pipe.writable) return;
+    const pipe = this.#worker?.requests;
+    if (!pipe?.writable) return;
     // Requests made in the same turn of the event loop leave in one write (one system call, one
     // wake-up of the worker's reader) instead of one each.
     if (!this.#corked) {
@@ -384,7 +394,7 @@ export class PythonReplica implements Replica {
     pipe.on("end", () => {
       // A worker that exits closes the pipe too; one that closes it and lives on can no longer answer.
       setTimeout(() => {
-        if (!this.#exitedProcess) this.#violate("it closed its message pipe (fd 4) and kept running");
+        if (!this.#worker?.hasExited()) this.#violate("it closed its message pipe (fd 4) and kept running");
       }, PIPE_CLOSE_GRACE_MS).unref();
     });
   }
@@ -435,7 +445,7 @@ export class PythonReplica implements Replica {
         ),
       );
     }
-    this.#child.kill("SIGKILL");
+    this.#kill();
   }
 
   /** Handles one message; `size` is its line's length in bytes, newline included. */
@@ -501,7 +511,7 @@ export class PythonReplica implements Replica {
         const errorType = exception ? message.type : kind === "bad_request" ? "invalid_arguments" : kind;
         const failure = new RunFailure(
           errorType,
-          exception ? `${message.type}: ${message.message}` : message.message,
+          message.message,
           { runId, exception, traceback: message.traceback ?? undefined },
         );
         return this.#fail(pending, failure);

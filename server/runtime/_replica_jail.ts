@@ -3,6 +3,7 @@
  * own `[env]` and its project's secrets — nothing of the server's.
  */
 import { dirname, isAbsolute, relative } from "node:path";
+import { type Gpu, gpuDeviceNodes } from "../gpus/mod.ts";
 import type { JailSpec } from "../sandbox/mod.ts";
 import type { AppConfig } from "./_app_config.ts";
 import type { AppSource } from "./_app_registry.ts";
@@ -61,5 +62,23 @@ export function replicaJail(
     // Secrets last: a name in both is the project's secret (the app's [env] is in its bundle, readable).
     env: { ...Object.fromEntries(THREAD_VARIABLES.map((name) => [name, threads])), ...env, ...secrets },
     tmpBytes: tmpBytesFor(hardware.memoryBytes),
+  };
+}
+
+/**
+ * `jail` for one replica holding `gpus`: `CUDA_VISIBLE_DEVICES` names them (empty: no GPU) in PCI bus
+ * order (`CUDA_DEVICE_ORDER`, nvidia-smi's), and their device nodes (found in `deviceDir`, default `/dev`)
+ * with the driver's shared ones are bound in. Set last: neither `[env]` nor a secret may name other GPUs.
+ */
+export function replicaGpuJail(jail: JailSpec, gpus: readonly Gpu[], options: { deviceDir?: string } = {}): JailSpec {
+  const devices = gpuDeviceNodes(gpus, { dir: options.deviceDir });
+  return {
+    ...jail,
+    env: {
+      ...jail.env,
+      CUDA_VISIBLE_DEVICES: gpus.map((gpu) => gpu.id).join(","),
+      CUDA_DEVICE_ORDER: "PCI_BUS_ID",
+    },
+    ...(devices.length ? { devices } : {}),
   };
 }

@@ -6,6 +6,7 @@
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
+import type { Gpu } from "../gpus/mod.ts";
 import type { BudgetClient, HardwareNeed, HostBudget, Reservation } from "./_host_budget.ts";
 
 /** One warm process (or a stand-in for a remote upstream). */
@@ -53,6 +54,30 @@ export interface ReplicaStates {
   busy: number;
 }
 
+/** What a new replica was given of the host: the GPUs it alone holds while it lives. */
+export interface ReplicaGrant {
+  gpus: readonly Gpu[];
+}
+
+/** A live replica's GPUs. */
+export interface ReplicaGpus {
+  /** Its process id on this host, when it has a process. */
+  pid: number | undefined;
+  gpus: readonly Gpu[];
+}
+
+/** One live replica's load: whether it is ready, and its calls running. */
+export interface ReplicaLoad {
+  ready: boolean;
+  active: number;
+}
+
+/** How many replicas a pool keeps warm and may run (a cluster's seats held on this host, issue 31). */
+export interface ReplicaLimits {
+  minReplicas: number;
+  maxReplicas: number;
+}
+
 /** Options of `ReplicaPool`. */
 export interface ReplicaPoolOptions<R extends Replica> {
   label: string;
@@ -61,10 +86,15 @@ export interface ReplicaPoolOptions<R extends Replica> {
   slotsPerReplica: number;
   cooldownMs: number;
   queueLimit: number;
-  spawn(): R;
+  /** Starts a replica with what the host's budget gave it. */
+  spawn(grant: ReplicaGrant): R;
   logger: Logger;
+  /** Called once the pool is done with (closed, or retired and empty): stop what serves its replicas. */
+  onDetach?(): void;
   /** The host's budget and what each replica reserves of it; without it replicas start whenever wanted. */
   budget?: { host: HostBudget; need: HardwareNeed };
+  /** Told each time its load changes: a slot granted or released, a replica ready or gone. */
+  onChange?(): void;
 }
 
 interface Entry<R> {
@@ -85,6 +115,8 @@ interface Waiter<R extends Replica> {
 /** The replicas and slots of one app version. */
 export class ReplicaPool<R extends Replica> implements BudgetClient {
   readonly #options: ReplicaPoolOptions<R>;
+  /** `minReplicas` and `maxReplicas`: the options' at first, changed by `setLimits`. */
+  #limits: ReplicaLimits;
   readonly #entries: Entry<R>[] = [];
   readonly #waiters: Waiter<R>[] = [];
   #busy = 0;
@@ -94,6 +126,7 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
 
   constructor(options: ReplicaPoolOptions<R>) {
     this.#options = options;
+    this.#limits = { minReplicas: options.minReplicas, maxReplicas: options.maxReplicas };
     options.budget?.host.join(this);
     this.#keepWarm();
   }
@@ -111,7 +144,7 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
   }
 
   #slots(): number {
-    return this.#options.maxReplicas * this.#options.slotsPerReplica;
+    return this.#limits.maxReplicas * this.#options.slotsPerReplica;
   }
 
   /** Replicas alive and taking calls (starting or ready). */
@@ -122,12 +155,39 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
   #waitingForCapacity(): number {
     if (!this.#blocked) return 0;
     const alive = this.#alive();
-    const warm = Math.max(0, this.#options.minReplicas - alive);
+    const warm = Math.max(0, this.#limits.minReplicas - alive);
     const forCalls = Math.min(
       Math.ceil(this.#waiters.length / this.#options.slotsPerReplica),
-      this.#options.maxReplicas - alive,
+      this.#limits.maxReplicas - alive,
     );
     return Math.max(warm, forCalls, 1);
+  }
+
+  /** The replicas it keeps warm and may run now. */
+  get limits(): ReplicaLimits {
+    return { ...this.#limits };
+  }
+
+  /**
+   * Changes how many replicas it keeps warm and may run (the seats this host holds of a cluster-wide
+   * count). Raised: queued calls get the new slots, and warm replicas start. Lowered: idle replicas past
+   * the new limit stop now, busy ones once their calls end; queued calls wait for a slot under the new limit.
+   */
+  setLimits(limits: ReplicaLimits): void {
+    this.#limits = { ...limits };
+    for (const entry of [...this.#entries].reverse()) {
+      if (this.#alive() <= this.#limits.maxReplicas) break;
+      if (!entry.stopping && entry.active === 0) this.#stopEntry(entry, "its seat is gone");
+    }
+    this.#serveWaiters();
+    this.#keepWarm();
+    this.#settleBlocked();
+  }
+
+  /** Each live replica's load, oldest first (stopping ones left out). */
+  loads(): ReplicaLoad[] {
+    return this.#entries.filter((e) => !e.stopping && e.replica.usable)
+      .map((e) => ({ ready: e.replica.wasReady, active: e.active }));
   }
 
   /** The app version's label (`project/app`). */
@@ -145,6 +205,12 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
       else states.idle++;
     }
     return states;
+  }
+
+  /** The GPUs each replica holds (those whose process is not gone yet, stopping ones included). */
+  gpus(): ReplicaGpus[] {
+    return this.#entries.filter((entry) => (entry.reservation?.gpus.length ?? 0) > 0)
+      .map((entry) => ({ pid: entry.replica.pid, gpus: entry.reservation!.gpus }));
   }
 
   /** A slot now, or null when every slot is busy or no replica can start (never queues). */
@@ -165,7 +231,7 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
         new ProblemError(
           "too-many-requests",
           `${this.#options.label} has ${this.#waiters.length} calls waiting already${
-            this.#blocked ? " (for room on this host: RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY)" : ""
+            this.#blocked ? " (for room on this host: RUNPLANE_HOST_CPU, RUNPLANE_HOST_MEMORY, GPUs)" : ""
           }; retry later`,
           {
             headers: { "Retry-After": "1" },
@@ -202,6 +268,7 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
   /** Leaves the host's budget (the pool is gone: retired and empty, or closed). */
   detach(): void {
     this.#options.budget?.host.leave(this);
+    this.#options.onDetach?.();
   }
 
   /** The host's budget was released: start what waits, if it fits now. */
@@ -214,14 +281,16 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
   /** No longer waits for host capacity once no call waits and `min_replicas` are up (or it drains). */
   #settleBlocked(): void {
     if (this.#waiters.length > 0) return;
-    if (this.#draining || this.#alive() >= this.#options.minReplicas) this.#unblock();
+    if (this.#draining || this.#alive() >= this.#limits.minReplicas) this.#unblock();
   }
 
-  /** Stops one idle replica beyond `min_replicas` (for another app that waits for capacity). */
-  evictIdle(): boolean {
+  /** Stops one idle replica beyond `min_replicas` whose share `helps` (for another app that waits for capacity). */
+  evictIdle(helps?: (reservation: Reservation) => boolean): boolean {
     const alive = this.#entries.filter((e) => !e.stopping).length;
-    if (alive <= this.#options.minReplicas && !this.#draining) return false;
-    const idle = this.#entries.find((e) => !e.stopping && e.active === 0 && e.replica.wasReady);
+    if (alive <= this.#limits.minReplicas && !this.#draining) return false;
+    const idle = this.#entries.find((e) =>
+      !e.stopping && e.active === 0 && e.replica.wasReady && (!helps || (e.reservation && helps(e.reservation)))
+    );
     if (!idle) return false;
     void this.#stopEntry(idle, "making room for another app");
     return true;
@@ -258,6 +327,7 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
     this.#busy++;
     clearTimeout(entry.cooldown);
     entry.active++;
+    this.#options.onChange?.();
     let released = false;
     return {
       replica: entry.replica,
@@ -267,6 +337,7 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
         entry.active--;
         this.#busy--;
         this.#afterRelease(entry);
+        this.#options.onChange?.();
       },
     };
   }
@@ -287,16 +358,20 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
       this.#stopEntry(entry, "drained");
       return;
     }
+    if (this.#alive() > this.#limits.maxReplicas) {
+      this.#stopEntry(entry, "its seat is gone");
+      return;
+    }
     // Idle while another app waits for host capacity: its room is worth more there than a warm replica here.
     const alive = this.#entries.filter((e) => !e.stopping).length;
-    if (alive > this.#options.minReplicas && this.#options.budget?.host.othersWait(this)) {
+    if (alive > this.#limits.minReplicas && this.#options.budget?.host.othersWait(this, entry.reservation)) {
       this.#stopEntry(entry, "making room for another app");
       return;
     }
     clearTimeout(entry.cooldown);
     entry.cooldown = setTimeout(() => {
       const alive = this.#entries.filter((e) => !e.stopping).length;
-      if (entry.active === 0 && alive > this.#options.minReplicas) this.#stopEntry(entry, "cooldown");
+      if (entry.active === 0 && alive > this.#limits.minReplicas) this.#stopEntry(entry, "cooldown");
     }, this.#options.cooldownMs);
     entry.cooldown.unref?.();
   }
@@ -313,15 +388,15 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
           "replica waits for host capacity",
         );
       }
-      budget!.host.wait(this);
+      budget!.host.wait(this, budget!.need);
       return null;
     }
     this.#unblock();
-    const replica = this.#options.spawn();
+    const replica = this.#options.spawn({ gpus: reservation?.gpus ?? [] });
     const entry: Entry<R> = { replica, active: 0, stopping: false, startedAt: Date.now(), reservation };
     this.#entries.push(entry);
     this.#options.logger.info({ app: this.#options.label, pid: replica.pid, reason }, "replica starting");
-    replica.ready.catch(() => undefined);
+    replica.ready.then(() => this.#options.onChange?.(), () => undefined);
     void replica.exited.then(() => this.#onExit(entry));
     return entry;
   }
@@ -337,11 +412,15 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
     const index = this.#entries.indexOf(entry);
     if (index >= 0) this.#entries.splice(index, 1);
     entry.reservation?.release();
+    this.#options.onChange?.();
     if (entry.stopping || this.#draining) return;
     this.#options.logger.warn({ app: this.#options.label, pid: entry.replica.pid }, "replica exited unexpectedly");
     // Replace a replica that had served, not one that failed to start or died at once (that would loop);
     // the next call starts one on demand then.
-    if (entry.replica.wasReady && Date.now() - entry.startedAt > 1000) this.#start("replacing an exited replica");
+    // Not past max_replicas: a call may have started one already while this one was dying.
+    if (entry.replica.wasReady && Date.now() - entry.startedAt > 1000 && this.#alive() < this.#limits.maxReplicas) {
+      this.#start("replacing an exited replica");
+    }
   }
 
   #stopEntry(entry: Entry<R>, reason: string): Promise<void> {
@@ -354,7 +433,7 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
 
   #keepWarm(): void {
     if (this.#draining) return;
-    while (this.#entries.filter((e) => !e.stopping).length < this.#options.minReplicas) {
+    while (this.#entries.filter((e) => !e.stopping).length < this.#limits.minReplicas) {
       if (!this.#start("min_replicas")) return;
     }
   }

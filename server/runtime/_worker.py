@@ -6,9 +6,33 @@ newline-delimited JSON messages back. When fd 3 closes (the server went away) th
 
 Calls of plain `def` functions never touch the event loop: the reader thread checks the arguments and
 hands the call to a pool thread, which runs it and writes the answer itself. `async def` functions (and
-whatever returns an awaitable or an async iterator) run on the asyncio loop.
+whatever returns an awaitable or an async iterator) run on the asyncio loop, on the main thread, which is
+started (and asyncio imported) at the first such call.
 
-Usage: python3 _worker.py <app_dir> <max_concurrency>
+What this harness imports before it says `ready` is part of every cold start, so it keeps to the few
+modules the common call needs (json, threading and the like); asyncio, inspect, traceback, socket and
+random cost tens of milliseconds together and are imported where they are first needed
+(docs/performance.md, "Cold start: what Runplane adds").
+
+Usage: python3 _worker.py <app_dir> <max_concurrency> [--preload=mod1,mod2] [--template [--unjailed]]
+
+With --template the process is an app's template (a fork server, like multiprocessing's `forkserver`
+with its preload): it imports the preload modules and main.py without calling anything, checks that a
+fork of it would be sound (no other thread, CUDA not initialised), says so, and then only forks replicas
+on request, each of which connects to the server's Unix socket and serves as a worker does. The template
+runs single-threaded on its main thread so that a fork copies no thread's half-held lock.
+
+Template protocol (fd 3 in, fd 4 out, newline-delimited JSON):
+
+    direction          op          fields                     meaning
+    server -> template fork        id, socket, env            fork a replica; it connects to socket
+    server -> template kill        pid                        SIGKILL that forked replica's process group
+    template -> server template    pid, unsafe                loaded; unsafe is why forks are refused, or null
+    template -> server load_error  type, message, traceback   the preload or main.py failed to load; exits
+    template -> server forked      id, pid                    the replica's process (pid in the template's view)
+    template -> server exited      pid, reason                a forked replica's process ended
+    replica  -> server hello       id, pid                    first line on its socket; then waits for "start"
+    server   -> replica start                                 serve: the worker protocol follows on the socket
 
 The protocol, the same table as server/runtime/_worker_protocol.ts (add an op in both places). Each line
 is one JSON object with an "op":
@@ -39,18 +63,16 @@ STREAM_WINDOW_ITEMS items and STREAM_WINDOW_BYTES bytes of item lines sent and n
 always one item), so a stream's generator waits while its reader does not read.
 """
 
-import asyncio
-import collections.abc
 import contextvars
 import importlib.util
-import inspect
 import json
 import os
 import queue
 import re
+import select
+import signal
 import sys
 import threading
-import traceback
 
 REQUESTS_FD = 3
 MESSAGES_FD = 4
@@ -130,11 +152,57 @@ class Cancelled(Exception):
     pass
 
 
+# The app's folder, as given and as resolved (set by main): a traceback keeps only frames of files in it.
+_app_dirs = ()
+
+
+def app_path(filename):
+    """`filename` relative to the app's folder, or None when it is not one of the app's files."""
+    if not filename or filename.startswith("<"):  # <frozen importlib._bootstrap>, <string>: no file
+        return None
+    for path in (os.path.abspath(filename), os.path.realpath(filename)):
+        for app_dir in _app_dirs:
+            if path.startswith(app_dir + os.sep):
+                return os.path.relpath(path, app_dir)
+    return None
+
+
+def keep_app_frames(report):
+    """Drops every frame that is not the app's own (this harness, the standard library, installed
+    packages) from `report` and the exceptions chained to it, and names the app's files relative to its
+    folder: a traceback shows where the app failed, never the server's or the data dir's paths."""
+    import traceback  # only when something failed
+
+    pending, seen = [report], set()
+    while pending:
+        part = pending.pop()
+        if part is None or id(part) in seen:
+            continue
+        seen.add(id(part))
+        kept = traceback.StackSummary()
+        for frame in part.stack:
+            relative = app_path(frame.filename)
+            if relative is None:
+                continue
+            frame.line  # read the source line while the absolute path still opens it
+            frame.filename = relative
+            kept.append(frame)
+        part.stack = kept
+        if getattr(part, "filename", None):  # a SyntaxError names the file it could not compile
+            part.filename = app_path(part.filename) or os.path.basename(part.filename)
+        pending.extend([part.__cause__, part.__context__, *(getattr(part, "exceptions", None) or [])])
+    return report
+
+
 def describe(error):
+    """An exception as the server reports it: its type's name, its message (without the type: the
+    server writes "Type: message" once) and a traceback of the app's frames only."""
+    import traceback  # only when something failed
+
     return {
         "type": type(error).__name__,
         "message": str(error),
-        "traceback": "".join(traceback.format_exception(error)),
+        "traceback": "".join(keep_app_frames(traceback.TracebackException.from_exception(error)).format()),
     }
 
 
@@ -143,40 +211,117 @@ def encode(value):
     return _encode_strict(value)
 
 
+# A plain `def` (or `async def`): its code object says all inspect.signature would about its parameters.
+_PLAIN_FUNCTION = type(lambda: None)
+# Attributes that make inspect read a function otherwise than from its code (functools.wraps,
+# an explicit signature, inspect.markcoroutinefunction).
+_SIGNATURE_ATTRIBUTES = ("__wrapped__", "__signature__", "_is_coroutine_marker")
+_CO_VARARGS = 0x04
+_CO_VARKEYWORDS = 0x08
+_CO_COROUTINE = 0x80
+_CO_ASYNC_GENERATOR = 0x200
+
+
 class Function:
-    """A public function of main.py, with what a call needs to know about it, worked out once."""
+    """A public function of main.py, with what a call needs to know about it, worked out once.
+
+    A plain function's parameters are read from its code object, which needs no import; anything else (a
+    decorated or wrapped function, a partial, a callable object) is read with inspect, imported then.
+    """
 
     def __init__(self, name, fn):
         self.name = name
         self.fn = fn
-        self.is_async = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
-        try:
-            self.signature = inspect.signature(fn)
-        except (TypeError, ValueError):
-            self.signature = None
-        parameters = self.signature.parameters if self.signature else {}
-        self.wants_run_id = "run_id" in parameters
         # The common signature (named parameters only) is checked with two set operations; anything
         # else goes through Signature.bind.
+        self.names = None
+        self.required = None
+        self._signature = None
+        if not self.read_code():
+            self.read_signature()
+        self.wants_run_id = "run_id" in self.names if self.names is not None else (
+            bool(self._signature) and "run_id" in self._signature.parameters)
+
+    def read_code(self):
+        """Reads a plain function's parameters as inspect would; False when it is not one."""
+        fn = self.fn
+        if type(fn) is not _PLAIN_FUNCTION or any(hasattr(fn, name) for name in _SIGNATURE_ATTRIBUTES):
+            return False
+        code = fn.__code__
+        if code.co_posonlyargcount or code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS):
+            return False
+        positional = code.co_varnames[:code.co_argcount]
+        keyword_only = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+        with_default = len(fn.__defaults__ or ())
+        keyword_defaults = fn.__kwdefaults__ or {}
+        self.is_async = bool(code.co_flags & (_CO_COROUTINE | _CO_ASYNC_GENERATOR))
+        self.names = frozenset(positional + keyword_only)
+        self.required = frozenset(positional[:len(positional) - with_default]) | frozenset(
+            name for name in keyword_only if name not in keyword_defaults)
+        return True
+
+    def read_signature(self):
+        import inspect  # only for functions whose code does not say it all
+
+        fn = self.fn
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+        try:
+            self._signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self._signature = False
+            return
+        parameters = self._signature.parameters
         kinds = {p.kind for p in parameters.values()}
-        simple = self.signature is not None and kinds <= {
-            inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}
-        self.names = frozenset(parameters) if simple else None
-        self.required = frozenset(n for n, p in parameters.items() if p.default is p.empty) if simple else None
+        if kinds <= {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}:
+            self.names = frozenset(parameters)
+            self.required = frozenset(n for n, p in parameters.items() if p.default is p.empty)
+
+    def signature(self):
+        """The function's inspect.Signature, or None when it has none."""
+        if self._signature is None:
+            import inspect
+
+            try:
+                self._signature = inspect.signature(self.fn)
+            except (TypeError, ValueError):
+                self._signature = False
+        return self._signature or None
 
     def arguments_error(self, kwargs):
         """Why `kwargs` cannot be passed, or None when they can."""
-        if self.signature is None:
-            return None
         if self.names is not None:
             keys = kwargs.keys()
             if keys <= self.names and self.required <= keys:
                 return None
+        signature = self.signature()
+        if signature is None:
+            return None
         try:
-            self.signature.bind(**kwargs)
+            signature.bind(**kwargs)
         except TypeError as error:
             return f"{self.name}() {error}"
         return None
+
+
+# A result of one of these exact types is a value as it is (no awaitable, no iterator): the common case
+# is answered without importing inspect or collections.abc.
+_PLAIN_VALUES = (dict, list, str, int, float, bool, type(None))
+
+
+def result_kind(result):
+    """How a function's result is answered: `awaitable`, `async_iterator`, `iterator` or `value`."""
+    if type(result) in _PLAIN_VALUES:
+        return "value"
+    import collections.abc
+    import inspect
+
+    if inspect.isawaitable(result):
+        return "awaitable"
+    if isinstance(result, collections.abc.AsyncIterator):
+        return "async_iterator"
+    if isinstance(result, collections.abc.Iterator) and not isinstance(result, (str, bytes, dict, list)):
+        return "iterator"
+    return "value"
 
 
 class StreamWindow:
@@ -223,6 +368,8 @@ class StreamWindow:
                 self.condition.wait()
 
     async def wait_async(self):
+        import asyncio  # imported already: this runs on the loop
+
         while True:
             with self.condition:
                 if self.has_room():
@@ -258,7 +405,7 @@ class Worker:
         entry = self.functions.get(name)
         if entry is None and name not in self.functions:
             fn = None if name.startswith("_") else getattr(self.module, name, None)
-            entry = None if fn is None or not callable(fn) or inspect.isclass(fn) else Function(name, fn)
+            entry = None if fn is None or not callable(fn) or isinstance(fn, type) else Function(name, fn)
             self.functions[name] = entry
         return entry
 
@@ -276,7 +423,8 @@ class Worker:
             window = self.windows.get(message["id"])
             if window is not None:
                 window.close()
-            self.loop.call_soon_threadsafe(self.cancel_task, message["id"])
+            # No loop yet means no task to cancel (a task is asked for before its cancel is read).
+            self.loop.call_if_started(self.cancel_task, message["id"])
 
     def start_call(self, message):
         call_id = message["id"]
@@ -323,11 +471,12 @@ class Worker:
         token = _current_call.set(call_id)
         try:
             result = function.fn(**kwargs)
-            if inspect.isawaitable(result) or isinstance(result, collections.abc.AsyncIterator):
+            kind = result_kind(result)
+            if kind in ("awaitable", "async_iterator"):
                 # A `def` that hands back a coroutine or an async iterator: finish it on the loop.
                 self.loop.call_soon_threadsafe(self.start_task, call_id, self.finish_async(call_id, function, result))
                 return
-            if isinstance(result, collections.abc.Iterator) and not isinstance(result, (str, bytes, dict, list)):
+            if kind == "iterator":
                 self.stream_in_thread(call_id, result)
             else:
                 self.send_result(call_id, function, result)
@@ -375,7 +524,9 @@ class Worker:
     # --- `async def` functions, on the loop ------------------------------------------------------
 
     def start_task(self, call_id, coroutine):
-        task = self.loop.create_task(coroutine)
+        import asyncio  # imported already: this runs on the loop
+
+        task = asyncio.get_running_loop().create_task(coroutine)
         task.runplane_async = True
         self.tasks[call_id] = task
         task.add_done_callback(lambda _t: self.tasks.pop(call_id, None))
@@ -396,17 +547,22 @@ class Worker:
         await self.guarded(call_id, function, lambda: result)
 
     async def guarded(self, call_id, function, start):
+        import asyncio  # imported already: this runs on the loop
+
         try:
             result = start()
-            if inspect.isawaitable(result):
+            kind = result_kind(result)
+            if kind == "awaitable":
                 result = await result
-            if isinstance(result, collections.abc.AsyncIterator):
+                kind = result_kind(result)
+            if kind == "async_iterator":
                 await self.stream_async(call_id, result)
-            elif isinstance(result, collections.abc.Iterator) and not isinstance(result, (str, bytes, dict, list)):
+            elif kind == "iterator":
                 # An async function that returned a plain generator: iterate it off the loop.
                 asyncio.current_task().runplane_async = False
                 context = contextvars.copy_context()
-                await self.loop.run_in_executor(None, context.run, self.stream_in_thread, call_id, result)
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, context.run, self.stream_in_thread, call_id, result)
             else:
                 self.send_result(call_id, function, result)
         except (asyncio.CancelledError, Cancelled):
@@ -419,6 +575,8 @@ class Worker:
             self.cancelled.discard(call_id)
 
     async def stream_async(self, call_id, iterator):
+        import asyncio  # imported already: this runs on the loop
+
         # A cancelled stream is closed at its next yield (GeneratorExit), never by cancelling the task,
         # which would raise CancelledError inside the generator instead.
         asyncio.current_task().runplane_async = False
@@ -524,9 +682,11 @@ def read_requests(worker):
     os._exit(0)
 
 
-def load_module(app_dir):
+def load_module(app_dir, preload=()):
     sys.path.insert(0, app_dir)
     os.chdir(app_dir)
+    for name in preload:
+        importlib.import_module(name)
     spec = importlib.util.spec_from_file_location("main", os.path.join(app_dir, "main.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules["main"] = module
@@ -534,23 +694,279 @@ def load_module(app_dir):
     return module
 
 
-def main():
-    app_dir = sys.argv[1]
-    concurrency = int(sys.argv[2])
+def parse_args(argv):
+    app_dir, concurrency = argv[1], int(argv[2])
+    preload = []
+    template = False
+    unjailed = False
+    for arg in argv[3:]:
+        if arg == "--template":
+            template = True
+        elif arg == "--unjailed":
+            unjailed = True
+        elif arg.startswith("--preload="):
+            preload = [name for name in arg[len("--preload="):].split(",") if name]
+    return app_dir, concurrency, preload, template, unjailed
+
+
+def load_or_exit(app_dir, preload):
+    global _app_dirs
+    _app_dirs = tuple(dict.fromkeys([os.path.abspath(app_dir), os.path.realpath(app_dir)]))
     sys.stdout = RunOutput("stdout", _real_stdout)
     sys.stderr = RunOutput("stderr", _real_stderr)
     try:
-        module = load_module(app_dir)
+        return load_module(app_dir, preload)
     except BaseException as error:  # noqa: BLE001 - reported to the server as the app's load error
         send({"op": "load_error", **describe(error)})
         _real_stderr.flush()
         os._exit(3)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
+
+
+class LazyLoop:
+    """The asyncio loop that `async def` functions run on, on the main thread, started at its first use:
+    a worker whose calls are all plain `def` never imports asyncio (about 40 ms of a cold start)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.loop = None
+        # Callbacks asked for before the loop ran, in order; None once it runs.
+        self.pending = []
+        self.wanted = threading.Event()
+
+    def call_soon_threadsafe(self, callback, *args):
+        """Runs `callback(*args)` on the loop, starting it first if need be (from any thread)."""
+        with self.lock:
+            if self.loop is None:
+                self.pending.append((callback, args))
+                self.wanted.set()
+                return
+        self.loop.call_soon_threadsafe(callback, *args)
+
+    def call_if_started(self, callback, *args):
+        """`call_soon_threadsafe`, but nothing when nothing ever asked for the loop."""
+        with self.lock:
+            if self.loop is None and not self.pending:
+                return
+        self.call_soon_threadsafe(callback, *args)
+
+    def run_forever(self):
+        """Waits for the first use, then runs the loop (on the calling thread, the main one) for good."""
+        self.wanted.wait()
+        import asyncio
+
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        with self.lock:
+            for callback, args in self.pending:
+                loop.call_soon(callback, *args)
+            self.pending = None
+            self.loop = loop
+        loop.run_forever()
+
+
+def serve(module, concurrency):
+    loop = LazyLoop()
     worker = Worker(module, loop, concurrency)
     threading.Thread(target=read_requests, args=(worker,), daemon=True).start()
     send({"op": "ready", "pid": os.getpid()})
     loop.run_forever()
+
+
+# --- the template ----------------------------------------------------------------------------------
+
+
+def os_threads():
+    """Threads of this process as the kernel counts them (C libraries' own included), or None."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def fork_problem():
+    """Why forking this process would copy a broken state, or None when a fork is sound."""
+    python_threads = threading.active_count()
+    if python_threads > 1:
+        names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        return f"it runs {python_threads - 1} thread(s) besides the main one after import ({names})"
+    threads = os_threads()
+    if threads is not None and threads > 1:
+        return f"a library started {threads - 1} native thread(s) at import"
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    initialised = getattr(cuda, "is_initialized", None)
+    if initialised is not None:
+        try:
+            if initialised():
+                return "it initialised CUDA at import (torch.cuda)"
+        except Exception:  # noqa: BLE001 - a broken check is a reason not to fork
+            return "torch.cuda.is_initialized() failed"
+    return None
+
+
+def exit_reason(status):
+    if os.WIFSIGNALED(status):
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
+
+
+def read_line_byte_by_byte(fd):
+    """One line from fd, reading nothing past its newline (what follows belongs to someone else)."""
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            os._exit(0)
+        data += byte
+    return bytes(data)
+
+
+def reseed():
+    # Not imported: it seeds itself, from os.urandom, when the replica imports it.
+    random = sys.modules.get("random")
+    if random is not None:
+        random.seed()
+    numpy = sys.modules.get("numpy")
+    seed = getattr(getattr(numpy, "random", None), "seed", None)
+    if seed is not None:
+        seed()
+
+
+def death_signal(unjailed):
+    """libc's prctl, loaded once by an unjailed template for its forks (`die_with_parent`); None when jailed,
+    where the jail's pid namespace ends the forks with their template, and ctypes is not worth loading."""
+    if not unjailed:
+        return None
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except Exception:  # noqa: BLE001 - best effort: the socket's end still stops it
+        return None
+
+
+def die_with_parent(prctl):
+    """Unjailed, nothing else ends a forked replica when its template dies (jailed, its pid namespace does)."""
+    if prctl is not None:
+        try:
+            prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except Exception:  # noqa: BLE001 - best effort: the socket's end still stops it
+            pass
+    if os.getppid() == 1:
+        os._exit(0)
+
+
+def run_forked(module, concurrency, request, prctl):
+    """The forked replica: a fresh process of its own group, its own seeds, then a worker on the socket."""
+    import socket  # imported by the template before it forks (template_main)
+
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(REQUESTS_FD)
+        os.close(MESSAGES_FD)
+        die_with_parent(prctl)
+        os.environ.update(request.get("env") or {})
+        reseed()
+        # Two connections, as a cold worker has two pipes: closing one is seen alone.
+        fds = []
+        for channel in ("requests", "messages"):
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            connection.connect(request["socket"])
+            hello = {"op": "hello", "id": request["id"], "pid": os.getpid(), "channel": channel}
+            connection.sendall((_dumps(hello) + "\n").encode())
+            # Kept above fd 4, so that placing one on fd 3 or 4 never closes the other.
+            raw = connection.detach()
+            fds.append(os.dup2(raw, 10 + len(fds)))
+            if raw != fds[-1]:
+                os.close(raw)
+        for fd, target in zip(fds, (REQUESTS_FD, MESSAGES_FD)):
+            os.dup2(fd, target)
+            os.close(fd)
+        read_line_byte_by_byte(REQUESTS_FD)
+        serve(module, concurrency)
+    except BaseException:  # noqa: BLE001 - a replica that cannot start must not return into the template
+        import traceback
+
+        traceback.print_exc(file=_real_stderr)
+    finally:
+        os._exit(70)
+
+
+def template_main(module, concurrency, unjailed):
+    import socket  # noqa: F401 - once here rather than in every fork (run_forked)
+
+    prctl = death_signal(unjailed)
+
+    problem = fork_problem()
+    send({"op": "template", "pid": os.getpid(), "unsafe": problem})
+    if problem is not None:
+        os._exit(0)
+    children = set()
+    wakeup_read, wakeup_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    signal.set_wakeup_fd(wakeup_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    pending = b""
+    while True:
+        ready, _, _ = select.select([REQUESTS_FD, wakeup_read], [], [])
+        if wakeup_read in ready:
+            os.read(wakeup_read, 4096)
+            reap(children)
+        if REQUESTS_FD not in ready:
+            continue
+        chunk = os.read(REQUESTS_FD, 65536)
+        if not chunk:
+            # The server went away (or stops the template): forked replicas go with it.
+            for pid in children:
+                kill_group(pid)
+            os._exit(0)
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            request = json.loads(line)
+            if request["op"] == "fork":
+                pid = os.fork()
+                if pid == 0:
+                    run_forked(module, concurrency, request, prctl)
+                children.add(pid)
+                send({"op": "forked", "id": request["id"], "pid": pid})
+            elif request["op"] == "kill" and request["pid"] in children:
+                kill_group(request["pid"])
+
+
+def kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def reap(children):
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in children:
+            children.discard(pid)
+            # What the replica left behind in its group goes with it.
+            kill_group(pid)
+            send({"op": "exited", "pid": pid, "reason": exit_reason(status)})
+
+
+def main():
+    app_dir, concurrency, preload, template, unjailed = parse_args(sys.argv)
+    module = load_or_exit(app_dir, preload)
+    if template:
+        template_main(module, concurrency, unjailed)
+    else:
+        serve(module, concurrency)
 
 
 if __name__ == "__main__":

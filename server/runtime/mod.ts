@@ -21,12 +21,23 @@ import { RunFailure } from "./_failures.ts";
 import type { CallOutcome } from "./_outcome.ts";
 import { proxyCall } from "./_proxy.ts";
 import { type OutputLine, PythonReplica } from "./_python_replica.ts";
-import { type Capacity, type Lease, ReplicaPool, type ReplicaStates } from "./_replica_pool.ts";
-import { replicaJail } from "./_replica_jail.ts";
+import type { Gpu } from "../gpus/mod.ts";
+import {
+  type Capacity,
+  type Lease,
+  type ReplicaGpus,
+  type ReplicaGrant,
+  ReplicaPool,
+  type ReplicaStates,
+} from "./_replica_pool.ts";
+import { replicaGpuJail, replicaJail } from "./_replica_jail.ts";
 import { UrlUpstream } from "./_url_upstream.ts";
 import { type Cgroups, disabledCgroups, type ReplicaCgroup, type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 import { FailedReplica } from "./_failed_replica.ts";
+import { TemplateKeeper } from "./_template_keeper.ts";
+import { startColdWorker } from "./_worker_process.ts";
 import { type HardwareNeed, HostBudget } from "./_host_budget.ts";
+import { type HeldSeat, SeatBook, splitKey } from "./_seat_book.ts";
 
 export {
   type AppConfig,
@@ -46,9 +57,29 @@ export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export { signalGroup } from "./_process_group.ts";
 export { type OutputLine, PythonReplica } from "./_python_replica.ts";
 export { interpreterHome } from "./_replica_jail.ts";
-export type { Capacity, ReplicaStates } from "./_replica_pool.ts";
+export type { Capacity, ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
+export type { HeldSeat } from "./_seat_book.ts";
+
+/** An app's seat on this host (issue 31): `project/app` and the seat's number. */
+export interface SeatRef {
+  projectId: string;
+  appId: string;
+  seat: number;
+}
 
 type AnyReplica = PythonReplica | Upstream | FailedReplica;
+
+/**
+ * A seated runtime's answer to a call of an app that holds no seat here (issue 31): the call may run on
+ * another host, or here once a seat is claimed. A 503 for a caller that gets it.
+ */
+export class NoSeatError extends ProblemError {
+  constructor(app: string) {
+    super("service-unavailable", `No replica of ${app} may run on this host now; retry`, {
+      headers: { "Retry-After": "1" },
+    });
+  }
+}
 
 /** A slot reserved with `tryAcquireSlot`: pass it to `invoke`, or `release()` it if unused. */
 export type SlotLease = Lease<AnyReplica>;
@@ -71,6 +102,11 @@ export interface InvokeRequest {
   signal?: AbortSignalLike;
   /** A slot reserved with `tryAcquireSlot`; without it the call waits in the app's queue. */
   lease?: SlotLease;
+  /**
+   * Told the deployment whose replica takes the call, once its replica is ready and before the function
+   * runs; never for an app of the apps folder.
+   */
+  onDeployment?(deploymentId: string): void;
 }
 
 /** What a caller may know about an app before calling it. */
@@ -92,6 +128,8 @@ export interface AppInfo {
   error?: string;
   /** Replicas of every version of the app still running, by state. */
   replicas: ReplicaStates;
+  /** The GPUs each of its replicas holds on this host (replicas without GPUs are left out). */
+  gpus: ReplicaGpus[];
 }
 
 /** Options of `createRuntime`. */
@@ -117,6 +155,16 @@ export interface RuntimeOptions {
    * reserves its `[hardware]` and starts only if that fits. Unbounded without it.
    */
   host?: HardwareNeed;
+  /**
+   * The host's GPUs (nvidia-smi's, or RUNPLANE_GPUS): each replica of an app with `gpu_count = N` holds N
+   * of them (of its `compute` model) that no other replica holds, and waits like one that does not fit
+   * when too few are free. None without it.
+   */
+  gpus?: readonly Gpu[];
+  /** Where the GPUs' device nodes are found (default `/dev`; tests point it at fake ones). */
+  gpuDeviceDir?: string;
+  /** Fork Python replicas from a template per app version (RUNPLANE_FORK_REPLICAS); default true. */
+  forkReplicas?: boolean;
   /** The most replicas one project's apps may ask for, `max_replicas` summed (RUNPLANE_PROJECT_REPLICA_LIMIT). */
   projectReplicaLimit?: number;
   /**
@@ -131,6 +179,14 @@ export interface RuntimeOptions {
    * are not checked. Default: refused.
    */
   externalRuntimes?: ExternalRuntimeOptions;
+  /**
+   * Count replicas cluster-wide (issue 31): an app runs here only as many replicas as it holds seats
+   * (`addSeat`), and keeps warm those of its seats below `min_replicas`; without a seat its calls get a
+   * 503 `no-seat` at once instead of waiting. Default: every app may run its `max_replicas` here.
+   */
+  seated?: boolean;
+  /** Told when an app's replicas change load: a call started or ended, a replica ready or gone (seated). */
+  onLoadChange?(): void;
 }
 
 /** How the runtime treats deployed apps' external runtimes (`RuntimeOptions.externalRuntimes`). */
@@ -182,10 +238,23 @@ export interface Runtime {
    * with the project's other apps as served now); undefined when it would.
    */
   admissionProblem(projectId: string, app: string, config: AppConfig): string | undefined;
-  /** The host's budget and what live replicas reserve of it. */
-  hostCapacity(): { total: HardwareNeed; reserved: HardwareNeed };
+  /** The host's budget and what live replicas reserve of it; `gpus` counts the host's GPUs and those held. */
+  hostCapacity(): { total: HardwareNeed; reserved: HardwareNeed; gpus: { total: number; held: number } };
   /** Per app (`project/app`), replicas it would start now but the host has no room for. */
   waitingForCapacity(): Array<{ app: string; replicas: number }>;
+  /** Whether one more replica of the app would fit this host's budget now (seated runtimes place by it). */
+  canPlace(projectId: string, app: string): boolean;
+  /** Seated: the app may run one more replica here (a seat claimed in the store). False for an app not served. */
+  addSeat(ref: SeatRef): boolean;
+  /** Seated: the app lost these seats (another host took them over); replicas past its seats stop. */
+  dropSeats(refs: readonly SeatRef[]): void;
+  /** Seated: every seat held, with its replica's state and calls (for the cluster's view). */
+  heldSeats(): HeldSeat[];
+  /**
+   * Seated: removes and returns the seats no replica needs any more (their replicas stopped after the
+   * cooldown, failed, or the app is gone); the caller releases them in the store.
+   */
+  spareSeats(): SeatRef[];
   /** Stops watching and stops every replica. */
   close(): Promise<void>;
 }
@@ -202,7 +271,7 @@ function label(version: AppVersion): string {
   return `${version.projectId}/${version.name}`;
 }
 
-type PoolOptions = RuntimeOptions & { sandbox: Sandbox; cgroups: Cgroups; budget: HostBudget };
+type PoolOptions = RuntimeOptions & { sandbox: Sandbox; cgroups: Cgroups; budget: HostBudget; seats: SeatBook };
 
 /**
  * The cgroup of a new replica of `name`, removed once the replica has ended; a `FailedReplica` (its calls
@@ -211,7 +280,7 @@ type PoolOptions = RuntimeOptions & { sandbox: Sandbox; cgroups: Cgroups; budget
 function replicaCgroup(name: string, config: AppConfig, options: PoolOptions): ReplicaCgroup | null | FailedReplica {
   const { logger } = options;
   try {
-    return options.cgroups.create(name, { cpu: config.hardware.cpu, memoryBytes: config.hardware.memoryBytes });
+    return options.cgroups.create(name, limitsOf(config));
   } catch (error) {
     logger.error({ err: error, app: name }, "the replica's cgroup could not be made; the replica does not start");
     return new FailedReplica(
@@ -232,25 +301,58 @@ function createPool(
   if (!config) return undefined;
   const name = label(version);
   const { logger, sandbox } = options;
-  const jail = replicaJail({ ...version, config }, secrets.env);
-  function startProcess(cgroup: ReplicaCgroup | undefined): PythonReplica | CustomProcessReplica {
+  const versionJail = replicaJail({ ...version, config }, secrets.env);
+  const worker = {
+    appDir: version.dir,
+    label: name,
+    python: config.python,
+    concurrency: config.replicaConcurrency,
+    preload: config.preload,
+    logger,
+    sandbox,
+    // A replica without GPUs (a template's forks among them) sees none: CUDA_VISIBLE_DEVICES is empty.
+    jail: replicaGpuJail(versionJail, [], { deviceDir: options.gpuDeviceDir }),
+  };
+  // An app with GPUs cold-starts: a fork shares its template's jail, and a jail binds only the device
+  // nodes of the GPUs its own replica holds (issue 29), which a template made before the grant cannot.
+  const keeper = config.runtime === "python" && options.forkReplicas !== false && config.hardware.gpuCount === 0
+    ? new TemplateKeeper({
+      ...worker,
+      keep: config.minReplicas > 0,
+      cooldownMs: config.cooldownMs,
+      // Its memory counts against the host's; it runs nothing, so it reserves no core.
+      reserve: () => options.budget.tryReserve({ cpu: 0, memoryBytes: config.hardware.memoryBytes }),
+      cgroup: () => options.cgroups.create(`${name} template`, limitsOf(config)) ?? undefined,
+    })
+    : undefined;
+  function startProcess(cgroup: ReplicaCgroup | undefined, grant: ReplicaGrant): PythonReplica | CustomProcessReplica {
+    const jail = replicaGpuJail(versionJail, grant.gpus, { deviceDir: options.gpuDeviceDir });
     const custom = config!.custom;
     if (custom?.kind === "process") {
-      return new CustomProcessReplica({ appDir: version.dir, label: name, logger, sandbox, jail, cgroup, ...custom });
+      const { prepare } = version;
+      return new CustomProcessReplica({
+        appDir: version.dir,
+        label: name,
+        logger,
+        sandbox,
+        jail,
+        cgroup,
+        prepare,
+        ...custom,
+      });
     }
+    const cold = () => startColdWorker({ ...worker, jail, cgroup });
     return new PythonReplica({
-      appDir: version.dir,
-      label: name,
-      python: config!.python,
-      concurrency: config!.replicaConcurrency,
-      logger,
-      onOutput: options.onOutput,
-      sandbox,
+      ...worker,
       jail,
+      onOutput: options.onOutput,
       cgroup,
+      // A deployment this host has not built yet is built before the replica's process starts.
+      prepare: version.prepare,
+      start: keeper ? () => keeper.start({ cgroup }, cold) : undefined,
     });
   }
-  function spawn(): AnyReplica {
+  function spawn(grant: ReplicaGrant): AnyReplica {
     const custom = config!.custom;
     if (custom?.kind === "url") {
       const allowPrivate = options.externalRuntimes?.allowPrivate ?? false;
@@ -258,7 +360,7 @@ function createPool(
     }
     const cgroup = replicaCgroup(name, config!, options);
     if (cgroup instanceof FailedReplica) return cgroup;
-    const replica = startProcess(cgroup ?? undefined);
+    const replica = startProcess(cgroup ?? undefined, grant);
     if (cgroup) {
       void replica.exited.then(() => cgroup.remove()).then((removed) => {
         if (!removed) logger.warn({ app: name, cgroup: cgroup.name }, "a replica's cgroup could not be removed");
@@ -266,19 +368,27 @@ function createPool(
     }
     return replica;
   }
-  const need = { cpu: config.hardware.cpu, memoryBytes: config.hardware.memoryBytes };
+  const { cpu, memoryBytes, gpuCount, compute } = config.hardware;
+  const need = { cpu, memoryBytes, gpuCount, compute };
+  const limits = options.seated ? options.seats.limits(name, config.minReplicas) : config;
   return new ReplicaPool<AnyReplica>({
     label: name,
     // An external url runs nothing on this host.
     budget: config.custom?.kind === "url" ? undefined : { host: options.budget, need },
-    minReplicas: config.minReplicas,
-    maxReplicas: config.maxReplicas,
+    minReplicas: limits.minReplicas,
+    maxReplicas: limits.maxReplicas,
     slotsPerReplica: config.replicaConcurrency,
     cooldownMs: config.cooldownMs,
     queueLimit: options.queueLimit,
     spawn,
     logger,
+    onDetach: () => void keeper?.close(),
+    onChange: options.onLoadChange,
   });
+}
+
+function limitsOf(config: AppConfig): { cpu: number; memoryBytes: number } {
+  return { cpu: config.hardware.cpu, memoryBytes: config.hardware.memoryBytes };
 }
 
 /** Creates the runtime over `appsDir`; call `start()` before serving. */
@@ -287,7 +397,10 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     ...runtimeOptions,
     sandbox: runtimeOptions.sandbox ?? unjailedSandbox(),
     cgroups: runtimeOptions.cgroups ?? disabledCgroups(),
-    budget: new HostBudget(runtimeOptions.host ?? { cpu: Infinity, memoryBytes: Infinity }),
+    budget: new HostBudget(runtimeOptions.host ?? { cpu: Infinity, memoryBytes: Infinity }, {
+      gpus: runtimeOptions.gpus,
+    }),
+    seats: new SeatBook(),
   };
   const replicaLimit = runtimeOptions.projectReplicaLimit ?? Infinity;
   const apps = new Map<string, LiveApp>();
@@ -312,9 +425,14 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
   }
 
   function admissionProblem(projectId: string, app: string, config: AppConfig): string | undefined {
-    if (config.custom?.kind !== "url") {
+    // Seated, an app whose replicas can never fit this host is still served here: its calls go to hosts
+    // where they fit (`canPlace` is false here).
+    if (config.custom?.kind !== "url" && !options.seated) {
       const never = options.budget.neverFits(config.hardware);
       if (never) return `${never}: no replica of it could ever start here; lower it`;
+      const { gpuCount: count, compute } = config.hardware;
+      const noGpus = options.budget.gpus.neverFits({ count, compute: compute === "CPU" ? undefined : compute });
+      if (noGpus) return noGpus;
     }
     let asked = config.maxReplicas;
     for (const live of apps.values()) {
@@ -439,6 +557,11 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     return found as ReturnType<typeof live>;
   }
 
+  /** Every pool with replicas that may still run: current versions' and retired ones'. */
+  function livePools(): ReplicaPool<AnyReplica>[] {
+    return [...[...apps.values()].flatMap((a) => (a.pool ? [a.pool] : [])), ...retired];
+  }
+
   async function liveOrLoad(projectId: string, app: string) {
     // An app deployed since the last poll is served at once.
     if (!apps.has(`${projectId}/${app}`) && !closed) {
@@ -465,6 +588,9 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     async invoke(request) {
       const app = await liveOrLoad(request.projectId, request.app);
       const { config } = app.version;
+      if (options.seated && !request.lease && app.pool.limits.maxReplicas === 0) {
+        throw new NoSeatError(label(app.version));
+      }
       let lease: SlotLease;
       try {
         lease = request.lease ?? (await app.pool.acquire(request.signal));
@@ -484,6 +610,8 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
         throw error;
       }
       const replica = lease.replica;
+      // The version this call's pool serves: the one it runs on, even if a newer one arrived meanwhile.
+      if (app.version.deploymentId !== undefined) request.onDeployment?.(app.version.deploymentId);
       // Never ready: its `ready` rejected above.
       if (replica instanceof FailedReplica) throw new Error("a replica that failed to start was given a call");
       if (replica instanceof PythonReplica) {
@@ -534,6 +662,8 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     },
     apps(projectId) {
       const states = new Map(this.replicaStates().map(({ app, ...rest }) => [app, rest]));
+      const gpus = new Map<string, ReplicaGpus[]>();
+      for (const pool of livePools()) gpus.set(pool.label, [...(gpus.get(pool.label) ?? []), ...pool.gpus()]);
       return [...apps.values()]
         .filter((live) => projectId === undefined || live.version.projectId === projectId)
         .map(({ version }) => ({
@@ -543,16 +673,54 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
           config: version.config,
           error: version.error,
           replicas: states.get(label(version)) ?? { starting: 0, idle: 0, busy: 0 },
+          gpus: gpus.get(label(version)) ?? [],
         }))
         .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     },
     admissionProblem,
+    canPlace(projectId, app) {
+      const { config } = live(projectId, app).version;
+      return config.custom?.kind === "url" || options.budget.fits(config.hardware);
+    },
+    addSeat(ref) {
+      const found = apps.get(`${ref.projectId}/${ref.appId}`);
+      if (!found?.pool || !found.version.config) return false;
+      options.seats.add(label(found.version), ref.seat);
+      found.pool.setLimits(options.seats.limits(label(found.version), found.version.config.minReplicas));
+      return true;
+    },
+    dropSeats(refs) {
+      for (const ref of refs) {
+        const key = `${ref.projectId}/${ref.appId}`;
+        options.seats.remove(key, ref.seat);
+        const found = apps.get(key);
+        if (found?.pool && found.version.config) {
+          found.pool.setLimits(options.seats.limits(key, found.version.config.minReplicas));
+        }
+      }
+    },
+    heldSeats() {
+      return options.seats.keys().flatMap((key) => options.seats.states(key, apps.get(key)?.pool?.loads() ?? []));
+    },
+    spareSeats() {
+      return options.seats.keys().flatMap((key) => {
+        const found = apps.get(key);
+        const [projectId, appId] = splitKey(key);
+        const pool = found?.pool;
+        // Calls wait for a replica of these seats: they are needed.
+        if (pool && pool.capacity().queued > 0) return [];
+        const minReplicas = pool ? (found.version.config?.minReplicas ?? 0) : 0;
+        const spare = options.seats.surplus(key, { alive: pool?.loads().length ?? 0, minReplicas });
+        if (pool && found.version.config) pool.setLimits(options.seats.limits(key, minReplicas));
+        return spare.map((seat) => ({ projectId, appId, seat }));
+      });
+    },
     hostCapacity() {
-      return { total: options.budget.total, reserved: options.budget.reserved };
+      const { total, reserved, gpus } = options.budget;
+      return { total, reserved, gpus: { total: gpus.gpus.length, held: gpus.held } };
     },
     waitingForCapacity() {
-      const pools = [...[...apps.values()].flatMap((a) => (a.pool ? [a.pool] : [])), ...retired];
-      return pools.map((pool) => ({ app: pool.label, replicas: pool.capacity().waitingForCapacity }))
+      return livePools().map((pool) => ({ app: pool.label, replicas: pool.capacity().waitingForCapacity }))
         .filter((entry) => entry.replicas > 0);
     },
     replicaStates() {
@@ -576,7 +744,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
       closed = true;
       clearInterval(timer);
       await polling;
-      const pools = [...[...apps.values()].flatMap((a) => (a.pool ? [a.pool] : [])), ...retired];
+      const pools = livePools();
       apps.clear();
       retired.clear();
       await Promise.all(pools.map((pool) => pool.close()));

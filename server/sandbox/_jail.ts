@@ -66,7 +66,14 @@ export function spawnJailed(
   options: SpawnJailedOptions,
 ): ChildProcess {
   const base = options.stdio.length;
-  const fds = { seccomp: support.seccomp ? base : undefined, info: base + 1, block: base + 2 };
+  // Held on --block-fd only while its network is attached: a jail without one starts at once, never
+  // waiting for a turn of the server's event loop (a busy server's turn is part of a cold start).
+  const network = options.spec.egress && support.slirp;
+  const fds = {
+    seccomp: support.seccomp ? base : undefined,
+    info: network ? base + 1 : undefined,
+    block: network ? base + 2 : undefined,
+  };
   const policy = bubblewrapArgs(options.spec, { identity: options.identity, files: options.files, fds });
   const jailed = [...policy, ...dropPrivileges(options.identity), command, ...args];
   const started = options.cgroup
@@ -76,7 +83,7 @@ export function spawnJailed(
     cwd: "/",
     env: options.env,
     detached: true,
-    stdio: [...options.stdio, support.seccomp ? "pipe" : "ignore", "pipe", "pipe"],
+    stdio: [...options.stdio, support.seccomp ? "pipe" : "ignore", ...(network ? ["pipe", "pipe"] as const : [])],
   });
   if (child.pid === undefined) return child;
   // bubblewrap closes each of these once read; what it leaves unread must not crash the server.
@@ -84,15 +91,13 @@ export function spawnJailed(
     if (fd !== undefined) (child.stdio[fd] as Readable | null)?.on("error", () => undefined);
   }
   if (support.seccomp) (child.stdio[fds.seccomp!] as Writable).end(support.seccomp);
-  const block = child.stdio[fds.block] as Writable;
-  const egress = options.spec.egress && support.slirp;
+  if (!network) return child;
+  const block = child.stdio[fds.block!] as Writable;
   void (async () => {
-    const pid = await childPid(child.stdio[fds.info] as Readable);
-    if (egress) {
-      const network = await attachNetwork(pid, { asRoot: options.identity.kind === "root", blocked: support.blocked });
-      child.once("exit", () => network.detach());
-      if (child.exitCode !== null || child.signalCode !== null) network.detach();
-    }
+    const pid = await childPid(child.stdio[fds.info!] as Readable);
+    const attached = await attachNetwork(pid, { asRoot: options.identity.kind === "root", blocked: support.blocked });
+    child.once("exit", () => attached.detach());
+    if (child.exitCode !== null || child.signalCode !== null) attached.detach();
     block.end("x");
   })().catch((error: Error) => {
     support.logger.error({ err: error, command }, "the sandbox could not be set up; the process was stopped");

@@ -23,6 +23,11 @@ export interface JailSpec {
    * Their pages count toward the memory limit of the process's cgroup as well.
    */
   tmpBytes?: number;
+  /**
+   * Host device nodes shown inside (`--dev-bind`), such as a replica's GPUs: the jail's `/dev` holds
+   * only the basics (`null`, `zero`, `random`, a pty) and these. Their own file modes decide who opens them.
+   */
+  devices?: Array<{ source: string; target: string }>;
 }
 
 /** Who the jailed process is on the host. */
@@ -43,11 +48,14 @@ export interface SupportFiles {
   resolvConf: string;
 }
 
-/** The descriptor numbers bubblewrap reads (the spawner places them in the child's stdio). */
+/**
+ * The descriptor numbers bubblewrap reads (the spawner places them in the child's stdio). `info` and
+ * `block` come together, only when the server sets something up (the network) before the command runs.
+ */
 export interface PolicyFds {
   seccomp?: number;
-  info: number;
-  block: number;
+  info?: number;
+  block?: number;
 }
 
 /** Parts of `/etc` a runtime needs: certificates, the resolver's rules, the dynamic linker's cache, time. */
@@ -180,6 +188,9 @@ export function bubblewrapArgs(
     "/proc",
     "--dev",
     "/dev",
+    // The replica's own GPUs and the driver's shared nodes, no other GPU's. No devices cgroup is needed:
+    // a node that is not in the jail's /dev cannot be opened (and no process inside may mknod).
+    ...(spec.devices ?? []).flatMap((device) => ["--dev-bind", device.source, device.target]),
     ...tmpfs("/tmp", spec.tmpBytes),
     ...tmpfs(SANDBOX_HOME, spec.tmpBytes),
   ];
@@ -198,7 +209,9 @@ export function bubblewrapArgs(
   }
   if (fds.seccomp !== undefined) args.push("--seccomp", String(fds.seccomp));
   // The spawner reads the child's pid from info, sets up its network, then unblocks it.
-  args.push("--info-fd", String(fds.info), "--block-fd", String(fds.block));
+  if (fds.info !== undefined && fds.block !== undefined) {
+    args.push("--info-fd", String(fds.info), "--block-fd", String(fds.block));
+  }
   args.push("--");
   return args;
 }

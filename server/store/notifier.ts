@@ -20,8 +20,8 @@ const notifyQuery = portableQuery("select pg_notify(?, ?)");
 
 /**
  * The fixed channels: new queued runs, due webhook deliveries, cancels asked of another process,
- * deployments queued or activated, run changes of watched projects, which projects are watched, and
- * projects whose secrets changed.
+ * deployments queued or activated, run changes of watched projects, which projects are watched,
+ * projects whose secrets changed, and the cluster's hosts and replica seats.
  */
 export const WAKE_CHANNELS = [
   "runplane_runs",
@@ -31,6 +31,7 @@ export const WAKE_CHANNELS = [
   "runplane_run_events",
   "runplane_run_watch",
   "runplane_project_secrets",
+  "runplane_cluster",
 ] as const;
 
 /** One of `WAKE_CHANNELS`. */

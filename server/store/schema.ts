@@ -84,6 +84,8 @@ export interface RunTable {
   cancel_requested: Generated<number>;
   /** The run this one ran again (`rerunOf`). */
   rerun_of: string | null;
+  /** The deployment whose replica took the call; null for an app of the apps folder, or before one did. */
+  deployment_id: string | null;
   /**
    * The lease owner whose run a stale-lease sweep ended `interrupted` (a guess: its process may be alive,
    * cut off from the store); that owner's own end replaces the guess. Null for any other end.
@@ -202,10 +204,18 @@ export interface DeploymentTable {
   base_image_digest: string | null;
   /** `new` or `cached`. */
   base_image_status: string | null;
+  /** What its deployer said it is (`createDeployment`'s `message`). */
+  message: string | null;
+  /** The git commit its files come from, when known. */
+  git_commit: string | null;
+  /** 1 when its folder held changes `git_commit` does not. */
+  git_dirty: Generated<number>;
   created_at: number;
   started_at: number | null;
   finished_at: number | null;
   error: string | null;
+  /** Its `runplane.toml` as its build read it; null until then (and for builds before migration 0025). */
+  config_toml: string | null;
   /** The process building it, and until when unless renewed. */
   lease_owner: string | null;
   lease_expires_at: number | null;
@@ -265,13 +275,53 @@ export interface ServedDeploymentTable {
   seen_at: number;
 }
 
-/** Every table of the store. */
+/** A server process as a host of the cluster, kept fresh by its heartbeat. */
+export interface HostTable {
+  /** The process's id (new at every start). */
+  host_id: string;
+  /** Its advertised base URL, where other hosts forward calls. */
+  url: string;
+  /** CPUs it offers replicas. */
+  cpu: number;
+  /** Memory it offers replicas, in bytes. */
+  memory_bytes: number;
+  /** GPUs it offers replicas. */
+  gpus: number;
+  started_at: number;
+  /** Its last heartbeat: a row not renewed for a lease is a stopped host's. */
+  seen_at: number;
+}
+
+/** The state of a replica seat's replica. */
+export type ReplicaSeatState = "starting" | "ready";
+
+/**
+ * A seat: the right to run one replica of an app (seats 0 to `max_replicas - 1`), held by one host. The
+ * primary key makes the cluster-wide count of an app's replicas a unique constraint.
+ */
+export interface ReplicaSeatTable {
+  project_id: string;
+  app_id: string;
+  seat: number;
+  /** The host holding it (a `hosts` row, not enforced: the rows expire apart). */
+  host_id: string;
+  state: ReplicaSeatState;
+  /** Calls the replica takes at once (the app's `replica_concurrency`). */
+  slots: number;
+  /** Calls in flight on it at the last report. */
+  busy: number;
+  claimed_at: number;
+  /** The holder's last renewal: a seat not renewed for a lease may be claimed by another host. */
+  seen_at: number;
+}
+
 /** A process's probe of whether the store can write (see `outage.ts`). */
 export interface StoreProbeTable {
   owner: string;
   written_at: number;
 }
 
+/** Every table of the store. */
 export interface Database {
   store_probes: StoreProbeTable;
   projects: ProjectTable;
@@ -293,4 +343,6 @@ export interface Database {
   project_secrets: ProjectSecretTable;
   project_secret_versions: ProjectSecretVersionTable;
   served_deployments: ServedDeploymentTable;
+  hosts: HostTable;
+  replica_seats: ReplicaSeatTable;
 }

@@ -129,18 +129,47 @@ export function hostPid(appDir: string, reportedPid: number, options: { startTim
   throw new Error(`no single process of ${appDir} has pid ${reportedPid} in its namespace (${described.join("; ")})`);
 }
 
+/** Whether `pid` is an app's template (`_worker.py --template`), which forks replicas. */
+function isTemplate(pid: number): boolean {
+  try {
+    const args = readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0");
+    return args.includes("--template") && args.some((arg) => arg.endsWith("_worker.py"));
+  } catch {
+    return false;
+  }
+}
+
 /**
  * The pid the server knows a replica by (in its logs): the ancestor of `pid` that the server started —
  * `pid` itself unjailed, the sandbox's bubblewrap when jailed. `serverPid` defaults to this process.
+ * A replica forked from its app's template is known by its own pid.
  */
 export function replicaPid(pid: number, serverPid = process.pid): number {
   let current = pid;
-  for (let depth = 0; depth < 8; depth++) {
+  /** The replica forked from a template met on the way up; still checked to descend from `serverPid`. */
+  let forked: number | undefined;
+  for (let depth = 0; depth < 10; depth++) {
     const status = readFileSync(`/proc/${current}/status`, "utf8");
     const parent = Number(/^PPid:\s*(\d+)$/m.exec(status)?.[1]);
-    if (parent === serverPid) return current;
+    if (parent === serverPid) return forked ?? current;
+    // A replica forked from its app's template is known by its own pid (the template is not the replica).
+    if (forked === undefined && isTemplate(parent)) forked = current;
     if (!parent) break;
     current = parent;
   }
   throw new Error(`process ${pid} was not started by ${serverPid}`);
 }
+
+/**
+ * Python source of `_server_pid()`, for a test app that reports which server process ran it: the replica's
+ * parent, or its template's parent when the replica was forked from one (`_worker.py --template`).
+ */
+export const SERVER_PID_PY = `def _server_pid():
+    parent = os.getppid()
+    with open("/proc/%d/cmdline" % parent, "rb") as f:
+        forked = b"--template" in f.read().split(b"\\0")
+    if not forked:
+        return parent
+    with open("/proc/%d/stat" % parent) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+`;

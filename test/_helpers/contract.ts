@@ -17,6 +17,12 @@ export function findRoute(method: string, pathname: string): RouteSpec | undefin
 }
 
 /**
+ * Paths outside the public contract: the internal endpoint other hosts forward calls to
+ * (docs/scaling.md). Its refusals are still problem documents, and its answers NDJSON frames.
+ */
+const INTERNAL = /^\/internal\//;
+
+/**
  * Throws when `response` (for a request of `method` to `url`) does not match the contract. Reads a
  * clone of JSON and text bodies; streams are checked by status and headers only.
  */
@@ -25,6 +31,7 @@ export async function assertMatchesContract(method: string, url: string | URL, r
   const route = findRoute(method, pathname);
   if (!route) {
     if (response.status === 404 || response.status === 405) return assertProblemShape(response);
+    if (INTERNAL.test(pathname)) return assertInternalShape(response);
     throw new Error(`No operation in the contract for ${method} ${pathname}`);
   }
   const contentType = response.headers.get("content-type")?.split(";")[0].trim() || undefined;
@@ -43,6 +50,12 @@ export async function assertMatchesContract(method: string, url: string | URL, r
       `${method} ${pathname} → ${response.status} does not match the contract:\n  ${mismatches.join("\n  ")}`,
     );
   }
+}
+
+async function assertInternalShape(response: Response): Promise<void> {
+  if (response.status !== 200) return assertProblemShape(response);
+  const type = response.headers.get("content-type") ?? "";
+  if (!type.startsWith("application/x-ndjson")) throw new Error(`An internal answer must be NDJSON, got ${type}`);
 }
 
 async function assertProblemShape(response: Response): Promise<void> {

@@ -30,14 +30,15 @@ export async function bundleOf(files: Record<string, string>): Promise<Uint8Arra
   }
 }
 
-/** Deploys `bundle` as `appId` of `p-test` and follows its build log to the end. */
+/** Deploys `bundle` as `appId` of `p-test` (or of `project`) and follows its build log to the end. */
 export async function deployBundle(
-  t: TestServer,
+  t: Pick<TestServer, "url">,
   appId: string,
   bundle: Uint8Array,
   token: string,
+  options: { project?: string } = {},
 ): Promise<Deployment & { lines: string[] }> {
-  const base = `${t.url}/v3/projects/${TEST_PROJECT}/apps/${appId}/deployments`;
+  const base = `${t.url}/v3/projects/${options.project ?? TEST_PROJECT}/apps/${appId}/deployments`;
   const headers = { Authorization: `Bearer ${token}` };
   const response = await checkedFetch(base, {
     method: "POST",

@@ -28,14 +28,20 @@ export interface PackedPackage {
 }
 
 /**
- * Packs the checkout as npm would publish it (`npm pack` runs `prepack`, which builds `dist/`) into the
- * scratch project `dir`, and installs it there as described in the module comment. npm runs offline with
+ * Packs the checkout (or the workspace package at `options.source`) as npm would publish it (`npm pack`
+ * runs `prepack`, which builds `dist/`) into the scratch project `dir`, and installs it there as described
+ * in the module comment; a second package packed into the same project is installed beside the first. npm runs offline with
  * an empty cache of its own inside `dir`, so a pack that needed the network or a warm cache fails here.
  */
-export async function installPackedPackage(dir: string): Promise<PackedPackage> {
+export async function installPackedPackage(
+  dir: string,
+  options: { source?: string } = {},
+): Promise<PackedPackage> {
+  const source = options.source ?? ROOT;
   const env = { ...process.env, npm_config_cache: join(dir, ".npm-cache"), npm_config_offline: "true" };
-  await run("npm", ["pack", "--pack-destination", dir], { cwd: ROOT, env });
-  const name = (await readdir(dir)).find((f) => f.endsWith(".tgz"));
+  const before = new Set(await readdir(dir));
+  await run("npm", ["pack", "--pack-destination", dir], { cwd: source, env });
+  const name = (await readdir(dir)).find((f) => f.endsWith(".tgz") && !before.has(f));
   if (!name) throw new Error("npm pack wrote no tarball");
   const tarball = join(dir, name);
 
@@ -43,7 +49,7 @@ export async function installPackedPackage(dir: string): Promise<PackedPackage> 
   const files = stdout.split("\n").filter((line) => line && !line.endsWith("/"))
     .map((line) => line.replace(/^package\//, "")).sort();
 
-  const manifest = JSON.parse(await readFile(join(ROOT, "package.json"), "utf8")) as { name: string };
+  const manifest = JSON.parse(await readFile(join(source, "package.json"), "utf8")) as { name: string };
   const packageDir = join(dir, "node_modules", manifest.name);
   await mkdir(packageDir, { recursive: true });
   await run("tar", ["-xzf", tarball, "-C", packageDir, "--strip-components=1"]);
@@ -56,7 +62,10 @@ export async function installPackedPackage(dir: string): Promise<PackedPackage> 
   for (const dependency of dependencies) {
     const link = join(dir, "node_modules", dependency);
     await mkdir(dirname(link), { recursive: true });
-    await symlink(join(ROOT, "node_modules", dependency), link, "dir");
+    // A package packed into the same project earlier may have linked it (or be it) already.
+    await symlink(join(ROOT, "node_modules", dependency), link, "dir").catch((error: NodeJS.ErrnoException) => {
+      if (error.code !== "EEXIST") throw error;
+    });
   }
   return { tarball, files, packageDir, dependencies };
 }

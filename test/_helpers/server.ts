@@ -55,6 +55,8 @@ export interface TestServerOptions {
    * master key is `TEST_MASTER_KEY` unless `env` gives `RUNPLANE_MASTER_KEY`.
    */
   databaseUrl?: string;
+  /** Where the server looks for GPU device nodes and the driver's GPU folders (fake ones: `test/_helpers/gpus.ts`). */
+  gpuPaths?: { devices?: string; driver?: string };
 }
 
 /** Starts a server on 127.0.0.1 with a free port; close it in `after`. */
@@ -88,7 +90,10 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
       done();
     },
   });
-  const server = await createServer(config, { logger: createLogger({ level: config.logLevel, destination }) });
+  const server = await createServer(config, {
+    logger: createLogger({ level: config.logLevel, destination }),
+    gpuPaths: options.gpuPaths,
+  });
   const url = await server.listen();
   async function mintToken(mint: { projectId?: string; scopes?: Scope[]; expiresAt?: number } = {}) {
     const { token, account } = await createServiceAccount(

@@ -9,6 +9,8 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { writeApp } from "./apps.ts";
 import { createTestClient, type TestClient } from "./client.ts";
+import { SERVER_NODE_FLAGS } from "../../server/node_flags.ts";
+import { freePort } from "../../server/runtime/free_port.ts";
 import { TEST_MASTER_KEY } from "./postgres.ts";
 
 const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
@@ -17,9 +19,10 @@ const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
  * How to start the server: the bundle `npm test` built (scripts/server_bundle.ts: the same code, starting in
  * half the CPU), or the sources through tsx when a test file runs on its own.
  */
-function serverArgs(): string[] {
+function serverArgs(entry?: string): string[] {
+  if (entry) return [entry];
   const bundle = process.env.RUNPLANE_TEST_SERVER_BUNDLE;
-  return bundle ? [bundle] : ["--import", "tsx", MAIN];
+  return [...SERVER_NODE_FLAGS, ...(bundle ? [bundle] : ["--import", "tsx", MAIN])];
 }
 
 /** How long a server process may take to report that it listens (generous: ten start at once under load). */
@@ -79,14 +82,15 @@ export interface ServerProcess {
 /**
  * Starts the server with `env` (data and apps dirs, lease, …) over a clean environment; resolves once it
  * listens. `ownProcessGroup` starts it as the leader of a new process group (signal it with
- * `process.kill(-child.pid, signal)`).
+ * `process.kill(-child.pid, signal)`); `entry` runs that JavaScript file (a built `dist/server/main.js`)
+ * with plain Node instead of the sources.
  */
 export async function startServerProcess(
   env: Record<string, string>,
-  options: { token?: string; ownProcessGroup?: boolean } = {},
+  options: { token?: string; ownProcessGroup?: boolean; entry?: string } = {},
 ): Promise<ServerProcess> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
-  const child = spawn(process.execPath, serverArgs(), {
+  const child = spawn(process.execPath, serverArgs(options.entry), {
     env: {
       ...base,
       PORT: "0",
@@ -167,4 +171,34 @@ export async function startServerProcess(
       await exited;
     },
   };
+}
+
+/** Options of `startClusterHost`. */
+export interface ClusterHostOptions {
+  /** The PostgreSQL database the cluster shares. */
+  databaseUrl: string;
+  /** The token to use (the first host's printed one; the first host prints its own). */
+  token?: string;
+  /** More environment variables, over these defaults. */
+  env?: Record<string, string>;
+}
+
+/**
+ * Starts a host of a cluster (issue 31) on `dirs`: a free port it advertises as `RUNPLANE_ADVERTISE_URL`,
+ * the shared database and test master key, a 3 s lease, and no jail (the tests' functions write and read
+ * marker files, which a jailed replica cannot; test/sandbox/ covers the jail).
+ */
+export async function startClusterHost(dirs: ServerDirs, options: ClusterHostOptions): Promise<ServerProcess> {
+  const port = await freePort();
+  return await startServerProcess({
+    ...dirs.env,
+    PORT: String(port),
+    RUNPLANE_ADVERTISE_URL: `http://127.0.0.1:${port}`,
+    RUNPLANE_DATABASE_URL: options.databaseUrl,
+    RUNPLANE_MASTER_KEY: TEST_MASTER_KEY,
+    RUNPLANE_DATABASE_POOL: "4",
+    RUNPLANE_RUN_LEASE: "3s",
+    RUNPLANE_SANDBOX: "off",
+    ...options.env,
+  }, { token: options.token });
 }

@@ -117,7 +117,7 @@ describe("runplane runs logs, rerun, redeliver, tables, deletes and token errors
     const { data: log } = await t.client.GET("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/logs", {
       params: { path: { project_id: TEST_PROJECT, app_id: "logs", run_id: runId } },
     });
-    assert.deepEqual(log && typeof log === "object" && log.lines.map((l) => [l.stream, l.text]), [
+    assert.deepEqual(log && "lines" in log && log.lines.map((l) => [l.stream, l.text]), [
       ["stdout", "to stdout"],
       ["stderr", "to stderr"],
     ]);
@@ -194,13 +194,22 @@ describe("runplane runs logs, rerun, redeliver, tables, deletes and token errors
     assert.equal(redelivered.stdout, `Redelivering the webhook of ${runId} to ${receiver.url}/hook\n`);
     await receiver.waitFor(2, 60_000);
     assert.deepEqual(JSON.parse(receiver.requests[1].body.toString()).result, { d: 5 });
-    await waitFor(async () => (await record(runId)).webhook?.attempts.length === 2, "the second attempt", 30_000);
+    // Its outcome recorded, not only begun: the next test compares two reads of this run's record.
+    await waitFor(
+      async () => {
+        const webhook = (await record(runId)).webhook;
+        return webhook?.attempts.length === 2 && webhook.status === "delivered"
+          && webhook.attempts[1].status_code === 200;
+      },
+      "the second attempt's outcome",
+      30_000,
+    );
   });
 
   it("lists print tables with headers; --json prints the server's answer unchanged", async () => {
     const runs = await cli(["runs", "list", APP, "--limit", "3"]);
     assert.equal(runs.code, 0, runs.stderr);
-    assertAligned(runs.stdout, ["RUN", "STATUS", "FUNCTION", "MODE", "CREATED", "RAN"]);
+    assertAligned(runs.stdout, ["RUN", "STATUS", "FUNCTION", "MODE", "CREATED", "RAN", "ERROR"]);
     assert.equal(runs.stdout.trimEnd().split("\n").length, 4);
     assert.match(runs.stdout, /\nrun_[0-9a-z]{26} +success +echo +async +\d{4}-/);
     const json = await cli(["runs", "list", APP, "--limit", "3", "--json"]);

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { after, before, describe, it } from "node:test";
-import { createRunplaneClient, isRunplaneError, type Run, RunplaneError } from "../../client/mod.ts";
+import { createRunplaneClient, isRunplaneError, type Run, type RunChange, RunplaneError } from "../../client/mod.ts";
 import { mirrorRepository } from "../../server/integrations/mod.ts";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
 import { blobSha, createFixtureRepo, type FixtureRepo } from "../_helpers/git_repos.ts";
@@ -176,6 +176,27 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     assert.equal((await client.waitForRun(stream.runId!)).status, "success");
   });
 
+  it("watchRuns() yields the project's run changes as typed records, and resync", async () => {
+    const client = createCheckedRunplaneClient(t.url, t.token);
+    const controller = new AbortController();
+    const events = client.watchRuns(TEST_PROJECT, { signal: controller.signal })[Symbol.asyncIterator]();
+    // Once every process has heard of the stream, it says so with a resync: changes from then on arrive.
+    assert.deepEqual((await events.next()).value, { resync: true });
+    const { run_id: runId } = await client.run(app, { name: "Eve" });
+    const statuses: RunChange["status"][] = [];
+    for (let next = await events.next(); !next.done; next = await events.next()) {
+      if (!("change" in next.value) || next.value.change.run_id !== runId) continue;
+      const change: RunChange = next.value.change;
+      assert.equal(change.app_id, "py");
+      assert.equal(change.function_name, "run");
+      assert.equal(Number.isNaN(Date.parse(change.at)), false);
+      statuses.push(change.status);
+      if (change.status === "success") break;
+    }
+    controller.abort();
+    assert.deepEqual(statuses, ["running", "success"]);
+  });
+
   it("aborting stream()'s signal closes the server-side generator", async () => {
     const client = createCheckedRunplaneClient(t.url, t.token);
     const marker = join(dir, "endless.aborted");
@@ -221,14 +242,19 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     assert.deepEqual(items, [{ message: "Hello, Cy!" }]);
   });
 
-  it("hashes base-image dependencies: new, then cached", async () => {
+  it("hashes base-image dependencies: new while pip has to run, cached when nothing is to install", async () => {
     const client = createCheckedRunplaneClient(t.url, t.token);
-    const request = { aptPackages: ["curl"], shellCommands: [Buffer.from("echo hi").toString("base64")] };
+    const request = {
+      pipRequirements: ["requests==2.32.0"],
+      shellCommands: [Buffer.from("echo hi").toString("base64")],
+    };
     const first = await client.baseImageHash(`${TEST_PROJECT}/client-app`, request);
     const second = await client.baseImageHash({ project: TEST_PROJECT, app: "client-app" }, request);
     assert.match(first.digest, /^sha256:[0-9a-f]{64}$/);
     assert.equal(first.status, "new");
-    assert.deepEqual(second, { digest: first.digest, status: "cached" });
+    assert.deepEqual(second, { digest: first.digest, status: "new" });
+    const none = await client.baseImageHash(`${TEST_PROJECT}/client-app`, { aptPackages: ["curl"] });
+    assert.equal(none.status, "cached");
   });
 
   it("throws a RunplaneError with the problem's field errors for a 400", async () => {
@@ -275,12 +301,13 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     const jwks = await client.jwks();
     assert.equal(jwks.keys[0].kty, "OKP");
     assert.deepEqual(await client.health(), { status: "ok" });
-    // Readiness reports the sandbox this server runs with (off here, see `before`) and its cgroups.
-    const { cgroups } = t.server.context;
+    // Readiness reports the sandbox this server runs with (off here, see `before`), its cgroups and GPUs.
+    const { cgroups, gpus } = t.server.context;
     assert.deepEqual(await client.readiness(), {
       status: "ready",
       sandbox: { setting: "off", jailed: false, warnings: t.server.context.sandbox.problems },
       cgroups: { setting: cgroups.setting, version: cgroups.version, warnings: cgroups.problems },
+      gpus: { source: gpus.source, count: gpus.gpus.length, held: 0, warnings: gpus.problems },
     });
     assert.match(await client.metrics(), /# TYPE /);
   });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { once } from "node:events";
 import { writeFileSync } from "node:fs";
-import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -55,6 +55,30 @@ function typecheckConsumer(dir: string, host: CachingCompilerHost, check: string
   return { ok: diagnostics.length === 0, output: formatDiagnostics(diagnostics, dir) };
 }
 
+/** Fails unless a consumer that misuses the client from `specifier` fails to type-check (the types are not any). */
+function assertMisuseFails(dir: string, host: CachingCompilerHost, specifier: string): void {
+  const failed = typecheckConsumer(
+    dir,
+    host,
+    `
+      import { createRunplaneClient } from "${specifier}";
+      export const digest: number = (await createRunplaneClient({ apiUrl: "x" }).baseImageHash("p/a", {})).digest;
+    `,
+  );
+  assert.equal(failed.ok, false, "a type error in the consumer must fail tsc: the types are not any");
+  assert.match(failed.output, /Type 'string' is not assignable to type 'number'/);
+}
+
+/** A new, empty consumer project (an ESM package.json) in a temporary folder. */
+async function consumerProject(prefix: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
+  await writeFile(
+    join(dir, "package.json"),
+    JSON.stringify({ name: "consumer", version: "1.0.0", type: "module", private: true }),
+  );
+  return dir;
+}
+
 /**
  * Packs the project as npm would publish it, installs the tarball into a fresh project without npm
  * resolving anything (test/_helpers/packed_package.ts) and uses `runplane/client` from plain Node and from
@@ -64,11 +88,7 @@ describe("the packed client", { timeout: 240_000 }, () => {
   let dir: string;
   let packed: PackedPackage;
   before(async () => {
-    dir = await mkdtemp(join(tmpdir(), "runplane-pack-"));
-    await writeFile(
-      join(dir, "package.json"),
-      JSON.stringify({ name: "consumer", version: "1.0.0", type: "module", private: true }),
-    );
+    dir = await consumerProject("runplane-pack-");
     packed = await installPackedPackage(dir);
   });
   after(() => rm(dir, { recursive: true, force: true }));
@@ -80,7 +100,8 @@ describe("the packed client", { timeout: 240_000 }, () => {
     assert.ok(packed.files.some((file) => file.startsWith("server/")), "the server is missing from the tarball");
     const stray = packed.files.filter((file) => /^(test|node_modules|\.runplane|scripts)\//.test(file));
     assert.deepEqual(stray, []);
-    assert.ok(packed.dependencies.includes("openapi-fetch"), "openapi-fetch is a runtime dependency");
+    assert.ok(packed.dependencies.includes("@runplane/client"), "the typed client is a runtime dependency");
+    assert.ok(packed.files.includes("LICENSE"), "the tarball carries the license");
   });
 
   it("imports in plain Node and verifies a signature computed with node:crypto", async () => {
@@ -125,16 +146,7 @@ describe("the packed client", { timeout: 240_000 }, () => {
     `,
     );
     assert.equal(passed.ok, true, passed.output);
-    const failed = typecheckConsumer(
-      dir,
-      host,
-      `
-      import { createRunplaneClient } from "runplane/client";
-      export const digest: number = (await createRunplaneClient({ apiUrl: "x" }).baseImageHash("p/a", {})).digest;
-    `,
-    );
-    assert.equal(failed.ok, false, "a type error in the consumer must fail tsc: the types are not any");
-    assert.match(failed.output, /Type 'string' is not assignable to type 'number'/);
+    assertMisuseFails(dir, host, "runplane/client");
   });
   it("runs the installed runplane bin from the built dist/, without tsx", async () => {
     // Without tsx in the consumer, a bin that still loaded the TypeScript sources would fail to start.
@@ -156,5 +168,85 @@ describe("the packed client", { timeout: 240_000 }, () => {
     } finally {
       await symlink(join(ROOT, "node_modules", "tsx"), tsx, "dir");
     }
+  });
+});
+
+/** The runtime dependencies `name` brings, transitively, as the checkout's `node_modules` holds them. */
+async function dependencyClosure(names: string[]): Promise<Set<string>> {
+  const seen = new Set<string>();
+  const queue = [...names];
+  while (queue.length) {
+    const name = queue.pop()!;
+    if (seen.has(name)) continue;
+    seen.add(name);
+    const manifest = JSON.parse(await readFile(join(ROOT, "node_modules", name, "package.json"), "utf8")) as {
+      dependencies?: Record<string, string>;
+    };
+    queue.push(...Object.keys(manifest.dependencies ?? {}));
+  }
+  return seen;
+}
+
+/**
+ * `@runplane/client` (packages/client) packed and installed alone: the typed client without the server,
+ * for services that only call Runplane.
+ */
+describe("the @runplane/client package", { timeout: 240_000 }, () => {
+  let dir: string;
+  let packed: PackedPackage;
+  before(async () => {
+    dir = await consumerProject("runplane-client-pack-");
+    packed = await installPackedPackage(dir, { source: join(ROOT, "packages", "client") });
+  });
+  after(() => rm(dir, { recursive: true, force: true }));
+
+  it("holds the built client, its declarations and the license, and nothing of the server", () => {
+    for (const file of ["package.json", "LICENSE", "dist/client/mod.js", "dist/client/mod.d.ts"]) {
+      assert.ok(packed.files.includes(file), `${file} is missing from the tarball`);
+    }
+    assert.ok(packed.files.includes("dist/generated/api.d.ts"), "the API types its declarations import");
+    const stray = packed.files.filter((file) =>
+      !/^(dist\/(client|generated)\/|package\.json$|LICENSE$|README\.md$)/.test(file)
+    );
+    assert.deepEqual(stray, []);
+  });
+
+  it("depends on openapi-fetch and eventsource-parser only, which bring none of the server's dependencies", async () => {
+    assert.deepEqual(packed.dependencies, ["eventsource-parser", "openapi-fetch"]);
+    const root = JSON.parse(await readFile(join(ROOT, "package.json"), "utf8")) as {
+      dependencies: Record<string, string>;
+    };
+    const closure = await dependencyClosure(packed.dependencies);
+    const server = Object.keys(root.dependencies).filter((name) => !closure.has(name) && name !== "@runplane/client");
+    assert.ok(server.includes("koa") && server.includes("better-sqlite3"), "the server's own dependencies");
+    assert.deepEqual([...closure].filter((name) => server.includes(name)), []);
+  });
+
+  it("imports in plain Node and type-checks in a strict project", async () => {
+    const script = `
+      import { createRunplaneClient, resolveAppRef, verifyWebhook } from "@runplane/client";
+      const outcome = await verifyWebhook({ secret: "s", headers: {}, body: "{}" });
+      const client = createRunplaneClient({ apiUrl: "http://127.0.0.1:9" });
+      console.log(JSON.stringify({ valid: outcome.valid, ref: resolveAppRef("p/a"), stream: typeof client.stream }));
+    `;
+    const { stdout } = await run(process.execPath, ["--input-type=module", "-e", script], { cwd: dir });
+    assert.deepEqual(JSON.parse(stdout), {
+      valid: false,
+      ref: { project: "p", app: "a", function: "run" },
+      stream: "function",
+    });
+    await writeFile(join(dir, "tsconfig.json"), JSON.stringify(CONSUMER_TSCONFIG));
+    const host = cachingCompilerHost(ts.parseJsonConfigFileContent(CONSUMER_TSCONFIG, ts.sys, dir).options);
+    const passed = typecheckConsumer(
+      dir,
+      host,
+      `
+      import { createRunplaneClient, type Run } from "@runplane/client";
+      const client = createRunplaneClient({ baseUrl: "http://127.0.0.1:9", token: "t" });
+      export const waited: Promise<Run> = client.waitForRun("run_0123456789abcdefghijklmnop", { timeoutMs: 1000 });
+    `,
+    );
+    assert.equal(passed.ok, true, passed.output);
+    assertMisuseFails(dir, host, "@runplane/client");
   });
 });

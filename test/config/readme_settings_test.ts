@@ -7,11 +7,11 @@ import { SETTINGS, settingsMarkdown } from "../../server/config.ts";
 import { runMain } from "../_helpers/cli.ts";
 
 describe("settings documentation", () => {
-  it("the README's Configuration table lists every setting with its default", async () => {
-    const readme = await readFile(join(ROOT, "README.md"), "utf8");
+  it("docs/configuration.md's table lists every setting with its default", async () => {
+    const page = await readFile(join(ROOT, "docs", "configuration.md"), "utf8");
     assert.ok(
-      readme.includes(settingsMarkdown()),
-      "README.md's table differs from SETTINGS: paste settingsMarkdown() into it",
+      page.includes(settingsMarkdown()),
+      "docs/configuration.md's table differs from SETTINGS: paste settingsMarkdown() into it",
     );
   });
 

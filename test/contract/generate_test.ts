@@ -56,4 +56,66 @@ describe("npm run generate", () => {
       }
     }
   });
+
+  type Schema = Record<string, unknown> & { properties?: Record<string, Record<string, unknown>> };
+  function openapi() {
+    return JSON.parse(first.get("openapi.json")!) as {
+      paths: Record<string, Record<string, { operationId: string; requestBody?: { content: Record<string, Schema> } }>>;
+      components: { schemas: Record<string, Schema> };
+    };
+  }
+
+  it("writes every event stream as an array of its events, each JSON data field naming its schema", () => {
+    const document = openapi();
+    const streams: string[] = [];
+    for (const item of Object.values(document.paths)) {
+      for (const operation of Object.values(item)) {
+        const responses = (operation as unknown as { responses: Record<string, { content?: Record<string, Schema> }> })
+          .responses;
+        for (const response of Object.values(responses)) {
+          const body = response.content?.["text/event-stream"]?.schema as Schema | undefined;
+          if (!body) continue;
+          streams.push(operation.operationId);
+          assert.equal(body.type, "array", operation.operationId);
+          const events = (body.items as { anyOf: Array<{ $ref: string }> }).anyOf;
+          for (const { $ref } of events) {
+            const data = document.components.schemas[$ref.split("/").pop()!].properties!.data;
+            assert.equal(data.type, "string", $ref);
+          }
+        }
+      }
+    }
+    assert.deepEqual(streams.sort(), ["getDeploymentLogs", "getRunLogs", "runFunction", "watchRuns"]);
+    const json = (name: string) => {
+      const { description: _, ...data } = document.components.schemas[name].properties!.data;
+      return data;
+    };
+    const payload = (name: string) => ({
+      type: "string",
+      contentMediaType: "application/json",
+      contentSchema: { $ref: `#/components/schemas/${name}` },
+    });
+    assert.deepEqual(json("RunChangeEvent"), payload("RunChange"));
+    assert.deepEqual(json("RunLogLineEvent"), payload("RunLogLine"));
+    assert.deepEqual(json("RunLogEndEvent"), payload("RunLogEnd"));
+    assert.deepEqual(json("BuildLogEndEvent"), payload("Deployment"));
+    assert.deepEqual(json("RunErrorEvent"), payload("Problem"));
+    assert.deepEqual(json("BuildLogLineEvent"), { type: "string" }, "a build log line is text as it is");
+    assert.deepEqual(json("RunItemEvent"), { type: "string" }, "a string item is sent as it is");
+    const types = first.get("api.d.ts")!;
+    assert.match(
+      types,
+      /"text\/event-stream": \(components\["schemas"\]\["RunChangeEvent"\] \| components\["schemas"\]\["RunResyncEvent"\]\)\[\];/,
+    );
+  });
+
+  it("declares a bundle (createDeployment's gzip body) as binary", () => {
+    const body = openapi().paths["/v3/projects/{project_id}/apps/{app_id}/deployments"].post.requestBody!;
+    assert.deepEqual(body.content["application/gzip"].schema, {
+      type: "string",
+      format: "binary",
+      contentMediaType: "application/gzip",
+    });
+    assert.match(first.get("api.d.ts")!, /"application\/gzip": Uint8Array;/);
+  });
 });

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -25,6 +26,11 @@ const XSS = {
   script: "</script><script>alert(2)</script>",
   link: "javascript:alert(3)",
 };
+
+/** `text` matched literally in a regular expression. */
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
 
 const browser = await launchBrowser();
 
@@ -88,8 +94,13 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.getByLabel("Service-account token").waitFor();
     assert.equal(new URL(page.url()).pathname, "/dashboard/signin");
     assert.equal(await page.locator("#runs").count(), 0);
-    const headers = (await page.request.get(`${t.url}/dashboard/runs`)).headers();
-    assert.match(headers["content-security-policy"], /script-src 'self'/);
+    const answer = await page.request.get(`${t.url}/dashboard/runs`);
+    const headers = answer.headers();
+    // Only the server's own scripts, and the one inline script the page has: its import map, by its hash.
+    const importMap = /<script type="importmap">([^<]+)<\/script>/.exec(await answer.text())?.[1] ?? "";
+    const hash = createHash("sha256").update(importMap).digest("base64");
+    assert.match(headers["content-security-policy"], new RegExp(`script-src 'self' 'sha256-${escapeRegExp(hash)}';`));
+    assert.doesNotMatch(headers["content-security-policy"], /unsafe-inline|unsafe-eval/);
     assert.match(headers["content-security-policy"], /frame-ancestors 'none'/);
     assert.equal(headers["x-content-type-options"], "nosniff");
     assert.equal(headers["referrer-policy"], "no-referrer");
@@ -99,7 +110,8 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
   it("signs in with a token kept sealed in an HttpOnly, SameSite=Strict cookie", async () => {
     await page.getByLabel("Service-account token").fill("not a token");
     await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("alert").waitFor();
+    // In the page's main part: the sandbox warning above it is an alert too, where apps run unjailed.
+    await page.locator("main").getByRole("alert").waitFor();
     await page.getByLabel("Service-account token").fill(admin);
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.getByRole("heading", { name: "Runs" }).waitFor();
@@ -123,7 +135,7 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.screenshot({ path: join(SHOTS, "dashboard-runs.png") });
     await page.getByRole("link", { name: runId }).click();
     await page.locator("#run-id", { hasText: runId }).waitFor();
-    assert.match(await page.locator("pre").first().innerText(), /"message": "Hello, curl!"/);
+    assert.match(await page.locator("#result").innerText(), /"message": "Hello, curl!"/);
     await page.screenshot({ path: join(SHOTS, "dashboard-run.png"), fullPage: true });
   });
 
@@ -164,7 +176,7 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.locator("#run-id", { hasText: newId }).waitFor();
     await page.locator("#reruns").getByRole("link", { name: runId }).waitFor();
     await page.locator("#status", { hasText: "success" }).waitFor({ timeout: 15_000 });
-    assert.match(await page.locator("pre").first().innerText(), /"name": "again"/);
+    assert.match(await page.locator("#input").innerText(), /"name": "again"/);
     await page.goto(`${t.url}/dashboard/runs/${runId}?app=hello`);
     await page.locator("#reruns").getByRole("link", { name: newId }).waitFor();
   });
@@ -187,7 +199,7 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.locator("#run-id").waitFor();
     const logs = await page.locator("#logs").innerText();
     assert.ok(logs.includes(XSS.html) && logs.includes(XSS.script), logs);
-    const result = await page.locator("pre").first().innerText();
+    const result = await page.locator("#result").innerText();
     for (const value of Object.values(XSS)) assert.ok(result.includes(JSON.stringify(value).slice(1, -1)), result);
     assert.equal(await page.locator("main img").count(), 0);
     assert.equal(await page.locator("main script").count(), 0);
@@ -230,11 +242,27 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
       await mkdir(dir, { recursive: true });
       await writeFile(join(dir, "runplane.toml"), `[deployment]\nname = "svc"\n`);
       await writeFile(join(dir, "main.py"), `def run():\n    return {"v": "${version}"}\n`);
-      const outcome = await runMain(["deploy", dir, "--project", TEST_PROJECT], { env });
+      // A deployment's message is the deployer's text: shown as text, never as markup.
+      const message = `<img src=x onerror="document.title='pwned'"> v${version}`;
+      const outcome = await runMain(["deploy", dir, "--project", TEST_PROJECT, "--message", message], { env });
       assert.equal(outcome.code, 0, outcome.stderr + outcome.stdout);
     }
-    const version = async () => ((await (await runApi("svc/run")).json()) as { result: { v: string } }).result.v;
-    assert.equal(await version(), "2");
+    const called = async () => (await (await runApi("svc/run")).json()) as { run_id: string; result: { v: string } };
+    const version = async () => (await called()).result.v;
+    const latest = await called();
+    assert.equal(latest.result.v, "2");
+    await page.goto(`${t.url}/dashboard/apps/svc`);
+    await page.locator("#deployments tr").nth(1).waitFor();
+    assert.match(await page.locator("#deployments tr").nth(0).innerText(), /<img src=x onerror=.*> v2/);
+    assert.equal(await page.locator("#deployments img").count(), 0);
+    // The run's page names the deployment that served it.
+    const served = (await (await fetch(`${t.url}/v3/projects/${TEST_PROJECT}/apps/svc/deployments`, {
+      headers: { Authorization: `Bearer ${admin}` },
+    })).json() as { deployments: Array<{ deployment_id: string; active: boolean }> }).deployments.find((d) =>
+      d.active
+    )!;
+    await page.goto(`${t.url}/dashboard/runs/${latest.run_id}?app=svc`);
+    await page.locator("#deployment", { hasText: served.deployment_id }).waitFor();
     await page.goto(`${t.url}/dashboard/apps/svc`);
     await page.locator("#deployments tr").nth(1).waitFor();
     await page.screenshot({ path: join(SHOTS, "dashboard-app.png"), fullPage: true });

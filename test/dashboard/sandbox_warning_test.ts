@@ -9,6 +9,8 @@ import { sandboxWorks } from "../_helpers/sandbox.ts";
 import { startTestServer, type TestServer } from "../_helpers/server.ts";
 
 const browser = await launchBrowser();
+/** How long a page step may take: generous, for a machine running the whole suite on two cores. */
+const LOADED_MACHINE_MS = 90_000;
 
 describe("the dashboard's sandbox warning", { skip: browser === null ? "Chromium is not installed" : false }, () => {
   const servers: TestServer[] = [];
@@ -21,12 +23,27 @@ describe("the dashboard's sandbox warning", { skip: browser === null ? "Chromium
     const t = await startTestServer({ env });
     servers.push(t);
     const { context, page } = await openPage(browser!, []);
+    // What became of the page's one /readyz fetch, recorded as it happens: a listener, not a pending
+    // waitForResponse, so a slow page load on a loaded machine fails below with what was seen (CI once
+    // timed out a waitForResponse armed before the load, as an unhandled rejection that said nothing).
+    const seen: string[] = [];
+    let readiness: number | undefined;
+    page.on("requestfinished", async (request) => {
+      if (new URL(request.url()).pathname !== "/readyz") return;
+      readiness = (await request.response())?.status();
+      seen.push(`/readyz answered ${readiness}`);
+    });
+    page.on("requestfailed", (request) => seen.push(`${request.url()} failed: ${request.failure()?.errorText}`));
+    page.on("console", (message) => seen.push(`console ${message.type()}: ${message.text()}`));
     try {
-      const readiness = page.waitForResponse((response) => new URL(response.url()).pathname === "/readyz");
-      await page.goto(`${t.url}/dashboard/signin`);
-      await page.getByRole("button", { name: "Sign in" }).waitFor();
-      // The page reads /readyz once; its answer is shown within the same turn of the page's event loop.
-      assert.equal((await readiness).status(), 200);
+      await page.goto(`${t.url}/dashboard/signin`, { timeout: LOADED_MACHINE_MS });
+      await page.getByRole("button", { name: "Sign in" }).waitFor({ timeout: LOADED_MACHINE_MS });
+      const started = Date.now();
+      while (readiness === undefined && Date.now() - started < LOADED_MACHINE_MS) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.equal(readiness, 200, `the page's /readyz: ${seen.join("; ") || "never requested"}`);
+      // The page shows /readyz's answer within the same turn of its event loop as the answer's body.
       await page.evaluate(() => new Promise((resolve) => setTimeout(resolve, 50)));
       const banner = page.locator("#sandbox-warning");
       return { hidden: await banner.isHidden(), text: (await banner.textContent()) ?? "" };

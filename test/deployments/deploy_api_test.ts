@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
@@ -161,6 +161,31 @@ for (const engine of await engines()) {
       const plain = await request(`${base("keep")}/deployments/${failing.accepted.deployment_id}/logs`);
       assert.equal(plain.headers.get("content-type")?.split(";")[0], "text/plain");
       assert.match(await plain.text(), /==> failed/);
+    });
+
+    it("builds from the upload's own checked unpacking on this host, and from the store when none is kept", async () => {
+      const bytes = await bundleOf(app("twice"));
+      const here = await deployAndWait("twice-a", app("twice"));
+      assert.equal(here.end.status, "ready", here.end.error ?? "");
+      assert.match(here.lines.join("\n"), /==> bundle sha256:[0-9a-f]+: unpacked here when it was uploaded/);
+      assert.deepEqual(readdirSync(join(t.dataDir, "unpacked")), [], "no kept unpacking is left once built");
+      // Where nothing can be kept (a file in the way, as if another host had the upload), the store's bundle
+      // is unpacked, and the upload is accepted all the same.
+      const kept = join(t.dataDir, "unpacked");
+      rmSync(kept, { recursive: true });
+      writeFileSync(kept, "in the way");
+      try {
+        const response = await deploy("twice-b", bytes);
+        assert.equal(response.status, 202, await response.clone().text());
+        const there = await follow("twice-b", ((await response.json()) as Deployment).deployment_id);
+        assert.equal(there.end.status, "ready", there.end.error ?? "");
+        assert.match(there.lines.join("\n"), /==> bundle sha256:[0-9a-f]+: 2 files/);
+      } finally {
+        rmSync(kept);
+      }
+      assert.equal(await version("twice-a"), "twice");
+      assert.equal(await version("twice-b"), "twice");
+      assert.deepEqual(readdirSync(join(t.dataDir, "uploads")), []);
     });
 
     it("refuses a runplane.toml that does not load before building anything, naming the key", async () => {

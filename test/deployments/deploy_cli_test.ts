@@ -64,7 +64,7 @@ describe("runplane deploy, deployments and apps against a running server", () =>
     // The first deploy runs the executable as a user does; the server's apps folder is empty.
     const v1 = await runCli(["deploy", await writeApp(join(root, "v1"), "1"), "--project", TEST_PROJECT], { env });
     assert.equal(v1.code, 0, v1.stderr + v1.stdout);
-    assert.match(v1.stdout, /Dependency layer: new \(sha256:[0-9a-f]{64}\)/);
+    assert.match(v1.stdout, /Dependency layer: new: pip will make its virtualenv \(sha256:[0-9a-f]{64}\)/);
     assert.match(v1.stdout, /==> pip: new virtualenv/);
     assert.match(v1.stdout, new RegExp(`Run URL: ${t.url}/v4/${TEST_PROJECT}/hello/run`));
     assert.match(v1.stdout, /curl -X POST .*\n.*Authorization: Bearer \$RUNPLANE_TOKEN/);
@@ -76,7 +76,7 @@ describe("runplane deploy, deployments and apps against a running server", () =>
     await new Promise((resolve) => setTimeout(resolve, 500));
     const v2 = await deploy(await writeApp(join(root, "v2"), "2"));
     assert.equal(v2.code, 0, v2.stderr + v2.stdout);
-    assert.match(v2.stdout, /Dependency layer: cached/);
+    assert.match(v2.stdout, /Dependency layer: cached: its virtualenv is reused/);
     assert.match(v2.stdout, /==> pip: cached virtualenv/);
     assert.doesNotMatch(v2.stdout, /Successfully installed|Processing /, "pip did not run");
     assert.deepEqual((await inFlight).body, { v: "1", dep: "1.0", secret: false });
@@ -127,6 +127,59 @@ describe("runplane deploy, deployments and apps against a running server", () =>
     assert.equal((await call("other")).status, 404);
   });
 
+  it("records --message, the folder's git commit (dirty when an uploaded file differs), and the runs they serve", async () => {
+    type Listed = { deployment_id: string; message: string | null; commit: string | null; dirty: boolean };
+    const listed = async () => {
+      const list = await runMain(["deployments", "list", `${TEST_PROJECT}/tracked`, "--json"], { env });
+      return (JSON.parse(list.stdout) as { deployments: Listed[] }).deployments;
+    };
+    const dir = await writeApp(join(root, "tracked"), "t0");
+    const untracked = await deploy(dir, "--app", "tracked");
+    assert.equal(untracked.code, 0, untracked.stderr + untracked.stdout);
+    assert.doesNotMatch(untracked.stdout, /at commit/);
+    const [first] = await listed();
+    assert.deepEqual([first.message, first.commit, first.dirty], [null, null, false]);
+
+    await git(dir, "init", "--quiet", "--initial-branch=main");
+    await git(dir, "add", "--all");
+    await git(dir, "commit", "--quiet", "-m", "t0");
+    const head = await git(dir, "rev-parse", "HEAD");
+    // A change in a folder the bundle leaves out ([deployment] exclude) does not make it dirty.
+    await writeFile(join(dir, "secrets", "key.txt"), "changed, and never uploaded");
+    const clean = await deploy(dir, "--app", "tracked", "--message", "First cut\nwith details");
+    assert.equal(clean.code, 0, clean.stderr + clean.stdout);
+    assert.match(clean.stdout, new RegExp(`at commit ${head.slice(0, 7)}\n`));
+    await writeFile(join(dir, "main.py"), `def run():\n    return {"v": "edited"}\n`);
+    const dirty = await deploy(dir, "--app", "tracked");
+    assert.equal(dirty.code, 0, dirty.stderr + dirty.stdout);
+    assert.match(dirty.stdout, new RegExp(`at commit ${head.slice(0, 7)}-dirty\n`));
+
+    const [newest, second] = await listed();
+    assert.deepEqual([newest.message, newest.commit, newest.dirty], [null, head, true]);
+    assert.deepEqual([second.message, second.commit, second.dirty], ["First cut\nwith details", head, false]);
+    const table = await runMain(["deployments", "list", `${TEST_PROJECT}/tracked`], { env });
+    assert.match(
+      table.stdout,
+      new RegExp(`^${newest.deployment_id} +ready +active +\\S+ +bundle@${head.slice(0, 7)}-dirty +- +-$`, "m"),
+    );
+    assert.match(
+      table.stdout,
+      new RegExp(`^${second.deployment_id} +ready +- +\\S+ +bundle@${head.slice(0, 7)} +First cut … +-$`, "m"),
+    );
+
+    // A run records the deployment that served it; runs get shows it.
+    const response = await fetch(`${t.url}/v4/${TEST_PROJECT}/tracked/run`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${env.RUNPLANE_TOKEN}`, "Content-Type": "application/json" },
+      body: "{}",
+    });
+    assert.deepEqual((await response.json()).result, { v: "edited" });
+    const runId = response.headers.get("x-request-id")!;
+    const got = await runMain(["runs", "get", `${TEST_PROJECT}/tracked`, runId], { env });
+    assert.equal(got.code, 0, got.stderr);
+    assert.match(got.stdout, new RegExp(`^deployment: ${newest.deployment_id}$`, "m"));
+  });
+
   it("deploys a folder of a local mirror with --repo and --path", async () => {
     const repo = join(t.dataDir, "repos", TEST_PROJECT, "acme", "apps");
     await writeApp(join(repo, "services", "greeter"), "repo");
@@ -143,12 +196,18 @@ describe("runplane deploy, deployments and apps against a running server", () =>
       TEST_PROJECT,
       "--app",
       "greeter",
+      "--message",
+      "From the mirror",
     ], { env });
     assert.equal(outcome.code, 0, outcome.stderr + outcome.stdout);
     assert.equal((await call("greeter")).body.v, "repo");
+    const json = await runMain(["deployments", "list", `${TEST_PROJECT}/greeter`, "--json"], { env });
+    const [deployed] = (JSON.parse(json.stdout) as { deployments: Array<Record<string, unknown>> }).deployments;
+    const head = await git(repo, "rev-parse", "HEAD");
+    assert.deepEqual([deployed.message, deployed.commit, deployed.dirty], ["From the mirror", head, false]);
     const list = await runMain(["deployments", "list", `${TEST_PROJECT}/greeter`], { env });
-    assert.match(list.stdout, /^DEPLOYMENT +STATUS +ACTIVE +CREATED +SOURCE +ERROR\n/);
-    assert.match(list.stdout, / ready +active +\S+ +acme\/apps@[0-9a-f]{7} +-$/m);
+    assert.match(list.stdout, /^DEPLOYMENT +STATUS +ACTIVE +CREATED +SOURCE +MESSAGE +ERROR\n/);
+    assert.match(list.stdout, / ready +active +\S+ +acme\/apps@[0-9a-f]{7} +From the mirror +-$/m);
   });
 
   it("shows an upload progress bar on a terminal, and none when piped", async () => {

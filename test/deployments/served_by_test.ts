@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -122,17 +122,17 @@ for (const engine of await engines()) {
       }
     });
 
-    it("a follower retries a deployment it could not read from the store at its next poll", {
-      skip: engine !== "postgres",
-      timeout: 120_000,
-    }, async () => {
-      // A real store fault: the follower connects as a role that may read the apps and deployments but
-      // not yet the bundles, so materialising fails with PostgreSQL's "permission denied", not a build error.
+    /**
+     * Runs `use` with a store of a role that may read apps and deployments but not the bundles (a real
+     * store fault for whoever materialises: PostgreSQL's "permission denied"); `grantBundles` lifts it.
+     */
+    async function withoutBundles(
+      use: (store: Store, options: { dataDir: string; grantBundles(): Promise<void> }) => Promise<void>,
+    ): Promise<void> {
       const role = `rp_follower_${randomBytes(4).toString("hex")}`;
       const admin = new pg.Client({ connectionString: t.databaseUrl! });
       await admin.connect();
       const dataDir = await mkdtemp(join(tmpdir(), "runplane-follower-"));
-      let follower: ReturnType<typeof startLocalApps> | undefined;
       let store: Store | undefined;
       try {
         await admin.query(`create role ${role} login`);
@@ -140,12 +140,29 @@ for (const engine of await engines()) {
         const url = new URL(t.databaseUrl!);
         url.username = role;
         store = await openStore(dataDir, { databaseUrl: url.toString(), migrate: false });
+        // A bundle is its row and its chunks' rows (migration 0021): reading it takes both tables.
+        const grantBundles = async () => void await admin.query(`grant select on bundles, bundle_chunks to ${role}`);
+        await use(store, { dataDir, grantBundles });
+      } finally {
+        await store?.close();
+        await admin.query(`drop owned by ${role}`).catch(() => {});
+        await admin.query(`drop role if exists ${role}`).catch(() => {});
+        await admin.end();
+        await rm(dataDir, { recursive: true, force: true });
+      }
+    }
+
+    it("a follower retries a deployment it could not read from the store at its next poll", {
+      skip: engine !== "postgres",
+      timeout: 120_000,
+    }, async () => {
+      await withoutBundles(async (store, { dataDir, grantBundles }) => {
         const errors: string[] = [];
         const logger = createLogger({
           level: "error",
           destination: new Writable({ write: (chunk, _e, done) => done(void errors.push(String(chunk))) }),
         });
-        follower = startLocalApps({
+        const follower = startLocalApps({
           db: store.db,
           notifier: store.notifier,
           logger,
@@ -154,21 +171,48 @@ for (const engine of await engines()) {
           onChange: async () => {},
           pollMs: 200,
         });
-        await waitFor(() => errors.some((line) => line.includes("permission denied")), "the fault to be seen");
-        // A bundle is its row and its chunks' rows (migration 0021): reading it takes both tables.
-        await admin.query(`grant select on bundles, bundle_chunks to ${role}`);
-        const active = (await t.server.context.deployments.getApp({ projectId: TEST_PROJECT, appId: "listed" }))
-          .active_deployment_id;
-        const follows = () => follower!.list().find((a) => a.name === "listed")?.version === active;
-        await waitFor(follows, "the follower to serve the deployment once it can read it", 15_000);
-      } finally {
-        await follower?.stop();
-        await store?.close();
-        await admin.query(`drop owned by ${role}`).catch(() => {});
-        await admin.query(`drop role if exists ${role}`).catch(() => {});
-        await admin.end();
-        await rm(dataDir, { recursive: true, force: true });
-      }
+        try {
+          await waitFor(() => errors.some((line) => line.includes("permission denied")), "the fault to be seen");
+          await grantBundles();
+          const active = (await t.server.context.deployments.getApp({ projectId: TEST_PROJECT, appId: "listed" }))
+            .active_deployment_id;
+          const follows = () => follower.list().find((a) => a.name === "listed")?.version === active;
+          await waitFor(follows, "the follower to serve the deployment once it can read it", 15_000);
+        } finally {
+          await follower.stop();
+        }
+      });
+    });
+
+    it("a cluster host serves a deployment unbuilt, and a build a store fault stopped is tried again", {
+      skip: engine !== "postgres",
+      timeout: 120_000,
+    }, async () => {
+      await withoutBundles(async (store, { dataDir, grantBundles }) => {
+        const follower = startLocalApps({
+          db: store.db,
+          notifier: store.notifier,
+          logger: silent,
+          settings: { dataDir, timeoutMs: 60_000 },
+          now: Date.now,
+          onChange: async () => {},
+          deferBuilds: true,
+        });
+        try {
+          await follower.sync();
+          // Served without reading the bundle: nothing is built until a replica's start asks.
+          const served = follower.list().find((a) => a.name === "listed");
+          assert.ok(served?.deferred, "the deployment is served from its recorded runplane.toml");
+          assert.match(served.deferred.configToml, /name = "listed"/);
+          await assert.rejects(served.deferred.prepare(), /cannot be built on this host: .*permission denied/);
+          await grantBundles();
+          await served.deferred.prepare();
+          // Built where it was planned: its files are there (earlier tests here deployed v1, then v2).
+          assert.match(await readFile(join(served.dir, "main.py"), "utf8"), /return \{"v": "\d"\}/);
+        } finally {
+          await follower.stop();
+        }
+      });
     });
   });
 }

@@ -14,6 +14,7 @@ import { describe, it } from "node:test";
 import { alive, waitFor } from "../_helpers/apps.ts";
 import { createTestClient } from "../_helpers/client.ts";
 import { makeServerDirs } from "../_helpers/server_process.ts";
+import { SERVER_NODE_FLAGS } from "../../server/node_flags.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 
@@ -83,6 +84,18 @@ describe("npm start", { timeout: 180_000 }, () => {
       assert.equal(health.response.status, 200);
       tree = descendants(npm.pid!);
       assert.ok(tree.length > 0, "the server runs under npm");
+      // A short-lived process of the tree (a shell npm ran) may be gone by now: it has no command left.
+      const commands = tree.map((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+        } catch {
+          return [];
+        }
+      });
+      assert.ok(
+        commands.some((argv) => argv.includes("server/main.ts") && SERVER_NODE_FLAGS.every((f) => argv.includes(f))),
+        `the server runs with ${SERVER_NODE_FLAGS.join(" ")}: ${JSON.stringify(commands)}`,
+      );
 
       process.kill(npm.pid!, "SIGTERM");
       await exited;

@@ -43,6 +43,29 @@ function counting(notifier: Notifier): { notifier: Notifier; sent: Map<string, n
   };
 }
 
+/**
+ * A notifier whose listening session is not live until `open()`: wake-ups before then are lost, as
+ * PostgreSQL's are before LISTEN ran, and `listening()` resolves only then.
+ */
+function lateListening(notifier: Notifier): { notifier: Notifier; open(): void } {
+  let live = false;
+  let resolve!: () => void;
+  const opened = new Promise<void>((r) => (resolve = r));
+  return {
+    open() {
+      live = true;
+      resolve();
+    },
+    notifier: {
+      ...notifier,
+      notify: notifier.notify.bind(notifier),
+      listen: (channel, listener) => notifier.listen(channel, (payload) => live && listener(payload)),
+      listening: () => opened.then(() => notifier.listening()),
+      close: notifier.close.bind(notifier),
+    },
+  };
+}
+
 /** Waits until `check` holds, or fails after `timeoutMs`. */
 async function until(check: () => boolean, what: string, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -73,9 +96,11 @@ for (const engine of await engines()) {
       await t?.close();
     });
 
-    async function twoFeeds(timings: Partial<typeof TIMINGS> = {}) {
+    /** Two feeds, listening. `early` runs right after the sender is made, before anything is awaited. */
+    async function twoFeeds(timings: Partial<typeof TIMINGS> = {}, early?: (sender: RunChangeFeed) => void) {
       const a = counting(t.store.notifier);
       const sender = createRunChangeFeed({ notifier: a.notifier, logger, ...TIMINGS, ...timings });
+      early?.(sender);
       const watcher = createRunChangeFeed({ notifier: other.notifier, logger, ...TIMINGS, ...timings });
       feeds.push(sender, watcher);
       await other.notifier.listening();
@@ -84,8 +109,9 @@ for (const engine of await engines()) {
     }
 
     it("sends every change while just started, then only a followed project's, to the process that follows it", async () => {
-      const { sender, sent, watcher } = await twoFeeds();
-      sender.publish(change("p-early", "run_1"));
+      // Published before anything is awaited: on a loaded machine, waiting for the listening sessions
+      // alone can outlast the 100 ms in which a new feed sends everything.
+      const { sender, sent, watcher } = await twoFeeds({}, (early) => early.publish(change("p-early", "run_1")));
       await until(() => sent.get("p-early") === 1, "a change sent while what is followed is not known yet");
 
       await sleep(TIMINGS.watchTtlMs + 50);
@@ -126,6 +152,34 @@ for (const engine of await engines()) {
         sender.publish(change("p-long", "run_late"));
         await until(() => seen.includes("run_late"), "a change three word-times after the page opened");
         assert.equal(sent.get("p-long"), 1);
+      } finally {
+        stop();
+      }
+    });
+
+    it("a process that listens late sends everything until it does, then asks, and learns of a page opened meanwhile", async () => {
+      const a = counting(t.store.notifier);
+      const late = lateListening(a.notifier);
+      const sender = createRunChangeFeed({ notifier: late.notifier, logger, ...TIMINGS, renewMs: 10_000 });
+      feeds.push(sender);
+      const watcher = createRunChangeFeed({ notifier: other.notifier, logger, ...TIMINGS, renewMs: 10_000 });
+      feeds.push(watcher);
+      await other.notifier.listening();
+      const seen: string[] = [];
+      // The page's word is said while the sender does not listen yet: it never reaches it.
+      const stop = watcher.subscribe("p-meanwhile", (c) => {
+        if (typeof c !== "string") seen.push(c.run_id);
+      });
+      try {
+        await sleep(TIMINGS.settleMs * 3);
+        sender.publish(change("p-unknown", "run_before"));
+        await until(() => a.sent.get("p-unknown") === 1, "a change sent while the sender cannot hear what is followed");
+        late.open();
+        await sleep(TIMINGS.settleMs * 3);
+        sender.publish(change("p-meanwhile", "run_after"));
+        sender.publish(change("p-unknown", "run_other"));
+        await until(() => seen.includes("run_after"), "the page opened meanwhile getting the sender's change");
+        assert.equal(a.sent.get("p-unknown"), 1, "once it asked and heard, other projects are not sent");
       } finally {
         stop();
       }

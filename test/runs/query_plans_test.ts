@@ -37,6 +37,14 @@ import {
 } from "../../server/webhooks/outbox.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
 
+/** The project-wide listings (`listProjectRuns`), unfiltered and with each filter. */
+const PROJECT_PAGES = [
+  { projectId: "p", limit: 51 },
+  { projectId: "p", status: "failure", limit: 51 },
+  { projectId: "p", functionName: "f", mode: "async", limit: 51 },
+  { projectId: "p", createdAfter: 1, createdBefore: 2, limit: 51 },
+];
+
 /** Tables that grow with the work: a whole read of one costs more every day. */
 const GROWING = ["runs", "webhook_deliveries", "webhook_attempts", "run_logs", "idempotency_keys"];
 
@@ -75,6 +83,22 @@ async function genericPlan(db: TestStore["store"]["db"], statement: Statement): 
   });
 }
 
+/** The plan of `statement` as its engine explains it (PostgreSQL's with sequential scans priced out). */
+async function explained(
+  db: TestStore["store"]["db"],
+  options: { engine: string; statement: Statement },
+): Promise<string[]> {
+  const { engine, statement } = options;
+  return await db.transaction().execute(async (trx) => {
+    if (engine === "postgres") await trx.executeQuery(CompiledQuery.raw("set local enable_seqscan = off"));
+    const explain = engine === "sqlite" ? "explain query plan " : "explain ";
+    const result = await trx.executeQuery<Record<string, unknown>>(
+      CompiledQuery.raw(explain + statement.sql, [...statement.parameters]),
+    );
+    return result.rows.map((r) => String(engine === "sqlite" ? r.detail : r["QUERY PLAN"]));
+  });
+}
+
 for (const engine of await engines()) {
   describe(`query plans (${engine})`, () => {
     let t: TestStore;
@@ -95,6 +119,7 @@ for (const engine of await engines()) {
       await selectRunPage(db, { projectId: "p", appId: "a", status: "failure", limit: 51 });
       await selectRunPage(db, { projectId: "p", appId: "a", before: ref.runId, limit: 51 });
       await selectRunPage(db, { projectId: "p", appId: "a", status: "queued", before: ref.runId, limit: 51 });
+      for (const where of PROJECT_PAGES) await selectRunPage(db, { ...where, before: ref.runId });
       await selectReruns(db, ref.runId);
       await appsWithQueuedRuns(db);
       await queuedRunsByApp(db);
@@ -136,14 +161,7 @@ for (const engine of await engines()) {
       assert.ok(statements.length >= 20, `captured ${statements.length} statements`);
       const problems: string[] = [];
       for (const statement of statements) {
-        const plan = await db.transaction().execute(async (trx) => {
-          if (engine === "postgres") await trx.executeQuery(CompiledQuery.raw("set local enable_seqscan = off"));
-          const explain = engine === "sqlite" ? "explain query plan " : "explain ";
-          const result = await trx.executeQuery<Record<string, unknown>>(
-            CompiledQuery.raw(explain + statement.sql, [...statement.parameters]),
-          );
-          return result.rows.map((r) => String(engine === "sqlite" ? r.detail : r["QUERY PLAN"]));
-        });
+        const plan = await explained(db, { engine, statement });
         for (const scan of fullScans(engine, plan)) problems.push(`${scan}\n    in: ${statement.sql}`);
         if (engine === "postgres") {
           for (const scan of fullScans(engine, await genericPlan(db, statement))) {
@@ -152,6 +170,21 @@ for (const engine of await engines()) {
         }
       }
       assert.deepEqual(problems, [], `full scans of growing tables:\n${problems.join("\n")}`);
+    });
+
+    it("reads a project's page of runs in index order, never sorting all of the project's runs", async () => {
+      const { db } = t.store;
+      seen.length = 0;
+      for (const where of PROJECT_PAGES) await selectRunPage(db, where);
+      const statements = seen.splice(0);
+      const sorts: string[] = [];
+      for (const statement of statements) {
+        const plan = await explained(db, { engine, statement });
+        const sort = plan.find((line) => /TEMP B-TREE|^\s*(->\s*)?Sort\b/.test(line));
+        if (sort) sorts.push(`${sort.trim()}\n    in: ${statement.sql}`);
+      }
+      assert.equal(statements.length, PROJECT_PAGES.length);
+      assert.deepEqual(sorts, [], `sorted instead of walking an index:\n${sorts.join("\n")}`);
     });
   });
 }

@@ -9,7 +9,7 @@ import { type Insertable, sql } from "kysely";
 import { createLeasedFinishes } from "../../server/runs/_leased_finishes.ts";
 import { finishLeasedRuns, type RunOutcome } from "../../server/runs/_queries.ts";
 import { runEnd } from "../../server/runs/_run_end.ts";
-import { insertRuns } from "../../server/store/statements/run_rows.ts";
+import { insertRuns, runRowWith, upsertRuns } from "../../server/store/statements/run_rows.ts";
 import type { RunTable } from "../../server/store/schema.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
 
@@ -64,8 +64,72 @@ for (const engine of await engines()) {
         assert.equal(Number(got.result_truncated), 0, "a column left out is written as its default");
       }
     });
+
+    it("inserts new runs, replaces queued and running ones and an owner's swept end, keeps other ends", async () => {
+      const id = (i: number) => `ups_${String(i).padStart(3, "0")}`;
+      const ended = (i: number, text: string): Insertable<RunTable> => ({
+        ...row(i, text),
+        run_id: id(i),
+        status: "success",
+        completed_at: 1_764_000_009_000 + i,
+        result_json: JSON.stringify(text),
+      });
+      // Stored first: a running run, a queued one, a run ended by someone else, and two swept (one of ours).
+      await insertRuns(t.store.db, [
+        { ...row(0, "running"), run_id: id(0), status: "running" },
+        { ...row(1, "queued"), run_id: id(1) },
+        { ...ended(2, "theirs"), status: "failure" },
+        { ...row(3, "swept"), run_id: id(3), status: "failure", error_type: "interrupted" },
+        { ...row(4, "swept"), run_id: id(4), status: "failure", error_type: "interrupted" },
+      ]);
+      for (const [i, owner] of [[3, "me"], [4, "other"]] as const) {
+        await t.store.db.updateTable("runs").set({ swept_owner: owner }).where("run_id", "=", id(i)).execute();
+      }
+      // 300 rows: chunks of 256, 32, 8 and 4, the stored five among them.
+      const rows = Array.from({ length: 300 }, (_, i) => ended(i, AWKWARD[i % AWKWARD.length]));
+      const written = await upsertRuns(t.store.db, rows, "me");
+      assert.equal(written.size, 298);
+      assert.ok(!written.has(id(2)) && !written.has(id(4)), "a run ended otherwise keeps its end");
+      const stored = await t.store.db.selectFrom("runs").selectAll().where("run_id", "like", "ups_%")
+        .orderBy("run_id").execute();
+      assert.equal(stored.length, 300);
+      for (const [i, got] of stored.entries()) {
+        const kept = i === 2 || i === 4;
+        assert.equal(got.status, kept ? "failure" : "success", got.run_id);
+        assert.equal(got.webhook_endpoint, i === 2 ? "theirs" : i === 4 ? "swept" : AWKWARD[i % AWKWARD.length]);
+        if (!kept) assert.equal(got.result_json, rows[i].result_json);
+        if (!kept) assert.equal(got.swept_owner, null);
+      }
+      assert.deepEqual(await upsertRuns(t.store.db, [], "me"), new Set());
+    });
   });
 }
+
+describe("a run row with its end over it", () => {
+  it("takes every column the end sets, nulls included, and the row's others", () => {
+    const first = { ...row(1, "x"), status: "running", lease_owner: "me", lease_expires_at: 5, deployment_id: "d1" };
+    const merged = runRowWith(first, {
+      status: "success",
+      lease_owner: null,
+      lease_expires_at: null,
+      result_json: "1",
+    });
+    assert.deepEqual(merged, {
+      ...first,
+      status: "success",
+      lease_owner: null,
+      lease_expires_at: null,
+      result_json: "1",
+      completed_at: undefined,
+      run_time_ms: undefined,
+      result_truncated: undefined,
+      error_type: undefined,
+      error_traceback: undefined,
+      webhook_secret: undefined,
+      webhook_credentials: undefined,
+    });
+  });
+});
 
 /** A running run leased to `owner`, with a webhook when `webhook` is given. */
 function running(id: string, owner: string, webhook: string | null = null): Insertable<RunTable> {

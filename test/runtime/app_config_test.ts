@@ -127,6 +127,10 @@ pre_build_commands = []
       assert.match(error(`[env]\n${name} = "x"\n`), new RegExp(`env\\.${name} is set by the platform`));
     }
     assert.match(error('[env]\nCUDA_VISIBLE_DEVICES = "0"\n'), /env\.CUDA_VISIBLE_DEVICES is set by the platform/);
+    assert.match(
+      error('[env]\nCUDA_DEVICE_ORDER = "FASTEST_FIRST"\n'),
+      /env\.CUDA_DEVICE_ORDER is set by the platform/,
+    );
     assert.match(error('[env]\nLD_PRELOAD = "/tmp/x.so"\n'), /env\.LD_PRELOAD is reserved: names starting with LD_/);
     assert.match(error('[env]\nLD_LIBRARY_PATH = "/tmp"\n'), /env\.LD_LIBRARY_PATH is reserved/);
   });

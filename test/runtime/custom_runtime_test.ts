@@ -128,6 +128,11 @@ describe("custom runtime", () => {
     const replica = replicaPid(pid);
     process.kill(pid, "SIGKILL");
     await waitFor(() => !alive(pid) && !alive(replica), "the replica to die");
+    // And the server to hear of it: CI's loaded run once sent the next call before it had (a 502).
+    await waitFor(
+      () => t.logs.some((line) => line.msg === "replica exited unexpectedly" && line.pid === replica),
+      "the server to see the replica exit",
+    );
     const after = await callFunction(t, "custom", "echo", { again: true });
     assert.equal(after.response.status, 200);
     assert.notEqual(hostPid(customDir, (after.data?.result as Echo).pid), pid);

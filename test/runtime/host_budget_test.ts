@@ -45,8 +45,8 @@ describe("the host's budget", () => {
     const [a, b, c] = [client("a", events), client("b", events, 2), client("c", events)];
     for (const each of [a, b, c]) budget.join(each);
     const held = budget.tryReserve({ cpu: 1, memoryBytes: GIB })!;
-    budget.wait(a);
-    budget.wait(c);
+    budget.wait(a, { cpu: 1, memoryBytes: GIB });
+    budget.wait(c, { cpu: 1, memoryBytes: GIB });
     assert.deepEqual(events, ["evict b"], "one eviction at a time");
     assert.ok(budget.othersWait(b) && budget.othersWait(a));
     held.release();

@@ -172,6 +172,11 @@ describe("Python standard runtime over HTTP", () => {
     const next = await call("one", "pid");
     const [nextReported, nextStart] = next.data!.result as [number, number];
     assert.notDeepEqual([nextReported, nextStart], [reported, startTime], "a new worker answered");
-    assert.ok(matchingPids(oneDir, nextReported, { startTime: nextStart }).length > 0);
+    // CI once found no such process (not reproduced): say what there was of that pid, at any start time.
+    assert.ok(
+      matchingPids(oneDir, nextReported, { startTime: nextStart }).length > 0,
+      `no live process of ${oneDir} with pid ${nextReported} in its sandbox started at ${nextStart}; `
+        + `at any start time: ${JSON.stringify(matchingPids(oneDir, nextReported))}`,
+    );
   });
 });

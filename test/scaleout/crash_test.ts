@@ -8,6 +8,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { it } from "node:test";
+import { SERVER_PID_PY } from "../_helpers/apps.ts";
 import { deferCleanup } from "../_helpers/cleanup.ts";
 import { createTestDatabase, engines, TEST_MASTER_KEY } from "../_helpers/postgres.ts";
 import { type AppRef, submitAsync, TERMINAL, waitForStatus } from "../_helpers/runs.ts";
@@ -21,9 +22,11 @@ function mainPy(marks: string): string {
 
 MARKS = ${JSON.stringify(marks)}
 
+${SERVER_PID_PY}
+
 def slow(run_id, seconds=1.0):
     with open(os.path.join(MARKS, run_id), "a") as f:
-        f.write("%d %d\\n" % (os.getpid(), os.getppid()))
+        f.write("%d %d\\n" % (os.getpid(), _server_pid()))
     time.sleep(seconds)
     with open(os.path.join(MARKS, run_id + ".end"), "a") as f:
         f.write("end\\n")

@@ -4,6 +4,7 @@ import { it } from "node:test";
 import { followEvents } from "../_helpers/event_reader.ts";
 import { deferCleanup } from "../_helpers/cleanup.ts";
 import { createTestDatabase, engines } from "../_helpers/postgres.ts";
+import { getRun } from "../_helpers/runs.ts";
 import { makeServerDirs, PROCESS_PROJECT, startServerProcess } from "../_helpers/server_process.ts";
 
 const POSTGRES = (await engines()).includes("postgres");
@@ -26,6 +27,9 @@ it("a run made through one process is followed live on the other", { skip: !POST
     Authorization: `Bearer ${a.token}`,
   });
   defer(() => feed.stop());
+  // A change made before every process has heard of the new stream may not be sent (the stream's
+  // `resync` says when they have: docs/run-api.md); CI once made the run before b had heard.
+  await feed.waitFor((e) => e.event === "resync", 30_000);
   const response = await fetch(`${b.url}/v4/${PROCESS_PROJECT}/hello/run?async=true`, {
     method: "POST",
     headers: { Authorization: `Bearer ${a.token}`, "Content-Type": "application/json" },
@@ -33,7 +37,18 @@ it("a run made through one process is followed live on the other", { skip: !POST
   });
   assert.equal(response.status, 202);
   const { run_id: runId } = (await response.json()) as { run_id: string };
-  await feed.waitFor((e) => e.data.includes(runId) && e.data.includes('"success"'), 30_000);
+  try {
+    await feed.waitFor((e) => e.data.includes(runId) && e.data.includes('"success"'), 30_000);
+  } catch (error) {
+    // CI saw no change of the run at all after the resync, twice; say what the run and the processes did.
+    const run = (await getRun({ client: b.client, project: PROCESS_PROJECT, app: "hello" }, runId)).data;
+    const notable = (server: typeof a) =>
+      server.logs.filter((line) => Number(line.level) >= 40 || /watch|change|notif|listen/i.test(String(line.msg)));
+    throw new Error(
+      `${(error as Error).message}\nrun: ${JSON.stringify(run)}\na's warnings: ${JSON.stringify(notable(a))}`
+        + `\nb's warnings: ${JSON.stringify(notable(b))}`,
+    );
+  }
   // Changes told by different processes may arrive out of order: each says when it happened.
   const statuses = feed.events.filter((e) => e.data.includes(runId)).map((e) =>
     JSON.parse(e.data) as { at: string; status: string }

@@ -9,6 +9,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { SERVER_PID_PY } from "../_helpers/apps.ts";
 import { runMain } from "../_helpers/cli.ts";
 import { createTestClient } from "../_helpers/client.ts";
 import { createTestDatabase, engines, TEST_MASTER_KEY, type TestDatabase } from "../_helpers/postgres.ts";
@@ -30,13 +31,15 @@ function mainPy(marks: string): string {
 
 MARKS = ${JSON.stringify(marks)}
 
+${SERVER_PID_PY}
+
 def _mark(run_id):
     with open(os.path.join(MARKS, run_id), "a") as f:
-        f.write("%d %d\\n" % (os.getpid(), os.getppid()))
+        f.write("%d %d\\n" % (os.getpid(), _server_pid()))
 
 def quick(run_id, **kw):
     _mark(run_id)
-    return {"server": os.getppid()}
+    return {"server": _server_pid()}
 
 def hang(run_id):
     _mark(run_id)

@@ -147,16 +147,25 @@ describe("PostgreSQL failing under load", { skip: MISSING ?? false }, () => {
     // Under connection exhaustion which kind gets through varies (no fairness between them is built).
     const syncRan = tally.syncOk.length + tally.storedLater.length;
     assert.ok(tally.accepted.length + syncRan > 0, `${phase}: calls were answered (${summary})`);
-    const ref = refs[0];
+    // Read through either process in turn: while max_connections stays too low, one process's pool can hold
+    // every connection the server allows, and the other answers 503 to reads too (no fairness between them).
+    let reads = 0;
+    let seen = "nothing yet";
+    const readRun = async (runId: string) => {
+      const { data, response } = await getRun(refs[reads++ % refs.length], runId);
+      seen = data ? `${data.status} (read ${reads})` : `HTTP ${response.status} (read ${reads})`;
+      return data;
+    };
     for (const runId of tally.accepted) {
+      reads = 0;
       const run = await eventually(
         async () => {
-          const { data } = await getRun(ref, runId);
+          const data = await readRun(runId);
           return data && ["success", "failure", "cancelled"].includes(data.status) ? data : undefined;
         },
         60_000,
         `async run ${runId} to end`,
-      );
+      ).catch((error: Error) => assert.fail(`${error.message}; last read: ${seen}`));
       assert.equal(
         run.status,
         "success",
@@ -164,14 +173,15 @@ describe("PostgreSQL failing under load", { skip: MISSING ?? false }, () => {
       );
     }
     for (const runId of [...tally.syncOk, ...tally.storedLater]) {
+      reads = 0;
       const run = await eventually(
         async () => {
-          const { data } = await getRun(ref, runId);
+          const data = await readRun(runId);
           return data && data.status !== "running" ? data : undefined;
         },
         90_000,
         `sync run ${runId}'s record`,
-      );
+      ).catch((error: Error) => assert.fail(`${error.message}; last read: ${seen}`));
       assert.equal(
         run.status,
         "success",

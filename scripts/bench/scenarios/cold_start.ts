@@ -7,6 +7,8 @@ import { type BenchContext, row } from "../_context.ts";
 import { descendantsOf, descendantsRssMiB, memoryOf } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";
 import { BENCH_PROJECT, type BenchServer, startRunplane } from "../_runplane.ts";
+import { coldStartPartRows, replicaPython } from "./cold_start_parts.ts";
+import { forkStartRows } from "./fork_start.ts";
 
 const SCENARIO = "10. Cold start";
 const PER_KIND = 50;
@@ -82,12 +84,12 @@ function p99(values: number[]): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(0.99 * sorted.length))];
 }
 
-/** Wall time of a command, median of `times` runs. */
-async function commandMs(args: string[], times = 15): Promise<number> {
+/** Wall time of `python args`, median of `times` runs. */
+async function commandMs(python: string, args: string[], times = 15): Promise<number> {
   const samples: number[] = [];
   for (let i = 0; i < times; i++) {
     const started = performance.now();
-    await run("python3", args);
+    await run(python, args);
     samples.push(performance.now() - started);
   }
   return median(samples);
@@ -112,20 +114,19 @@ async function firstCalls(server: BenchServer, apps: string[], fn: string): Prom
 
 /**
  * 10. Cold start: 100 apps scaled to zero (50 Python, 50 custom runtimes): each first call's latency
- * against `python3 -c pass` and the import of main.py measured in the same run (the floor), the idle
- * memory of a warm replica, and what the cooldown gives back.
+ * against `python3 -c pass` and the import of main.py measured in the same run (the floor, with the
+ * interpreter a jailed replica runs), the idle memory of a warm replica, what the cooldown gives back,
+ * forked replicas (`fork_start.ts`) and Runplane's own part of a cold start (`cold_start_parts.ts`).
  */
 export async function coldStartScenario(context: BenchContext): Promise<BenchRow[]> {
   const appsDir = await mkdtemp(join(tmpdir(), "runplane-bench-cold-"));
   await writeApps(appsDir);
   const mainPy = join(appsDir, BENCH_PROJECT, "py-00", "main.py");
-  context.log(`${SCENARIO}: floors (python3 -c pass, main.py's import, the worker's imports)`);
-  const floorMs = await commandMs(["-c", "pass"]);
-  const withMainMs = await commandMs(["-c", `import runpy; runpy.run_path(${JSON.stringify(mainPy)})`]);
-  const workerImportsMs = await commandMs([
-    "-c",
-    "import asyncio, collections.abc, contextvars, importlib.util, inspect, json, os, queue, re, sys, threading, traceback",
-  ]);
+  context.log(`${SCENARIO}: floors (python3 -c pass, main.py's import)`);
+  // The interpreter a jailed replica of `python = "python3"` runs, not a shim the bench's PATH may name.
+  const interpreter = await replicaPython();
+  const floorMs = await commandMs(interpreter, ["-c", "pass"]);
+  const withMainMs = await commandMs(interpreter, ["-c", `import runpy; runpy.run_path(${JSON.stringify(mainPy)})`]);
   const importMainMs = Math.max(0, withMainMs - floorMs);
   const server = await startRunplane({}, { appsDir });
   try {
@@ -136,27 +137,31 @@ export async function coldStartScenario(context: BenchContext): Promise<BenchRow
     const pyApps = Array.from({ length: PER_KIND }, (_, i) => `py-${String(i).padStart(2, "0")}`);
     const cuApps = Array.from({ length: PER_KIND }, (_, i) => `cu-${String(i).padStart(2, "0")}`);
     const python = await firstCalls(server, pyApps, "hello");
+    // Warm: a second call of the last ten, at once (on a loaded host the first ten may be past their
+    // cooldown by the time the custom runtimes are done).
+    const warm = await firstCalls(server, pyApps.slice(-10), "hello");
     context.log(`${SCENARIO}: first calls of ${PER_KIND} custom runtimes`);
     const custom = await firstCalls(server, cuApps, "run");
-    // Warm: a second call of each is a warm call.
-    const warm = await firstCalls(server, pyApps.slice(0, 10), "hello");
     const warmProcesses = (await descendantsOf(pid)).length - replicasBefore;
     const warmRss = await descendantsRssMiB(pid);
     const serverWarm = await memoryOf(pid);
-    context.log(`${SCENARIO}: waiting out the ${COOLDOWN_S} s cooldown`);
-    await new Promise((resolve) => setTimeout(resolve, (COOLDOWN_S + 5) * 1000));
+    // Replicas stop after one cooldown, their templates one cooldown after their last replica.
+    context.log(`${SCENARIO}: waiting out the ${COOLDOWN_S} s cooldown, twice`);
+    await new Promise((resolve) => setTimeout(resolve, (2 * COOLDOWN_S + 5) * 1000));
     const cooledProcesses = (await descendantsOf(pid)).length - replicasBefore;
     const cooledRss = await descendantsRssMiB(pid);
     const serverCooled = await memoryOf(pid);
     const target = 1.5 * floorMs + importMainMs;
+    const forkRows = await forkStartRows(context);
+    const partRows = await coldStartPartRows(context, { httpFirstCallMs: median(python) });
     return [
       row({
         scenario: SCENARIO,
-        subject: "python3 -c pass (the floor)",
+        subject: `${interpreter} -c pass (the floor)`,
         p50Ms: floorMs,
-        note: `main.py's import adds ${importMainMs.toFixed(1)} ms; the worker's own imports take ${
-          workerImportsMs.toFixed(1)
-        } ms in all (python3 -c "import asyncio, …")`,
+        note: `main.py's import adds ${
+          importMainMs.toFixed(1)
+        } ms; the worker harness's part: the Runplane's part rows`,
       }),
       row({
         scenario: SCENARIO,
@@ -189,12 +194,14 @@ export async function coldStartScenario(context: BenchContext): Promise<BenchRow
       row({
         scenario: SCENARIO,
         subject: `after the ${COOLDOWN_S} s cooldown`,
-        target: "replicas stopped, memory returned",
+        target: "replicas and templates stopped, memory returned",
         met: cooledProcesses === 0,
         note: `${cooledProcesses} replica processes left, ${Math.round(cooledRss)} MiB; server ${
           Math.round(serverCooled.rssMiB)
         } MiB`,
       }),
+      ...forkRows,
+      ...partRows,
     ];
   } finally {
     await server.stop();

@@ -9,14 +9,13 @@
  * RSS is read, a full GC can be forced in it and its live heap read (this file again, as `heap`).
  */
 import { execFile, fork } from "node:child_process";
-import { readFile } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { ROOT } from "../../generate.ts";
 import { type BenchContext, row } from "../_context.ts";
-import { descendantsOf, descendantsRssMiB, memoryOf } from "../_processes.ts";
+import { cpuSeconds, descendantsOf, descendantsRssMiB, memoryOf } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";
 import { BENCH_PROJECT, type BenchServer, startRunplane } from "../_runplane.ts";
 
@@ -32,7 +31,6 @@ const FLOOD = { count: 1_000_000, every: 0, size: 65_536 };
 const STALL_MS = 8000;
 const APPS = join(ROOT, "scripts", "bench", "stream_apps");
 const THIS_FILE = fileURLToPath(import.meta.url);
-const CLOCK_TICKS_PER_SECOND = 100;
 
 /** What the stream clients' process reports when every stream has had its first event. */
 interface OpenMessage {
@@ -334,18 +332,6 @@ async function startHeapProbe(server: BenchServer): Promise<HeapProbe> {
     },
     stop: () => child.stop(),
   };
-}
-
-/** CPU seconds (user + system) `pids` have used so far (processes gone meanwhile count 0). */
-async function cpuSeconds(pids: number[]): Promise<number> {
-  let ticks = 0;
-  for (const pid of pids) {
-    const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
-    // utime and stime are the 12th and 13th fields after the command's closing parenthesis.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    ticks += Number(fields[11] ?? 0) + Number(fields[12] ?? 0);
-  }
-  return ticks / CLOCK_TICKS_PER_SECOND;
 }
 
 /**

@@ -30,7 +30,7 @@ export function median(values: number[]): number {
 export async function coldStart(
   sandbox: Sandbox,
   appDir: string,
-  options: { egress: boolean; cgroups?: Cgroups },
+  options: { egress: boolean; cgroups?: Cgroups; python?: string },
 ): Promise<number> {
   const started = performance.now();
   const cgroup = options.cgroups?.create("p-bench/cold", { cpu: 1, memoryBytes: 512 * 1024 ** 2 }) ?? undefined;
@@ -38,7 +38,7 @@ export async function coldStart(
     appDir,
     label: "p-bench/cold",
     // The same interpreter both ways (PATH may name a shim outside the jail that it would not see).
-    python: "/usr/bin/python3",
+    python: options.python ?? "/usr/bin/python3",
     concurrency: 1,
     logger: createLogger({ level: "silent" }),
     sandbox,

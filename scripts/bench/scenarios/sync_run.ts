@@ -4,7 +4,7 @@ import { ROOT } from "../../generate.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { postgresVersusSqlite } from "../_engines.ts";
 import { type LoadOptions, type LoadResult, loadTest } from "../_load.ts";
-import { memoryOf, startProcess } from "../_processes.ts";
+import { cpuSeconds, memoryOf, startProcess } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";
 import { BENCH_PROJECT, type BenchServer, startRunplane } from "../_runplane.ts";
 
@@ -90,17 +90,22 @@ export async function syncRunScenario(context: BenchContext): Promise<BenchRow[]
   context.log("sync run: warming up");
   await loadTest(url, { method: "POST", headers, body: BODY, durationSeconds: 2 });
   context.log("sync run: runplane");
+  // The server process's own CPU (not its Python workers'): the front door's cost per call.
+  const cpuBefore = await cpuSeconds([runplane.child.pid!]);
   const ours = await loadTest(url, { method: "POST", headers, body: BODY, durationSeconds });
+  const oursCpuUs = ((await cpuSeconds([runplane.child.pid!])) - cpuBefore) * 1e6 / ours.total;
   const memory = await memoryOf(runplane.child.pid!);
   const rows: BenchRow[] = [];
 
   context.log("sync run: bare Koa");
+  const koaCpuBefore = await cpuSeconds([bareKoa.child.pid!]);
   const koa = await loadTest(`${bareKoa.url}/run`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: BODY,
     durationSeconds,
   });
+  const koaCpuUs = ((await cpuSeconds([bareKoa.child.pid!])) - koaCpuBefore) * 1e6 / koa.total;
   rows.push(
     row({
       scenario,
@@ -181,6 +186,20 @@ export async function syncRunScenario(context: BenchContext): Promise<BenchRow[]
       ratio: koaRatio,
       target: "≥ 0.6× bare Koa",
       met: koaRatio >= 0.6,
+    }),
+  );
+  rows.push(
+    row({
+      scenario,
+      subject: "runplane: Node CPU per call",
+      throughput: oursCpuUs,
+      unit: "µs",
+      target: "≤ 100 µs",
+      met: oursCpuUs <= 100,
+      note:
+        `the server process's user + system time over the measured calls (/proc), its Python workers not counted; bare Koa ${
+          koaCpuUs.toFixed(1)
+        } µs a request in the same run`,
     }),
   );
   rows.push(await infoLevelRow(context, scenario));

@@ -19,6 +19,10 @@ import * as sweptRuns from "./0017_swept_runs.ts";
 import * as servedDeployments from "./0018_served_deployments.ts";
 import * as storeProbes from "./0019_store_probes.ts";
 import * as bundleChunks from "./0021_bundle_chunks.ts";
+import * as runsByProject from "./0022_runs_by_project.ts";
+import * as deploymentIdentity from "./0023_deployment_identity.ts";
+import * as cluster from "./0024_cluster.ts";
+import * as deploymentConfig from "./0025_deployment_config.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -42,4 +46,8 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0018_served_deployments": servedDeployments,
   "0019_store_probes": storeProbes,
   "0021_bundle_chunks": bundleChunks,
+  "0022_runs_by_project": runsByProject,
+  "0023_deployment_identity": deploymentIdentity,
+  "0024_cluster": cluster,
+  "0025_deployment_config": deploymentConfig,
 };

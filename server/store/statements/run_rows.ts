@@ -2,7 +2,7 @@
  * Whole run rows written by the hot paths (async accept, sync and stream records) with precompiled
  * statements: one column list, a missing column is written as NULL (or its default).
  */
-import type { Insertable } from "kysely";
+import type { Insertable, Updateable } from "kysely";
 import { type Queryable, rawStatement } from "../mod.ts";
 import type { RunTable } from "../schema.ts";
 
@@ -31,6 +31,7 @@ const COLUMN_TYPES = {
   lease_owner: "text",
   lease_expires_at: "bigint",
   rerun_of: "text",
+  deployment_id: "text",
 } as const satisfies Partial<Record<keyof RunTable, string>>;
 const COLUMNS = Object.keys(COLUMN_TYPES) as Array<keyof typeof COLUMN_TYPES>;
 
@@ -57,14 +58,19 @@ function byColumn(parameters: readonly unknown[], width: number): unknown[][] {
 }
 // A run another process already ended keeps its final state — unless that end is a stale-lease sweep's
 // guess at this owner's run (the last parameter): the owner's own final state replaces it.
-const upsert = rawStatement<{ run_id: string }>(
-  `${INSERT} on conflict ("run_id") do update set ${
-    COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")
-  }, "swept_owner" = null`
-    + ` where "runs"."status" in ('queued', 'running')`
-    + ` or ("runs"."swept_owner" = ? and excluded."status" in ('success', 'failure', 'cancelled'))`
-    + ` returning "run_id"`,
-);
+const UPSERT_TAIL = (owner: string) =>
+  ` on conflict ("run_id") do update set ${COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")}`
+  + `, "swept_owner" = null where "runs"."status" in ('queued', 'running')`
+  + ` or ("runs"."swept_owner" = ${owner} and excluded."status" in ('success', 'failure', 'cancelled'))`
+  + ` returning "run_id"`;
+/**
+ * Multi-row upserts by row count, a power of two up to `UPSERT_CHUNK` (so at most 9 texts): one
+ * statement per chunk costs SQLite ~5 µs a row less than a statement per row, and PostgreSQL one round
+ * trip per chunk. PostgreSQL runs one `unnest` text for every count, the owner last.
+ */
+const UPSERT_CHUNK = 256;
+const upsertMany = new Map<number, ReturnType<typeof rawStatement<{ run_id: string }>>>();
+const UPSERT_UNNEST = INSERT_UNNEST + UPSERT_TAIL(`$${COLUMNS.length + 1}`);
 
 // Columns that are NOT NULL with a default: written as the default when the row leaves them out.
 const DEFAULTS: Partial<Record<(typeof COLUMNS)[number], unknown>> = { result_truncated: 0 };
@@ -73,6 +79,42 @@ function parameters(row: Insertable<RunTable>): unknown[] {
   const values = new Array<unknown>(COLUMNS.length);
   for (let i = 0; i < COLUMNS.length; i++) values[i] = row[COLUMNS[i]] ?? DEFAULTS[COLUMNS[i]] ?? null;
   return values;
+}
+
+/**
+ * `row` with the columns `over` sets (those not undefined) over it, as one literal of every column
+ * written here. On Node 20 `Object.assign({}, row, over)` makes a dictionary-mode object (~1 µs, and
+ * slow to read) and `{ ...row, ...over }` takes ~10 µs; this takes ~0.4 µs.
+ */
+export function runRowWith(row: Insertable<RunTable>, over: Updateable<RunTable>): Insertable<RunTable> {
+  const value = (column: (typeof COLUMNS)[number]) => over[column] !== undefined ? over[column] : row[column];
+  const merged = {
+    run_id: value("run_id"),
+    project_id: value("project_id"),
+    app_id: value("app_id"),
+    function_name: value("function_name"),
+    mode: value("mode"),
+    status: value("status"),
+    created_at: value("created_at"),
+    started_at: value("started_at"),
+    completed_at: value("completed_at"),
+    queue_time_ms: value("queue_time_ms"),
+    run_time_ms: value("run_time_ms"),
+    input_json: value("input_json"),
+    result_json: value("result_json"),
+    result_truncated: value("result_truncated"),
+    error_type: value("error_type"),
+    error_message: value("error_message"),
+    error_traceback: value("error_traceback"),
+    webhook_endpoint: value("webhook_endpoint"),
+    webhook_secret: value("webhook_secret"),
+    webhook_credentials: value("webhook_credentials"),
+    lease_owner: value("lease_owner"),
+    lease_expires_at: value("lease_expires_at"),
+    rerun_of: value("rerun_of"),
+    deployment_id: value("deployment_id"),
+  } satisfies Record<(typeof COLUMNS)[number], unknown>;
+  return merged as Insertable<RunTable>;
 }
 
 /** Inserts a new run. */
@@ -99,13 +141,36 @@ export async function insertRuns(db: Queryable, rows: ReadonlyArray<Insertable<R
 }
 
 /**
- * Inserts a run or, while the stored one is still queued or running, replaces it with `row`; a final
- * `row` also replaces the `interrupted` end a stale-lease sweep guessed for `owner`'s run. Resolves with
- * whether `row` was written (false: the run had ended otherwise, and keeps that end).
+ * Inserts runs or, while a stored one is still queued or running, replaces it with its row; a final row
+ * also replaces the `interrupted` end a stale-lease sweep guessed for `owner`'s run. Each run at most
+ * once (PostgreSQL refuses a statement that updates a row twice). Resolves with the ids of the runs
+ * written (the others had ended otherwise, and keep that end).
  */
-export async function upsertRun(db: Queryable, row: Insertable<RunTable>, owner: string): Promise<boolean> {
-  const { rows } = await upsert(db, [...parameters(row), owner]);
-  return rows.length > 0;
+export async function upsertRuns(
+  db: Queryable,
+  rows: ReadonlyArray<Insertable<RunTable>>,
+  owner: string,
+): Promise<Set<string>> {
+  const written = new Set<string>();
+  for (let at = 0; at < rows.length;) {
+    let count = UPSERT_CHUNK;
+    while (count > rows.length - at) count /= 2;
+    let statement = upsertMany.get(count);
+    if (!statement) {
+      statement = rawStatement<{ run_id: string }>({
+        sqlite: INSERT_INTO + new Array(count).fill(VALUES).join(", ") + UPSERT_TAIL("?"),
+        postgres: UPSERT_UNNEST,
+        postgresParameters: (flat) => [...byColumn(flat.slice(0, -1), COLUMNS.length), flat.at(-1)],
+      });
+      upsertMany.set(count, statement);
+    }
+    const values: unknown[] = [];
+    for (let i = at; i < at + count; i++) values.push(...parameters(rows[i]));
+    values.push(owner);
+    for (const { run_id } of (await statement(db, values)).rows) written.add(run_id);
+    at += count;
+  }
+  return written;
 }
 
 /** The final state of a run this process ran under its lease (see `endLeasedRuns`). */
@@ -119,6 +184,8 @@ export interface LeasedRunEnd {
   error_type: string | null;
   error_message: string | null;
   error_traceback: string | null;
+  /** Null keeps the stored one. */
+  deployment_id: string | null;
 }
 
 const END_TYPES = {
@@ -131,10 +198,15 @@ const END_TYPES = {
   error_type: "text",
   error_message: "text",
   error_traceback: "text",
+  deployment_id: "text",
 } as const satisfies Record<keyof LeasedRunEnd, string>;
 const END_COLUMNS = Object.keys(END_TYPES) as Array<keyof LeasedRunEnd>;
+// Columns an end sets only when it knows them (otherwise the stored value stays).
+const KEPT_UNLESS_GIVEN = new Set<string>(["deployment_id"]);
 // Secrets, input and lease go with the end; the input stays until the result expires.
-const END_SET = END_COLUMNS.slice(1).map((c) => `"${c}" = "v"."${c}"`).concat(
+const END_SET = END_COLUMNS.slice(1).map((c) =>
+  KEPT_UNLESS_GIVEN.has(c) ? `"${c}" = coalesce("v"."${c}", "runs"."${c}")` : `"${c}" = "v"."${c}"`
+).concat(
   ["webhook_secret", "webhook_credentials", "lease_owner", "lease_expires_at", "swept_owner"].map((c) =>
     `"${c}" = null`
   ),

@@ -34,6 +34,7 @@ const RUN_COLUMNS = {
   lease_expires_at: true,
   cancel_requested: true,
   rerun_of: true,
+  deployment_id: true,
   swept_owner: true,
 } satisfies Record<keyof RunTable, true>;
 

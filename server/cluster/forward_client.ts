@@ -1,0 +1,268 @@
+/**
+ * The forwarding side of the hop: sends a call to another host of the cluster, which runs it on its own
+ * replicas (`serveForwardedCall`), and reads its outcome back as it comes. The caller keeps the run's
+ * record; this only executes, so it answers exactly as a local `RunExecutor.execute` does.
+ */
+import { Agent, type Dispatcher } from "undici";
+import { PROBLEM_BASE, PROBLEM_KINDS, ProblemError, type ProblemKind } from "../problems/mod.ts";
+import type { ExecutedCall, ExecutedItem, ExecuteRequest } from "../runs/mod.ts";
+import { failureFromRunError, RunFailure } from "../runtime/mod.ts";
+import { type ForwardKey, signForward } from "./_forward_credential.ts";
+import { type Frame, LineSplitter, type ProblemFrame } from "./_frames.ts";
+
+/** A call to forward: the same request a local executor takes. */
+export interface ForwardRequest extends ExecuteRequest {}
+
+/** Options of `forwardCall`. */
+export interface ForwardCallOptions {
+  /** Signs the call's credential (`forwardKey` of the master key every process is given). */
+  key: ForwardKey;
+  /** What is left of the run's time; the remote stops the function past it (error type `timeout`). */
+  deadlineMs?: number;
+  /** Where connections come from; default one keep-alive pool per host, shared by every call. */
+  dispatcher?: Dispatcher;
+  /** The clock the credential's time is read from (the store's, so skewed hosts agree); default `Date.now`. */
+  now?(): number;
+}
+
+/** The path of the internal endpoint, below a host's advertised URL. */
+export const FORWARD_PATH = "/internal/v1/calls";
+
+let sharedAgent: Agent | undefined;
+
+/**
+ * The default dispatcher: keeps connections to each host open between calls. No body timeout: a
+ * function may be silent for as long as its grace period allows, and the caller's deadline and signal
+ * end the call; the remote sends its headers before it runs anything, so their timeout stays.
+ */
+function defaultDispatcher(): Agent {
+  sharedAgent ??= new Agent({ keepAliveTimeout: 60_000, headersTimeout: 60_000, bodyTimeout: 0 });
+  return sharedAgent;
+}
+
+/** Closes the default dispatcher's connections (a later call opens new ones); for tests and shutdown. */
+export async function closeForwardConnections(): Promise<void> {
+  const agent = sharedAgent;
+  sharedAgent = undefined;
+  await agent?.close();
+}
+
+function interrupted(runId: string): RunFailure {
+  return new RunFailure("interrupted", "The run was interrupted before it finished", { runId });
+}
+
+function describe(error: unknown): string {
+  const e = error as { message?: string; code?: string; cause?: { code?: string; message?: string } };
+  return e.cause?.code ?? e.code ?? e.cause?.message ?? e.message ?? String(error);
+}
+
+/** A problem frame (or document) as the `ProblemError` the remote raised; an unknown kind is a 502. */
+function problemOf(frame: ProblemFrame, hostUrl: string): ProblemError {
+  const kind = frame.type.startsWith(PROBLEM_BASE) ? frame.type.slice(PROBLEM_BASE.length) : frame.type;
+  const headers = frame.retryAfter === undefined ? undefined : { "Retry-After": frame.retryAfter };
+  if (kind in PROBLEM_KINDS) return new ProblemError(kind as ProblemKind, frame.detail, { headers });
+  return new ProblemError("bad-gateway", `The host at ${hostUrl} answered a problem of unknown type ${kind}`);
+}
+
+/**
+ * A refusal of the whole call (not 200): the remote's problem when it is about the call (429, 413, 5xx:
+ * draining, the store away); anything else (a bad credential, no such endpoint) says this host cannot
+ * take forwarded calls, as a 503 the caller may try elsewhere.
+ */
+async function refusal(hostUrl: string, response: Dispatcher.ResponseData): Promise<ProblemError> {
+  const text = await response.body.text().catch(() => "");
+  let document: { type?: unknown; detail?: unknown } = {};
+  try {
+    document = JSON.parse(text) as typeof document;
+  } catch {
+    // Not a problem document: described by its status alone.
+  }
+  const status = response.statusCode;
+  const type = typeof document.type === "string" ? document.type : "";
+  const detail = typeof document.detail === "string" ? document.detail : `status ${status}`;
+  const retryAfter = response.headers["retry-after"];
+  const kind = type.slice(PROBLEM_BASE.length);
+  if (type.startsWith(PROBLEM_BASE) && kind in PROBLEM_KINDS && (status === 429 || status === 413 || status >= 500)) {
+    return problemOf(
+      { status, type, detail, retryAfter: typeof retryAfter === "string" ? retryAfter : undefined },
+      hostUrl,
+    );
+  }
+  const hint = status === 401 ? "; give every process the same RUNPLANE_MASTER_KEY" : "";
+  return new ProblemError(
+    "service-unavailable",
+    `The host at ${hostUrl} refused the forwarded call (${status}: ${detail})${hint}; try another host`,
+  );
+}
+
+/** The frames of an answer's body, one per line, as they arrive. */
+async function* readFrames(body: AsyncIterable<Buffer>): AsyncGenerator<Frame> {
+  const lines = new LineSplitter();
+  for await (const chunk of body) {
+    for (const line of lines.push(chunk)) if (line.length) yield JSON.parse(line.toString("utf8")) as Frame;
+  }
+  if (lines.pendingBytes > 0) throw new Error("the answer ended within a frame");
+}
+
+/** Reads what is left of an answer that is over, so its connection goes back to the pool. */
+function drain(frames: AsyncGenerator<Frame>): void {
+  void (async () => {
+    for await (const _frame of frames) {
+      // Nothing follows an outcome; anything that does is dropped.
+    }
+  })().catch(() => {});
+}
+
+/** What a stream's reader needs of its call. */
+interface OpenCall {
+  runId: string;
+  hostUrl: string;
+  signal: ExecuteRequest["signal"];
+  controller: AbortController;
+  /** Forgets the caller's signal: the call is over. */
+  release(): void;
+}
+
+/** The failure of an answer that broke off (connection lost, cut short, unreadable). */
+function lost(call: OpenCall, error: unknown): RunFailure {
+  return new RunFailure("upstream_error", `The host at ${call.hostUrl} went away during the call: ${describe(error)}`, {
+    runId: call.runId,
+  });
+}
+
+/** The items of a forwarded stream, each as its frame arrives; stopping early aborts the request. */
+async function* streamItems(frames: AsyncGenerator<Frame>, call: OpenCall): AsyncGenerator<ExecutedItem> {
+  let over = false;
+  try {
+    for (;;) {
+      let next: IteratorResult<Frame>;
+      try {
+        next = await frames.next();
+      } catch (error) {
+        throw call.signal.aborted ? interrupted(call.runId) : lost(call, error);
+      }
+      if (next.done) throw lost(call, new Error("the stream ended without its end"));
+      const frame = next.value;
+      if ("item" in frame) {
+        yield frame.event === undefined ? { value: frame.item } : { value: frame.item, event: frame.event };
+        continue;
+      }
+      over = true;
+      if (frame.end) return;
+      if (frame.error) throw failureFromRunError(call.runId, frame.error);
+      if (frame.problem) throw problemOf(frame.problem, call.hostUrl);
+      throw new RunFailure("protocol_violation", `The host at ${call.hostUrl} sent an unknown frame in a stream`, {
+        runId: call.runId,
+      });
+    }
+  } finally {
+    call.release();
+    if (over) drain(frames);
+    else call.controller.abort();
+  }
+}
+
+/** Reads frames up to the call's outcome: a result, or a stream whose items are read as they come. */
+async function outcome(frames: AsyncGenerator<Frame>, call: OpenCall, request: ExecuteRequest): Promise<ExecutedCall> {
+  for (;;) {
+    const next = await frames.next();
+    if (next.done) throw new Error("the answer ended before the call's outcome");
+    const frame = next.value;
+    if (frame.deployment !== undefined) {
+      request.onDeployment?.(frame.deployment);
+      continue;
+    }
+    if ("result" in frame) {
+      call.release();
+      drain(frames);
+      return { kind: "result", result: frame.result, runTimeMs: frame.runTimeMs ?? 0 };
+    }
+    if (frame.stream) return { kind: "stream", items: streamItems(frames, call) };
+    if (frame.error) throw failureFromRunError(call.runId, frame.error);
+    if (frame.problem) throw problemOf(frame.problem, call.hostUrl);
+    throw new RunFailure("protocol_violation", `The host at ${call.hostUrl} sent an unknown frame`, {
+      runId: call.runId,
+    });
+  }
+}
+
+/**
+ * Forwards `request` to the host at `hostUrl` and resolves as a local executor does: with the result,
+ * or with the stream once it started (its items read as the remote yields them). Rejects with the
+ * function's failure (`toRunError` reads back the remote's type, message and traceback), with the
+ * remote's `ProblemError` when it could not run the call (404, 429, 503, `Retry-After` kept), with a
+ * 503 `service-unavailable` when the host could not be reached or refused the hop before running
+ * anything (try another host), and with `upstream_error` when it went away after it took the call.
+ * `request.signal` aborting closes the connection at any point, which stops the function there.
+ */
+export async function forwardCall(
+  hostUrl: string,
+  request: ExecuteRequest,
+  options: ForwardCallOptions,
+): Promise<ExecutedCall> {
+  const { runId } = request;
+  if (request.signal.aborted) throw interrupted(runId);
+  const base = new URL(hostUrl);
+  const path = `${base.pathname.replace(/\/$/, "")}${FORWARD_PATH}/${encodeURIComponent(request.projectId)}/${
+    encodeURIComponent(request.app)
+  }/${encodeURIComponent(request.functionName)}`;
+  const credential = signForward(options.key, {
+    runId,
+    projectId: request.projectId,
+    appId: request.app,
+    functionName: request.functionName,
+    at: Math.round((options.now ?? Date.now)()),
+  });
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    "x-runplane-forwarded": credential,
+    "x-request-id": runId,
+  };
+  if (options.deadlineMs !== undefined) {
+    headers["x-runplane-deadline-ms"] = String(Math.max(0, Math.floor(options.deadlineMs)));
+  }
+  const controller = new AbortController();
+  const onAbort = () => controller.abort();
+  request.signal.addEventListener("abort", onAbort, { once: true });
+  const call: OpenCall = {
+    runId,
+    hostUrl,
+    signal: request.signal,
+    controller,
+    release: () => request.signal.removeEventListener("abort", onAbort),
+  };
+  let response: Dispatcher.ResponseData;
+  try {
+    response = await (options.dispatcher ?? defaultDispatcher()).request({
+      origin: base.origin,
+      path,
+      method: "POST",
+      headers,
+      body: request.inputJson ?? JSON.stringify(request.input),
+      signal: controller.signal,
+    });
+  } catch (error) {
+    call.release();
+    if (request.signal.aborted) throw interrupted(runId);
+    throw new ProblemError(
+      "service-unavailable",
+      `The host at ${hostUrl} could not be reached to forward the call (${describe(error)}); try another host`,
+      { cause: error },
+    );
+  }
+  if (response.statusCode !== 200) {
+    call.release();
+    throw await refusal(hostUrl, response);
+  }
+  const frames = readFrames(response.body);
+  try {
+    return await outcome(frames, call, request);
+  } catch (error) {
+    call.release();
+    const answered = error instanceof ProblemError;
+    if (answered) drain(frames);
+    else controller.abort();
+    if (request.signal.aborted) throw interrupted(runId);
+    throw answered ? error : lost(call, error);
+  }
+}

@@ -1,0 +1,11 @@
+/**
+ * GPUs: the host's inventory (nvidia-smi, or `RUNPLANE_GPUS`), which models satisfy `[hardware] compute`,
+ * and the device nodes a replica holding some needs. Knows nothing of apps or replicas: the runtime's
+ * host budget gives GPUs out, and the sandbox binds the nodes.
+ */
+export { type DeviceBind, gpuDeviceNodes } from "./_device_nodes.ts";
+export type { Gpu, GpuInventory } from "./_gpu.ts";
+export { type GpuEntry, parseGpuList } from "./_gpu_list.ts";
+export { gpuMatchesCompute } from "./_gpu_models.ts";
+export { detectGpus, type DetectGpusOptions } from "./_inventory.ts";
+export { NVIDIA_SMI_ARGS, parseNvidiaSmiCsv, procFolder, type SmiGpu } from "./_nvidia_smi.ts";

@@ -1,0 +1,112 @@
+/**
+ * The process behind a Python replica, whichever way it began: a cold start (`startColdWorker`: its own
+ * jail running `_worker.py`) or a fork of the app's template (`_replica_template.ts`). The replica
+ * drives either through the same two streams and the same stop and kill.
+ */
+import type { Readable, Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import type { Logger } from "../log.ts";
+import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
+import { type ProcessExit, signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
+
+/** The worker harness, bound read-only into every Python replica's and template's jail. */
+export const WORKER_PATH = fileURLToPath(new URL("./_worker.py", import.meta.url));
+
+/** A Python worker's process as its replica sees it. */
+export interface WorkerProcess {
+  /** Requests to the worker (the worker protocol's server side). */
+  readonly requests: Writable;
+  /** The worker's messages. */
+  readonly messages: Readable;
+  /** The host's pid of the process (or of what the server started for it), once known. */
+  readonly pid: number | undefined;
+  /** How it began: `cold` (a process of its own) or `fork` (forked from the app's template). */
+  readonly origin: "cold" | "fork";
+  /** Resolves once the process has exited and its streams closed. */
+  readonly exited: Promise<ProcessExit>;
+  /** Whether the process has exited (its streams may still be draining). */
+  hasExited(): boolean;
+  /** Kills the process and whatever it started, now. */
+  kill(): void;
+  /** Ends the requests (the worker exits), then kills it after `graceMs` if it has not. */
+  stop(graceMs: number): Promise<void>;
+}
+
+/**
+ * What `_worker.py` is told on its command line: the app, its concurrency, its preload, its mode. An
+ * `unjailed` template makes its forks die with it itself (jailed, its pid namespace does).
+ */
+export function workerArgs(
+  appDir: string,
+  options: { concurrency: number; preload: string[]; template?: boolean; unjailed?: boolean },
+) {
+  return [
+    "-u",
+    WORKER_PATH,
+    appDir,
+    String(options.concurrency),
+    ...(options.preload.length ? [`--preload=${options.preload.join(",")}`] : []),
+    ...(options.template ? ["--template"] : []),
+    ...(options.template && options.unjailed ? ["--unjailed"] : []),
+  ];
+}
+
+/** The jail of a worker or template: the replica's, plus the harness itself and unbuffered output. */
+export function workerJail(jail: JailSpec): JailSpec {
+  return {
+    ...jail,
+    readOnly: [...(jail.readOnly ?? []), WORKER_PATH],
+    env: { ...jail.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
+  };
+}
+
+/** What every Python process of an app version runs with (a replica or its template). */
+export interface WorkerSpec {
+  appDir: string;
+  label: string;
+  python: string;
+  concurrency: number;
+  /** `[runtime] preload`: imported before main.py. */
+  preload: string[];
+  sandbox: Sandbox;
+  jail: JailSpec;
+  logger: Logger;
+}
+
+/** Options of `startColdWorker`. */
+export interface ColdWorkerOptions extends WorkerSpec {
+  cgroup?: ReplicaCgroup;
+}
+
+/** Starts `_worker.py` in a jail of its own: the whole import is paid again (a cold start). */
+export function startColdWorker(options: ColdWorkerOptions): WorkerProcess {
+  const { child, exited } = spawnInOwnGroup(
+    options.python,
+    workerArgs(options.appDir, { concurrency: options.concurrency, preload: options.preload }),
+    {
+      sandbox: options.sandbox,
+      jail: workerJail(options.jail),
+      extraPipes: 2,
+      logger: options.logger,
+      label: options.label,
+      cgroup: options.cgroup,
+    },
+  );
+  let ended = false;
+  child.once("exit", () => (ended = true));
+  const requests = child.stdio[3] as Writable;
+  // A write after the worker died must not crash the server.
+  requests.on("error", () => undefined);
+  return {
+    requests,
+    messages: child.stdio[4] as Readable,
+    get pid() {
+      return child.pid;
+    },
+    origin: "cold",
+    exited,
+    hasExited: () => ended,
+    kill: () => signalGroup(child, "SIGKILL"),
+    stop: (graceMs) => stopReplicaProcess({ child, exited }, { graceMs, ask: () => requests.end() }),
+  };
+}
