@@ -51,6 +51,11 @@ export interface Config {
   replicaPids: number;
   /** Whether Python replicas are forked from a template per app version that imported the app once. */
   forkReplicas: boolean;
+  /**
+   * HTTP processes sharing the port (`RUNPLANE_WORKERS`): 1 is one process that does everything; more
+   * start a supervisor that alone owns replicas and the store's background work, and that many workers.
+   */
+  workers: number;
   /** Cores the replicas of this host may reserve between them (each its app's `[hardware] cpu`). */
   hostCpu: number;
   /** Bytes of memory the replicas of this host may reserve between them (each its app's `[hardware] memory`). */
@@ -398,6 +403,15 @@ export const SETTINGS = [
     description:
       "Fork Python replicas from a template per app version that imported main.py and [runtime] preload once (in the app's jail), instead of importing again per replica; an app whose import starts threads or initialises CUDA cold-starts anyway. false: every replica cold-starts",
     parse: boolean,
+  },
+  {
+    key: "workers",
+    env: "RUNPLANE_WORKERS",
+    flag: "--workers",
+    default: "1",
+    description:
+      "HTTP processes serving the port together (auth, validation, run records, the REST API); with more than 1, a supervisor process alone runs the replicas, builds, webhook deliveries and the store's upkeep, and the workers hand it calls over a Unix socket in the data dir. auto: one per core, at most 16",
+    parse: (raw) => raw.trim() === "auto" ? Math.max(1, Math.min(16, cpus().length)) : integer(1, 64)(raw),
   },
   {
     key: "hostCpu",

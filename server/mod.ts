@@ -4,7 +4,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import type { Server } from "node:http";
+import { rm } from "node:fs/promises";
+import { createServer as createHttpServer, type RequestListener, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { createSessionRecords, createTokenVerifier } from "./auth/mod.ts";
@@ -13,7 +14,8 @@ import { type ClusterHost, createClusterHost } from "./cluster_host.ts";
 import { type Config, ConfigError } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { prepareDataDir } from "./data_dir.ts";
-import { detectGpus, type GpuInventory } from "./gpus/mod.ts";
+import { hostParts, type HostParts } from "./host_parts.ts";
+import type { HostRole } from "./host_role.ts";
 import { createDeployments } from "./deployments/mod.ts";
 import { createHandlers } from "./handlers/mod.ts";
 import { answerClientErrors, createDrainGate, createHttpApp } from "./http/mod.ts";
@@ -26,14 +28,6 @@ import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp, type Runtime } from "./runtime/mod.ts";
 import { createRunChangeFeed, createRunLogWriter, createRunService, type RunService } from "./runs/mod.ts";
 import {
-  type Cgroups,
-  CgroupsUnavailableError,
-  createCgroups,
-  createSandbox,
-  type Sandbox,
-  SandboxUnavailableError,
-} from "./sandbox/mod.ts";
-import {
   createStoreOutage,
   migrationsApplied,
   openStore,
@@ -45,6 +39,7 @@ import { startDeliveryWorker } from "./webhooks/mod.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
 export { DataDirError } from "./data_dir.ts";
+export type { HostFacts, HostRole } from "./host_role.ts";
 
 /** A running (or ready to run) server. */
 export interface RunplaneServer {
@@ -74,6 +69,8 @@ export interface CreateServerOptions {
    * `/proc/driver/nvidia/gpus`) are: tests point them at folders of fake ones.
    */
   gpuPaths?: { devices?: string; driver?: string };
+  /** This process's part of a host of several HTTP processes (`RUNPLANE_WORKERS` > 1; see server/host/). */
+  role?: HostRole;
 }
 
 /**
@@ -98,7 +95,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
       if (storeOutage?.refused(error)) return;
       rootLogger.warn({ err: error }, "a background database operation failed; the store carries on");
     },
-    checkpoints: "background",
+    checkpoints: options.role?.kind === "worker" ? "elsewhere" : "background",
+    relay: config.databaseUrl ? undefined : options.role?.relay,
     onCheckpointerLost: (error) =>
       rootLogger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
   }).catch(asConfigError);
@@ -119,35 +117,16 @@ export async function createServer(config: Config, options: CreateServerOptions 
   }
   const key = keys.signing.current;
   const secrets = keys.secrets;
-  let sandbox: Sandbox;
+  let parts: HostParts;
   try {
-    sandbox = await createSandbox(config.sandbox, { logger });
+    parts = await hostParts(config, { logger, role: options.role, gpuPaths: options.gpuPaths, owner });
   } catch (error) {
     await store.close();
-    if (error instanceof SandboxUnavailableError) throw new ConfigError([error.message]);
     throw error;
   }
-  if (sandbox.status.jailed) {
-    logger.info(
-      { sandbox: sandbox.status.identity, warnings: sandbox.status.problems },
-      `sandbox: tenants' code runs jailed by bubblewrap (${
-        sandbox.status.identity === "root" ? "each project as a uid of its own" : "in user namespaces"
-      })`,
-    );
-  }
-  for (const problem of sandbox.status.problems) logger.warn({ sandbox: config.sandbox }, `SANDBOX: ${problem}`);
-  let cgroups: Cgroups;
-  try {
-    cgroups = await createCgroups(config.cgroups, { logger, owner, pids: config.replicaPids });
-  } catch (error) {
-    sandbox.close();
-    await store.close();
-    if (error instanceof CgroupsUnavailableError) throw new ConfigError([error.message]);
-    throw error;
-  }
-  logCgroups(logger, cgroups);
-  const gpus = await detectGpus({ list: config.gpus, nvidiaSmi: config.nvidiaSmi, procDir: options.gpuPaths?.driver });
-  logGpus(logger, gpus);
+  const { sandbox, cgroups, gpus } = parts;
+  const role = options.role;
+  const worker = role?.kind === "worker" ? role : undefined;
   const metrics = createMetrics();
   const gate = createDrainGate();
   let appsLoaded = false;
@@ -156,6 +135,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       const reasons: string[] = [];
       if (gate.draining) reasons.push("the server is draining");
       if (!appsLoaded) reasons.push("apps are loading (min_replicas warming up)");
+      if (worker && !worker.connected()) reasons.push("the host's supervisor is gone");
       try {
         if (!(await migrationsApplied(store.db))) reasons.push("store migrations are not applied");
         // A read works on a full disk: only a write tells that the store takes runs.
@@ -194,7 +174,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const clusterKey = config.advertiseUrl && store.shared && config.masterKey ? forwardKey(config.masterKey) : null;
   let cluster: ClusterHost | undefined;
   const runtime = createRuntime(config.appsDir, {
-    seated: clusterKey !== null,
+    // A worker's runtime knows the apps (for 404s and settings) and never starts a replica: no seats.
+    seated: clusterKey !== null || worker !== undefined,
     onLoadChange: clusterKey ? () => cluster?.registry.changed() : undefined,
     logger,
     sandbox,
@@ -244,6 +225,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     runtime,
     archiveRepository: (projectId, request) => trees.archive(projectId, request),
     deferBuilds: clusterKey !== null,
+    followOnly: worker !== undefined,
     testDelayLocalSyncMs: config.testDelayLocalSyncMs,
   });
   deployedApps = () => deployments.deployedApps();
@@ -254,7 +236,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     () => void (appsLoaded = true),
     (error) => logger.error({ err: error }, "loading apps failed"),
   );
-  const deliveries = startDeliveryWorker({
+  const deliveries = worker ? undefined : startDeliveryWorker({
     owner,
     db: store.db,
     secrets,
@@ -272,8 +254,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
   // one wake-up in flight at a time is enough, they only shorten the next poll.
   let announcingDeliveries = false;
   function deliveriesAdded(): void {
-    deliveries.wake();
-    if (!store.shared || announcingDeliveries) return;
+    deliveries?.wake();
+    if ((!store.shared && !role) || announcingDeliveries) return;
     announcingDeliveries = true;
     store.notifier.notify("runplane_deliveries").catch((error) =>
       logger.warn({ err: error }, "announcing webhook deliveries failed; other processes poll for them")
@@ -295,7 +277,10 @@ export async function createServer(config: Config, options: CreateServerOptions 
       webhookAllowPrivate: config.webhookAllowPrivate,
       resultLimitBytes: config.resultLimitBytes,
     },
-    executor: cluster?.executor ?? localExecutor,
+    executor: worker
+      ? { ...localExecutor, execute: (request) => worker.forward(request, { now: store.clock.now }) }
+      : cluster?.executor ?? localExecutor,
+    dispatch: worker === undefined,
     metrics,
     owner,
     storeOutage: outage,
@@ -305,7 +290,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     notifier: store.notifier,
     now: store.clock.now,
     onDeliveries: deliveriesAdded,
-    deliveryHandOff: deliveries.handOff,
+    deliveryHandOff: deliveries?.handOff,
     onChange: runChanges.publish,
     changesWanted: runChanges.watches,
     logs: runLogs,
@@ -325,11 +310,11 @@ export async function createServer(config: Config, options: CreateServerOptions 
     runs,
     runChanges,
     deployments,
-    sandbox: sandbox.status,
+    sandbox: worker ? worker.facts.sandbox : sandbox.status,
     cgroups: cgroups.status,
     gpus,
     projectSecrets,
-    forwardKey: clusterKey ?? (config.masterKey ? forwardKey(config.masterKey) : null),
+    forwardKey: clusterKey ?? role?.forwardKey ?? (config.masterKey ? forwardKey(config.masterKey) : null),
     host: { id: owner, url: config.advertiseUrl ?? null },
     cluster: cluster ? { view: cluster.registry.view } : null,
   };
@@ -383,12 +368,30 @@ export async function createServer(config: Config, options: CreateServerOptions 
       await cgroups.close();
       await runLogs.close();
       await connectionsEnded;
-      await deliveries.stop();
+      await deliveries?.stop();
       await store.close();
       sandbox.close();
       outage.close();
     })();
     return closing;
+  }
+
+  /** The supervisor's endpoint: a Unix socket only its own user may open (its workers). */
+  async function listenOnSocket(path: string): Promise<string> {
+    await rm(path, { force: true });
+    await new Promise<void>((resolve, reject) => {
+      // Made private before anyone can connect: the socket file takes the process's umask.
+      const umask = process.umask(0o177);
+      server = app.listen(path);
+      process.umask(umask);
+      answerClientErrors(server, { logger });
+      server.once("error", reject);
+      server.once("listening", () => resolve());
+    });
+    server!.keepAliveTimeout = 65_000;
+    url = `unix:${path}`;
+    logger.info({ socket: path }, "supervisor listening for its workers");
+    return url;
   }
 
   let draining: Promise<void> | undefined;
@@ -438,8 +441,10 @@ export async function createServer(config: Config, options: CreateServerOptions 
       return url;
     },
     listen() {
+      if (role?.kind === "supervisor") return listenOnSocket(role.socketPath);
       return new Promise((resolve, reject) => {
-        server = app.listen(config.port, config.host);
+        server = createHttpServer(worker ? withWorkerHeader(app.callback(), worker.id) : app.callback())
+          .listen(config.port, config.host);
         answerClientErrors(server, { logger });
         server.once("error", reject);
         server.once("listening", () => {
@@ -454,6 +459,18 @@ export async function createServer(config: Config, options: CreateServerOptions 
     },
     drain,
     close,
+  };
+}
+
+/**
+ * `handle` with `X-Runplane-Worker: <id>` on every answer: which of the host's workers took the request
+ * (its connection), for an operator reading a trace, and for the tests that spread calls.
+ */
+function withWorkerHeader(handle: RequestListener, id: number): RequestListener {
+  const value = String(id);
+  return (request, response) => {
+    response.setHeader("X-Runplane-Worker", value);
+    return handle(request, response);
   };
 }
 
@@ -492,29 +509,6 @@ function wireGauges(metrics: Metrics, sources: { runs: RunService; runtime: Runt
       };
     });
   }
-}
-
-/** Says at start how replicas are limited: the cgroup version and where, or loudly why they are not. */
-function logCgroups(logger: Logger, cgroups: Cgroups): void {
-  const { status } = cgroups;
-  if (status.version) {
-    logger.info(
-      { cgroups: status.version, parents: status.parents, replica_pids: status.pids },
-      `cgroups: each replica is limited by a cgroup ${status.version} of its own (its [hardware] memory, swap included, and CPU; ${status.pids} processes)`,
-    );
-  }
-  for (const problem of status.problems) logger.warn({ cgroups: status.setting }, `CGROUPS: ${problem}`);
-}
-
-function logGpus(logger: Logger, inventory: GpuInventory): void {
-  const { gpus, source } = inventory;
-  if (gpus.length) {
-    logger.info(
-      { gpus: gpus.map((gpu) => ({ id: gpu.id, index: gpu.index, model: gpu.model, minor: gpu.minor })), source },
-      `GPUs: ${gpus.length} from ${source}, each given whole to one replica at a time`,
-    );
-  }
-  for (const problem of inventory.problems) logger.warn({ gpus: source }, `GPUS: ${problem}`);
 }
 
 /** Rethrows a missing or wrong master key as the bad setting it is (exit 2 at start); anything else as is. */

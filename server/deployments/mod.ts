@@ -181,6 +181,12 @@ export interface DeploymentsOptions {
   deferBuilds?: boolean;
   /** Test only (RUNPLANE_TEST_DELAY_LOCAL_SYNC): the follower's pause between reading and switching. */
   testDelayLocalSyncMs?: number;
+  /**
+   * A host's worker (`RUNPLANE_WORKERS` > 1): only follow the active deployments, to know their apps
+   * (builds deferred, never made here); no builds claimed, nothing reported in `served_by`. The host's
+   * supervisor builds and serves.
+   */
+  followOnly?: boolean;
 }
 
 /** Which app (and deployment) a call names. */
@@ -608,7 +614,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     async start() {
       // What an earlier process kept for its builds: a build here unpacks from the store instead.
       await sweepUnpacked(settings.dataDir, { olderThanMs: 0, now: Date.now() });
-      const served = startServedReporter({
+      const served = options.followOnly ? undefined : startServedReporter({
         db,
         logger,
         processId: options.owner,
@@ -623,11 +629,12 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
         settings,
         now: options.now,
         onChange: () => options.runtime.reload(),
-        onServed: (apps) => served.report(apps),
+        onServed: async (apps) => await served?.report(apps),
         pollMs: options.pollMs,
-        deferBuilds: options.deferBuilds,
+        deferBuilds: options.deferBuilds || options.followOnly,
         testDelayMs: options.testDelayLocalSyncMs,
       });
+      if (options.followOnly) return await localApps.sync();
       builder = startBuilder({
         db,
         notifier: options.notifier,

@@ -190,6 +190,11 @@ export interface RunServiceOptions {
   config: RunSettings;
   /** Executes calls (`execute`) and queued async runs; without one, async runs stay queued (e.g. a submit-only process). */
   executor?: RunExecutor;
+  /**
+   * Whether this process claims queued async runs and runs them (default true). A host's workers
+   * (`RUNPLANE_WORKERS` > 1) leave that to its supervisor, and use `executor` for their sync calls only.
+   */
+  dispatch?: boolean;
   /** Where run starts and ends are counted; without it they are only logged. */
   metrics?: RunMetrics;
   /** Where the runtime's output lines are collected (the run logs); without it logs are read only. */
@@ -273,7 +278,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   const liveRunDeps = { writer, local, events, resultLimitBytes, now: clock };
   const loops: Ticker[] = [];
   let dispatcher: Ticker | undefined;
-  if (options.executor) {
+  if (options.executor && options.dispatch !== false) {
     dispatcher = startDispatcher({
       db,
       executor: options.executor,

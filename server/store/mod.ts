@@ -32,6 +32,7 @@ import {
   withMigrationLock,
 } from "./_postgres.ts";
 import { localNotifier, type Notifier, postgresNotifier } from "./notifier.ts";
+import { relayedNotifier, type WakeUpPort } from "./notifier_relay.ts";
 import type { Database } from "./schema.ts";
 
 export { isPostgresUrl, redactDatabaseUrl } from "./_postgres.ts";
@@ -46,6 +47,7 @@ export {
   type WakeChannel,
   type WakeListener,
 } from "./notifier.ts";
+export { isRelayedWakeUp, type RelayedWakeUp, type WakeUpPort } from "./notifier_relay.ts";
 export {
   createStoreOutage,
   quietDuringOutages,
@@ -118,9 +120,15 @@ export interface OpenStoreOptions {
   bootstrap?(db: Kysely<Database>, store: { shared: boolean }): Promise<void>;
   /**
    * Where WAL checkpoints run: `commit` (SQLite's default: inside the commit that fills the WAL) or
-   * `background` (a worker thread; for a server, whose event loop must not stall). Default `commit`.
+   * `background` (a worker thread; for a server, whose event loop must not stall), or `elsewhere` (none
+   * here: another process on the file checkpoints, the host's supervisor). Default `commit`.
    */
-  checkpoints?: "commit" | "background";
+  checkpoints?: "commit" | "background" | "elsewhere";
+  /**
+   * SQLite: the other processes on the same file (the host's workers and supervisor), which get this
+   * process's wake-ups and give it theirs (see notifier_relay.ts). PostgreSQL's notifier needs none.
+   */
+  relay?: WakeUpPort;
   /** Called when the background checkpointer failed; checkpoints are then made in commits again. */
   onCheckpointerLost?(error: unknown): void;
   /**
@@ -181,7 +189,9 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
     });
     sqlite.exec("PRAGMA wal_autocheckpoint = 0");
   }
-  const notifier = localNotifier(path, { onError: options.onError });
+  if (options.checkpoints === "elsewhere") sqlite.exec("PRAGMA wal_autocheckpoint = 0");
+  const local = localNotifier(path, { onError: options.onError });
+  const notifier = options.relay ? relayedNotifier(local, { db, port: options.relay }) : local;
   return {
     db,
     engine: "sqlite",

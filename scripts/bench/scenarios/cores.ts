@@ -5,17 +5,18 @@
  * without us) and Runplane with n replicas, each driven at concurrency 64 with the sync echo call and
  * with a function that burns 2 ms of CPU; subjects alternate within rounds, so the host's drift hits
  * each alike. Runplane's rows say how much of its front door's CPU (the Node process alone) each call
- * cost. It has one front-door process today: `RUNPLANE_WORKERS` (several, issue 33) is not built yet,
- * so its rows show the single event loop's limit. Runs only when named; needs python3-aiohttp.
+ * cost. With n > 1 it runs twice: one front door (the single event loop's limit), and
+ * `RUNPLANE_WORKERS=n` (n workers sharing the port, and their supervisor, whose CPU counts as front
+ * door too). Runs only when named; needs python3-aiohttp.
  */
 import { execFileSync } from "node:child_process";
-import { copyFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { ROOT } from "../../generate.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { type LoadResult, loadTest } from "../_load.ts";
-import { type BenchProcess, cpuSeconds, startProcess } from "../_processes.ts";
+import { type BenchProcess, cpuSeconds, descendantsOf, startProcess } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";
 import { BENCH_PROJECT, startRunplane } from "../_runplane.ts";
 
@@ -80,8 +81,21 @@ async function startAiohttp(n: number): Promise<Running> {
   };
 }
 
-/** Runplane serving the scenario's app with n warm replicas sharing the 64 calls in flight. */
-async function startRunplaneWith(n: number): Promise<Running> {
+/** The supervisor's workers: its children that run Node (its replicas run Python). */
+async function workerPids(supervisor: number): Promise<number[]> {
+  const found: number[] = [];
+  for (const pid of await descendantsOf(supervisor)) {
+    const command = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+    if (command.split("\0")[0] === process.execPath) found.push(pid);
+  }
+  return found;
+}
+
+/**
+ * Runplane serving the scenario's app with n warm replicas sharing the 64 calls in flight, behind one
+ * front door or (`workers`) that many workers and their supervisor.
+ */
+async function startRunplaneWith(n: number, options: { workers?: number } = {}): Promise<Running> {
   const appsDir = await mkdtemp(join(tmpdir(), "runplane-bench-cores-"));
   const app = join(appsDir, BENCH_PROJECT, "cores");
   await mkdir(app, { recursive: true });
@@ -92,12 +106,14 @@ async function startRunplaneWith(n: number): Promise<Running> {
     `[deployment]\nname = "cores"\n\n[scaling]\nmin_replicas = ${n}\nmax_replicas = ${n}\n`
       + `replica_concurrency = ${concurrency}\n`,
   );
-  const server = await startRunplane({}, { appsDir });
+  const workers = options.workers ?? 1;
+  const server = await startRunplane(workers > 1 ? { RUNPLANE_WORKERS: String(workers) } : {}, { appsDir });
+  const frontDoor = [server.child.pid!, ...(workers > 1 ? await workerPids(server.child.pid!) : [])];
   return {
-    name: `runplane, 1 front door, ${n} replica(s) × ${concurrency}`,
+    name: `runplane, ${workers > 1 ? `${workers} workers` : "1 front door"}, ${n} replica(s) × ${concurrency}`,
     url: (workload) => `${server.url}/v4/${BENCH_PROJECT}/cores/${workload === "echo" ? "run" : "spin"}`,
     headers: { Authorization: `Bearer ${server.token}` },
-    frontDoor: [server.child.pid!],
+    frontDoor,
     async stop() {
       await server.stop();
       await rm(appsDir, { recursive: true, force: true });
@@ -148,6 +164,7 @@ function targetOf(options: { workload: Workload; n: number; runplane: boolean })
 /** Measures every subject with n processes, in alternating rounds, and returns their rows. */
 async function measureCount(context: BenchContext, n: number): Promise<BenchRow[]> {
   const subjects = [await startFloor(n), await startAiohttp(n), await startRunplaneWith(n)];
+  if (n > 1) subjects.push(await startRunplaneWith(n, { workers: n }));
   try {
     const seconds = Math.max(2, Math.round(context.durationSeconds / 2));
     const runs = new Map<string, Array<LoadResult & { cpuUsPerCall: number | null }>>();
@@ -171,7 +188,7 @@ async function measureCount(context: BenchContext, n: number): Promise<BenchRow[
         const found = runs.get(`${workload}\u0000${subject.name}`);
         if (!found) continue;
         const figures = merged(found);
-        const runplane = subject === subjects[2];
+        const runplane = subjects.indexOf(subject) >= 2;
         const target = targetOf({ workload, n, runplane });
         const ratio = runplane ? figures.throughput / peer.throughput : null;
         const met = target.startsWith("≤")

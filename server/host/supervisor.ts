@@ -1,0 +1,166 @@
+/**
+ * The supervisor of a host with workers (`RUNPLANE_WORKERS` > 1), the node:cluster primary. It is the
+ * whole server of one process, listening on a Unix socket in the data dir instead of the port: it alone
+ * runs replicas, templates, sandboxes, cgroups and GPUs, builds, webhook deliveries, async runs and the
+ * store's upkeep. It forks the workers, which share the port, hands each the socket and the key to sign
+ * calls with, passes wake-ups between them (SQLite), starts a new worker when one dies, and drains them
+ * all before itself.
+ */
+import cluster, { type Worker } from "node:cluster";
+import { randomBytes } from "node:crypto";
+import { join } from "node:path";
+import { ForwardKey, forwardKey } from "../cluster/mod.ts";
+import type { Config } from "../config.ts";
+import type { Logger } from "../log.ts";
+import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
+import { isRelayedWakeUp, type RelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
+import { isWorkerAsks, type WorkerDrain, type WorkerSetup } from "./_messages.ts";
+
+/** A worker that dies sooner than this after its start waits this long before it is started again. */
+const RESPAWN_PAUSE_MS = 1_000;
+
+/** A started host: its supervisor's server, and its workers serving the port. */
+export interface Supervisor {
+  server: RunplaneServer;
+  /** The URL the workers serve, once the first one listens. */
+  url: string;
+  /** The workers' process ids now. */
+  workerPids(): number[];
+  /**
+   * Drains every worker (each as on SIGTERM), then the supervisor; resolves once all have stopped.
+   * Called again while draining, it cuts every drain short (as a second SIGTERM does).
+   */
+  drain(): Promise<void>;
+}
+
+/** The forwarding key's bytes: the master key's, so that it is the one a cluster host uses; else new ones. */
+function forwardKeyBytes(config: Config): { key: ForwardKey; hex: string | null } {
+  if (config.masterKey) return { key: forwardKey(config.masterKey), hex: null };
+  const bytes = randomBytes(32);
+  return { key: new ForwardKey(bytes), hex: bytes.toString("hex") };
+}
+
+/** Wake-ups to and from every worker: one worker's go to the supervisor and to the others. */
+function workersPort(): WakeUpPort & { fromWorker(worker: Worker, wakeUp: RelayedWakeUp): void } {
+  const listeners = new Set<(wakeUp: RelayedWakeUp) => void>();
+  function sendAll(wakeUp: RelayedWakeUp, except?: Worker): void {
+    for (const worker of Object.values(cluster.workers ?? {})) {
+      if (worker && worker !== except && worker.isConnected()) worker.send(wakeUp);
+    }
+  }
+  return {
+    send: (wakeUp) => sendAll(wakeUp),
+    receive(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    fromWorker(worker, wakeUp) {
+      for (const listener of listeners) listener(wakeUp);
+      sendAll(wakeUp, worker);
+    },
+  };
+}
+
+/**
+ * Starts the supervisor's server on `<dataDir>/supervisor.sock` and `config.workers` workers. Resolves
+ * once every worker listens. Call in the node:cluster primary; the workers run the same entry, which
+ * calls `serveAsWorker` (see `serve`).
+ */
+export async function startSupervisor(
+  config: Config,
+  options: CreateServerOptions & { logger: Logger },
+): Promise<Supervisor> {
+  const { logger } = options;
+  const socketPath = join(config.dataDir, "supervisor.sock");
+  const { key, hex } = forwardKeyBytes(config);
+  const port = workersPort();
+  const server = await createServer(config, {
+    ...options,
+    role: { kind: "supervisor", socketPath, forwardKey: key, relay: port },
+  });
+  await server.listen();
+  const { context } = server;
+  const setup: WorkerSetup = {
+    runplane: "worker-setup",
+    socketPath,
+    forwardKeyHex: hex ?? "",
+    facts: { sandbox: context.sandbox, cgroups: context.cgroups, gpus: context.gpus },
+  };
+  let stopping = false;
+  const started = new Map<number, number>();
+
+  function fork(): Worker {
+    const worker = cluster.fork();
+    started.set(worker.id, Date.now());
+    worker.on("message", (message: unknown) => {
+      if (isRelayedWakeUp(message)) port.fromWorker(worker, message);
+      else if (isWorkerAsks(message)) worker.send(setup);
+    });
+    return worker;
+  }
+
+  cluster.on("exit", (worker, code, signal) => {
+    const lived = Date.now() - (started.get(worker.id) ?? 0);
+    started.delete(worker.id);
+    if (stopping) return;
+    logger.error(
+      { worker_pid: worker.process.pid, code, signal },
+      "a worker died; its calls in flight were cut, and another takes its place",
+    );
+    setTimeout(() => !stopping && fork(), lived < RESPAWN_PAUSE_MS ? RESPAWN_PAUSE_MS : 0);
+  });
+
+  const listening = new Promise<string>((resolve) => {
+    let count = 0;
+    let url = "";
+    cluster.on("listening", (_worker, address) => {
+      url ||= `http://${
+        address.address && address.address !== "0.0.0.0" ? address.address : "127.0.0.1"
+      }:${address.port}`;
+      if (++count === config.workers) resolve(url);
+    });
+  });
+  for (let i = 0; i < config.workers; i++) fork();
+  const url = await listening;
+  logger.info({ url, workers: config.workers }, "listening");
+
+  function liveWorkers(): Worker[] {
+    return Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
+  }
+  function tellWorkersToDrain(): void {
+    const message: WorkerDrain = { runplane: "drain" };
+    for (const worker of liveWorkers()) if (worker.isConnected()) worker.send(message);
+  }
+
+  let drained: Promise<void> | undefined;
+  async function drain(): Promise<void> {
+    stopping = true;
+    const workers = liveWorkers();
+    const exited = workers.map((worker) =>
+      new Promise<void>((resolve) => {
+        if (worker.isDead()) return resolve();
+        worker.once("exit", () => resolve());
+      })
+    );
+    tellWorkersToDrain();
+    // Calls the workers still have in flight run on the supervisor's replicas: it drains after them.
+    await Promise.all(exited);
+    await server.drain();
+  }
+
+  return {
+    server,
+    url,
+    workerPids: () => liveWorkers().flatMap((w) => w.process.pid ?? []),
+    drain() {
+      if (drained) {
+        // A second word: every drain is cut short (a worker reads a second "drain" as a second SIGTERM).
+        tellWorkersToDrain();
+        void server.drain();
+        return drained;
+      }
+      drained = drain();
+      return drained;
+    },
+  };
+}

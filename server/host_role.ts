@@ -1,0 +1,35 @@
+/** The part a server process plays on a host with workers (`RUNPLANE_WORKERS` > 1; see server/host/). */
+import type { ForwardKey } from "./cluster/mod.ts";
+import type { ServerContext } from "./context.ts";
+import type { GpuInventory } from "./gpus/mod.ts";
+import type { ExecutedCall, ExecuteRequest } from "./runs/mod.ts";
+import type { WakeUpPort } from "./store/mod.ts";
+
+/**
+ * A process of a host with workers. The supervisor is today's whole server, listening on a Unix socket
+ * only: it runs the replicas, builds, deliveries and the store's upkeep, and the calls its workers hand
+ * it. A worker serves the port: it verifies, validates and records, and hands every call to the
+ * supervisor; it starts no replica, claims no async run and no build.
+ */
+export type HostRole =
+  | { kind: "supervisor"; socketPath: string; forwardKey: ForwardKey; relay: WakeUpPort }
+  | {
+    kind: "worker";
+    socketPath: string;
+    forwardKey: ForwardKey;
+    relay: WakeUpPort;
+    facts: HostFacts;
+    /** Its number among the host's workers (node:cluster's id), sent as `X-Runplane-Worker`. */
+    id: number;
+    /** Whether the supervisor is still there (its IPC channel open). */
+    connected(): boolean;
+    /** Hands a call to the supervisor, which runs it on its replicas (`now`: the credential's clock). */
+    forward(request: ExecuteRequest, options: { now(): number }): Promise<ExecutedCall>;
+  };
+
+/** What a worker shows of its host (`/readyz`): the supervisor's sandbox, cgroups and GPUs, as it started them. */
+export interface HostFacts {
+  sandbox: ServerContext["sandbox"];
+  cgroups: ServerContext["cgroups"];
+  gpus: GpuInventory;
+}
