@@ -232,13 +232,17 @@ for (const engine of await engines()) {
       assert.ok(outcomes.includes(200), `the other worker's calls were answered: ${outcomes}`);
       assert.ok(outcomes.includes("cut"), `the killed worker's calls were cut: ${outcomes}`);
       // No run is left running: the killed worker's end once its process is found gone (or its lease ends).
-      await waitFor(async () => {
-        const response = await checkedFetch(
-          `${server.url}/v4/projects/${PROJECT}/runs?status=running&app_id=work&function_name=slow`,
-          { headers: { Authorization: `Bearer ${server.token}` } },
-        );
-        return (((await response.json()) as { runs?: unknown[] }).runs ?? []).length === 0;
-      }, "the killed worker's runs to end", 30_000);
+      await waitFor(
+        async () => {
+          const response = await checkedFetch(
+            `${server.url}/v4/projects/${PROJECT}/runs?status=running&app_id=work&function_name=slow`,
+            { headers: { Authorization: `Bearer ${server.token}` } },
+          );
+          return (((await response.json()) as { runs?: unknown[] }).runs ?? []).length === 0;
+        },
+        "the killed worker's runs to end",
+        30_000,
+      );
     });
 
     it("drains every worker and the supervisor on SIGTERM: every call in flight answered, exit 0", async () => {
