@@ -3,6 +3,7 @@ import type { ForwardKey } from "./cluster/mod.ts";
 import type { ServerContext } from "./context.ts";
 import type { GpuInventory } from "./gpus/mod.ts";
 import type { ExecutedCall, ExecuteRequest } from "./runs/mod.ts";
+import type { Runtime } from "./runtime/mod.ts";
 import type { WakeUpPort } from "./store/mod.ts";
 
 /**
@@ -23,6 +24,8 @@ export type HostRole =
     id: number;
     /** Whether the supervisor is still there (its IPC channel open). */
     connected(): boolean;
+    /** `local` (the worker's own runtime, which runs nothing) with the supervisor's replicas shown. */
+    viewRuntime(local: Runtime): Runtime;
     /** Hands a call to the supervisor, which runs it on its replicas (`now`: the credential's clock). */
     forward(request: ExecuteRequest, options: { now(): number }): Promise<ExecutedCall>;
   };

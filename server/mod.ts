@@ -203,6 +203,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
       forwardKey: clusterKey,
     });
   }
+  // What handlers, deployments and gauges read of replicas: a worker's are the supervisor's.
+  const shown = worker ? worker.viewRuntime(runtime) : runtime;
   reloadApps = () => {
     runtime.reload().catch((error) => logger.error({ err: error }, "reloading apps after a secrets change failed"));
   };
@@ -222,7 +224,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       bundleLimitBytes: config.bundleLimitBytes,
       sandbox,
     },
-    runtime,
+    runtime: shown,
     archiveRepository: (projectId, request) => trees.archive(projectId, request),
     deferBuilds: clusterKey !== null,
     followOnly: worker !== undefined,
@@ -295,7 +297,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     changesWanted: runChanges.watches,
     logs: runLogs,
   });
-  wireGauges(metrics, { runs, runtime, cluster });
+  wireGauges(metrics, { runs, runtime: shown, cluster });
   const context: ServerContext = {
     config,
     store,
@@ -306,7 +308,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     metrics,
     secrets,
     trees,
-    runtime,
+    runtime: shown,
     runs,
     runChanges,
     deployments,

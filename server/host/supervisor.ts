@@ -15,6 +15,7 @@ import type { Logger } from "../log.ts";
 import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
 import { isRelayedWakeUp, type RelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
 import { isWorkerAsks, type WorkerDrain, type WorkerSetup } from "./_messages.ts";
+import { sendSnapshots } from "./runtime_view.ts";
 
 /** A worker that dies sooner than this after its start waits this long before it is started again. */
 const RESPAWN_PAUSE_MS = 1_000;
@@ -88,13 +89,19 @@ export async function startSupervisor(
   };
   let stopping = false;
   const started = new Map<number, number>();
+  const snapshots = sendSnapshots(context.runtime, (snapshot) => {
+    for (const worker of liveWorkers()) if (worker.isConnected()) worker.send(snapshot);
+  });
 
   function fork(): Worker {
     const worker = cluster.fork();
     started.set(worker.id, Date.now());
     worker.on("message", (message: unknown) => {
       if (isRelayedWakeUp(message)) port.fromWorker(worker, message);
-      else if (isWorkerAsks(message)) worker.send(setup);
+      else if (isWorkerAsks(message)) {
+        worker.send(setup);
+        snapshots.resend();
+      }
     });
     return worker;
   }
@@ -135,6 +142,7 @@ export async function startSupervisor(
   let drained: Promise<void> | undefined;
   async function drain(): Promise<void> {
     stopping = true;
+    snapshots.stop();
     const workers = liveWorkers();
     const exited = workers.map((worker) =>
       new Promise<void>((resolve) => {

@@ -11,6 +11,7 @@ import type { Config } from "../config.ts";
 import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
 import { isRelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
 import { isWorkerSetup, type WorkerAsks, type WorkerSetup } from "./_messages.ts";
+import { isRuntimeSnapshot, type RuntimeSnapshot, viewedRuntime } from "./runtime_view.ts";
 
 /** The supervisor's setup message, asked for once this process listens for it. */
 function setupMessage(): Promise<WorkerSetup> {
@@ -43,6 +44,11 @@ export async function serveAsWorker(
   config: Config,
   options: CreateServerOptions = {},
 ): Promise<{ server: RunplaneServer; url: string }> {
+  // The supervisor's replicas as it last told them (see runtime_view.ts).
+  let latest: RuntimeSnapshot | undefined;
+  process.on("message", (message) => {
+    if (isRuntimeSnapshot(message)) latest = message;
+  });
   const setup = await setupMessage();
   const key = setup.forwardKeyHex
     ? new ForwardKey(Buffer.from(setup.forwardKeyHex, "hex"))
@@ -64,6 +70,7 @@ export async function serveAsWorker(
       relay: supervisorPort,
       facts: setup.facts,
       connected: () => process.connected === true,
+      viewRuntime: (local) => viewedRuntime(local, () => latest),
       forward: (request, { now }) => forwardCall("http://supervisor", request, { key, dispatcher, now }),
     },
   });

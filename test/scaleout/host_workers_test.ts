@@ -142,6 +142,31 @@ for (const engine of await engines()) {
       for (const pid of pids) assert.ok(alive(pid), `replica ${pid} runs`);
     });
 
+    it("shows the supervisor's replicas through every worker (getApp, /readyz)", async () => {
+      const via = await twoWorkers();
+      await waitFor(
+        async () => {
+          const views = await Promise.all(via.map(async (dispatcher) => {
+            const response = await checkedFetch(`${server.url}/v3/projects/${PROJECT}/apps/work`, {
+              headers: { Authorization: `Bearer ${server.token}` },
+              dispatcher,
+            } as RequestInit);
+            assert.equal(response.status, 200, await response.clone().text());
+            return ((await response.json()) as { replicas: { starting: number; idle: number; busy: number } }).replicas;
+          }));
+          return views.every((replicas) => replicas.idle + replicas.busy >= 1);
+        },
+        "both workers to show the supervisor's warm replica",
+        10_000,
+      );
+      for (const dispatcher of via) {
+        const ready = await checkedFetch(`${server.url}/readyz`, { dispatcher } as RequestInit);
+        assert.equal(ready.status, 200, await ready.clone().text());
+        const body = (await ready.json()) as { sandbox: { setting: string }; gpus: { held: number } };
+        assert.equal(body.sandbox.setting, "off", "the supervisor's sandbox, as it started it");
+      }
+    });
+
     it("cancels a sync call from the other worker, and one idempotency key sent to both makes one run", async () => {
       const [a, b] = await twoWorkers();
       const running = call("slow", { seconds: 30 }, { via: a });
