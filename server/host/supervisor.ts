@@ -106,10 +106,14 @@ export async function startSupervisor(
     return worker;
   }
 
+  let ready = false;
+  let failedToStart = (_error: Error) => {};
   cluster.on("exit", (worker, code, signal) => {
     const lived = Date.now() - (started.get(worker.id) ?? 0);
     started.delete(worker.id);
     if (stopping) return;
+    // Before every worker listened, a death is a start that fails (the port taken, say): no retry loop.
+    if (!ready) return failedToStart(new Error(`A worker exited before it listened (code ${code}, signal ${signal})`));
     logger.error(
       { worker_pid: worker.process.pid, code, signal },
       "a worker died; its calls in flight were cut, and another takes its place",
@@ -117,7 +121,8 @@ export async function startSupervisor(
     setTimeout(() => !stopping && fork(), lived < RESPAWN_PAUSE_MS ? RESPAWN_PAUSE_MS : 0);
   });
 
-  const listening = new Promise<string>((resolve) => {
+  const listening = new Promise<string>((resolve, reject) => {
+    failedToStart = reject;
     let count = 0;
     let url = "";
     cluster.on("listening", (_worker, address) => {
@@ -128,7 +133,17 @@ export async function startSupervisor(
     });
   });
   for (let i = 0; i < config.workers; i++) fork();
-  const url = await listening;
+  let url: string;
+  try {
+    url = await listening;
+    ready = true;
+  } catch (error) {
+    stopping = true;
+    snapshots.stop();
+    for (const worker of liveWorkers()) worker.process.kill("SIGKILL");
+    await server.close();
+    throw error;
+  }
   logger.info({ url, workers: config.workers }, "listening");
 
   function liveWorkers(): Worker[] {

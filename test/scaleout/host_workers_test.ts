@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
+import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { after, before, describe, it } from "node:test";
 import { Agent } from "undici";
@@ -296,3 +297,21 @@ for (const engine of await engines()) {
     });
   });
 }
+
+describe("a host with workers that cannot start", () => {
+  it("exits with an error, not a restart loop, when its workers cannot listen (the port is taken)", async () => {
+    const taken = createNetServer();
+    await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", () => resolve()));
+    const dirs = await makeServerDirs("runplane-workers-port-");
+    try {
+      const port = String((taken.address() as AddressInfo).port);
+      await assert.rejects(
+        startServerProcess({ ...dirs.env, RUNPLANE_WORKERS: "2", RUNPLANE_SANDBOX: "off", PORT: port }),
+        /exited before it listened[\s\S]*A worker exited before it listened/,
+      );
+    } finally {
+      taken.close();
+      await dirs.remove();
+    }
+  });
+});
