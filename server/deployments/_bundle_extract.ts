@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import { mkdir, open, readdir, rm } from "node:fs/promises";
 import { dirname, join, posix } from "node:path";
-import { Readable, Transform } from "node:stream";
+import { Transform, type Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
 import { extract, type ExtractEvents, type Header as TarHeader } from "tar-stream";
@@ -103,6 +103,26 @@ function checkType(header: TarHeader): void {
 /** Whether `error` came from the file system (the server's fault), not from the bundle's bytes. */
 function isSystemError(error: unknown): boolean {
   return error instanceof Error && typeof (error as NodeJS.ErrnoException).syscall === "string";
+}
+
+async function* oneChunk(bytes: Uint8Array): AsyncGenerator<Uint8Array> {
+  yield bytes;
+}
+
+/**
+ * Writes each chunk of `chunks` into `gunzip` once the one before was consumed, then ends it. Its write
+ * callback comes only once zlib has read the whole chunk, so a source may hand the same buffer again
+ * (a file read into one buffer): no fresh buffer per read for the collector to find later.
+ */
+async function feed(chunks: AsyncIterator<Uint8Array>, gunzip: Writable): Promise<void> {
+  for (;;) {
+    const next = await chunks.next();
+    if (next.done) break;
+    await new Promise<void>((resolve, reject) => {
+      gunzip.write(next.value, (error) => (error ? reject(error) : resolve()));
+    });
+  }
+  gunzip.end();
 }
 
 /**
@@ -224,16 +244,16 @@ export async function extractBundle(
       else done(null, chunk);
     },
   });
+  const gunzip = createGunzip();
+  const chunks = (bundle instanceof Uint8Array ? oneChunk(bundle) : bundle)[Symbol.asyncIterator]();
+  const unpacked = pipeline(gunzip, counter, tar);
   try {
-    await pipeline(
-      // A byte stream reads one chunk ahead, where an object stream would buffer 16 (16 MiB of store rows).
-      Readable.from(bundle instanceof Uint8Array ? [bundle] : bundle, { objectMode: false, highWaterMark: 1 }),
-      createGunzip(),
-      counter,
-      tar,
-    );
+    // Whichever fails first ends the unpacking; a refusal stops the feeding (and closes its source).
+    await Promise.race([feed(chunks, gunzip).then(() => unpacked), unpacked]);
     return { files, bytes };
   } catch (error) {
+    await chunks.return?.();
+    await unpacked.catch(() => {});
     await current;
     await rm(dir, { recursive: true, force: true });
     if (error instanceof ProblemError) throw error;

@@ -15,12 +15,10 @@ export interface BundleSource {
   digest: string;
   size: number;
   /**
-   * The bytes as chunks of at most `BUNDLE_CHUNK_BYTES` (each stored as one row). A chunk may be
-   * overwritten once the next is asked for: its consumer is done with it by then.
+   * The bytes as chunks of at most `BUNDLE_CHUNK_BYTES` (each stored as one row, and unpacked to check
+   * the bundle). A chunk may be overwritten once the next is asked for: its consumer is done with it by then.
    */
   chunks(): AsyncIterable<Uint8Array>;
-  /** The bytes as a stream whose chunks stay valid (for the extractor, which reads ahead). */
-  stream(): AsyncIterable<Uint8Array>;
 }
 
 /** The bytes of one row of `bundle_chunks`: small enough for any driver, few enough rows per bundle. */

@@ -3,7 +3,6 @@
  * by digest, built by whichever process claims them, and served by every process once active. Free of
  * HTTP: handlers decode, call this, and map the views to responses.
  */
-import { createReadStream } from "node:fs";
 import { mkdir, open, readFile, rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -99,8 +98,8 @@ export interface BundleFile {
 }
 
 /**
- * A bundle file read a chunk (one stored row) at a time into one buffer: a fresh 1 MiB buffer per chunk
- * is garbage the collector may leave for tens of MiB before it runs.
+ * A bundle file read a chunk (one stored row) at a time into one buffer, to check it and to store it: a
+ * fresh buffer per chunk is garbage the collector may leave for tens of MiB before it runs.
  */
 function fileSource(file: BundleFile): BundleSource {
   async function* chunks(): AsyncGenerator<Uint8Array> {
@@ -116,7 +115,7 @@ function fileSource(file: BundleFile): BundleSource {
       await handle.close();
     }
   }
-  return { digest: file.digest, size: file.size, chunks, stream: () => createReadStream(file.path) };
+  return { digest: file.digest, size: file.size, chunks };
 }
 
 /** A bundle in memory (a repository's archive), cut into chunks without copying. */
@@ -126,7 +125,7 @@ function bytesSource(bytes: Uint8Array): BundleSource {
       yield bytes.subarray(at, at + BUNDLE_CHUNK_BYTES);
     }
   }
-  return { digest: bundleDigest(bytes), size: bytes.byteLength, chunks, stream: chunks };
+  return { digest: bundleDigest(bytes), size: bytes.byteLength, chunks };
 }
 
 /**
@@ -346,7 +345,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     await mkdir(join(settings.dataDir, "uploads"), { recursive: true });
     await sweepUnpacked(settings.dataDir, { olderThanMs: UNPACKED_KEPT_MS, now: Date.now() });
     try {
-      await extractBundle(bundle.stream(), scratch, settings.bundleLimits);
+      await extractBundle(bundle.chunks(), scratch, settings.bundleLimits);
       const text = await readFile(join(scratch, "runplane.toml"), "utf8").catch(() => {
         throw new ProblemError(
           "validation",

@@ -23,7 +23,7 @@ function reusedBufferSource(bytes: Buffer): BundleSource {
       yield buffer.subarray(0, n);
     }
   }
-  return { digest: digestOf(bytes), size: bytes.length, chunks, stream: chunks };
+  return { digest: digestOf(bytes), size: bytes.length, chunks };
 }
 
 async function readAll(chunks: AsyncIterable<Uint8Array>): Promise<Buffer> {
