@@ -223,6 +223,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
       allowExternalRuntimes: config.allowExternalRuntimes,
       bundleLimitBytes: config.bundleLimitBytes,
       sandbox,
+      // SQLite's bundles are files in the data dir; PostgreSQL's are rows every host reads.
+      bundleDir: store.shared ? undefined : join(config.dataDir, "bundles"),
     },
     runtime: shown,
     archiveRepository: (projectId, request) => trees.archive(projectId, request),

@@ -31,6 +31,8 @@ export interface BuildSettings {
   bundleLimits?: Partial<BundleLimits>;
   /** Jails the build's steps; unjailed (with an environment built from scratch) without it. */
   sandbox?: Sandbox;
+  /** Where bundles are kept as files (SQLite: see _bundle_files.ts); unset, in the store's rows. */
+  bundleDir?: string;
 }
 
 /** What a deployed app's `runplane.toml` may ask for on this server. */
@@ -107,7 +109,7 @@ async function unpack(
     options.log({ stream: "build", text: `==> bundle ${digest}: unpacked here when it was uploaded` });
     return;
   }
-  const bundle = await selectBundle(db, digest);
+  const bundle = await selectBundle(db, digest, { bundleDir: options.settings.bundleDir });
   if (!bundle) throw new DeploymentBuildError(`The bundle ${digest} is missing from the store`);
   const extracted = await extractBundle(bundle.chunks, options.dir, options.settings.bundleLimits);
   options.log({ stream: "build", text: `==> bundle ${digest}: ${extracted.files} files` });

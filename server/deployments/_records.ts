@@ -5,24 +5,14 @@
 import type { Kysely, Selectable } from "kysely";
 import { type Database, isUniqueViolation } from "../store/mod.ts";
 import { claimBuild } from "../store/statements/deployments.ts";
+import { bundleFileSource, keepBundleFile } from "./_bundle_files.ts";
+import { BUNDLE_CHUNK_BYTES, type BundleSource } from "./_bundle_source.ts";
+
+export { BUNDLE_CHUNK_BYTES, type BundleSource } from "./_bundle_source.ts";
 import type { DeploymentTable } from "../store/schema.ts";
 
 /** A deployment as stored. */
 export type DeploymentRow = Selectable<DeploymentTable>;
-
-/** A bundle to store: its content address, its length, and its bytes read in order, a chunk at a time. */
-export interface BundleSource {
-  digest: string;
-  size: number;
-  /**
-   * The bytes as chunks of at most `BUNDLE_CHUNK_BYTES` (each stored as one row, and unpacked to check
-   * the bundle). A chunk may be overwritten once the next is asked for: its consumer is done with it by then.
-   */
-  chunks(): AsyncIterable<Uint8Array>;
-}
-
-/** The bytes of one row of `bundle_chunks`: small enough for any driver, few enough rows per bundle. */
-export const BUNDLE_CHUNK_BYTES = 64 * 1024;
 
 /** What a new deployment is made of. */
 export interface NewDeployment {
@@ -45,14 +35,20 @@ export interface NewDeployment {
  * from the source as they are written), its app (made, or brought back when it was deleted) and its row,
  * in one transaction.
  */
-export async function insertDeployment(db: Kysely<Database>, deployment: NewDeployment): Promise<DeploymentRow> {
+export async function insertDeployment(
+  db: Kysely<Database>,
+  deployment: NewDeployment,
+  options: { bundleDir?: string } = {},
+): Promise<DeploymentRow> {
+  // Kept before the row that names it commits, so that whoever reads the row finds the file.
+  if (options.bundleDir) await keepBundleFile(options.bundleDir, deployment.bundle);
   return await db.transaction().execute(async (tx) => {
     await tx
       .insertInto("projects")
       .values({ id: deployment.projectId, created_at: deployment.now })
       .onConflict((oc) => oc.column("id").doNothing())
       .execute();
-    await insertBundle(tx, deployment.bundle, deployment.now);
+    await insertBundle(tx, deployment.bundle, { now: deployment.now, inFile: options.bundleDir !== undefined });
     await tx
       .insertInto("apps")
       .values({
@@ -93,8 +89,16 @@ export async function insertDeployment(db: Kysely<Database>, deployment: NewDepl
   });
 }
 
-/** Stores a bundle's row and its chunks, unless a bundle of the same digest is stored already. */
-async function insertBundle(tx: Kysely<Database>, bundle: BundleSource, now: number): Promise<void> {
+/**
+ * Stores a bundle's row and its chunks (none when `inFile`: its bytes are a kept file, see
+ * _bundle_files.ts), unless a bundle of the same digest is stored already.
+ */
+async function insertBundle(
+  tx: Kysely<Database>,
+  bundle: BundleSource,
+  options: { now: number; inFile: boolean },
+): Promise<void> {
+  const now = options.now;
   const inserted = await tx
     .insertInto("bundles")
     .values({
@@ -107,7 +111,7 @@ async function insertBundle(tx: Kysely<Database>, bundle: BundleSource, now: num
     .onConflict((oc) => oc.column("digest").doNothing())
     .returning("digest")
     .executeTakeFirst();
-  if (!inserted) return;
+  if (!inserted || options.inFile) return;
   let idx = 0;
   for await (const chunk of bundle.chunks()) {
     if (chunk.byteLength > BUNDLE_CHUNK_BYTES) throw new Error(`insertBundle: a chunk of ${chunk.byteLength} bytes`);
@@ -123,14 +127,23 @@ export interface StoredBundle {
 }
 
 /**
- * A stored bundle, or undefined. Its chunks are read one row at a time as they are consumed; a bundle
- * stored before migration 0021 (its bytes in `bundles.data`) comes as one chunk.
+ * A stored bundle, or undefined. Its kept file when `bundleDir` has one (SQLite), else its chunks, read one
+ * row at a time as they are consumed; a bundle stored before migration 0021 (its bytes in `bundles.data`)
+ * comes as one chunk.
  */
-export async function selectBundle(db: Kysely<Database>, digest: string): Promise<StoredBundle | undefined> {
+export async function selectBundle(
+  db: Kysely<Database>,
+  digest: string,
+  options: { bundleDir?: string } = {},
+): Promise<StoredBundle | undefined> {
+  const kept = options.bundleDir ? await bundleFileSource(options.bundleDir, digest) : undefined;
+  if (kept) return kept;
   const row = await db.selectFrom("bundles").select(["size_bytes", "chunk_count"]).where("digest", "=", digest)
     .executeTakeFirst();
   if (!row) return undefined;
   const count = row.chunk_count === null ? null : Number(row.chunk_count);
+  // A row whose bytes were kept in a file that is gone: missing, not empty.
+  if (count === 0 && Number(row.size_bytes) > 0) return undefined;
   async function* chunks(): AsyncGenerator<Uint8Array> {
     if (count === null) {
       const legacy = await db.selectFrom("bundles").select("data").where("digest", "=", digest)

@@ -3,7 +3,7 @@
  * by digest, built by whichever process claims them, and served by every process once active. Free of
  * HTTP: handlers decode, call this, and map the views to responses.
  */
-import { mkdir, open, readFile, rm } from "node:fs/promises";
+import { mkdir, readFile, rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Kysely } from "kysely";
@@ -14,6 +14,7 @@ import { type AppConfig, AppConfigError, type AppInfo, type DeployedApp, parseAp
 import type { Database, Notifier } from "../store/mod.ts";
 import { type Builder, startBuilder } from "./_builder.ts";
 import { bundleDigest, extractBundle } from "./_bundle_extract.ts";
+import { fileChunks } from "./_bundle_files.ts";
 import { type LocalApps, startLocalApps } from "./_local_apps.ts";
 import { type BuildSettings, dependencyLayerReady, deployedAppRules } from "./_materialise.ts";
 import {
@@ -97,25 +98,9 @@ export interface BundleFile {
   digest: string;
 }
 
-/**
- * A bundle file read a chunk (one stored row) at a time into one buffer, to check it and to store it: a
- * fresh buffer per chunk is garbage the collector may leave for tens of MiB before it runs.
- */
+/** A spooled upload: read a chunk at a time into one buffer (to check it, and to store it in rows), or linked. */
 function fileSource(file: BundleFile): BundleSource {
-  async function* chunks(): AsyncGenerator<Uint8Array> {
-    const handle = await open(file.path, "r");
-    try {
-      const buffer = Buffer.allocUnsafe(BUNDLE_CHUNK_BYTES);
-      for (;;) {
-        const { bytesRead } = await handle.read(buffer, 0, BUNDLE_CHUNK_BYTES, null);
-        if (bytesRead === 0) return;
-        yield buffer.subarray(0, bytesRead);
-      }
-    } finally {
-      await handle.close();
-    }
-  }
-  return { digest: file.digest, size: file.size, chunks };
+  return { digest: file.digest, size: file.size, chunks: () => fileChunks(file.path), path: file.path };
 }
 
 /** A bundle in memory (a repository's archive), cut into chunks without copying. */
@@ -198,7 +183,8 @@ export interface AppRef {
 export interface Deployments {
   /**
    * Stores an uploaded bundle as a new deployment of the app (made if new); the build follows. The file
-   * is read as a stream (checked, then stored in chunks), never whole into memory; the caller removes it.
+   * is read a chunk at a time (checked, then stored: linked into the data dir on SQLite, in rows on
+   * PostgreSQL), never whole into memory; the caller removes it.
    */
   deployBundle(ref: AppRef, bundle: BundleFile, label?: DeploymentLabel): Promise<DeploymentView>;
   /** Fetches a repository folder and deploys it like a bundle (a `label.commit` is refused: 400). */
@@ -391,7 +377,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
       commit: repository?.commit ?? label.commit,
       dirty: repository ? false : label.dirty === true,
       now: options.now(),
-    }).catch(async (error: unknown) => {
+    }, { bundleDir: settings.bundleDir }).catch(async (error: unknown) => {
       await dropUnpacked();
       throw error;
     });

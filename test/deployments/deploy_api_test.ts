@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
@@ -248,6 +248,18 @@ for (const engine of await engines()) {
       const rows = await t.server.context.store.db.selectFrom("bundles").select("digest").where("digest", "=", a.digest)
         .execute();
       assert.equal(rows.length, 1);
+      // SQLite keeps the bytes as a file of the data dir (the upload linked into place, no rows written on
+      // the event loop); PostgreSQL in rows, which every host reads.
+      const chunks = await t.server.context.store.db.selectFrom("bundle_chunks").select("idx")
+        .where("digest", "=", a.digest).execute();
+      const file = join(t.dataDir, "bundles", a.digest.replace("sha256:", ""));
+      if (engine === "sqlite") {
+        assert.equal(chunks.length, 0);
+        assert.deepEqual(readFileSync(file), Buffer.from(bytes));
+      } else {
+        assert.ok(chunks.length > 0);
+        assert.equal(existsSync(file), false);
+      }
     });
 
     it("needs the deploy scope to deploy, activate and delete; rest reads", async () => {

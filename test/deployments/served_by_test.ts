@@ -104,7 +104,12 @@ for (const engine of await engines()) {
         db: t.server.context.store.db,
         notifier: deaf,
         logger: silent,
-        settings: { dataDir, timeoutMs: 60_000 },
+        // On SQLite the bundles are files of the server's data dir, which every process on its store shares.
+        settings: {
+          dataDir,
+          timeoutMs: 60_000,
+          bundleDir: engine === "sqlite" ? join(t.dataDir, "bundles") : undefined,
+        },
         now: Date.now,
         onChange: async () => {},
         pollMs: 200,

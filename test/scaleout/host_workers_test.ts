@@ -8,7 +8,6 @@
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { type AddressInfo, createServer as createNetServer } from "node:net";
-import { setTimeout as sleep } from "node:timers/promises";
 import { after, before, describe, it } from "node:test";
 import { Agent } from "undici";
 import { alive, waitFor } from "../_helpers/apps.ts";
@@ -97,6 +96,21 @@ for (const engine of await engines()) {
       } as RequestInit);
       assert.equal(response.status, 200, await response.clone().text());
       return (await response.json()) as RunResult & { status: string };
+    }
+
+    /** Resolves once `count` runs of `slow` are running (accepted, recorded, and on a replica). */
+    async function running(count: number): Promise<void> {
+      await waitFor(
+        async () => {
+          const response = await checkedFetch(
+            `${server.url}/v4/projects/${PROJECT}/runs?status=running&app_id=work&function_name=slow`,
+            { headers: { Authorization: `Bearer ${server.token}` } },
+          );
+          return (((await response.json()) as { runs?: unknown[] }).runs ?? []).length >= count;
+        },
+        `${count} slow runs to be running`,
+        20_000,
+      );
     }
 
     /** Two connections that landed on different workers. */
@@ -228,9 +242,9 @@ for (const engine of await engines()) {
       assert.equal(before.length, 2, `two workers: ${before}`);
       // Calls in flight on both workers: the killed one's are cut, and their runs must still end.
       const inFlight = [0, 1, 2, 3].map(() =>
-        call("slow", { seconds: 3 }).then((answer) => answer.response.status, () => "cut")
+        call("slow", { seconds: 6 }).then((answer) => answer.response.status, () => "cut")
       );
-      await sleep(800);
+      await running(4);
       process.kill(before[0], "SIGKILL");
       await waitFor(() => !alive(before[0]), "the worker to die");
       for (let i = 0; i < 6; i++) {
@@ -273,8 +287,8 @@ for (const engine of await engines()) {
 
     it("drains every worker and the supervisor on SIGTERM: every call in flight answered, exit 0", async () => {
       const [a, b] = await twoWorkers();
-      const calls = [a, b, connection(), connection()].map((via) => call("slow", { seconds: 2 }, { via }));
-      await sleep(500);
+      const calls = [a, b, connection(), connection()].map((via) => call("slow", { seconds: 3 }, { via }));
+      await running(4);
       process.kill(server.child.pid!, "SIGTERM");
       const answers = await Promise.all(calls);
       for (const { response } of answers) assert.equal(response.status, 200, await response.clone().text());
