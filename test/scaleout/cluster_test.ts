@@ -232,6 +232,13 @@ describe("three processes as one cluster: replicas counted, placed and reached c
     const inFlight = callRun(on(draining, "one"), "wait_gate", { body: { gate } });
     await sleep(500);
     draining.child.kill("SIGTERM");
+    // The signal is handled on the holder's event loop: a call that reached it first was taken before the
+    // drain (a loaded machine showed it). What follows is about the calls after the drain began.
+    await eventually(
+      async () => draining.logs.some((line) => String(line.msg).startsWith("draining:")) || undefined,
+      30_000,
+      "the holder to begin draining",
+    );
     const other = hosts[(holder + 1) % hosts.length];
     // Served elsewhere while the holder still drains (its call waits on the gate).
     const answer = await eventually(
