@@ -2,13 +2,15 @@
  * Uploads do not buffer (issue 29 item 6): three ~99 MiB bundles of incompressible bytes deployed at
  * once through a real server process keep its RSS growth under 64 MiB and /healthz answering, and every
  * spooled upload is removed, whatever the outcome. The /healthz p99 < 100 ms claim is measured by
- * `npm run bench` (scripts/bench/, scenario `bundle_uploads`); here the bound is generous.
+ * `npm run bench` (scripts/bench/, scenario `bundle_uploads`); here the bound is generous, and timed from
+ * a thread of its own (this process's pauses while it sends 300 MiB are not the server's).
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { Worker } from "node:worker_threads";
 import { gzipSync } from "node:zlib";
 import { pack } from "tar-stream";
 import { checkedFetch } from "../_helpers/contract.ts";
@@ -72,6 +74,47 @@ async function memoryAccount(url: string): Promise<string> {
   };
   return `V8 heap ${mib("nodejs_heap_size_total_bytes")} (used ${mib("nodejs_heap_size_used_bytes")}), `
     + `external ${mib("nodejs_external_memory_bytes")}`;
+}
+
+/**
+ * Polls `url` every 20 ms from a worker thread (its own event loop and heap) until `stop()`, which
+ * resolves with each answer's latency in ms; any answer but 200 fails it.
+ */
+function startProber(url: string): { stop(): Promise<number[]> } {
+  const worker = new Worker(
+    `const { parentPort, workerData } = require("node:worker_threads");
+    let polling = true;
+    const latencies = [];
+    parentPort.on("message", () => (polling = false));
+    (async () => {
+      while (polling) {
+        const started = performance.now();
+        const response = await fetch(workerData.url);
+        await response.arrayBuffer();
+        latencies.push(performance.now() - started);
+        if (response.status !== 200) throw new Error("/healthz answered " + response.status);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      parentPort.postMessage({ latencies });
+    })().catch((error) => parentPort.postMessage({ error: String(error) }));`,
+    { eval: true, workerData: { url } },
+  );
+  const done = new Promise<number[]>((resolve, reject) => {
+    worker.once(
+      "message",
+      (answer: { latencies?: number[]; error?: string }) =>
+        answer.latencies ? resolve(answer.latencies) : reject(new Error(answer.error)),
+    );
+    worker.once("error", reject);
+  });
+  return {
+    async stop() {
+      worker.postMessage("stop");
+      const latencies = await done;
+      await worker.terminate();
+      return latencies;
+    },
+  };
 }
 
 function percentile(values: number[], p: number): number {
@@ -141,14 +184,17 @@ for (const engine of await engines()) {
       let peakRss = rssBefore;
       const accountBefore = await memoryAccount(server.url);
       let accountAtPeak = accountBefore;
-      const latencies: number[] = [];
+      // /healthz's latency is timed from a thread of its own: this process sends 300 MiB of bundles
+      // meanwhile, and its own pauses (a collection of those buffers) are not the server's.
+      const prober = startProber(`${server.url}/healthz`);
+      const ownLoop: number[] = [];
       let polling = true;
       const poller = (async () => {
         while (polling) {
           const started = performance.now();
           const response = await checkedFetch(`${server.url}/healthz`);
           await response.arrayBuffer();
-          latencies.push(performance.now() - started);
+          ownLoop.push(performance.now() - started);
           assert.equal(response.status, 200);
           const rss = await procBytes(pid, "VmRSS");
           if (rss > peakRss) {
@@ -173,6 +219,7 @@ for (const engine of await engines()) {
         polling = false;
         await poller;
       }
+      const latencies = await prober.stop();
       const hwmAfter = await procBytes(pid, "VmHWM");
       // VmHWM catches a peak between two samples; when it did not rise, the peak was the sampled one.
       const peak = Math.max(peakRss, hwmAfter > hwmBefore ? hwmAfter : 0);
@@ -182,7 +229,10 @@ for (const engine of await engines()) {
         assert.equal(deployment.status, "ready", `big-${i}: ${deployment.error}`);
         assert.equal(deployment.size_bytes, bundles[i].byteLength);
       }
-      t.diagnostic(`RSS growth ${(growth / MIB).toFixed(1)} MiB, /healthz p99 ${p99.toFixed(0)} ms`);
+      t.diagnostic(
+        `RSS growth ${(growth / MIB).toFixed(1)} MiB, /healthz p99 ${p99.toFixed(0)} ms `
+          + `(${percentile(ownLoop, 99).toFixed(0)} ms timed from the test's own event loop)`,
+      );
       t.diagnostic(`before: ${accountBefore}; at the sampled peak: ${accountAtPeak}`);
       assert.ok(
         growth < RSS_GROWTH_LIMIT[engine],
