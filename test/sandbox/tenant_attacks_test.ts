@@ -196,7 +196,9 @@ if (await sandboxWorks("the tenant attack tests")) {
         const names = attempt.ok ? (attempt.value as string[]) : [];
         assert.ok(names.length <= 1, `${app} lists ${path}: ${JSON.stringify(names)}`);
         assert.ok(
-          !names.some((n) => ["keys", "runplane.sqlite3", "venvs", "p-other"].includes(n)),
+          !names.some((n) =>
+            ["keys", "runplane.sqlite3", "venvs", "p-other", "bundles", "unpacked", "supervisor.sock"].includes(n)
+          ),
           `${app} lists ${path}`,
         );
       }
