@@ -1,5 +1,4 @@
 /** The part a server process plays on a host with workers (`RUNPLANE_WORKERS` > 1; see server/host/). */
-import type { ForwardKey } from "./cluster/mod.ts";
 import type { ServerContext } from "./context.ts";
 import type { GpuInventory } from "./gpus/mod.ts";
 import type { ExecutedCall, ExecuteRequest } from "./runs/mod.ts";
@@ -13,11 +12,16 @@ import type { WakeUpPort } from "./store/mod.ts";
  * supervisor; it starts no replica, claims no async run and no build.
  */
 export type HostRole =
-  | { kind: "supervisor"; socketPath: string; forwardKey: ForwardKey; relay: WakeUpPort }
+  | {
+    kind: "supervisor";
+    /** Where the workers hand it calls (`server/host/_call_wire.ts`). */
+    socketPath: string;
+    /** What a worker says first on that socket. */
+    callToken: Uint8Array;
+    relay: WakeUpPort;
+  }
   | {
     kind: "worker";
-    socketPath: string;
-    forwardKey: ForwardKey;
     relay: WakeUpPort;
     facts: HostFacts;
     /** Its number among the host's workers (node:cluster's id), sent as `X-Runplane-Worker`. */
@@ -26,8 +30,8 @@ export type HostRole =
     connected(): boolean;
     /** `local` (the worker's own runtime, which runs nothing) with the supervisor's replicas shown. */
     viewRuntime(local: Runtime): Runtime;
-    /** Hands a call to the supervisor, which runs it on its replicas (`now`: the credential's clock). */
-    forward(request: ExecuteRequest, options: { now(): number }): Promise<ExecutedCall>;
+    /** Hands a call to the supervisor, which runs it on its replicas. */
+    forward(request: ExecuteRequest): Promise<ExecutedCall>;
   };
 
 /** What a worker shows of its host (`/readyz`): the supervisor's sandbox, cgroups and GPUs, as it started them. */

@@ -4,7 +4,6 @@
  */
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { rm } from "node:fs/promises";
 import { createServer as createHttpServer, type RequestListener, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -15,6 +14,7 @@ import { type Config, ConfigError } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { prepareDataDir } from "./data_dir.ts";
 import { hostParts, type HostParts } from "./host_parts.ts";
+import { listenForWorkerCalls, type WorkerCallsServer } from "./host/call_server.ts";
 import type { HostRole } from "./host_role.ts";
 import { createDeployments } from "./deployments/mod.ts";
 import { createHandlers } from "./handlers/mod.ts";
@@ -282,7 +282,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       resultLimitBytes: config.resultLimitBytes,
     },
     executor: worker
-      ? { ...localExecutor, execute: (request) => worker.forward(request, { now: store.clock.now }) }
+      ? { ...localExecutor, execute: (request) => worker.forward(request) }
       : cluster?.executor ?? localExecutor,
     dispatch: worker === undefined,
     metrics,
@@ -318,7 +318,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     cgroups: cgroups.status,
     gpus,
     projectSecrets,
-    forwardKey: clusterKey ?? role?.forwardKey ?? (config.masterKey ? forwardKey(config.masterKey) : null),
+    forwardKey: clusterKey ?? (config.masterKey ? forwardKey(config.masterKey) : null),
     host: { id: owner, url: config.advertiseUrl ?? null },
     cluster: cluster ? { view: cluster.registry.view } : null,
   };
@@ -344,6 +344,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     },
   });
   let server: Server | undefined;
+  let workerCalls: WorkerCallsServer | undefined;
   let url = "";
   let listening: Promise<void> = Promise.resolve();
   let closing: Promise<void> | undefined;
@@ -351,6 +352,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
   /** Stops accepting connections (once); resolves when the open ones have ended. */
   function stopListening(): Promise<void> {
     if (server?.listening) listening = new Promise<void>((resolve) => server!.close(() => resolve()));
+    if (workerCalls) listening = workerCalls.close();
     return listening;
   }
 
@@ -380,21 +382,16 @@ export async function createServer(config: Config, options: CreateServerOptions 
     return closing;
   }
 
-  /** The supervisor's endpoint: a Unix socket only its own user may open (its workers). */
-  async function listenOnSocket(path: string): Promise<string> {
-    await rm(path, { force: true });
-    await new Promise<void>((resolve, reject) => {
-      // Made private before anyone can connect: the socket file takes the process's umask.
-      const umask = process.umask(0o177);
-      server = app.listen(path);
-      process.umask(umask);
-      answerClientErrors(server, { logger });
-      server.once("error", reject);
-      server.once("listening", () => resolve());
+  /** The supervisor's endpoint: a Unix socket only its own user may open, where its workers hand it calls. */
+  async function listenForWorkers(supervisor: Extract<HostRole, { kind: "supervisor" }>): Promise<string> {
+    workerCalls = await listenForWorkerCalls(supervisor.socketPath, {
+      token: supervisor.callToken,
+      executor: hereExecutor,
+      bodyLimitBytes: config.bodyLimitBytes,
+      logger,
     });
-    server!.keepAliveTimeout = 65_000;
-    url = `unix:${path}`;
-    logger.info({ socket: path }, "supervisor listening for its workers");
+    url = `unix:${supervisor.socketPath}`;
+    logger.info({ socket: supervisor.socketPath }, "supervisor listening for its workers");
     return url;
   }
 
@@ -445,7 +442,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       return url;
     },
     listen() {
-      if (role?.kind === "supervisor") return listenOnSocket(role.socketPath);
+      if (role?.kind === "supervisor") return listenForWorkers(role);
       return new Promise((resolve, reject) => {
         server = createHttpServer(worker ? withWorkerHeader(app.callback(), worker.id) : app.callback())
           .listen(config.port, config.host);

@@ -47,7 +47,8 @@ export async function closeForwardConnections(): Promise<void> {
   await agent?.close();
 }
 
-function interrupted(runId: string): RunFailure {
+/** The failure of a call its caller stopped (cancel, deadline, gone). */
+export function interrupted(runId: string): RunFailure {
   return new RunFailure("interrupted", "The run was interrupted before it finished", { runId });
 }
 
@@ -57,11 +58,11 @@ function describe(error: unknown): string {
 }
 
 /** A problem frame (or document) as the `ProblemError` the remote raised; an unknown kind is a 502. */
-function problemOf(frame: ProblemFrame, hostUrl: string): ProblemError {
+function problemOf(frame: ProblemFrame, peer: string): ProblemError {
   const kind = frame.type.startsWith(PROBLEM_BASE) ? frame.type.slice(PROBLEM_BASE.length) : frame.type;
   const headers = frame.retryAfter === undefined ? undefined : { "Retry-After": frame.retryAfter };
   if (kind in PROBLEM_KINDS) return new ProblemError(kind as ProblemKind, frame.detail, { headers });
-  return new ProblemError("bad-gateway", `The host at ${hostUrl} answered a problem of unknown type ${kind}`);
+  return new ProblemError("bad-gateway", `${peer} answered a problem of unknown type ${kind}`);
 }
 
 /**
@@ -85,7 +86,7 @@ async function refusal(hostUrl: string, response: Dispatcher.ResponseData): Prom
   if (type.startsWith(PROBLEM_BASE) && kind in PROBLEM_KINDS && (status === 429 || status === 413 || status >= 500)) {
     return problemOf(
       { status, type, detail, retryAfter: typeof retryAfter === "string" ? retryAfter : undefined },
-      hostUrl,
+      `The host at ${hostUrl}`,
     );
   }
   const hint = status === 401 ? "; give every process the same RUNPLANE_MASTER_KEY" : "";
@@ -96,7 +97,7 @@ async function refusal(hostUrl: string, response: Dispatcher.ResponseData): Prom
 }
 
 /** The frames of an answer's body, one per line, as they arrive. */
-async function* readFrames(body: AsyncIterable<Buffer>): AsyncGenerator<Frame> {
+export async function* readFrames(body: AsyncIterable<Buffer>): AsyncGenerator<Frame> {
   const lines = new LineSplitter();
   for await (const chunk of body) {
     for (const line of lines.push(chunk)) if (line.length) yield JSON.parse(line.toString("utf8")) as Frame;
@@ -113,19 +114,21 @@ function drain(frames: AsyncGenerator<Frame>): void {
   })().catch(() => {});
 }
 
-/** What a stream's reader needs of its call. */
-interface OpenCall {
+/** What reading a call's answer needs of the call. */
+export interface OpenCall {
   runId: string;
-  hostUrl: string;
+  /** Who runs the call, as messages name it: "The host at <url>", "This host's supervisor". */
+  peer: string;
   signal: ExecuteRequest["signal"];
-  controller: AbortController;
+  /** Gives up the answer: closes its connection, which stops the function there. */
+  abort(): void;
   /** Forgets the caller's signal: the call is over. */
   release(): void;
 }
 
 /** The failure of an answer that broke off (connection lost, cut short, unreadable). */
-function lost(call: OpenCall, error: unknown): RunFailure {
-  return new RunFailure("upstream_error", `The host at ${call.hostUrl} went away during the call: ${describe(error)}`, {
+export function lost(call: OpenCall, error: unknown): RunFailure {
+  return new RunFailure("upstream_error", `${call.peer} went away during the call: ${describe(error)}`, {
     runId: call.runId,
   });
 }
@@ -150,20 +153,28 @@ async function* streamItems(frames: AsyncGenerator<Frame>, call: OpenCall): Asyn
       over = true;
       if (frame.end) return;
       if (frame.error) throw failureFromRunError(call.runId, frame.error);
-      if (frame.problem) throw problemOf(frame.problem, call.hostUrl);
-      throw new RunFailure("protocol_violation", `The host at ${call.hostUrl} sent an unknown frame in a stream`, {
+      if (frame.problem) throw problemOf(frame.problem, call.peer);
+      throw new RunFailure("protocol_violation", `${call.peer} sent an unknown frame in a stream`, {
         runId: call.runId,
       });
     }
   } finally {
     call.release();
     if (over) drain(frames);
-    else call.controller.abort();
+    else call.abort();
   }
 }
 
-/** Reads frames up to the call's outcome: a result, or a stream whose items are read as they come. */
-async function outcome(frames: AsyncGenerator<Frame>, call: OpenCall, request: ExecuteRequest): Promise<ExecutedCall> {
+/**
+ * Reads `frames` up to the call's outcome, as a local executor resolves: the result, or the stream
+ * (its items read as they come; stopping early aborts the call). Rejects with the function's failure or
+ * the remote's problem; anything else thrown (a connection lost) is for the caller to describe.
+ */
+export async function readOutcome(
+  frames: AsyncGenerator<Frame>,
+  call: OpenCall,
+  request: ExecuteRequest,
+): Promise<ExecutedCall> {
   for (;;) {
     const next = await frames.next();
     if (next.done) throw new Error("the answer ended before the call's outcome");
@@ -179,8 +190,8 @@ async function outcome(frames: AsyncGenerator<Frame>, call: OpenCall, request: E
     }
     if (frame.stream) return { kind: "stream", items: streamItems(frames, call) };
     if (frame.error) throw failureFromRunError(call.runId, frame.error);
-    if (frame.problem) throw problemOf(frame.problem, call.hostUrl);
-    throw new RunFailure("protocol_violation", `The host at ${call.hostUrl} sent an unknown frame`, {
+    if (frame.problem) throw problemOf(frame.problem, call.peer);
+    throw new RunFailure("protocol_violation", `${call.peer} sent an unknown frame`, {
       runId: call.runId,
     });
   }
@@ -226,9 +237,9 @@ export async function forwardCall(
   request.signal.addEventListener("abort", onAbort, { once: true });
   const call: OpenCall = {
     runId,
-    hostUrl,
+    peer: `The host at ${hostUrl}`,
     signal: request.signal,
-    controller,
+    abort: () => controller.abort(),
     release: () => request.signal.removeEventListener("abort", onAbort),
   };
   let response: Dispatcher.ResponseData;
@@ -256,7 +267,7 @@ export async function forwardCall(
   }
   const frames = readFrames(response.body);
   try {
-    return await outcome(frames, call, request);
+    return await readOutcome(frames, call, request);
   } catch (error) {
     call.release();
     const answered = error instanceof ProblemError;

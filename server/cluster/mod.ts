@@ -43,5 +43,11 @@ export {
   type ForwardCallOptions,
   FORWARD_PATH,
   type ForwardRequest,
+  interrupted,
+  lost,
+  type OpenCall,
+  readOutcome,
 } from "./forward_client.ts";
+// The frames of an answer, for another wire that carries them (a host's workers and its supervisor).
+export { type Frame, LineSplitter } from "./_frames.ts";
 export { type ForwardedCallInput, serveForwardedCall } from "./forward_endpoint.ts";

@@ -1,12 +1,12 @@
 /** What the supervisor and its workers say to each other over node:cluster's IPC channel. */
 import type { HostFacts } from "../mod.ts";
 
-/** The supervisor's first word to a new worker: where to hand calls, how to sign them, what the host has. */
+/** The supervisor's first word to a new worker: where to hand calls, what to say first, what the host has. */
 export interface WorkerSetup {
   runplane: "worker-setup";
   socketPath: string;
-  /** The forwarding key's 32 bytes, hex: a worker signs its calls with it. */
-  forwardKeyHex: string;
+  /** What a worker says first on each connection to the socket: 32 random bytes, hex. */
+  callTokenHex: string;
   facts: HostFacts;
 }
 

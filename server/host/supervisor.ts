@@ -1,15 +1,14 @@
 /**
  * The supervisor of a host with workers (`RUNPLANE_WORKERS` > 1), the node:cluster primary. It is the
- * whole server of one process, listening on a Unix socket in the data dir instead of the port: it alone
- * runs replicas, templates, sandboxes, cgroups and GPUs, builds, webhook deliveries, async runs and the
- * store's upkeep. It forks the workers, which share the port, hands each the socket and the key to sign
- * calls with, passes wake-ups between them (SQLite), starts a new worker when one dies, and drains them
- * all before itself.
+ * whole server of one process, taking its workers' calls on a Unix socket in the data dir instead of
+ * the port (`_call_wire.ts`): it alone runs replicas, templates, sandboxes, cgroups and GPUs, builds,
+ * webhook deliveries, async runs and the store's upkeep. It forks the workers, which share the port,
+ * hands each the socket and the token to say on it, passes wake-ups between them (SQLite), starts a new
+ * worker when one dies, and drains them all before itself.
  */
 import cluster, { type Worker } from "node:cluster";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { ForwardKey, forwardKey } from "../cluster/mod.ts";
 import type { Config } from "../config.ts";
 import type { Logger } from "../log.ts";
 import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
@@ -32,13 +31,6 @@ export interface Supervisor {
    * Called again while draining, it cuts every drain short (as a second SIGTERM does).
    */
   drain(): Promise<void>;
-}
-
-/** The forwarding key's bytes: the master key's, so that it is the one a cluster host uses; else new ones. */
-function forwardKeyBytes(config: Config): { key: ForwardKey; hex: string | null } {
-  if (config.masterKey) return { key: forwardKey(config.masterKey), hex: null };
-  const bytes = randomBytes(32);
-  return { key: new ForwardKey(bytes), hex: bytes.toString("hex") };
 }
 
 /** Wake-ups to and from every worker: one worker's go to the supervisor and to the others. */
@@ -73,18 +65,18 @@ export async function startSupervisor(
 ): Promise<Supervisor> {
   const { logger } = options;
   const socketPath = join(config.dataDir, "supervisor.sock");
-  const { key, hex } = forwardKeyBytes(config);
+  const callToken = randomBytes(32);
   const port = workersPort();
   const server = await createServer(config, {
     ...options,
-    role: { kind: "supervisor", socketPath, forwardKey: key, relay: port },
+    role: { kind: "supervisor", socketPath, callToken, relay: port },
   });
   await server.listen();
   const { context } = server;
   const setup: WorkerSetup = {
     runplane: "worker-setup",
     socketPath,
-    forwardKeyHex: hex ?? "",
+    callTokenHex: callToken.toString("hex"),
     facts: { sandbox: context.sandbox, cgroups: context.cgroups, gpus: context.gpus },
   };
   let stopping = false;

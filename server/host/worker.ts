@@ -1,15 +1,14 @@
 /**
  * A worker of a host (`RUNPLANE_WORKERS` > 1), a node:cluster child sharing the port with the others. It
  * is a server that verifies, validates, records and answers, and hands every call to its supervisor
- * over the supervisor's Unix socket (the cluster's forwarding protocol, signed with the key the
- * supervisor gave it); it starts no replica, claims no async run and no build.
+ * over the supervisor's Unix socket (`_call_wire.ts`, with the token the supervisor gave it); it starts
+ * no replica, claims no async run and no build.
  */
 import cluster from "node:cluster";
-import { Agent } from "undici";
-import { forwardCall, ForwardKey, forwardKey } from "../cluster/mod.ts";
 import type { Config } from "../config.ts";
 import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
 import { isRelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
+import { SupervisorCalls } from "./call_client.ts";
 import { isWorkerSetup, type WorkerAsks, type WorkerSetup } from "./_messages.ts";
 import { isRuntimeSnapshot, type RuntimeSnapshot, viewedRuntime } from "./runtime_view.ts";
 
@@ -50,28 +49,17 @@ export async function serveAsWorker(
     if (isRuntimeSnapshot(message)) latest = message;
   });
   const setup = await setupMessage();
-  const key = setup.forwardKeyHex
-    ? new ForwardKey(Buffer.from(setup.forwardKeyHex, "hex"))
-    : forwardKey(config.masterKey!);
-  // One pool of kept-alive connections to the supervisor; no body timeout, as between hosts.
-  const dispatcher = new Agent({
-    connect: { socketPath: setup.socketPath },
-    keepAliveTimeout: 60_000,
-    headersTimeout: 60_000,
-    bodyTimeout: 0,
-  });
+  const supervisor = new SupervisorCalls(setup.socketPath, setup.callTokenHex);
   const server = await createServer(config, {
     ...options,
     role: {
       kind: "worker",
       id: cluster.worker?.id ?? 0,
-      socketPath: setup.socketPath,
-      forwardKey: key,
       relay: supervisorPort,
       facts: setup.facts,
       connected: () => process.connected === true,
       viewRuntime: (local) => viewedRuntime(local, () => latest),
-      forward: (request, { now }) => forwardCall("http://supervisor", request, { key, dispatcher, now }),
+      forward: (request) => supervisor.execute(request),
     },
   });
   const url = await server.listen();

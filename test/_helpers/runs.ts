@@ -94,3 +94,13 @@ export function waitForStatus(
 
 /** The statuses a run ends in. */
 export const TERMINAL: Array<Run["status"]> = ["success", "failure", "cancelled"];
+
+/** What `promise` rejects with; fails the test when it resolves. */
+export async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error("expected a rejection; the call succeeded");
+}

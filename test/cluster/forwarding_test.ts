@@ -22,7 +22,7 @@ import { type ExecutedItem, newRunId, toRunError } from "../../server/runs/mod.t
 import { deployApp, waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { engines, TEST_MASTER_KEY } from "../_helpers/postgres.ts";
-import { getRun } from "../_helpers/runs.ts";
+import { getRun, rejection } from "../_helpers/runs.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const MAIN = `
@@ -98,15 +98,6 @@ describe("forwarding a call to another host", () => {
   /** The app's busy slots on the server: 0 once every call there has ended. */
   function busy(): number {
     return t.server.context.runtime.capacity(TEST_PROJECT, "fwd").busy;
-  }
-
-  async function rejection(promise: Promise<unknown>): Promise<unknown> {
-    try {
-      await promise;
-    } catch (error) {
-      return error;
-    }
-    assert.fail("the forwarded call succeeded");
   }
 
   it("the server exposes its forwarding key, derived from the master key", () => {

@@ -1,0 +1,211 @@
+/**
+ * A worker's side of the wire of `_call_wire.ts`: hands calls to the supervisor over one kept connection
+ * and reads each call's outcome as a local executor would give it. Giving a call up (a cancel, a
+ * deadline, its caller gone) tells the supervisor, which stops the function on its replica.
+ */
+import { createConnection, type Socket } from "node:net";
+import { type Frame, interrupted, LineSplitter, lost, type OpenCall, readOutcome } from "../cluster/mod.ts";
+import { ProblemError } from "../problems/mod.ts";
+import type { ExecutedCall, ExecuteRequest } from "../runs/mod.ts";
+import { type CallHeader, isTerminalFrame, splitId, writeInTurn } from "./_call_wire.ts";
+
+/** Bytes of one call's frames held unread before the supervisor is asked to hold the call. */
+const HIGH_WATER_BYTES = 1024 * 1024;
+
+const PEER = "This host's supervisor";
+
+/** One call's frames as they arrive, handed out one at a time. */
+class CallFrames {
+  readonly #frames: Frame[] = [];
+  #heldBytes = 0;
+  #waiting: { resolve(frame: Frame): void; reject(error: unknown): void } | null = null;
+  #failure: unknown = null;
+  /** Whether a frame arrived: a call whose connection broke before one was never taken. */
+  answered = false;
+  /** Whether the supervisor was asked to hold the call. */
+  holding = false;
+
+  /** Takes a frame; true when the reader is behind and the call should be held. */
+  push(frame: Frame, bytes: number): boolean {
+    this.answered = true;
+    const waiting = this.#waiting;
+    if (waiting) {
+      this.#waiting = null;
+      waiting.resolve(frame);
+      return false;
+    }
+    this.#frames.push(frame);
+    this.#heldBytes += bytes;
+    return this.#heldBytes > HIGH_WATER_BYTES && !this.holding;
+  }
+
+  fail(error: unknown): void {
+    this.#failure ??= error;
+    const waiting = this.#waiting;
+    this.#waiting = null;
+    waiting?.reject(this.#failure);
+  }
+
+  /** The next frame; rejects once the call's connection broke. `caughtUp` runs when the reader caught up. */
+  next(caughtUp: () => void): Promise<Frame> {
+    const frame = this.#frames.shift();
+    if (frame !== undefined) {
+      if (this.#frames.length === 0) {
+        this.#heldBytes = 0;
+        if (this.holding) caughtUp();
+      }
+      return Promise.resolve(frame);
+    }
+    if (this.#failure !== null) return Promise.reject(this.#failure);
+    return new Promise((resolve, reject) => (this.#waiting = { resolve, reject }));
+  }
+}
+
+/** The connection to the supervisor: calls written as they come, frames read and handed to their call. */
+class SupervisorConnection {
+  readonly socket: Socket;
+  readonly calls = new Map<number, CallFrames>();
+  readonly #lines = new LineSplitter();
+  #broken: unknown = null;
+
+  constructor(path: string, token: string) {
+    this.socket = createConnection(path);
+    this.socket.write(`${token}\n`);
+    this.socket.on("data", (chunk: Buffer) => this.#onData(chunk));
+    this.socket.on("error", (error) => this.#break(error));
+    this.socket.on("close", () => this.#break(new Error("the connection closed")));
+  }
+
+  get usable(): boolean {
+    return this.#broken === null && !this.socket.destroyed;
+  }
+
+  #onData(chunk: Buffer): void {
+    try {
+      for (const line of this.#lines.push(chunk)) {
+        if (!line.length) continue;
+        const parsed = splitId(line.toString("utf8"));
+        if (!parsed) throw new Error("a line without a call's id");
+        const call = this.calls.get(parsed.id);
+        // A frame of a call given up: dropped.
+        if (call && call.push(JSON.parse(parsed.rest) as Frame, line.length)) {
+          call.holding = true;
+          writeInTurn(this.socket, `${parsed.id} p\n`);
+        }
+      }
+    } catch (error) {
+      this.#break(error);
+      this.socket.destroy();
+    }
+  }
+
+  #break(error: unknown): void {
+    this.#broken ??= error;
+    for (const call of this.calls.values()) call.fail(this.#broken);
+    this.calls.clear();
+  }
+}
+
+/** Hands calls to the supervisor listening at `path`, saying `token` (hex) first on its connection. */
+export class SupervisorCalls {
+  readonly #path: string;
+  readonly #token: string;
+  #connection: SupervisorConnection | null = null;
+  #nextId = 0;
+
+  constructor(path: string, token: string) {
+    this.#path = path;
+    this.#token = token;
+  }
+
+  /** The connection, opened again when the last one broke. */
+  #open(): SupervisorConnection {
+    if (!this.#connection?.usable) this.#connection = new SupervisorConnection(this.#path, this.#token);
+    return this.#connection;
+  }
+
+  /**
+   * Runs `request` on the supervisor's replicas and resolves as a local executor does. Rejects with the
+   * function's failure or the supervisor's problem as it answered them, with `interrupted` once
+   * `request.signal` aborted, with a 503 when the supervisor could not be reached before it took the call,
+   * and with `upstream_error` when it went away after.
+   */
+  async execute(request: ExecuteRequest, options: { deadlineMs?: number } = {}): Promise<ExecutedCall> {
+    const { runId, signal } = request;
+    if (signal.aborted) throw interrupted(runId);
+    const connection = this.#open();
+    const id = this.#nextId++;
+    const frames = new CallFrames();
+    connection.calls.set(id, frames);
+    const body = request.inputJson ?? JSON.stringify(request.input);
+    const header: CallHeader = {
+      p: request.projectId,
+      a: request.app,
+      f: request.functionName,
+      r: runId,
+      n: Buffer.byteLength(body),
+    };
+    if (options.deadlineMs !== undefined) header.d = Math.max(0, Math.floor(options.deadlineMs));
+    writeInTurn(connection.socket, `${id} ${JSON.stringify(header)}\n${body}`);
+    const giveUp = () => {
+      if (!connection.calls.delete(id)) return;
+      frames.fail(interrupted(runId));
+      if (connection.usable) writeInTurn(connection.socket, `${id} x\n`);
+    };
+    signal.addEventListener("abort", giveUp, { once: true });
+    const call: OpenCall = {
+      runId,
+      peer: PEER,
+      signal,
+      abort: giveUp,
+      release: () => signal.removeEventListener("abort", giveUp),
+    };
+    const stream = this.#frames({ connection, id, frames, giveUp });
+    try {
+      return await readOutcome(stream, call, request);
+    } catch (error) {
+      call.release();
+      void stream.return(undefined);
+      if (signal.aborted) throw interrupted(runId);
+      if (error instanceof ProblemError) throw error;
+      if (!frames.answered) {
+        throw new ProblemError("service-unavailable", `${PEER} could not be reached (${String(error)}); try again`, {
+          cause: error,
+        });
+      }
+      throw lost(call, error);
+    }
+  }
+
+  /** The frames of call `id`, up to its terminal one; read no further, the call is given up. */
+  async *#frames(open: {
+    connection: SupervisorConnection;
+    id: number;
+    frames: CallFrames;
+    giveUp(): void;
+  }): AsyncGenerator<Frame> {
+    const { connection, id, frames, giveUp } = open;
+    let over = false;
+    const caughtUp = () => {
+      frames.holding = false;
+      if (connection.usable) writeInTurn(connection.socket, `${id} r\n`);
+    };
+    try {
+      for (;;) {
+        const frame = await frames.next(caughtUp);
+        over = isTerminalFrame(frame as Record<string, unknown>);
+        yield frame;
+        if (over) return;
+      }
+    } finally {
+      if (over) connection.calls.delete(id);
+      else giveUp();
+    }
+  }
+
+  /** Closes the connection; a later call opens a new one. */
+  close(): void {
+    this.#connection?.socket.destroy();
+    this.#connection = null;
+  }
+}

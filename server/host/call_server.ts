@@ -1,0 +1,271 @@
+/**
+ * The supervisor's side of the wire of `_call_wire.ts`: listens on a Unix socket only its user may open,
+ * takes the calls its workers hand it, runs each on its own replicas (`serveForwardedCall`, as a call
+ * forwarded by another host) and writes the frames back as they come. A call whose reader fell behind is
+ * held (its worker says so), so a stalled stream's reader holds its function, not this process's memory.
+ */
+import { timingSafeEqual } from "node:crypto";
+import { rm } from "node:fs/promises";
+import { createServer, type Server, type Socket } from "node:net";
+import { LightAbortController } from "../abort/mod.ts";
+import { serveForwardedCall } from "../cluster/mod.ts";
+import type { Logger } from "../log.ts";
+import type { RunExecutor } from "../runs/mod.ts";
+import { type CallHeader, isCallHeader, MAX_HEADER_BYTES, splitId, writeInTurn } from "./_call_wire.ts";
+
+/** Options of `listenForWorkerCalls`. */
+export interface WorkerCallsOptions {
+  /** What a worker must say first (the bytes whose hex it sends). */
+  token: Uint8Array;
+  /** This host's own replicas. */
+  executor: RunExecutor;
+  /** The largest body a call may carry (the workers refuse larger ones first). */
+  bodyLimitBytes: number;
+  logger: Logger;
+}
+
+/** The listening socket. */
+export interface WorkerCallsServer {
+  /** Stops listening, closes idle connections and each busy one after its call; resolves once all closed. */
+  close(): Promise<void>;
+}
+
+/** Bytes arrived on a connection and not yet read: kept as chunks, joined once a whole part is there. */
+class Pending {
+  #chunks: Buffer[] = [];
+  size = 0;
+
+  push(chunk: Buffer): void {
+    this.#chunks.push(chunk);
+    this.size += chunk.length;
+  }
+
+  /** The bytes up to the first newline (which is dropped), or null while none has come. */
+  line(): Buffer | null {
+    let offset = 0;
+    for (const chunk of this.#chunks) {
+      const at = chunk.indexOf(10);
+      if (at >= 0) {
+        const line = this.take(offset + at + 1);
+        return line.subarray(0, line.length - 1);
+      }
+      offset += chunk.length;
+    }
+    return null;
+  }
+
+  /** The first `count` bytes (`count` ≤ size). */
+  take(count: number): Buffer {
+    const all = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
+    const rest = all.subarray(count);
+    this.#chunks = rest.length ? [rest] : [];
+    this.size = rest.length;
+    return all.subarray(0, count);
+  }
+}
+
+/** How much may wait in the socket's buffer before the calls stop pulling more frames. */
+const HIGH_WATER_BYTES = 1024 * 1024;
+
+/** Resolves once `socket` has written what it held, or is closed. */
+function flushed(socket: Socket): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      socket.off("drain", done);
+      socket.off("close", done);
+      resolve();
+    };
+    socket.on("drain", done);
+    socket.on("close", done);
+  });
+}
+
+/** One call a worker handed over: stopped by its worker, held while the worker's reader is behind. */
+class HandedCall extends LightAbortController {
+  #held: { promise: Promise<void>; resolve(): void } | null = null;
+
+  /** Stops the call, and lets its frame loop go on to see that it stopped. */
+  override abort(reason?: unknown): void {
+    super.abort(reason);
+    this.resume();
+  }
+
+  hold(): void {
+    if (this.#held) return;
+    let resolve = () => {};
+    const promise = new Promise<void>((r) => (resolve = r));
+    this.#held = { promise, resolve };
+  }
+
+  resume(): void {
+    this.#held?.resolve();
+    this.#held = null;
+  }
+
+  /** Resolves once the call is not held (or was stopped). */
+  released(): Promise<void> | undefined {
+    return this.#held?.promise;
+  }
+}
+
+/** One worker's connection: its hello, then its calls, as many at once as it hands over. */
+class WorkerConnection {
+  readonly #socket: Socket;
+  readonly #options: WorkerCallsOptions;
+  readonly #pending = new Pending();
+  readonly #calls = new Map<number, HandedCall>();
+  #greeted = false;
+  #header: { id: number; header: CallHeader } | null = null;
+  #closing = false;
+
+  constructor(socket: Socket, options: WorkerCallsOptions) {
+    this.#socket = socket;
+    this.#options = options;
+    socket.on("data", (chunk: Buffer) => {
+      this.#pending.push(chunk);
+      this.#read();
+    });
+    socket.on("error", () => {});
+    socket.on("close", () => {
+      for (const call of this.#calls.values()) call.abort(gone());
+      this.#calls.clear();
+    });
+  }
+
+  /** Closes the connection now when no call is on it, else once its last call ends. */
+  close(): void {
+    this.#closing = true;
+    if (this.#calls.size === 0) this.#socket.end();
+  }
+
+  #refuse(reason: string): void {
+    this.#options.logger.warn({ reason }, "a connection to the supervisor's socket broke its protocol; closed");
+    this.#socket.destroy();
+  }
+
+  /** Reads what arrived: the hello, then calls, their bodies and their controls; waits for more when short. */
+  #read(): void {
+    while (!this.#socket.destroyed) {
+      if (this.#header) {
+        const { id, header } = this.#header;
+        if (this.#pending.size < header.n) return;
+        this.#header = null;
+        void this.#run(id, header, this.#pending.take(header.n).toString("utf8"));
+        continue;
+      }
+      const line = this.#pending.line();
+      if (line === null) {
+        if (this.#pending.size > MAX_HEADER_BYTES) this.#refuse("a line too long");
+        return;
+      }
+      if (!this.#greeted) {
+        const token = Buffer.from(this.#options.token);
+        const said = Buffer.from(line.toString("latin1"), "hex");
+        if (said.length !== token.length || !timingSafeEqual(said, token)) return this.#refuse("a wrong token");
+        this.#greeted = true;
+        continue;
+      }
+      const parsed = splitId(line.toString("utf8"));
+      if (!parsed) return this.#refuse("a line without an id");
+      if (!this.#control(parsed.id, parsed.rest)) return;
+    }
+  }
+
+  /** A control of a call, or a call's header; false when the connection was refused for it. */
+  #control(id: number, rest: string): boolean {
+    const call = this.#calls.get(id);
+    if (rest === "x") call?.abort(stopped(id));
+    else if (rest === "p") call?.hold();
+    else if (rest === "r") call?.resume();
+    else {
+      let header: unknown;
+      try {
+        header = JSON.parse(rest);
+      } catch {
+        this.#refuse("a header that is not JSON");
+        return false;
+      }
+      if (!isCallHeader(header) || this.#calls.has(id)) {
+        this.#refuse("a malformed header");
+        return false;
+      }
+      if (header.n > this.#options.bodyLimitBytes) {
+        this.#refuse("a body past the limit");
+        return false;
+      }
+      this.#header = { id, header };
+    }
+    return true;
+  }
+
+  /** Runs one call and writes its frames, waiting while the socket or the call's reader is behind. */
+  async #run(id: number, header: CallHeader, inputJson: string): Promise<void> {
+    const call = new HandedCall();
+    this.#calls.set(id, call);
+    const socket = this.#socket;
+    const prefix = `${id} `;
+    try {
+      const frames = serveForwardedCall({
+        projectId: header.p,
+        appId: header.a,
+        functionName: header.f,
+        runId: header.r,
+        inputJson,
+        deadlineMs: header.d,
+        signal: call.signal,
+      }, this.#options.executor);
+      for await (const line of frames) {
+        if (socket.destroyed || call.aborted) break;
+        writeInTurn(socket, prefix + line);
+        if (socket.writableLength > HIGH_WATER_BYTES) await flushed(socket);
+        await call.released();
+      }
+    } catch (error) {
+      this.#options.logger.error({ err: error, run_id: header.r }, "a worker's call failed in the supervisor");
+      socket.destroy();
+    } finally {
+      this.#calls.delete(id);
+      call.resume();
+    }
+    if (this.#closing && this.#calls.size === 0) socket.end();
+  }
+}
+
+/** Why a call stops when its worker's connection closed. */
+function gone(): Error {
+  return new Error("the worker's connection closed");
+}
+
+/** Why a call stops when its worker gave it up. */
+function stopped(id: number): Error {
+  return new Error(`the worker gave call ${id} up`);
+}
+
+/** Listens on `path` (replaced if it exists; made 0600 before anyone can connect) for the workers' calls. */
+export async function listenForWorkerCalls(path: string, options: WorkerCallsOptions): Promise<WorkerCallsServer> {
+  await rm(path, { force: true });
+  const connections = new Set<WorkerConnection>();
+  const server: Server = createServer((socket) => {
+    const connection = new WorkerConnection(socket, options);
+    connections.add(connection);
+    socket.once("close", () => connections.delete(connection));
+  });
+  await new Promise<void>((resolve, reject) => {
+    // The socket file takes the process's umask: private from the start.
+    const umask = process.umask(0o177);
+    server.listen(path);
+    process.umask(umask);
+    server.once("error", reject);
+    server.once("listening", () => resolve());
+  });
+  let closed: Promise<void> | undefined;
+  return {
+    close() {
+      closed ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        for (const connection of connections) connection.close();
+      });
+      return closed;
+    },
+  };
+}
