@@ -408,10 +408,10 @@ export const SETTINGS = [
     key: "workers",
     env: "RUNPLANE_WORKERS",
     flag: "--workers",
-    default: "1",
+    default: "auto",
     description:
-      "HTTP processes serving the port together (auth, validation, run records, the REST API); with more than 1, a supervisor process alone runs the replicas, builds, webhook deliveries and the store's upkeep, and the workers hand it calls over a Unix socket in the data dir. auto: one per core, at most 16",
-    parse: (raw) => raw.trim() === "auto" ? Math.max(1, Math.min(16, cpus().length)) : integer(1, 64)(raw),
+      "HTTP processes serving the port together (auth, validation, run records, the REST API); with more than 1, a supervisor process alone runs the replicas, builds, webhook deliveries and the store's upkeep, and the workers hand it calls over a Unix socket in the data dir. auto: one per core (at most 16) on a host of 4 cores or more, else 1 (on 2 cores the hop costs more than a second worker gives); 1 on a host of a cluster",
+    parse: (raw) => raw.trim() === "auto" ? autoWorkers(cpus().length) : integer(1, 64)(raw),
   },
   {
     key: "hostCpu",
@@ -723,6 +723,15 @@ function shownValue(setting: AnySetting, raw: string): string {
   return JSON.stringify(raw.replace(/(\/\/[^/:@\s]*:)[^@\s]*@/g, "$1***@"));
 }
 
+/**
+ * What `RUNPLANE_WORKERS=auto` means on a host of `cores` cores: one worker per core, at most 16, from 4
+ * cores up; below, one process (measured on 2 cores: two workers served 0.82× of one process's sync
+ * calls, the hop to the supervisor costing ~70 µs of CPU per call).
+ */
+export function autoWorkers(cores: number): number {
+  return cores >= 4 ? Math.min(16, cores) : 1;
+}
+
 /** Parses one setting into `out`; generic so that its key and value stay paired. */
 function parseInto<K extends keyof Config>(
   out: Partial<Config>,
@@ -766,6 +775,11 @@ export function loadConfig(
     problems.push(
       "RUNPLANE_ADVERTISE_URL needs RUNPLANE_DATABASE_URL: the processes of a cluster share one PostgreSQL",
     );
+  }
+  // A host of a cluster is one process (docs/scaling.md): `auto` means 1 there, and a count above 1 is
+  // refused when the server starts.
+  if (out.advertiseUrl && rawValue(SETTINGS.find((s) => s.key === "workers")!, env, overrides).raw.trim() === "auto") {
+    out.workers = 1;
   }
   if (problems.length) throw new ConfigError(problems);
   if (!isComplete(out)) throw new Error("a setting was parsed to nothing");

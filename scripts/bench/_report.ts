@@ -136,10 +136,11 @@ export function coresMarkdown(report: BenchReport): string {
   return sectionMarkdown(report, [
     "by `npm run bench -- --scenario cores`: for each process count n, bare `node:http` in n processes",
     "(node:cluster), aiohttp in n processes (SO_REUSEPORT) and the built Runplane server with n warm",
-    "replicas of one app (one front-door process: `RUNPLANE_WORKERS` is not built yet), each driven at",
+    "replicas of one app, behind one front door and (n > 1) behind `RUNPLANE_WORKERS=n`, each driven at",
     "concurrency 64 by autocannon with the sync echo call and with a function burning 2 ms of CPU, in",
     "alternating rounds. Runplane's ratio is against aiohttp with as many processes; its CPU per call is",
-    "its Node process's alone (the front door), from /proc.",
+    "its Node processes' (the front door: one process, or the workers and their supervisor), from /proc;",
+    "a workers row also says its throughput over the one front door's in the same rounds.",
   ]);
 }
 

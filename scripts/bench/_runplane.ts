@@ -73,6 +73,8 @@ export async function startRunplane(
       RUNPLANE_HOST_MEMORY: "1024gb",
       // The cold-start scenario serves 100 apps of one project.
       RUNPLANE_PROJECT_REPLICA_LIMIT: "10000",
+      // The scenarios measure one process unless they say otherwise (`auto` forks workers from 4 cores up).
+      RUNPLANE_WORKERS: "1",
       ...(options.databaseUrl
         ? { RUNPLANE_DATABASE_URL: options.databaseUrl, RUNPLANE_MASTER_KEY: BENCH_MASTER_KEY }
         : {}),

@@ -100,6 +100,8 @@ export async function startServerProcess(
       // at a time; the tests of that budget set their own.
       RUNPLANE_HOST_CPU: "256",
       RUNPLANE_HOST_MEMORY: "1024gb",
+      // One process, whatever the machine's cores (`auto` forks workers from 4 up); the tests of workers set theirs.
+      RUNPLANE_WORKERS: "1",
       // A PostgreSQL store needs a master key; servers of one test share it unless `env` gives another.
       ...(env.RUNPLANE_DATABASE_URL ? { RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {}),
       ...env,

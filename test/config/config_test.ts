@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { ConfigError, loadConfig, settingProblem } from "../../server/config.ts";
+import { autoWorkers, ConfigError, loadConfig, settingProblem } from "../../server/config.ts";
 import { DataDirError, prepareDataDir } from "../../server/data_dir.ts";
 import { createServer } from "../../server/mod.ts";
 
@@ -80,5 +80,24 @@ describe("loadConfig", () => {
       port: "2",
     });
     assert.equal(config.port, 2);
+  });
+
+  it("runs one worker per core by default from 4 cores up (at most 16), one process below", () => {
+    assert.deepEqual([1, 2, 3, 4, 8, 16, 64].map(autoWorkers), [1, 1, 1, 4, 8, 16, 16]);
+    const dataDir = join(tmpdir(), "runplane-config-default");
+    assert.equal(loadConfig({ RUNPLANE_DATA_DIR: dataDir }).workers, autoWorkers(cpus().length));
+    assert.equal(loadConfig({ RUNPLANE_DATA_DIR: dataDir, RUNPLANE_WORKERS: "3" }).workers, 3);
+  });
+
+  it("runs one process on a host of a cluster unless a count is given (which the start refuses)", () => {
+    const cluster = {
+      RUNPLANE_DATA_DIR: join(tmpdir(), "runplane-config-default"),
+      RUNPLANE_DATABASE_URL: "postgres://localhost/x",
+      RUNPLANE_MASTER_KEY: Buffer.alloc(32, 7).toString("base64"),
+      RUNPLANE_ADVERTISE_URL: "http://10.0.0.1:8080",
+    };
+    assert.equal(loadConfig(cluster).workers, 1);
+    assert.equal(loadConfig({ ...cluster, RUNPLANE_WORKERS: "auto" }).workers, 1);
+    assert.equal(loadConfig({ ...cluster, RUNPLANE_WORKERS: "2" }).workers, 2);
   });
 });

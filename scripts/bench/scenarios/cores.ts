@@ -189,6 +189,10 @@ async function measureCount(context: BenchContext, n: number): Promise<BenchRow[
         if (!found) continue;
         const figures = merged(found);
         const runplane = subjects.indexOf(subject) >= 2;
+        // The workers' row beside the one front door with as many replicas, from the same rounds.
+        const single = subjects.indexOf(subject) === 3
+          ? merged(runs.get(`${workload}\u0000${subjects[2].name}`)!)
+          : null;
         const target = targetOf({ workload, n, runplane });
         const ratio = runplane ? figures.throughput / peer.throughput : null;
         const met = target.startsWith("≤")
@@ -208,6 +212,7 @@ async function measureCount(context: BenchContext, n: number): Promise<BenchRow[
           note: [
             figures.cpuUsPerCall !== null ? `${Math.round(figures.cpuUsPerCall)} µs of front-door CPU per call` : "",
             runplane ? "ratio: against aiohttp with as many processes" : "",
+            single ? `${(figures.throughput / single.throughput).toFixed(2)}× one front door in the same rounds` : "",
             figures.failed ? `${figures.failed} failed` : "",
           ].filter(Boolean).join("; "),
         }));
