@@ -12,6 +12,21 @@ function sameSecret(given: string, expected: string): boolean {
 type SystemHandlers = Pick<Handlers, "getJwks" | "getHealth" | "getReadiness" | "getMetrics">;
 
 /** JWKS, liveness, readiness and metrics: the operations that need no token. */
+/** The metrics' exposition; a 503 when a host's supervisor did not answer with its processes' sum. */
+async function hostExposition(context: ServerContext): Promise<string> {
+  try {
+    return await context.metrics.exposition();
+  } catch (error) {
+    throw new ProblemError(
+      "service-unavailable",
+      `The host's metrics could not be gathered: ${(error as Error).message}`,
+      {
+        headers: { "Retry-After": "1" },
+      },
+    );
+  }
+}
+
 export function systemHandlers(context: ServerContext): SystemHandlers {
   return {
     async getJwks() {
@@ -65,7 +80,7 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
         status: 200,
         contentType: "text/plain",
         headers: { "Content-Type": context.metrics.registry.contentType },
-        body: await context.metrics.registry.metrics(),
+        body: await hostExposition(context),
       };
     },
   };

@@ -14,6 +14,7 @@ import type { Logger } from "../log.ts";
 import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
 import { isRelayedWakeUp, type RelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
 import { isWorkerAsks, type WorkerDrain, type WorkerSetup } from "./_messages.ts";
+import { serveHostMetrics } from "./host_metrics.ts";
 import { sendSnapshots } from "./runtime_view.ts";
 
 /** A worker that dies sooner than this after its start waits this long before it is started again. */
@@ -81,6 +82,7 @@ export async function startSupervisor(
   };
   let stopping = false;
   const started = new Map<number, number>();
+  const stopServingMetrics = serveHostMetrics(context.metrics.registry);
   const snapshots = sendSnapshots(context.runtime, (snapshot) => {
     for (const worker of liveWorkers()) if (worker.isConnected()) worker.send(snapshot);
   });
@@ -132,6 +134,7 @@ export async function startSupervisor(
   } catch (error) {
     stopping = true;
     snapshots.stop();
+    stopServingMetrics();
     for (const worker of liveWorkers()) worker.process.kill("SIGKILL");
     await server.close();
     throw error;

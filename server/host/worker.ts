@@ -9,6 +9,7 @@ import type { Config } from "../config.ts";
 import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
 import { isRelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
 import { SupervisorCalls } from "./call_client.ts";
+import { workerMetrics } from "./host_metrics.ts";
 import { isWorkerSetup, type WorkerAsks, type WorkerSetup } from "./_messages.ts";
 import { isRuntimeSnapshot, type RuntimeSnapshot, viewedRuntime } from "./runtime_view.ts";
 
@@ -62,6 +63,9 @@ export async function serveAsWorker(
       forward: (request) => supervisor.execute(request),
     },
   });
+  // `/metrics` here answers the host's: every process's, summed by the supervisor.
+  const { hostText } = workerMetrics(server.context.metrics.registry);
+  server.context.metrics.setExposition(hostText);
   const url = await server.listen();
   return { server, url };
 }

@@ -36,6 +36,10 @@ export interface Metrics {
    * view. Unset (no cluster), both are empty.
    */
   setClusterSource(source: () => ClusterReadings): void;
+  /** The exposition `/metrics` answers: this registry's, or what `setExposition` gave (a host's, summed). */
+  exposition(): Promise<string>;
+  /** Sets where `exposition` comes from (a worker of a host: the supervisor sums every process's). */
+  setExposition(source: () => Promise<string>): void;
 }
 
 /** Live readings of the cluster's view: seats per app, host and state, and calls in flight per app and host. */
@@ -61,6 +65,7 @@ export function createMetrics(): Metrics {
   let replicasSource: () => GaugeReading[] | Promise<GaugeReading[]> = () => [];
   let capacitySource: () => CapacityReadings = () => ({ waiting: [], host: [] });
   let clusterSource: () => ClusterReadings = () => ({ seats: [], calls: [] });
+  let exposition = () => registry.metrics();
   function liveGauge(
     name: string,
     help: string,
@@ -72,6 +77,9 @@ export function createMetrics(): Metrics {
       help,
       labelNames,
       registers: [registry],
+      // Live state of the host, which a worker of a host only mirrors from its supervisor: summing the
+      // processes' readings would count it once per process (see server/host/host_metrics.ts).
+      aggregator: "max",
       async collect() {
         this.reset();
         for (const reading of await read()) this.set(reading.labels, reading.value);
@@ -168,6 +176,10 @@ export function createMetrics(): Metrics {
     },
     setClusterSource(source) {
       clusterSource = source;
+    },
+    exposition: () => exposition(),
+    setExposition(source) {
+      exposition = source;
     },
   };
 }
