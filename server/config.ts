@@ -410,7 +410,7 @@ export const SETTINGS = [
     flag: "--workers",
     default: "auto",
     description:
-      "HTTP processes serving the port together (auth, validation, run records, the REST API); with more than 1, a supervisor process alone runs the replicas, builds, webhook deliveries and the store's upkeep, and the workers hand it calls over a Unix socket in the data dir. auto: one per core (at most 16) on a host of 4 cores or more, else 1 (on 2 cores the hop costs more than a second worker gives); 1 on a host of a cluster",
+      "HTTP processes serving the port together (auth, validation, run records, the REST API); with more than 1, a supervisor process alone runs the replicas, builds, webhook deliveries and the store's upkeep, and the workers hand it calls over a Unix socket in the data dir. auto: one per core (at most 16) on a host of 4 cores or more, else 1 (on 2 cores the hop costs more than a second worker gives)",
     parse: (raw) => raw.trim() === "auto" ? autoWorkers(cpus().length) : integer(1, 64)(raw),
   },
   {
@@ -775,11 +775,6 @@ export function loadConfig(
     problems.push(
       "RUNPLANE_ADVERTISE_URL needs RUNPLANE_DATABASE_URL: the processes of a cluster share one PostgreSQL",
     );
-  }
-  // A host of a cluster is one process (docs/scaling.md): `auto` means 1 there, and a count above 1 is
-  // refused when the server starts.
-  if (out.advertiseUrl && rawValue(SETTINGS.find((s) => s.key === "workers")!, env, overrides).raw.trim() === "auto") {
-    out.workers = 1;
   }
   if (problems.length) throw new ConfigError(problems);
   if (!isComplete(out)) throw new Error("a setting was parsed to nothing");

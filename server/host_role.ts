@@ -1,4 +1,5 @@
 /** The part a server process plays on a host with workers (`RUNPLANE_WORKERS` > 1; see server/host/). */
+import type { ClusterView } from "./cluster/mod.ts";
 import type { ServerContext } from "./context.ts";
 import type { GpuInventory } from "./gpus/mod.ts";
 import type { ExecutedCall, ExecuteRequest } from "./runs/mod.ts";
@@ -24,14 +25,21 @@ export type HostRole =
     kind: "worker";
     relay: WakeUpPort;
     facts: HostFacts;
+    /** The supervisor's host id: the host this worker is part of. */
+    hostId: string;
+    /** On a host of a cluster: the supervisor's view of the cluster, as it last sent it. */
+    clusterView(): ClusterView | undefined;
     /** Its number among the host's workers (node:cluster's id), sent as `X-Runplane-Worker`. */
     id: number;
     /** Whether the supervisor is still there (its IPC channel open). */
     connected(): boolean;
     /** `local` (the worker's own runtime, which runs nothing) with the supervisor's replicas shown. */
     viewRuntime(local: Runtime): Runtime;
-    /** Hands a call to the supervisor, which runs it on its replicas. */
-    forward(request: ExecuteRequest): Promise<ExecutedCall>;
+    /**
+     * Hands a call to the supervisor, which runs it on its replicas or, on a host of a cluster, where the
+     * cluster has room; `here`: a call another host forwarded, run on this host's replicas only.
+     */
+    forward(request: ExecuteRequest, options?: { here?: boolean }): Promise<ExecutedCall>;
   };
 
 /** What a worker shows of its host (`/readyz`): the supervisor's sandbox, cgroups and GPUs, as it started them. */

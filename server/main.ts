@@ -24,15 +24,6 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
   let started: { server: RunplaneServer; url: string; stoppable: Stoppable };
   try {
     const config = loadConfig(process.env, overrides);
-    if (config.workers > 1 && config.advertiseUrl) {
-      throw new ConfigError([
-        settingProblem(
-          "workers",
-          "several workers per host are not yet a host of a cluster: unset RUNPLANE_ADVERTISE_URL, or run one process per host",
-          { env: process.env, overrides },
-        ),
-      ]);
-    }
     // Test only (0 otherwise): this process then keeps time as a host whose clock is off.
     skewProcessClock(config.testClockOffsetMs);
     started = await start(config);

@@ -26,7 +26,13 @@ import { createMetrics, type Metrics } from "./metrics/mod.ts";
 import { cacheReplicaEnvironments, createProjectSecrets } from "./project_secrets/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
 import { createRuntime, type DeployedApp, type Runtime } from "./runtime/mod.ts";
-import { createRunChangeFeed, createRunLogWriter, createRunService, type RunService } from "./runs/mod.ts";
+import {
+  createRunChangeFeed,
+  createRunLogWriter,
+  createRunService,
+  type ExecuteRequest,
+  type RunService,
+} from "./runs/mod.ts";
 import {
   createStoreOutage,
   migrationsApplied,
@@ -170,8 +176,11 @@ export async function createServer(config: Config, options: CreateServerOptions 
   let deployedApps: () => DeployedApp[] = () => [];
   const runLogs = createRunLogWriter(store.db, { limitBytes: config.runLogLimitBytes, logger });
   // With RUNPLANE_ADVERTISE_URL on a shared store, this process is a host of one cluster (issue 31):
-  // replicas are counted by seats in the store and calls go to warm capacity on any host.
-  const clusterKey = config.advertiseUrl && store.shared && config.masterKey ? forwardKey(config.masterKey) : null;
+  // replicas are counted by seats in the store and calls go to warm capacity on any host. On a host with
+  // workers the supervisor is that host; its workers hand it every call.
+  const clusterKey = config.advertiseUrl && store.shared && config.masterKey && !worker
+    ? forwardKey(config.masterKey)
+    : null;
   let cluster: ClusterHost | undefined;
   const runtime = createRuntime(config.appsDir, {
     // A worker's runtime knows the apps (for 404s and settings) and never starts a replica: no seats.
@@ -268,7 +277,9 @@ export async function createServer(config: Config, options: CreateServerOptions 
   // This host's own replicas. The endpoint other hosts forward calls to always runs them here (on a
   // cluster host, on a replica it may place here): a forwarded call is never forwarded again.
   const localExecutor = runtimeExecutor(runtime);
-  const hereExecutor = cluster?.executor.placing ?? localExecutor;
+  const hereExecutor = worker
+    ? { ...localExecutor, execute: (request: ExecuteRequest) => worker.forward(request, { here: true }) }
+    : cluster?.executor.placing ?? localExecutor;
   const runChanges = createRunChangeFeed({ notifier: store.notifier, logger });
   const runs = createRunService({
     db: store.db,
@@ -319,8 +330,12 @@ export async function createServer(config: Config, options: CreateServerOptions 
     gpus,
     projectSecrets,
     forwardKey: clusterKey ?? (config.masterKey ? forwardKey(config.masterKey) : null),
-    host: { id: owner, url: config.advertiseUrl ?? null },
-    cluster: cluster ? { view: cluster.registry.view } : null,
+    host: { id: worker?.hostId ?? owner, url: config.advertiseUrl ?? null },
+    cluster: cluster
+      ? { view: cluster.registry.view }
+      : worker && config.advertiseUrl
+      ? { view: () => worker.clusterView() ?? { hosts: [], seats: [] } }
+      : null,
   };
   const app = createHttpApp({
     handlers: createHandlers(context),
@@ -386,9 +401,11 @@ export async function createServer(config: Config, options: CreateServerOptions 
   async function listenForWorkers(supervisor: Extract<HostRole, { kind: "supervisor" }>): Promise<string> {
     workerCalls = await listenForWorkerCalls(supervisor.socketPath, {
       token: supervisor.callToken,
-      executor: hereExecutor,
+      executor: cluster?.executor ?? localExecutor,
+      hereExecutor,
       bodyLimitBytes: config.bodyLimitBytes,
       logger,
+      gate,
     });
     url = `unix:${supervisor.socketPath}`;
     logger.info({ socket: supervisor.socketPath }, "supervisor listening for its workers");

@@ -6,8 +6,10 @@
  *
  * ```text
  * worker → supervisor   <token hex>\n                        first, once
- *                       <id> {"p","a","f","r","n","d"?}\n<n bytes>   a call: project, app, function, run
- *                                                       id, its body's length (the body follows), deadline
+ *                       <id> {"p","a","f","r","n","d"?,"h"?}\n<n bytes>   a call: project, app, function,
+ *                                                       run id, its body's length (the body follows),
+ *                                                       deadline, and h: 1 for a call another host of
+ *                                                       the cluster forwarded (run here, never forwarded)
  *                       <id> x\n                           give the call up: its function is stopped
  *                       <id> p\n   <id> r\n                hold / resume the call's frames (its reader
  *                                                       fell behind / caught up)
@@ -36,6 +38,8 @@ export interface CallHeader {
   n: number;
   /** Milliseconds left of the run's time, when it has a deadline. */
   d?: number;
+  /** 1: a call another host of the cluster forwarded here, run on this host's replicas only. */
+  h?: 1;
 }
 
 /** The longest line a header may be: its names are bounded well below it. */
@@ -46,7 +50,7 @@ export function isCallHeader(value: unknown): value is CallHeader {
   const h = value as CallHeader | null;
   return typeof h === "object" && h !== null && typeof h.p === "string" && typeof h.a === "string"
     && typeof h.f === "string" && typeof h.r === "string" && Number.isSafeInteger(h.n) && h.n >= 0
-    && (h.d === undefined || (Number.isSafeInteger(h.d) && h.d >= 0));
+    && (h.d === undefined || (Number.isSafeInteger(h.d) && h.d >= 0)) && (h.h === undefined || h.h === 1);
 }
 
 /** Whether a frame is a call's last: a result, the end of a stream, a failure or a problem. */

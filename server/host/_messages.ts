@@ -5,6 +5,8 @@ import type { HostFacts } from "../mod.ts";
 export interface WorkerSetup {
   runplane: "worker-setup";
   socketPath: string;
+  /** The supervisor's host id: the host a worker shows itself as (`getApp`'s replicas per host). */
+  hostId: string;
   /** What a worker says first on each connection to the socket: 32 random bytes, hex. */
   callTokenHex: string;
   facts: HostFacts;

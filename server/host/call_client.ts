@@ -130,7 +130,7 @@ export class SupervisorCalls {
    * `request.signal` aborted, with a 503 when the supervisor could not be reached before it took the call,
    * and with `upstream_error` when it went away after.
    */
-  async execute(request: ExecuteRequest, options: { deadlineMs?: number } = {}): Promise<ExecutedCall> {
+  async execute(request: ExecuteRequest, options: { deadlineMs?: number; here?: boolean } = {}): Promise<ExecutedCall> {
     const { runId, signal } = request;
     if (signal.aborted) throw interrupted(runId);
     const connection = this.#open();
@@ -146,6 +146,7 @@ export class SupervisorCalls {
       n: Buffer.byteLength(body),
     };
     if (options.deadlineMs !== undefined) header.d = Math.max(0, Math.floor(options.deadlineMs));
+    if (options.here) header.h = 1;
     writeInTurn(connection.socket, `${id} ${JSON.stringify(header)}\n${body}`);
     const giveUp = () => {
       if (!connection.calls.delete(id)) return;

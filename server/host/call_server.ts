@@ -17,11 +17,19 @@ import { type CallHeader, isCallHeader, MAX_HEADER_BYTES, splitId, writeInTurn }
 export interface WorkerCallsOptions {
   /** What a worker must say first (the bytes whose hex it sends). */
   token: Uint8Array;
-  /** This host's own replicas. */
+  /** Where the workers' calls run: this host's replicas or, on a host of a cluster, the cluster's. */
   executor: RunExecutor;
+  /** Where a call another host forwarded runs (`h: 1`): this host's replicas only; default `executor`. */
+  hereExecutor?: RunExecutor;
   /** The largest body a call may carry (the workers refuse larger ones first). */
   bodyLimitBytes: number;
   logger: Logger;
+  /**
+   * Counts each worker's connection, from its hello to its close, as a request in flight: a draining
+   * supervisor waits for its workers' connections to close (they close when the worker exits, its own
+   * calls answered) before it stops its replicas.
+   */
+  gate?: { enter(): void; leave(): void };
 }
 
 /** The listening socket. */
@@ -163,6 +171,11 @@ class WorkerConnection {
         const said = Buffer.from(line.toString("latin1"), "hex");
         if (said.length !== token.length || !timingSafeEqual(said, token)) return this.#refuse("a wrong token");
         this.#greeted = true;
+        const gate = this.#options.gate;
+        if (gate) {
+          gate.enter();
+          this.#socket.once("close", () => gate.leave());
+        }
         continue;
       }
       const parsed = splitId(line.toString("utf8"));
@@ -213,7 +226,7 @@ class WorkerConnection {
         inputJson,
         deadlineMs: header.d,
         signal: call.signal,
-      }, this.#options.executor);
+      }, header.h ? this.#options.hereExecutor ?? this.#options.executor : this.#options.executor);
       for await (const line of frames) {
         if (socket.destroyed || call.aborted) break;
         writeInTurn(socket, prefix + line);

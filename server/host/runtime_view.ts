@@ -4,6 +4,7 @@
  * the supervisor's: it sends a snapshot of them to every worker when they change (looked at every
  * `SNAPSHOT_MS`), and a worker answers those reads from the newest one it has.
  */
+import type { ClusterView } from "../cluster/mod.ts";
 import type { Capacity, ReplicaGpus, ReplicaStates, Runtime } from "../runtime/mod.ts";
 
 /** How often the supervisor looks for a change to send. */
@@ -17,14 +18,16 @@ export interface RuntimeSnapshot {
   host: ReturnType<Runtime["hostCapacity"]>;
   replicaStates: ReturnType<Runtime["replicaStates"]>;
   waiting: ReturnType<Runtime["waitingForCapacity"]>;
+  /** On a host of a cluster: the supervisor's cached view of the cluster's hosts and seats. */
+  cluster: ClusterView | null;
 }
 
 export function isRuntimeSnapshot(message: unknown): message is RuntimeSnapshot {
   return (message as RuntimeSnapshot | null)?.runplane === "runtime-snapshot";
 }
 
-/** The snapshot of `runtime` now. */
-export function runtimeSnapshot(runtime: Runtime): RuntimeSnapshot {
+/** The snapshot of `runtime` (and of the cluster's view, on a host of a cluster) now. */
+export function runtimeSnapshot(runtime: Runtime, clusterView?: () => ClusterView): RuntimeSnapshot {
   const apps: RuntimeSnapshot["apps"] = {};
   for (const info of runtime.apps()) {
     let capacity: Capacity | null = null;
@@ -41,6 +44,7 @@ export function runtimeSnapshot(runtime: Runtime): RuntimeSnapshot {
     host: runtime.hostCapacity(),
     replicaStates: runtime.replicaStates(),
     waiting: runtime.waitingForCapacity(),
+    cluster: clusterView?.() ?? null,
   };
 }
 
@@ -51,10 +55,11 @@ export function runtimeSnapshot(runtime: Runtime): RuntimeSnapshot {
 export function sendSnapshots(
   runtime: Runtime,
   send: (snapshot: RuntimeSnapshot) => void,
+  options: { clusterView?: () => ClusterView } = {},
 ): { resend(): void; stop(): void } {
   let last = "";
   function look(force: boolean): void {
-    const snapshot = runtimeSnapshot(runtime);
+    const snapshot = runtimeSnapshot(runtime, options.clusterView);
     const text = JSON.stringify(snapshot);
     if (!force && text === last) return;
     last = text;

@@ -78,6 +78,7 @@ export async function startSupervisor(
     runplane: "worker-setup",
     socketPath,
     callTokenHex: callToken.toString("hex"),
+    hostId: context.host.id,
     facts: { sandbox: context.sandbox, cgroups: context.cgroups, gpus: context.gpus },
   };
   let stopping = false;
@@ -85,7 +86,7 @@ export async function startSupervisor(
   const stopServingMetrics = serveHostMetrics(context.metrics.registry);
   const snapshots = sendSnapshots(context.runtime, (snapshot) => {
     for (const worker of liveWorkers()) if (worker.isConnected()) worker.send(snapshot);
-  });
+  }, { clusterView: context.cluster?.view });
 
   function fork(): Worker {
     const worker = cluster.fork();
@@ -161,9 +162,10 @@ export async function startSupervisor(
       })
     );
     tellWorkersToDrain();
-    // Calls the workers still have in flight run on the supervisor's replicas: it drains after them.
-    await Promise.all(exited);
-    await server.drain();
+    // The supervisor drains beside them: its seats (on a host of a cluster) and its async dispatch stop
+    // at once, and it stops its replicas only once every worker's connection to it has closed (a worker
+    // closes it as it exits, its calls answered) and its own runs have settled.
+    await Promise.all([server.drain(), ...exited]);
   }
 
   return {

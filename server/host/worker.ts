@@ -56,11 +56,13 @@ export async function serveAsWorker(
     role: {
       kind: "worker",
       id: cluster.worker?.id ?? 0,
+      hostId: setup.hostId,
+      clusterView: () => latest?.cluster ?? undefined,
       relay: supervisorPort,
       facts: setup.facts,
       connected: () => process.connected === true,
       viewRuntime: (local) => viewedRuntime(local, () => latest),
-      forward: (request) => supervisor.execute(request),
+      forward: (request, options) => supervisor.execute(request, options),
     },
   });
   // `/metrics` here answers the host's: every process's, summed by the supervisor.

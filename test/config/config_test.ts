@@ -88,16 +88,4 @@ describe("loadConfig", () => {
     assert.equal(loadConfig({ RUNPLANE_DATA_DIR: dataDir }).workers, autoWorkers(cpus().length));
     assert.equal(loadConfig({ RUNPLANE_DATA_DIR: dataDir, RUNPLANE_WORKERS: "3" }).workers, 3);
   });
-
-  it("runs one process on a host of a cluster unless a count is given (which the start refuses)", () => {
-    const cluster = {
-      RUNPLANE_DATA_DIR: join(tmpdir(), "runplane-config-default"),
-      RUNPLANE_DATABASE_URL: "postgres://localhost/x",
-      RUNPLANE_MASTER_KEY: Buffer.alloc(32, 7).toString("base64"),
-      RUNPLANE_ADVERTISE_URL: "http://10.0.0.1:8080",
-    };
-    assert.equal(loadConfig(cluster).workers, 1);
-    assert.equal(loadConfig({ ...cluster, RUNPLANE_WORKERS: "auto" }).workers, 1);
-    assert.equal(loadConfig({ ...cluster, RUNPLANE_WORKERS: "2" }).workers, 2);
-  });
 });
