@@ -725,7 +725,7 @@ function shownValue(setting: AnySetting, raw: string): string {
 
 /**
  * What `RUNPLANE_WORKERS=auto` means on a host of `cores` cores: one worker per core, at most 16, from 4
- * cores up; below, one process (measured on 2 cores: two workers served 0.82× of one process's sync
+ * cores up; below, one process (measured on 2 cores: two workers served 0.82–0.89× of one process's sync
  * calls, the hop to the supervisor costing ~70 µs of CPU per call).
  */
 export function autoWorkers(cores: number): number {
