@@ -38,7 +38,8 @@ export function workerMetrics(registry: Registry): { hostText(): Promise<string>
   process.on("message", (message: unknown) => {
     if (!isMetricsMessage(message)) return;
     if (message.runplane === "metrics-collect") {
-      void registry.getMetricsAsJSON().then((metrics) => {
+      // A registry that cannot be read now (a gauge's source failed: the store away) adds nothing this time.
+      void registry.getMetricsAsJSON().catch(() => []).then((metrics) => {
         const reply: MetricsMessage = { runplane: "metrics-collected", id: message.id, metrics: metrics as Json };
         if (process.connected) process.send?.(reply);
       });
@@ -52,17 +53,23 @@ export function workerMetrics(registry: Registry): { hostText(): Promise<string>
   return {
     hostText() {
       const id = nextId++;
+      if (!process.connected) return Promise.reject(new Error("the supervisor is gone"));
       return new Promise<string>((resolve, reject) => {
         const timer = setTimeout(() => {
           waiting.delete(id);
           reject(new Error("the supervisor did not answer with the host's metrics in time"));
         }, ASK_TIMEOUT_MS);
         waiting.set(id, {
-          resolve: (text) => (clearTimeout(timer), resolve(text)),
-          reject: (error) => (clearTimeout(timer), reject(error)),
+          resolve(text) {
+            clearTimeout(timer);
+            resolve(text);
+          },
+          reject(error) {
+            clearTimeout(timer);
+            reject(error);
+          },
         });
         const ask: MetricsMessage = { runplane: "metrics-ask", id };
-        if (!process.connected) return reject(new Error("the supervisor is gone"));
         process.send?.(ask);
       });
     },
@@ -86,6 +93,7 @@ function collectWorkers(workers: Worker[], id: number): Promise<Json[]> {
         }
       }
       const onExit = () => done(null);
+      if (!worker.isConnected()) return done(null);
       worker.on("message", onMessage);
       worker.once("exit", onExit);
       const collect: MetricsMessage = { runplane: "metrics-collect", id };
