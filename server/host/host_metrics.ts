@@ -9,9 +9,9 @@ import cluster, { type Worker } from "node:cluster";
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, type Registry } from "prom-client";
 
 /** How long the supervisor waits for a worker's registry before it answers without it. */
-const COLLECT_TIMEOUT_MS = 2_000;
+const COLLECT_TIMEOUT_MS = 5_000;
 /** How long a worker waits for the host's figures before its scrape fails. */
-const ASK_TIMEOUT_MS = 5_000;
+const ASK_TIMEOUT_MS = 9_000;
 
 type Json = MetricObjectWithValues<MetricValue<string>>[];
 
