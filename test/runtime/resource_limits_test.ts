@@ -289,7 +289,12 @@ describe("RUNPLANE_CGROUPS=off", () => {
   after(() => t.close());
 
   it("is said loudly at start and in /readyz", async () => {
-    const response = await checkedFetch(`${t.url}/readyz`);
+    // Right after the start /readyz may still say 503 (the apps loading), a problem without the report.
+    let response!: Response;
+    await waitFor(
+      async () => (response = await checkedFetch(`${t.url}/readyz`)).status === 200,
+      "the server to be ready",
+    );
     const body = (await response.json()) as {
       cgroups: { setting: string; version: string | null; warnings: string[] };
     };
