@@ -1,9 +1,10 @@
 /** The part a server process plays on a host with workers (`RUNPLANE_WORKERS` > 1; see server/host/). */
+import type { Socket } from "node:net";
 import type { ClusterView } from "./cluster/mod.ts";
 import type { ServerContext } from "./context.ts";
 import type { GpuInventory } from "./gpus/mod.ts";
 import type { ExecutedCall, ExecuteRequest } from "./runs/mod.ts";
-import type { Runtime } from "./runtime/mod.ts";
+import type { OutputLine, PythonReplica, Runtime } from "./runtime/mod.ts";
 import type { WakeUpPort } from "./store/mod.ts";
 
 /**
@@ -20,6 +21,8 @@ export type HostRole =
     /** What a worker says first on that socket. */
     callToken: Uint8Array;
     relay: WakeUpPort;
+    /** Its Python replicas' channels, handed to the workers to call them directly, and their seats. */
+    channels?: HostChannels;
   }
   | {
     kind: "worker";
@@ -40,7 +43,23 @@ export type HostRole =
      * cluster has room; `here`: a call another host forwarded, run on this host's replicas only.
      */
     forward(request: ExecuteRequest, options?: { here?: boolean }): Promise<ExecutedCall>;
+    /** Given where the output of the calls it makes on replicas' channels goes (the run log). */
+    useRunLogs?(add: (line: OutputLine) => void): void;
   };
+
+/** A supervisor's replicas' channels (`server/host/replica_channels.ts`), as the server wires them. */
+export interface HostChannels {
+  /** The runtime's `replicaChannels` option. */
+  runtimeOption(): { count: number; onChannels(replica: PythonReplica, channels: readonly Socket[]): void };
+  /** The runtime whose slots become seats. */
+  attach(runtime: Runtime): void;
+  /** A seat for worker `workerId`'s direct call (`server/host/call_server.ts`'s `ChannelSeats`). */
+  seat(
+    workerId: number,
+    projectId: string,
+    app: string,
+  ): { replica: number; deploymentId?: string; graceMs: number; release(): void } | null;
+}
 
 /** What a worker shows of its host (`/readyz`): the supervisor's sandbox, cgroups and GPUs, as it started them. */
 export interface HostFacts {

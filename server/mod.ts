@@ -175,6 +175,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
   // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
   let deployedApps: () => DeployedApp[] = () => [];
   const runLogs = createRunLogWriter(store.db, { limitBytes: config.runLogLimitBytes, logger });
+  worker?.useRunLogs?.((line) => runLogs.add(line));
   // With RUNPLANE_ADVERTISE_URL on a shared store, this process is a host of one cluster (issue 31):
   // replicas are counted by seats in the store and calls go to warm capacity on any host. On a host with
   // workers the supervisor is that host; its workers hand it every call.
@@ -199,7 +200,9 @@ export async function createServer(config: Config, options: CreateServerOptions 
     onOutput: (line) => runLogs.add(line),
     projectEnvironment: (projectId) => replicaEnvironments.get(projectId),
     externalRuntimes: { allowed: config.allowExternalRuntimes, allowPrivate: config.webhookAllowPrivate },
+    replicaChannels: role?.kind === "supervisor" ? role.channels?.runtimeOption() : undefined,
   });
+  if (role?.kind === "supervisor") role.channels?.attach(runtime);
   if (clusterKey && config.advertiseUrl) {
     cluster = createClusterHost({
       store,
@@ -406,6 +409,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       bodyLimitBytes: config.bodyLimitBytes,
       logger,
       gate,
+      seats: supervisor.channels,
     });
     url = `unix:${supervisor.socketPath}`;
     logger.info({ socket: supervisor.socketPath }, "supervisor listening for its workers");

@@ -55,11 +55,12 @@ export async function startRunplane(
   await store.close();
   const server = await startProcess(process.execPath, {
     // The built server, as production runs it (`npm run build` first; mod.ts does).
-    // `BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof"` profiles the servers a run starts.
+    // `BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof"` profiles the servers a run starts;
+    // `BENCH_DIST=<another build's dist>` runs that build (a baseline measured beside this one).
     args: [
       ...SERVER_NODE_FLAGS,
       ...(process.env.BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []),
-      join(ROOT, "dist", "server", "main.js"),
+      join(process.env.BENCH_DIST ?? join(ROOT, "dist"), "server", "main.js"),
     ],
     cwd: ROOT,
     env: {

@@ -68,9 +68,9 @@ class SupervisorConnection {
   readonly #lines = new LineSplitter();
   #broken: unknown = null;
 
-  constructor(path: string, token: string) {
+  constructor(path: string, hello: string) {
     this.socket = createConnection(path);
-    this.socket.write(`${token}\n`);
+    this.socket.write(`${hello}\n`);
     this.socket.on("data", (chunk: Buffer) => this.#onData(chunk));
     this.socket.on("error", (error) => this.#break(error));
     this.socket.on("close", () => this.#break(new Error("the connection closed")));
@@ -106,22 +106,69 @@ class SupervisorConnection {
   }
 }
 
-/** Hands calls to the supervisor listening at `path`, saying `token` (hex) first on its connection. */
+/** A seat the supervisor holds for a call this worker makes directly on a replica's channel. */
+export interface HeldSeat {
+  /** The replica's channel id. */
+  replica: number;
+  deploymentId?: string;
+  graceMs: number;
+  /** Gives the seat back (once the call is over in the replica); extra calls do nothing. */
+  release(): void;
+}
+
+/**
+ * Hands calls to the supervisor listening at `path`, saying `token` (hex) and `workerId` (its
+ * node:cluster id, which seats are given to) first on its connection.
+ */
 export class SupervisorCalls {
   readonly #path: string;
-  readonly #token: string;
+  readonly #hello: string;
   #connection: SupervisorConnection | null = null;
   #nextId = 0;
 
-  constructor(path: string, token: string) {
+  constructor(path: string, options: { token: string; workerId?: number }) {
     this.#path = path;
-    this.#token = token;
+    this.#hello = options.workerId === undefined ? options.token : `${options.token} ${options.workerId}`;
   }
 
   /** The connection, opened again when the last one broke. */
   #open(): SupervisorConnection {
-    if (!this.#connection?.usable) this.#connection = new SupervisorConnection(this.#path, this.#token);
+    if (!this.#connection?.usable) this.#connection = new SupervisorConnection(this.#path, this.#hello);
     return this.#connection;
+  }
+
+  /**
+   * Asks for a seat on a replica of the app that this worker holds a channel of, free now; null when
+   * there is none (or the supervisor cannot be reached): hand the call over with `execute` then.
+   */
+  async seat(projectId: string, app: string): Promise<HeldSeat | null> {
+    const connection = this.#open();
+    const id = this.#nextId++;
+    const frames = new CallFrames();
+    connection.calls.set(id, frames);
+    writeInTurn(connection.socket, `${id} s ${JSON.stringify({ p: projectId, a: app })}\n`);
+    let answer: { seat?: { replica: number; deploymentId?: string; graceMs: number } };
+    try {
+      answer = await frames.next(() => {}) as typeof answer;
+    } catch {
+      return null;
+    } finally {
+      connection.calls.delete(id);
+    }
+    const seat = answer.seat;
+    if (!seat || !Number.isSafeInteger(seat.replica) || typeof seat.graceMs !== "number") return null;
+    let released = false;
+    return {
+      replica: seat.replica,
+      deploymentId: typeof seat.deploymentId === "string" ? seat.deploymentId : undefined,
+      graceMs: seat.graceMs,
+      release() {
+        if (released) return;
+        released = true;
+        // A connection that broke released every seat on it already.
+        if (connection.usable) writeInTurn(connection.socket, `${id} f\n`);
+      },
+    };
   }
 
   /**

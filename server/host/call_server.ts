@@ -30,6 +30,22 @@ export interface WorkerCallsOptions {
    * calls answered) before it stops its replicas.
    */
   gate?: { enter(): void; leave(): void };
+  /** Seats on replicas the worker calls directly over a channel it holds (`replica_channels.ts`). */
+  seats?: ChannelSeats;
+}
+
+/** A seat held for a worker's direct call: the replica's channel id, what the call needs, its release. */
+export interface WireSeat {
+  replica: number;
+  deploymentId?: string;
+  graceMs: number;
+  release(): void;
+}
+
+/** Finds seats for workers' direct calls. */
+export interface ChannelSeats {
+  /** A free slot now on a ready replica of the app whose channel worker `workerId` holds; null otherwise. */
+  seat(workerId: number, projectId: string, app: string): WireSeat | null;
 }
 
 /** The listening socket. */
@@ -122,6 +138,10 @@ class WorkerConnection {
   readonly #options: WorkerCallsOptions;
   readonly #pending = new Pending();
   readonly #calls = new Map<number, HandedCall>();
+  /** Seats held for the worker's direct calls, by the id it asked with; released when it says so or leaves. */
+  readonly #seats = new Map<number, WireSeat>();
+  /** The worker's node:cluster id, as it said with its token; seats are given only to a worker that said it. */
+  #workerId: number | undefined;
   #greeted = false;
   #header: { id: number; header: CallHeader } | null = null;
   #closing = false;
@@ -137,13 +157,19 @@ class WorkerConnection {
     socket.on("close", () => {
       for (const call of this.#calls.values()) call.abort(gone());
       this.#calls.clear();
+      for (const seat of this.#seats.values()) seat.release();
+      this.#seats.clear();
     });
   }
 
-  /** Closes the connection now when no call is on it, else once its last call ends. */
+  /** Closes the connection now when no call or seat is on it, else once its last one ends. */
   close(): void {
     this.#closing = true;
-    if (this.#calls.size === 0) this.#socket.end();
+    this.#endIfIdle();
+  }
+
+  #endIfIdle(): void {
+    if (this.#closing && this.#calls.size === 0 && this.#seats.size === 0) this.#socket.end();
   }
 
   #refuse(reason: string): void {
@@ -168,9 +194,11 @@ class WorkerConnection {
       }
       if (!this.#greeted) {
         const token = Buffer.from(this.#options.token);
-        const said = Buffer.from(line.toString("latin1"), "hex");
+        const [hex, workerId] = line.toString("latin1").split(" ");
+        const said = Buffer.from(hex, "hex");
         if (said.length !== token.length || !timingSafeEqual(said, token)) return this.#refuse("a wrong token");
         this.#greeted = true;
+        if (workerId !== undefined && /^\d{1,9}$/.test(workerId)) this.#workerId = Number(workerId);
         const gate = this.#options.gate;
         if (gate) {
           gate.enter();
@@ -190,6 +218,11 @@ class WorkerConnection {
     if (rest === "x") call?.abort(stopped(id));
     else if (rest === "p") call?.hold();
     else if (rest === "r") call?.resume();
+    else if (rest === "f") {
+      this.#seats.get(id)?.release();
+      this.#seats.delete(id);
+      this.#endIfIdle();
+    } else if (rest.startsWith("s ")) return this.#seat(id, rest.slice(2));
     else {
       let header: unknown;
       try {
@@ -208,6 +241,32 @@ class WorkerConnection {
       }
       this.#header = { id, header };
     }
+    return true;
+  }
+
+  /** Answers a seat request (`<id> s {"p","a"}`): the seat, or `relay` (hand the call over instead). */
+  #seat(id: number, rest: string): boolean {
+    let asked: { p?: unknown; a?: unknown };
+    try {
+      asked = JSON.parse(rest);
+    } catch {
+      this.#refuse("a seat request that is not JSON");
+      return false;
+    }
+    if (typeof asked?.p !== "string" || typeof asked.a !== "string" || this.#seats.has(id)) {
+      this.#refuse("a malformed seat request");
+      return false;
+    }
+    const seat = this.#workerId === undefined || this.#closing
+      ? null
+      : this.#options.seats?.seat(this.#workerId, asked.p, asked.a) ?? null;
+    if (!seat) {
+      writeInTurn(this.#socket, `${id} {"relay":true}\n`);
+      return true;
+    }
+    this.#seats.set(id, seat);
+    const answer = { replica: seat.replica, deploymentId: seat.deploymentId, graceMs: seat.graceMs };
+    writeInTurn(this.#socket, `${id} ${JSON.stringify({ seat: answer })}\n`);
     return true;
   }
 
@@ -240,7 +299,7 @@ class WorkerConnection {
       this.#calls.delete(id);
       call.resume();
     }
-    if (this.#closing && this.#calls.size === 0) socket.end();
+    this.#endIfIdle();
   }
 }
 

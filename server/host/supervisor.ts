@@ -13,7 +13,8 @@ import type { Config } from "../config.ts";
 import type { Logger } from "../log.ts";
 import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
 import { isRelayedWakeUp, type RelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
-import { isWorkerAsks, type WorkerDrain, type WorkerSetup } from "./_messages.ts";
+import { isReplicaKill, isWorkerAsks, type WorkerDrain, type WorkerSetup } from "./_messages.ts";
+import { ReplicaChannels } from "./replica_channels.ts";
 import { serveHostMetrics } from "./host_metrics.ts";
 import { sendSnapshots } from "./runtime_view.ts";
 
@@ -68,9 +69,11 @@ export async function startSupervisor(
   const socketPath = join(config.dataDir, "supervisor.sock");
   const callToken = randomBytes(32);
   const port = workersPort();
+  // Each Python replica gets a channel per worker, which calls it directly (replica_channels.ts).
+  const channels = new ReplicaChannels({ workers: config.workers, logger });
   const server = await createServer(config, {
     ...options,
-    role: { kind: "supervisor", socketPath, callToken, relay: port },
+    role: { kind: "supervisor", socketPath, callToken, relay: port, channels },
   });
   await server.listen();
   const { context } = server;
@@ -93,9 +96,11 @@ export async function startSupervisor(
     started.set(worker.id, Date.now());
     worker.on("message", (message: unknown) => {
       if (isRelayedWakeUp(message)) port.fromWorker(worker, message);
+      else if (isReplicaKill(message)) channels.kill(message);
       else if (isWorkerAsks(message)) {
         worker.send(setup);
         snapshots.resend();
+        channels.workerReady(worker);
       }
     });
     return worker;
@@ -104,6 +109,7 @@ export async function startSupervisor(
   let ready = false;
   let failedToStart = (_error: Error) => {};
   cluster.on("exit", (worker, code, signal) => {
+    channels.workerGone(worker);
     const lived = Date.now() - (started.get(worker.id) ?? 0);
     started.delete(worker.id);
     if (stopping) return;

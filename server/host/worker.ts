@@ -6,9 +6,11 @@
  */
 import cluster from "node:cluster";
 import type { Config } from "../config.ts";
+import { createLogger } from "../log.ts";
 import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
 import { isRelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
 import { SupervisorCalls } from "./call_client.ts";
+import { WorkerChannels } from "./channel_calls.ts";
 import { workerMetrics } from "./host_metrics.ts";
 import { isWorkerSetup, type WorkerAsks, type WorkerSetup } from "./_messages.ts";
 import { isRuntimeSnapshot, type RuntimeSnapshot, viewedRuntime } from "./runtime_view.ts";
@@ -49,20 +51,30 @@ export async function serveAsWorker(
   process.on("message", (message) => {
     if (isRuntimeSnapshot(message)) latest = message;
   });
+  // The replicas' channels the supervisor hands this worker (from right after its setup, so listened for
+  // before it is asked): calls go straight to a replica on them.
+  const channels = new WorkerChannels({
+    logger: options.logger ?? createLogger({ level: config.logLevel }),
+    send: (message) => process.connected && process.send?.(message),
+  });
+  process.on("message", (message, handle) => channels.receive(message, handle));
   const setup = await setupMessage();
-  const supervisor = new SupervisorCalls(setup.socketPath, setup.callTokenHex);
+  const workerId = cluster.worker?.id ?? 0;
+  const supervisor = new SupervisorCalls(setup.socketPath, { token: setup.callTokenHex, workerId });
   const server = await createServer(config, {
     ...options,
     role: {
       kind: "worker",
-      id: cluster.worker?.id ?? 0,
+      id: workerId,
       hostId: setup.hostId,
       clusterView: () => latest?.cluster ?? undefined,
       relay: supervisorPort,
       facts: setup.facts,
       connected: () => process.connected === true,
       viewRuntime: (local) => viewedRuntime(local, () => latest),
-      forward: (request, options) => supervisor.execute(request, options),
+      forward: (request, options) =>
+        options?.here ? supervisor.execute(request, options) : channels.execute(request, supervisor),
+      useRunLogs: (add) => (channels.onOutput = add),
     },
   });
   // `/metrics` here answers the host's: every process's, summed by the supervisor.

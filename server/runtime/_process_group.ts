@@ -47,6 +47,10 @@ export interface ProcessExit {
   reason: string;
   /** Whether the kernel killed a process of the replica at its cgroup's memory limit. */
   outOfMemory: boolean;
+  /** The memory limit it was killed at, when the one who tells is not the one who set it (a host's worker). */
+  memoryBytes?: number;
+  /** Whether its server stopped it (a drain, a close): its calls in flight were interrupted, not crashed. */
+  stopped?: boolean;
 }
 
 /** A replica's process and its exit. */

@@ -4,6 +4,7 @@
  * log messages, the process's own stdout/stderr are logged as worker output.
  */
 import { setImmediate as setImmediatePromise } from "node:timers/promises";
+import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
@@ -45,22 +46,31 @@ const PAYLOAD_SLICE_BYTES = 256 * 1024;
 /** How many ended calls are remembered, so that late output of one is still logged rather than refused. */
 const ENDED_CALLS_KEPT = 1024;
 
-/** Options of `PythonReplica`. */
-export interface PythonReplicaOptions {
+/** How a replica without `start` cold-starts its process. */
+export interface ColdStartSpec {
   appDir: string;
-  label: string;
   python: string;
   concurrency: number;
-  logger: Logger;
   sandbox: Sandbox;
   /** The replica's jail (the worker harness adds itself to what it may read). */
   jail: JailSpec;
+  /** Modules imported before main.py (`[runtime] preload`). */
+  preload?: string[];
+}
+
+/** Options of `PythonReplica`: with `start`, or with what a cold start needs. */
+export type PythonReplicaOptions =
+  & ReplicaOptions
+  & (ColdStartSpec | { start(): Promise<WorkerProcess> });
+
+/** What every `PythonReplica` is given. */
+export interface ReplicaOptions {
+  label: string;
+  logger: Logger;
   /** Told every line a call's function writes (stdout, stderr, `logging`), as it is written. */
   onOutput?(line: OutputLine): void;
   /** The replica's cgroup: its limits, and whether the kernel killed it at its memory limit. */
   cgroup?: ReplicaCgroup;
-  /** Modules imported before main.py (`[runtime] preload`). */
-  preload?: string[];
   /**
    * Gives the worker's process (a fork of the app's template); without it the worker cold-starts in a
    * jail of its own. A rejection is the replica's failure to start.
@@ -71,6 +81,23 @@ export interface PythonReplicaOptions {
    * built); the start timeout counts from when it resolves. A rejection is the replica's failure to start.
    */
   prepare?(): Promise<void>;
+  /** Told once its process started with extra channels (`WorkerProcess.channels`), before it is ready. */
+  onChannels?(replica: PythonReplica, channels: readonly Socket[]): void;
+  /**
+   * Ready as soon as `start` gave its process: a channel of a replica another process owns and found
+   * ready (a host's worker calling its supervisor's replica directly), where no `ready` message comes.
+   */
+  readyOnStart?: boolean;
+}
+
+/** How a replica's process ended, as its calls in flight were told. */
+export interface ReplicaExit {
+  reason: string;
+  outOfMemory: boolean;
+  /** Its memory limit, when it was killed at it. */
+  memoryBytes?: number;
+  /** Stopped by the server (its calls were interrupted), not crashed. */
+  stopped: boolean;
 }
 
 /** One line of a call's output. */
@@ -128,6 +155,8 @@ export class PythonReplica implements Replica {
   #exitCode: string | undefined;
   /** Set when the worker ended because the kernel killed it at its cgroup's memory limit. */
   #outOfMemory = false;
+  /** The limit it was killed at, when its exit said (else its cgroup's). */
+  #memoryBytes: number | undefined;
   /** Set by `stop()`: calls still running when the worker exits were cut by the server, not by a crash. */
   #stopping = false;
   #violation: string | undefined;
@@ -139,16 +168,22 @@ export class PythonReplica implements Replica {
     const prepared = this.#prepare();
     const started = prepared.then(() => {
       if (this.#killed) throw new Error("stopped before it started");
-      return options.start?.() ?? startColdWorker({ ...options, preload: options.preload ?? [] });
+      if (options.start) return options.start();
+      const cold = options as ReplicaOptions & ColdStartSpec;
+      return startColdWorker({ ...cold, preload: cold.preload ?? [] });
     });
     this.exited = started.then((worker) => {
       this.#worker = worker;
       if (this.#killed) worker.kill();
       this.#readMessages(worker.messages);
+      if (worker.channels.length) options.onChannels?.(this, worker.channels);
+      if (options.readyOnStart) this.#onReady();
       return worker.exited;
     }, (error: Error) => ({ reason: error.message, outOfMemory: false, unstarted: true })).then((exit) => {
       this.#exitCode = exit.reason;
       this.#outOfMemory = exit.outOfMemory;
+      if ("memoryBytes" in exit) this.#memoryBytes = exit.memoryBytes;
+      if ("stopped" in exit && exit.stopped) this.#stopping = true;
       this.usable = false;
       this.#onExit();
       return "unstarted" in exit || !/^(exit code|signal|killed)/.test(exit.reason);
@@ -169,7 +204,9 @@ export class PythonReplica implements Replica {
       void this.exited.then(() => {
         clearTimeout(timer);
         const how = this.#unstarted
-          ? `cannot start ${options.python} (${this.#exitCode}); check deployment.python`
+          ? `cannot start ${
+            "python" in options ? options.python : "its process"
+          } (${this.#exitCode}); check deployment.python`
           : `the Python worker exited while starting (${this.#exitCode})`;
         reject(this.#loadError ?? new ProblemError("app-unavailable", `${options.label}: ${how}`));
       });
@@ -195,6 +232,16 @@ export class PythonReplica implements Replica {
 
   get pid(): number | undefined {
     return this.#worker?.pid;
+  }
+
+  /** Calls in flight on it that this process made. */
+  get inFlight(): number {
+    return this.#pending.size;
+  }
+
+  /** The app version it serves, as logs name it. */
+  get label(): string {
+    return this.#options.label;
   }
 
   /** How its process began (`cold` or `fork`); undefined until it is known. */
@@ -275,6 +322,18 @@ export class PythonReplica implements Replica {
     await this.exited;
   }
 
+  /** Kills its process now (a call past its time, a channel's peer that broke the protocol). */
+  kill(): void {
+    this.#kill();
+  }
+
+  /** How its process ended; undefined while it runs. */
+  get exit(): ReplicaExit | undefined {
+    if (this.#exitCode === undefined) return undefined;
+    const memoryBytes = this.#outOfMemory ? this.#memoryBytes ?? this.#options.cgroup?.limits.memoryBytes : undefined;
+    return { reason: this.#exitCode, outOfMemory: this.#outOfMemory, memoryBytes, stopped: this.#stopping };
+  }
+
   #kill(): void {
     this.usable = false;
     this.#killed = true;
@@ -322,6 +381,9 @@ export class PythonReplica implements Replica {
         );
         return;
       }
+      const killIfAlone = this.#worker?.killIfAlone;
+      // A channel of a replica other processes call too: its owner knows whether this call is alone.
+      if (killIfAlone) return killIfAlone();
       this.#options.logger.warn(log, "cancelled call did not stop; killing its worker");
       this.#kill();
     }, CANCEL_GRACE_MS);
@@ -566,7 +628,7 @@ export class PythonReplica implements Replica {
       const runId = pending.call.runId;
       // Killed at its memory limit: said as such, whatever else was under way (a stop, a cancel).
       if (this.#outOfMemory) {
-        this.#fail(pending, outOfMemory(runId, this.#options.cgroup!.limits.memoryBytes));
+        this.#fail(pending, outOfMemory(runId, this.#memoryBytes ?? this.#options.cgroup!.limits.memoryBytes));
         continue;
       }
       // Stopped by the server (a drain past its timeout, a server that closes): the same word as the record.

@@ -43,12 +43,15 @@ export interface ForkOptions {
   cgroup?: ReplicaCgroup;
   /** Variables set in the forked process before it serves (its GPUs, say). */
   env?: Record<string, string>;
+  /** How many extra channels it serves (`WorkerProcess.channels`): that many more connections. */
+  channels?: number;
 }
 
 interface PendingFork {
   innerPid?: number;
-  /** Its two connections (`requests`, `messages`) as they arrive. */
+  /** Its two connections (`requests`, `messages`) as they arrive, then its extra channels (`c0`, …). */
   sockets: Partial<Record<"requests" | "messages", Socket>>;
+  channels: Array<Socket | undefined>;
   options: ForkOptions;
   resolve(worker: WorkerProcess): void;
   reject(error: Error): void;
@@ -218,9 +221,17 @@ export class ReplicaTemplate {
         reject(new Error(`the forked replica did not connect within ${FORK_TIMEOUT_MS / 1000} s`));
         this.#afterForkEnded();
       }, FORK_TIMEOUT_MS);
-      this.#pending.set(id, { options, sockets: {}, resolve, reject, timer });
+      const channels = options.channels ?? 0;
+      this.#pending.set(id, {
+        options,
+        sockets: {},
+        channels: new Array(channels).fill(undefined),
+        resolve,
+        reject,
+        timer,
+      });
       this.#requests!.write(
-        `${JSON.stringify({ op: "fork", id, socket: this.#socketPath, env: options.env ?? {} })}\n`,
+        `${JSON.stringify({ op: "fork", id, socket: this.#socketPath, env: options.env ?? {}, channels })}\n`,
       );
     });
   }
@@ -261,12 +272,18 @@ export class ReplicaTemplate {
     const hello = JSON.parse(line) as { op?: string; id?: string; pid?: number; channel?: string };
     const pending = hello.op === "hello" && typeof hello.id === "string" ? this.#pending.get(hello.id) : undefined;
     const channel = hello.channel === "requests" || hello.channel === "messages" ? hello.channel : undefined;
-    if (!pending || typeof hello.pid !== "number" || !channel || pending.sockets[channel]) {
+    const extra = /^c(\d{1,3})$/.exec(hello.channel ?? "");
+    const index = extra ? Number(extra[1]) : -1;
+    if (
+      !pending || typeof hello.pid !== "number"
+      || (channel ? pending.sockets[channel] : !(index < pending.channels.length && !pending.channels[index]))
+    ) {
       throw new Error("an unknown process connected to the template's socket");
     }
-    pending.sockets[channel] = socket;
+    if (channel) pending.sockets[channel] = socket;
+    else pending.channels[index] = socket;
     const { requests, messages } = pending.sockets;
-    if (!requests || !messages) return;
+    if (!requests || !messages || pending.channels.includes(undefined)) return;
     this.#pending.delete(hello.id!);
     clearTimeout(pending.timer);
     const innerPid = hello.pid;
@@ -283,7 +300,17 @@ export class ReplicaTemplate {
     }
     const onOutOfMemory = () =>
       this.#options.logger.warn({ app: this.#options.label, pid: hostPid }, "replica killed at its memory limit");
-    const worker = new ForkedWorker({ requests, messages, template: this, innerPid, hostPid, cgroup, onOutOfMemory });
+    const channels = pending.channels as Socket[];
+    const worker = new ForkedWorker({
+      requests,
+      messages,
+      channels,
+      template: this,
+      innerPid,
+      hostPid,
+      cgroup,
+      onOutOfMemory,
+    });
     this.#forks.set(innerPid, worker);
     requests.write("start\n");
     // Nothing comes on the requests socket; read it so that its end (the process's exit) is seen.
@@ -299,6 +326,7 @@ class ForkedWorker implements WorkerProcess {
   readonly exited: Promise<ProcessExit>;
   readonly requests: Socket;
   readonly messages: Socket;
+  readonly channels: readonly Socket[];
   readonly #template: ReplicaTemplate;
   readonly #innerPid: number;
   readonly #hostPid: number | undefined;
@@ -308,6 +336,7 @@ class ForkedWorker implements WorkerProcess {
   constructor(options: {
     requests: Socket;
     messages: Socket;
+    channels: Socket[];
     template: ReplicaTemplate;
     innerPid: number;
     hostPid: number | undefined;
@@ -316,6 +345,7 @@ class ForkedWorker implements WorkerProcess {
   }) {
     this.requests = options.requests;
     this.messages = options.messages;
+    this.channels = options.channels;
     this.#template = options.template;
     this.#innerPid = options.innerPid;
     this.#hostPid = options.hostPid;

@@ -14,7 +14,15 @@ modules the common call needs (json, threading and the like); asyncio, inspect, 
 random cost tens of milliseconds together and are imported where they are first needed
 (docs/performance.md, "Cold start: what Runplane adds").
 
-Usage: python3 _worker.py <app_dir> <max_concurrency> [--preload=mod1,mod2] [--template [--unjailed]]
+Usage: python3 _worker.py <app_dir> <max_concurrency> [--preload=mod1,mod2] [--channels=5,6,...]
+       [--template [--unjailed]]
+
+Extra channels (`--channels`, or a fork request's `channels`: that many more connections to its socket,
+named c0, c1, ...): on a host with several front-door processes, each holds one of its replicas'
+channels and makes its calls on it directly; its supervisor keeps fd 3 and 4, and the replica's life.
+Each channel is one socket carrying the same protocol both ways; a call's messages go back on the
+channel it came on (`ready` and `load_error` only on the server's). A channel that closes stops the
+calls made on it; only fd 3's end makes the worker exit.
 
 With --template the process is an app's template (a fork server, like multiprocessing's `forkserver`
 with its preload): it imports the preload modules and main.py without calling anything, checks that a
@@ -83,7 +91,7 @@ STREAM_WINDOW_BYTES = 128 * 1024
 # The server writes a call's id first, so a line that cannot be parsed can still be failed by name.
 _LEADING_ID = re.compile(rb'^\{"op":"call","id":("(?:[^"\\]|\\.)*")')
 
-_write_lock = threading.Lock()
+# The call a thread or task runs: (its id, the channel it came on), for its output.
 _current_call = contextvars.ContextVar("runplane_call", default=None)
 _real_stdout = sys.stdout
 _real_stderr = sys.stderr
@@ -91,8 +99,57 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _encode_strict = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 
-def send(message):
-    write_line(_dumps(message))
+class Channel:
+    """A connection the worker protocol runs on: the server's own (fd 3 in, fd 4 out), or one of the
+    extra channels a host's front-door processes call on directly (one socket each, both ways). Lines
+    are written whole under its lock; a write to an extra channel whose peer is gone is dropped."""
+
+    def __init__(self, read_fd, write_fd):
+        self.read_fd = read_fd
+        self.write_fd = write_fd
+        self.lock = threading.Lock()
+        self.open = True
+
+    def write(self, data):
+        with self.lock:
+            if not self.open:
+                return len(data)
+            try:
+                written = os.write(self.write_fd, data)
+                if written < len(data):
+                    view = memoryview(data)[written:]
+                    while view:
+                        view = view[os.write(self.write_fd, view):]
+            except OSError:
+                if self is OWNER:
+                    raise
+                self.open = False
+        return len(data)
+
+    def close(self):
+        with self.lock:
+            if self.open or self.read_fd is not None:
+                self.open = False
+                os.close(self.read_fd)
+                self.read_fd = None
+
+
+OWNER = Channel(REQUESTS_FD, MESSAGES_FD)
+# Calls in flight that came on an extra channel, by id (run ids are unique); the rest came on OWNER's.
+_call_channels = {}
+FINAL_OPS = frozenset(("result", "end", "cancelled", "fail"))
+
+
+def channel_of(call_id, final=False):
+    """The channel a call's messages go to; its final message forgets it."""
+    if not _call_channels:
+        return OWNER
+    return (_call_channels.pop if final else _call_channels.get)(call_id, OWNER)
+
+
+def send(message, channel=None):
+    channel = channel or channel_of(message.get("id"), message.get("op") in FINAL_OPS)
+    channel.write((_dumps(message) + "\n").encode("utf-8"))
 
 
 class TooLarge(Exception):
@@ -106,19 +163,6 @@ def encode_line(text):
     return data
 
 
-def write_line(text):
-    """Writes one protocol line whole, even from several threads at once; returns its size in bytes."""
-    return write_bytes(text if isinstance(text, bytes) else (text + "\n").encode("utf-8"))
-
-
-def write_bytes(data):
-    with _write_lock:
-        written = os.write(MESSAGES_FD, data)
-        if written < len(data):
-            view = memoryview(data)[written:]
-            while view:
-                view = view[os.write(MESSAGES_FD, view):]
-    return len(data)
 
 
 class RunOutput:
@@ -129,11 +173,12 @@ class RunOutput:
         self.fallback = fallback
 
     def write(self, text):
-        call_id = _current_call.get()
-        if call_id is None:
+        current = _current_call.get()
+        if current is None:
             return self.fallback.write(text)
         if text:
-            send({"op": "log", "id": call_id, "stream": self.name, "text": text})
+            call_id, channel = current
+            send({"op": "log", "id": call_id, "stream": self.name, "text": text}, channel)
         return len(text)
 
     def flush(self):
@@ -381,8 +426,8 @@ class StreamWindow:
             await event.wait()
 
 
-def send_fail(call_id, kind, error_type, message):
-    send({"op": "fail", "id": call_id, "kind": kind, "type": error_type, "message": message})
+def send_fail(call_id, kind, error_type, message, channel=None):
+    send({"op": "fail", "id": call_id, "kind": kind, "type": error_type, "message": message}, channel)
 
 
 class Worker:
@@ -409,10 +454,12 @@ class Worker:
             self.functions[name] = entry
         return entry
 
-    def handle(self, message):
-        """Called on the reader thread for every request."""
+    def handle(self, message, channel=OWNER):
+        """Called on the reader thread of `channel` for every request that came on it."""
         op = message.get("op")
         if op == "call":
+            if channel is not OWNER:
+                _call_channels[message["id"]] = channel
             self.start_call(message)
         elif op == "credit":
             window = self.windows.get(message["id"])
@@ -468,7 +515,7 @@ class Worker:
             job = self.jobs.get()
 
     def call_in_thread(self, call_id, function, kwargs):
-        token = _current_call.set(call_id)
+        token = _current_call.set((call_id, channel_of(call_id)))
         try:
             result = function.fn(**kwargs)
             kind = result_kind(result)
@@ -539,11 +586,11 @@ class Worker:
             task.cancel()
 
     async def call_async(self, call_id, function, kwargs):
-        _current_call.set(call_id)
+        _current_call.set((call_id, channel_of(call_id)))
         await self.guarded(call_id, function, lambda: function.fn(**kwargs))
 
     async def finish_async(self, call_id, function, result):
-        _current_call.set(call_id)
+        _current_call.set((call_id, channel_of(call_id)))
         await self.guarded(call_id, function, lambda: result)
 
     async def guarded(self, call_id, function, start):
@@ -617,10 +664,10 @@ class Worker:
             if len(data) > MAX_MESSAGE_BYTES:
                 raise TooLarge(f"its JSON is {len(data)} bytes; the limit of one result is {MAX_MESSAGE_BYTES} bytes")
             header = '{"op":"result","id":' + _dumps(call_id) + ',"bytes":' + str(len(data)) + "}\n"
-            write_bytes(header.encode("ascii") + data)
+            channel_of(call_id, final=True).write(header.encode("ascii") + data)
             return
         # The result is already JSON text; splice it in so it is not encoded twice.
-        write_bytes(encode_line('{"op":"result","id":' + _dumps(call_id) + ',"value":' + text + "}"))
+        channel_of(call_id, final=True).write(encode_line('{"op":"result","id":' + _dumps(call_id) + ',"value":' + text + "}"))
 
     def send_item(self, call_id, value):
         try:
@@ -630,7 +677,7 @@ class Worker:
         # The item's JSON text is spliced into the message so it is encoded once; a string item travels
         # as a JSON string and arrives as a string.
         value_json = _dumps(text) if isinstance(value, str) else text
-        return write_bytes(encode_line('{"op":"item","id":' + _dumps(call_id) + ',"value":' + value_json + "}"))
+        return channel_of(call_id).write(encode_line('{"op":"item","id":' + _dumps(call_id) + ',"value":' + value_json + "}"))
 
 
 def close_iterator(iterator):
@@ -639,24 +686,26 @@ def close_iterator(iterator):
         close()
 
 
-def handle_line(worker, line):
+def handle_line(worker, line, channel=OWNER):
     """Handles one request; a request that cannot be read fails its call alone, never the reader."""
     try:
         message = json.loads(line)
         if not isinstance(message, dict):
             raise ValueError("a request must be a JSON object")
-        worker.handle(message)
+        worker.handle(message, channel)
     except Exception as error:  # noqa: BLE001 - RecursionError, ValueError, KeyError, MemoryError, ...
         match = _LEADING_ID.match(line)
         if match is None:
             _real_stderr.write(f"runplane worker: ignored an unreadable request: {type(error).__name__}: {error}\n")
             return
-        send_fail(json.loads(match.group(1)), "bad_request", type(error).__name__,
-                  f"the worker could not read the call: {type(error).__name__}: {error}")
+        call_id = json.loads(match.group(1))
+        _call_channels.pop(call_id, None)
+        send_fail(call_id, "bad_request", type(error).__name__,
+                  f"the worker could not read the call: {type(error).__name__}: {error}", channel)
 
 
-def read_requests(worker):
-    with os.fdopen(REQUESTS_FD, "rb", buffering=0) as pipe:
+def read_requests(worker, channel=OWNER):
+    with os.fdopen(channel.read_fd, "rb", buffering=0, closefd=False) as pipe:
         # Chunks of an unfinished line are joined once, when its newline arrives.
         parts = []
         while True:
@@ -676,10 +725,16 @@ def read_requests(worker):
                     line = b"".join(parts)
                     parts = []
                 if line:
-                    handle_line(worker, line)
+                    handle_line(worker, line, channel)
                 start = newline + 1
-    # The server went away: leave no orphan behind.
-    os._exit(0)
+    if channel is OWNER:
+        # The server went away: leave no orphan behind.
+        os._exit(0)
+    # A front-door process went away: the calls it made are stopped, as its own reader would have asked.
+    channel.close()
+    for call_id, owner in list(_call_channels.items()):
+        if owner is channel:
+            worker.handle({"op": "cancel", "id": call_id}, channel)
 
 
 def load_module(app_dir, preload=()):
@@ -697,16 +752,19 @@ def load_module(app_dir, preload=()):
 def parse_args(argv):
     app_dir, concurrency = argv[1], int(argv[2])
     preload = []
+    channels = []
     template = False
     unjailed = False
     for arg in argv[3:]:
-        if arg == "--template":
+        if arg.startswith("--channels="):
+            channels = [int(fd) for fd in arg[len("--channels="):].split(",") if fd]
+        elif arg == "--template":
             template = True
         elif arg == "--unjailed":
             unjailed = True
         elif arg.startswith("--preload="):
             preload = [name for name in arg[len("--preload="):].split(",") if name]
-    return app_dir, concurrency, preload, template, unjailed
+    return app_dir, concurrency, preload, template, unjailed, channels
 
 
 def load_or_exit(app_dir, preload):
@@ -764,10 +822,12 @@ class LazyLoop:
         loop.run_forever()
 
 
-def serve(module, concurrency):
+def serve(module, concurrency, channel_fds=()):
+    """Serves calls on the server's channel and on each extra channel's socket (`channel_fds`)."""
     loop = LazyLoop()
     worker = Worker(module, loop, concurrency)
-    threading.Thread(target=read_requests, args=(worker,), daemon=True).start()
+    for channel in [OWNER, *(Channel(fd, fd) for fd in channel_fds)]:
+        threading.Thread(target=read_requests, args=(worker, channel), daemon=True).start()
     send({"op": "ready", "pid": os.getpid()})
     loop.run_forever()
 
@@ -872,9 +932,11 @@ def run_forked(module, concurrency, request, prctl):
         die_with_parent(prctl)
         os.environ.update(request.get("env") or {})
         reseed()
-        # Two connections, as a cold worker has two pipes: closing one is seen alone.
+        # Two connections, as a cold worker has two pipes: closing one is seen alone; then one per extra
+        # channel (see Channel).
         fds = []
-        for channel in ("requests", "messages"):
+        extra = [f"c{index}" for index in range(int(request.get("channels") or 0))]
+        for channel in ("requests", "messages", *extra):
             connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             connection.connect(request["socket"])
             hello = {"op": "hello", "id": request["id"], "pid": os.getpid(), "channel": channel}
@@ -888,7 +950,7 @@ def run_forked(module, concurrency, request, prctl):
             os.dup2(fd, target)
             os.close(fd)
         read_line_byte_by_byte(REQUESTS_FD)
-        serve(module, concurrency)
+        serve(module, concurrency, fds[2:])
     except BaseException:  # noqa: BLE001 - a replica that cannot start must not return into the template
         import traceback
 
@@ -961,12 +1023,12 @@ def reap(children):
 
 
 def main():
-    app_dir, concurrency, preload, template, unjailed = parse_args(sys.argv)
+    app_dir, concurrency, preload, template, unjailed, channels = parse_args(sys.argv)
     module = load_or_exit(app_dir, preload)
     if template:
         template_main(module, concurrency, unjailed)
     else:
-        serve(module, concurrency)
+        serve(module, concurrency, channels)
 
 
 if __name__ == "__main__":

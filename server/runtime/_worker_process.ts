@@ -3,6 +3,7 @@
  * jail running `_worker.py`) or a fork of the app's template (`_replica_template.ts`). The replica
  * drives either through the same two streams and the same stop and kill.
  */
+import type { Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import type { Logger } from "../log.ts";
@@ -22,12 +23,22 @@ export interface WorkerProcess {
   readonly pid: number | undefined;
   /** How it began: `cold` (a process of its own) or `fork` (forked from the app's template). */
   readonly origin: "cold" | "fork";
+  /**
+   * Its extra channels (`_worker.py`'s `--channels`): one socket each, the worker protocol both ways,
+   * for a host's front-door processes to call it directly; none unless asked for.
+   */
+  readonly channels: readonly Socket[];
   /** Resolves once the process has exited and its streams closed. */
   readonly exited: Promise<ProcessExit>;
   /** Whether the process has exited (its streams may still be draining). */
   hasExited(): boolean;
   /** Kills the process and whatever it started, now. */
   kill(): void;
+  /**
+   * For a stuck cancelled call, on a channel of a replica that other processes call too: kills it only
+   * when that call is the only one in it (its owner counts them), else lets the call run out.
+   */
+  killIfAlone?(): void;
   /** Ends the requests (the worker exits), then kills it after `graceMs` if it has not. */
   stop(graceMs: number): Promise<void>;
 }
@@ -38,7 +49,7 @@ export interface WorkerProcess {
  */
 export function workerArgs(
   appDir: string,
-  options: { concurrency: number; preload: string[]; template?: boolean; unjailed?: boolean },
+  options: { concurrency: number; preload: string[]; template?: boolean; unjailed?: boolean; channelFds?: number[] },
 ) {
   return [
     "-u",
@@ -46,6 +57,7 @@ export function workerArgs(
     appDir,
     String(options.concurrency),
     ...(options.preload.length ? [`--preload=${options.preload.join(",")}`] : []),
+    ...(options.channelFds?.length ? [`--channels=${options.channelFds.join(",")}`] : []),
     ...(options.template ? ["--template"] : []),
     ...(options.template && options.unjailed ? ["--unjailed"] : []),
   ];
@@ -76,17 +88,24 @@ export interface WorkerSpec {
 /** Options of `startColdWorker`. */
 export interface ColdWorkerOptions extends WorkerSpec {
   cgroup?: ReplicaCgroup;
+  /** How many extra channels it serves (see `WorkerProcess.channels`); default none. */
+  channels?: number;
 }
+
+/** The first descriptor of a cold worker's extra channels: after fd 3 (requests) and fd 4 (messages). */
+const FIRST_CHANNEL_FD = 5;
 
 /** Starts `_worker.py` in a jail of its own: the whole import is paid again (a cold start). */
 export function startColdWorker(options: ColdWorkerOptions): WorkerProcess {
+  const channelFds = Array.from({ length: options.channels ?? 0 }, (_, i) => FIRST_CHANNEL_FD + i);
   const { child, exited } = spawnInOwnGroup(
     options.python,
-    workerArgs(options.appDir, { concurrency: options.concurrency, preload: options.preload }),
+    workerArgs(options.appDir, { concurrency: options.concurrency, preload: options.preload, channelFds }),
     {
       sandbox: options.sandbox,
       jail: workerJail(options.jail),
-      extraPipes: 2,
+      // Each a socket pair (libuv's pipes are), so one descriptor carries a channel both ways.
+      extraPipes: 2 + channelFds.length,
       logger: options.logger,
       label: options.label,
       cgroup: options.cgroup,
@@ -97,9 +116,12 @@ export function startColdWorker(options: ColdWorkerOptions): WorkerProcess {
   const requests = child.stdio[3] as Writable;
   // A write after the worker died must not crash the server.
   requests.on("error", () => undefined);
+  const channels = channelFds.map((fd) => child.stdio[fd] as Socket);
+  for (const channel of channels) channel.on("error", () => undefined);
   return {
     requests,
     messages: child.stdio[4] as Readable,
+    channels,
     get pid() {
       return child.pid;
     },

@@ -4,6 +4,7 @@
  * `ProblemError` for a missing app or function, a full queue, an app that failed to load). Free of HTTP,
  * so the synchronous handler and a durable async dispatcher call it the same way.
  */
+import type { Socket } from "node:net";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { AppConfig } from "./_app_config.ts";
 import type { Logger } from "../log.ts";
@@ -54,11 +55,12 @@ export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { HardwareNeed } from "./_host_budget.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
-export { signalGroup } from "./_process_group.ts";
-export { type OutputLine, PythonReplica } from "./_python_replica.ts";
+export { type ProcessExit, signalGroup } from "./_process_group.ts";
+export { type OutputLine, PythonReplica, type ReplicaExit } from "./_python_replica.ts";
 export { interpreterHome } from "./_replica_jail.ts";
 export type { Capacity, ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
 export type { HeldSeat } from "./_seat_book.ts";
+export type { WorkerProcess } from "./_worker_process.ts";
 
 /** An app's seat on this host (issue 31): `project/app` and the seat's number. */
 export interface SeatRef {
@@ -187,6 +189,25 @@ export interface RuntimeOptions {
   seated?: boolean;
   /** Told when an app's replicas change load: a call started or ended, a replica ready or gone (seated). */
   onLoadChange?(): void;
+  /**
+   * Extra channels of every Python replica (`RUNPLANE_WORKERS` > 1): `count` more sockets each, handed
+   * to the host's workers so that they call it directly (`tryChannelSeat`); told once a replica's
+   * process has them. None without it.
+   */
+  replicaChannels?: { count: number; onChannels(replica: PythonReplica, channels: readonly Socket[]): void };
+}
+
+/**
+ * A free slot on a ready Python replica, held for a call another process of the host makes on one of
+ * the replica's channels: `release()` once that call is over.
+ */
+export interface ChannelSeat {
+  replica: PythonReplica;
+  /** The deployment the replica serves, when the app was deployed (not of the apps folder). */
+  deploymentId?: string;
+  /** The app's `response_grace_period`. */
+  graceMs: number;
+  release(): void;
 }
 
 /** How the runtime treats deployed apps' external runtimes (`RuntimeOptions.externalRuntimes`). */
@@ -215,6 +236,11 @@ export interface Runtime {
   invoke(request: InvokeRequest): Promise<CallOutcome>;
   /** Reserves a slot of the app without queueing; null when every slot is busy. */
   tryAcquireSlot(projectId: string, app: string): SlotLease | null;
+  /**
+   * A free slot of the app's current version on a ready Python replica, now, without queueing, starting
+   * or loading anything; null otherwise (the call then goes the way `invoke` takes).
+   */
+  tryChannelSeat(projectId: string, app: string): ChannelSeat | null;
   /** The app's slots and queue. */
   capacity(projectId: string, app: string): Capacity;
   /** The app's runtime and limits; throws like `invoke` for a missing or broken app. */
@@ -341,7 +367,8 @@ function createPool(
         ...custom,
       });
     }
-    const cold = () => startColdWorker({ ...worker, jail, cgroup });
+    const channels = options.replicaChannels?.count ?? 0;
+    const cold = () => startColdWorker({ ...worker, jail, cgroup, channels });
     return new PythonReplica({
       ...worker,
       jail,
@@ -349,7 +376,8 @@ function createPool(
       cgroup,
       // A deployment this host has not built yet is built before the replica's process starts.
       prepare: version.prepare,
-      start: keeper ? () => keeper.start({ cgroup }, cold) : undefined,
+      start: keeper ? () => keeper.start({ cgroup, channels }, cold) : async () => cold(),
+      onChannels: options.replicaChannels?.onChannels,
     });
   }
   function spawn(grant: ReplicaGrant): AnyReplica {
@@ -640,6 +668,19 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     },
     tryAcquireSlot(projectId, app) {
       return live(projectId, app).pool.tryAcquire();
+    },
+    tryChannelSeat(projectId, app) {
+      const found = apps.get(`${projectId}/${app}`);
+      if (!found?.pool || !found.version.config || found.version.error !== undefined) return null;
+      const lease = found.pool.tryAcquire();
+      if (!lease) return null;
+      const { replica } = lease;
+      if (!(replica instanceof PythonReplica) || !replica.wasReady || !replica.usable) {
+        lease.release();
+        return null;
+      }
+      const { deploymentId } = found.version;
+      return { replica, deploymentId, graceMs: found.version.config.responseGracePeriodMs, release: lease.release };
     },
     capacity(projectId, app) {
       return live(projectId, app).pool.capacity();

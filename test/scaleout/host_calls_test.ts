@@ -73,7 +73,7 @@ describe("the wire between a host's workers and its supervisor", () => {
       bodyLimitBytes: 1024 * 1024,
       logger: createLogger({ level: "silent" }),
     });
-    calls = new SupervisorCalls(socketPath, token.toString("hex"));
+    calls = new SupervisorCalls(socketPath, { token: token.toString("hex") });
   });
   after(async () => {
     calls?.close();
@@ -157,7 +157,7 @@ describe("the wire between a host's workers and its supervisor", () => {
 
   it("refuses a connection that does not say the token, running nothing", async () => {
     const marker = join(dir, "touched-by-a-stranger");
-    const stranger = new SupervisorCalls(socketPath, randomBytes(32).toString("hex"));
+    const stranger = new SupervisorCalls(socketPath, { token: randomBytes(32).toString("hex") });
     try {
       const error = await rejection(stranger.execute(request("touch", { path: marker })));
       assert.ok(isProblemError(error));
@@ -188,7 +188,7 @@ describe("the wire between a host's workers and its supervisor", () => {
     assert.equal(toRunError(await rejection(running)).type, "upstream_error");
     await waitFor(() => existsSync(marker), "the function to be stopped with its connection");
     await wire.close();
-    const later = new SupervisorCalls(socketPath, token.toString("hex"));
+    const later = new SupervisorCalls(socketPath, { token: token.toString("hex") });
     try {
       const error = await rejection(later.execute(request("add", { a: 1, b: 1 })));
       assert.ok(isProblemError(error));
