@@ -36,6 +36,8 @@ export class WorkerChannels {
   readonly #held = new Map<number, Held>();
   readonly #arriving = new Map<number, Array<() => void>>();
   #onOutput: (line: OutputLine) => void = () => {};
+  /** Told which way each call went (`runplane_worker_calls_total`). */
+  onCall: (path: "direct" | "handed_over") => void = () => {};
 
   constructor(options: WorkerChannelsOptions) {
     this.#options = options;
@@ -86,12 +88,13 @@ export class WorkerChannels {
    */
   async execute(request: ExecuteRequest, calls: SupervisorCalls): Promise<ExecutedCall> {
     const seat = this.holding ? await calls.seat(request.projectId, request.app) : null;
-    if (!seat) return calls.execute(request);
-    const replica = await this.#replica(seat.replica);
-    if (!replica?.usable) {
-      seat.release();
+    const replica = seat ? await this.#replica(seat.replica) : undefined;
+    if (!seat || !replica?.usable) {
+      seat?.release();
+      this.onCall("handed_over");
       return calls.execute(request);
     }
+    this.onCall("direct");
     await replica.ready;
     if (seat.deploymentId !== undefined) request.onDeployment?.(seat.deploymentId);
     return replica.call({

@@ -79,6 +79,7 @@ export async function serveAsWorker(
   });
   // `/metrics` here answers the host's: every process's, summed by the supervisor.
   const { hostText } = workerMetrics(server.context.metrics.registry);
+  channels.onCall = (path) => server.context.metrics.workerCalls.inc({ path });
   server.context.metrics.setExposition(hostText);
   const url = await server.listen();
   return { server, url };

@@ -15,6 +15,8 @@ export interface GaugeReading {
 export interface Metrics {
   registry: Registry;
   httpRequestDuration: Histogram<"operation_id" | "method" | "status">;
+  /** Calls a host's workers made on a replica's channel or handed to their supervisor. */
+  workerCalls: Counter<"path">;
   runsStarted: Counter<"app" | "mode">;
   runsFinished: Counter<"app" | "mode" | "status">;
   runDuration: Histogram<"app" | "mode" | "status">;
@@ -124,6 +126,13 @@ export function createMetrics(): Metrics {
       help: "HTTP request duration by operation and status",
       labelNames: ["operation_id", "method", "status"],
       buckets: LATENCY_BUCKETS,
+      registers: [registry],
+    }),
+    workerCalls: new Counter({
+      name: "runplane_worker_calls_total",
+      help:
+        "Calls a host's workers (RUNPLANE_WORKERS > 1) made on a replica's channel themselves (path=direct) or handed to their supervisor (path=handed_over)",
+      labelNames: ["path"],
       registers: [registry],
     }),
     runsStarted: new Counter({
