@@ -10,12 +10,19 @@ import type { Logger } from "../log.ts";
 import type { ExecutedCall, ExecuteRequest } from "../runs/mod.ts";
 import { type OutputLine, type ProcessExit, PythonReplica, type WorkerProcess } from "../runtime/mod.ts";
 import type { SupervisorCalls } from "./call_client.ts";
+import { IdleSeats } from "./idle_seats.ts";
 import { isReplicaChannelExited, isReplicaChannelHanded, type ReplicaKill } from "./_messages.ts";
 
 /** How long a channel whose peer closed waits for the supervisor to say how its replica ended. */
 const EXIT_NOTICE_WAIT_MS = 2_000;
 /** How long a seat on a replica whose channel is still on its way (IPC and the wire race) waits for it. */
 const CHANNEL_WAIT_MS = 2_000;
+/**
+ * How long a seat is kept after its call for the next call to the same app (`idle_seats.ts`): long
+ * enough to be reused under a steady load, short enough that a slot idle in one worker is soon free for
+ * the others (a call queued in the supervisor may wait that much longer for it).
+ */
+const SEAT_LINGER_MS = 20;
 
 /** Options of `WorkerChannels`. */
 export interface WorkerChannelsOptions {
@@ -35,6 +42,11 @@ export class WorkerChannels {
   readonly #options: WorkerChannelsOptions;
   readonly #held = new Map<number, Held>();
   readonly #arriving = new Map<number, Array<() => void>>();
+  /** Seats kept a moment after their call, for the next call to the same app. */
+  readonly #idle = new IdleSeats({
+    lingerMs: SEAT_LINGER_MS,
+    usable: (seat) => this.#held.get(seat.replica)?.replica.usable === true,
+  });
   #onOutput: (line: OutputLine) => void = () => {};
   /** Told which way each call went (`runplane_worker_calls_total`). */
   onCall: (path: "direct" | "handed_over") => void = () => {};
@@ -87,7 +99,8 @@ export class WorkerChannels {
    * supervisor (`calls.execute`), which runs it as it runs any other.
    */
   async execute(request: ExecuteRequest, calls: SupervisorCalls): Promise<ExecutedCall> {
-    const seat = this.holding ? await calls.seat(request.projectId, request.app) : null;
+    const app = `${request.projectId}/${request.app}`;
+    const seat = this.#idle.take(app) ?? (this.holding ? await calls.seat(request.projectId, request.app) : null);
     const replica = seat ? await this.#replica(seat.replica) : undefined;
     if (!seat || !replica?.usable) {
       seat?.release();
@@ -104,7 +117,7 @@ export class WorkerChannels {
       kwargsJson: request.inputJson,
       graceMs: seat.graceMs,
       signal: request.signal,
-      onSettled: seat.release,
+      onSettled: () => this.#idle.keep(app, seat),
     });
   }
 

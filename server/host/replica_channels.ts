@@ -160,7 +160,8 @@ export class ReplicaChannels implements ChannelSeats {
     const message: ReplicaChannelExited = { runplane: "replica-exit", replica: entry.id, exit };
     for (const id of entry.holders) {
       const worker = this.#workers.get(id);
-      if (worker?.isConnected()) worker.send(message);
+      // With a callback, a worker that is going away (a drain) makes no 'error' event, which would throw.
+      if (worker?.isConnected()) worker.send(message, () => undefined);
     }
   }
 }

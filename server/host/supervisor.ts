@@ -94,6 +94,11 @@ export async function startSupervisor(
   function fork(): Worker {
     const worker = cluster.fork();
     started.set(worker.id, Date.now());
+    // A message to a worker that is going away fails with an 'error' event, which would throw unheard.
+    worker.on(
+      "error",
+      (error: Error) => logger.warn({ err: error, worker_pid: worker.process.pid }, "a message to a worker failed"),
+    );
     worker.on("message", (message: unknown) => {
       if (isRelayedWakeUp(message)) port.fromWorker(worker, message);
       else if (isReplicaKill(message)) channels.kill(message);

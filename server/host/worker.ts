@@ -55,7 +55,7 @@ export async function serveAsWorker(
   // before it is asked): calls go straight to a replica on them.
   const channels = new WorkerChannels({
     logger: options.logger ?? createLogger({ level: config.logLevel }),
-    send: (message) => process.connected && process.send?.(message),
+    send: (message) => process.connected && process.send?.(message, () => undefined),
   });
   process.on("message", (message, handle) => channels.receive(message, handle));
   const setup = await setupMessage();

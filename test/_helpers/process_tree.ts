@@ -46,3 +46,13 @@ export async function stillRunning(ref: ProcessRef): Promise<boolean> {
   const fields = await statFields(ref.pid);
   return fields !== null && fields[19] === ref.startTime && fields[0] !== "Z";
 }
+
+/** The children of `parent` that run this Node: a host's workers, under their supervisor. */
+export async function nodeChildren(parent: number): Promise<number[]> {
+  const children = (await descendants(parent)).filter((p) => p.parent === parent);
+  const node = await Promise.all(children.map(async (p) => {
+    const command = await readFile(`/proc/${p.pid}/cmdline`, "utf8").catch(() => "");
+    return command.split("\0")[0] === process.execPath ? [p.pid] : [];
+  }));
+  return node.flat();
+}

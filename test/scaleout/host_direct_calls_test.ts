@@ -6,13 +6,12 @@
  * dead one's place calls directly too (`runplane_worker_calls_total` says which way calls went).
  */
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { Agent } from "undici";
 import { waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { createTestDatabase, engines, type TestDatabase } from "../_helpers/postgres.ts";
-import { descendants } from "../_helpers/process_tree.ts";
+import { nodeChildren } from "../_helpers/process_tree.ts";
 import { makeServerDirs, type ServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 
 const PROJECT = "p-demo";
@@ -111,12 +110,7 @@ for (const engine of await engines()) {
 
     /** The workers' pids: the supervisor's children that run Node. */
     async function workerPids(): Promise<number[]> {
-      const children = (await descendants(server.child.pid!)).filter((p) => p.parent === server.child.pid);
-      const node = await Promise.all(children.map(async (p) => {
-        const command = await readFile(`/proc/${p.pid}/cmdline`, "utf8").catch(() => "");
-        return command.split("\0")[0] === process.execPath ? [p.pid] : [];
-      }));
-      return node.flat();
+      return await nodeChildren(server.child.pid!);
     }
 
     /** Warm: the replica is up and both workers hold its channel (its first calls may be handed over). */

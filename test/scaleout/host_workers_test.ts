@@ -6,14 +6,13 @@
  * and each answer says which one took it (`X-Runplane-Worker`).
  */
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
 import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { Agent } from "undici";
 import { alive, waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { createTestDatabase, engines, type TestDatabase } from "../_helpers/postgres.ts";
-import { descendants, stillRunning } from "../_helpers/process_tree.ts";
+import { descendants, nodeChildren, stillRunning } from "../_helpers/process_tree.ts";
 import { makeServerDirs, type ServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 
 const PROJECT = "p-demo";
@@ -263,12 +262,7 @@ for (const engine of await engines()) {
 
     /** The supervisor's workers: its children that run Node (the replicas run Python). */
     async function workerPids(): Promise<number[]> {
-      const children = (await descendants(server.child.pid!)).filter((p) => p.parent === server.child.pid);
-      const node = await Promise.all(children.map(async (p) => {
-        const command = await readFile(`/proc/${p.pid}/cmdline`, "utf8").catch(() => "");
-        return command.split("\0")[0] === process.execPath ? [p.pid] : [];
-      }));
-      return node.flat();
+      return await nodeChildren(server.child.pid!);
     }
 
     it("keeps serving after kill -9 of one worker, which another takes the place of; its runs end", async () => {
