@@ -5,7 +5,7 @@
  * answer) against ~150–200 µs for a whole call made to a single process.
  *
  * ```text
- * worker → supervisor   <token hex>\n                        first, once
+ * worker → supervisor   <token hex> <worker id>\n            first, once (its node:cluster id)
  *                       <id> {"p","a","f","r","n","d"?,"h"?}\n<n bytes>   a call: project, app, function,
  *                                                       run id, its body's length (the body follows),
  *                                                       deadline, and h: 1 for a call another host of
@@ -13,8 +13,13 @@
  *                       <id> x\n                           give the call up: its function is stopped
  *                       <id> p\n   <id> r\n                hold / resume the call's frames (its reader
  *                                                       fell behind / caught up)
+ *                       <id> s {"p","a"}\n                 a seat for a direct call on a replica's
+ *                                                       channel (`replica_channels.ts`)
+ *                       <id> f\n                           give that seat back
  * supervisor → worker   <id> <frame>\n                     the cluster's frames (`cluster/_frames.ts`),
  *                                                       a call's last one terminal
+ *                       <id> {"seat":{"replica","deploymentId"?,"graceMs"}}\n   a seat, or
+ *                       <id> {"relay":true}\n              none free now: hand the call over
  * ```
  *
  * One connection per worker carries all its calls, each named by an id the worker picks (unique while the

@@ -2,8 +2,9 @@
  * A worker's side of its direct calls (see `replica_channels.ts`): the replicas' channels its supervisor
  * handed it, each driven by a `PythonReplica` as the supervisor drives its own pipes (calls, streams and
  * their credits, cancels, output, a protocol broken), and the choice per call between a channel and the
- * hand-over. The supervisor keeps the replica's life: this process asks it to kill one (a call past its
- * time), and learns from it how one ended.
+ * hand-over (a seat is kept 20 ms for the next call, `idle_seats.ts`). The supervisor keeps the
+ * replica's life: this process asks it to kill one (a call past its time), and learns from it how one
+ * ended.
  */
 import type { Socket } from "node:net";
 import type { Logger } from "../log.ts";
@@ -126,13 +127,17 @@ export class WorkerChannels {
     const held = this.#held.get(id);
     if (held) return held.replica;
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, CHANNEL_WAIT_MS);
-      const waiting = this.#arriving.get(id) ?? [];
-      waiting.push(() => {
+      const wake = () => {
         clearTimeout(timer);
         resolve();
-      });
-      this.#arriving.set(id, waiting);
+      };
+      const timer = setTimeout(() => {
+        const waiting = this.#arriving.get(id)?.filter((other) => other !== wake) ?? [];
+        if (waiting.length) this.#arriving.set(id, waiting);
+        else this.#arriving.delete(id);
+        resolve();
+      }, CHANNEL_WAIT_MS);
+      this.#arriving.set(id, [...(this.#arriving.get(id) ?? []), wake]);
     });
     return this.#held.get(id)?.replica;
   }

@@ -1,15 +1,16 @@
 /**
  * The supervisor's side of its workers' direct calls. Every Python replica starts with one extra
  * channel per worker, and a spare for a worker that takes a dead one's place (`_worker.py`'s
- * channels: one socket each, the worker protocol both ways). Each is handed to one worker over node:cluster's
- * IPC channel (the socket travels with the message) once that worker is up, and the worker then calls
- * the replica on it with no hop through this process.
+ * channels: one socket each, the worker protocol both ways). Each is handed to one worker over
+ * node:cluster's IPC channel (the socket travels with the message) once that worker is up, and the
+ * worker then calls the replica on it with no hop through this process.
  *
  * What must be owned once stays here: the replica's life (start, stop, kill, its cgroup) and its seats.
- * A worker asks for a seat per call over the wire (`call_server.ts`) and gets one only while a slot is
- * free now on a ready replica of the app's current version whose channel it holds; otherwise it hands
- * the call over as before, and the call waits, scales up or goes to another host as any other. A seat
- * is the pool's own slot, so concurrency, idle stops, drains and the host's gauges count it.
+ * A worker asks for a seat over the wire (`call_server.ts`) when it kept none from an earlier call
+ * (`idle_seats.ts`), and gets one only while a slot is free now on a ready replica of the app's current
+ * version whose channel it holds; otherwise it hands the call over as before, and the call waits,
+ * scales up or goes to another host as any other. A seat is the pool's own slot, so concurrency, idle
+ * stops, drains and the host's gauges count it.
  */
 import type { Worker } from "node:cluster";
 import type { Socket } from "node:net";

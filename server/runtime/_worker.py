@@ -163,8 +163,6 @@ def encode_line(text):
     return data
 
 
-
-
 class RunOutput:
     """Replaces sys.stdout/sys.stderr: text written during a call is sent as that call's log."""
 
@@ -667,7 +665,8 @@ class Worker:
             channel_of(call_id, final=True).write(header.encode("ascii") + data)
             return
         # The result is already JSON text; splice it in so it is not encoded twice.
-        channel_of(call_id, final=True).write(encode_line('{"op":"result","id":' + _dumps(call_id) + ',"value":' + text + "}"))
+        line = encode_line('{"op":"result","id":' + _dumps(call_id) + ',"value":' + text + "}")
+        channel_of(call_id, final=True).write(line)
 
     def send_item(self, call_id, value):
         try:
@@ -677,7 +676,8 @@ class Worker:
         # The item's JSON text is spliced into the message so it is encoded once; a string item travels
         # as a JSON string and arrives as a string.
         value_json = _dumps(text) if isinstance(value, str) else text
-        return channel_of(call_id).write(encode_line('{"op":"item","id":' + _dumps(call_id) + ',"value":' + value_json + "}"))
+        line = encode_line('{"op":"item","id":' + _dumps(call_id) + ',"value":' + value_json + "}")
+        return channel_of(call_id).write(line)
 
 
 def close_iterator(iterator):
