@@ -58,7 +58,7 @@ export interface HostChannels {
     workerId: number,
     projectId: string,
     app: string,
-  ): { replica: number; deploymentId?: string; graceMs: number; release(): void } | null;
+  ): { replica: number; deploymentId?: string; graceMs: number; keep: boolean; release(): void } | null;
 }
 
 /** What a worker shows of its host (`/readyz`): the supervisor's sandbox, cgroups and GPUs, as it started them. */

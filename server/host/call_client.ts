@@ -112,6 +112,8 @@ export interface HeldSeat {
   replica: number;
   deploymentId?: string;
   graceMs: number;
+  /** Whether it may be kept a moment for the next call (`idle_seats.ts`); else given back after its call. */
+  keep: boolean;
   /** Gives the seat back (once the call is over in the replica); extra calls do nothing. */
   release(): void;
 }
@@ -147,7 +149,7 @@ export class SupervisorCalls {
     const frames = new CallFrames();
     connection.calls.set(id, frames);
     writeInTurn(connection.socket, `${id} s ${JSON.stringify({ p: projectId, a: app })}\n`);
-    let answer: { seat?: { replica: number; deploymentId?: string; graceMs: number } };
+    let answer: { seat?: { replica: number; deploymentId?: string; graceMs: number; keep?: boolean } };
     try {
       answer = await frames.next(() => {}) as typeof answer;
     } catch {
@@ -162,6 +164,7 @@ export class SupervisorCalls {
       replica: seat.replica,
       deploymentId: typeof seat.deploymentId === "string" ? seat.deploymentId : undefined,
       graceMs: seat.graceMs,
+      keep: seat.keep === true,
       release() {
         if (released) return;
         released = true;

@@ -39,6 +39,8 @@ export interface WireSeat {
   replica: number;
   deploymentId?: string;
   graceMs: number;
+  /** Whether the worker may keep it a moment for its next call (`idle_seats.ts`). */
+  keep: boolean;
   release(): void;
 }
 
@@ -265,7 +267,7 @@ class WorkerConnection {
       return true;
     }
     this.#seats.set(id, seat);
-    const answer = { replica: seat.replica, deploymentId: seat.deploymentId, graceMs: seat.graceMs };
+    const answer = { replica: seat.replica, deploymentId: seat.deploymentId, graceMs: seat.graceMs, keep: seat.keep };
     writeInTurn(this.#socket, `${id} ${JSON.stringify({ seat: answer })}\n`);
     return true;
   }

@@ -51,6 +51,8 @@ export class WorkerChannels {
   #onOutput: (line: OutputLine) => void = () => {};
   /** Told which way each call went (`runplane_worker_calls_total`). */
   onCall: (path: "direct" | "handed_over") => void = () => {};
+  /** Whether an app may be called on a channel at all (a Python app); a custom runtime's calls are handed over. */
+  callable: (projectId: string, app: string) => boolean = () => true;
 
   constructor(options: WorkerChannelsOptions) {
     this.#options = options;
@@ -101,7 +103,10 @@ export class WorkerChannels {
    */
   async execute(request: ExecuteRequest, calls: SupervisorCalls): Promise<ExecutedCall> {
     const app = `${request.projectId}/${request.app}`;
-    const seat = this.#idle.take(app) ?? (this.holding ? await calls.seat(request.projectId, request.app) : null);
+    const seat = this.#idle.take(app)
+      ?? (this.holding && this.callable(request.projectId, request.app)
+        ? await calls.seat(request.projectId, request.app)
+        : null);
     const replica = seat ? await this.#replica(seat.replica) : undefined;
     if (!seat || !replica?.usable) {
       seat?.release();
@@ -118,7 +123,7 @@ export class WorkerChannels {
       kwargsJson: request.inputJson,
       graceMs: seat.graceMs,
       signal: request.signal,
-      onSettled: () => this.#idle.keep(app, seat),
+      onSettled: () => (seat.keep ? this.#idle.keep(app, seat) : seat.release()),
     });
   }
 

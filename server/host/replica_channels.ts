@@ -21,6 +21,8 @@ import type { ReplicaChannelExited, ReplicaChannelHanded, ReplicaKill } from "./
 
 /** Channels beyond one per worker: a worker started in a dead one's place gets one of the replicas already up. */
 const SPARE_CHANNELS = 1;
+/** Workers keep seats (`idle_seats.ts`) of an app whose `replica_concurrency` is at least this many per worker. */
+const KEEP_SEATS_PER_WORKER = 2;
 
 interface Entry {
   id: number;
@@ -44,6 +46,7 @@ export interface ReplicaChannelsOptions {
 export class ReplicaChannels implements ChannelSeats {
   /** How many channels each replica starts with. */
   readonly count: number;
+  readonly #workerCount: number;
   readonly #logger: Logger;
   readonly #entries = new Map<number, Entry>();
   readonly #byReplica = new WeakMap<PythonReplica, Entry>();
@@ -54,6 +57,7 @@ export class ReplicaChannels implements ChannelSeats {
 
   constructor(options: ReplicaChannelsOptions) {
     this.count = options.workers + SPARE_CHANNELS;
+    this.#workerCount = options.workers;
     this.#logger = options.logger;
   }
 
@@ -120,7 +124,10 @@ export class ReplicaChannels implements ChannelSeats {
       entry.seats--;
       seat.release();
     };
-    return { replica: entry.id, deploymentId: seat.deploymentId, graceMs: seat.graceMs, release };
+    // Kept seats only where the replica has room for every worker to keep some: with fewer slots (an ML
+    // model's replica_concurrency = 1, say) a seat one worker kept would turn the others' calls away.
+    const keep = seat.concurrency >= KEEP_SEATS_PER_WORKER * this.#workerCount;
+    return { replica: entry.id, deploymentId: seat.deploymentId, graceMs: seat.graceMs, keep, release };
   }
 
   #add(replica: PythonReplica, channels: readonly Socket[]): void {

@@ -80,6 +80,14 @@ export async function serveAsWorker(
   // `/metrics` here answers the host's: every process's, summed by the supervisor.
   const { hostText } = workerMetrics(server.context.metrics.registry);
   channels.onCall = (path) => server.context.metrics.workerCalls.inc({ path });
+  channels.callable = (projectId, app) => {
+    try {
+      return server.context.runtime.appSettings(projectId, app).runtime === "python";
+    } catch {
+      // Not loaded here yet (deployed a moment ago): the supervisor's answer decides.
+      return true;
+    }
+  };
   server.context.metrics.setExposition(hostText);
   const url = await server.listen();
   return { server, url };

@@ -628,7 +628,7 @@ export class PythonReplica implements Replica {
       const runId = pending.call.runId;
       // Killed at its memory limit: said as such, whatever else was under way (a stop, a cancel).
       if (this.#outOfMemory) {
-        this.#fail(pending, outOfMemory(runId, this.#memoryBytes ?? this.#options.cgroup!.limits.memoryBytes));
+        this.#fail(pending, outOfMemory(runId, this.#memoryBytes ?? this.#options.cgroup?.limits.memoryBytes ?? 0));
         continue;
       }
       // Stopped by the server (a drain past its timeout, a server that closes): the same word as the record.

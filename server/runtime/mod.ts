@@ -207,6 +207,8 @@ export interface ChannelSeat {
   deploymentId?: string;
   /** The app's `response_grace_period`. */
   graceMs: number;
+  /** The app's `replica_concurrency`. */
+  concurrency: number;
   release(): void;
 }
 
@@ -671,7 +673,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     },
     tryChannelSeat(projectId, app) {
       const found = apps.get(`${projectId}/${app}`);
-      if (!found?.pool || !found.version.config || found.version.error !== undefined) return null;
+      if (!found?.pool || found.version.config?.runtime !== "python" || found.version.error !== undefined) return null;
       const lease = found.pool.tryAcquire();
       if (!lease) return null;
       const { replica } = lease;
@@ -680,7 +682,8 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
         return null;
       }
       const { deploymentId } = found.version;
-      return { replica, deploymentId, graceMs: found.version.config.responseGracePeriodMs, release: lease.release };
+      const { responseGracePeriodMs: graceMs, replicaConcurrency: concurrency } = found.version.config;
+      return { replica, deploymentId, graceMs, concurrency, release: lease.release };
     },
     capacity(projectId, app) {
       return live(projectId, app).pool.capacity();

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Agent } from "undici";
 import { waitFor } from "../_helpers/apps.ts";
+import { cgroupsWork } from "../_helpers/cgroups.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { createTestDatabase, engines, type TestDatabase } from "../_helpers/postgres.ts";
 import { nodeChildren } from "../_helpers/process_tree.ts";
@@ -52,6 +53,50 @@ def junk():
 const TOML = `[deployment]\nname = "direct"\n\n[scaling]\nmax_replicas = 1\nreplica_concurrency = 8\n`
   + `response_grace_period = 2\n`;
 
+/** An app with a memory limit, and a function that passes it. */
+const HUNGRY = `import os
+
+def echo():
+    return {"pid": os.getpid()}
+
+def hog(mib=1024):
+    # Filled, not just reserved: the pages count.
+    chunks = []
+    for _ in range(mib // 16):
+        chunks.append(os.urandom(1) * (16 << 20))
+    return len(chunks)
+`;
+
+const HUNGRY_TOML = `[deployment]\nname = "hungry"\n\n[scaling]\nmax_replicas = 1\n\n[hardware]\nmemory = 0.25\n`;
+
+/** A custom runtime: any HTTP server (here one that answers with its pid). */
+const SERVER = `import json, os
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self):
+        data = json.dumps({"pid": os.getpid()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+`;
+
+const SERVER_TOML =
+  `[deployment]\nname = "http"\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n`
+  + `healthcheck_endpoint = "/health"\n`;
+
 type Problem = { type?: string; detail?: string; run_id?: string };
 
 /** A connection of its own: the supervisor hands each new connection to the next worker. */
@@ -68,6 +113,8 @@ for (const engine of await engines()) {
     before(async () => {
       dirs = await makeServerDirs("runplane-direct-");
       await dirs.deploy("direct", { "runplane.toml": TOML, "main.py": APP });
+      await dirs.deploy("http", { "runplane.toml": SERVER_TOML, "server.py": SERVER });
+      await dirs.deploy("hungry", { "runplane.toml": HUNGRY_TOML, "main.py": HUNGRY });
       database = engine === "postgres" ? await createTestDatabase() : undefined;
       server = await startServerProcess({
         ...dirs.env,
@@ -83,8 +130,12 @@ for (const engine of await engines()) {
       await dirs?.remove();
     });
 
-    async function call(fn: string, body: Record<string, unknown>, options: { via?: Agent; accept?: string } = {}) {
-      const response = await checkedFetch(`${server.url}/v4/${PROJECT}/direct/${fn}`, {
+    async function call(
+      fn: string,
+      body: Record<string, unknown>,
+      options: { via?: Agent; accept?: string; app?: string } = {},
+    ) {
+      const response = await checkedFetch(`${server.url}/v4/${PROJECT}/${options.app ?? "direct"}/${fn}`, {
         method: "POST",
         headers: {
           Authorization: `Bearer ${server.token}`,
@@ -114,11 +165,11 @@ for (const engine of await engines()) {
     }
 
     /** Warm: the replica is up and both workers hold its channel (its first calls may be handed over). */
-    async function warm(): Promise<void> {
+    async function warm(app = "direct"): Promise<void> {
       await waitFor(
         async () => {
           const before = (await callsByPath()).direct;
-          for (let i = 0; i < 4; i++) assert.equal((await call("echo", {})).response.status, 200);
+          for (let i = 0; i < 4; i++) assert.equal((await call("echo", {}, { app })).response.status, 200);
           return (await callsByPath()).direct >= before + 4;
         },
         "calls to take the direct path",
@@ -176,6 +227,18 @@ for (const engine of await engines()) {
       await warm();
     });
 
+    it("fails a direct call whose replica passes its memory limit as out of memory, naming the limit", async (t) => {
+      if (!(await cgroupsWork("the direct call past its memory limit"))) return t.skip("cgroups do not work here");
+      await warm("hungry");
+      const hog = await call("hog", { mib: 1024 }, { app: "hungry" });
+      const problem = (await hog.response.json()) as Problem;
+      // The worker learns from the supervisor how the replica ended: as one process says it.
+      assert.equal(hog.response.status, 502, JSON.stringify(problem));
+      assert.match(problem.type ?? "", /out-of-memory$/);
+      assert.match(problem.detail ?? "", /exceeded its memory limit of 256 MiB/);
+      await warm("hungry");
+    });
+
     it("ends a replica that writes junk on its channels, the calls it had failing with a protocol violation", async () => {
       await warm();
       const junk = await call("junk", {});
@@ -187,6 +250,18 @@ for (const engine of await engines()) {
       // The host goes on: a new replica serves both workers, directly.
       await warm();
       assert.equal(server.child.exitCode, null, "the supervisor lives");
+    });
+
+    it("hands a custom runtime's calls to the supervisor, which proxies them as before", async () => {
+      const before = await callsByPath();
+      for (let i = 0; i < 4; i++) {
+        const { response } = await call("anything", {}, { app: "http" });
+        assert.equal(response.status, 200, await response.clone().text());
+        assert.equal(typeof ((await response.json()) as { result: { pid: number } }).result.pid, "number");
+      }
+      const after = await callsByPath();
+      assert.equal(after.handed_over - before.handed_over, 4, JSON.stringify({ before, after }));
+      assert.equal(after.direct, before.direct);
     });
 
     it("hands a worker started in a dead one's place a channel of the replica already up", async () => {

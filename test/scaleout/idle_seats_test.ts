@@ -6,7 +6,7 @@ import { IdleSeats } from "../../server/host/idle_seats.ts";
 import type { HeldSeat } from "../../server/host/call_client.ts";
 
 function seat(replica: number, released: number[]): HeldSeat {
-  return { replica, graceMs: 1000, release: () => void released.push(replica) };
+  return { replica, graceMs: 1000, keep: true, release: () => void released.push(replica) };
 }
 
 describe("a worker's idle seats", () => {
