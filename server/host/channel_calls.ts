@@ -92,6 +92,9 @@ export class WorkerChannels {
     });
     this.#held.set(id, { replica, ended: process.ended });
     void replica.exited.then(() => this.#held.delete(id));
+    // Its peer closed the channel: the replica ended (the supervisor tells how); no call is sent on it now,
+    // where it would wait for an answer until its time ran out.
+    socket.once("end", () => (replica.usable = false)).once("close", () => (replica.usable = false));
     for (const wake of this.#arriving.get(id) ?? []) wake();
     this.#arriving.delete(id);
     return true;
@@ -99,22 +102,27 @@ export class WorkerChannels {
 
   /**
    * Runs `request` on a replica's channel when the supervisor has a seat for it now, else hands it to the
-   * supervisor (`calls.execute`), which runs it as it runs any other.
+   * supervisor (`calls.execute`), which runs it as it runs any other. `here`: a call another host of the
+   * cluster forwarded, handed over as such (a direct call runs on this host's replicas anyway).
    */
-  async execute(request: ExecuteRequest, calls: SupervisorCalls): Promise<ExecutedCall> {
+  async execute(
+    request: ExecuteRequest,
+    calls: SupervisorCalls,
+    options: { here?: boolean } = {},
+  ): Promise<ExecutedCall> {
     const app = `${request.projectId}/${request.app}`;
     const seat = this.#idle.take(app)
       ?? (this.holding && this.callable(request.projectId, request.app)
         ? await calls.seat(request.projectId, request.app)
         : null);
     const replica = seat ? await this.#replica(seat.replica) : undefined;
+    await replica?.ready.catch(() => undefined);
     if (!seat || !replica?.usable) {
       seat?.release();
       this.onCall("handed_over");
-      return calls.execute(request);
+      return calls.execute(request, options);
     }
     this.onCall("direct");
-    await replica.ready;
     if (seat.deploymentId !== undefined) request.onDeployment?.(seat.deploymentId);
     return replica.call({
       runId: request.runId,

@@ -72,8 +72,7 @@ export async function serveAsWorker(
       facts: setup.facts,
       connected: () => process.connected === true,
       viewRuntime: (local) => viewedRuntime(local, () => latest),
-      forward: (request, options) =>
-        options?.here ? supervisor.execute(request, options) : channels.execute(request, supervisor),
+      forward: (request, options) => channels.execute(request, supervisor, options),
       useRunLogs: (add) => (channels.onOutput = add),
     },
   });
