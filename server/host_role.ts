@@ -9,9 +9,10 @@ import type { WakeUpPort } from "./store/mod.ts";
 
 /**
  * A process of a host with workers. The supervisor is today's whole server, listening on a Unix socket
- * only: it runs the replicas, builds, deliveries and the store's upkeep, and the calls its workers hand
- * it. A worker serves the port: it verifies, validates and records, and hands every call to the
- * supervisor; it starts no replica, claims no async run and no build.
+ * only: it runs the replicas, builds, deliveries and the store's upkeep, grants its workers seats on its
+ * replicas, and runs the calls they hand it. A worker serves the port: it verifies, validates and
+ * records, and calls a replica on its channel or hands the call to the supervisor; it starts no replica,
+ * claims no async run and no build.
  */
 export type HostRole =
   | {
@@ -39,8 +40,9 @@ export type HostRole =
     /** `local` (the worker's own runtime, which runs nothing) with the supervisor's replicas shown. */
     viewRuntime(local: Runtime): Runtime;
     /**
-     * Hands a call to the supervisor, which runs it on its replicas or, on a host of a cluster, where the
-     * cluster has room; `here`: a call another host forwarded, run on this host's replicas only.
+     * Runs a call: on a replica's channel when the supervisor has a seat free now, else handed to the
+     * supervisor, which runs it on its replicas or, on a host of a cluster, where the cluster has room;
+     * `here`: a call another host forwarded, run on this host's replicas only.
      */
     forward(request: ExecuteRequest, options?: { here?: boolean }): Promise<ExecutedCall>;
     /** Given where the output of the calls it makes on replicas' channels goes (the run log). */
