@@ -148,10 +148,17 @@ describe("two processes sharing one PostgreSQL: runs, records, cancel, idempoten
     const run = await waitForStatus(on(other), runId, ["cancelled", "failure", "success"], 10_000);
     assert.equal(run.status, "cancelled");
     assert.ok(Date.now() - asked < 10_000);
-    await sleep(1000);
-    const size = beats(runId);
-    await sleep(1000);
-    assert.equal(beats(runId), size, "the function no longer runs");
+    // The function ignores the cancel (a `def` in a loop): its replica is killed a grace second after the
+    // cancel reached it, which a loaded host may make later than a second after the record said cancelled.
+    await eventually(
+      async () => {
+        const size = beats(runId);
+        await sleep(1000);
+        return beats(runId) === size ? true : undefined;
+      },
+      15_000,
+      "the function to stop",
+    );
     // Recorded once: still cancelled, on both, after the owner's lease renewals went by.
     await sleep(1500);
     for (const server of [a, b]) assert.equal((await getRun(on(server), runId)).data?.status, "cancelled");
