@@ -179,7 +179,7 @@ export function createClusterRegistry(options: ClusterRegistryOptions): ClusterR
       const seat = await claimSeat(db, { ...request, hostId, now, staleBefore: now - options.leaseMs });
       if (seat === null) return null;
       const { projectId, appId, slots } = request;
-      view.set(
+      view.setLocal(
         withSeat(view.get(), { projectId, appId, seat, hostId, url: options.url, state: "starting", slots, busy: 0 }),
       );
       await publish();
@@ -187,7 +187,7 @@ export function createClusterRegistry(options: ClusterRegistryOptions): ClusterR
     },
     async releaseSeat(seat) {
       await releaseSeat(db, { ...seat, hostId });
-      view.set(withoutSeat(view.get(), seat));
+      view.setLocal(withoutSeat(view.get(), seat));
       await publish();
     },
     view: view.get,
@@ -255,6 +255,8 @@ function createCachedView(options: Pick<ClusterRegistryOptions, "db" | "now" | "
   let current: ClusterView = { hosts: [], seats: [] };
   let currentKey = viewKey(current);
   const listeners = new Set<() => void>();
+  /** Counts this host's own changes (a seat claimed or released), which a read begun before must not undo. */
+  let localChanges = 0;
 
   function set(next: ClusterView): void {
     const key = viewKey(next);
@@ -271,15 +273,23 @@ function createCachedView(options: Pick<ClusterRegistryOptions, "db" | "now" | "
   }
 
   async function read(): Promise<void> {
-    const seenSince = options.now() - options.leaseMs;
-    const hosts = await selectLiveHosts(options.db, { seenSince });
-    const seats = await selectLiveSeats(options.db, { seenSince });
-    set(viewOf(hosts, seats));
+    for (;;) {
+      const before = localChanges;
+      const seenSince = options.now() - options.leaseMs;
+      const hosts = await selectLiveHosts(options.db, { seenSince });
+      const seats = await selectLiveSeats(options.db, { seenSince });
+      // This host claimed or released a seat while the rows were read, which may predate it: read again.
+      if (localChanges === before) return set(viewOf(hosts, seats));
+    }
   }
 
   return {
     get: (): ClusterView => current,
-    set,
+    /** Sets the view after this host's own change of its seats (written to the store first). */
+    setLocal(next: ClusterView): void {
+      localChanges++;
+      set(next);
+    },
     read,
     onChange(listener: () => void): () => void {
       listeners.add(listener);
