@@ -1,6 +1,7 @@
 /** The part a server process plays on a host with workers (`RUNPLANE_WORKERS` > 1; see server/host/). */
 import type { Socket } from "node:net";
 import type { ClusterView } from "./cluster/mod.ts";
+import type { ChannelSeats } from "./host/call_server.ts";
 import type { ServerContext } from "./context.ts";
 import type { GpuInventory } from "./gpus/mod.ts";
 import type { ExecutedCall, ExecuteRequest } from "./runs/mod.ts";
@@ -50,17 +51,11 @@ export type HostRole =
   };
 
 /** A supervisor's replicas' channels (`server/host/replica_channels.ts`), as the server wires them. */
-export interface HostChannels {
+export interface HostChannels extends ChannelSeats {
   /** The runtime's `replicaChannels` option. */
   runtimeOption(): { count: number; onChannels(replica: PythonReplica, channels: readonly Socket[]): void };
   /** The runtime whose slots become seats. */
   attach(runtime: Runtime): void;
-  /** A seat for worker `workerId`'s direct call (`server/host/call_server.ts`'s `ChannelSeats`). */
-  seat(
-    workerId: number,
-    projectId: string,
-    app: string,
-  ): { replica: number; deploymentId?: string; graceMs: number; keep: boolean; release(): void } | null;
 }
 
 /** What a worker shows of its host (`/readyz`): the supervisor's sandbox, cgroups and GPUs, as it started them. */

@@ -128,8 +128,8 @@ class Channel:
 
     def close(self):
         with self.lock:
-            if self.open or self.read_fd is not None:
-                self.open = False
+            self.open = False
+            if self.read_fd is not None:
                 os.close(self.read_fd)
                 self.read_fd = None
 

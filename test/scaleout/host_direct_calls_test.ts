@@ -7,10 +7,11 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { Agent } from "undici";
+import type { Agent } from "undici";
 import { waitFor } from "../_helpers/apps.ts";
 import { cgroupsWork } from "../_helpers/cgroups.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
+import { callThrough } from "../_helpers/host_calls.ts";
 import { createTestDatabase, engines, type TestDatabase } from "../_helpers/postgres.ts";
 import { nodeChildren } from "../_helpers/process_tree.ts";
 import { makeServerDirs, type ServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
@@ -99,11 +100,6 @@ const SERVER_TOML =
 
 type Problem = { type?: string; detail?: string; run_id?: string };
 
-/** A connection of its own: the supervisor hands each new connection to the next worker. */
-function connection(): Agent {
-  return new Agent({ connections: 1, pipelining: 1 });
-}
-
 for (const engine of await engines()) {
   describe(`a host's workers calling its replicas directly (${engine})`, () => {
     let dirs: ServerDirs;
@@ -135,17 +131,11 @@ for (const engine of await engines()) {
       body: Record<string, unknown>,
       options: { via?: Agent; accept?: string; app?: string } = {},
     ) {
-      const response = await checkedFetch(`${server.url}/v4/${PROJECT}/${options.app ?? "direct"}/${fn}`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${server.token}`,
-          "Content-Type": "application/json",
-          ...(options.accept ? { Accept: options.accept } : {}),
-        },
-        body: JSON.stringify(body),
-        dispatcher: options.via ?? connection(),
-      } as RequestInit);
-      return { response, worker: response.headers.get("x-runplane-worker") ?? "" };
+      const headers: Record<string, string> = options.accept ? { Accept: options.accept } : {};
+      return await callThrough(server, `/v4/${PROJECT}/${options.app ?? "direct"}/${fn}`, body, {
+        ...options,
+        headers,
+      });
     }
 
     /** The host's `runplane_worker_calls_total` by path (every process's, summed). */

@@ -8,9 +8,10 @@
 import assert from "node:assert/strict";
 import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { after, before, describe, it } from "node:test";
-import { Agent } from "undici";
+import type { Agent } from "undici";
 import { alive, waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
+import { callThrough, connection } from "../_helpers/host_calls.ts";
 import { createTestDatabase, engines, type TestDatabase } from "../_helpers/postgres.ts";
 import { descendants, nodeChildren, stillRunning } from "../_helpers/process_tree.ts";
 import { makeServerDirs, type ServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
@@ -35,11 +36,6 @@ def ticks(n=4, pause=0.1):
 const TOML = `[deployment]\nname = "work"\n\n[scaling]\nmax_replicas = 2\nreplica_concurrency = 8\n`;
 
 type RunResult = { run_id: string; result?: unknown; status?: string };
-
-/** A connection of its own: the supervisor hands each new connection to the next worker. */
-function connection(): Agent {
-  return new Agent({ connections: 1, pipelining: 1 });
-}
 
 for (const engine of await engines()) {
   describe(`a host with two workers (${engine})`, () => {
@@ -74,18 +70,7 @@ for (const engine of await engines()) {
       body: Record<string, unknown>,
       options: { via?: Agent; query?: string; headers?: Record<string, string>; signal?: AbortSignal } = {},
     ): Promise<{ response: Response; worker: string }> {
-      const response = await checkedFetch(`${server.url}/v4/${PROJECT}/work/${fn}${options.query ?? ""}`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${server.token}`,
-          "Content-Type": "application/json",
-          ...options.headers,
-        },
-        body: JSON.stringify(body),
-        signal: options.signal,
-        dispatcher: options.via ?? connection(),
-      } as RequestInit);
-      return { response, worker: response.headers.get("x-runplane-worker") ?? "" };
+      return await callThrough(server, `/v4/${PROJECT}/work/${fn}${options.query ?? ""}`, body, options);
     }
 
     async function runRecord(runId: string, via?: Agent): Promise<RunResult & { status: string }> {
