@@ -21,7 +21,7 @@ import {
   type NewDelivery,
   putEndDelivery,
 } from "../webhooks/mod.ts";
-import { upsertRuns } from "../store/statements/run_rows.ts";
+import { insertNewRuns, upsertRuns } from "../store/statements/run_rows.ts";
 
 /** Raised to whoever waits for a run's record when the store did not take it after the retries. */
 export class RecordNotStored extends Error {
@@ -35,6 +35,11 @@ export class RecordNotStored extends Error {
 
 /** The write-behind buffer. */
 export interface WriteBehind {
+  /**
+   * Buffers the first row of a run that was never stored (a sync or stream call's): its states put
+   * before the batch is written are written as an insert, the cheaper statement.
+   */
+  create(row: Insertable<RunTable>): void;
   /** Buffers the run's full row (and its webhook delivery, for a final state); replaces an earlier one. */
   put(row: Insertable<RunTable>, delivery?: NewDelivery): void;
   /**
@@ -79,6 +84,8 @@ export interface WriteBehindOptions {
 interface Entry {
   row: Insertable<RunTable>;
   delivery?: NewDelivery;
+  /** No state of the run was handed to a write before this one (see `create`). */
+  first?: boolean;
   /** Set once the run was reported and kept: later background retries do not report it again. */
   kept?: true;
 }
@@ -104,6 +111,8 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
   const firstKeptRetryMs = options.keptRetryMs ?? 1_000;
   let rows = new Map<string, Insertable<RunTable>>();
   let deliveries = new Map<string, NewDelivery>();
+  // Runs in `rows` created since the last flush: none of their states was handed to a write yet.
+  let created = new Set<string>();
   const waiters = new Map<string, Waiter>();
   // Runs whose record the store refused, oldest first, with the last error.
   const kept = new Map<string, Entry & { error: unknown }>();
@@ -117,7 +126,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     const handed: ClaimedDelivery[] = [];
     let stored = 0;
     await db.transaction().execute(async (trx) => {
-      const written = await upsertRuns(trx, entries.map((entry) => entry.row), options.owner);
+      const written = await writeRows(trx, entries);
       const now = (options.now ?? Date.now)();
       for (const { delivery } of entries) {
         // A run that had ended otherwise (this write's twin after an unsure commit) keeps that end's delivery.
@@ -139,6 +148,18 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     });
     if (handed.length) options.handOff!.take(handed);
     if (stored) options.onDeliveries();
+  }
+
+  /** Inserts the runs written for the first time and upserts the others; the ids of the runs written. */
+  async function writeRows(trx: Kysely<Database>, entries: Entry[]): Promise<Set<string>> {
+    const first = entries.filter((entry) => entry.first).map((entry) => entry.row);
+    const others = first.length === entries.length
+      ? []
+      : entries.filter((entry) => !entry.first).map((entry) => entry.row);
+    const written = await insertNewRuns(trx, first);
+    if (others.length === 0) return written;
+    for (const runId of await upsertRuns(trx, others, options.owner)) written.add(runId);
+    return written;
   }
 
   function settle(runId: string, error?: unknown): void {
@@ -235,9 +256,12 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     timer = undefined;
     if (rows.size === 0) return chain;
     const entries: Entry[] = [];
-    for (const row of rows.values()) entries.push({ row, delivery: deliveries.get(row.run_id) });
+    for (const row of rows.values()) {
+      entries.push({ row, delivery: deliveries.get(row.run_id), first: created.has(row.run_id) });
+    }
     rows = new Map();
     deliveries = new Map();
+    created = new Set();
     return enqueue(entries);
   }
 
@@ -246,7 +270,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     if (deliveries.size === 0) return;
     const entries: Entry[] = [];
     for (const [runId, delivery] of deliveries) {
-      entries.push({ row: rows.get(runId)!, delivery });
+      entries.push({ row: rows.get(runId)!, delivery, first: created.delete(runId) });
       rows.delete(runId);
     }
     deliveries = new Map();
@@ -266,14 +290,20 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     return done;
   }
 
+  function put(row: Insertable<RunTable>, delivery?: NewDelivery): void {
+    rows.set(row.run_id, row);
+    kept.delete(row.run_id);
+    if (delivery) deliveries.set(delivery.runId, delivery);
+    timer ??= setTimeout(flush, options.delayMs ?? 25);
+  }
+
   return {
     commitSoon,
-    put(row, delivery) {
-      rows.set(row.run_id, row);
-      kept.delete(row.run_id);
-      if (delivery) deliveries.set(delivery.runId, delivery);
-      timer ??= setTimeout(flush, options.delayMs ?? 25);
+    create(row) {
+      put(row);
+      created.add(row.run_id);
     },
+    put,
     flush,
     async close() {
       closed = true;

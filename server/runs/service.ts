@@ -473,8 +473,8 @@ export function createRunService(options: RunServiceOptions): RunService {
   /** Starts a sync or stream run without a key: its record is buffered, not awaited. */
   function startLive(call: RunCall, webhook: CheckedWebhook | null): Submission {
     const row = firstRow(call, webhook);
-    // A call that ends within the batch window is written once, finished.
-    writer.put(row);
+    // A call that ends within the batch window is written once, finished (an insert: see `create`).
+    writer.create(row);
     return { kind: "live", run: new LiveRunRecord(liveRunDeps, call, row, webhook) };
   }
 

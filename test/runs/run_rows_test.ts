@@ -6,10 +6,14 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { type Insertable, sql } from "kysely";
+import { randomBytes } from "node:crypto";
+import { createLogger } from "../../server/log.ts";
 import { createLeasedFinishes } from "../../server/runs/_leased_finishes.ts";
+import { createRunService, type LiveRun } from "../../server/runs/mod.ts";
+import { createSecretBox } from "../../server/secrets/mod.ts";
 import { finishLeasedRuns, type RunOutcome } from "../../server/runs/_queries.ts";
 import { runEnd } from "../../server/runs/_run_end.ts";
-import { insertRuns, runRowWith, upsertRuns } from "../../server/store/statements/run_rows.ts";
+import { insertNewRuns, insertRuns, runRowWith, upsertRuns } from "../../server/store/statements/run_rows.ts";
 import type { RunTable } from "../../server/store/schema.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
 
@@ -101,6 +105,89 @@ for (const engine of await engines()) {
         if (!kept) assert.equal(got.swept_owner, null);
       }
       assert.deepEqual(await upsertRuns(t.store.db, [], "me"), new Set());
+    });
+
+    it("inserts runs written for the first time; a run stored already (a try whose answer was lost) keeps its row and is not in the answer", async () => {
+      const id = (i: number) => `new_${String(i).padStart(3, "0")}`;
+      const fresh = (i: number): Insertable<RunTable> => ({
+        ...row(i, AWKWARD[i % AWKWARD.length]),
+        run_id: id(i),
+        mode: "sync",
+        status: "success",
+        completed_at: 1_764_000_009_000 + i,
+        result_json: JSON.stringify(i),
+      });
+      // The earlier try committed run 7 (its answer lost): the same row, once.
+      await insertRuns(t.store.db, [{ ...fresh(7), webhook_endpoint: "first try" }]);
+      // 37 rows: chunks of 32, 4 and 1.
+      const rows = Array.from({ length: 37 }, (_, i) => fresh(i));
+      const written = await insertNewRuns(t.store.db, rows);
+      assert.equal(written.size, 36);
+      assert.ok(!written.has(id(7)), "the run stored already is not written again");
+      const stored = await t.store.db.selectFrom("runs").selectAll().where("run_id", "like", "new_%")
+        .orderBy("run_id").execute();
+      assert.equal(stored.length, 37);
+      for (const [i, got] of stored.entries()) {
+        assert.equal(got.webhook_endpoint, i === 7 ? "first try" : AWKWARD[i % AWKWARD.length], got.run_id);
+        assert.equal(got.result_json, String(i));
+        assert.equal(got.status, "success");
+      }
+      assert.deepEqual(await insertNewRuns(t.store.db, []), new Set());
+    });
+  });
+}
+
+for (const engine of await engines()) {
+  describe(`a sync call's record (${engine})`, () => {
+    it("is one insert when the call ends within the batch window; a call that outlives it is inserted running, then its end replaces that", async () => {
+      const statements: string[] = [];
+      const t = await openTestStore(engine, { onStatement: (s) => statements.push(s.sql) });
+      await t.store.db.insertInto("projects").values({ id: "p", created_at: Date.now() }).execute();
+      const runs = createRunService({
+        db: t.store.db,
+        secrets: createSecretBox(randomBytes(32)),
+        logger: createLogger({ level: "silent" }),
+        config: { resultTtlMs: 3_600_000, runLeaseMs: 30_000, webhookAllowPrivate: false },
+      });
+      try {
+        const live = async (): Promise<LiveRun> => {
+          const submission = await runs.submit({
+            projectId: "p",
+            app: "a",
+            functionName: "f",
+            mode: "sync",
+            input: {},
+          });
+          assert.equal(submission.kind, "live");
+          return (submission as { run: LiveRun }).run;
+        };
+        const written = () => statements.filter((s) => /^insert into "runs"/.test(s));
+        const writes = async (count: number) => {
+          const deadline = Date.now() + 10_000;
+          while (written().length < count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+        };
+        const quick = await live();
+        await quick.succeed({ quick: true });
+        await writes(1);
+        const slow = await live();
+        await writes(2);
+        await slow.succeed({ quick: false });
+        await runs.stop();
+        const [first, second, third] = written();
+        assert.match(first, /on conflict \("run_id"\) do nothing/, "the quick call, ended: an insert");
+        assert.match(second, /on conflict \("run_id"\) do nothing/, "the slow call, running: an insert");
+        assert.match(third, /do update set/, "the slow call's end replaces its running row");
+        assert.equal(written().length, 3, written().join("\n"));
+        const stored = await t.store.db.selectFrom("runs").select(["run_id", "status", "result_json"])
+          .where("run_id", "in", [quick.runId, slow.runId]).orderBy("run_id").execute();
+        assert.deepEqual(stored.map((r) => [r.status, r.result_json]), [
+          ["success", '{"quick":true}'],
+          ["success", '{"quick":false}'],
+        ]);
+      } finally {
+        await runs.stop();
+        await t.close();
+      }
     });
   });
 }

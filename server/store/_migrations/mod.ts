@@ -23,6 +23,7 @@ import * as runsByProject from "./0022_runs_by_project.ts";
 import * as deploymentIdentity from "./0023_deployment_identity.ts";
 import * as cluster from "./0024_cluster.ts";
 import * as deploymentConfig from "./0025_deployment_config.ts";
+import * as partialRerunIndex from "./0026_partial_rerun_index.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -50,4 +51,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0023_deployment_identity": deploymentIdentity,
   "0024_cluster": cluster,
   "0025_deployment_config": deploymentConfig,
+  "0026_partial_rerun_index": partialRerunIndex,
 };
