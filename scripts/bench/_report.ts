@@ -138,9 +138,11 @@ export function coresMarkdown(report: BenchReport): string {
     "(node:cluster), aiohttp in n processes (SO_REUSEPORT) and the built Runplane server with n warm",
     "replicas of one app, behind one front door and (n > 1) behind `RUNPLANE_WORKERS=n`, each driven at",
     "concurrency 64 by autocannon with the sync echo call and with a function burning 2 ms of CPU, in",
-    "alternating rounds. Runplane's ratio is against aiohttp with as many processes; its CPU per call is",
-    "its Node processes' (the front door: one process, or the workers and their supervisor), from /proc;",
-    "a workers row also says its throughput over the one front door's in the same rounds.",
+    "alternating rounds after a warm-up as long as a round. Runplane's ratio is against aiohttp with as",
+    "many processes; its CPU per call is its Node processes' (the front door: one process, or the workers",
+    "and their supervisor), from /proc, also as a multiple of bare `node:http`'s CPU per request in the",
+    "same rounds (steadier than microseconds: this host's speed drifts); a workers row also says its",
+    "throughput over the one front door's in the same rounds.",
   ]);
 }
 

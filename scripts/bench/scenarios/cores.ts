@@ -36,6 +36,7 @@ interface Running {
   name: string;
   url(workload: Workload): string;
   headers: Record<string, string>;
+  /** The processes whose CPU a call costs (Runplane's front door; the floor's processes, for comparison). */
   frontDoor: number[];
   stop(): Promise<void>;
 }
@@ -64,7 +65,8 @@ async function startFloor(n: number): Promise<Running> {
     cwd: ROOT,
     env: { WORKERS: String(n) },
   });
-  return { name: `node:http, ${n} process(es)`, url: () => server.url, headers: {}, frontDoor: [], stop: server.stop };
+  const frontDoor = [server.child.pid!, ...(await workerPids(server.child.pid!))];
+  return { name: `node:http, ${n} process(es)`, url: () => server.url, headers: {}, frontDoor, stop: server.stop };
 }
 
 async function startAiohttp(n: number): Promise<Running> {
@@ -168,8 +170,10 @@ async function measureCount(context: BenchContext, n: number): Promise<BenchRow[
   try {
     const seconds = Math.max(2, Math.round(context.durationSeconds / 2));
     const runs = new Map<string, Array<LoadResult & { cpuUsPerCall: number | null }>>();
+    // A front door is a long-lived process: its first seconds under load (V8 compiling the hot paths)
+    // cost a third more CPU per call than its steady state, so every subject warms up as long as a round.
     for (const subject of subjects) {
-      for (const workload of ["echo", "spin"] as const) await measure(subject, { workload, seconds: 1 }); // warm-up
+      for (const workload of ["echo", "spin"] as const) await measure(subject, { workload, seconds });
     }
     for (let round = 0; round < 2; round++) {
       for (const workload of ["echo", "spin"] as const) {
@@ -182,6 +186,7 @@ async function measureCount(context: BenchContext, n: number): Promise<BenchRow[
       }
     }
     const rows: BenchRow[] = [];
+    const floor = merged(runs.get(`echo\u0000${subjects[0].name}`)!);
     for (const workload of ["echo", "spin"] as const) {
       const peer = merged(runs.get(`${workload}\u0000${subjects[1].name}`)!);
       for (const subject of subjects) {
@@ -210,7 +215,17 @@ async function measureCount(context: BenchContext, n: number): Promise<BenchRow[
           target,
           met,
           note: [
-            figures.cpuUsPerCall !== null ? `${Math.round(figures.cpuUsPerCall)} µs of front-door CPU per call` : "",
+            figures.cpuUsPerCall !== null && subject === subjects[0]
+              ? `${Math.round(figures.cpuUsPerCall)} µs of CPU per request`
+              : "",
+            figures.cpuUsPerCall !== null && runplane
+              ? `${Math.round(figures.cpuUsPerCall)} µs of front-door CPU per call`
+              : "",
+            // The host's speed drifts (bare node:http's CPU per request varied 1.6x within an hour):
+            // Runplane's sync call against the floor's request in the same rounds is the steadier figure.
+            workload === "echo" && runplane && figures.cpuUsPerCall !== null && floor.cpuUsPerCall
+              ? `${(figures.cpuUsPerCall / floor.cpuUsPerCall).toFixed(1)}× bare node:http's CPU per request`
+              : "",
             runplane ? "ratio: against aiohttp with as many processes" : "",
             single ? `${(figures.throughput / single.throughput).toFixed(2)}× one front door in the same rounds` : "",
             figures.failed ? `${figures.failed} failed` : "",
