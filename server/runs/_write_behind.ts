@@ -152,12 +152,10 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
 
   /** Inserts the runs written for the first time and upserts the others; the ids of the runs written. */
   async function writeRows(trx: Kysely<Database>, entries: Entry[]): Promise<Set<string>> {
-    const first = entries.filter((entry) => entry.first).map((entry) => entry.row);
-    const others = first.length === entries.length
-      ? []
-      : entries.filter((entry) => !entry.first).map((entry) => entry.row);
+    const first: Array<Insertable<RunTable>> = [];
+    const others: Array<Insertable<RunTable>> = [];
+    for (const entry of entries) (entry.first ? first : others).push(entry.row);
     const written = await insertNewRuns(trx, first);
-    if (others.length === 0) return written;
     for (const runId of await upsertRuns(trx, others, options.owner)) written.add(runId);
     return written;
   }
