@@ -185,7 +185,6 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     const state = ctx.state as State;
     state.requestId = newRequestId();
     state.startedAt = performance.now();
-    ctx.set("X-Request-Id", state.requestId);
     if (options.gate) {
       options.gate.enter();
       ctx.res.on("close", options.gate.leave);
@@ -217,7 +216,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         renderProblem(ctx, problem, logger);
       }
     }
-    // A handler may have replaced the id (with a run id); headers leave only after this middleware.
+    // Set once the handler is done, as it may have replaced the id (with a run id): headers leave only
+    // after this middleware (a forwarded call's, which sends them sooner, sets its own).
     if (!ctx.headerSent) ctx.set("X-Request-Id", state.requestId);
     if (options.responseCheck && state.route && !ctx.headerSent) {
       const mismatches = checkResponse(state.route, snapshot(ctx));

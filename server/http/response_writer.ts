@@ -4,6 +4,8 @@ import type { Context } from "koa";
 import type { AnyHandlerResult, EventStreamBody } from "./handler_types.ts";
 import { encodeIfSmall, jsonChunks } from "./json_stream.ts";
 
+const JSON_UTF8 = "application/json; charset=utf-8";
+
 /** Where `writeResult` leaves a JSON body's value, so the contract check can validate a streamed body. */
 export interface WrittenJson {
   jsonValue?: unknown;
@@ -32,7 +34,8 @@ export function writeResult(ctx: Context, result: AnyHandlerResult): void {
     return;
   }
   if (result.contentType.endsWith("json")) {
-    ctx.type = result.contentType === "application/json" ? "application/json; charset=utf-8" : result.contentType;
+    // The header itself, not Koa's `type`, which looks the type up in mime-types on every call.
+    ctx.set("Content-Type", result.contentType === "application/json" ? JSON_UTF8 : result.contentType);
     (ctx.state as WrittenJson).jsonValue = result.body;
     const whole = encodeIfSmall(result.body);
     if (whole !== undefined) {

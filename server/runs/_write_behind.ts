@@ -1,10 +1,10 @@
 /**
  * Deferred, batched writes of sync and stream run records, so recording a run never adds a store write
  * to a sync call's path. Writes of the same run coalesce (a call that ends within the batch window is
- * written once, in its final state); one transaction per batch. A run already ended by someone else is
- * not overwritten — except the `interrupted` end another process's stale-lease sweep guessed while this
- * one was cut off from the store: the run's true end replaces it, and its webhook delivery too
- * (`putEndDelivery`).
+ * written once, in its final state, as is a call that began late in one window and ends in the next);
+ * one transaction per batch. A run already ended by someone else is not overwritten — except the
+ * `interrupted` end another process's stale-lease sweep guessed while this one was cut off from the
+ * store: the run's true end replaces it, and its webhook delivery too (`putEndDelivery`).
  *
  * A batch the store refuses is retried run by run (so one refused run does not fail the others), a few
  * times with backoff. A run that still cannot be written is reported (its waiter rejects with
@@ -111,8 +111,10 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
   const firstKeptRetryMs = options.keptRetryMs ?? 1_000;
   let rows = new Map<string, Insertable<RunTable>>();
   let deliveries = new Map<string, NewDelivery>();
-  // Runs in `rows` created since the last flush: none of their states was handed to a write yet.
+  // Runs in `rows` none of whose states was handed to a write yet.
   let created = new Set<string>();
+  // Of those, the runs created since the last batch window ended (see `flushWindow`).
+  let young = new Set<string>();
   const waiters = new Map<string, Waiter>();
   // Runs whose record the store refused, oldest first, with the last error.
   const kept = new Map<string, Entry & { error: unknown }>();
@@ -252,6 +254,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
   function flush(): Promise<void> {
     if (timer) clearTimeout(timer);
     timer = undefined;
+    young = new Set();
     if (rows.size === 0) return chain;
     const entries: Entry[] = [];
     for (const row of rows.values()) {
@@ -261,6 +264,29 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     deliveries = new Map();
     created = new Set();
     return enqueue(entries);
+  }
+
+  /**
+   * The end of a batch window: writes what was buffered, except the runs created during this window
+   * that are still running. Those wait one window more: most calls end within it and are then written
+   * once, in their final state, instead of an insert now and an upsert of their end then (a quarter of
+   * a busy host's sync calls were written twice). A run is stored at most two windows after it began.
+   */
+  function flushWindow(): void {
+    timer = undefined;
+    const waiting = new Map<string, Insertable<RunTable>>();
+    for (const runId of young) {
+      const row = rows.get(runId);
+      if (row && !isEnd(row)) {
+        waiting.set(runId, row);
+        rows.delete(runId);
+      }
+    }
+    void flush();
+    // A run created this window was never handed to a write: it is still to be inserted.
+    rows = waiting;
+    created = new Set(waiting.keys());
+    if (rows.size) timer = setTimeout(flushWindow, options.delayMs ?? 25);
   }
 
   /** Writes the buffered final states that carry deliveries; other rows wait for the batch window. */
@@ -292,7 +318,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     rows.set(row.run_id, row);
     kept.delete(row.run_id);
     if (delivery) deliveries.set(delivery.runId, delivery);
-    timer ??= setTimeout(flush, options.delayMs ?? 25);
+    timer ??= setTimeout(flushWindow, options.delayMs ?? 25);
   }
 
   return {
@@ -300,6 +326,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     create(row) {
       put(row);
       created.add(row.run_id);
+      young.add(row.run_id);
     },
     put,
     flush,

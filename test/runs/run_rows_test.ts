@@ -13,6 +13,7 @@ import { createRunService, type LiveRun } from "../../server/runs/mod.ts";
 import { createSecretBox } from "../../server/secrets/mod.ts";
 import { finishLeasedRuns, type RunOutcome } from "../../server/runs/_queries.ts";
 import { runEnd } from "../../server/runs/_run_end.ts";
+import { createWriteBehind } from "../../server/runs/_write_behind.ts";
 import { insertNewRuns, insertRuns, runRowWith, upsertRuns } from "../../server/store/statements/run_rows.ts";
 import type { RunTable } from "../../server/store/schema.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
@@ -186,6 +187,96 @@ for (const engine of await engines()) {
         ]);
       } finally {
         await runs.stop();
+        await t.close();
+      }
+    });
+  });
+}
+
+for (const engine of await engines()) {
+  describe(`a call begun late in a batch window (${engine})`, () => {
+    it("waits for the next window: ended by then, it is written once, as an insert of its end", async () => {
+      const statements: Array<{ sql: string; parameters: readonly unknown[] }> = [];
+      let onRunsWrite = () => {};
+      const t = await openTestStore(engine, {
+        onStatement(statement) {
+          if (!/^insert into "runs"/.test(statement.sql)) return;
+          statements.push(statement);
+          onRunsWrite();
+        },
+      });
+      await t.store.db.insertInto("projects").values({ id: "p", created_at: Date.now() }).execute();
+      // A long window, so that the late call's end is put well before the next one on a loaded machine.
+      const writer = createWriteBehind(t.store.db, {
+        owner: "host-a",
+        delayMs: 1_000,
+        onDeliveries() {},
+        onError() {},
+        onLost() {},
+      });
+      try {
+        const running = (i: number): Insertable<RunTable> => ({
+          ...row(i, "late"),
+          mode: "sync",
+          status: "running",
+          lease_owner: "host-a",
+        });
+        const quick = running(1);
+        writer.create(quick);
+        writer.put(runRowWith(quick, { status: "success", result_json: "1", completed_at: Date.now() }));
+        const late = running(2);
+        writer.create(late);
+        // The late call ends as the first window's batch is being written.
+        onRunsWrite = () => {
+          onRunsWrite = () => {};
+          writer.put(runRowWith(late, { status: "success", result_json: "2", completed_at: Date.now() }));
+        };
+        const deadline = Date.now() + 20_000;
+        while (statements.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        await writer.close();
+        const [first, second] = statements;
+        // PostgreSQL's parameters are one array per column.
+        const writes = (statement: { parameters: readonly unknown[] }, runId: string) =>
+          statement.parameters.flat().includes(runId);
+        assert.equal(writes(first, quick.run_id), true, "the first window writes the quick call");
+        assert.equal(writes(first, late.run_id), false, "the late call's running row is not written");
+        assert.match(second.sql, /on conflict \("run_id"\) do nothing/, "the late call: an insert");
+        assert.equal(writes(second, late.run_id), true);
+        assert.equal(statements.length, 2, statements.map((s) => s.sql).join("\n"));
+        const stored = await t.store.db.selectFrom("runs").select(["run_id", "status", "result_json"])
+          .where("run_id", "in", [quick.run_id, late.run_id]).orderBy("run_id").execute();
+        assert.deepEqual(stored.map((r) => [r.status, r.result_json]), [["success", "1"], ["success", "2"]]);
+      } finally {
+        await writer.close();
+        await t.close();
+      }
+    });
+
+    it("is written running by the second window when it is still running then", async () => {
+      const statements: Array<{ sql: string; parameters: readonly unknown[] }> = [];
+      const t = await openTestStore(engine, {
+        onStatement(statement) {
+          if (/^insert into "runs"/.test(statement.sql)) statements.push(statement);
+        },
+      });
+      await t.store.db.insertInto("projects").values({ id: "p", created_at: Date.now() }).execute();
+      const writer = createWriteBehind(t.store.db, { owner: "host-a", onDeliveries() {}, onError() {}, onLost() {} });
+      try {
+        const long: Insertable<RunTable> = {
+          ...row(3, "long"),
+          mode: "sync",
+          status: "running",
+          lease_owner: "host-a",
+        };
+        writer.create(long);
+        const deadline = Date.now() + 20_000;
+        while (statements.length < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+        assert.equal(statements.length, 1);
+        const stored = await t.store.db.selectFrom("runs").select("status").where("run_id", "=", long.run_id)
+          .executeTakeFirst();
+        assert.equal(stored?.status, "running");
+      } finally {
+        await writer.close();
         await t.close();
       }
     });
