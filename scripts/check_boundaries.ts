@@ -62,7 +62,7 @@ export const DOMAIN_FOLDERS = [
   "webhooks",
 ];
 
-const HTTP_PACKAGES = new Set(["koa", "@koa/router", "koa-body"]);
+const HTTP_PACKAGES = new Set(["koa", "find-my-way", "co-body"]);
 
 /** Domains that must not know each other: the composition root connects them. */
 const SEPARATE_DOMAINS: Array<[string, string]> = [["runs", "runtime"]];

@@ -2,7 +2,6 @@
  * The Koa app: request ids, problem documents, auth, body limits and validation, all driven by the
  * generated route table; handlers are plain functions from `server/handlers`.
  */
-import { Router } from "@koa/router";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Stream } from "node:stream";
 import Koa, { type Context } from "koa";
@@ -20,6 +19,7 @@ import type { DrainGate } from "./drain_gate.ts";
 import { forwardedCalls, type ForwardedCallsOptions } from "./forwarded_calls.ts";
 import { decodeRequest } from "./request_decoding.ts";
 import { RequestInput } from "./request_input.ts";
+import { createOperationRouter } from "./routing.ts";
 import { checkResponse } from "./response_check.ts";
 import { writeResult, type WrittenJson } from "./response_writer.ts";
 import { SpooledBody } from "./spool_body.ts";
@@ -110,6 +110,17 @@ function onResponseClose(this: ResponseWithInput): void {
   if (!this.writableFinished) this[INPUT]?.disconnect();
 }
 
+/** Whether each `%` of `path` starts an escape that decodes (the router finds no operation otherwise). */
+function isWellEncoded(path: string): boolean {
+  if (!path.includes("%")) return true;
+  try {
+    decodeURIComponent(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** A new request id: `req_` and 16 random base64url characters. */
 export function newRequestId(): string {
   return `req_${randomBytesPooled(12).toString("base64url")}`;
@@ -173,7 +184,6 @@ function snapshot(ctx: Context) {
 export function createHttpApp(options: HttpAppOptions): Koa {
   const { logger } = options;
   const app = new Koa();
-  const router = new Router();
   const readBody = createBodyReader({
     json: options.bodyLimitBytes,
     bytes: options.bundleLimitBytes,
@@ -191,15 +201,17 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     }
     try {
       if (options.gate?.refuses(ctx.path)) {
-        state.route = routeFor(ctx.method, ctx.path);
+        state.route = router.find(ctx.method, ctx.path)?.route;
         throw new ProblemError("service-unavailable", "The server is shutting down; retry the call on another server", {
           headers: { "Retry-After": "5", Connection: "close" },
         });
       }
       await next();
       if (ctx.status === 404 && ctx.body === undefined) {
-        const match = router.match(ctx.path, ctx.method);
-        const methods = [...new Set(match.path.flatMap((layer) => layer.methods))].filter((m) => m !== "HEAD");
+        if (!isWellEncoded(ctx.path)) {
+          throw new ProblemError("bad-request", "The path is not valid percent-encoding (RFC 3986)");
+        }
+        const methods = router.allowedMethods(ctx.path);
         if (methods.length) {
           ctx.set("Allow", methods.join(", "));
           throw new ProblemError(
@@ -293,25 +305,25 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     return token === undefined ? undefined : `Bearer ${token}`;
   }
 
-  for (const route of routes) {
+  /** The Koa handler of one operation: authenticate, read the body, decode, hand over, write the result. */
+  function operationHandler(route: RouteSpec): (ctx: Context, params: Record<string, string>) => Promise<void> {
     const handler = options.handlers[route.operationId as OperationId] as unknown as (
       input: HandlerInput<OperationId>,
     ) => Promise<AnyHandlerResult>;
-    const method = route.method.toLowerCase() as "get" | "post" | "put" | "delete";
-    router[method](route.koaPath, async (ctx: Context) => {
+    return async (ctx, params) => {
       const state = ctx.state as State;
       state.route = route;
       const principal = route.auth === "bearer"
         ? await authenticate(options.verifier, {
           route,
           authorization: await authorizationOf(ctx),
-          projectId: ctx.params.project_id,
+          projectId: params.project_id,
         })
         : null;
       const body = route.body ? await readBody(ctx, route.body.contentTypes) : undefined;
       try {
         const decoded = decodeRequest(route, {
-          params: ctx.params,
+          params,
           query: ctx.query,
           header: (name) => headerValues(ctx.req, name.toLowerCase()),
           body: body?.value,
@@ -325,14 +337,14 @@ export function createHttpApp(options: HttpAppOptions): Koa {
         // A spooled body (a bundle) lives as long as its request: the handler has read it or failed.
         if (body?.value instanceof SpooledBody) await body.value.remove();
       }
-    });
+    };
   }
-  /** The route of a request turned away before routing, so its problem is checked against it too. */
-  function routeFor(method: string, path: string): RouteSpec | undefined {
-    const layer = router.match(path, method).pathAndMethod[0];
-    return routes.find((r) => r.koaPath === layer?.path && r.method === method.toUpperCase());
-  }
-  app.use(router.routes());
+  const router = createOperationRouter(routes, operationHandler);
+  // The operation's handler; a request that names none is left for the first middleware (404 or 405).
+  app.use(async (ctx) => {
+    const found = router.find(ctx.method, ctx.path);
+    if (found) await found.handle(ctx, found.params);
+  });
   app.on("error", (error: Error & { code?: string }) => {
     if (error.code === "ECONNRESET" || error.code === "EPIPE" || error.code === "ERR_STREAM_PREMATURE_CLOSE") return;
     logger.warn({ err: error }, "connection error");

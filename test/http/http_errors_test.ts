@@ -99,6 +99,16 @@ describe("HTTP layer problems", () => {
     await problem(wrong);
   });
 
+  it("answers 400 for a path that is not valid percent-encoding", async () => {
+    const response = await checkedFetch(`${t.url}/v4/${TEST_PROJECT}/a/f%ZZ`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${t.token}`, "Content-Type": "application/json" },
+      body: "{}",
+    });
+    assert.equal(response.status, 400);
+    assert.match((await problem(response)).detail, /percent-encoding/);
+  });
+
   it("sends X-Request-Id on success too", async () => {
     const response = await checkedFetch(`${t.url}/healthz`);
     assert.equal(response.status, 200);
