@@ -4,6 +4,9 @@
  * registered at wiring time, so they are exact whenever they are scraped.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import { PerCallCounter, PerCallHistogram } from "./per_call.ts";
+
+export { PerCallCounter, PerCallHistogram } from "./per_call.ts";
 
 /** A live reading for a gauge: label values and the value. */
 export interface GaugeReading {
@@ -14,13 +17,14 @@ export interface GaugeReading {
 /** Every instrument of the server. */
 export interface Metrics {
   registry: Registry;
-  httpRequestDuration: Histogram<"operation_id" | "method" | "status">;
+  // Recorded on every call: the cheaper instruments of ./per_call.ts.
+  httpRequestDuration: PerCallHistogram<"operation_id" | "method" | "status">;
   /** Calls a host's workers made on a replica's channel or handed to their supervisor. */
-  workerCalls: Counter<"path">;
-  runsStarted: Counter<"app" | "mode">;
-  runsFinished: Counter<"app" | "mode" | "status">;
-  runDuration: Histogram<"app" | "mode" | "status">;
-  runQueueTime: Histogram<"app" | "mode">;
+  workerCalls: PerCallCounter<"path">;
+  runsStarted: PerCallCounter<"app" | "mode">;
+  runsFinished: PerCallCounter<"app" | "mode" | "status">;
+  runDuration: PerCallHistogram<"app" | "mode" | "status">;
+  runQueueTime: PerCallHistogram<"app" | "mode">;
   webhookAttempts: Counter<"outcome">;
   webhookDeliveryLatency: Histogram<"outcome">;
   /** Sets where the `runplane_runs_queued` gauge reads its values from. */
@@ -121,40 +125,40 @@ export function createMetrics(): Metrics {
   );
   return {
     registry,
-    httpRequestDuration: new Histogram({
+    httpRequestDuration: new PerCallHistogram({
       name: "runplane_http_request_duration_seconds",
       help: "HTTP request duration by operation and status",
       labelNames: ["operation_id", "method", "status"],
       buckets: LATENCY_BUCKETS,
       registers: [registry],
     }),
-    workerCalls: new Counter({
+    workerCalls: new PerCallCounter({
       name: "runplane_worker_calls_total",
       help:
         "Calls a host's workers (RUNPLANE_WORKERS > 1) made on a replica's channel themselves (path=direct) or handed to their supervisor (path=handed_over)",
       labelNames: ["path"],
       registers: [registry],
     }),
-    runsStarted: new Counter({
+    runsStarted: new PerCallCounter({
       name: "runplane_runs_started_total",
       help: "Runs started, by app and mode",
       labelNames: ["app", "mode"],
       registers: [registry],
     }),
-    runsFinished: new Counter({
+    runsFinished: new PerCallCounter({
       name: "runplane_runs_finished_total",
       help: "Runs finished, by app, mode and terminal status",
       labelNames: ["app", "mode", "status"],
       registers: [registry],
     }),
-    runDuration: new Histogram({
+    runDuration: new PerCallHistogram({
       name: "runplane_run_duration_seconds",
       help: "Time a run's function ran",
       labelNames: ["app", "mode", "status"],
       buckets: RUN_BUCKETS,
       registers: [registry],
     }),
-    runQueueTime: new Histogram({
+    runQueueTime: new PerCallHistogram({
       name: "runplane_run_queue_time_seconds",
       help: "Time between a run's acceptance and its start",
       labelNames: ["app", "mode"],
