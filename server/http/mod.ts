@@ -190,6 +190,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     spoolDir: options.spoolDir,
   });
   const logsRequests = logger.isLevelEnabled("info");
+  // Each operation's handler (a function declared below: its requests read the dashboard's sessions).
+  const router = createOperationRouter(routes, operationHandler);
 
   app.use(async (ctx, next) => {
     const state = ctx.state as State;
@@ -339,7 +341,6 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       }
     };
   }
-  const router = createOperationRouter(routes, operationHandler);
   // The operation's handler; a request that names none is left for the first middleware (404 or 405).
   app.use(async (ctx) => {
     const found = router.find(ctx.method, ctx.path);
