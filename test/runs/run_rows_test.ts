@@ -206,10 +206,11 @@ for (const engine of await engines()) {
         },
       });
       await t.store.db.insertInto("projects").values({ id: "p", created_at: Date.now() }).execute();
-      // A long window, so that the late call's end is put well before the next one on a loaded machine.
+      // A long window: the late call's end is put when the first batch's insert has run (a PostgreSQL
+      // round trip after the window ended), well before the next window even on a loaded machine.
       const writer = createWriteBehind(t.store.db, {
         owner: "host-a",
-        delayMs: 1_000,
+        delayMs: 3_000,
         onDeliveries() {},
         onError() {},
         onLost() {},

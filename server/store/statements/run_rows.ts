@@ -188,15 +188,16 @@ async function inChunks(
     while (count > rows.length - at) count /= 2;
     let statement = statements.get(count);
     if (!statement) {
+      const insert = INSERT_INTO + new Array(count).fill(VALUES).join(", ");
       statement = rawStatement<{ run_id: string }>(
         owner === undefined
           ? {
-            sqlite: INSERT_INTO + new Array(count).fill(VALUES).join(", ") + tail(""),
+            sqlite: insert + tail(""),
             postgres: INSERT_UNNEST + tail(""),
             postgresParameters: (flat) => byColumn(flat, COLUMNS.length),
           }
           : {
-            sqlite: INSERT_INTO + new Array(count).fill(VALUES).join(", ") + tail("?"),
+            sqlite: insert + tail("?"),
             postgres: INSERT_UNNEST + tail(`$${COLUMNS.length + 1}`),
             postgresParameters: (flat) => [...byColumn(flat.slice(0, -1), COLUMNS.length), flat.at(-1)],
           },
