@@ -653,7 +653,12 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
         body,
         bodySerializer: (bytes: unknown) =>
           progress ? uploadStream(bytes as Uint8Array, progress) : (bytes as BodyInit),
-        headers: { "Content-Type": "application/gzip", "Content-Length": String(body.length) },
+        // fetch sets a byte body's Content-Length itself; a stream's is named here so the server still gets
+        // a length (no chunked upload). A second Content-Length beside fetch's own is refused by undici 7
+        // when it is the dispatcher of Node 20's fetch, as it is once the npm undici package is loaded.
+        headers: progress
+          ? { "Content-Type": "application/gzip", "Content-Length": String(body.length) }
+          : { "Content-Type": "application/gzip" },
         signal: call.signal,
         ...(progress ? { duplex: "half" } : {}),
       }));
