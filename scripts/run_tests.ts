@@ -108,14 +108,17 @@ try {
   removeScratch();
   throw error;
 }
-const reporters = storeDurations
-  ? [
-    `--test-reporter=${process.stdout.isTTY ? "spec" : "tap"}`,
-    "--test-reporter-destination=stdout",
-    `--test-reporter=${pathToFileURL(join(ROOT, "scripts", "test_durations_reporter.mjs")).href}`,
-    `--test-reporter-destination=${measured}`,
-  ]
-  : [];
+// node:test's own reporter as it would pick it; the failed tests, noted in a file and listed at the very
+// end of the log (a CI page may keep only the log's tail); the durations when asked for.
+const failures = join(work, "failures.txt");
+const reporter = (name: string) => `--test-reporter=${pathToFileURL(join(ROOT, "scripts", name)).href}`;
+const reporters = [
+  `--test-reporter=${process.stdout.isTTY ? "spec" : "tap"}`,
+  "--test-reporter-destination=stdout",
+  reporter("test_failures_reporter.mjs"),
+  "--test-reporter-destination=stderr",
+  ...(storeDurations ? [reporter("test_durations_reporter.mjs"), `--test-reporter-destination=${measured}`] : []),
+];
 const child = spawn(
   process.execPath,
   [
@@ -133,10 +136,27 @@ const child = spawn(
     ...reporters,
     ...shardFiles,
   ],
-  { cwd: ROOT, stdio: "inherit", env: { ...process.env, RUNPLANE_TEST_SERVER_BUNDLE: bundle } },
+  {
+    cwd: ROOT,
+    stdio: "inherit",
+    env: { ...process.env, RUNPLANE_TEST_SERVER_BUNDLE: bundle, RUNPLANE_TEST_FAILURES: failures },
+  },
 );
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => child.kill(signal));
+/** Prints the failed tests the reporter noted, if any, as the log's last lines. */
+function listFailures(): void {
+  let text: string;
+  try {
+    text = readFileSync(failures, "utf8");
+  } catch {
+    return;
+  }
+  const count = text.split("\n").filter((line) => line.startsWith("  ✖ ")).length;
+  process.stdout.write(`\n==== ${count} failed test${count === 1 ? "" : "s"}\n${text}`);
+}
+
 child.on("exit", (code, signal) => {
+  listFailures();
   if (storeDurations && code === 0) {
     const seconds = JSON.parse(readFileSync(measured, "utf8")) as Record<string, number>;
     const merged: Record<string, number> = { ...readDurations(), ...seconds };
