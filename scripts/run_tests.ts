@@ -117,7 +117,7 @@ const reporters = [
   "--test-reporter-destination=stdout",
   reporter("test_failures_reporter.mjs"),
   "--test-reporter-destination=stderr",
-  ...(storeDurations ? [reporter("test_durations_reporter.mjs"), `--test-reporter-destination=${measured}`] : []),
+  ...(storeDurations ? [reporter("test_durations_reporter.mjs"), "--test-reporter-destination=stderr"] : []),
 ];
 const child = spawn(
   process.execPath,
@@ -139,7 +139,12 @@ const child = spawn(
   {
     cwd: ROOT,
     stdio: "inherit",
-    env: { ...process.env, RUNPLANE_TEST_SERVER_BUNDLE: bundle, RUNPLANE_TEST_FAILURES: failures },
+    env: {
+      ...process.env,
+      RUNPLANE_TEST_SERVER_BUNDLE: bundle,
+      RUNPLANE_TEST_FAILURES: failures,
+      RUNPLANE_TEST_DURATIONS: measured,
+    },
   },
 );
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => child.kill(signal));
