@@ -270,12 +270,17 @@ for (const engine of await engines()) {
           lease_owner: "host-a",
         };
         writer.create(long);
+        // The statement is seen as it is sent, before its transaction commits: wait for the row itself.
+        const read = () =>
+          t.store.db.selectFrom("runs").select("status").where("run_id", "=", long.run_id).executeTakeFirst();
         const deadline = Date.now() + 20_000;
-        while (statements.length < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
-        assert.equal(statements.length, 1);
-        const stored = await t.store.db.selectFrom("runs").select("status").where("run_id", "=", long.run_id)
-          .executeTakeFirst();
+        let stored = await read();
+        while (!stored && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 5));
+          stored = await read();
+        }
         assert.equal(stored?.status, "running");
+        assert.equal(statements.length, 1, statements.map((s) => s.sql).join("\n"));
       } finally {
         await writer.close();
         await t.close();
