@@ -10,7 +10,7 @@ import { appPage } from "./app_page.js";
 import { appsPage } from "./apps_page.js";
 import { byId, errorBox, h, replace } from "./dom.js";
 import { keysPage } from "./keys_page.js";
-import { closeFeeds } from "./live.js";
+import { afterPress, closeFeeds } from "./live.js";
 import { go, navigate, setRenderer } from "./navigation.js";
 import { runPage } from "./run_page.js";
 import { runsPage } from "./runs_page.js";
@@ -75,6 +75,8 @@ async function render(options = {}) {
   showNavigation(session, route[0] || "runs");
   try {
     const nodes = await pageOf(route, url.searchParams);
+    // A live feed's re-read waits for a click under way: the page replaced under it would lose the click.
+    if (options.keepLive) await afterPress();
     // A page read while another was asked for (a click during a slow read) is not shown over it.
     if (mine !== renders) return;
     replace(main, nodes);

@@ -28,6 +28,48 @@ export function closeFeeds(options = {}) {
   }
 }
 
+/** Whether a pointer is pressed on the page: a click under way (see `afterPress`). */
+let pressed = false;
+/** Counts presses, so that a release's late turn does not end a press begun after it. */
+let presses = 0;
+/** @type {Array<() => void>} those waiting for the press to end */
+let released = [];
+/** The longest a refresh waits for a press to end (a release the page never hears of). */
+const MAX_PRESS_WAIT_MS = 5_000;
+
+addEventListener("pointerdown", () => {
+  pressed = true;
+  presses++;
+}, { capture: true });
+for (const type of ["pointerup", "pointercancel"]) {
+  addEventListener(type, () => {
+    const press = presses;
+    // A turn later, so that the click this release makes reaches the element that was pressed first.
+    setTimeout(() => {
+      if (press !== presses) return;
+      pressed = false;
+      const waiting = released;
+      released = [];
+      for (const resolve of waiting) resolve();
+    });
+  }, { capture: true });
+}
+
+/**
+ * Resolves once no pointer is pressed on the page (or after `MAX_PRESS_WAIT_MS`). A background refresh
+ * waits for it before it replaces the page: replaced between a button's press and its release, the
+ * release lands on the new button and no click is made, so the click would be lost.
+ *
+ * @returns {Promise<void>}
+ */
+export function afterPress() {
+  if (!pressed) return Promise.resolve();
+  return new Promise((resolve) => {
+    released.push(resolve);
+    setTimeout(resolve, MAX_PRESS_WAIT_MS);
+  });
+}
+
 /** Whether the page follows the run changes already. */
 export function followingRuns() {
   return changes !== null;

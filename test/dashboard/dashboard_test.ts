@@ -193,6 +193,46 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.locator("#status", { hasText: "cancelled" }).waitFor();
   });
 
+  it("keeps a click whose press the page's live re-read came during", async () => {
+    const made = await runApi("hello/run", { query: "?async=true", body: { seconds: 30 } });
+    const { run_id: runId } = (await made.json()) as { run_id: string };
+    // The run page reads the run, opens its change feed, and reads the run again once the feed is open.
+    // The feed is held back until the button is pressed, so that this re-read comes during the press.
+    let press!: () => void;
+    const pressed = new Promise<void>((resolve) => (press = resolve));
+    const feeds = `**/v4/projects/${TEST_PROJECT}/runs/events`;
+    await page.route(feeds, async (route) => {
+      await pressed;
+      await route.continue().catch(() => {}); // the page of an earlier try is gone
+    });
+    const reads: number[] = [];
+    page.on("response", (response) => {
+      const { pathname } = new URL(response.url());
+      if (response.request().method() === "GET" && pathname.endsWith(`/runs/${runId}`)) reads.push(Date.now());
+    });
+    try {
+      await waitFor(async () => {
+        await page.goto(`${t.url}/dashboard/runs/${runId}?app=hello`);
+        await page.locator("#run-id").waitFor();
+        return (await page.locator("#status").innerText()) === "running";
+      }, "the run to start");
+      const box = (await page.getByRole("button", { name: "Cancel run" }).boundingBox())!;
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+      await page.mouse.down();
+      const before = reads.length;
+      press();
+      await waitFor(() => reads.length > before, "the live re-read");
+      // The re-read's page is rendered within a frame or two of its answer.
+      for (let frame = 0; frame < 3; frame++) {
+        await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(resolve)));
+      }
+      await page.mouse.up();
+    } finally {
+      await page.unroute(feeds);
+    }
+    await page.locator("#status", { hasText: "cancelled" }).waitFor();
+  });
+
   it("shows hostile results, logs and errors as text: no script runs, no dialog opens", async () => {
     const ok = (await (await runApi("xss/run")).json()) as { run_id: string };
     await page.goto(`${t.url}/dashboard/runs/${ok.run_id}?app=xss`);
