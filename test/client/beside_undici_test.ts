@@ -7,8 +7,9 @@
  * Each case runs in a child process of its own, so the order of loading is the one it names.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { describe, it } from "node:test";
+import { promisify } from "node:util";
 
 const CLIENT = JSON.stringify(new URL("../../client/mod.ts", import.meta.url).href);
 
@@ -43,16 +44,11 @@ function uploadScript(options: { progress: boolean }): string {
   `;
 }
 
+const execute = promisify(execFile);
+
+/** Runs `script` in a child process; its printed outcome. */
 async function runChild(script: string): Promise<{ seen?: unknown[]; error?: string; cause?: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (chunk) => (stdout += chunk));
-  child.stderr.on("data", (chunk) => (stderr += chunk));
-  const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
-  assert.equal(code, 0, `the child failed: ${stderr}`);
+  const { stdout } = await execute(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script]);
   return JSON.parse(stdout);
 }
 
