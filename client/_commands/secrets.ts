@@ -14,7 +14,10 @@ export const SECRETS_HELP = `Usage:
   runplane secrets delete <project> NAME [--yes]   (asks on a terminal; --yes, or -y, where there is none)
 
 A project's secrets are environment variables of its replicas (set or deleted, they are replaced; calls in
-flight finish); builds never see them. NAME is an environment variable's name, not RUNPLANE_*. The value
+flight finish); builds never see them. NAME is an environment variable's name, refused as in [env] when it
+is the platform's (RUNPLANE_*, PATH, HOME, PORT, …) or one a program reads as it starts, before the
+replica drops its privileges (LD_*, MALLOC_*, GLIBC_TUNABLES, GCONV_PATH, TZ, BASH_ENV, NODE_OPTIONS,
+PYTHON* but PYTHONHASHSEED and a few others, …; docs/runplane-toml.md lists them). The value
 is never a flag (it would stay in the shell's history): pipe it (one trailing newline is dropped), e.g.
   runplane secrets set p-demo API_KEY < api_key.txt
 Needs a token with the deploy scope.

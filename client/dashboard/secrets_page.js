@@ -22,7 +22,8 @@ function setForm(path, outcome) {
     required: true,
     maxlength: 128,
     pattern: "[A-Za-z_][A-Za-z0-9_]*",
-    title: "An environment variable's name: letters, digits and _, not starting with a digit",
+    title: "An environment variable's name: letters, digits and _, not starting with a digit; not one the "
+      + "platform sets or a program reads as it starts (RUNPLANE_*, PATH, LD_*, TZ, most PYTHON*, …), as for [env]",
     autocomplete: "off",
     spellcheck: "false",
   });

@@ -40,12 +40,6 @@ export const PROJECT_SECRET_LIMITS = {
   totalBytes: 1024 * 1024,
 } as const;
 
-/** What a name must look like: an environment variable's name. */
-export const SECRET_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
-/** The prefix of the platform's own variables, refused as a secret's name. */
-export const RESERVED_PREFIX = "RUNPLANE_";
-
 /** A secret as listed: its name and times (ISO 8601), never its value. */
 export interface ProjectSecretInfo {
   name: string;
@@ -59,17 +53,21 @@ export interface ProjectSecrets {
   list(projectId: string): Promise<ProjectSecretInfo[]>;
   /**
    * Sets a secret (made, or its value replaced). Throws a `ProblemError`: 400 `validation` for a name
-   * that is not an environment variable's or starts with `RUNPLANE_`, or a value holding NUL; 413 for a
-   * value over `PROJECT_SECRET_LIMITS.valueBytes` or a project total over `totalBytes`; 409 for a
-   * secret past `secrets`.
+   * that `secretNameProblem` refuses (not an environment variable's, or one `[env]` may not set either),
+   * or a value holding NUL; 413 for a value over `PROJECT_SECRET_LIMITS.valueBytes` or a project total
+   * over `totalBytes`; 409 for a secret past `secrets`.
    */
   put(projectId: string, name: string, value: string): Promise<{ created: boolean; secret: ProjectSecretInfo }>;
-  /** Removes a secret; false when the project has none by that name (a 400 for a name no secret can have). */
+  /**
+   * Removes a secret; false when the project has none by that name. A refused name is a 400 unless the
+   * project has a secret by it (set before the name was refused), which can always be removed.
+   */
   delete(projectId: string, name: string): Promise<boolean>;
   /**
-   * The project's secrets as environment variables (unsealed), for its replicas only. Read `fingerprint`
-   * before it, so a change in between makes the fingerprint older, never newer, than the values.
-   * Throws when a value does not open (another data key, an altered or moved row), naming the secret.
+   * The project's secrets as environment variables (unsealed), for its replicas only, less any whose
+   * name is refused now (set before it was; `list` still shows it, so that it can be deleted). Read
+   * `fingerprint` before it, so a change in between makes the fingerprint older, never newer, than the
+   * values. Throws when a value does not open (another data key, an altered or moved row), naming the secret.
    */
   environment(projectId: string): Promise<Record<string, string>>;
   /** A string that changes whenever the project's secrets change (the project's version). */
@@ -98,29 +96,28 @@ export interface ProjectSecretsOptions {
 
 const CHANNEL = "runplane_project_secrets";
 
-/** Why `name` cannot name a secret, or null when it can. */
+/**
+ * Why `name` cannot name a secret, or null when it can: the rules of an app's `[env]` names (one list, in
+ * `server/runtime/_app_env.ts`: the platform's own names, and those a program reads before its code runs),
+ * and a length limit.
+ */
 export function secretNameProblem(name: string): string | null {
   if (name === "") return "is empty: name the secret like an environment variable, e.g. API_KEY";
   if (name.length > PROJECT_SECRET_LIMITS.nameLength) {
     return `is ${name.length} characters long; the limit is ${PROJECT_SECRET_LIMITS.nameLength}`;
   }
-  if (!SECRET_NAME_PATTERN.test(name)) {
-    return "must be an environment variable's name: letters, digits and _, not starting with a digit, e.g. API_KEY";
-  }
-  if (name.startsWith(RESERVED_PREFIX)) {
-    return `starts with ${RESERVED_PREFIX}, which the platform's own variables use: choose another name`;
-  }
-  // The names the platform sets for a replica (PATH, HOME, PORT, LD_*, …), as for an app's [env].
   return envNameProblem(name);
+}
+
+function nameRefusal(name: string, problem: string): ProblemError {
+  return new ProblemError("validation", `The secret name ${JSON.stringify(name)} ${problem}`, {
+    errors: [{ path: "path.name", message: problem }],
+  });
 }
 
 function checkName(name: string): void {
   const problem = secretNameProblem(name);
-  if (problem) {
-    throw new ProblemError("validation", `The secret name ${JSON.stringify(name)} ${problem}`, {
-      errors: [{ path: "path.name", message: problem }],
-    });
-  }
+  if (problem) throw nameRefusal(name, problem);
 }
 
 /** The value's size in bytes; throws for a value no environment can hold or one over the limit. */
@@ -241,8 +238,11 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
     },
 
     async delete(projectId, name) {
-      checkName(name);
-      if (!(await secretExists(db, { projectId, name }))) return false;
+      const problem = secretNameProblem(name);
+      const exists = await secretExists(db, { projectId, name });
+      // A secret set before its name was refused must still be removable; a name no secret has is a 400.
+      if (problem && !exists) throw nameRefusal(name, problem);
+      if (!exists) return false;
       try {
         await db.transaction().execute(async (tx) => {
           await raiseVersion(tx, projectId, options.now());
@@ -260,7 +260,9 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
 
     async environment(projectId) {
       const rows = await selectSealed(db, projectId);
-      return Object.fromEntries(rows.map((row) => [row.name, open(projectId, row)]));
+      // A name refused since its secret was set never reaches a replica, nor the root processes that start it.
+      const allowed = rows.filter((row) => secretNameProblem(row.name) === null);
+      return Object.fromEntries(allowed.map((row) => [row.name, open(projectId, row)]));
     },
 
     async fingerprint(projectId) {
