@@ -1,18 +1,20 @@
 /**
  * Running a deployment's build in its folder, in the platform's order: pre-build commands → apt and conda
- * packages (checked on the host, not installed) → pip dependencies (a virtualenv per base-image digest,
- * shared by every deployment and app with that digest) → the code → shell commands. Every command runs in
- * its own process group, its output line by line into the build log, killed with its group past the step
- * timeout or when the build is stopped.
+ * packages (checked on the host, not installed) → pip dependencies (a virtualenv per dependency layer:
+ * shared by every project with the same inputs, or the project's own; see _dependency_layer.ts) → the code →
+ * shell commands. Every command runs in its own process group, its output line by line into the build log,
+ * killed with its group past the step timeout or when the build is stopped.
  */
 import { spawn } from "node:child_process";
-import { mkdir, rm, stat, writeFile } from "node:fs/promises";
-import { isAbsolute, join } from "node:path";
+import { constants } from "node:fs";
+import { mkdir, open, rm, stat, writeFile } from "node:fs/promises";
+import { dirname, isAbsolute, join } from "node:path";
 import { createInterface } from "node:readline";
 import { signalGroup } from "../runtime/mod.ts";
 import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
 import type { BuildLogLine } from "./_build_log.ts";
 import type { BuildPlan } from "./_build_plan.ts";
+import { type DependencyLayer, layerReady, readyMarker } from "./_dependency_layer.ts";
 
 export type { BuildLogLine } from "./_build_log.ts";
 
@@ -36,8 +38,8 @@ export interface BuildResult {
 
 /** Options of `runBuild`. */
 export interface RunBuildOptions {
-  /** Where the virtualenvs live, one folder per digest. */
-  venvsDir: string;
+  /** Where the virtualenv of the build's pip dependencies is, and who builds it (see _dependency_layer.ts). */
+  layer?: DependencyLayer;
   /** The interpreter a virtualenv is made with. */
   python: string;
   pipIndexUrl?: string;
@@ -54,7 +56,6 @@ export interface RunBuildOptions {
   egress: boolean;
 }
 
-const READY = ".runplane-ready";
 const LOCK_RETRY_MS = 250;
 
 /** One command of a build step, and the jail it runs in. */
@@ -111,7 +112,10 @@ async function run(step: string, command: StepCommand, options: RunBuildOptions)
   }
 }
 
-/** Runs commands with `/bin/sh -c`: the deployment folder writable, the virtualenv (if any) read-only. */
+/**
+ * Runs commands with `/bin/sh -c` as the project: the deployment folder writable (it was handed to the
+ * project's uid before the build's first command), the virtualenv (if any) read-only.
+ */
 async function shellCommands(
   step: string,
   commands: string[],
@@ -122,14 +126,9 @@ async function shellCommands(
     ? { VIRTUAL_ENV: venv, PATH: `${join(venv, "bin")}:/usr/local/bin:/usr/bin:/bin` }
     : {};
   const jail = { cwd: dir, writable: [dir], readOnly: venv ? [venv] : [], env };
-  const giveBack = await options.sandbox.lend([dir], options.projectId);
-  try {
-    for (const shown of commands) {
-      options.log({ stream: "build", text: `$ ${shown}` });
-      await run(step, { file: "/bin/sh", args: ["-c", shown], shown, jail }, options);
-    }
-  } finally {
-    await giveBack();
+  for (const shown of commands) {
+    options.log({ stream: "build", text: `$ ${shown}` });
+    await run(step, { file: "/bin/sh", args: ["-c", shown], shown, jail }, options);
   }
 }
 
@@ -196,28 +195,6 @@ async function checkConda(packages: string[], options: RunBuildOptions): Promise
   }
 }
 
-async function exists(path: string): Promise<boolean> {
-  return stat(path).then(() => true, () => false);
-}
-
-/** The folder of the virtualenv of base-image `digest` (`sha256:<hex>`) under `venvsDir`. */
-function virtualenvDir(venvsDir: string, digest: string): string {
-  return join(venvsDir, digest.replace(/^sha256:/, ""));
-}
-
-/** The interpreter of the virtualenv of base-image `digest` under `venvsDir`. */
-export function virtualenvPython(venvsDir: string, digest: string): string {
-  return join(virtualenvDir(venvsDir, digest), "bin", "python");
-}
-
-/**
- * Whether the virtualenv of `digest` under `venvsDir` is ready (its marker is written last, once pip
- * succeeded): a build of that digest reuses it rather than running pip.
- */
-export function virtualenvReady(venvsDir: string, digest: string): Promise<boolean> {
-  return exists(join(virtualenvDir(venvsDir, digest), READY));
-}
-
 /** Holds the digest's lock while `work` runs: two builds of one digest on a host never race. */
 async function withLock<T>(lock: string, options: RunBuildOptions, work: () => Promise<T>): Promise<T> {
   for (;;) {
@@ -267,14 +244,21 @@ export function requirementsText(requirements: readonly string[], options: { all
   return `${requirements.join("\n")}\n`;
 }
 
-/** pip's own settings come only from the operator: no pip.conf (the environment has no PIP_* either). */
-function pipJail(dir: string, venv: string, options: RunBuildOptions): StepCommand["jail"] {
+/**
+ * The jail of the virtualenv's steps. pip's own settings come only from the operator: no pip.conf (the
+ * environment, built from scratch, has no PIP_* either). A shared layer's steps see nothing of the bundle:
+ * it is not mounted and the working directory is `/`, so no file of it can stand in for a module of the
+ * standard library (`venv.py`, `site.py`, `sitecustomize.py`, a `.pth`). A project layer's steps read it.
+ */
+function pipJail(dir: string, requirements: string, options: RunBuildOptions): StepCommand["jail"] {
+  const { layer } = options;
   const findLinks = options.pipFindLinks && isAbsolute(options.pipFindLinks) ? [options.pipFindLinks] : [];
+  const bundle = layer?.scope === "project" ? [dir] : [];
   return {
-    cwd: dir,
-    readOnly: [dir, ...findLinks],
-    writable: [venv],
-    env: { VIRTUAL_ENV: venv, PIP_CONFIG_FILE: "/dev/null", PIP_NO_INPUT: "1" },
+    cwd: bundle.length ? dir : "/",
+    readOnly: [...bundle, requirements, ...findLinks],
+    writable: [layer!.dir],
+    env: { VIRTUAL_ENV: layer!.dir, PIP_CONFIG_FILE: "/dev/null", PIP_NO_INPUT: "1" },
   };
 }
 
@@ -321,54 +305,78 @@ async function pipInstall(command: Omit<StepCommand, "egress">, options: RunBuil
   }
 }
 
-async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
-  if (plan.pipRequirements.length === 0) return { venv: "none" };
-  const requirementsFile = requirementsText(plan.pipRequirements, { allowOptions: options.pipAllowUnpinned });
-  await mkdir(options.venvsDir, { recursive: true });
-  const venv = virtualenvDir(options.venvsDir, plan.digest);
-  const python = virtualenvPython(options.venvsDir, plan.digest);
-  if (await virtualenvReady(options.venvsDir, plan.digest)) {
-    options.log({ stream: "build", text: `==> pip: cached virtualenv ${plan.digest}` });
-    return { venv: "cached", python };
+/**
+ * Writes pip's requirements file for `layer` beside it (where it stays, saying what the layer holds), where
+ * only the server writes (the layer's own folder is its builder's): made anew, never through a link, and
+ * read-only in the jail.
+ */
+async function writeRequirements(layer: DependencyLayer, text: string): Promise<string> {
+  const path = `${layer.dir}.requirements.txt`;
+  await rm(path, { force: true });
+  await writeFile(path, text, { flag: "wx", mode: 0o644 });
+  return path;
+}
+
+/** Marks `layer` ready: its marker is created by the server, never through a link the builder left. */
+async function markReady(layer: DependencyLayer, digest: string): Promise<void> {
+  const file = await open(readyMarker(layer.dir), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  try {
+    await file.writeFile(`${digest}\n`);
+  } finally {
+    await file.close();
   }
-  return await withLock<BuildResult>(`${venv}.lock`, options, async () => {
-    if (await exists(join(venv, READY))) {
-      options.log({ stream: "build", text: `==> pip: cached virtualenv ${plan.digest} (built meanwhile)` });
-      return { venv: "cached", python };
+}
+
+async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
+  const { layer } = options;
+  if (plan.pipRequirements.length === 0 || !layer) return { venv: "none" };
+  const requirementsFile = requirementsText(plan.pipRequirements, { allowOptions: options.pipAllowUnpinned });
+  const shown = `${layer.scope === "shared" ? "" : `${layer.scope} `}virtualenv ${plan.digest}`;
+  if (await layerReady(layer.dir)) {
+    options.log({ stream: "build", text: `==> pip: cached ${shown}` });
+    return { venv: "cached", python: layer.python };
+  }
+  await mkdir(dirname(layer.dir), { recursive: true });
+  return await withLock<BuildResult>(`${layer.dir}.lock`, options, async () => {
+    if (await layerReady(layer.dir)) {
+      options.log({ stream: "build", text: `==> pip: cached ${shown} (built meanwhile)` });
+      return { venv: "cached", python: layer.python };
     }
-    options.log({ stream: "build", text: `==> pip: new virtualenv ${plan.digest}: ${plan.pipRequirements.join(" ")}` });
+    options.log({ stream: "build", text: `==> pip: new ${shown}: ${plan.pipRequirements.join(" ")}` });
     // A virtualenv is not relocatable: it is made in place, and only the marker written last makes it usable.
-    // It is made writable for the pip step alone (lent to the project's uid), then given back read-only:
-    // it is shared by every deployment of the same digest, so no later command of any of them may change it.
-    await rm(venv, { recursive: true, force: true });
-    await mkdir(venv, { mode: 0o755 });
-    const jail = pipJail(dir, venv, options);
-    const giveBack = await options.sandbox.lend([venv], options.projectId);
-    try {
-      await run("pip", {
-        file: options.python,
-        args: ["-m", "venv", venv],
-        shown: `${options.python} -m venv`,
-        jail,
-        egress: true,
-      }, options);
-      const requirements = join(venv, "runplane-requirements.txt");
-      await writeFile(requirements, requirementsFile);
-      const shown = `pip install ${plan.pipRequirements.join(" ")}`;
-      await pipInstall({ file: python, args: pipInstallArgs(requirements, options), shown, jail }, options);
-    } finally {
-      await giveBack();
-    }
-    await writeFile(join(venv, READY), `${plan.digest}\n`);
-    return { venv: "new", python };
+    // Its folder is made empty by the server and handed to its builder, whose steps alone write it; replicas
+    // and later build commands only ever mount it read-only.
+    await rm(layer.dir, { recursive: true, force: true });
+    await mkdir(layer.dir, { mode: 0o755 });
+    await options.sandbox.handOver(layer.dir, layer.builder);
+    const requirements = await writeRequirements(layer, requirementsFile);
+    const jail = pipJail(dir, requirements, options);
+    const builder = { ...options, projectId: layer.builder };
+    // `-I`: no PYTHON* variable, no working directory and no user site on sys.path, in both steps.
+    await run("pip", {
+      file: options.python,
+      args: ["-I", "-m", "venv", layer.dir],
+      shown: `${options.python} -I -m venv`,
+      jail,
+      egress: true,
+    }, builder);
+    const args = ["-I", ...pipInstallArgs(requirements, options)];
+    await pipInstall({ file: layer.python, args, shown: `pip install ${plan.pipRequirements.join(" ")}`, jail }, builder);
+    await markReady(layer, plan.digest);
+    return { venv: "new", python: layer.python };
   }).catch(async (error) => {
-    if (!(await exists(join(venv, READY)))) await rm(venv, { recursive: true, force: true });
+    // No process of the builder is left (each step's jail dies with it), so nothing races this removal,
+    // and rm removes a link it meets, never what the link names.
+    if (!(await layerReady(layer.dir))) await rm(layer.dir, { recursive: true, force: true });
     throw error;
   });
 }
 
 /** Builds the deployment in `dir` by `plan`; throws a BuildError naming the step that failed. */
 export async function runBuild(dir: string, plan: BuildPlan, options: RunBuildOptions): Promise<BuildResult> {
+  // The folder is the project's from its first command on: handed over once, while it holds only what the
+  // server unpacked. The server never walks it again (a command may have left links in it).
+  if (plan.preBuildCommands.length || plan.shellCommands.length) await options.sandbox.handOver(dir, options.projectId);
   if (plan.preBuildCommands.length) {
     options.log({ stream: "build", text: "==> pre-build commands" });
     await shellCommands("pre-build", plan.preBuildCommands, { ...options, dir });

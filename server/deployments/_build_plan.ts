@@ -5,7 +5,7 @@
  * `new`/`cached` and the build's reuse of a virtualenv agree.
  */
 import { baseImageDigest, type BaseImageRequest } from "../builds/mod.ts";
-import type { AppConfig } from "../runtime/mod.ts";
+import { type AppConfig, pipEntryProblem } from "../runtime/mod.ts";
 
 /** A build's steps, in the order they run, and its dependency layer's digest. */
 export interface BuildPlan {
@@ -15,6 +15,11 @@ export interface BuildPlan {
   apt: string[];
   conda: string[];
   pipRequirements: string[];
+  /**
+   * Whether the pip step may read the bundle: some entry is a path, an option or a URL (allowed only by
+   * RUNPLANE_PIP_ALLOW_UNPINNED), whose result the digest does not name. Its virtualenv is then the project's.
+   */
+  pipSeesBundle: boolean;
   shellCommands: string[];
 }
 
@@ -53,5 +58,14 @@ export function buildPlan(config: Pick<AppConfig, "dependencies" | "build">): Bu
     preBuildCommands: base64(preBuildCommands),
     shellCommands: base64(shellCommands),
   };
-  return { digest: baseImageDigest(request), preBuildCommands, apt, conda, pipRequirements, shellCommands };
+  const pipSeesBundle = Object.entries(config.dependencies.pip).some(([n, v]) => pipEntryProblem(n, v) !== null);
+  return {
+    digest: baseImageDigest(request),
+    preBuildCommands,
+    apt,
+    conda,
+    pipRequirements,
+    pipSeesBundle,
+    shellCommands,
+  };
 }

@@ -99,6 +99,7 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
         dir: done.dir,
         version: row.deployment_id,
         python: done.python,
+        configToml: done.configToml,
       };
     } catch (error) {
       const buildFailed = error instanceof DeploymentBuildError;
@@ -153,7 +154,8 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
       dir: paths.dir,
       version: row.deployment_id,
       python: paths.python,
-      deferred: { configToml, prepare: () => buildDeferred(row, paths.python) },
+      configToml,
+      deferred: { prepare: () => buildDeferred(row, paths.python) },
     };
   }
 

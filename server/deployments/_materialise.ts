@@ -12,8 +12,9 @@ import { ProblemError } from "../problems/mod.ts";
 import { type AppConfig, AppConfigError, type AppConfigOptions, parseAppConfig } from "../runtime/mod.ts";
 import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 import type { Database } from "../store/mod.ts";
-import { type BuildLogLine, type BuildResult, runBuild, virtualenvPython, virtualenvReady } from "./_build.ts";
-import { buildPlan } from "./_build_plan.ts";
+import { type BuildLogLine, type BuildResult, runBuild } from "./_build.ts";
+import { type BuildPlan, buildPlan } from "./_build_plan.ts";
+import { type DependencyLayer, dependencyLayer, sharedLayerReady } from "./_dependency_layer.ts";
 import { type BundleLimits, extractBundle } from "./_bundle_extract.ts";
 import { type DeploymentRow, selectBundle } from "./_records.ts";
 import { takeUnpacked } from "./_unpacked.ts";
@@ -47,6 +48,11 @@ export interface Materialised {
   python?: string;
   baseImageDigest: string;
   venv: BuildResult["venv"];
+  /**
+   * The `runplane.toml` read when the bundle was unpacked, before any of the tenant's commands ran: the
+   * server reads the app's settings from here, never from the folder, which the project's commands wrote.
+   */
+  configToml: string;
 }
 
 /** A build that cannot succeed; its message is the deployment's error. */
@@ -57,21 +63,47 @@ export class DeploymentBuildError extends Error {
   }
 }
 
-const MARKER = ".runplane-deployment.json";
-
-/** Where this host's builds keep their virtualenvs, one folder per base-image digest. */
+/** Where this host's builds keep their virtualenvs, one folder per dependency layer. */
 function venvsDir(dataDir: string): string {
   return join(dataDir, "venvs");
 }
 
-/** Whether a build on this host would reuse the virtualenv of base-image `digest` (it is ready here). */
+/**
+ * Whether a build on this host would reuse the virtualenv of base-image `digest` (its shared layer with the
+ * default interpreter is ready here).
+ */
 export function dependencyLayerReady(dataDir: string, digest: string): Promise<boolean> {
-  return virtualenvReady(venvsDir(dataDir), digest);
+  return sharedLayerReady(venvsDir(dataDir), digest);
 }
 
 /** The folder a deployment is built in on this host. */
 export function deploymentDir(dataDir: string, deploymentId: string): string {
   return join(dataDir, "deployments", deploymentId);
+}
+
+/**
+ * The file that says a deployment is built (written last): beside its folder, not in it, where only the
+ * server writes (the folder is the project's once its commands ran).
+ */
+function builtMarker(dataDir: string, deploymentId: string): string {
+  return join(dataDir, "deployments", `${deploymentId}.built.json`);
+}
+
+/** The deployment fields that name where it is built and whose its virtualenv is. */
+export type DeploymentPlace = Pick<DeploymentRow, "deployment_id" | "project_id" | "bundle_digest">;
+
+/** The dependency layer of `deployment`'s `plan` on this host. */
+function layerOf(
+  deployment: DeploymentPlace,
+  options: { plan: BuildPlan; config: AppConfig; dataDir: string },
+): DependencyLayer {
+  return dependencyLayer(options.plan, {
+    venvsDir: venvsDir(options.dataDir),
+    python: options.config.python,
+    deploymentDir: deploymentDir(options.dataDir, deployment.deployment_id),
+    projectId: deployment.project_id,
+    bundleDigest: deployment.bundle_digest,
+  });
 }
 
 function readConfig(configToml: string, dir: string, settings: BuildSettings): AppConfig {
@@ -89,13 +121,14 @@ function readConfig(configToml: string, dir: string, settings: BuildSettings): A
  * does not parse here.
  */
 export function plannedPaths(
-  deployment: { deployment_id: string },
+  deployment: DeploymentPlace,
   options: { configToml: string; settings: BuildSettings },
 ): { dir: string; python?: string } {
   const dir = deploymentDir(options.settings.dataDir, deployment.deployment_id);
-  const plan = buildPlan(readConfig(options.configToml, dir, options.settings));
+  const config = readConfig(options.configToml, dir, options.settings);
+  const plan = buildPlan(config);
   if (plan.pipRequirements.length === 0) return { dir };
-  return { dir, python: virtualenvPython(venvsDir(options.settings.dataDir), plan.digest) };
+  return { dir, python: layerOf(deployment, { plan, config, dataDir: options.settings.dataDir }).python };
 }
 
 /** Puts the deployment's files in `dir`: the upload's own unpacking when this host kept it, else the store's bundle. */
@@ -131,9 +164,11 @@ export async function materialise(
   },
 ): Promise<Materialised> {
   const dir = deploymentDir(options.dataDir, deployment.deployment_id);
-  const built = await readFile(join(dir, MARKER), "utf8").then((text) => JSON.parse(text) as Materialised, () => null);
+  const marker = builtMarker(options.dataDir, deployment.deployment_id);
+  const built = await readFile(marker, "utf8").then((text) => JSON.parse(text) as Materialised, () => null);
   if (built) return built;
-  // A folder without the marker is a build that did not finish (the process stopped): start over.
+  // A folder without the marker is a build that did not finish (the process stopped): start over. rm
+  // removes a link the project's commands left, never what it names; none of them runs any more.
   await rm(dir, { recursive: true, force: true });
   try {
     await unpack(db, deployment, { dir, settings: options, log: options.log });
@@ -143,7 +178,7 @@ export async function materialise(
     const plan = buildPlan(config);
     await options.onPlan?.({ digest: plan.digest, configToml });
     const result = await runBuild(dir, plan, {
-      venvsDir: venvsDir(options.dataDir),
+      layer: layerOf(deployment, { plan, config, dataDir: options.dataDir }),
       python: config.python,
       pipIndexUrl: options.pipIndexUrl ?? undefined,
       pipFindLinks: options.pipFindLinks ?? undefined,
@@ -160,8 +195,9 @@ export async function materialise(
       python: result.venv === "none" ? undefined : result.python,
       baseImageDigest: plan.digest,
       venv: result.venv,
+      configToml,
     };
-    await writeFile(join(dir, MARKER), JSON.stringify(done));
+    await writeFile(marker, JSON.stringify(done));
     return done;
   } catch (error) {
     await rm(dir, { recursive: true, force: true });

@@ -39,11 +39,16 @@ export interface DeployedApp {
   /** The virtualenv's interpreter, when the build made one; it replaces `[deployment] python`. */
   python?: string;
   /**
-   * Set for a deployment not built on this host yet (a host of a cluster builds one only to run its
-   * replicas): its `runplane.toml`, read in place of `dir`'s, and what builds it into `dir` and `python`.
-   * Each replica's start awaits `prepare` first; it rejects when the deployment cannot be built here.
+   * Its `runplane.toml` as recorded before any of its project's commands ran: read in place of `dir`'s, which
+   * those commands could have replaced (by a link to a host file, say).
    */
-  deferred?: { configToml: string; prepare(): Promise<void> };
+  configToml: string;
+  /**
+   * Set for a deployment not built on this host yet (a host of a cluster builds one only to run its
+   * replicas): what builds it into `dir` and `python`. Each replica's start awaits `prepare` first; it
+   * rejects when the deployment cannot be built here.
+   */
+  deferred?: { prepare(): Promise<void> };
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
@@ -107,7 +112,7 @@ async function readVersion(
       base.dir,
       options,
     );
-    // A deferred deployment's files are not here yet: its build checks them.
+    // A deployment's files are its build's to check (a deferred one's are not here yet).
     if (
       configToml === undefined && config.runtime === "python"
       && !(await stat(join(base.dir, "main.py")).catch(() => undefined))
@@ -147,7 +152,7 @@ export async function loadDeployedApp(app: DeployedApp, options: LoadDeployedOpt
     },
     {
       python: app.python,
-      configToml: app.deferred?.configToml,
+      configToml: app.configToml,
       allowExternalRuntimes: options.allowExternalRuntimes,
       pipAllowUnpinned: true,
     },

@@ -79,6 +79,7 @@ export class CustomProcessReplica implements Upstream {
   readonly baseUrl = "http://app.runplane.internal";
   dispatcher: Agent | undefined;
   #socketDir = "";
+  #sealed = false;
   #child: ChildProcess | undefined;
   #resolveExited!: () => void;
   #stopped = false;
@@ -101,6 +102,9 @@ export class CustomProcessReplica implements Upstream {
   }
 
   async #healthy(): Promise<boolean> {
+    // Nothing is sent through the relay's sockets before the folder is sealed (see `Sandbox.sealSocketDir`).
+    this.#sealed ||= await this.#options.sandbox.sealSocketDir(this.#socketDir, ["http.sock", "probe.sock"]);
+    if (!this.#sealed) return false;
     const endpoint = this.#options.healthcheckEndpoint;
     if (!endpoint) return portAccepts(this.#socketDir);
     try {

@@ -51,6 +51,7 @@ export {
   parseAppConfig,
 } from "./_app_config.ts";
 export { envNameProblem } from "./_app_env.ts";
+export { pipEntryProblem } from "./_dependency_rules.ts";
 export type { AppSource, DeployedApp } from "./_app_registry.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { HardwareNeed } from "./_host_budget.ts";

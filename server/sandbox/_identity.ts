@@ -19,11 +19,30 @@ export function serverIsRoot(): boolean {
   return process.getuid?.() === 0;
 }
 
-/** The identity of `projectId`'s jailed processes: a stable uid derived from its id when the server is root. */
-export function identityFor(projectId: string): Identity {
+/**
+ * The first uid handed to the builders of shared layers (`layerBuilder`): a range of their own, above the
+ * projects', so that no tenant's process ever runs as the uid that owns a layer every project reads.
+ */
+const LAYER_UID_BASE = PROJECT_UID_BASE + PROJECT_UID_RANGE;
+const LAYER_PREFIX = "layer:";
+
+/**
+ * The principal that builds the shared layer `digest` (a virtualenv, an image layer): not a project, so the
+ * layer's files belong to a uid that no tenant runs as. Project ids cannot hold `:`, so none is mistaken for it.
+ */
+export function layerBuilder(digest: string): string {
+  return `${LAYER_PREFIX}${digest.replace(/^sha256:/, "")}`;
+}
+
+/**
+ * The identity of `principal`'s jailed processes (a project id, or a `layerBuilder`): a stable uid derived
+ * from it when the server is root.
+ */
+export function identityFor(principal: string): Identity {
   if (!serverIsRoot()) return { kind: "user" };
-  const hash = createHash("sha256").update(projectId).digest().readUInt32BE(0);
-  const uid = PROJECT_UID_BASE + (hash % PROJECT_UID_RANGE);
+  const hash = createHash("sha256").update(principal).digest().readUInt32BE(0);
+  const base = principal.startsWith(LAYER_PREFIX) ? LAYER_UID_BASE : PROJECT_UID_BASE;
+  const uid = base + (hash % PROJECT_UID_RANGE);
   return { kind: "root", uid, gid: uid };
 }
 

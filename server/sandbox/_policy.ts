@@ -6,7 +6,10 @@ import { existsSync, lstatSync, readlinkSync } from "node:fs";
 
 /** What one jailed process may see and do. */
 export interface JailSpec {
-  /** The project whose code runs: with a root server its processes get that project's own uid. */
+  /**
+   * The project whose code runs: with a root server its processes get that project's own uid. A shared
+   * layer's build names its `layerBuilder` instead, whose uid no tenant's process ever has.
+   */
   projectId: string;
   /** Host paths bound read-only at the same path inside (the app folder, its virtualenv). */
   readOnly?: string[];

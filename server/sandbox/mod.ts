@@ -5,13 +5,14 @@
  * runs or apps: the runtime and the builder ask it for a jailed process. See `_policy.ts` for the rules.
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { chown, lstat, mkdir, readdir } from "node:fs/promises";
+import { chmod, chown, lchown, lstat, mkdir, readdir } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { Logger } from "../log.ts";
 import { identityFor, serverIsRoot, SupportDir } from "./_identity.ts";
+export { layerBuilder } from "./_identity.ts";
 import { joinCgroupArgs } from "./_cgroups.ts";
 import type { ReplicaCgroup } from "./_cgroup_tree.ts";
 import { type JailSupport, spawnJailed } from "./_jail.ts";
@@ -62,12 +63,20 @@ export interface Sandbox {
   /** Starts `command` in a jail (or, when the sandbox is off, as a plain process with the same environment). */
   spawn(command: string, args: string[], options: SandboxSpawnOptions): ChildProcess;
   /**
-   * Lends `paths` (whole trees) to the project's uid while a build writes them, when the server is root;
-   * the returned function gives them back to the server. A no-op otherwise.
+   * Gives the tree at `path`, which the server just made, to `principal`'s uid for good (a project id, or a
+   * `layerBuilder`), when the server is root; a no-op otherwise. It refuses a tree holding a link. There is
+   * no giving back: once a tenant's step has written a tree, the server never walks it as root again.
    */
-  lend(paths: string[], projectId: string): Promise<() => Promise<void>>;
+  handOver(path: string, principal: string): Promise<void>;
   /** Folder for a jailed process's sockets, owned by its project's uid; removed with the sandbox. */
   socketDir(projectId: string, name: string): Promise<string>;
+  /**
+   * Takes a `socketDir` back from its project once the sockets `names` are bound in it: the folder becomes
+   * the server's and unwritable to the project, then each name must be a socket, never a link. So the server
+   * never connects through a name the tenant can change (a link to a host socket). Resolves false while a
+   * name is still missing; throws when one is not a socket.
+   */
+  sealSocketDir(dir: string, names: string[]): Promise<boolean>;
   /** Removes the sandbox's host-side files. */
   close(): void;
 }
@@ -80,12 +89,17 @@ export class SandboxUnavailableError extends Error {
   }
 }
 
-async function chownTree(path: string, uid: number, gid: number): Promise<void> {
-  const stat = await lstat(path).catch(() => null);
-  if (!stat) return;
-  await chown(path, uid, gid).catch(() => undefined);
+/**
+ * Gives the tree at `path` to `uid`: `lchown` on every entry, and a link anywhere is refused. It is only ever
+ * called on a tree the server itself just made (an extracted bundle, an empty folder), which holds no link
+ * and which no tenant could write yet: after a tenant's step the server never walks its tree again.
+ */
+async function giveTree(path: string, uid: number, gid: number): Promise<void> {
+  const stat = await lstat(path);
+  if (stat.isSymbolicLink()) throw new Error(`${path} is a link; a tree handed to a tenant holds none`);
+  await lchown(path, uid, gid);
   if (!stat.isDirectory()) return;
-  for (const entry of await readdir(path)) await chownTree(join(path, entry), uid, gid);
+  for (const entry of await readdir(path)) await giveTree(join(path, entry), uid, gid);
 }
 
 /** Spawns processes unjailed: only the environment is built from scratch (no setting, key or secret of the server's). */
@@ -104,13 +118,30 @@ export function unjailedSandbox(setting: SandboxStatus["setting"] = "off", probl
   return {
     status: { setting, jailed: false, problems },
     spawn: plainSpawn,
-    lend: () => Promise.resolve(() => Promise.resolve()),
+    handOver: () => Promise.resolve(),
     socketDir(_projectId, name) {
       support ??= new SupportDir();
       return Promise.resolve(makeSocketDir(support, name));
     },
+    sealSocketDir,
     close: () => support?.remove(),
   };
+}
+
+async function sealSocketDir(dir: string, names: string[]): Promise<boolean> {
+  const found = await Promise.all(names.map((name) => lstat(join(dir, name)).then(() => true, () => false)));
+  if (found.includes(false)) return false;
+  // The folder is the server's own (its parent is too), so no link stands in its place.
+  if (serverIsRoot()) {
+    await lchown(dir, 0, 0);
+    await chmod(dir, 0o711);
+  }
+  for (const name of names) {
+    if (!(await lstat(join(dir, name))).isSocket()) {
+      throw new Error(`${name} in the replica's socket folder is not a socket; a replica's sockets are its relay's`);
+    }
+  }
+  return true;
 }
 
 async function makeSocketDir(support: SupportDir, name: string): Promise<string> {
@@ -235,13 +266,9 @@ function jailedSandbox(support: JailSupport, files: SupportDir, status: Omit<San
         cgroup: options.cgroup,
       });
     },
-    async lend(paths, projectId) {
-      const identity = identityFor(projectId);
-      if (identity.kind !== "root") return () => Promise.resolve();
-      for (const path of paths) await chownTree(path, identity.uid, identity.gid);
-      return async () => {
-        for (const path of paths) await chownTree(path, 0, 0);
-      };
+    async handOver(path, principal) {
+      const identity = identityFor(principal);
+      if (identity.kind === "root") await giveTree(path, identity.uid, identity.gid);
     },
     async socketDir(projectId, name) {
       const dir = await makeSocketDir(files, name);
@@ -249,6 +276,7 @@ function jailedSandbox(support: JailSupport, files: SupportDir, status: Omit<San
       if (identity.kind === "root") await chown(dir, identity.uid, identity.gid);
       return dir;
     },
+    sealSocketDir,
     close: () => files.remove(),
   };
 }

@@ -16,13 +16,16 @@ export type Deployment = {
   error: string | null;
 };
 
-/** Writes an app folder with `files` (paths may have folders) and returns it packed. */
+/**
+ * Writes an app folder with `files` (paths may have folders) and returns it packed; a file whose text starts
+ * with `#!` is executable.
+ */
 export async function bundleOf(files: Record<string, string>): Promise<Uint8Array> {
   const dir = await mkdtemp(join(tmpdir(), "runplane-bundle-"));
   try {
     for (const [name, text] of Object.entries(files)) {
       await mkdir(join(dir, name, ".."), { recursive: true });
-      await writeFile(join(dir, name), text);
+      await writeFile(join(dir, name), text, { mode: text.startsWith("#!") ? 0o755 : 0o644 });
     }
     return (await packBundle(dir)).bytes;
   } finally {

@@ -17,6 +17,7 @@ import {
   runBuild,
 } from "../../server/deployments/_build.ts";
 import { buildPlan, type BuildPlan } from "../../server/deployments/_build_plan.ts";
+import { dependencyLayer } from "../../server/deployments/_dependency_layer.ts";
 import { type AppConfigOptions, parseAppConfig } from "../../server/runtime/mod.ts";
 import { unjailedSandbox } from "../../server/sandbox/mod.ts";
 import { writeWheel } from "../_helpers/wheels.ts";
@@ -55,8 +56,15 @@ describe("runBuild", () => {
     const dir = await mkdtemp(join(root, "app-"));
     const lines: BuildLogLine[] = [];
     const plan = typeof toml === "string" ? planOf(toml, { pipAllowUnpinned: options.pipAllowUnpinned }) : toml;
-    const run = runBuild(dir, plan, {
+    const layer = dependencyLayer(plan, {
       venvsDir,
+      python: "python3",
+      deploymentDir: dir,
+      projectId: "p-build",
+      bundleDigest: "sha256:bundle",
+    });
+    const run = runBuild(dir, plan, {
+      layer,
       python: "python3",
       ...(options.pip ?? { pipFindLinks: wheels }),
       pipAllowUnpinned: options.pipAllowUnpinned,
@@ -93,7 +101,11 @@ describe("runBuild", () => {
     assert.equal(second.result?.python, first.result?.python);
     assert.match(second.text, /==> pip: cached virtualenv sha256:/);
     assert.doesNotMatch(second.text, /Processing|Installing|Successfully/, "pip did not run");
-    assert.equal((await readdir(venvsDir)).filter((n) => !n.endsWith(".lock")).length, 1);
+    assert.deepEqual(
+      (await readdir(venvsDir)).filter((n) => !n.endsWith(".lock")).map((n) => n.replace(/\.requirements\.txt$/, "")),
+      [first.result!.python!.split("/").at(-3)!, first.result!.python!.split("/").at(-3)!],
+      "one virtualenv, its requirements file beside it",
+    );
   });
 
   it("runs the steps in the platform's order", async () => {
@@ -230,7 +242,7 @@ describe("runBuild", () => {
       pipAllowUnpinned: true,
     });
     assert.equal(result?.venv, "new", text);
-    const written = await readFile(join(result!.python!, "..", "..", "runplane-requirements.txt"), "utf8");
+    const written = await readFile(`${join(result!.python!, "..", "..")}.requirements.txt`, "utf8");
     assert.equal(written, "--pre\nrp_testdep>=1,<2\n");
   });
 

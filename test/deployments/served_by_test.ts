@@ -208,7 +208,7 @@ for (const engine of await engines()) {
           // Served without reading the bundle: nothing is built until a replica's start asks.
           const served = follower.list().find((a) => a.name === "listed");
           assert.ok(served?.deferred, "the deployment is served from its recorded runplane.toml");
-          assert.match(served.deferred.configToml, /name = "listed"/);
+          assert.match(served.configToml, /name = "listed"/);
           await assert.rejects(served.deferred.prepare(), /cannot be built on this host: .*permission denied/);
           await grantBundles();
           await served.deferred.prepare();

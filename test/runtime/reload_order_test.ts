@@ -23,9 +23,10 @@ it("a slow reload that began first does not undo a newer one", async () => {
   const version = async (v: string): Promise<DeployedApp> => {
     const dir = join(root, `dep_${v}`);
     await mkdir(dir);
-    await writeFile(join(dir, "runplane.toml"), '[deployment]\nname = "app"\n');
+    const configToml = '[deployment]\nname = "app"\n';
+    await writeFile(join(dir, "runplane.toml"), configToml);
     await writeFile(join(dir, "main.py"), `def run():\n    return "${v}"\n`);
-    return { projectId: "p-x", name: "app", dir, version: `dep_${v}` };
+    return { projectId: "p-x", name: "app", dir, version: `dep_${v}`, configToml };
   };
   let served = [await version("1")];
   // The first reload's read of the project's secrets is slow, so it ends after the second.
