@@ -166,7 +166,9 @@ export interface paths {
          *     `RUNPLANE_BUNDLE_LIMIT` bytes), or JSON naming a repository folder to deploy. The app is created if
          *     it does not exist. 202 answers once the bundle is stored; the build runs after, and the deployment
          *     becomes active when it is `ready`. Follow it with `getDeploymentLogs`. `message`, `commit` and `dirty`
-         *     label the version (the body is the bundle itself, so they travel as query parameters).
+         *     label the version (the body is the bundle itself, so they travel as query parameters). A server
+         *     that cannot jail tenants' code (`RUNPLANE_SANDBOX=auto` without a working jail; `/readyz` says
+         *     `sandbox.deployments: refused`) answers 503 `sandbox-unavailable`, naming what is missing.
          */
         post: operations["createDeployment"];
         delete?: never;
@@ -961,7 +963,10 @@ export interface components {
              */
             value: string;
         };
-        /** @description The process can take calls: store reachable, migrations applied, apps loaded. */
+        /**
+         * @description The process can take calls: store reachable, migrations applied, apps loaded. A process that refuses
+         *     deployments (see `SandboxReport.deployments`) is ready all the same: it serves its apps folder.
+         */
         Readiness: {
             cgroups: components["schemas"]["CgroupsReport"];
             gpus: components["schemas"]["GpusReport"];
@@ -1202,6 +1207,14 @@ export interface components {
         };
         /** @description How tenants' code (replicas, build steps) is jailed on this process. */
         SandboxReport: {
+            /**
+             * @description Whether this process takes tenants' code. `refused` with `auto` and no working jail: `createDeployment`
+             *     answers 503 `sandbox-unavailable`, and deployments in the store are neither built nor served here;
+             *     the apps folder (`RUNPLANE_APPS_DIR`) is served all the same. `accepted` otherwise (`off` is the
+             *     operator accepting unjailed deployments knowingly).
+             * @enum {string}
+             */
+            deployments: "accepted" | "refused";
             /** @description Whether replicas and build steps run in the sandbox. */
             jailed: boolean;
             /**
@@ -1418,7 +1431,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -1590,7 +1606,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -1674,7 +1693,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -1784,7 +1806,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -1906,7 +1931,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -2037,7 +2065,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -2174,7 +2205,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -2300,7 +2334,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -2482,7 +2519,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -2605,7 +2645,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -2739,7 +2782,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -2865,7 +2911,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -2975,7 +3024,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -3134,7 +3186,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -3254,7 +3309,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -3364,7 +3422,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -3500,7 +3561,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -3620,7 +3684,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -3843,7 +3910,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -3983,7 +4053,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -4106,7 +4179,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -4240,7 +4316,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -4366,7 +4445,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -4515,7 +4597,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -4666,7 +4751,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -4793,7 +4881,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;
@@ -4909,7 +5000,10 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate limited). */
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
             503: {
                 headers: {
                     "Retry-After"?: number;

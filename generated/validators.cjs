@@ -8312,8 +8312,8 @@ return errors === 0;
 validate70.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_Readiness = validate71;
-const schema116 = {"type":"object","required":["status","sandbox","cgroups","gpus"],"properties":{"status":{"type":"string","enum":["ready"]},"sandbox":{"$ref":"runplane-openapi#/$defs/SandboxReport"},"cgroups":{"$ref":"runplane-openapi#/$defs/CgroupsReport"},"gpus":{"$ref":"runplane-openapi#/$defs/GpusReport"}},"description":"The process can take calls: store reachable, migrations applied, apps loaded."};
-const schema117 = {"type":"object","required":["setting","jailed","warnings"],"properties":{"setting":{"type":"string","enum":["auto","required","off"],"description":"`RUNPLANE_SANDBOX`."},"jailed":{"type":"boolean","description":"Whether replicas and build steps run in the sandbox."},"warnings":{"type":"array","items":{"type":"string"},"description":"What is missing or weaker than the full policy, each with what to do; empty when complete."}},"description":"How tenants' code (replicas, build steps) is jailed on this process."};
+const schema116 = {"type":"object","required":["status","sandbox","cgroups","gpus"],"properties":{"status":{"type":"string","enum":["ready"]},"sandbox":{"$ref":"runplane-openapi#/$defs/SandboxReport"},"cgroups":{"$ref":"runplane-openapi#/$defs/CgroupsReport"},"gpus":{"$ref":"runplane-openapi#/$defs/GpusReport"}},"description":"The process can take calls: store reachable, migrations applied, apps loaded. A process that refuses\ndeployments (see `SandboxReport.deployments`) is ready all the same: it serves its apps folder."};
+const schema117 = {"type":"object","required":["setting","jailed","deployments","warnings"],"properties":{"setting":{"type":"string","enum":["auto","required","off"],"description":"`RUNPLANE_SANDBOX`."},"jailed":{"type":"boolean","description":"Whether replicas and build steps run in the sandbox."},"deployments":{"type":"string","enum":["accepted","refused"],"description":"Whether this process takes tenants' code. `refused` with `auto` and no working jail: `createDeployment`\nanswers 503 `sandbox-unavailable`, and deployments in the store are neither built nor served here;\nthe apps folder (`RUNPLANE_APPS_DIR`) is served all the same. `accepted` otherwise (`off` is the\noperator accepting unjailed deployments knowingly)."},"warnings":{"type":"array","items":{"type":"string"},"description":"What is missing or weaker than the full policy, each with what to do; empty when complete."}},"description":"How tenants' code (replicas, build steps) is jailed on this process."};
 
 function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -8412,8 +8412,8 @@ vErrors.push(err7);
 }
 errors++;
 }
-if(data1.warnings === undefined){
-const err8 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
+if(data1.deployments === undefined){
+const err8 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "deployments"},message:"must have required property '"+"deployments"+"'"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -8422,10 +8422,8 @@ vErrors.push(err8);
 }
 errors++;
 }
-if(data1.setting !== undefined){
-let data2 = data1.setting;
-if(typeof data2 !== "string"){
-const err9 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data1.warnings === undefined){
+const err9 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -8434,8 +8432,10 @@ vErrors.push(err9);
 }
 errors++;
 }
-if(!(((data2 === "auto") || (data2 === "required")) || (data2 === "off"))){
-const err10 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema117.properties.setting.enum},message:"must be equal to one of the allowed values"};
+if(data1.setting !== undefined){
+let data2 = data1.setting;
+if(typeof data2 !== "string"){
+const err10 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -8444,10 +8444,8 @@ vErrors.push(err10);
 }
 errors++;
 }
-}
-if(data1.jailed !== undefined){
-if(typeof data1.jailed !== "boolean"){
-const err11 = {instancePath:instancePath+"/sandbox/jailed",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/jailed/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(!(((data2 === "auto") || (data2 === "required")) || (data2 === "off"))){
+const err11 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema117.properties.setting.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -8457,13 +8455,9 @@ vErrors.push(err11);
 errors++;
 }
 }
-if(data1.warnings !== undefined){
-let data4 = data1.warnings;
-if(Array.isArray(data4)){
-const len0 = data4.length;
-for(let i0=0; i0<len0; i0++){
-if(typeof data4[i0] !== "string"){
-const err12 = {instancePath:instancePath+"/sandbox/warnings/" + i0,schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data1.jailed !== undefined){
+if(typeof data1.jailed !== "boolean"){
+const err12 = {instancePath:instancePath+"/sandbox/jailed",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/jailed/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -8473,9 +8467,10 @@ vErrors.push(err12);
 errors++;
 }
 }
-}
-else {
-const err13 = {instancePath:instancePath+"/sandbox/warnings",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data1.deployments !== undefined){
+let data4 = data1.deployments;
+if(typeof data4 !== "string"){
+const err13 = {instancePath:instancePath+"/sandbox/deployments",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/deployments/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -8484,10 +8479,8 @@ vErrors.push(err13);
 }
 errors++;
 }
-}
-}
-else {
-const err14 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(!((data4 === "accepted") || (data4 === "refused"))){
+const err14 = {instancePath:instancePath+"/sandbox/deployments",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/deployments/enum",keyword:"enum",params:{allowedValues: schema117.properties.deployments.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -8497,11 +8490,13 @@ vErrors.push(err14);
 errors++;
 }
 }
-if(data.cgroups !== undefined){
-let data6 = data.cgroups;
-if(data6 && typeof data6 == "object" && !Array.isArray(data6)){
-if(data6.setting === undefined){
-const err15 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "setting"},message:"must have required property '"+"setting"+"'"};
+if(data1.warnings !== undefined){
+let data5 = data1.warnings;
+if(Array.isArray(data5)){
+const len0 = data5.length;
+for(let i0=0; i0<len0; i0++){
+if(typeof data5[i0] !== "string"){
+const err15 = {instancePath:instancePath+"/sandbox/warnings/" + i0,schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -8510,8 +8505,10 @@ vErrors.push(err15);
 }
 errors++;
 }
-if(data6.version === undefined){
-const err16 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "version"},message:"must have required property '"+"version"+"'"};
+}
+}
+else {
+const err16 = {instancePath:instancePath+"/sandbox/warnings",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -8520,8 +8517,10 @@ vErrors.push(err16);
 }
 errors++;
 }
-if(data6.warnings === undefined){
-const err17 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
+}
+}
+else {
+const err17 = {instancePath:instancePath+"/sandbox",schemaPath:"runplane-openapi#/$defs/SandboxReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -8530,10 +8529,12 @@ vErrors.push(err17);
 }
 errors++;
 }
-if(data6.setting !== undefined){
-let data7 = data6.setting;
-if(typeof data7 !== "string"){
-const err18 = {instancePath:instancePath+"/cgroups/setting",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+if(data.cgroups !== undefined){
+let data7 = data.cgroups;
+if(data7 && typeof data7 == "object" && !Array.isArray(data7)){
+if(data7.setting === undefined){
+const err18 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "setting"},message:"must have required property '"+"setting"+"'"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -8542,8 +8543,8 @@ vErrors.push(err18);
 }
 errors++;
 }
-if(!(((data7 === "auto") || (data7 === "required")) || (data7 === "off"))){
-const err19 = {instancePath:instancePath+"/cgroups/setting",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema67.properties.setting.enum},message:"must be equal to one of the allowed values"};
+if(data7.version === undefined){
+const err19 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "version"},message:"must have required property '"+"version"+"'"};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -8552,14 +8553,8 @@ vErrors.push(err19);
 }
 errors++;
 }
-}
-if(data6.version !== undefined){
-let data8 = data6.version;
-const _errs20 = errors;
-let valid7 = false;
-const _errs21 = errors;
-if(typeof data8 !== "string"){
-const err20 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data7.warnings === undefined){
+const err20 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -8568,8 +8563,10 @@ vErrors.push(err20);
 }
 errors++;
 }
-if(!((data8 === "v1") || (data8 === "v2"))){
-const err21 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema67.properties.version.anyOf[0].enum},message:"must be equal to one of the allowed values"};
+if(data7.setting !== undefined){
+let data8 = data7.setting;
+if(typeof data8 !== "string"){
+const err21 = {instancePath:instancePath+"/cgroups/setting",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -8578,11 +8575,8 @@ vErrors.push(err21);
 }
 errors++;
 }
-var _valid0 = _errs21 === errors;
-valid7 = valid7 || _valid0;
-const _errs23 = errors;
-if(data8 !== null){
-const err22 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(!(((data8 === "auto") || (data8 === "required")) || (data8 === "off"))){
+const err22 = {instancePath:instancePath+"/cgroups/setting",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema67.properties.setting.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -8591,10 +8585,14 @@ vErrors.push(err22);
 }
 errors++;
 }
-var _valid0 = _errs23 === errors;
-valid7 = valid7 || _valid0;
-if(!valid7){
-const err23 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+}
+if(data7.version !== undefined){
+let data9 = data7.version;
+const _errs22 = errors;
+let valid7 = false;
+const _errs23 = errors;
+if(typeof data9 !== "string"){
+const err23 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -8603,25 +8601,8 @@ vErrors.push(err23);
 }
 errors++;
 }
-else {
-errors = _errs20;
-if(vErrors !== null){
-if(_errs20){
-vErrors.length = _errs20;
-}
-else {
-vErrors = null;
-}
-}
-}
-}
-if(data6.warnings !== undefined){
-let data9 = data6.warnings;
-if(Array.isArray(data9)){
-const len1 = data9.length;
-for(let i1=0; i1<len1; i1++){
-if(typeof data9[i1] !== "string"){
-const err24 = {instancePath:instancePath+"/cgroups/warnings/" + i1,schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(!((data9 === "v1") || (data9 === "v2"))){
+const err24 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema67.properties.version.anyOf[0].enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -8630,10 +8611,11 @@ vErrors.push(err24);
 }
 errors++;
 }
-}
-}
-else {
-const err25 = {instancePath:instancePath+"/cgroups/warnings",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+var _valid0 = _errs23 === errors;
+valid7 = valid7 || _valid0;
+const _errs25 = errors;
+if(data9 !== null){
+const err25 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -8642,10 +8624,10 @@ vErrors.push(err25);
 }
 errors++;
 }
-}
-}
-else {
-const err26 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
+var _valid0 = _errs25 === errors;
+valid7 = valid7 || _valid0;
+if(!valid7){
+const err26 = {instancePath:instancePath+"/cgroups/version",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/version/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -8654,12 +8636,25 @@ vErrors.push(err26);
 }
 errors++;
 }
+else {
+errors = _errs22;
+if(vErrors !== null){
+if(_errs22){
+vErrors.length = _errs22;
 }
-if(data.gpus !== undefined){
-let data11 = data.gpus;
-if(data11 && typeof data11 == "object" && !Array.isArray(data11)){
-if(data11.source === undefined){
-const err27 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/required",keyword:"required",params:{missingProperty: "source"},message:"must have required property '"+"source"+"'"};
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data7.warnings !== undefined){
+let data10 = data7.warnings;
+if(Array.isArray(data10)){
+const len1 = data10.length;
+for(let i1=0; i1<len1; i1++){
+if(typeof data10[i1] !== "string"){
+const err27 = {instancePath:instancePath+"/cgroups/warnings/" + i1,schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -8668,8 +8663,10 @@ vErrors.push(err27);
 }
 errors++;
 }
-if(data11.count === undefined){
-const err28 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/required",keyword:"required",params:{missingProperty: "count"},message:"must have required property '"+"count"+"'"};
+}
+}
+else {
+const err28 = {instancePath:instancePath+"/cgroups/warnings",schemaPath:"runplane-openapi#/$defs/CgroupsReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -8678,8 +8675,10 @@ vErrors.push(err28);
 }
 errors++;
 }
-if(data11.held === undefined){
-const err29 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/required",keyword:"required",params:{missingProperty: "held"},message:"must have required property '"+"held"+"'"};
+}
+}
+else {
+const err29 = {instancePath:instancePath+"/cgroups",schemaPath:"runplane-openapi#/$defs/CgroupsReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err29];
 }
@@ -8688,8 +8687,12 @@ vErrors.push(err29);
 }
 errors++;
 }
-if(data11.warnings === undefined){
-const err30 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
+}
+if(data.gpus !== undefined){
+let data12 = data.gpus;
+if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
+if(data12.source === undefined){
+const err30 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/required",keyword:"required",params:{missingProperty: "source"},message:"must have required property '"+"source"+"'"};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -8698,10 +8701,8 @@ vErrors.push(err30);
 }
 errors++;
 }
-if(data11.source !== undefined){
-let data12 = data11.source;
-if(typeof data12 !== "string"){
-const err31 = {instancePath:instancePath+"/gpus/source",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/source/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data12.count === undefined){
+const err31 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/required",keyword:"required",params:{missingProperty: "count"},message:"must have required property '"+"count"+"'"};
 if(vErrors === null){
 vErrors = [err31];
 }
@@ -8710,8 +8711,8 @@ vErrors.push(err31);
 }
 errors++;
 }
-if(!(((data12 === "nvidia-smi") || (data12 === "RUNPLANE_GPUS")) || (data12 === "none"))){
-const err32 = {instancePath:instancePath+"/gpus/source",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/source/enum",keyword:"enum",params:{allowedValues: schema101.properties.source.enum},message:"must be equal to one of the allowed values"};
+if(data12.held === undefined){
+const err32 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/required",keyword:"required",params:{missingProperty: "held"},message:"must have required property '"+"held"+"'"};
 if(vErrors === null){
 vErrors = [err32];
 }
@@ -8720,11 +8721,8 @@ vErrors.push(err32);
 }
 errors++;
 }
-}
-if(data11.count !== undefined){
-let data13 = data11.count;
-if(!(((typeof data13 == "number") && (!(data13 % 1) && !isNaN(data13))) && (isFinite(data13)))){
-const err33 = {instancePath:instancePath+"/gpus/count",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/count/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(data12.warnings === undefined){
+const err33 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
 if(vErrors === null){
 vErrors = [err33];
 }
@@ -8733,9 +8731,10 @@ vErrors.push(err33);
 }
 errors++;
 }
-if((typeof data13 == "number") && (isFinite(data13))){
-if(data13 < 0 || isNaN(data13)){
-const err34 = {instancePath:instancePath+"/gpus/count",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/count/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
+if(data12.source !== undefined){
+let data13 = data12.source;
+if(typeof data13 !== "string"){
+const err34 = {instancePath:instancePath+"/gpus/source",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/source/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err34];
 }
@@ -8744,8 +8743,8 @@ vErrors.push(err34);
 }
 errors++;
 }
-if(!(formats0.validate(data13))){
-const err35 = {instancePath:instancePath+"/gpus/count",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/count/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+if(!(((data13 === "nvidia-smi") || (data13 === "RUNPLANE_GPUS")) || (data13 === "none"))){
+const err35 = {instancePath:instancePath+"/gpus/source",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/source/enum",keyword:"enum",params:{allowedValues: schema101.properties.source.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err35];
 }
@@ -8755,11 +8754,10 @@ vErrors.push(err35);
 errors++;
 }
 }
-}
-if(data11.held !== undefined){
-let data14 = data11.held;
+if(data12.count !== undefined){
+let data14 = data12.count;
 if(!(((typeof data14 == "number") && (!(data14 % 1) && !isNaN(data14))) && (isFinite(data14)))){
-const err36 = {instancePath:instancePath+"/gpus/held",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/held/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+const err36 = {instancePath:instancePath+"/gpus/count",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/count/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err36];
 }
@@ -8770,7 +8768,7 @@ errors++;
 }
 if((typeof data14 == "number") && (isFinite(data14))){
 if(data14 < 0 || isNaN(data14)){
-const err37 = {instancePath:instancePath+"/gpus/held",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/held/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
+const err37 = {instancePath:instancePath+"/gpus/count",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/count/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
 if(vErrors === null){
 vErrors = [err37];
 }
@@ -8780,7 +8778,7 @@ vErrors.push(err37);
 errors++;
 }
 if(!(formats0.validate(data14))){
-const err38 = {instancePath:instancePath+"/gpus/held",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/held/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
+const err38 = {instancePath:instancePath+"/gpus/count",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/count/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
 if(vErrors === null){
 vErrors = [err38];
 }
@@ -8791,13 +8789,10 @@ errors++;
 }
 }
 }
-if(data11.warnings !== undefined){
-let data15 = data11.warnings;
-if(Array.isArray(data15)){
-const len2 = data15.length;
-for(let i2=0; i2<len2; i2++){
-if(typeof data15[i2] !== "string"){
-const err39 = {instancePath:instancePath+"/gpus/warnings/" + i2,schemaPath:"runplane-openapi#/$defs/GpusReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data12.held !== undefined){
+let data15 = data12.held;
+if(!(((typeof data15 == "number") && (!(data15 % 1) && !isNaN(data15))) && (isFinite(data15)))){
+const err39 = {instancePath:instancePath+"/gpus/held",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/held/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err39];
 }
@@ -8806,10 +8801,9 @@ vErrors.push(err39);
 }
 errors++;
 }
-}
-}
-else {
-const err40 = {instancePath:instancePath+"/gpus/warnings",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if((typeof data15 == "number") && (isFinite(data15))){
+if(data15 < 0 || isNaN(data15)){
+const err40 = {instancePath:instancePath+"/gpus/held",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/held/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
 if(vErrors === null){
 vErrors = [err40];
 }
@@ -8818,10 +8812,8 @@ vErrors.push(err40);
 }
 errors++;
 }
-}
-}
-else {
-const err41 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(!(formats0.validate(data15))){
+const err41 = {instancePath:instancePath+"/gpus/held",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/held/format",keyword:"format",params:{format: "int32"},message:"must match format \""+"int32"+"\""};
 if(vErrors === null){
 vErrors = [err41];
 }
@@ -8832,13 +8824,54 @@ errors++;
 }
 }
 }
-else {
-const err42 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data12.warnings !== undefined){
+let data16 = data12.warnings;
+if(Array.isArray(data16)){
+const len2 = data16.length;
+for(let i2=0; i2<len2; i2++){
+if(typeof data16[i2] !== "string"){
+const err42 = {instancePath:instancePath+"/gpus/warnings/" + i2,schemaPath:"runplane-openapi#/$defs/GpusReport/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err42];
 }
 else {
 vErrors.push(err42);
+}
+errors++;
+}
+}
+}
+else {
+const err43 = {instancePath:instancePath+"/gpus/warnings",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err43];
+}
+else {
+vErrors.push(err43);
+}
+errors++;
+}
+}
+}
+else {
+const err44 = {instancePath:instancePath+"/gpus",schemaPath:"runplane-openapi#/$defs/GpusReport/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err44];
+}
+else {
+vErrors.push(err44);
+}
+errors++;
+}
+}
+}
+else {
+const err45 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err45];
+}
+else {
+vErrors.push(err45);
 }
 errors++;
 }
@@ -14987,8 +15020,8 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data.warnings === undefined){
-const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
+if(data.deployments === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "deployments"},message:"must have required property '"+"deployments"+"'"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -14997,10 +15030,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(data.setting !== undefined){
-let data0 = data.setting;
-if(typeof data0 !== "string"){
-const err3 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.warnings === undefined){
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "warnings"},message:"must have required property '"+"warnings"+"'"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -15009,8 +15040,10 @@ vErrors.push(err3);
 }
 errors++;
 }
-if(!(((data0 === "auto") || (data0 === "required")) || (data0 === "off"))){
-const err4 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/enum",keyword:"enum",params:{allowedValues: schema117.properties.setting.enum},message:"must be equal to one of the allowed values"};
+if(data.setting !== undefined){
+let data0 = data.setting;
+if(typeof data0 !== "string"){
+const err4 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -15019,10 +15052,8 @@ vErrors.push(err4);
 }
 errors++;
 }
-}
-if(data.jailed !== undefined){
-if(typeof data.jailed !== "boolean"){
-const err5 = {instancePath:instancePath+"/jailed",schemaPath:"#/properties/jailed/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(!(((data0 === "auto") || (data0 === "required")) || (data0 === "off"))){
+const err5 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/enum",keyword:"enum",params:{allowedValues: schema117.properties.setting.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -15032,13 +15063,9 @@ vErrors.push(err5);
 errors++;
 }
 }
-if(data.warnings !== undefined){
-let data2 = data.warnings;
-if(Array.isArray(data2)){
-const len0 = data2.length;
-for(let i0=0; i0<len0; i0++){
-if(typeof data2[i0] !== "string"){
-const err6 = {instancePath:instancePath+"/warnings/" + i0,schemaPath:"#/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.jailed !== undefined){
+if(typeof data.jailed !== "boolean"){
+const err6 = {instancePath:instancePath+"/jailed",schemaPath:"#/properties/jailed/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -15048,9 +15075,10 @@ vErrors.push(err6);
 errors++;
 }
 }
-}
-else {
-const err7 = {instancePath:instancePath+"/warnings",schemaPath:"#/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data.deployments !== undefined){
+let data2 = data.deployments;
+if(typeof data2 !== "string"){
+const err7 = {instancePath:instancePath+"/deployments",schemaPath:"#/properties/deployments/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -15059,10 +15087,8 @@ vErrors.push(err7);
 }
 errors++;
 }
-}
-}
-else {
-const err8 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(!((data2 === "accepted") || (data2 === "refused"))){
+const err8 = {instancePath:instancePath+"/deployments",schemaPath:"#/properties/deployments/enum",keyword:"enum",params:{allowedValues: schema117.properties.deployments.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -15071,10 +15097,50 @@ vErrors.push(err8);
 }
 errors++;
 }
+}
+if(data.warnings !== undefined){
+let data3 = data.warnings;
+if(Array.isArray(data3)){
+const len0 = data3.length;
+for(let i0=0; i0<len0; i0++){
+if(typeof data3[i0] !== "string"){
+const err9 = {instancePath:instancePath+"/warnings/" + i0,schemaPath:"#/properties/warnings/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+}
+else {
+const err10 = {instancePath:instancePath+"/warnings",schemaPath:"#/properties/warnings/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+}
+else {
+const err11 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
 validate105.errors = vErrors;
 return errors === 0;
 }
-validate105.evaluated = {"props":{"setting":true,"jailed":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
+validate105.evaluated = {"props":{"setting":true,"jailed":true,"deployments":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_SecretName = validate106;
 const schema195 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]{0,127}$","description":"A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a\ndigit), at most 128 characters. Names starting with `RUNPLANE_` are the platform's and refused (400)."};

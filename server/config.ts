@@ -39,7 +39,8 @@ export interface Config {
   buildTimeoutMs: number;
   /**
    * Whether tenants' code (replicas, build steps) runs in the sandbox: `auto` when bubblewrap and user
-   * namespaces work (a loud warning otherwise), `required` refuses to start without it, `off` never.
+   * namespaces work (otherwise the apps folder is served and deployments are refused, loudly: see
+   * `server/deployment_gate.ts`), `required` refuses to start without it, `off` never.
    */
   sandbox: "auto" | "required" | "off";
   /**
@@ -374,7 +375,7 @@ export const SETTINGS = [
     flag: "--sandbox",
     default: "auto",
     description:
-      "Jail replicas and build steps with bubblewrap: auto (when it works here, else a loud warning), required (refuse to start without it) or off",
+      "Jail replicas and build steps with bubblewrap: auto (when it works here; else the apps folder is served but deployments are refused, loudly), required (refuse to start without it) or off (tenants' code runs unjailed, deployments accepted)",
     parse: autoRequiredOff,
   },
   {

@@ -9,6 +9,7 @@ import type { Config } from "./config.ts";
 import { detectGpus, type GpuInventory } from "./gpus/mod.ts";
 import type { Logger } from "./log.ts";
 import type { HostRole } from "./host_role.ts";
+import { deploymentsRefused, refusalReason } from "./deployment_gate.ts";
 import {
   type Cgroups,
   CgroupsUnavailableError,
@@ -71,6 +72,12 @@ function logSandbox(logger: Logger, options: { sandbox: Sandbox; setting: Config
     );
   }
   for (const problem of status.problems) logger.warn({ sandbox: options.setting }, `SANDBOX: ${problem}`);
+  if (deploymentsRefused(status)) {
+    logger.error(
+      { sandbox: options.setting },
+      `SANDBOX: ${refusalReason(status)}; deployments already in the store are neither built nor served here`,
+    );
+  }
 }
 
 /** Says at start how replicas are limited: the cgroup version and where, or loudly why they are not. */

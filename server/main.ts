@@ -3,6 +3,7 @@ import cluster from "node:cluster";
 import { createServiceAccount } from "./auth/mod.ts";
 import { type Config, ConfigError, loadConfig, type SettingOverrides, settingProblem } from "./config.ts";
 import { DataDirError } from "./data_dir.ts";
+import { deploymentsRefused } from "./deployment_gate.ts";
 import { isWorkerDrain, serveAsWorker, startSupervisor } from "./host/mod.ts";
 import { createLogger } from "./log.ts";
 import { createServer, type RunplaneServer } from "./mod.ts";
@@ -48,6 +49,7 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
     });
     return;
   }
+  printUnjailedNotice(started.server);
   if (started.server.freshDataDir) await printWelcome(started.server, started.url);
 }
 
@@ -102,6 +104,32 @@ function stopOnSignals(target: Stoppable): { request(): void; readonly stopping:
       return stopping;
     },
   };
+}
+
+/**
+ * At every start without a jail under `auto`: that tenants' code would run unjailed, so deployments are
+ * refused, and what to install. Printed before the welcome, framed, so a newcomer sees it first.
+ */
+function printUnjailedNotice(server: RunplaneServer): void {
+  const { sandbox, config } = server.context;
+  if (!deploymentsRefused(sandbox)) return;
+  const rule = "!".repeat(100);
+  process.stdout.write(
+    [
+      "",
+      rule,
+      "!! NO SANDBOX: tenants' code would run UNJAILED on this host, as the server's user, able to read its keys.",
+      "!! So deployments are REFUSED (503 sandbox-unavailable), and deployments in the store are not built or served.",
+      `!! The apps folder ${config.appsDir} is served as usual: its code is yours.`,
+      "!! What is missing:",
+      ...sandbox.problems.map((problem) => `!!   - ${problem}`),
+      "!! Install it (apt-get install bubblewrap slirp4netns python3-seccomp) and restart, or set",
+      "!! RUNPLANE_SANDBOX=off to accept unjailed deployments knowingly.",
+      rule,
+      "",
+      "",
+    ].join("\n"),
+  );
 }
 
 /** On a fresh data dir: the demo project's token, and how to call the demo app. */

@@ -13,6 +13,7 @@ import { type ClusterHost, createClusterHost } from "./cluster_host.ts";
 import { type Config, ConfigError } from "./config.ts";
 import type { Readiness, ServerContext } from "./context.ts";
 import { prepareDataDir } from "./data_dir.ts";
+import { deploymentsRefused } from "./deployment_gate.ts";
 import { hostParts, type HostParts } from "./host_parts.ts";
 import { listenForWorkerCalls, type WorkerCallsServer } from "./host/call_server.ts";
 import type { HostRole } from "./host_role.ts";
@@ -80,12 +81,12 @@ export interface CreateServerOptions {
 }
 
 /**
- * Creates a server from validated settings: makes the data dir (a `DataDirError` when it cannot be
- * written), opens the store, loads the signing key, builds the app.
+ * Creates a server from validated settings: makes the data dir and keeps it private (a `DataDirError`
+ * when it cannot be written or made private), opens the store, loads the signing key, builds the app.
  */
 export async function createServer(config: Config, options: CreateServerOptions = {}): Promise<RunplaneServer> {
-  prepareDataDir(config.dataDir);
   const rootLogger = options.logger ?? createLogger({ level: config.logLevel });
+  prepareDataDir(config.dataDir, { logger: rootLogger });
   const freshSqliteFile = !existsSync(join(config.dataDir, "runplane.sqlite3"));
   // One lease owner id for this process's runs, deliveries and builds, recorded in the data dir with its pid.
   const owner = `rp_${randomBytes(8).toString("hex")}`;
@@ -133,6 +134,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const { sandbox, cgroups, gpus } = parts;
   const role = options.role;
   const worker = role?.kind === "worker" ? role : undefined;
+  // A worker runs nothing itself: the host's jail is the one its supervisor found.
+  const sandboxStatus = worker ? worker.facts.sandbox : sandbox.status;
   const metrics = createMetrics();
   const gate = createDrainGate();
   let appsLoaded = false;
@@ -245,10 +248,13 @@ export async function createServer(config: Config, options: CreateServerOptions 
     testDelayLocalSyncMs: config.testDelayLocalSyncMs,
   });
   deployedApps = () => deployments.deployedApps();
+  // Without a jail under `auto`, the store's deployments (an earlier, jailed run's) are neither built nor
+  // served here: their code would run unjailed. They stay as they are for a process that can jail them.
+  const servesDeployments = !deploymentsRefused(sandboxStatus);
   // Calls load an app on demand, so the server listens while apps load; readiness says when they have.
-  const loading = runtime.start().then(() => deployments.start()).then(() => cluster?.start()).then(() =>
-    runtime.warm()
-  ).then(
+  const loading = runtime.start().then(() => servesDeployments ? deployments.start() : undefined).then(() =>
+    cluster?.start()
+  ).then(() => runtime.warm()).then(
     () => void (appsLoaded = true),
     (error) => logger.error({ err: error }, "loading apps failed"),
   );
@@ -328,7 +334,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     runs,
     runChanges,
     deployments,
-    sandbox: worker ? worker.facts.sandbox : sandbox.status,
+    sandbox: sandboxStatus,
     cgroups: cgroups.status,
     gpus,
     projectSecrets,

@@ -14,6 +14,7 @@ import { afterPress, closeFeeds } from "./live.js";
 import { go, navigate, setRenderer } from "./navigation.js";
 import { runPage } from "./run_page.js";
 import { runsPage } from "./runs_page.js";
+import { unjailedWarning } from "./sandbox_status.js";
 import { secretsPage } from "./secrets_page.js";
 import { loadSession, signOut } from "./session.js";
 import { signInPage } from "./signin_page.js";
@@ -88,14 +89,15 @@ async function render(options = {}) {
   }
 }
 
-/** Says loudly when this server runs tenants' code unjailed (its /readyz tells; a server not ready says later). */
+/**
+ * Says loudly when this server runs tenants' code unjailed, or refuses deployments because it would (its
+ * /readyz tells; a server not ready says later).
+ */
 async function warnWhenUnjailed() {
-  const response = await fetch("/readyz").catch(() => null);
-  if (!response?.ok) return;
-  const { sandbox } = /** @type {import("./types.js").Schemas["Readiness"]} */ (await response.json());
-  if (sandbox.jailed) return;
+  const warning = await unjailedWarning();
+  if (!warning) return;
   const banner = byId("sandbox-warning");
-  banner.textContent = `Tenants' code runs unjailed on this server: ${sandbox.warnings.join("; ")}`;
+  banner.textContent = warning;
   banner.hidden = false;
 }
 

@@ -8,6 +8,7 @@ import { badge, cell, errorBox, h, replace, table } from "./dom.js";
 import { callForm } from "./call_form.js";
 import { duration, errorText, when } from "./format.js";
 import { link, rerender, runPath } from "./navigation.js";
+import { deploymentsRefusedNote } from "./sandbox_status.js";
 import { requireSession } from "./session.js";
 
 /** @typedef {import("./types.js").App} App */
@@ -176,12 +177,14 @@ function deploymentRow(path, d, logs) {
  * @param {AppPath} path
  */
 async function deploymentsSection(path) {
-  const page = await call(
-    api.GET("/v3/projects/{project_id}/apps/{app_id}/deployments", { params: { path, query: { limit: 20 } } }),
-  );
+  const [page, refused] = await Promise.all([
+    call(api.GET("/v3/projects/{project_id}/apps/{app_id}/deployments", { params: { path, query: { limit: 20 } } })),
+    deploymentsRefusedNote(),
+  ]);
   const logs = h("div");
   return [
     h("h2", {}, "Deployments"),
+    refused,
     h(
       "div",
       { class: "scroll" },

@@ -3,20 +3,26 @@
 import { api, call } from "./api.js";
 import { badge, h, table } from "./dom.js";
 import { link } from "./navigation.js";
+import { deploymentsRefusedNote } from "./sandbox_status.js";
 import { requireSession } from "./session.js";
 
 /** The page's nodes. */
 export async function appsPage() {
   const { project_id: projectId } = requireSession();
-  const data = await call(api.GET("/v3/projects/{project_id}/apps", { params: { path: { project_id: projectId } } }));
+  const [data, refused] = await Promise.all([
+    call(api.GET("/v3/projects/{project_id}/apps", { params: { path: { project_id: projectId } } })),
+    deploymentsRefusedNote(),
+  ]);
   if (!data.apps.length) {
     return [
       h("h1", {}, "Apps"),
+      refused,
       h("p", { class: "muted" }, `No apps yet: runplane deploy ./my-app --project ${projectId}`),
     ];
   }
   return [
     h("h1", {}, "Apps"),
+    refused,
     h(
       "div",
       { class: "scroll" },

@@ -1,5 +1,6 @@
 import { appHostsOf, type AppHostReplicas, localAppHosts } from "../cluster/mod.ts";
 import type { ServerContext } from "../context.ts";
+import { refuseUnjailedDeployments } from "../deployment_gate.ts";
 import type { AppView } from "../deployments/mod.ts";
 import { frameEvent, type Handlers, SpooledBody, wantsEventStream, withHeartbeat } from "../http/mod.ts";
 
@@ -20,6 +21,7 @@ export function deploymentHandlers(context: ServerContext): DeploymentHandlers {
   const { deployments } = context;
   return {
     async createDeployment({ path, query, body }) {
+      refuseUnjailedDeployments(context.sandbox);
       const ref = { projectId: path.project_id, appId: path.app_id };
       const label = { message: query.message, commit: query.commit, dirty: query.dirty };
       const deployment = body instanceof SpooledBody

@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { Handlers } from "../http/mod.ts";
 import type { ServerContext } from "../context.ts";
+import { sandboxReport } from "../deployment_gate.ts";
 import { ProblemError } from "../problems/mod.ts";
 
 /** Compares two secrets in constant time (over their digests, so lengths do not leak either). */
@@ -47,14 +48,13 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
           headers: { "Retry-After": "1" },
         });
       }
-      const { setting, jailed, problems } = context.sandbox;
       const { cgroups, gpus } = context;
       return {
         status: 200,
         contentType: "application/json",
         body: {
           status: "ready",
-          sandbox: { setting, jailed, warnings: problems },
+          sandbox: sandboxReport(context.sandbox),
           cgroups: { setting: cgroups.setting, version: cgroups.version, warnings: cgroups.problems },
           gpus: {
             source: gpus.source,

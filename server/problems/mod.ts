@@ -62,6 +62,7 @@ export const PROBLEM_KINDS = {
   "service-unavailable": { status: 503, title: "Service unavailable" },
   "app-unavailable": { status: 503, title: "The app failed to load" },
   "store-unavailable": { status: 503, title: "The store is unavailable" },
+  "sandbox-unavailable": { status: 503, title: "Tenants' code cannot be jailed on this server" },
   "gateway-timeout": { status: 504, title: "The function timed out" },
 } as const;
 

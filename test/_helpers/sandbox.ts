@@ -5,12 +5,33 @@
  */
 import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { mkdir, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { createLogger } from "../../server/log.ts";
-import { createSandbox } from "../../server/sandbox/mod.ts";
+import { createSandbox, type SandboxStatus } from "../../server/sandbox/mod.ts";
 
 const REQUIRED = process.env.RUNPLANE_TEST_REQUIRE_SANDBOX === "1";
 
-let probed: Promise<string | null> | undefined;
+let probed: Promise<SandboxStatus> | undefined;
+
+/** What `RUNPLANE_SANDBOX=auto` finds on this machine, probed once per test process. */
+function autoSandbox(): Promise<SandboxStatus> {
+  probed ??= createSandbox("auto", { logger: createLogger({ level: "silent" }) }).then((sandbox) => {
+    sandbox.close();
+    return sandbox.status;
+  });
+  return probed;
+}
+
+/**
+ * The `RUNPLANE_SANDBOX` a test server runs with unless its test sets one: `auto` (the default) where a
+ * jail works here, so that tests run jailed as production does; `off` where none does, since `auto`
+ * without a jail refuses deployments, which most tests make (test/deployments/without_jail_test.ts
+ * covers that refusal).
+ */
+export async function testServerSandbox(): Promise<"auto" | "off"> {
+  return (await autoSandbox()).jailed ? "auto" : "off";
+}
 
 function skipLoudly(what: string, problem: string): false {
   const message = `${what}: ${problem}`;
@@ -24,14 +45,8 @@ function skipLoudly(what: string, problem: string): false {
 
 /** Whether the complete sandbox runs here; otherwise says loudly that `what` was skipped (or throws in CI). */
 export async function sandboxWorks(what: string): Promise<boolean> {
-  probed ??= createSandbox("auto", { logger: createLogger({ level: "silent" }) }).then((sandbox) => {
-    sandbox.close();
-    return sandbox.status.jailed && sandbox.status.problems.length === 0
-      ? null
-      : sandbox.status.problems.join("; ");
-  });
-  const problem = await probed;
-  return problem === null ? true : skipLoudly(what, problem);
+  const status = await autoSandbox();
+  return status.jailed && status.problems.length === 0 ? true : skipLoudly(what, status.problems.join("; "));
 }
 
 /** A listener in a network namespace of its own, reached from the host through a veth pair. */
@@ -119,4 +134,49 @@ async function makePeerHost(): Promise<PeerHost> {
     throw error;
   }
   return { publicAddress, privateAddress, port, close };
+}
+
+/** How a test takes the jail away from a server: bubblewrap gone, or a bubblewrap that exits 1. */
+export type JailTakenAway = "missing" | "failing";
+
+/** Runs `$@` after binding `$1` over every bubblewrap the server's lookup (PATH, then /usr/bin and /bin) finds. */
+const HIDE_BWRAP = [
+  'hide="$1"; shift',
+  'for dir in $(echo "$PATH" | tr ":" " ") /usr/bin /bin; do',
+  '  if [ -e "$dir/bwrap" ]; then mount --bind "$hide" "$dir/bwrap"; fi',
+  "done",
+  'exec "$@"',
+].join("\n");
+
+/** What `startServerProcess` needs to start a server without a working jail: its `wrap` and its `PATH`. */
+export interface WithoutJail {
+  wrap(argv: string[]): string[];
+  env: { PATH: string };
+}
+
+/**
+ * Takes the jail away from a server process for real: the server runs in a private mount namespace where
+ * `/dev/null` (not a file: the lookup skips it) or a script that exits 1 is bound over every bubblewrap,
+ * and (`failing`) that script is first on its PATH, so it is what it finds even where none is installed.
+ * A PATH alone could not hide one: the server also looks in /usr/bin and /bin. `dir` holds the script.
+ * Returns null after a loud skip where mount namespaces cannot be made (they need root and `unshare`).
+ */
+export async function withoutJail(what: string, options: { how: JailTakenAway; dir: string }): Promise<
+  WithoutJail | null
+> {
+  if (process.getuid?.() !== 0) return skipLoudly(what, "hiding bubblewrap in a mount namespace needs root") || null;
+  try {
+    execFileSync("unshare", ["--mount", "--propagation", "private", "true"], { stdio: ["ignore", "ignore", "pipe"] });
+  } catch (error) {
+    return skipLoudly(what, `unshare cannot make a mount namespace here (${(error as Error).message})`) || null;
+  }
+  const failing = join(options.dir, "bin", "bwrap");
+  await mkdir(dirname(failing), { recursive: true });
+  await writeFile(failing, "#!/bin/sh\necho 'bwrap: this one never works' >&2\nexit 1\n", { mode: 0o755 });
+  const hide = options.how === "missing" ? "/dev/null" : failing;
+  const path = options.how === "missing" ? process.env.PATH ?? "" : `${dirname(failing)}:${process.env.PATH ?? ""}`;
+  return {
+    wrap: (argv) => ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE_BWRAP, "sh", hide, ...argv],
+    env: { PATH: path },
+  };
 }

@@ -13,6 +13,7 @@ import { createServer, type RunplaneServer } from "../../server/mod.ts";
 import type { StoreEngine } from "../../server/store/mod.ts";
 import { createTestClient, type TestClient } from "./client.ts";
 import { createTestDatabase, TEST_MASTER_KEY } from "./postgres.ts";
+import { testServerSandbox } from "./sandbox.ts";
 
 /** The project every test server's default token belongs to. */
 export const TEST_PROJECT = "p-test";
@@ -75,6 +76,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     // at a time; the tests of that budget set their own.
     RUNPLANE_HOST_CPU: "256",
     RUNPLANE_HOST_MEMORY: "1024gb",
+    RUNPLANE_SANDBOX: await testServerSandbox(),
     ...(databaseUrl ? { RUNPLANE_DATABASE_URL: databaseUrl, RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {}),
     ...options.env,
   });

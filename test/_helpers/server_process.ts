@@ -12,6 +12,7 @@ import { createTestClient, type TestClient } from "./client.ts";
 import { SERVER_NODE_FLAGS } from "../../server/node_flags.ts";
 import { freePort } from "../../server/runtime/free_port.ts";
 import { TEST_MASTER_KEY } from "./postgres.ts";
+import { testServerSandbox } from "./sandbox.ts";
 
 const MAIN = join(import.meta.dirname, "..", "..", "server", "main.ts");
 
@@ -77,20 +78,33 @@ export interface ServerProcess {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** What the process wrote to stderr so far. */
   stderr(): string;
+  /** What the process wrote to stdout so far, less its JSON log lines: the start banner. */
+  banner(): string;
+}
+
+/** Options of `startServerProcess`. */
+export interface ServerProcessOptions {
+  token?: string;
+  ownProcessGroup?: boolean;
+  entry?: string;
+  /** Starts the server through another command: gets the server's argv (Node first), returns the one to run. */
+  wrap?(argv: string[]): string[];
 }
 
 /**
  * Starts the server with `env` (data and apps dirs, lease, …) over a clean environment; resolves once it
  * listens. `ownProcessGroup` starts it as the leader of a new process group (signal it with
  * `process.kill(-child.pid, signal)`); `entry` runs that JavaScript file (a built `dist/server/main.js`)
- * with plain Node instead of the sources.
+ * with plain Node instead of the sources; `wrap` starts it through another command (`unshare …`).
  */
 export async function startServerProcess(
   env: Record<string, string>,
-  options: { token?: string; ownProcessGroup?: boolean; entry?: string } = {},
+  options: ServerProcessOptions = {},
 ): Promise<ServerProcess> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RUNPLANE_")));
-  const child = spawn(process.execPath, serverArgs(options.entry), {
+  const argv = [process.execPath, ...serverArgs(options.entry)];
+  const [command, ...args] = options.wrap ? options.wrap(argv) : argv;
+  const child = spawn(command, args, {
     env: {
       ...base,
       PORT: "0",
@@ -102,6 +116,7 @@ export async function startServerProcess(
       RUNPLANE_HOST_MEMORY: "1024gb",
       // One process, whatever the machine's cores (`auto` forks workers from 4 up); the tests of workers set theirs.
       RUNPLANE_WORKERS: "1",
+      RUNPLANE_SANDBOX: await testServerSandbox(),
       // A PostgreSQL store needs a master key; servers of one test share it unless `env` gives another.
       ...(env.RUNPLANE_DATABASE_URL ? { RUNPLANE_MASTER_KEY: TEST_MASTER_KEY } : {}),
       ...env,
@@ -116,6 +131,7 @@ export async function startServerProcess(
   );
   let stderr = "";
   child.stderr!.on("data", (chunk) => (stderr += String(chunk)));
+  const banner: string[] = [];
   const started = new Promise<{ url: string; token: string }>((resolve, reject) => {
     let url = "";
     let token = options.token ?? "";
@@ -154,6 +170,7 @@ export async function startServerProcess(
         done();
         return;
       }
+      banner.push(line);
       const match = /export RUNPLANE_TOKEN=(\S+)/.exec(line);
       if (match) token = match[1];
       done();
@@ -168,6 +185,7 @@ export async function startServerProcess(
     logs,
     exited,
     stderr: () => stderr,
+    banner: () => banner.join("\n"),
     async kill() {
       child.kill("SIGKILL");
       await exited;

@@ -305,7 +305,7 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     const { cgroups, gpus } = t.server.context;
     assert.deepEqual(await client.readiness(), {
       status: "ready",
-      sandbox: { setting: "off", jailed: false, warnings: t.server.context.sandbox.problems },
+      sandbox: { setting: "off", jailed: false, deployments: "accepted", warnings: t.server.context.sandbox.problems },
       cgroups: { setting: cgroups.setting, version: cgroups.version, warnings: cgroups.problems },
       gpus: { source: gpus.source, count: gpus.gpus.length, held: 0, warnings: gpus.problems },
     });

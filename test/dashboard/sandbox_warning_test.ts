@@ -1,12 +1,14 @@
 /**
- * The dashboard says loudly when the server runs tenants' code unjailed (RUNPLANE_SANDBOX=off, or auto
- * where bubblewrap cannot run), and says nothing when it is jailed.
+ * The dashboard says loudly when the server runs tenants' code unjailed (RUNPLANE_SANDBOX=off), or
+ * refuses deployments because it would (auto where bubblewrap cannot run), and says nothing when it is
+ * jailed.
  */
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 import { launchBrowser, openPage } from "../_helpers/browser.ts";
-import { sandboxWorks } from "../_helpers/sandbox.ts";
+import { sandboxWorks, withoutJail } from "../_helpers/sandbox.ts";
 import { startTestServer, type TestServer } from "../_helpers/server.ts";
+import { makeServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 
 const browser = await launchBrowser();
 /** How long a page step may take: generous, for a machine running the whole suite on two cores. */
@@ -14,9 +16,13 @@ const LOADED_MACHINE_MS = 90_000;
 
 describe("the dashboard's sandbox warning", { skip: browser === null ? "Chromium is not installed" : false }, () => {
   const servers: TestServer[] = [];
+  const processes: ServerProcess[] = [];
+  const removals: Array<() => Promise<void>> = [];
   after(async () => {
     await browser?.close();
     for (const server of servers) await server.close();
+    for (const server of processes) await server.kill();
+    for (const remove of removals) await remove();
   });
 
   async function bannerOf(env: Record<string, string>): Promise<{ hidden: boolean; text: string }> {
@@ -57,6 +63,39 @@ describe("the dashboard's sandbox warning", { skip: browser === null ? "Chromium
     assert.equal(banner.hidden, false);
     assert.match(banner.text, /unjailed/);
     assert.match(banner.text, /RUNPLANE_SANDBOX=off/);
+  });
+
+  it("says on every page, and where deployments are shown, that they are refused where no jail works under auto", async (t) => {
+    const dirs = await makeServerDirs("runplane-dashboard-no-jail-");
+    removals.push(dirs.remove);
+    await dirs.deploy("folder-app", { "runplane.toml": '[deployment]\nname = "folder-app"\n', "main.py": "" });
+    const taken = await withoutJail("the dashboard's refused deployments", { how: "missing", dir: dirs.root });
+    if (!taken) return t.skip("mount namespaces cannot be made here");
+    const server = await startServerProcess({ ...dirs.env, ...taken.env, RUNPLANE_SANDBOX: "auto" }, {
+      wrap: taken.wrap,
+    });
+    processes.push(server);
+    const { context, page } = await openPage(browser!, []);
+    try {
+      await page.goto(`${server.url}/dashboard/signin`, { timeout: LOADED_MACHINE_MS });
+      await page.getByLabel("Service-account token").fill(server.token);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.getByRole("heading", { name: "Runs" }).waitFor({ timeout: LOADED_MACHINE_MS });
+      const banner = page.locator("#sandbox-warning");
+      await banner.waitFor({ timeout: LOADED_MACHINE_MS });
+      assert.match(
+        (await banner.textContent()) ?? "",
+        /^This server refuses deployments: tenants' code would run unjailed/,
+      );
+      assert.match((await banner.textContent()) ?? "", /bubblewrap is missing \(apt-get install bubblewrap\)/);
+      await page.getByRole("link", { name: "Apps" }).click();
+      const note = page.locator("[data-note=deployments-refused]");
+      await note.waitFor({ timeout: LOADED_MACHINE_MS });
+      assert.match((await note.textContent()) ?? "", /Deployments are refused on this server/);
+      assert.match((await note.textContent()) ?? "", /RUNPLANE_SANDBOX=off/);
+    } finally {
+      await context.close();
+    }
   });
 
   it("shows nothing when tenants' code runs jailed", async (t) => {
