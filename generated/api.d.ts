@@ -278,7 +278,9 @@ export interface paths {
         post?: never;
         /**
          * Delete a project secret
-         * @description Delete a secret: the project's replicas are replaced without it.
+         * @description Delete a secret: the project's replicas are replaced without it. A refused name (see `SecretName`) is a
+         *     400 unless the project has a secret by it, set before the name was refused, which can still be deleted
+         *     (such a secret never reaches a replica).
          */
         delete: operations["deleteProjectSecret"];
         options?: never;
@@ -959,7 +961,8 @@ export interface components {
         ProjectSecretRequest: {
             /**
              * @description The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8
-             *     (413 above it). It is sealed at rest and never shown again.
+             *     (413 above it), and without `/` for a locale variable (400; see `SecretName`). It is sealed at rest and
+             *     never shown again.
              */
             value: string;
         };
@@ -1227,7 +1230,12 @@ export interface components {
         };
         /**
          * @description A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a
-         *     digit), at most 128 characters. Names starting with `RUNPLANE_` are the platform's and refused (400).
+         *     digit), at most 128 characters. Every name an app's `[env]` refuses is refused here too, with a 400
+         *     naming the variable and why: the platform's own (`RUNPLANE_*`, `PATH`, `PORT`, …) and those a program
+         *     reads before its code runs, which would reach the root processes that start a replica's jail (`LD_*`,
+         *     `GCONV_PATH`, `BASH_ENV`, `PYTHON*` but a few, …; docs/runplane-toml.md lists them all). The locale's
+         *     names (`LANG`, `LANGUAGE`, `LC_ALL`, every `LC_*`) are allowed, but refuse a value holding `/` (400):
+         *     the C library would open it as a path.
          */
         SecretName: string;
         /**

@@ -8260,7 +8260,7 @@ return errors === 0;
 validate69.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_ProjectSecretRequest = validate70;
-const schema115 = {"type":"object","required":["value"],"properties":{"value":{"type":"string","description":"The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8\n(413 above it). It is sealed at rest and never shown again."}},"description":"A secret's value."};
+const schema115 = {"type":"object","required":["value"],"properties":{"value":{"type":"string","description":"The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8\n(413 above it), and without `/` for a locale variable (400; see `SecretName`). It is sealed at rest and\nnever shown again."}},"description":"A secret's value."};
 
 function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -15143,7 +15143,7 @@ return errors === 0;
 validate105.evaluated = {"props":{"setting":true,"jailed":true,"deployments":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_SecretName = validate106;
-const schema195 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]{0,127}$","description":"A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a\ndigit), at most 128 characters. Names starting with `RUNPLANE_` are the platform's and refused (400)."};
+const schema195 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]{0,127}$","description":"A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a\ndigit), at most 128 characters. Every name an app's `[env]` refuses is refused here too, with a 400\nnaming the variable and why: the platform's own (`RUNPLANE_*`, `PATH`, `PORT`, …) and those a program\nreads before its code runs, which would reach the root processes that start a replica's jail (`LD_*`,\n`GCONV_PATH`, `BASH_ENV`, `PYTHON*` but a few, …; docs/runplane-toml.md lists them all). The locale's\nnames (`LANG`, `LANGUAGE`, `LC_ALL`, every `LC_*`) are allowed, but refuse a value holding `/` (400):\nthe C library would open it as a path."};
 const pattern64 = new RegExp("^[A-Za-z_][A-Za-z0-9_]{0,127}$", "u");
 
 function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){

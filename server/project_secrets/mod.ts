@@ -54,8 +54,9 @@ export interface ProjectSecrets {
   /**
    * Sets a secret (made, or its value replaced). Throws a `ProblemError`: 400 `validation` for a name
    * that `secretNameProblem` refuses (not an environment variable's, or one `[env]` may not set either),
-   * or a value holding NUL; 413 for a value over `PROJECT_SECRET_LIMITS.valueBytes` or a project total
-   * over `totalBytes`; 409 for a secret past `secrets`.
+   * or a value holding NUL or one `[env]` refuses to that name (a locale name holding `/`); 413 for a value
+   * over `PROJECT_SECRET_LIMITS.valueBytes` or a project total over `totalBytes`; 409 for a secret past
+   * `secrets`.
    */
   put(projectId: string, name: string, value: string): Promise<{ created: boolean; secret: ProjectSecretInfo }>;
   /**
@@ -65,9 +66,10 @@ export interface ProjectSecrets {
   delete(projectId: string, name: string): Promise<boolean>;
   /**
    * The project's secrets as environment variables (unsealed), for its replicas only, less any whose
-   * name is refused now (set before it was; `list` still shows it, so that it can be deleted). Read
-   * `fingerprint` before it, so a change in between makes the fingerprint older, never newer, than the
-   * values. Throws when a value does not open (another data key, an altered or moved row), naming the secret.
+   * name or value is refused now (set before it was; `list` still shows it, so that it can be deleted or
+   * set again). Read `fingerprint` before it, so a change in between makes the fingerprint older, never
+   * newer, than the values. Throws when a value does not open (another data key, an altered or moved row),
+   * naming the secret.
    */
   environment(projectId: string): Promise<Record<string, string>>;
   /** A string that changes whenever the project's secrets change (the project's version). */
@@ -99,14 +101,15 @@ const CHANNEL = "runplane_project_secrets";
 /**
  * Why `name` cannot name a secret, or null when it can: the rules of an app's `[env]` names (one list, in
  * `server/runtime/_app_env.ts`: the platform's own names, and those a program reads before its code runs),
- * and a length limit.
+ * and a length limit. Given the `value` it would hold, also why `[env]` refuses that value to that name (a
+ * locale name holding `/`).
  */
-export function secretNameProblem(name: string): string | null {
+export function secretNameProblem(name: string, value?: string): string | null {
   if (name === "") return "is empty: name the secret like an environment variable, e.g. API_KEY";
   if (name.length > PROJECT_SECRET_LIMITS.nameLength) {
     return `is ${name.length} characters long; the limit is ${PROJECT_SECRET_LIMITS.nameLength}`;
   }
-  return envNameProblem(name);
+  return envNameProblem(name, value);
 }
 
 function nameRefusal(name: string, problem: string): ProblemError {
@@ -120,8 +123,11 @@ function checkName(name: string): void {
   if (problem) throw nameRefusal(name, problem);
 }
 
-/** The value's size in bytes; throws for a value no environment can hold or one over the limit. */
-function checkValue(value: string): number {
+/**
+ * The value's size in bytes; throws for a value no environment can hold, one `[env]` refuses to `name`
+ * (already checked alone), or one over the limit.
+ */
+function checkValue(name: string, value: string): number {
   if (typeof value !== "string") {
     throw new ProblemError("validation", "The secret's value must be a string", {
       errors: [{ path: "body.value", message: "must be a string" }],
@@ -135,6 +141,13 @@ function checkValue(value: string): number {
         errors: [{ path: "body.value", message: "must not contain NUL (\\u0000)" }],
       },
     );
+  }
+  // The name passed alone, so what is refused here is the value it would hold; checked before it is sealed.
+  const problem = secretNameProblem(name, value);
+  if (problem) {
+    throw new ProblemError("validation", `The secret ${JSON.stringify(name)} ${problem}`, {
+      errors: [{ path: "body.value", message: problem }],
+    });
   }
   const bytes = Buffer.byteLength(value, "utf8");
   if (bytes > PROJECT_SECRET_LIMITS.valueBytes) {
@@ -209,7 +222,7 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
 
     async put(projectId, name, value) {
       checkName(name);
-      const bytes = checkValue(value);
+      const bytes = checkValue(name, value);
       const sealed = seal(projectId, name, value);
       const now = options.now();
       const outcome = await db.transaction().execute(async (tx) => {
@@ -260,9 +273,11 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
 
     async environment(projectId) {
       const rows = await selectSealed(db, projectId);
-      // A name refused since its secret was set never reaches a replica, nor the root processes that start it.
+      // A name or value refused since its secret was set never reaches a replica, nor the root processes
+      // that start it. A value is sealed, so it is checked once opened.
       const allowed = rows.filter((row) => secretNameProblem(row.name) === null);
-      return Object.fromEntries(allowed.map((row) => [row.name, open(projectId, row)]));
+      const variables = allowed.map((row) => [row.name, open(projectId, row)] as const);
+      return Object.fromEntries(variables.filter(([name, value]) => secretNameProblem(name, value) === null));
     },
 
     async fingerprint(projectId) {

@@ -215,7 +215,7 @@ function environment(root: Reader): Record<string, string> {
   }
   let total = 0;
   for (const [name, text] of entries) {
-    const reason = envNameProblem(name) ?? envValueProblem(text);
+    const reason = envNameProblem(name, text) ?? envValueProblem(text);
     if (reason) throw new AppConfigError(`env.${tomlKey(name)} ${reason}`);
     total += Buffer.byteLength(name) + Buffer.byteLength(text as string);
   }

@@ -7,6 +7,7 @@
  * travels through each of them (`server/sandbox/_jail.ts`). `setpriv` links only libc and libcap-ng, and
  * bubblewrap libc, libcap and libselinux: what reads these names as root is the dynamic loader, the C
  * library and that shell. No interpreter runs as root, but the interpreters' names are refused too (below).
+ * The locale's names stay allowed, but refuse a value holding `/`, which the C library would open as a path.
  */
 
 /** The most variables one `[env]` table may hold. */
@@ -164,8 +165,49 @@ const REFUSED: readonly RefusedNames[] = [
   },
 ];
 
-/** Why `name` cannot be an `[env]` variable or a project secret's name, or null. */
-export function envNameProblem(name: string): string | null {
+/** Names that stay allowed but refuse a value holding `/`, for one reason. */
+interface PathValueNames {
+  /** Names refused such a value as they are. */
+  names?: readonly string[];
+  /** Prefixes under which every name is refused such a value. */
+  prefixes?: readonly string[];
+  /** What follows the name: why, and what to do. */
+  problem: string;
+}
+
+const ROOT_STARTERS = "the root processes that start the app's jail";
+
+/**
+ * Every name refused a value holding `/`, by who reads it. Apps need the locale's names, so they stay
+ * allowed, but `setpriv` calls `setlocale` and gettext as root, where the C library is not in its secure
+ * mode (only a setuid program is), and there a locale name or a language holding `/` is a path it opens.
+ */
+const PATH_VALUE_NAMES: readonly PathValueNames[] = [
+  {
+    // Each category's locale comes from `LC_ALL`, then `LC_<category>`, then `LANG`; a name holding `/` is
+    // loaded from that path as a locale file (glibc locale/findlocale.c). Every `LC_*` name is refused such
+    // a value, today's categories and tomorrow's. Locale names hold none: `C.UTF-8`, `en_US.UTF-8`.
+    names: ["LANG"],
+    prefixes: ["LC_"],
+    problem: `has a value holding /, which makes the C library open a locale file at that path in ${ROOT_STARTERS}; `
+      + "use a locale name such as C.UTF-8",
+  },
+  {
+    // gettext looks a message catalogue up in a folder named after each language `LANGUAGE` lists, and a
+    // language holding `/` leads it out of the catalogues' folder (glibc intl/dcigettext.c).
+    names: ["LANGUAGE"],
+    problem: "has a value holding /, which makes the C library open a message catalogue under that path in "
+      + `${ROOT_STARTERS}; use language names such as en_US:en`,
+  },
+];
+
+/**
+ * Why `name` cannot be an `[env]` variable or a project secret's name, or null. Given the `value` it would
+ * hold, also why `name` cannot hold that value (a locale name holding `/`); a value that is not a string is
+ * left to `envValueProblem`. A project secret's value is checked before it is sealed, and again before it
+ * reaches a replica.
+ */
+export function envNameProblem(name: string, value?: unknown): string | null {
   if (!ENV_NAME.test(name)) {
     return "is not an environment variable name: use letters, digits and _, not starting with a digit";
   }
@@ -175,7 +217,9 @@ export function envNameProblem(name: string): string | null {
     const prefix = group.prefixes?.find((p) => name.startsWith(p));
     if (prefix !== undefined) return group.problem(prefix);
   }
-  return null;
+  if (typeof value !== "string" || !value.includes("/")) return null;
+  const group = PATH_VALUE_NAMES.find((g) => g.names?.includes(name) || g.prefixes?.some((p) => name.startsWith(p)));
+  return group?.problem ?? null;
 }
 
 /** Why `value` cannot be an `[env]` value, or null. */

@@ -1,7 +1,8 @@
 /**
  * The environment names an app's `[env]` and its project's secrets may not set (issue 43), each with what
- * its refusal must say, and names that stay allowed. Written out here, not read from the server's list,
- * so that a name dropped from that list fails the tests that loop over these.
+ * its refusal must say, and names that stay allowed; then the values refused to locale names, which stay
+ * allowed otherwise. Written out here, not read from the server's list, so that a name dropped from that
+ * list fails the tests that loop over these.
  */
 
 /** A refused name and what its refusal must say after the name: who reads it, and why that matters. */
@@ -132,3 +133,41 @@ export const ALLOWED_ENV_NAMES: readonly string[] = [
   "HF_HOME",
   "OMP_NUM_THREADS",
 ];
+
+/** A value refused to a name that is allowed, and what its refusal must say after the name. */
+export interface RefusedEnvValue {
+  name: string;
+  value: string;
+  why: RegExp;
+}
+
+/** A value's refusal: the C library would open `what` in a root process; what to `use` instead. */
+function opensPath(what: string, use: string): RegExp {
+  const lead = `^has a value holding /, which makes the C library open ${what}`;
+  return new RegExp(`${lead} in the root processes that start the app's jail; use ${use}$`);
+}
+
+const LOCALE_FILE = opensPath("a locale file at that path", "a locale name such as C\\.UTF-8");
+const CATALOGUE = opensPath("a message catalogue under that path", "language names such as en_US:en");
+
+/**
+ * Locale variables holding `/`: `setpriv` calls `setlocale` and gettext as root, and the C library opens
+ * such a locale name or language as a path outside its secure mode. An absolute path, a relative one and
+ * one hidden after a locale name's look.
+ */
+export const REFUSED_ENV_VALUES: readonly RefusedEnvValue[] = [
+  { name: "LANG", value: "/app/locale", why: LOCALE_FILE },
+  { name: "LANGUAGE", value: "en:../../../app/catalogue", why: CATALOGUE },
+  { name: "LC_ALL", value: "/tmp/x", why: LOCALE_FILE },
+  { name: "LC_CTYPE", value: "C.UTF-8/../../app/locale", why: LOCALE_FILE },
+  { name: "LC_MESSAGES", value: "./locale", why: LOCALE_FILE },
+];
+
+/** Locale variables set to what apps set them to: each must still load. */
+export const ALLOWED_ENV_VALUES: Readonly<Record<string, string>> = {
+  LANG: "C.UTF-8",
+  LANGUAGE: "en_US:en",
+  LC_ALL: "en_US.UTF-8",
+  LC_CTYPE: "C.UTF-8",
+  LC_MESSAGES: "POSIX",
+};

@@ -1,23 +1,29 @@
 /**
  * The names an app's `[env]` may not set (issue 43): the platform's own, and every name a program reads
  * before its code runs (the dynamic loader's, the C library's, a shell's, an interpreter's), which would
- * reach the root processes that start the app's jail. Each is refused when runplane.toml loads and when a
- * deployment's runplane.toml is checked over the REST API, with a message naming the variable and why.
+ * reach the root processes that start the app's jail, and a locale variable's value holding `/`, which the C
+ * library there would open as a path. Each is refused when runplane.toml loads and when a deployment's
+ * runplane.toml is checked over the REST API, with a message naming the variable and why.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { AppConfigError, parseAppConfig } from "../../server/runtime/mod.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { bundleOf } from "../_helpers/deployments.ts";
-import { ALLOWED_ENV_NAMES, REFUSED_ENV_NAMES } from "../_helpers/refused_env_names.ts";
+import {
+  ALLOWED_ENV_NAMES,
+  ALLOWED_ENV_VALUES,
+  REFUSED_ENV_NAMES,
+  REFUSED_ENV_VALUES,
+} from "../_helpers/refused_env_names.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 type Problem = { type: string; status: number; detail: string; errors?: Array<{ path: string; message: string }> };
 
-/** The load error of a runplane.toml whose `[env]` sets `name`. */
-function loadError(name: string): string {
+/** The load error of a runplane.toml whose `[env]` sets `name` (to `value`). */
+function loadError(name: string, value = "x"): string {
   try {
-    parseAppConfig(`[env]\n${name} = "x"\n`, "/apps/p/a");
+    parseAppConfig(`[env]\n${name} = ${JSON.stringify(value)}\n`, "/apps/p/a");
   } catch (error) {
     assert.ok(error instanceof AppConfigError, String(error));
     return error.message;
@@ -43,6 +49,18 @@ describe("[env] names that act before the privilege drop", () => {
     for (const name of ALLOWED_ENV_NAMES) {
       assert.deepEqual(parseAppConfig(`[env]\n${name} = "x"\n`, "/apps/p/a").env, { [name]: "x" }, name);
     }
+  });
+
+  it("refuses a locale variable whose value holds /, naming the variable and why", () => {
+    for (const { name, value, why } of REFUSED_ENV_VALUES) {
+      assert.match(reasonFor(name, loadError(name, value)), why, name);
+    }
+  });
+
+  it("keeps loading locale variables set to locale names", () => {
+    assert.deepEqual(parseAppConfig(`[env]\nLANG = "C.UTF-8"\n`, "/apps/p/a").env, { LANG: "C.UTF-8" });
+    const lines = Object.entries(ALLOWED_ENV_VALUES).map(([name, value]) => `${name} = ${JSON.stringify(value)}\n`);
+    assert.deepEqual(parseAppConfig(`[env]\n${lines.join("")}`, "/apps/p/a").env, ALLOWED_ENV_VALUES);
   });
 
   describe("in a deployment over the REST API", () => {
@@ -82,6 +100,19 @@ describe("[env] names that act before the privilege drop", () => {
         headers: { Authorization: `Bearer ${token}` },
       });
       assert.equal(listed.status, 404, "no deployment was stored");
+    });
+
+    it("refuses a locale variable whose value holds / with a 400 naming the variable and why", async () => {
+      for (const [index, { name, value, why }] of REFUSED_ENV_VALUES.entries()) {
+        const response = await deploy(`locale-${index}`, `${name} = ${JSON.stringify(value)}\n`);
+        const problem = (await response.json()) as Problem;
+        assert.equal(response.status, 400, `${name}: ${JSON.stringify(problem)}`);
+        assert.equal(problem.type, "https://runplane.dev/problems/validation", name);
+        assert.equal(problem.errors?.[0]?.path, "body.runplane.toml", name);
+        const at = problem.detail.indexOf(`env.${name} `);
+        assert.ok(at >= 0, `${name}: ${problem.detail}`);
+        assert.match(reasonFor(name, problem.detail.slice(at)), why, name);
+      }
     });
   });
 });
