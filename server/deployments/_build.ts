@@ -319,7 +319,11 @@ async function writeRequirements(layer: DependencyLayer, text: string): Promise<
 
 /** Marks `layer` ready: its marker is created by the server, never through a link the builder left. */
 async function markReady(layer: DependencyLayer, digest: string): Promise<void> {
-  const file = await open(readyMarker(layer.dir), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  const file = await open(
+    readyMarker(layer.dir),
+    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+    0o644,
+  );
   try {
     await file.writeFile(`${digest}\n`);
   } finally {
@@ -361,7 +365,10 @@ async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions):
       egress: true,
     }, builder);
     const args = ["-I", ...pipInstallArgs(requirements, options)];
-    await pipInstall({ file: layer.python, args, shown: `pip install ${plan.pipRequirements.join(" ")}`, jail }, builder);
+    await pipInstall(
+      { file: layer.python, args, shown: `pip install ${plan.pipRequirements.join(" ")}`, jail },
+      builder,
+    );
     await markReady(layer, plan.digest);
     return { venv: "new", python: layer.python };
   }).catch(async (error) => {

@@ -51,8 +51,8 @@ export {
   parseAppConfig,
 } from "./_app_config.ts";
 export { envNameProblem } from "./_app_env.ts";
-export { pipEntryProblem } from "./_dependency_rules.ts";
 export type { AppSource, DeployedApp } from "./_app_registry.ts";
+export { pipEntryProblem } from "./_dependency_rules.ts";
 export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
 export type { HardwareNeed } from "./_host_budget.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";

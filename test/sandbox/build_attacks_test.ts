@@ -207,7 +207,7 @@ if (await sandboxWorks("the build attack tests")) {
       assert.deepEqual([await snapshot(victim), await snapshot(setuid)], before, "a host file was changed");
       assert.equal((await stat(setuid)).mode & 0o4000, 0o4000, "the setuid file lost its bit");
       // Served from the runplane.toml read before the build's commands ran, not from the link.
-      assert.equal((await call(TEST_PROJECT, "linker", t.token)), "built\n" as unknown);
+      assert.equal(await call(TEST_PROJECT, "linker", t.token), "built\n" as unknown);
       const apps = await checkedFetch(`${t.url}/v3/projects/${TEST_PROJECT}/apps`, {
         headers: { Authorization: `Bearer ${t.token}` },
       });
@@ -234,7 +234,11 @@ if (await sandboxWorks("the build attack tests")) {
       const end = await deployBundle(t, "own-layer", bundle, deployA);
       const log = end.lines.join("\n");
       assert.deepEqual(await snapshot(victim), before, "the server wrote through the layer's link");
-      assert.match(log, /==> pip: new project virtualenv/, "an interpreter of the bundle makes the layer the project's");
+      assert.match(
+        log,
+        /==> pip: new project virtualenv/,
+        "an interpreter of the bundle makes the layer the project's",
+      );
       assert.equal(end.status, "failed", log);
     });
   });
