@@ -4,7 +4,7 @@
  * its first process, read for OOM kills when it ends, and removed with whatever is left in it.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { type Controller, CONTROLLERS } from "./_cgroup_layout.ts";
 
@@ -147,7 +147,10 @@ export async function removeCgroupDirs(dirs: string[]): Promise<boolean> {
   return left.length === 0;
 }
 
-/** The sub-folders of `dir` (cgroups), deepest last; empty when it cannot be read. */
+/**
+ * The sub-folders of `dir` (cgroups); empty when it cannot be read. A link is never followed: the entry's
+ * own type is read, and a cgroup file system cannot hold links anyway.
+ */
 function subfolders(dir: string): string[] {
   try {
     return readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => join(dir, e.name));
@@ -156,7 +159,47 @@ function subfolders(dir: string): string[] {
   }
 }
 
-/** This server's folder under each hierarchy's `runplane/`, made and readied for replicas' cgroups. */
+/** Every folder below `dir`, deepest first: the order they can be removed in. */
+function descendants(dir: string): string[] {
+  return subfolders(dir).flatMap((child) => [...descendants(child), child]);
+}
+
+/** What a server makes of another server's folder under `runplane/` (see `judgeServerFolder`). */
+export interface FolderVerdict {
+  /** `gone`: its server is proved to have stopped; `running`: it has not; `unknown`: nothing is proved. */
+  state: "gone" | "running" | "unknown";
+  /** Why, for the log. */
+  why: string;
+}
+
+/** Another server's folder, with what was made of it. */
+export interface JudgedFolder extends FolderVerdict {
+  /** Its name under `runplane/`. */
+  name: string;
+}
+
+/** What `removeGone` did with the other folders under `runplane/`. */
+export interface GoneCleanup {
+  /** Folders of servers proved gone, removed from every hierarchy. */
+  removed: JudgedFolder[];
+  /** Folders of servers proved gone whose processes outlived the removal; tried again at the next start. */
+  failed: JudgedFolder[];
+  /** Folders left as they are: their server runs, or nothing proves it gone. */
+  left: JudgedFolder[];
+}
+
+/**
+ * This server's folder under each hierarchy's `runplane/`, made and readied for replicas' cgroups.
+ *
+ * Nothing here is written or removed through a link, and no tenant can have put one there: every folder
+ * is on a cgroup file system (`checkCgroupFs` in `_cgroups.ts`), which holds no links (`symlink` fails
+ * there) and no files but the kernel's; the folders are made by the server (root, or the owner of a
+ * delegated cgroup), so their files are its own and not writable by others; and a jailed replica (under a
+ * root server, a uid of its own) cannot reach them: its jail has no `/sys`, its cgroup namespace is its
+ * own, and it holds no capability to mount a cgroup file system (test/sandbox/cgroup_tenant_test.ts
+ * tries). A replica unjailed (`RUNPLANE_SANDBOX=off`) runs as the server's uid and could raise its own
+ * limits: that setting is for the operator's own apps only.
+ */
 export class CgroupTree {
   readonly version: "v1" | "v2";
   /** This server's folder name under each `runplane/`. */
@@ -199,17 +242,27 @@ export class CgroupTree {
     }
   }
 
-  /** Removes the folders of servers that are gone (`isGone(name)`) with their replicas' cgroups; returns how many. */
-  async removeGone(isGone: (owner: string) => boolean): Promise<number> {
-    let removed = 0;
+  /**
+   * Removes the folders of other servers that `judge` proves gone, with every cgroup below them, in every
+   * hierarchy. Each name is judged once, whichever hierarchies hold it (a server killed while making its
+   * folders has them in some only), and nothing is removed on a verdict other than `gone`.
+   */
+  async removeGone(judge: (name: string) => FolderVerdict): Promise<GoneCleanup> {
+    const byName = new Map<string, string[]>();
     for (const parent of this.parents) {
       for (const dir of subfolders(parent)) {
-        const name = dir.slice(parent.length + 1);
-        if (name === this.owner || !isGone(name)) continue;
-        if (await removeCgroupDirs([...subfolders(dir), dir])) removed++;
+        const name = basename(dir);
+        if (name !== this.owner) byName.set(name, [...(byName.get(name) ?? []), dir]);
       }
     }
-    return removed;
+    const cleanup: GoneCleanup = { removed: [], failed: [], left: [] };
+    for (const [name, dirs] of byName) {
+      const judged = { name, ...judge(name) };
+      if (judged.state !== "gone") cleanup.left.push(judged);
+      else if (await removeCgroupDirs([...dirs.flatMap(descendants), ...dirs])) cleanup.removed.push(judged);
+      else cleanup.failed.push(judged);
+    }
+    return cleanup;
   }
 
   /** Makes the cgroup `name` with `limits` in each hierarchy; throws (and removes it) when a write fails. */
@@ -251,6 +304,6 @@ export class CgroupTree {
   /** Removes this server's folders, with every replica's cgroup still in them. */
   async removeAll(): Promise<boolean> {
     const owners = this.#ownerDirs();
-    return await removeCgroupDirs([...owners.flatMap((dir) => subfolders(dir)), ...owners]);
+    return await removeCgroupDirs([...owners.flatMap(descendants), ...owners]);
   }
 }

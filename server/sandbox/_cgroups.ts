@@ -9,7 +9,15 @@ import { mkdirSync, readFileSync, readlinkSync, statfsSync, writeFileSync } from
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "../log.ts";
 import { type CgroupLayout, cgroupLayout, type Controller, CONTROLLERS } from "./_cgroup_layout.ts";
-import { type CgroupBase, CgroupTree, type ReplicaCgroup, type ResourceLimits } from "./_cgroup_tree.ts";
+import {
+  type CgroupBase,
+  CgroupTree,
+  type FolderVerdict,
+  type GoneCleanup,
+  type JudgedFolder,
+  type ReplicaCgroup,
+  type ResourceLimits,
+} from "./_cgroup_tree.ts";
 
 /** How cgroups were set, and what this host could give. */
 export interface CgroupStatus {
@@ -73,36 +81,132 @@ export function disabledCgroups(status: Partial<CgroupStatus> = {}): Cgroups {
   };
 }
 
-/** Field 22 of `/proc/<pid>/stat`: when the process started (ticks since boot); undefined when it is gone. */
-function startTime(pid: number | "self"): string | undefined {
+/** `/proc/<pid>/stat`'s start time (field 22: clock ticks since boot), or the error code of reading it. */
+function readStartTime(proc: string, pid: string): { startTime: string } | { code: string } {
+  let text: string;
   try {
-    return readFileSync(`/proc/${pid}/stat`, "utf8").split(")").at(-1)!.trim().split(/\s+/)[19];
+    text = readFileSync(join(proc, pid, "stat"), "utf8");
+  } catch (error) {
+    return { code: (error as NodeJS.ErrnoException).code ?? "unknown error" };
+  }
+  // The command name (field 2) may hold spaces and parentheses: fields are counted from its last `)`.
+  const startTime = text.slice(text.lastIndexOf(")") + 1).trim().split(/\s+/)[19];
+  return startTime && /^\d+$/.test(startTime) ? { startTime } : { code: "unparseable" };
+}
+
+/** The inode of this process's pid namespace, read through `proc`; undefined when it cannot be. */
+function pidNamespace(proc: string): string | undefined {
+  try {
+    return /^pid:\[(\d+)\]$/.exec(readlinkSync(join(proc, "self", "ns", "pid")))?.[1];
   } catch {
     return undefined;
   }
 }
 
-/** The inode of this process's pid namespace: pids mean something only within it. */
-function pidNamespace(): string {
+/** Whether `proc` is a `/proc` of this process's pid namespace: its `self` is this process's pid. */
+function procIsOurs(proc: string): boolean {
   try {
-    return /\[(\d+)\]/.exec(readlinkSync("/proc/self/ns/pid"))?.[1] ?? "0";
+    return readlinkSync(join(proc, "self")) === String(process.pid);
   } catch {
-    return "0";
+    return false;
   }
 }
 
-/** This server's folder name: `<pid namespace>-<pid>-<start time>-<owner>`. */
+/** This server's folder name: `<pid namespace>-<pid>-<start time>-<owner>`; throws when `/proc` does not say. */
 function serverFolderName(owner: string): string {
-  return `${pidNamespace()}-${process.pid}-${startTime("self")}-${owner}`;
+  const namespace = pidNamespace("/proc");
+  const started = readStartTime("/proc", "self");
+  if (namespace === undefined || !("startTime" in started)) {
+    // A folder that names no namespace or start time could never be proved a gone server's.
+    throw new Error("this process's pid namespace and start time cannot be read from /proc/self");
+  }
+  return `${namespace}-${process.pid}-${started.startTime}-${owner}`;
+}
+
+/** Whether a process with id `pid` exists in this pid namespace, by a signal 0 (unlike `/proc`, never hidden). */
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it exists, and is another user's.
+    return (error as NodeJS.ErrnoException).code !== "ESRCH";
+  }
+}
+
+/** Options of `judgeServerFolder`. */
+export interface JudgeOptions {
+  /** Stands for `/proc` (tests). */
+  procDir?: string;
+}
+
+const SERVER_FOLDER = /^(\d+)-(\d+)-(\d+)-(.+)$/;
+
+/**
+ * Whether the server that named its folder `<pid namespace>-<pid>-<start time>-<owner>` is proved gone:
+ * only when the name parses, its pid namespace is this server's, and `/proc/<pid>` positively shows that
+ * no process has that pid (ENOENT, and a signal 0 finds none either: `/proc` mounted with `hidepid` hides
+ * other users' processes) or that the process there started at another time. A pid and its start time
+ * (clock ticks since boot; cgroups do not outlive a boot) name one process for good: once it is seen gone
+ * it never comes back, so the verdict cannot go stale before the removal. Any other answer (another
+ * namespace, whose pids mean nothing here; a `/proc` that cannot be read; a name of another form) proves
+ * nothing, and the folder is left. A lock held by the live server (an flock) would prove no more: it too
+ * ends when the process does, cgroup file systems cannot hold the file, and Node cannot flock.
+ */
+export function judgeServerFolder(name: string, options: JudgeOptions = {}): FolderVerdict {
+  const proc = options.procDir ?? "/proc";
+  const match = SERVER_FOLDER.exec(name);
+  if (!match) return { state: "unknown", why: "not a server's folder name (<pid namespace>-<pid>-<start time>-<id>)" };
+  const [, namespace, pid, started] = match;
+  const ours = pidNamespace(proc);
+  if (ours === undefined || !procIsOurs(proc)) {
+    // Another namespace's /proc shows other processes under the same pids.
+    return { state: "unknown", why: `${proc} is not of this server's pid namespace, or cannot be read` };
+  }
+  if (namespace !== ours) {
+    return { state: "unknown", why: `a server of another pid namespace (${namespace}): its pids mean nothing here` };
+  }
+  const now = readStartTime(proc, pid);
+  if ("startTime" in now) {
+    return now.startTime === started
+      ? { state: "running", why: `process ${pid} is running` }
+      : { state: "gone", why: `process ${pid} is another one now (started at ${now.startTime})` };
+  }
+  if (now.code !== "ENOENT" && now.code !== "ESRCH") {
+    return { state: "unknown", why: `${join(proc, pid, "stat")} could not be read (${now.code})` };
+  }
+  return processExists(Number(pid))
+    ? {
+      state: "unknown",
+      why: `${join(proc, pid)} is missing, but process ${pid} exists (is ${proc} mounted with hidepid?)`,
+    }
+    : { state: "gone", why: `no process ${pid}` };
 }
 
 /**
- * Whether the server that named its folder `<pid namespace>-<pid>-<start time>-<owner>` has stopped. One
- * of another pid namespace (a container sharing the hierarchy) is never judged: its pid means nothing here.
+ * Says what the start's cleanup did: the servers whose folders were removed (by name: pid, start time and
+ * server id), those it failed to remove, and the folders left with why (only what was proved gone goes).
  */
-function serverGone(name: string): boolean {
-  const match = /^(\d+)-(\d+)-(\d+)-/.exec(name);
-  return match !== null && match[1] === pidNamespace() && startTime(Number(match[2])) !== match[3];
+function logCleanup(logger: Logger, cleanup: GoneCleanup): void {
+  const described = (folders: JudgedFolder[]) =>
+    folders.map((folder) => {
+      const [, namespace, pid, started, owner] = SERVER_FOLDER.exec(folder.name) ?? [];
+      const server = owner === undefined
+        ? {}
+        : { pid_namespace: namespace, pid: Number(pid), start_time: started, owner };
+      return { folder: folder.name, ...server, why: folder.why };
+    });
+  const { removed, failed, left } = cleanup;
+  if (removed.length > 0) logger.info({ servers: described(removed) }, "removed the cgroups of servers that are gone");
+  if (failed.length > 0) {
+    logger.warn({ servers: described(failed) }, "the cgroups of servers that are gone could not all be removed");
+  }
+  const unproved = left.filter((folder) => folder.state === "unknown");
+  if (unproved.length > 0) {
+    logger.info({ folders: described(unproved) }, "left cgroups of other servers that are not proved gone");
+  }
+  const running = left.filter((folder) => folder.state === "running");
+  if (running.length > 0) logger.debug({ servers: described(running) }, "left the cgroups of servers that run");
 }
 
 function readLayout(): CgroupLayout {
@@ -244,8 +348,7 @@ export async function createCgroups(setting: CgroupStatus["setting"], options: C
     const tree = new CgroupTree(chosen.version, chosen.bases, serverFolderName(options.owner));
     if (chosen.version === "v2") leaveV2Base(chosen.bases[0].dir);
     tree.prepare();
-    const gone = await tree.removeGone(serverGone);
-    if (gone > 0) options.logger.info({ servers: gone }, "removed the cgroups of servers that are gone");
+    logCleanup(options.logger, await tree.removeGone((name) => judgeServerFolder(name)));
     try {
       await probe(tree, pids);
     } catch (error) {

@@ -6,17 +6,20 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readlinkSync, rmdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { after, describe, it } from "node:test";
 import { createLogger } from "../../server/log.ts";
 import { cgroupLayout } from "../../server/sandbox/_cgroup_layout.ts";
 import { CgroupTree, limitWrites, oomKills } from "../../server/sandbox/_cgroup_tree.ts";
+import { judgeServerFolder } from "../../server/sandbox/_cgroups.ts";
 import { CgroupsUnavailableError, createCgroups } from "../../server/sandbox/mod.ts";
 import { alive, waitFor } from "../_helpers/apps.ts";
 import { cgroupsWork } from "../_helpers/cgroups.ts";
+import { testCgroupPlace } from "./_cgroup_place.ts";
 
 const logger = createLogger({ level: "silent" });
 const GIB = 1024 ** 3;
@@ -127,6 +130,66 @@ describe("the files a replica's limits are written to", () => {
   });
 });
 
+/** This process's pid namespace (its inode) and start time, as a server names its folder with them. */
+const NAMESPACE = /\[(\d+)\]/.exec(readlinkSync("/proc/self/ns/pid"))![1];
+const STARTED = readFileSync("/proc/self/stat", "utf8").split(")").at(-1)!.trim().split(/\s+/)[19];
+/** A pid past every `pid_max` (2^22): no process has it. */
+const NO_PID = 4194305;
+
+describe("whose folder a starting server judges gone", () => {
+  it("a folder whose process no longer exists, or whose pid is another process's now", () => {
+    assert.deepEqual(judgeServerFolder(`${NAMESPACE}-${NO_PID}-1-rp_dead`), {
+      state: "gone",
+      why: `no process ${NO_PID}`,
+    });
+    const reused = judgeServerFolder(`${NAMESPACE}-${process.pid}-${Number(STARTED) - 1}-rp_old`);
+    assert.equal(reused.state, "gone");
+    assert.match(reused.why, new RegExp(`process ${process.pid} is another one now \\(started at ${STARTED}\\)`));
+  });
+
+  it("not a running server's, another pid namespace's, or a name of another form", () => {
+    assert.equal(judgeServerFolder(`${NAMESPACE}-${process.pid}-${STARTED}-rp_live`).state, "running");
+    const foreign = judgeServerFolder(`1-${NO_PID}-1-rp_elsewhere`);
+    assert.deepEqual([foreign.state, /another pid namespace/.test(foreign.why)], ["unknown", true]);
+    for (
+      const name of [
+        "probe",
+        `${NAMESPACE}-${NO_PID}-rp_short`,
+        `${NAMESPACE}-${NO_PID}-1-`,
+        `x${NAMESPACE}-${NO_PID}-1-rp`,
+      ]
+    ) {
+      assert.equal(judgeServerFolder(name).state, "unknown", name);
+    }
+  });
+
+  it("not when /proc proves nothing: an entry it cannot read, a process it hides, another namespace's /proc", async () => {
+    const proc = await mkdtemp(join(tmpdir(), "runplane-fake-proc-"));
+    const otherProc = await mkdtemp(join(tmpdir(), "runplane-fake-proc-"));
+    try {
+      // A /proc of this process's namespace, but for what each case puts in it.
+      mkdirSync(join(proc, String(process.pid), "ns"), { recursive: true });
+      symlinkSync(`pid:[${NAMESPACE}]`, join(proc, String(process.pid), "ns", "pid"));
+      symlinkSync(String(process.pid), join(proc, "self"));
+      // A read that fails otherwise than ENOENT (here EISDIR; EMFILE, EACCES alike): nothing is proved.
+      mkdirSync(join(proc, String(NO_PID), "stat"), { recursive: true });
+      const unreadable = judgeServerFolder(`${NAMESPACE}-${NO_PID}-1-rp_x`, { procDir: proc });
+      assert.deepEqual([unreadable.state, /could not be read \(EISDIR\)/.test(unreadable.why)], ["unknown", true]);
+      // No entry for a process that exists (hidepid hides other users' processes): a signal finds it.
+      const hidden = judgeServerFolder(`${NAMESPACE}-${process.pid}-${STARTED}-rp_x`, { procDir: proc });
+      assert.deepEqual([hidden.state, /is missing, but process \d+ exists/.test(hidden.why)], ["unknown", true]);
+      // A /proc whose `self` is not this process: another namespace's, where the same pids are others.
+      symlinkSync("1", join(otherProc, "self"));
+      mkdirSync(join(otherProc, "1", "ns"), { recursive: true });
+      symlinkSync(`pid:[${NAMESPACE}]`, join(otherProc, "1", "ns", "pid"));
+      assert.equal(judgeServerFolder(`${NAMESPACE}-${NO_PID}-1-rp_dead`, { procDir: otherProc }).state, "unknown");
+    } finally {
+      await rm(proc, { recursive: true, force: true });
+      await rm(otherProc, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("a server that cannot write cgroups", () => {
   it("auto: serves without limits and says why; required: refuses to start", async () => {
     const layout = { v1: { memory: "/proc/runplane-nope", cpu: "/proc/runplane-nope", pids: "/proc/runplane-nope" } };
@@ -162,44 +225,29 @@ describe("a server that cannot write cgroups", () => {
 if (await cgroupsWork("the cgroup cleanup tests")) {
   describe("the cgroups of a server that is gone", () => {
     const cleanups: Array<() => Promise<void>> = [];
-    // A cgroup of this test's own below this process's, in each hierarchy: the servers of other tests
-    // (which clean up gone servers' cgroups too) never see what this one leaves there.
-    const own = cgroupLayout({
-      mountinfo: readFileSync("/proc/self/mountinfo", "utf8"),
-      cgroup: readFileSync("/proc/self/cgroup", "utf8"),
-    });
-    // (On v2 a cgroup with processes gives its children no controllers: there the servers' own place is used.)
-    const unified = own.v2 !== undefined && existsSync(join(own.v2, "cgroup.controllers"))
-      && readFileSync(join(own.v2, "cgroup.controllers"), "utf8").includes("memory");
-    const name = `runplane-test-${process.pid}-${Date.now()}`;
-    const isolated = Object.values(own.v1).map((dir) => join(dir, name));
-    const layout = unified
-      ? undefined
-      : { v1: Object.fromEntries(Object.entries(own.v1).map(([controller, dir]) => [controller, join(dir, name)])) };
+    const place = testCgroupPlace();
+    const { layout } = place;
     after(async () => {
       for (const cleanup of cleanups) await cleanup();
-      if (!layout) return;
-      for (const dir of new Set(isolated)) {
-        for (const leftover of [join(dir, "runplane"), dir]) if (existsSync(leftover)) rmdirSync(leftover);
-      }
+      await place.remove();
     });
 
-    it("are removed, with their processes, by the next server to start", async () => {
-      if (layout) { for (const dir of isolated) mkdirSync(dir, { recursive: true }); }
+    it("are removed, with their processes, by the next server to start, which names whose they were", async () => {
       const first = await createCgroups("required", { logger, owner: "rp_first", pids: 64, layout });
       cleanups.push(() => first.close());
       // A server killed with its replica still running: a folder named for a process of this pid namespace
-      // that no longer exists (pid 2^22 + 1 is past every pid_max), holding a live process; and one of
-      // another pid namespace (a container sharing the hierarchy), whose pid means nothing here.
-      const [parent] = first.status.parents;
-      const namespace = /\[(\d+)\]/.exec(readlinkSync("/proc/self/ns/pid"))![1];
-      const stale = first.status.parents.map((p) => join(p, `${namespace}-4194305-1-rp_dead`, "1-p.app"));
-      const foreign = first.status.parents.map((p) => join(p, "1-4194305-1-rp_elsewhere"));
-      for (const dir of foreign) mkdirSync(dir, { recursive: true });
+      // that no longer exists, holding a live process; one killed while it made its folders (in the first
+      // hierarchy only); one of another pid namespace (a container sharing the hierarchy), whose pid means
+      // nothing here; and a folder whose name is not a server's.
+      const { parents } = first.status;
+      const dead = `${NAMESPACE}-${NO_PID}-1-rp_dead`;
+      const half = `${NAMESPACE}-${NO_PID}-2-rp_half`;
+      const stale = parents.map((p) => join(p, dead, "1-p.app"));
+      const kept = [...parents.map((p) => join(p, "1-4194305-1-rp_elsewhere")), ...parents.map((p) => join(p, "tmp"))];
+      for (const dir of [...kept, ...stale, join(parents[0], half)]) mkdirSync(dir, { recursive: true });
       cleanups.push(async () => {
-        for (const dir of foreign) rmdirSync(dir);
+        for (const dir of kept) rmdirSync(dir);
       });
-      for (const dir of stale) mkdirSync(dir, { recursive: true });
       const sleeper = spawn("/bin/sh", [
         "-c",
         `for f in ${stale.map((d) => join(d, "cgroup.procs")).join(" ")}; do echo $$ > $f; done; exec sleep 60`,
@@ -208,14 +256,44 @@ if (await cgroupsWork("the cgroup cleanup tests")) {
         () => readFileSync(join(stale[0], "cgroup.procs"), "utf8").trim() === String(sleeper.pid),
         "the stale process to join",
       );
-      const second = await createCgroups("required", { logger, owner: "rp_second", pids: 64, layout });
+      const logs: Array<Record<string, unknown>> = [];
+      const capture = createLogger({
+        level: "debug",
+        destination: new Writable({
+          write(chunk, _encoding, done) {
+            logs.push(JSON.parse(String(chunk)) as Record<string, unknown>);
+            done();
+          },
+        }),
+      });
+      const second = await createCgroups("required", { logger: capture, owner: "rp_second", pids: 64, layout });
       cleanups.push(() => second.close());
       await waitFor(() => !alive(sleeper.pid!), "the stale replica's process to be killed");
-      for (const dir of stale) assert.equal(existsSync(dir), false, `${dir} was removed`);
-      assert.equal(existsSync(join(parent, `${namespace}-4194305-1-rp_dead`)), false);
-      assert.ok(foreign.every((dir) => existsSync(dir)), "another pid namespace's server's folder stays");
-      // The live servers' folders stay.
-      assert.ok(first.status.parents.every((p) => existsSync(p)));
+      for (const dir of [...stale, ...parents.flatMap((p) => [join(p, dead), join(p, half)])]) {
+        assert.equal(existsSync(dir), false, `${dir} was removed`);
+      }
+      assert.ok(kept.every((dir) => existsSync(dir)), "another pid namespace's folder, and one not a server's, stay");
+      const firstFolder = `${NAMESPACE}-${process.pid}-${STARTED}-rp_first`;
+      assert.ok(parents.every((p) => existsSync(join(p, firstFolder))), "the running server's folders stay");
+      // Each gone server named once, whichever hierarchies held its folder. (Where the servers' own place is
+      // used, on v2, other servers' folders may be there too: only this test's are looked at.)
+      const ours = (folder: unknown) => [dead, half, "1-4194305-1-rp_elsewhere", "tmp"].includes(String(folder));
+      const removed = logs.find((l) => l.msg === "removed the cgroups of servers that are gone");
+      assert.ok(
+        Array.isArray(removed?.servers),
+        `the log names whose cgroups were removed: ${JSON.stringify(removed)}`,
+      );
+      const servers = (removed.servers as Array<Record<string, unknown>>).filter((s) => ours(s.folder));
+      assert.deepEqual(
+        servers.map((s) => [s.folder, s.pid, s.start_time, s.owner]).sort(),
+        [[dead, NO_PID, "1", "rp_dead"], [half, NO_PID, "2", "rp_half"]],
+        JSON.stringify(logs),
+      );
+      const left = logs.find((l) => l.msg === "left cgroups of other servers that are not proved gone");
+      assert.deepEqual(
+        (left?.folders as Array<{ folder: string }> | undefined)?.map((f) => f.folder).filter(ours).sort(),
+        ["1-4194305-1-rp_elsewhere", "tmp"],
+      );
       assert.equal(second.status.version, first.status.version);
     });
 
