@@ -250,15 +250,17 @@ export function requirementsText(requirements: readonly string[], options: { all
  * it is not mounted and the working directory is `/`, so no file of it can stand in for a module of the
  * standard library (`venv.py`, `site.py`, `sitecustomize.py`, a `.pth`). A project layer's steps read it.
  */
-function pipJail(dir: string, requirements: string, options: RunBuildOptions): StepCommand["jail"] {
-  const { layer } = options;
+function pipJail(
+  layer: DependencyLayer,
+  options: Pick<RunBuildOptions, "pipFindLinks"> & { dir: string; requirements: string },
+): StepCommand["jail"] {
   const findLinks = options.pipFindLinks && isAbsolute(options.pipFindLinks) ? [options.pipFindLinks] : [];
-  const bundle = layer?.scope === "project" ? [dir] : [];
+  const bundle = layer.scope === "project" ? [options.dir] : [];
   return {
-    cwd: bundle.length ? dir : "/",
-    readOnly: [...bundle, requirements, ...findLinks],
-    writable: [layer!.dir],
-    env: { VIRTUAL_ENV: layer!.dir, PIP_CONFIG_FILE: "/dev/null", PIP_NO_INPUT: "1" },
+    cwd: bundle.length ? options.dir : "/",
+    readOnly: [...bundle, options.requirements, ...findLinks],
+    writable: [layer.dir],
+    env: { VIRTUAL_ENV: layer.dir, PIP_CONFIG_FILE: "/dev/null", PIP_NO_INPUT: "1" },
   };
 }
 
@@ -354,7 +356,7 @@ async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions):
     await mkdir(layer.dir, { mode: 0o755 });
     await options.sandbox.handOver(layer.dir, layer.builder);
     const requirements = await writeRequirements(layer, requirementsFile);
-    const jail = pipJail(dir, requirements, options);
+    const jail = pipJail(layer, { dir, requirements, pipFindLinks: options.pipFindLinks });
     const builder = { ...options, projectId: layer.builder };
     // `-I`: no PYTHON* variable, no working directory and no user site on sys.path, in both steps.
     await run("pip", {
