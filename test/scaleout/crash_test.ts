@@ -24,7 +24,7 @@ MARKS = ${JSON.stringify(marks)}
 
 ${SERVER_PID_PY}
 
-def slow(run_id, seconds=1.0):
+def slow(run_id, seconds=2.5):
     with open(os.path.join(MARKS, run_id), "a") as f:
         f.write("%d %d\\n" % (os.getpid(), _server_pid()))
     time.sleep(seconds)
@@ -89,6 +89,8 @@ it(
     }
     const onA = () => ids.filter((id) => started(id).includes(a.child.pid!));
     // Kill A while it holds a delivery whose first attempt failed (pending) and a run that has not ended.
+    // A run lasts 2.5 s so that one seen running is still running when the kill lands on a loaded machine
+    // (with 1 s, a full suite on a loaded machine saw the run end between the check and the kill).
     await eventually(
       async () => (onA().some((id) => seen.has(id)) && onA().some((id) => !ended(id)) ? true : undefined),
       60_000,
