@@ -26,7 +26,7 @@ import { createLogger, type Logger } from "./log.ts";
 import { createMetrics, type Metrics } from "./metrics/mod.ts";
 import { cacheReplicaEnvironments, createProjectSecrets } from "./project_secrets/mod.ts";
 import { runtimeExecutor } from "./run_executor.ts";
-import { createRuntime, type DeployedApp, type Runtime } from "./runtime/mod.ts";
+import { createRuntime, type DeployedApp, type Runtime, type UnservedApp } from "./runtime/mod.ts";
 import {
   createRunChangeFeed,
   createRunLogWriter,
@@ -177,6 +177,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
   const replicaEnvironments = cacheReplicaEnvironments(projectSecrets, { changed: () => reloadApps() });
   // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
   let deployedApps: () => DeployedApp[] = () => [];
+  let unservedApps: () => UnservedApp[] = () => [];
   const runLogs = createRunLogWriter(store.db, { limitBytes: config.runLogLimitBytes, logger });
   worker?.useRunLogs?.((line) => runLogs.add(line));
   // With RUNPLANE_ADVERTISE_URL on a shared store, this process is a host of one cluster (issue 31):
@@ -200,6 +201,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     forkReplicas: config.forkReplicas,
     queueLimit: config.appQueueLimit,
     deployedApps: () => deployedApps(),
+    unservedApps: () => unservedApps(),
     onOutput: (line) => runLogs.add(line),
     projectEnvironment: (projectId) => replicaEnvironments.get(projectId),
     externalRuntimes: { allowed: config.allowExternalRuntimes, allowPrivate: config.webhookAllowPrivate },
@@ -248,6 +250,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     testDelayLocalSyncMs: config.testDelayLocalSyncMs,
   });
   deployedApps = () => deployments.deployedApps();
+  unservedApps = () => deployments.unservedApps();
   // Without a jail under `auto`, the store's deployments (an earlier, jailed run's) are neither built nor
   // served here: their code would run unjailed. They stay as they are for a process that can jail them.
   const servesDeployments = !deploymentsRefused(sandboxStatus);

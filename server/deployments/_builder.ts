@@ -6,7 +6,7 @@
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import type { Database, Notifier } from "../store/mod.ts";
-import { createBuildLog } from "./_build_log.ts";
+import { type BuildLogLine, createBuildLog } from "./_build_log.ts";
 import { type BuildSettings, DeploymentBuildError, materialise } from "./_materialise.ts";
 import {
   claimNextBuild,
@@ -31,9 +31,13 @@ export interface BuilderOptions {
   pollMs?: number;
   /**
    * Called once a build succeeded, before it is recorded `ready` and active: resolves when this process
-   * serves the deployment, so that a caller who sees "ready" reaches the new version here.
+   * serves the deployment (a replica of it started and loaded), so that a caller who sees "ready"
+   * reaches the new version here. Rejects when it does not load (a `DeploymentBuildError` says why; what
+   * the app printed goes to `log`): the build fails, and the previous deployment goes on serving.
    */
-  serve(deployment: DeploymentRow): Promise<void>;
+  serve(deployment: DeploymentRow, options: { log(line: BuildLogLine): void; signal: AbortSignal }): Promise<void>;
+  /** Called once a build failed, before that is recorded: a caller who sees "failed" gets its 503 here. */
+  rejected?(deployment: DeploymentRow, error: string): Promise<void>;
   /** Called once the build's end is recorded (or could not be): the store decides what is served again. */
   settled(deployment: DeploymentRow): Promise<void>;
 }
@@ -88,7 +92,7 @@ export function startBuilder(options: BuilderOptions): Builder {
         digest: done.baseImageDigest,
         status: done.venv === "none" ? null : done.venv,
       });
-      await options.serve(deployment);
+      await options.serve(deployment, { log: (line) => log.write(line), signal: stopping.signal });
       log.write({ stream: "build", text: "==> ready: new calls go to this deployment" });
     } catch (failure) {
       if (!(failure instanceof DeploymentBuildError)) {
@@ -104,6 +108,11 @@ export function startBuilder(options: BuilderOptions): Builder {
       clearInterval(renewal);
     }
     await log.close();
+    if (error !== undefined) {
+      await options.rejected?.(deployment, error).catch((e) =>
+        logger.warn({ err: e, deployment_id: id }, "serving a failed build's 503 here failed; the store says it soon")
+      );
+    }
     const finished = await finishBuild(db, { deployment, owner: options.owner, now: options.now(), error }).finally(
       () => options.settled(deployment),
     );

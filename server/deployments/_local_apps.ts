@@ -10,14 +10,20 @@
  * The building process serves its build before the store says it is active (`adopt`), and the store's
  * answer is ignored for that app until a read that began after the build's end was recorded (`settle`):
  * a read that began before it, still in flight, would switch a "ready" deployment back to the old one.
+ * It serves the build only once the runtime started it and it serves (`stage`: main.py imported, or the
+ * custom server answered); a build that does not is failed with why, and the previous one goes on.
+ *
+ * An app whose builds failed and none is active is followed too (`unserved`): its calls get 503 naming
+ * the failed deployment, not 404. The builder says so before the failure is recorded (`reject`).
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
-import type { DeployedApp } from "../runtime/mod.ts";
+import { AppStartError, type DeployedApp, type StagedVersion, type UnservedApp } from "../runtime/mod.ts";
 import type { Database, Notifier } from "../store/mod.ts";
+import type { BuildLogLine } from "./_build_log.ts";
 import { type BuildSettings, DeploymentBuildError, materialise, plannedPaths } from "./_materialise.ts";
-import { type DeploymentRow, selectActiveDeployments } from "./_records.ts";
+import { type DeploymentRow, selectActiveDeployments, selectUnservedApps } from "./_records.ts";
 import type { ServedApp } from "./_served_reporter.ts";
 
 /** Options of `startLocalApps`. */
@@ -40,23 +46,43 @@ export interface LocalAppsOptions {
   deferBuilds?: boolean;
   /** Test only (RUNPLANE_TEST_DELAY_LOCAL_SYNC): a pause between reading the store and acting on it. */
   testDelayMs?: number;
+  /**
+   * Starts a deployment built here and resolves once it serves (the runtime's `stage`): `adopt` serves it
+   * only then. Without it, `adopt` serves what it materialised.
+   */
+  stage?(app: DeployedApp, options: { signal?: AbortSignal }): Promise<StagedVersion>;
 }
 
 /** The deployments served here. */
 export interface LocalApps {
   /** Every deployed app ready on this host. */
   list(): DeployedApp[];
+  /** Every deployed app that no deployment serves (its newest build failed, and none of it is active). */
+  unserved(): UnservedApp[];
   /** Re-reads the store; resolves once a read that began after this call is served. */
   sync(): Promise<void>;
   /**
    * Serves `row` here before the store says it is active (the builder's host, so that "ready" means
-   * served); what the store says is kept from this app until `settle` is called for it. Throws when it
-   * cannot be served.
+   * served); what the store says is kept from this app until `settle` is called for it. Throws (a
+   * `DeploymentBuildError` when it does not load, its traceback written to `log`) when it cannot be served.
    */
-  adopt(row: DeploymentRow): Promise<void>;
+  adopt(row: DeploymentRow, options: AdoptOptions): Promise<void>;
+  /**
+   * Before `row`'s failure (`error`) is recorded: an app that nothing serves here answers 503 naming it
+   * from now on; what the store says is kept from this app until `settle` is called for it.
+   */
+  reject(row: DeploymentRow, error: string): Promise<void>;
   /** Ends an `adopt`: the store decides again (a build whose end was not recorded goes back). */
   settle(row: DeploymentRow): Promise<void>;
   stop(): Promise<void>;
+}
+
+/** Options of `LocalApps.adopt`. */
+export interface AdoptOptions {
+  /** The build's log: what the app said when it did not load goes there. */
+  log(line: BuildLogLine): void;
+  /** Stops the replica started for the check (the server is stopping). */
+  signal?: AbortSignal;
 }
 
 /** An adopted app: the store's answers are ignored for it, up to the read numbered `releasedAfterRead`. */
@@ -73,6 +99,7 @@ function keyOf(row: DeploymentRow): string {
 export function startLocalApps(options: LocalAppsOptions): LocalApps {
   const { logger } = options;
   const served = new Map<string, { app: DeployedApp; since: number }>();
+  const unserved = new Map<string, UnservedApp>();
   // A deployment that cannot be built here is not retried at every poll (a store fault is).
   const failed = new Set<string>();
   const pins = new Map<string, Pin>();
@@ -170,9 +197,53 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
     await options.onServed?.(apps);
   }
 
+  /** Follows the store's apps that no deployment serves; whether that changed anything. */
+  function syncUnserved(rows: Awaited<ReturnType<typeof selectUnservedApps>>, read: number): boolean {
+    const wanted = new Map(rows.map((row) => [`${row.project_id}/${row.app_id}`, row]));
+    let change = false;
+    for (const key of new Set([...wanted.keys(), ...unserved.keys()])) {
+      const row = wanted.get(key);
+      if (pinned(key, read) || row?.deployment_id === unserved.get(key)?.deploymentId) continue;
+      if (row) {
+        const error = row.error ?? "its build failed";
+        unserved.set(key, { projectId: row.project_id, name: row.app_id, deploymentId: row.deployment_id, error });
+      } else unserved.delete(key);
+      change = true;
+    }
+    return change;
+  }
+
+  /** Starts `app` and resolves once it serves; a `DeploymentBuildError` with what it said when it does not. */
+  async function stage(app: DeployedApp, { log, signal }: AdoptOptions): Promise<StagedVersion | undefined> {
+    if (!options.stage) return undefined;
+    log({
+      stream: "build",
+      text: "==> starting a replica: ready once main.py imported (a custom server: once it answers)",
+    });
+    try {
+      const staged = await options.stage(app, { signal });
+      log({ stream: "build", text: staged.skipped ? `==> not started: ${staged.skipped}` : "==> the replica serves" });
+      return staged;
+    } catch (error) {
+      if (!(error instanceof AppStartError)) throw error;
+      for (const line of error.output) log({ stream: "stderr", text: line });
+      const serving = served.has(`${app.projectId}/${app.name}`);
+      log({
+        stream: "build",
+        text: serving
+          ? "==> the deployment serving before goes on serving"
+          : "==> no deployment of this app serves: its calls get 503 app-unavailable until one is ready",
+      });
+      throw new DeploymentBuildError(error.message, { cause: error });
+    }
+  }
+
   async function syncOnce(): Promise<void> {
     const read = ++reads;
-    const rows = await selectActiveDeployments(options.db);
+    const [rows, unservedRows] = await Promise.all([
+      selectActiveDeployments(options.db),
+      selectUnservedApps(options.db),
+    ]);
     if (options.testDelayMs) await sleep(options.testDelayMs);
     const wanted = new Map(rows.map((row) => [keyOf(row), row]));
     let change = false;
@@ -197,6 +268,7 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
       served.delete(key);
       change = true;
     }
+    if (syncUnserved(unservedRows, read)) change = true;
     if (change && !stopped) await changed();
   }
 
@@ -220,14 +292,27 @@ export function startLocalApps(options: LocalAppsOptions): LocalApps {
 
   return {
     list: () => [...served.values()].map(({ app }) => app),
+    unserved: () => [...unserved.values()],
     sync,
-    async adopt(row) {
+    async adopt(row, adoptOptions) {
       const key = keyOf(row);
       pins.set(key, { deploymentId: row.deployment_id });
       const app = await materialiseHere(row);
       if (!app) throw new Error(`Deployment ${row.deployment_id} was built but cannot be served here`);
-      if (stopped) return;
-      served.set(key, { app, since: options.now() });
+      const staged = await stage(app, adoptOptions);
+      if (!stopped) {
+        served.set(key, { app, since: options.now() });
+        unserved.delete(key);
+        await changed();
+      }
+      // Served now (the runtime took its replicas over), or stopping: what is left of it stops.
+      await staged?.release();
+    },
+    async reject(row, error) {
+      const key = keyOf(row);
+      pins.set(key, { deploymentId: row.deployment_id });
+      if (served.has(key) || stopped) return;
+      unserved.set(key, { projectId: row.project_id, name: row.app_id, deploymentId: row.deployment_id, error });
       await changed();
     },
     async settle(row) {

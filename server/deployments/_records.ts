@@ -221,6 +221,32 @@ export function selectActiveDeployments(db: Kysely<Database>): Promise<Deploymen
     .execute();
 }
 
+/**
+ * Every app, of every project, that no deployment serves though one of its builds failed: the newest
+ * failed deployment of each app without an active one (a deleted app left out).
+ */
+export async function selectUnservedApps(
+  db: Kysely<Database>,
+): Promise<Array<Pick<DeploymentRow, "project_id" | "app_id" | "deployment_id" | "error">>> {
+  const rows = await db
+    .selectFrom("deployments")
+    .innerJoin("apps", (join) =>
+      join
+        .onRef("apps.project_id", "=", "deployments.project_id")
+        .onRef("apps.app_id", "=", "deployments.app_id")
+        .on("apps.active_deployment_id", "is", null)
+        .on("apps.deleted_at", "is", null))
+    .where("deployments.status", "=", "failed")
+    .select(["deployments.project_id", "deployments.app_id", "deployments.deployment_id", "deployments.error"])
+    .orderBy("deployments.deployment_id", "desc")
+    .execute();
+  const newest = new Map<string, (typeof rows)[number]>();
+  for (const row of rows) {
+    if (!newest.has(`${row.project_id}/${row.app_id}`)) newest.set(`${row.project_id}/${row.app_id}`, row);
+  }
+  return [...newest.values()];
+}
+
 /** Marks an app deleted (its deployments and runs stay); false when there was no such app. */
 export async function markAppDeleted(
   db: Kysely<Database>,

@@ -10,7 +10,16 @@ import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { randomBytesPooled, timeOrderedId } from "../random/mod.ts";
-import { type AppConfig, AppConfigError, type AppInfo, type DeployedApp, parseAppConfig } from "../runtime/mod.ts";
+import {
+  type AppConfig,
+  AppConfigError,
+  type AppInfo,
+  type DeployedApp,
+  parseAppConfig,
+  type StagedVersion,
+  type StageOptions,
+  type UnservedApp,
+} from "../runtime/mod.ts";
 import type { Database, Notifier } from "../store/mod.ts";
 import { type Builder, startBuilder } from "./_builder.ts";
 import { bundleDigest, extractBundle } from "./_bundle_extract.ts";
@@ -144,6 +153,8 @@ export interface RuntimeView {
   reload(): Promise<void>;
   /** Why the runtime would refuse to serve this app with `config` (host budget, project replica limit). */
   admissionProblem(projectId: string, app: string, config: AppConfig): string | undefined;
+  /** Starts a deployment built here and resolves once it serves (see `Runtime.stage`). */
+  stage(app: DeployedApp, options?: StageOptions): Promise<StagedVersion>;
 }
 
 /** Options of `createDeployments`. */
@@ -209,6 +220,8 @@ export interface Deployments {
   deleteApp(ref: AppRef): Promise<void>;
   /** The deployed apps ready on this host (the runtime serves them). */
   deployedApps(): DeployedApp[];
+  /** The deployed apps no deployment serves, their newest build failed (the runtime answers 503 for them). */
+  unservedApps(): UnservedApp[];
   /**
    * Whether a build here of base-image `digest` would reuse its virtualenv (a ready one is on this host)
    * rather than run pip.
@@ -428,14 +441,16 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
       };
     }
     const building = newest !== undefined && !isTerminal(newest.status);
-    const state = info?.error
+    // Without an active deployment the runtime's error only repeats a failed build's: the store says more.
+    const loadError = stored.active_deployment_id ? info?.error : undefined;
+    const state = loadError
       ? "failed"
       : stored.active_deployment_id
       ? "ready"
       : building
       ? "building"
       : "failed";
-    const error = info?.error
+    const error = loadError
       ?? (stored.active_deployment_id ? null : newest?.status === "failed" ? newest.error : null);
     return {
       ...base,
@@ -593,6 +608,9 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     deployedApps() {
       return localApps?.list() ?? [];
     },
+    unservedApps() {
+      return localApps?.unserved() ?? [];
+    },
     dependencyLayerReady(digest) {
       return dependencyLayerReady(settings.dataDir, digest);
     },
@@ -618,6 +636,7 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
         pollMs: options.pollMs,
         deferBuilds: options.deferBuilds || options.followOnly,
         testDelayMs: options.testDelayLocalSyncMs,
+        stage: (app, staging) => options.runtime.stage(app, staging),
       });
       if (options.followOnly) return await localApps.sync();
       builder = startBuilder({
@@ -628,7 +647,8 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
         now: options.now,
         settings,
         pollMs: options.pollMs,
-        serve: async (deployment) => await localApps?.adopt(deployment),
+        serve: async (deployment, serving) => await localApps?.adopt(deployment, serving),
+        rejected: async (deployment, error) => await localApps?.reject(deployment, error),
         settled: async (deployment) => await localApps?.settle(deployment),
       });
       await localApps.sync();

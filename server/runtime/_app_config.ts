@@ -12,7 +12,7 @@ export const MAX_GRACE_PERIOD_SECONDS = 43_200;
 
 /** How an app's custom runtime is reached. */
 export type CustomRuntime =
-  | { kind: "process"; entrypoint: string[]; port?: number; healthcheckEndpoint?: string }
+  | { kind: "process"; entrypoint: string[]; port?: number; healthcheckEndpoint?: string; readycheckEndpoint?: string }
   | { kind: "url"; url: string };
 
 /** `[hardware]`: what one replica of the app gets, and reserves of the host's budget. */
@@ -263,7 +263,13 @@ function hardware(root: Reader): Hardware {
 
 function customRuntime(runtime: Reader, options: AppConfigOptions): CustomRuntime | undefined {
   if (runtime.table.custom === undefined) return undefined;
-  const custom = runtime.section("custom", ["entrypoint", "port", "healthcheck_endpoint", "url"]);
+  const custom = runtime.section("custom", [
+    "entrypoint",
+    "port",
+    "healthcheck_endpoint",
+    "readycheck_endpoint",
+    "url",
+  ]);
   const entrypoint = custom.strings("entrypoint");
   const url = custom.string("url");
   if ((entrypoint === undefined) === (url === undefined)) {
@@ -280,7 +286,7 @@ function customRuntime(runtime: Reader, options: AppConfigOptions): CustomRuntim
     if (!/^https?:\/\/[^/]/.test(url) || !URL.canParse(url)) {
       throw new AppConfigError(`runtime.custom.url must be an http(s) URL, got ${JSON.stringify(url)}`);
     }
-    for (const key of ["port", "healthcheck_endpoint"]) {
+    for (const key of ["port", "healthcheck_endpoint", "readycheck_endpoint"]) {
       if (custom.table[key] !== undefined) {
         throw new AppConfigError(`runtime.custom.${key} only applies with entrypoint; remove it or use entrypoint`);
       }
@@ -290,18 +296,22 @@ function customRuntime(runtime: Reader, options: AppConfigOptions): CustomRuntim
   if (entrypoint!.length === 0) {
     throw new AppConfigError('runtime.custom.entrypoint must name a command, e.g. ["python3", "server.py"]');
   }
-  const healthcheckEndpoint = custom.string("healthcheck_endpoint");
-  if (healthcheckEndpoint !== undefined && !healthcheckEndpoint.startsWith("/")) {
-    throw new AppConfigError(
-      `runtime.custom.healthcheck_endpoint must be a path starting with /, got ${JSON.stringify(healthcheckEndpoint)}`,
-    );
-  }
   return {
     kind: "process",
     entrypoint: entrypoint!,
     port: custom.integer("port", undefined, 1, 65535),
-    healthcheckEndpoint,
+    healthcheckEndpoint: endpointPath(custom, "healthcheck_endpoint"),
+    readycheckEndpoint: endpointPath(custom, "readycheck_endpoint"),
   };
+}
+
+/** `[runtime.custom]`'s `key`, a path the platform requests of the app's own server. */
+function endpointPath(custom: Reader, key: string): string | undefined {
+  const path = custom.string(key);
+  if (path !== undefined && !path.startsWith("/")) {
+    throw new AppConfigError(`runtime.custom.${key} must be a path starting with /, got ${JSON.stringify(path)}`);
+  }
+  return path;
 }
 
 /**

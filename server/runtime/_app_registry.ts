@@ -51,6 +51,33 @@ export interface DeployedApp {
   deferred?: { prepare(): Promise<void> };
 }
 
+/** A deployed app that no deployment serves: its newest build failed, and none of it is ready. */
+export interface UnservedApp {
+  projectId: string;
+  name: string;
+  /** The failed deployment its calls are told of. */
+  deploymentId: string;
+  /** Why its build failed. */
+  error: string;
+}
+
+/**
+ * The version of an app that no deployment serves: it exists (its calls get 503 `app-unavailable` naming
+ * the failed deployment, not 404), and it runs nothing.
+ */
+export function unservedVersion(app: UnservedApp): AppVersion {
+  return {
+    projectId: app.projectId,
+    name: app.name,
+    dir: "",
+    fingerprint: `failed:${app.deploymentId}`,
+    source: "deployment",
+    deploymentId: app.deploymentId,
+    error:
+      `no deployment of it is ready: deployment ${app.deploymentId} failed: ${app.error}; deploy a version that builds and loads`,
+  };
+}
+
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
 
 async function entries(dir: string): Promise<string[]> {

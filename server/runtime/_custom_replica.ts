@@ -12,6 +12,7 @@ import type { Writable } from "node:stream";
 import { Agent, type Dispatcher, fetch } from "undici";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
+import { AppStartError } from "./_failures.ts";
 import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { freePort } from "./free_port.ts";
 import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
@@ -32,6 +33,8 @@ export interface CustomProcessOptions {
   entrypoint: string[];
   port?: number;
   healthcheckEndpoint?: string;
+  /** Answers 2xx once the app can take calls: until then no call is routed to the replica. */
+  readycheckEndpoint?: string;
   logger: Logger;
   sandbox: Sandbox;
   jail: JailSpec;
@@ -101,11 +104,11 @@ export class CustomProcessReplica implements Upstream {
     return cgroup?.oomKilled() ? cgroup.limits.memoryBytes : undefined;
   }
 
-  async #healthy(): Promise<boolean> {
+  /** Whether `endpoint` answers 2xx (without one, whether the app's port accepts a connection). */
+  async #answers(endpoint: string | undefined): Promise<boolean> {
     // Nothing is sent through the relay's sockets before the folder is sealed (see `Sandbox.sealSocketDir`).
     this.#sealed ||= await this.#options.sandbox.sealSocketDir(this.#socketDir, ["http.sock", "probe.sock"]);
     if (!this.#sealed) return false;
-    const endpoint = this.#options.healthcheckEndpoint;
     if (!endpoint) return portAccepts(this.#socketDir);
     try {
       const response = await fetch(`${this.baseUrl}${endpoint}`, {
@@ -143,7 +146,7 @@ export class CustomProcessReplica implements Upstream {
     this.#socketDir = await sandbox.socketDir(this.#options.jail.projectId, `custom-${++replicaCount}`);
     this.dispatcher = new Agent({ connect: { socketPath: join(this.#socketDir, "http.sock") } });
     const parentPid = jailed ? 0 : process.pid;
-    const { child, exited } = spawnInOwnGroup(
+    const { child, exited, lastOutput } = spawnInOwnGroup(
       "python3",
       [RELAY_PATH, this.#socketDir, String(port), String(parentPid), "--", ...this.#options.entrypoint],
       {
@@ -174,20 +177,23 @@ export class CustomProcessReplica implements Upstream {
     const deadline = Date.now() + START_TIMEOUT_MS;
     let gone = false;
     void exited.then(() => (gone = true));
-    while (!(await this.#healthy())) {
+    // Routing waits for the ready endpoint when the app names one, else for its health check.
+    const { readycheckEndpoint, healthcheckEndpoint } = this.#options;
+    while (!(await this.#answers(readycheckEndpoint ?? healthcheckEndpoint))) {
       if (gone) {
-        throw new ProblemError(
-          "app-unavailable",
+        throw new AppStartError(
           `${label}: the entrypoint exited while starting (${exitReason}); check runtime.custom.entrypoint`,
+          lastOutput(),
         );
       }
       if (Date.now() > deadline) {
         signalGroup(child, "SIGKILL");
-        throw new ProblemError(
-          "app-unavailable",
-          `${label}: no health check answered on port ${port} within ${
-            START_TIMEOUT_MS / 1000
-          } s; the server must listen on $PORT`,
+        const within = `within ${START_TIMEOUT_MS / 1000} s`;
+        throw new AppStartError(
+          readycheckEndpoint
+            ? `${label}: its readycheck_endpoint ${readycheckEndpoint} did not answer 2xx on port ${port} ${within}; the server must listen on $PORT and answer it once ready`
+            : `${label}: no health check answered on port ${port} ${within}; the server must listen on $PORT`,
+          lastOutput(),
         );
       }
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -202,7 +208,7 @@ export class CustomProcessReplica implements Upstream {
     this.#health = setInterval(async () => {
       if (checking || this.#stopped) return;
       checking = true;
-      failures = (await this.#healthy()) ? 0 : failures + 1;
+      failures = (await this.#answers(this.#options.healthcheckEndpoint)) ? 0 : failures + 1;
       checking = false;
       if (failures >= 2 && !this.#stopped) {
         this.#options.logger.warn(

@@ -106,3 +106,15 @@ export function outOfMemory(runId: string, memoryBytes: number): RunFailure {
     { runId },
   );
 }
+
+/**
+ * A replica that could not start serving: a 503 `app-unavailable`. `output` is what the app said about
+ * it (main.py's traceback, or a custom server's last lines of output): for the deployer's build log,
+ * never in a caller's problem document (a caller of the app may not be its author).
+ */
+export class AppStartError extends ProblemError {
+  constructor(detail: string, readonly output: string[] = []) {
+    super("app-unavailable", detail);
+    this.name = "AppStartError";
+  }
+}

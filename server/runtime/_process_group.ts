@@ -58,7 +58,13 @@ export interface ReplicaProcess {
   child: ChildProcess;
   /** Resolves once the process has exited and its pipes closed. */
   exited: Promise<ProcessExit>;
+  /** Its last lines of output (stdout and stderr as they came): why a server that never got ready ended. */
+  lastOutput(): string[];
 }
+
+/** How many lines of a replica's output `lastOutput` keeps, and how long each may be. */
+const TAIL_LINES = 20;
+const TAIL_LINE_CHARS = 500;
 
 /**
  * Starts a replica's process in its sandbox, leading its own process group, with stdout and stderr logged
@@ -84,12 +90,15 @@ export function spawnInOwnGroup(command: string, args: string[], options: Replic
       resolve({ reason: outOfMemory ? `killed at its memory limit of ${limit}, ${reason}` : reason, outOfMemory });
     });
   });
+  const tail: string[] = [];
   for (const stream of ["stdout", "stderr"] as const) {
     child[stream]!.setEncoding("utf8").on("data", (text: string) => {
       options.logger.info({ app: options.label, pid: child.pid, stream, text }, "worker output");
+      for (const line of text.split("\n")) if (line.trim()) tail.push(line.slice(0, TAIL_LINE_CHARS));
+      tail.splice(0, tail.length - TAIL_LINES);
     });
   }
-  return { child, exited };
+  return { child, exited, lastOutput: () => [...tail] };
 }
 
 /**

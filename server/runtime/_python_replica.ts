@@ -10,7 +10,7 @@ import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
-import { outOfMemory, RunFailure } from "./_failures.ts";
+import { AppStartError, outOfMemory, RunFailure } from "./_failures.ts";
 import { ItemQueue } from "./_item_queue.ts";
 import { startColdWorker, type WorkerProcess } from "./_worker_process.ts";
 import type { Replica } from "./_replica_pool.ts";
@@ -516,9 +516,9 @@ export class PythonReplica implements Replica {
     if (!this.usable) return;
     if (message.op === "ready") return this.#onReady();
     if (message.op === "load_error") {
-      this.#loadError = new ProblemError(
-        "app-unavailable",
+      this.#loadError = new AppStartError(
         `${this.#options.label}: main.py failed to load: ${message.type}: ${message.message}`,
+        message.traceback.split("\n").filter((line) => line.trim()),
       );
       this.#options.logger.error({ app: this.#options.label, traceback: message.traceback }, "main.py failed to load");
       return;

@@ -16,9 +16,11 @@ import {
   loadApp,
   loadDeployedApp,
   scanApps,
+  type UnservedApp,
+  unservedVersion,
 } from "./_app_registry.ts";
 import { CustomProcessReplica, type Upstream } from "./_custom_replica.ts";
-import { RunFailure } from "./_failures.ts";
+import { AppStartError, RunFailure } from "./_failures.ts";
 import type { CallOutcome } from "./_outcome.ts";
 import { proxyCall } from "./_proxy.ts";
 import { type OutputLine, PythonReplica } from "./_python_replica.ts";
@@ -28,9 +30,11 @@ import {
   type Lease,
   type ReplicaGpus,
   type ReplicaGrant,
+  type ReplicaLimits,
   ReplicaPool,
   type ReplicaStates,
 } from "./_replica_pool.ts";
+import { StagedPools } from "./_staged_pools.ts";
 import { replicaGpuJail, replicaJail } from "./_replica_jail.ts";
 import { UrlUpstream } from "./_url_upstream.ts";
 import { type Cgroups, disabledCgroups, type ReplicaCgroup, type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
@@ -51,9 +55,15 @@ export {
   parseAppConfig,
 } from "./_app_config.ts";
 export { envNameProblem } from "./_app_env.ts";
-export type { AppSource, DeployedApp } from "./_app_registry.ts";
+export type { AppSource, DeployedApp, UnservedApp } from "./_app_registry.ts";
 export { pipEntryProblem } from "./_dependency_rules.ts";
-export { failureFromRunError, RunFailure, type RunErrorType, type RunFailureOptions } from "./_failures.ts";
+export {
+  AppStartError,
+  failureFromRunError,
+  RunFailure,
+  type RunErrorType,
+  type RunFailureOptions,
+} from "./_failures.ts";
 export type { HardwareNeed } from "./_host_budget.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export { type ProcessExit, signalGroup } from "./_process_group.ts";
@@ -147,6 +157,11 @@ export interface RuntimeOptions {
    * of the apps folder with the same name wins over a deployed one.
    */
   deployedApps?(): DeployedApp[];
+  /**
+   * The deployed apps no deployment serves (read with `deployedApps`): their calls get 503
+   * `app-unavailable` naming the failed deployment, not 404.
+   */
+  unservedApps?(): UnservedApp[];
   /** Told every line a Python function writes during a call (the run's log). */
   onOutput?(line: OutputLine): void;
   /** Jails the replicas; without it they run unjailed (with an environment built from scratch all the same). */
@@ -227,6 +242,23 @@ export interface ProjectEnvironment {
 
 const NO_SECRETS: ProjectEnvironment = { env: {}, fingerprint: "" };
 
+/** Options of `Runtime.stage`. */
+export interface StageOptions {
+  /** Stops what was started (its `stage` rejects then): the server is stopping. */
+  signal?: AbortSignal;
+}
+
+/** A deployed app's version started by `stage`, not served yet. */
+export interface StagedVersion {
+  /**
+   * Why it was not checked, when it was not: no replica of it fits this host now (its `[hardware]` or
+   * GPUs are taken); its first call loads it then. Undefined once a replica of it serves.
+   */
+  skipped?: string;
+  /** Stops what was started for it, unless a reload serves it since (it took the replicas over). */
+  release(): Promise<void>;
+}
+
 /** Deployed apps and their replicas. */
 export interface Runtime {
   /** Loads every app and starts watching the apps folder. */
@@ -259,6 +291,14 @@ export interface Runtime {
    * began after this call has ended. Reloads run one at a time, so an older read never replaces a newer one.
    */
   reload(): Promise<void>;
+  /**
+   * Starts a deployed app's version beside the one serving, and resolves once it serves: a replica of it
+   * (or its template) imported main.py, or its custom server's ready endpoint (else its health check)
+   * answered, in the app's jail and under its limits; one replica even with `min_replicas = 0` (it then
+   * stops after the cooldown). Rejects with `AppStartError` (the traceback, or the server's last output, in
+   * `output`) when it cannot. A later `reload()` that serves it takes over its replicas; `release()` the rest.
+   */
+  stage(app: DeployedApp, options?: StageOptions): Promise<StagedVersion>;
   /** Every app loaded (or failed to load), optionally of one project, sorted by name. */
   apps(projectId?: string): AppInfo[];
   /**
@@ -300,7 +340,14 @@ function label(version: AppVersion): string {
   return `${version.projectId}/${version.name}`;
 }
 
-type PoolOptions = RuntimeOptions & { sandbox: Sandbox; cgroups: Cgroups; budget: HostBudget; seats: SeatBook };
+type PoolOptions = RuntimeOptions & {
+  sandbox: Sandbox;
+  cgroups: Cgroups;
+  budget: HostBudget;
+  seats: SeatBook;
+  /** What the pool may run, in place of the app's scaling (or its seats). */
+  limits?: ReplicaLimits;
+};
 
 /**
  * The cgroup of a new replica of `name`, removed once the replica has ended; a `FailedReplica` (its calls
@@ -401,7 +448,7 @@ function createPool(
   }
   const { cpu, memoryBytes, gpuCount, compute } = config.hardware;
   const need = { cpu, memoryBytes, gpuCount, compute };
-  const limits = options.seated ? options.seats.limits(name, config.minReplicas) : config;
+  const limits = options.limits ?? (options.seated ? options.seats.limits(name, config.minReplicas) : config);
   return new ReplicaPool<AnyReplica>({
     label: name,
     // An external url runs nothing on this host.
@@ -436,6 +483,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
   const replicaLimit = runtimeOptions.projectReplicaLimit ?? Infinity;
   const apps = new Map<string, LiveApp>();
   const retired = new Set<ReplicaPool<AnyReplica>>();
+  const staged = new StagedPools<AnyReplica>();
   const logger = options.logger;
   let timer: ReturnType<typeof setInterval> | undefined;
   let polling: Promise<void> | undefined;
@@ -489,9 +537,54 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     const { version, refused } = admitted(loaded);
     if (version.error) logger.error({ app: label(version), error: version.error }, "app failed to load");
     else logger.info({ app: label(version), runtime: version.config?.runtime }, "app loaded");
-    const live = { version, secrets, refused, pool: closed ? undefined : createPool(version, secrets, options) };
+    // A version `stage` started is served by what it started (a warm replica, its template).
+    const taken = staged.take({ version, secrets: secrets.fingerprint });
+    if (taken && options.seated) taken.setLimits(options.seats.limits(label(version), version.config!.minReplicas));
+    const pool = closed ? undefined : (taken ?? createPool(version, secrets, options));
+    const live = { version, secrets, refused, pool };
     apps.set(label(version), live);
     return live;
+  }
+
+  async function stage(app: DeployedApp, stageOptions: StageOptions = {}): Promise<StagedVersion> {
+    const { version } = admitted(await loadDeployedApp(app, { allowExternalRuntimes }));
+    const secrets = await secretsReader()(app.projectId);
+    const name = label(version);
+    if (!version.config) throw new AppStartError(`${name}: ${version.error}`);
+    if (closed) throw new AppStartError(`${name}: the server is closing`);
+    const { config } = version;
+    const noRoom = `no replica of it fits this host now (its [hardware] or GPUs are taken): the first call loads it`;
+    if (config.custom?.kind !== "url" && !options.budget.fits(config.hardware)) {
+      return { skipped: noRoom, release: () => Promise.resolve() };
+    }
+    // Seated, the check runs a replica whether or not this host holds a seat of the app; a reload that
+    // serves the version gives its pool the seats' limits (stopping that replica if it holds none).
+    const seats = options.seated ? options.seats.limits(name, config.minReplicas) : undefined;
+    const limits = seats && { ...seats, maxReplicas: Math.max(1, seats.maxReplicas) };
+    const pool = createPool(version, secrets, { ...options, limits })!;
+    const release = staged.add({ version, secrets: secrets.fingerprint }, pool);
+    const lease = pool.tryAcquire();
+    if (!lease) {
+      await release();
+      return { skipped: noRoom, release };
+    }
+    // Stopping the replica makes its `ready` reject: the caller does not wait for a slow import.
+    const { signal } = stageOptions;
+    const onAbort = () => void release();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    if (signal?.aborted) onAbort();
+    try {
+      await lease.replica.ready;
+    } catch (error) {
+      await release();
+      if (error instanceof AppStartError || !(error instanceof ProblemError)) throw error;
+      throw new AppStartError(error.message);
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      // Without min_replicas it is let go after the cooldown, unless a call takes it first.
+      lease.release();
+    }
+    return { release };
   }
 
   /** Whether `live` is still what `version` with `secrets` gives (a refusal only while it is still refused). */
@@ -536,6 +629,10 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
       if (!inFolder.has(key)) {
         found.push(await loadDeployedApp(deployed, { known: loaded(key), allowExternalRuntimes }));
       }
+    }
+    const listed = new Set(found.map(label));
+    for (const unserved of options.unservedApps?.() ?? []) {
+      if (!listed.has(`${unserved.projectId}/${unserved.name}`)) found.push(unservedVersion(unserved));
     }
     const secretsOf = secretsReader();
     const secrets = await Promise.all(found.map((version) => secretsOf(version.projectId)));
@@ -596,9 +693,12 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
   async function liveOrLoad(projectId: string, app: string) {
     // An app deployed since the last poll is served at once.
     if (!apps.has(`${projectId}/${app}`) && !closed) {
-      const deployed = options.deployedApps?.().find((d) => d.projectId === projectId && d.name === app);
+      const named = (d: { projectId: string; name: string }) => d.projectId === projectId && d.name === app;
+      const deployed = options.deployedApps?.().find(named);
+      const unserved = deployed ? undefined : options.unservedApps?.().find(named);
       const version = (await loadApp(appsDir, projectId, app))
-        ?? (deployed ? await loadDeployedApp(deployed, { allowExternalRuntimes }) : undefined);
+        ?? (deployed ? await loadDeployedApp(deployed, { allowExternalRuntimes }) : undefined)
+        ?? (unserved ? unservedVersion(unserved) : undefined);
       const secrets = version ? await secretsReader()(projectId) : NO_SECRETS;
       if (version && !apps.has(label(version))) install(version, secrets);
     }
@@ -616,6 +716,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
       timer.unref();
     },
     reload,
+    stage,
     async invoke(request) {
       const app = await liveOrLoad(request.projectId, request.app);
       const { config } = app.version;
@@ -789,7 +890,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
       closed = true;
       clearInterval(timer);
       await polling;
-      const pools = livePools();
+      const pools = [...livePools(), ...staged.drain()];
       apps.clear();
       retired.clear();
       await Promise.all(pools.map((pool) => pool.close()));

@@ -60,7 +60,8 @@ pre_build_commands = []
 
   it("reads a custom runtime with an entrypoint or a url", () => {
     const started = parseAppConfig(
-      '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["./serve"]\nhealthcheck_endpoint = "/health"\n',
+      '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["./serve"]\nhealthcheck_endpoint = "/health"\n'
+        + 'readycheck_endpoint = "/ready"\n',
       "/a",
     );
     assert.deepEqual(started.custom, {
@@ -68,6 +69,7 @@ pre_build_commands = []
       entrypoint: ["./serve"],
       port: undefined,
       healthcheckEndpoint: "/health",
+      readycheckEndpoint: "/ready",
     });
     const remote = parseAppConfig(
       '[deployment]\nruntime = "custom"\n[runtime.custom]\nurl = "http://10.0.0.1:9000/"\n',
@@ -75,6 +77,18 @@ pre_build_commands = []
       { allowExternalRuntimes: true },
     );
     assert.deepEqual(remote.custom, { kind: "url", url: "http://10.0.0.1:9000" });
+  });
+
+  it("refuses a readycheck_endpoint that is no path, or that comes with a url", () => {
+    const custom = '[deployment]\nruntime = "custom"\n[runtime.custom]\n';
+    assert.match(
+      error(`${custom}entrypoint = ["./serve"]\nreadycheck_endpoint = "ready"\n`),
+      /runtime\.custom\.readycheck_endpoint must be a path starting with \//,
+    );
+    assert.match(
+      error(`${custom}url = "http://10.0.0.1:9000"\nreadycheck_endpoint = "/ready"\n`, { allowExternalRuntimes: true }),
+      /runtime\.custom\.readycheck_endpoint only applies with entrypoint/,
+    );
   });
 
   it("names an unknown key", () => {
