@@ -5,7 +5,7 @@ import { type Config, ConfigError, loadConfig, type SettingOverrides, settingPro
 import { DataDirError } from "./data_dir.ts";
 import { deploymentsRefused } from "./deployment_gate.ts";
 import { isWorkerDrain, serveAsWorker, startSupervisor } from "./host/mod.ts";
-import { createLogger } from "./log.ts";
+import { createLogger, type Logger } from "./log.ts";
 import { createServer, type RunplaneServer } from "./mod.ts";
 import { applyServerV8Flags } from "./node_flags.ts";
 import { skewProcessClock } from "./store/mod.ts";
@@ -39,13 +39,16 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
     }
     throw error;
   }
-  const stop = stopOnSignals(started.stoppable);
+  const stop = stopOnSignals(started.stoppable, { logger: started.server.context.logger });
   if (cluster.isWorker) {
-    // The supervisor's word to drain: as SIGTERM, unless a signal (Ctrl-C reaches every process of the
-    // group) began the drain already; a second word cuts it short.
+    // The supervisor says "drain" once per drain, and again only to cut it short. Its first word begins
+    // the drain unless this worker's own copy of the signal did (Ctrl-C reaches every process of the
+    // group, in no set order), and never cuts it: the two are one stop.
     let words = 0;
     process.on("message", (message) => {
-      if (isWorkerDrain(message) && !(++words === 1 && stop.stopping)) stop.request();
+      if (!isWorkerDrain(message)) return;
+      if (++words === 1) stop.begin();
+      else stop.cutShort();
     });
     return;
   }
@@ -57,7 +60,11 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
 async function start(config: Config): Promise<{ server: RunplaneServer; url: string; stoppable: Stoppable }> {
   if (config.workers > 1 && cluster.isWorker) {
     const { server, url } = await serveAsWorker(config);
-    // The supervisor is gone (killed): nothing here can run a call any more.
+    // The supervisor is gone (killed): nothing here can run a call any more. Node's cluster would exit this
+    // process at once, its callers' connections cut without an answer; told the channel closed as asked
+    // for, it leaves that to us: the calls in flight end `interrupted` (answered, and recorded so), then
+    // the process exits.
+    if (cluster.worker) cluster.worker.exitedAfterDisconnect = true;
     process.on("disconnect", () => {
       void server.drain(0).finally(() => process.exit(1));
     });
@@ -80,30 +87,54 @@ async function start(config: Config): Promise<{ server: RunplaneServer; url: str
 }
 
 /**
- * The first SIGINT or SIGTERM drains; a second one (Ctrl-C again) cuts the drain short: what still runs
- * is recorded as on the drain timeout, the replicas stop and the process exits. Returns the same
- * request, for other words to stop (a worker's supervisor).
+ * How long after the first stop signal another SIGINT or SIGTERM is taken as a copy of it, not as a
+ * second request. One Ctrl-C reaches every process of the terminal's foreground group at once (npm, the
+ * server, a supervisor's workers), and a parent that relays signals (npm, an init, systemd signalling the
+ * whole control group) adds its own copy: they arrive within milliseconds, a few hundred when a loaded
+ * machine is slow to run the relaying process. A person's deliberate second Ctrl-C comes after seeing the
+ * first one take effect, later than that; one sooner is logged as taken for a copy, so pressing again
+ * works.
  */
-function stopOnSignals(target: Stoppable): { request(): void; readonly stopping: boolean } {
-  let stopping = false;
-  function request(): void {
-    if (stopping) {
-      void target.drain();
-      return;
-    }
-    stopping = true;
+export const SIGNAL_COPY_WINDOW_MS = 1_000;
+
+/** How a process's stop is asked for: by its signals, and (a worker) by its supervisor's words. */
+interface StopRequests {
+  /** Begins the drain, unless it began already. */
+  begin(): void;
+  /** Cuts the drain short (beginning it first if it had not begun). */
+  cutShort(): void;
+}
+
+/**
+ * The first SIGINT or SIGTERM drains; copies of it within `SIGNAL_COPY_WINDOW_MS` change nothing; one
+ * after that (Ctrl-C again) cuts the drain short: what still runs is recorded as on the drain timeout,
+ * the replicas stop and the process exits. Returns the requests, for other words to stop (a worker's
+ * supervisor).
+ */
+function stopOnSignals(target: Stoppable, options: { logger: Logger }): StopRequests {
+  let beganAt: number | undefined;
+  function begin(): void {
+    if (beganAt !== undefined) return;
+    beganAt = performance.now();
     target.drain().then(() => process.exit(0), (error) => {
       process.stderr.write(`runplane: stopping failed: ${(error as Error).stack}\n`);
       process.exit(1);
     });
   }
-  for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, request);
-  return {
-    request,
-    get stopping() {
-      return stopping;
-    },
-  };
+  function cutShort(): void {
+    if (beganAt === undefined) begin();
+    void target.drain();
+  }
+  function onSignal(signal: NodeJS.Signals): void {
+    if (beganAt === undefined) return begin();
+    if (performance.now() - beganAt >= SIGNAL_COPY_WINDOW_MS) return cutShort();
+    options.logger.info(
+      { signal, window_ms: SIGNAL_COPY_WINDOW_MS },
+      "a stop signal within the window of the first: taken as its copy; send another later to cut the drain short",
+    );
+  }
+  for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, onSignal);
+  return { begin, cutShort };
 }
 
 /**

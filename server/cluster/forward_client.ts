@@ -25,6 +25,13 @@ export interface ForwardCallOptions {
   now?(): number;
 }
 
+/**
+ * The `Retry-After` of a 503 for a call no host took (one could not be reached, or refused the hop), in
+ * seconds: as the cluster's other "no host could take it now" answers. A retry is routed afresh over the
+ * view, which other hosts' heartbeats keep current, and goes to another host or a replica placed since.
+ */
+export const FORWARD_RETRY_AFTER_S = "1";
+
 /** The path of the internal endpoint, below a host's advertised URL. */
 export const FORWARD_PATH = "/internal/v1/calls";
 
@@ -93,6 +100,7 @@ async function refusal(hostUrl: string, response: Dispatcher.ResponseData): Prom
   return new ProblemError(
     "service-unavailable",
     `The host at ${hostUrl} refused the forwarded call (${status}: ${detail})${hint}; try another host`,
+    { headers: { "Retry-After": FORWARD_RETRY_AFTER_S } },
   );
 }
 
@@ -124,13 +132,20 @@ export interface OpenCall {
   abort(): void;
   /** Forgets the caller's signal: the call is over. */
   release(): void;
+  /** How a call whose answer broke off fails; default `lost` (`upstream_error`). */
+  cutOff?(error: unknown): RunFailure;
 }
 
 /** The failure of an answer that broke off (connection lost, cut short, unreadable). */
-export function lost(call: OpenCall, error: unknown): RunFailure {
+function lost(call: OpenCall, error: unknown): RunFailure {
   return new RunFailure("upstream_error", `${call.peer} went away during the call: ${describe(error)}`, {
     runId: call.runId,
   });
+}
+
+/** The failure of a call whose answer broke off: the call's own (`cutOff`), else `lost`. */
+function brokeOff(call: OpenCall, error: unknown): RunFailure {
+  return call.cutOff?.(error) ?? lost(call, error);
 }
 
 /** The items of a forwarded stream, each as its frame arrives; stopping early aborts the request. */
@@ -142,9 +157,9 @@ async function* streamItems(frames: AsyncGenerator<Frame>, call: OpenCall): Asyn
       try {
         next = await frames.next();
       } catch (error) {
-        throw call.signal.aborted ? interrupted(call.runId) : lost(call, error);
+        throw call.signal.aborted ? interrupted(call.runId) : brokeOff(call, error);
       }
-      if (next.done) throw lost(call, new Error("the stream ended without its end"));
+      if (next.done) throw brokeOff(call, new Error("the stream ended without its end"));
       const frame = next.value;
       if ("item" in frame) {
         yield frame.event === undefined ? { value: frame.item } : { value: frame.item, event: frame.event };
@@ -258,7 +273,7 @@ export async function forwardCall(
     throw new ProblemError(
       "service-unavailable",
       `The host at ${hostUrl} could not be reached to forward the call (${describe(error)}); try another host`,
-      { cause: error },
+      { cause: error, headers: { "Retry-After": FORWARD_RETRY_AFTER_S } },
     );
   }
   if (response.statusCode !== 200) {

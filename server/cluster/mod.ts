@@ -44,7 +44,6 @@ export {
   FORWARD_PATH,
   type ForwardRequest,
   interrupted,
-  lost,
   type OpenCall,
   readOutcome,
 } from "./forward_client.ts";

@@ -16,7 +16,10 @@
  *                       <id> s {"p","a"}\n                 a seat for a direct call on a replica's
  *                                                       channel (`replica_channels.ts`)
  *                       <id> f\n                           give that seat back
- * supervisor → worker   <id> <frame>\n                     the cluster's frames (`cluster/_frames.ts`),
+ * supervisor → worker   ok\n                               first, once: the hello was accepted; the calls
+ *                                                       on the connection are taken from then (one that
+ *                                                       broke before this line ran none of them)
+ *                       <id> <frame>\n                     the cluster's frames (`cluster/_frames.ts`),
  *                                                       a call's last one terminal
  *                       <id> {"seat":{"replica","deploymentId"?,"graceMs"}}\n   a seat, or
  *                       <id> {"relay":true}\n              none free now: hand the call over
@@ -28,6 +31,9 @@
  * The socket is its user's alone (0600); the token keeps any other process that reaches it out.
  */
 import type { Socket } from "node:net";
+
+/** The supervisor's first line on a connection whose hello it accepted. */
+export const HELLO_ACCEPTED = "ok";
 
 /** A call's header: the JSON after its id on the line before its body. */
 export interface CallHeader {

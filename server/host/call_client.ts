@@ -1,18 +1,28 @@
 /**
  * A worker's side of the wire of `_call_wire.ts`: hands calls to the supervisor over one kept connection
  * and reads each call's outcome as a local executor would give it. Giving a call up (a cancel, a
- * deadline, its caller gone) tells the supervisor, which stops the function on its replica.
+ * deadline, its caller gone) tells the supervisor, which stops the function on its replica. A connection
+ * that breaks once the supervisor accepted it (the supervisor killed) interrupts its calls, as a server
+ * that stops during a call does; one that breaks before ran none, and its calls may be sent again.
  */
 import { createConnection, type Socket } from "node:net";
-import { type Frame, interrupted, LineSplitter, lost, type OpenCall, readOutcome } from "../cluster/mod.ts";
+import { type Frame, interrupted, LineSplitter, type OpenCall, readOutcome } from "../cluster/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { ExecutedCall, ExecuteRequest } from "../runs/mod.ts";
-import { type CallHeader, isTerminalFrame, splitId, writeInTurn } from "./_call_wire.ts";
+import { RunFailure } from "../runtime/mod.ts";
+import { type CallHeader, HELLO_ACCEPTED, isTerminalFrame, splitId, writeInTurn } from "./_call_wire.ts";
 
 /** Bytes of one call's frames held unread before the supervisor is asked to hold the call. */
 const HIGH_WATER_BYTES = 1024 * 1024;
 
 const PEER = "This host's supervisor";
+
+/**
+ * The `Retry-After` of a call the supervisor never took, in seconds. A worker that cannot reach its
+ * supervisor is one whose supervisor died (it stops too) or has not listened yet: a retry a moment later
+ * reaches a host that serves.
+ */
+const UNREACHABLE_RETRY_AFTER_S = "1";
 
 /** One call's frames as they arrive, handed out one at a time. */
 class CallFrames {
@@ -20,14 +30,11 @@ class CallFrames {
   #heldBytes = 0;
   #waiting: { resolve(frame: Frame): void; reject(error: unknown): void } | null = null;
   #failure: unknown = null;
-  /** Whether a frame arrived: a call whose connection broke before one was never taken. */
-  answered = false;
   /** Whether the supervisor was asked to hold the call. */
   holding = false;
 
   /** Takes a frame; true when the reader is behind and the call should be held. */
   push(frame: Frame, bytes: number): boolean {
-    this.answered = true;
     const waiting = this.#waiting;
     if (waiting) {
       this.#waiting = null;
@@ -67,6 +74,8 @@ class SupervisorConnection {
   readonly calls = new Map<number, CallFrames>();
   readonly #lines = new LineSplitter();
   #broken: unknown = null;
+  /** Whether the supervisor accepted the hello: from then on, the calls written here are its to run. */
+  accepted = false;
 
   constructor(path: string, hello: string) {
     this.socket = createConnection(path);
@@ -84,6 +93,11 @@ class SupervisorConnection {
     try {
       for (const line of this.#lines.push(chunk)) {
         if (!line.length) continue;
+        if (!this.accepted) {
+          if (line.toString("utf8") !== HELLO_ACCEPTED) throw new Error("a first line other than the hello's answer");
+          this.accepted = true;
+          continue;
+        }
         const parsed = splitId(line.toString("utf8"));
         if (!parsed) throw new Error("a line without a call's id");
         const call = this.calls.get(parsed.id);
@@ -104,6 +118,17 @@ class SupervisorConnection {
     for (const call of this.calls.values()) call.fail(this.#broken);
     this.calls.clear();
   }
+}
+
+/** The failure of a call whose supervisor went away (killed) after it took the call: the run is interrupted. */
+function supervisorLost(runId: string, error: unknown): RunFailure {
+  return new RunFailure(
+    "interrupted",
+    `${PEER} stopped during the call (${
+      error instanceof Error ? error.message : String(error)
+    }); the run is interrupted`,
+    { runId },
+  );
 }
 
 /** A seat the supervisor holds for a call this worker makes directly on a replica's channel. */
@@ -177,8 +202,9 @@ export class SupervisorCalls {
   /**
    * Runs `request` on the supervisor's replicas and resolves as a local executor does. Rejects with the
    * function's failure or the supervisor's problem as it answered them, with `interrupted` once
-   * `request.signal` aborted, with a 503 when the supervisor could not be reached before it took the call,
-   * and with `upstream_error` when it went away after.
+   * `request.signal` aborted or when the supervisor went away after it took the call (its function may
+   * have run: not a call to send again), and with a 503 with `Retry-After` when it could not be reached
+   * before (nothing ran).
    */
   async execute(request: ExecuteRequest, options: { deadlineMs?: number; here?: boolean } = {}): Promise<ExecutedCall> {
     const { runId, signal } = request;
@@ -210,6 +236,7 @@ export class SupervisorCalls {
       signal,
       abort: giveUp,
       release: () => signal.removeEventListener("abort", giveUp),
+      cutOff: (error) => supervisorLost(runId, error),
     };
     const stream = this.#frames({ connection, id, frames, giveUp });
     try {
@@ -219,12 +246,11 @@ export class SupervisorCalls {
       void stream.return(undefined);
       if (signal.aborted) throw interrupted(runId);
       if (error instanceof ProblemError) throw error;
-      if (!frames.answered) {
-        throw new ProblemError("service-unavailable", `${PEER} could not be reached (${String(error)}); try again`, {
-          cause: error,
-        });
-      }
-      throw lost(call, error);
+      if (connection.accepted) throw supervisorLost(runId, error);
+      throw new ProblemError("service-unavailable", `${PEER} could not be reached (${String(error)}); try again`, {
+        cause: error,
+        headers: { "Retry-After": UNREACHABLE_RETRY_AFTER_S },
+      });
     }
   }
 

@@ -11,7 +11,7 @@ import { LightAbortController } from "../abort/mod.ts";
 import { serveForwardedCall } from "../cluster/mod.ts";
 import type { Logger } from "../log.ts";
 import type { RunExecutor } from "../runs/mod.ts";
-import { type CallHeader, isCallHeader, MAX_HEADER_BYTES, splitId, writeInTurn } from "./_call_wire.ts";
+import { type CallHeader, HELLO_ACCEPTED, isCallHeader, MAX_HEADER_BYTES, splitId, writeInTurn } from "./_call_wire.ts";
 
 /** Options of `listenForWorkerCalls`. */
 export interface WorkerCallsOptions {
@@ -200,6 +200,9 @@ class WorkerConnection {
         const said = Buffer.from(hex, "hex");
         if (said.length !== token.length || !timingSafeEqual(said, token)) return this.#refuse("a wrong token");
         this.#greeted = true;
+        // Written at once, not in turn: it leaves before any call after it on the connection can start
+        // its function, so a worker that never read it knows none did.
+        this.#socket.write(`${HELLO_ACCEPTED}\n`);
         if (workerId !== undefined && /^\d{1,9}$/.test(workerId)) this.#workerId = Number(workerId);
         const gate = this.#options.gate;
         if (gate) {

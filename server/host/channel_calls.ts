@@ -63,6 +63,17 @@ export class WorkerChannels {
     this.#onOutput = write;
   }
 
+  /**
+   * The supervisor is gone (killed): its replicas die with it, and a call on one of their channels ends
+   * as a stopping server ends it (`interrupted`: its function ran, so not a crash to retry), once the
+   * channel closes, with no word from the supervisor to wait for.
+   */
+  supervisorGone(): void {
+    for (const held of this.#held.values()) {
+      held.ended({ reason: "its supervisor stopped", outOfMemory: false, stopped: true });
+    }
+  }
+
   /** Whether it holds any channel (no seat is worth asking for before). */
   get holding(): boolean {
     return this.#held.size > 0;

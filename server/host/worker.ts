@@ -59,6 +59,7 @@ export async function serveAsWorker(
     send: (message) => process.connected && process.send?.(message, () => undefined),
   });
   process.on("message", (message, handle) => channels.receive(message, handle));
+  process.once("disconnect", () => channels.supervisorGone());
   const setup = await setupMessage();
   const workerId = cluster.worker?.id ?? 0;
   const supervisor = new SupervisorCalls(setup.socketPath, { token: setup.callTokenHex, workerId });

@@ -308,6 +308,7 @@ describe("forwarding a call to another host", () => {
     const error = await rejection(forwardCall(t.url, request("touch", { path: marker }), { key: other }));
     assert.ok(isProblemError(error));
     assert.equal(error.kind, "service-unavailable");
+    assert.equal(error.options.headers?.["Retry-After"], "1");
     assert.match(error.message, /RUNPLANE_MASTER_KEY/);
     await sleep(300);
     assert.equal(existsSync(marker), false, "a refused call ran");
@@ -329,7 +330,7 @@ describe("forwarding a call to another host", () => {
     }
   });
 
-  it("answers a host that cannot be reached with 503 service-unavailable", async () => {
+  it("answers a host that cannot be reached with 503 service-unavailable and Retry-After", async () => {
     // A port just closed: nothing listens there.
     const listener = createServer().listen(0, "127.0.0.1");
     await once(listener, "listening");
@@ -338,6 +339,8 @@ describe("forwarding a call to another host", () => {
     const error = await rejection(forwardCall(url, request("add", { a: 1, b: 2 }), { key }));
     assert.ok(isProblemError(error));
     assert.equal(error.kind, "service-unavailable");
+    assert.match(error.message, /could not be reached/);
+    assert.equal(error.options.headers?.["Retry-After"], "1");
   });
 });
 
@@ -383,6 +386,7 @@ describe("forwarding to a host that goes away", () => {
     await assert.rejects(forwardCall(url, request(), { key }), (error) => {
       assert.ok(isProblemError(error));
       assert.equal(error.kind, "service-unavailable");
+      assert.equal(error.options.headers?.["Retry-After"], "1");
       return true;
     });
   });

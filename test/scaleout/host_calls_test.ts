@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
-import { createConnection } from "node:net";
+import { createConnection, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -17,7 +17,7 @@ import { listenForWorkerCalls, type WorkerCallsServer } from "../../server/host/
 import { createLogger } from "../../server/log.ts";
 import { isProblemError } from "../../server/problems/mod.ts";
 import { runtimeExecutor } from "../../server/run_executor.ts";
-import { type ExecuteRequest, newRunId, toRunError } from "../../server/runs/mod.ts";
+import { type ExecutedCall, type ExecuteRequest, newRunId, toRunError } from "../../server/runs/mod.ts";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
 import { rejection } from "../_helpers/runs.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
@@ -162,6 +162,7 @@ describe("the wire between a host's workers and its supervisor", () => {
       const error = await rejection(stranger.execute(request("touch", { path: marker })));
       assert.ok(isProblemError(error));
       assert.equal(error.kind, "service-unavailable");
+      assert.equal(error.options.headers?.["Retry-After"], "1");
     } finally {
       stranger.close();
     }
@@ -177,15 +178,15 @@ describe("the wire between a host's workers and its supervisor", () => {
     assert.equal((await stat(socketPath)).mode & 0o777, 0o600);
   });
 
-  it("is upstream_error when the connection breaks after the supervisor took the call, 503 when none listens", async () => {
+  it("is interrupted when the connection breaks after the supervisor took the call, 503 when none listens", async () => {
     const started = join(dir, "hang-gone.started");
     const marker = join(dir, "hang-gone.cancelled");
     const running = calls.execute(request("hang", { started, marker }));
     running.catch(() => {});
     await waitFor(() => existsSync(started), "the function to start");
     calls.close();
-    // The function may have run: not a call to send elsewhere.
-    assert.equal(toRunError(await rejection(running)).type, "upstream_error");
+    // The function may have run: not a call to send elsewhere, but one cut as a stopping server cuts it.
+    assert.equal(toRunError(await rejection(running)).type, "interrupted");
     await waitFor(() => existsSync(marker), "the function to be stopped with its connection");
     await wire.close();
     const later = new SupervisorCalls(socketPath, { token: token.toString("hex") });
@@ -193,8 +194,92 @@ describe("the wire between a host's workers and its supervisor", () => {
       const error = await rejection(later.execute(request("add", { a: 1, b: 1 })));
       assert.ok(isProblemError(error));
       assert.equal(error.kind, "service-unavailable");
+      assert.equal(error.options.headers?.["Retry-After"], "1");
     } finally {
       later.close();
     }
+  });
+});
+
+describe("a worker's calls when its supervisor goes away", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "runplane-wire-gone-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  let sockets = 0;
+
+  /**
+   * Calls, as a worker does, a supervisor that reads the worker's hello, answers it (or not) and dies as
+   * soon as a call's header arrives, after writing `frames` of it (none: what a worker sees when its
+   * supervisor is killed while the call waits for a slot or runs a function that says nothing until it
+   * returns). What the call rejected with, or the items of its stream and why it ended.
+   */
+  async function callDyingSupervisor(options: { accepts: boolean; frames?: string[] }): Promise<unknown> {
+    const path = join(dir, `supervisor-${sockets++}.sock`);
+    const server = createServer((socket) => {
+      let seen = "";
+      socket.on("data", (chunk: Buffer) => {
+        const first = !seen.includes("\n");
+        seen += chunk.toString("utf8");
+        const lines = seen.split("\n");
+        if (first && lines.length > 1) {
+          if (!options.accepts) return void socket.destroy();
+          socket.write("ok\n");
+        }
+        if (lines.length < 3) return;
+        for (const frame of options.frames ?? []) socket.write(`${lines[1].split(" ")[0]} ${frame}\n`);
+        // Its process gone: what it wrote still arrives, then the connection closes.
+        socket.end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(path, resolve));
+    const calls = new SupervisorCalls(path, { token: "00" });
+    const signal = new AbortController().signal;
+    try {
+      const request = { projectId: TEST_PROJECT, app: "wire", functionName: "f", input: {}, runId: newRunId(), signal };
+      let outcome: ExecutedCall;
+      try {
+        outcome = await calls.execute(request);
+      } catch (error) {
+        return error;
+      }
+      if (outcome.kind !== "stream") return outcome;
+      const items: unknown[] = [];
+      try {
+        for await (const item of outcome.items) items.push(item.value);
+      } catch (error) {
+        return { items, error };
+      }
+      return { items, error: null };
+    } finally {
+      calls.close();
+      server.close();
+    }
+  }
+
+  it("ends a call it took interrupted (409), though no frame of it came: its function may have run", async () => {
+    const error = await callDyingSupervisor({ accepts: true });
+    assert.equal(toRunError(error).type, "interrupted");
+    assert.ok(isProblemError(error));
+    assert.equal(error.status, 409);
+    assert.match(error.message, /supervisor stopped during the call/);
+  });
+
+  it("ends a stream it took interrupted when it goes away after the first items", async () => {
+    const cut = await callDyingSupervisor({ accepts: true, frames: ['{"stream":true}', '{"item":1}'] });
+    const { items, error } = cut as { items: unknown[]; error: unknown };
+    assert.deepEqual(items, [1]);
+    assert.equal(toRunError(error).type, "interrupted");
+  });
+
+  it("answers a call on a connection it never accepted 503 with Retry-After: nothing ran, it may be sent again", async () => {
+    const error = await callDyingSupervisor({ accepts: false });
+    assert.ok(isProblemError(error));
+    assert.equal(error.kind, "service-unavailable");
+    assert.equal(error.options.headers?.["Retry-After"], "1");
   });
 });
