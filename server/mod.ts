@@ -106,6 +106,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
     relay: config.databaseUrl ? undefined : options.role?.relay,
     onCheckpointerLost: (error) =>
       rootLogger.error({ err: error }, "the WAL checkpoint worker failed; checkpoints run in commits again"),
+    onCheckpointerBack: () =>
+      rootLogger.info("the WAL checkpoint worker checkpoints again; commits no longer checkpoint"),
   }).catch(asConfigError);
   // With PostgreSQL the data dir holds no store: "fresh" means the schema was just created.
   const freshDataDir = store.shared ? store.fresh : freshSqliteFile;

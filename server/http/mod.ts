@@ -71,10 +71,11 @@ export interface HttpAppOptions {
    */
   dashboard?: { secrets: SecretBox; records: SessionRecords };
   /**
-   * The store's outage record: an error it recognises as the store being away (and counts, logging
-   * once per outage) becomes a 503 `store-unavailable` with `Retry-After`, not a logged 500.
+   * The store's outage record: an error it recognises as the store being away (logged once per outage)
+   * becomes a 503 `store-unavailable` with `Retry-After`, not a logged 500; every 503
+   * `store-unavailable` answered, whatever raised it, is counted there (`answered`), in this one place.
    */
-  storeOutage?: { refused(error: unknown): boolean };
+  storeOutage?: { refused(error: unknown): boolean; answered(): void };
   /**
    * The internal endpoint other hosts forward calls to (`POST /internal/v1/calls/…`, outside the public
    * contract); absent, it is not mounted.
@@ -227,6 +228,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       if (ctx.headerSent) logger.error({ req_id: state.requestId, err: error }, "error after the response started");
       else {
         const problem = asProblem(error, { logger, requestId: state.requestId, storeOutage: options.storeOutage });
+        if (problem.kind === "store-unavailable") options.storeOutage?.answered();
         renderProblem(ctx, problem, logger);
       }
     }

@@ -16,9 +16,9 @@ import { type EndToStore, finishLeasedRuns } from "./_queries.ts";
 /** Ends this process's async runs in shared commits. */
 export interface LeasedFinishes {
   /**
-   * Stores the run's end (and webhook delivery) if it is still running under this process's lease (or
-   * a stale-lease sweep's guess at it); resolves with false when it had been ended elsewhere first, once
-   * committed.
+   * Stores the run's end (and webhook delivery) if it is still running under this process's lease, in
+   * the generation it was claimed in; resolves with false, having written nothing, when it had been
+   * ended (or claimed again) elsewhere first (a run ends once), once committed.
    */
   finish(end: EndToStore): Promise<boolean>;
 }

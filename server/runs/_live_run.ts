@@ -124,7 +124,12 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   }
 
   streaming(): void {
+    if (this.#stream && this.#row.mode === "stream") return;
     this.#stream = true;
+    // The stored running row says so too: a stream cut before its end (its process gone, its run ended
+    // by a lease rescue from the stored row) is recorded as a stream. Buffered, written with the batch.
+    this.#row.mode = "stream";
+    if (!this.#ended) this.#deps.writer.put(this.#row);
   }
 
   /** Its record says so from now on: the row the write-behind holds, and its final state. */
@@ -191,6 +196,8 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     // When the store refuses the final state of a run with a webhook, the caller is told so instead of
     // getting an answer nothing recorded.
     return committed.catch((error: unknown) => {
+      // A run ended elsewhere first: its caller is told so (`endLiveRun`), not that the store is away.
+      if (error instanceof ProblemError) throw error;
       throw new ProblemError(
         "store-unavailable",
         `Run ${row.run_id} ended ${outcome.status}, but its record and webhook could not be stored; the server keeps retrying them. Check the run with getRun before calling again`,

@@ -1,10 +1,13 @@
 /**
  * Periodic upkeep of run records: renews this process's leases (and picks up cancels asked of other
  * processes), ends runs whose process died as `failure`/`interrupted` (never re-running them), removes
- * results past the TTL and forgets idempotency keys past their window. A run ended because its lease ran
- * out keeps its owner's name (`swept_owner`): an owner that was only cut off from the store still records
- * its true end over that guess; and after an upkeep that failed (the store away), stale leases wait one
- * more lease, for their owners to renew them.
+ * results past the TTL and forgets idempotency keys past their window. A lease rescue (a run whose lease
+ * ran out) is a guarded end like any other: compared with the run's status and the lease generation it
+ * was read in, it starts a new generation, and it stands — an owner that was only blocked or cut off from
+ * the store finds the run ended when it comes back and drops its own outcome (a run ends once). The
+ * record keeps the owner's name (`swept_owner`). This process never rescues a run it runs itself, and
+ * after an upkeep that failed (the store away), stale leases wait one more lease, for their owners to
+ * renew them.
  */
 import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
@@ -70,7 +73,7 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
     let interrupted = 0; // runs ended (or deliveries freed) that the delivery worker must look at
     async function interrupt(
       row: RunRow,
-      where: { staleBefore?: number; owner?: string; sweptOwner?: string | null },
+      where: { staleBefore?: number; owner?: string; sweptOwner?: string | null; generation?: number },
     ): Promise<void> {
       // Cut off: its run time was not measured.
       const end = runEnd(row, { status: "failure", error: INTERRUPTED }, { now, runTimeMs: null });
@@ -84,10 +87,17 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
       if (await releaseDeliveryLeases(db, owner)) interrupted++;
       forgetOwner(options.ownersDir!, owner);
     }
-    // A lease that ran out is a guess that its owner is gone: the run keeps the owner's name, so that an
-    // owner merely cut off from the store longer than the lease can still record the truth.
+    // A lease that ran out means its owner is gone, or blocked longer than the lease: either way the
+    // run is ended here, once, in the generation it was read in. A run of this process that is still
+    // live here is not: its own lease ran out only because this upkeep was blocked too (a table lock),
+    // and its renewal follows.
     for (const row of now >= sweepFrom ? await selectStaleRuns(db, now) : []) {
-      await interrupt(row, { staleBefore: now, sweptOwner: row.lease_owner });
+      if (row.lease_owner === options.owner && options.local.has(row.run_id)) continue;
+      await interrupt(row, {
+        staleBefore: now,
+        sweptOwner: row.lease_owner,
+        generation: Number(row.lease_generation),
+      });
     }
     if (interrupted) options.onDeliveries();
     await expireResults(db, { resultTtlMs: options.resultTtlMs, now });

@@ -14,7 +14,7 @@ import {
   renewLeasesOf,
 } from "../store/statements/runs.ts";
 import type { RunTable } from "../store/schema.ts";
-import { enqueueDelivery, MAX_ATTEMPTS, type NewDelivery, putEndDelivery } from "../webhooks/mod.ts";
+import { enqueueDelivery, type NewDelivery } from "../webhooks/mod.ts";
 import type { RunErrorInfo } from "./executor.ts";
 import type { StoredResult } from "./_stored_result.ts";
 import type { RunRow, RunSummaryRow } from "./_view.ts";
@@ -112,6 +112,8 @@ export interface EndToStore {
   now: number;
   columns: Updateable<RunTable>;
   delivery: NewDelivery | null;
+  /** The lease generation the run was claimed in (an async run's), compared when its end is written; null: unknown. */
+  leaseGeneration: number | null;
 }
 
 /** Which stored run `finishRun` may end. */
@@ -120,24 +122,30 @@ export interface FinishWhere {
   from: string[];
   /** Only while this process holds its lease. */
   owner?: string;
-  /** Only while its lease ran out before this time (a stale-lease sweep). */
+  /** Only while its lease ran out before this time (a stale-lease rescue). */
   staleBefore?: number;
-  /** The owner a stale-lease sweep takes the run from: its own end may still replace this one. */
+  /** Only while it is in this lease generation (the one it was read in). */
+  generation?: number;
+  /** The owner a stale-lease rescue takes the run from, recorded with the end (`swept_owner`). */
   sweptOwner?: string | null;
 }
 
 /**
- * Ends a run that is still in one of `from` (and, when given, owned by `owner`): writes its end and, in
- * the same transaction, its webhook delivery, so the final state is stored before any webhook leaves.
- * Returns false when the run was no longer in that state (another process ended it first). A stale-lease
- * sweep (`staleBefore`) names the run's `sweptOwner`: its end is a guess that owner's own end replaces.
+ * Ends a run that is still in one of `from` (and, when given, owned by `owner`, in `generation`): writes
+ * its end, a new lease generation, and, in the same transaction, its webhook delivery, so the final state
+ * is stored before any webhook leaves. Compared and set in one statement: returns false, having written
+ * nothing, when the run was no longer in that state (another process ended or claimed it first).
  */
 export async function finishRun(db: Kysely<Database>, end: EndToStore, where: FinishWhere): Promise<boolean> {
   const columns = where.sweptOwner ? { ...end.columns, swept_owner: where.sweptOwner } : end.columns;
   return await db.transaction().execute(async (trx) => {
-    let update = trx.updateTable("runs").set(columns).where("run_id", "=", end.runId).where("status", "in", where.from);
+    let update = trx.updateTable("runs").set(columns)
+      // An owner blocked past its lease compares the generation it holds: this end closes it.
+      .set((eb) => ({ lease_generation: eb("lease_generation", "+", 1) }))
+      .where("run_id", "=", end.runId).where("status", "in", where.from);
     if (where.owner) update = update.where("lease_owner", "=", where.owner);
     if (where.staleBefore !== undefined) update = update.where("lease_expires_at", "<", where.staleBefore);
+    if (where.generation !== undefined) update = update.where("lease_generation", "=", where.generation);
     const result = await update.executeTakeFirst();
     if (Number(result.numUpdatedRows) !== 1) return false;
     if (end.delivery) await enqueueDelivery(trx, end.delivery, { now: end.now });
@@ -146,34 +154,35 @@ export async function finishRun(db: Kysely<Database>, end: EndToStore, where: Fi
 }
 
 /**
- * Ends runs still `running` under `owner`'s lease, like `finishRun` from `running` with that owner, but
- * many in one transaction: one statement for their final states, then the webhook deliveries of those it
- * ended, then one commit. A run a stale-lease sweep ended `interrupted` while this owner was cut off from
- * the store is ended again, with its true end and delivery. Answers the ids it ended; the others had
- * been ended elsewhere first.
+ * Ends runs still `running` under `owner`'s lease in the generation each was claimed in, like
+ * `finishRun` from `running` with that owner, but many in one transaction: one statement for their final
+ * states, then the webhook deliveries of those it ended, then one commit. A run ended elsewhere first (a
+ * lease rescue while this owner was cut off from the store, a cancel) keeps that end and its delivery:
+ * this owner writes nothing for it. Answers the ids it ended.
  */
 export async function finishLeasedRuns(
   db: Kysely<Database>,
   owner: string,
   ends: readonly EndToStore[],
 ): Promise<Set<string>> {
-  const rows = ends.map(({ runId, now, columns }) => ({
-    run_id: runId,
-    status: columns.status as string,
-    completed_at: now,
-    run_time_ms: (columns.run_time_ms ?? null) as number | null,
-    result_json: (columns.result_json ?? null) as string | null,
-    result_truncated: (columns.result_truncated ?? 0) as number,
-    error_type: (columns.error_type ?? null) as string | null,
-    error_message: (columns.error_message ?? null) as string | null,
-    error_traceback: (columns.error_traceback ?? null) as string | null,
-    deployment_id: (columns.deployment_id ?? null) as string | null,
+  const rows = ends.map((end) => ({
+    run_id: end.runId,
+    status: end.columns.status as string,
+    completed_at: end.now,
+    run_time_ms: (end.columns.run_time_ms ?? null) as number | null,
+    result_json: (end.columns.result_json ?? null) as string | null,
+    result_truncated: (end.columns.result_truncated ?? 0) as number,
+    error_type: (end.columns.error_type ?? null) as string | null,
+    error_message: (end.columns.error_message ?? null) as string | null,
+    error_traceback: (end.columns.error_traceback ?? null) as string | null,
+    deployment_id: (end.columns.deployment_id ?? null) as string | null,
+    lease_generation: end.leaseGeneration,
   }));
   return await db.transaction().execute(async (trx) => {
     const ended = new Set(await endLeasedRuns(trx, owner, rows));
     for (const { runId, now, delivery } of ends) {
-      // Replaces the delivery of a sweep's guess, when the run had one (see `endLeasedRuns`).
-      if (ended.has(runId) && delivery) await putEndDelivery(trx, delivery, { now, attemptsMore: MAX_ATTEMPTS });
+      // In the transaction of the end: a run this owner did not end gets no delivery from it.
+      if (ended.has(runId) && delivery) await enqueueDelivery(trx, delivery, { now });
     }
     return ended;
   });
@@ -257,6 +266,19 @@ export function selectStaleRuns(db: Db, now: number): Promise<RunRow[]> {
     .where("lease_expires_at", "<", now)
     .limit(500)
     .execute() as Promise<RunRow[]>;
+}
+
+/** A run's end as stored, as a writer that found its run ended elsewhere logs it. */
+export type StoredEnd = Pick<RunRow, "run_id" | "status" | "error_type" | "completed_at" | "swept_owner">;
+
+/** The stored ends of `runIds` (those that exist), by run id. */
+export async function selectStoredEnds(db: Db, runIds: readonly string[]): Promise<Map<string, StoredEnd>> {
+  const ends = new Map<string, StoredEnd>();
+  if (runIds.length === 0) return ends;
+  const rows = await db.selectFrom("runs").select(["run_id", "status", "error_type", "completed_at", "swept_owner"])
+    .where("run_id", "in", runIds).execute();
+  for (const row of rows) ends.set(row.run_id, row);
+  return ends;
 }
 
 /** Running runs held by `owner`. */

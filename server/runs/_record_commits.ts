@@ -5,18 +5,18 @@
  * the others), a few times with backoff. A run that still cannot be written is reported (its waiter
  * rejects with `RecordNotStored`, `onError` is told) and kept in memory, retried in the background until
  * it is written or the process stops; a bounded number are kept, and one given up is told to `onLost`.
+ *
+ * A run ends once: a final state is written only over the run's own `running` row (the upsert compares
+ * status, lease generation and owner in its one statement), and its delivery only in the transaction
+ * that wrote it. A run found ended elsewhere (a lease rescue while this process was blocked) keeps that
+ * end: its final state here is dropped, its waiter rejects with `RunEndedElsewhere`, `onDropped` is told.
  */
 import type { Insertable, Kysely } from "kysely";
 import type { Database } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { insertNewRuns, upsertRuns } from "../store/statements/run_rows.ts";
-import {
-  type ClaimedDelivery,
-  type DeliveryHandOff,
-  MAX_ATTEMPTS,
-  type NewDelivery,
-  putEndDelivery,
-} from "../webhooks/mod.ts";
+import { type ClaimedDelivery, type DeliveryHandOff, type NewDelivery, putEndDelivery } from "../webhooks/mod.ts";
+import { selectStoredEnds, type StoredEnd } from "./_queries.ts";
 
 /** Raised to whoever waits for a run's record when the store did not take it after the retries. */
 export class RecordNotStored extends Error {
@@ -26,6 +26,28 @@ export class RecordNotStored extends Error {
     this.name = "RecordNotStored";
     this.runId = runId;
   }
+}
+
+/**
+ * Raised to whoever waits for a run's record when the run had been ended elsewhere first (a lease rescue
+ * while this process could not reach the store): its final state here was dropped, `stored` stands.
+ */
+export class RunEndedElsewhere extends Error {
+  readonly runId: string;
+  readonly stored: StoredEnd;
+  constructor(runId: string, stored: StoredEnd) {
+    super(`Run ${runId} was ended ${stored.status} elsewhere before its outcome was stored here`);
+    this.name = "RunEndedElsewhere";
+    this.runId = runId;
+    this.stored = stored;
+  }
+}
+
+/** What a writer that lost a run's end to another process dropped, and what is stored instead. */
+export interface DroppedEnd {
+  /** The final row this process would have written. */
+  dropped: Insertable<RunTable>;
+  stored: StoredEnd;
 }
 
 /** One run's state to write. */
@@ -40,7 +62,7 @@ export interface RecordEntry {
 
 /** Options of `RecordCommits`. */
 export interface RecordCommitsOptions {
-  /** The lease owner of this process's runs: their final states replace a stale-lease sweep's guess. */
+  /** The lease owner of this process's runs: a stored run another owner holds is never overwritten. */
   owner: string;
   /** The store's clock: when deliveries are made and due (default the process's). */
   now?: () => number;
@@ -58,6 +80,8 @@ export interface RecordCommitsOptions {
   onError(error: unknown, runId: string): void;
   /** A kept run's record was given up (too many kept, or the process stopped): it is not stored. */
   onLost(error: unknown, runId: string): void;
+  /** A run's final state was dropped: the run had been ended elsewhere first (told once per run). */
+  onDropped?(runId: string, end: DroppedEnd): void;
   /** Whether a newer state of the run waits in the buffer: a refused older one is then not kept. */
   superseded(runId: string): boolean;
 }
@@ -74,6 +98,29 @@ const MAX_KEPT_RETRY_MS = 5_000;
 /** Whether `row` is a run's final state (not its `queued` or `running` one). */
 function isEnd(row: Insertable<RunTable> | undefined): boolean {
   return row !== undefined && row.status !== "queued" && row.status !== "running";
+}
+
+/**
+ * The final states among `entries` that were not written because their run had been ended otherwise, with
+ * the stored end: read only when a final state was not written (no round trip otherwise). The same end
+ * stored already (this write's twin, committed by a try whose answer was lost) is not dropped.
+ */
+async function droppedEnds(
+  trx: Kysely<Database>,
+  entries: readonly RecordEntry[],
+  written: ReadonlySet<string>,
+): Promise<Map<string, DroppedEnd>> {
+  const dropped = new Map<string, DroppedEnd>();
+  const unwritten = entries.filter((entry) => isEnd(entry.row) && !written.has(entry.row.run_id));
+  if (unwritten.length === 0) return dropped;
+  const stored = await selectStoredEnds(trx, unwritten.map((entry) => entry.row.run_id));
+  for (const { row } of unwritten) {
+    const end = stored.get(row.run_id);
+    if (!end) continue;
+    const twin = end.status === row.status && Number(end.completed_at) === Number(row.completed_at);
+    if (!twin) dropped.set(row.run_id, { dropped: row, stored: end });
+  }
+  return dropped;
 }
 
 /** Writes batches one after the other, in the order they are handed over. */
@@ -133,18 +180,21 @@ export class RecordCommits {
     this.#kept.clear();
   }
 
-  async #write(entries: RecordEntry[]): Promise<void> {
+  /** Writes `entries` in one transaction; resolves with the final states it dropped (ended elsewhere first). */
+  async #write(entries: RecordEntry[]): Promise<Map<string, DroppedEnd>> {
     const { handOff } = this.#options;
     const handed: ClaimedDelivery[] = [];
     let stored = 0;
-    await this.#db.transaction().execute(async (trx) => {
+    const dropped = await this.#db.transaction().execute(async (trx) => {
       const written = await this.#writeRows(trx, entries);
       const now = (this.#options.now ?? Date.now)();
       for (const { delivery } of entries) {
-        // A run that had ended otherwise (this write's twin after an unsure commit) keeps that end's delivery.
+        // A run that had ended otherwise keeps that end's delivery: this write's twin after an unsure
+        // commit, or another process's end (a lease rescue). Inserted here, in the guarded write's
+        // transaction, or not at all.
         if (!delivery || !written.has(delivery.runId)) continue;
         const lease = handOff?.lease(now, delivery.endpoint) ?? undefined;
-        const put = await putEndDelivery(trx, delivery, { now, lease, attemptsMore: MAX_ATTEMPTS });
+        const put = await putEndDelivery(trx, delivery, { now, lease });
         if (put === "leased") {
           handed.push({
             run_id: delivery.runId,
@@ -155,11 +205,13 @@ export class RecordCommits {
             attempts: 0,
             created_at: now,
           });
-        } else stored++;
+        } else if (put === "queued") stored++;
       }
+      return await droppedEnds(trx, entries, written);
     });
     if (handed.length) handOff!.take(handed);
     if (stored) this.#options.onDeliveries();
+    return dropped;
   }
 
   /** Inserts the runs written for the first time and upserts the others; the ids of the runs written. */
@@ -173,11 +225,17 @@ export class RecordCommits {
   }
 
   #settle(runId: string, error?: unknown): void {
+    if (error === undefined) this.#answer(runId, undefined);
+    else this.#answer(runId, new RecordNotStored(runId, { cause: error }));
+  }
+
+  /** Settles `runId`'s waiter: resolved without `error`, else rejected with it. */
+  #answer(runId: string, error: Error | undefined): void {
     const waiter = this.#waiters.get(runId);
     if (!waiter) return;
     this.#waiters.delete(runId);
     if (error === undefined) waiter.resolve();
-    else waiter.reject(new RecordNotStored(runId, { cause: error }));
+    else waiter.reject(error);
   }
 
   #keep(entry: RecordEntry, error: unknown): void {
@@ -205,8 +263,9 @@ export class RecordCommits {
   async #commit(entries: RecordEntry[]): Promise<void> {
     let failing: RecordEntry[];
     let errors = new Map<string, unknown>();
+    const dropped = new Map<string, DroppedEnd>();
     try {
-      await this.#write(entries);
+      for (const [runId, end] of await this.#write(entries)) dropped.set(runId, end);
       failing = [];
     } catch (error) {
       failing = entries;
@@ -219,7 +278,7 @@ export class RecordCommits {
       const stillErrors = new Map<string, unknown>();
       for (const entry of failing) {
         try {
-          await this.#write([entry]);
+          for (const [runId, end] of await this.#write([entry])) dropped.set(runId, end);
         } catch (error) {
           still.push(entry);
           stillErrors.set(entry.row.run_id, error);
@@ -229,9 +288,13 @@ export class RecordCommits {
       errors = stillErrors;
     }
     const failed = new Set(failing.map((entry) => entry.row.run_id));
+    for (const [runId, end] of dropped) {
+      this.#options.onDropped?.(runId, end);
+      this.#answer(runId, new RunEndedElsewhere(runId, end.stored));
+    }
     for (const entry of entries) {
       const runId = entry.row.run_id;
-      if (!failed.has(runId)) this.#settle(runId);
+      if (!failed.has(runId) && !dropped.has(runId)) this.#settle(runId);
     }
     for (const entry of failing) {
       const error = errors.get(entry.row.run_id);

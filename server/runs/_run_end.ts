@@ -9,14 +9,22 @@
  *   state with a webhook is committed at once);
  * - `endLeasedRun`: an async run, through the leased batch (`_leased_finishes.ts`);
  * - `endStoredRun`: a run ended where it is stored rather than where it runs: a cancel of a queued run,
- *   upkeep's recovery of a dead process's runs and its stale-lease sweep, the drain timeout's abandon.
+ *   upkeep's recovery of a dead process's runs and its stale-lease rescue, the drain timeout's abandon.
+ *
+ * A run ends once. Each strategy writes the end as a guarded transition: the run's status (still running
+ * or queued) and its lease generation (and owner) are compared and the end set in one statement, with
+ * the webhook delivery in the same transaction. Of two processes that both think they may end a run (an
+ * owner blocked past its lease, and the process whose lease rescue ended it meanwhile), the first writes
+ * the end and its delivery; the other writes nothing, sends nothing, and says what it dropped.
  */
 import type { Insertable, Kysely, Updateable } from "kysely";
+import { ProblemError } from "../problems/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { runRowWith } from "../store/statements/run_rows.ts";
 import type { RunTable } from "../store/schema.ts";
 import { type NewDelivery, webhookBody } from "../webhooks/mod.ts";
 import type { LeasedFinishes } from "./_leased_finishes.ts";
+import { RunEndedElsewhere } from "./_record_commits.ts";
 import { type EndToStore, finishRun, type FinishWhere, type RunOutcome } from "./_queries.ts";
 import type { FinishedRun, RunEvents } from "./_run_events.ts";
 import type { RunRow } from "./_view.ts";
@@ -35,7 +43,7 @@ export type EndingRun =
     | "webhook_secret"
     | "webhook_credentials"
   >
-  & { started_at: number | null; queue_time_ms?: number | null };
+  & { started_at: number | null; queue_time_ms?: number | null; lease_generation?: number | null };
 
 /** A run's end: what is stored (`EndToStore`) and the event told once it is. */
 export interface RunEnd extends EndToStore {
@@ -123,13 +131,18 @@ export function runEnd(run: EndingRun, outcome: RunOutcome, options: RunEndOptio
     queueTimeMs: run.queue_time_ms === undefined || run.queue_time_ms === null ? null : Number(run.queue_time_ms),
     loggedByCaller: options.loggedByCaller,
   };
-  return { runId: run.run_id, now, columns, delivery, outcome, event };
+  const leaseGeneration = run.lease_generation === undefined || run.lease_generation === null
+    ? null
+    : Number(run.lease_generation);
+  return { runId: run.run_id, now, columns, delivery, outcome, event, leaseGeneration };
 }
 
 /**
  * Ends a sync or stream call: its final row goes to the write-behind with its delivery, and its end is
  * told at once (its caller answers from it). Resolves once a final state with a webhook is committed
- * (rejects with `RecordNotStored` when it could not be); at once without a webhook.
+ * (rejects with `RecordNotStored` when it could not be, and with a 409 `interrupted` or `conflict`
+ * problem when the run had been ended elsewhere first: its outcome was dropped, so its caller must not
+ * get it); at once without a webhook (a dropped outcome is then only logged, by the writer).
  */
 export function endLiveRun(
   deps: { writer: WriteBehind; events: RunEvents },
@@ -140,7 +153,23 @@ export function endLiveRun(
   deps.events.finished(end.event);
   // A webhook must survive a crash right after the caller got the answer: its record is committed now
   // (one small transaction) rather than in the next batch.
-  return end.delivery ? deps.writer.commitSoon(end.runId) : Promise.resolve();
+  if (!end.delivery) return Promise.resolve();
+  return deps.writer.commitSoon(end.runId).catch((error: unknown) => {
+    if (!(error instanceof RunEndedElsewhere)) throw error;
+    throw endedElsewhereProblem(error);
+  });
+}
+
+/** What the caller of a run ended elsewhere is told: the stored end, which its webhook told too. */
+function endedElsewhereProblem(error: RunEndedElsewhere): ProblemError {
+  const { stored } = error;
+  const interrupted = stored.status === "failure" && stored.error_type === "interrupted";
+  const how = stored.error_type ? `${stored.status} (${stored.error_type})` : stored.status;
+  return new ProblemError(
+    interrupted ? "interrupted" : "conflict",
+    `Run ${error.runId} was ended ${how} by another server before its outcome could be stored here (this server could not reach the store for longer than the run's lease); the record and its webhook say ${how}, and this call's outcome was dropped`,
+    { runId: error.runId, cause: error },
+  );
 }
 
 /**

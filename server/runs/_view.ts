@@ -10,10 +10,11 @@ export type Run = components["schemas"]["Run"];
 export type RunSummary = components["schemas"]["RunSummary"];
 
 /** A run's stored columns (what `selectAll` gives). */
-export type RunRow = Omit<RunTable, "result_expired" | "result_truncated" | "cancel_requested"> & {
+export type RunRow = Omit<RunTable, "result_expired" | "result_truncated" | "cancel_requested" | "lease_generation"> & {
   result_expired: number;
   result_truncated: number;
   cancel_requested: number;
+  lease_generation: number;
 };
 
 /** The columns a listed run is read with (no result, input or secret). */
@@ -26,6 +27,7 @@ export type RunSummaryRow = Omit<
   | "lease_expires_at"
   | "cancel_requested"
   | "swept_owner"
+  | "lease_generation"
 >;
 
 function iso(ms: number | null): string | null {

@@ -2,10 +2,11 @@
  * Deferred, batched writes of sync and stream run records, so recording a run never adds a store write
  * to a sync call's path. Writes of the same run coalesce (a call that ends within the batch window is
  * written once, in its final state, as is a call that began late in one window and ends in the next);
- * one transaction per batch (`./_record_commits.ts`: retries, runs kept through an outage). A run
- * already ended by someone else is not overwritten — except the `interrupted` end another process's
- * stale-lease sweep guessed while this one was cut off from the store: the run's true end replaces it,
- * and its webhook delivery too (`putEndDelivery`).
+ * one transaction per batch (`./_record_commits.ts`: retries, runs kept through an outage). A run ends
+ * once: a run already ended by someone else — a cancel, or the `interrupted` end another process's lease
+ * rescue wrote while this one was blocked or cut off from the store — is not overwritten, gets no
+ * delivery from here, and its dropped final state is told to `onDropped`. The guard is in the batch's
+ * own statements (status, lease generation and owner compared in the upsert): no read per call.
  */
 import type { Insertable, Kysely } from "kysely";
 import type { Database } from "../store/mod.ts";

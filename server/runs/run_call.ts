@@ -65,7 +65,9 @@ export interface LiveRun extends RunRecorder {
    * `runTimeMs` is the run time the caller is answered; it is recorded as is, so the record, the webhook
    * and an idempotent replay say the same (default: from the run's start to now, in whole milliseconds).
    * Rejects with a 503 `service-unavailable` problem (with the run id) when that commit failed after
-   * retries: answer it instead of the result (the record is kept and retried in the background).
+   * retries: answer it instead of the result (the record is kept and retried in the background); with a
+   * 409 `interrupted` (or `conflict`) problem when another process ended the run first (a lease rescue
+   * while this one was blocked): its outcome was dropped, answer the problem.
    */
   succeed(result?: unknown, options?: { runTimeMs?: number }): Promise<void>;
   /**

@@ -273,6 +273,17 @@ export function createRunService(options: RunServiceOptions): RunService {
     },
     onLost: (error, runId) =>
       logger.error({ err: error, run_id: runId }, "run record lost: the store refused it until it was given up"),
+    // A run ends once: another process ended this one first (a lease rescue while this one was blocked).
+    onDropped: (runId, { dropped, stored }) =>
+      logger.warn({
+        run_id: runId,
+        dropped_status: dropped.status,
+        dropped_error_type: dropped.error_type ?? null,
+        stored_status: stored.status,
+        stored_error_type: stored.error_type,
+        stored_completed_at: stored.completed_at === null ? null : Number(stored.completed_at),
+        rescued_from: stored.swept_owner,
+      }, "run was ended elsewhere before it finished here; its outcome is dropped"),
   });
   const resultLimitBytes = config.resultLimitBytes ?? DEFAULT_RESULT_LIMIT_BYTES;
   const liveRunDeps = { writer, local, events, resultLimitBytes, now: clock };

@@ -3,7 +3,8 @@
  * the WAL's threshold: under load that commit copies a thousand pages and syncs the file, stalling the
  * event loop for several milliseconds every second or so. A worker thread with its own connection
  * checkpoints instead (PASSIVE: it never blocks the writer), and the writer's automatic checkpoint is
- * switched off while the worker runs.
+ * switched off while the worker runs. A checkpoint that fails (a full disk, the file not there yet) is
+ * told once (`onLost`) and tried again every interval; the first that works again is told too (`onBack`).
  */
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
@@ -13,10 +14,15 @@ export interface CheckpointerOptions {
   /** How often the worker checkpoints (default 200 ms). */
   intervalMs?: number;
   /**
-   * Called when the worker failed or exited on its own: the caller should switch the automatic
-   * checkpoint back on, so the WAL cannot grow without bound.
+   * Called when the worker's checkpoints fail, or it exited on its own: the caller should switch the
+   * automatic checkpoint back on, so the WAL cannot grow without bound.
    */
   onLost(error: unknown): void;
+  /**
+   * Called when the worker checkpoints again after `onLost` (the disk has room again): the caller may
+   * switch the automatic checkpoint off again. Never after the worker exited.
+   */
+  onBack?(): void;
 }
 
 /** A running checkpointer. */
@@ -26,17 +32,36 @@ export interface Checkpointer {
 }
 
 // CommonJS run by the worker: its own connection, a PASSIVE checkpoint per interval, one more on "stop".
+// A failure (opening included) is posted once, and so is the first success after it: the worker goes on
+// trying, so that it comes back when the store does.
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require("node:worker_threads");
 const Database = require(workerData.driver);
-const db = new Database(workerData.path, { fileMustExist: true });
-db.pragma("busy_timeout = 1000");
-const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)");
-const timer = setInterval(() => checkpoint.run(), workerData.intervalMs);
+let db = null;
+let checkpoint = null;
+let failing = false;
+function tick() {
+  try {
+    if (db === null) {
+      const opened = new Database(workerData.path, { fileMustExist: true });
+      opened.pragma("busy_timeout = 1000");
+      checkpoint = opened.prepare("PRAGMA wal_checkpoint(PASSIVE)");
+      db = opened;
+    }
+    checkpoint.run();
+    if (failing) parentPort.postMessage({ ok: true });
+    failing = false;
+  } catch (error) {
+    if (!failing) parentPort.postMessage({ ok: false, message: String((error && error.message) || error) });
+    failing = true;
+  }
+}
+tick();
+const timer = setInterval(tick, workerData.intervalMs);
 parentPort.on("message", () => {
   clearInterval(timer);
-  checkpoint.run();
-  db.close();
+  tick();
+  if (db !== null) db.close();
   parentPort.close();
 });
 `;
@@ -52,14 +77,27 @@ export function startCheckpointer(path: string, options: CheckpointerOptions): C
   worker.unref();
   let stopping = false;
   let lost = false;
+  let gone = false;
   function lose(error: unknown): void {
     if (stopping || lost) return;
     lost = true;
     options.onLost(error);
   }
   const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
-  worker.once("error", lose);
-  worker.once("exit", (code) => lose(new Error(`The checkpoint worker exited with code ${code}`)));
+  worker.on("message", (message: { ok: boolean; message?: string }) => {
+    if (!message.ok) return lose(new Error(`The checkpoint worker cannot checkpoint: ${message.message}`));
+    if (stopping || gone || !lost) return;
+    lost = false;
+    options.onBack?.();
+  });
+  worker.once("error", (error) => {
+    gone = true;
+    lose(error);
+  });
+  worker.once("exit", (code) => {
+    gone = true;
+    lose(new Error(`The checkpoint worker exited with code ${code}`));
+  });
   return {
     async stop() {
       if (stopping) return await exited;

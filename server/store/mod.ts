@@ -131,6 +131,8 @@ export interface OpenStoreOptions {
   relay?: WakeUpPort;
   /** Called when the background checkpointer failed; checkpoints are then made in commits again. */
   onCheckpointerLost?(error: unknown): void;
+  /** Called when the background checkpointer works again after it failed; commits no longer checkpoint. */
+  onCheckpointerBack?(): void;
   /**
    * Told every statement run, with the text and parameters its engine ran (for diagnostics and the
    * query-plan test; it costs a call per statement).
@@ -185,6 +187,10 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
       onLost(error) {
         if (sqlite.open) sqlite.exec(`PRAGMA wal_autocheckpoint = ${Number(automatic)}`);
         options.onCheckpointerLost?.(error);
+      },
+      onBack() {
+        if (sqlite.open) sqlite.exec("PRAGMA wal_autocheckpoint = 0");
+        options.onCheckpointerBack?.();
       },
     });
     sqlite.exec("PRAGMA wal_autocheckpoint = 0");

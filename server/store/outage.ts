@@ -1,8 +1,11 @@
 /**
  * The store being away: which errors mean the database is unreachable, overloaded or full (as opposed
  * to a statement's bug), and the one record of an outage: it is logged once when it starts and once,
- * with the count of refused operations, when a probe finds the store writable again. Meanwhile
- * operations answer 503 `store-unavailable` and `/readyz` says the store cannot write.
+ * with the count of requests answered 503 `store-unavailable` meanwhile (counted in one place: where the
+ * HTTP layer answers them), when a probe finds the store writable again. Meanwhile operations answer 503
+ * `store-unavailable` and `/readyz` says the store cannot write. A full store (a full disk, a read-only
+ * server) ends only once it stayed writable for a while after a probe wrote: a small probe fits where
+ * real work does not, and availability flapped every probe while the disk stayed full.
  */
 import type { Logger } from "../log.ts";
 
@@ -99,10 +102,12 @@ export interface StoreOutage {
    */
   readonly refusesWrites: boolean;
   /**
-   * Whether `error` is the store being away. If so it is counted, and the first such error starts an
-   * outage (logged once) and the probes that end it.
+   * Whether `error` is the store being away. If so the first such error starts an outage (logged once)
+   * and the probes that end it, and each keeps it going (not counted: see `answered`).
    */
   refused(error: unknown): boolean;
+  /** Counts one request answered 503 `store-unavailable`: the count the outage's end reports. */
+  answered(): void;
   /** Stops the probes. */
   close(): void;
 }
@@ -116,7 +121,8 @@ export interface StoreOutageOptions {
   probeMs?: number;
   /**
    * How long no operation may have been refused before a probe that wrote ends the outage (default 2 s): a
-   * nearly full disk takes a probe's small write but not a run's.
+   * nearly full disk takes a probe's small write but not a run's. A full store must moreover stay that
+   * long without a refusal after a probe wrote (work is let through meanwhile), or it stays full.
    */
   quietMs?: number;
 }
@@ -127,9 +133,13 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
   const quietMs = options.quietMs ?? 2_000;
   let reason: string | null = null;
   let refusesWrites = false;
+  // The outage saw the store answer but refuse to write (full): its end is confirmed (see `probe`).
+  let full = false;
+  // When a probe of a full store wrote, and no refusal came since: the outage ends once it is quietMs old.
+  let confirmingSince: number | null = null;
   let startedAt = 0;
   let lastRefusedAt = 0;
-  let refusedCount = 0;
+  let answeredCount = 0;
   let timer: NodeJS.Timeout | undefined;
   let probing = false;
 
@@ -145,12 +155,22 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
     } finally {
       probing = false;
     }
+    const now = performance.now();
+    if (full && (confirmingSince === null || now - confirmingSince < quietMs)) {
+      // Work is let through again; a refusal within quietMs (its write did not fit where the probe's
+      // did) keeps the outage going, unlogged, instead of ending it and starting another.
+      confirmingSince ??= now;
+      refusesWrites = false;
+      return;
+    }
     options.logger.warn(
-      { refused: refusedCount, duration_ms: Math.round(performance.now() - startedAt) },
+      { refused: answeredCount, duration_ms: Math.round(now - startedAt) },
       "store available again: operations are served",
     );
     reason = null;
     refusesWrites = false;
+    full = false;
+    confirmingSince = null;
     clearInterval(timer);
     timer = undefined;
   }
@@ -169,14 +189,13 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
       const why = storeUnavailableReason(error);
       if (why === null) return false;
       lastRefusedAt = performance.now();
-      if (storeIsFull(error)) refusesWrites = true;
-      if (reason !== null) {
-        refusedCount++;
-        return true;
-      }
+      confirmingSince = null;
+      if (storeIsFull(error)) full = true;
+      if (full) refusesWrites = true;
+      if (reason !== null) return true;
       reason = why;
       startedAt = lastRefusedAt;
-      refusedCount = 1;
+      answeredCount = 0;
       options.logger.error(
         { err: error, reason: why },
         "store unavailable: operations answer 503 store-unavailable until a probe can write",
@@ -185,6 +204,9 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
       timer.unref();
       return true;
     },
+    answered() {
+      if (reason !== null) answeredCount++;
+    },
     close() {
       clearInterval(timer);
     },
@@ -192,8 +214,8 @@ export function createStoreOutage(options: StoreOutageOptions): StoreOutage {
 }
 
 /**
- * `logger`, except that an `error` or `warn` line whose `err` is the store being away is counted by
- * `outage` (which logs the outage's start and end) instead of written: the background loops (the
+ * `logger`, except that an `error` or `warn` line whose `err` is the store being away goes to `outage`
+ * (which logs the outage's start and end) instead of being written: the background loops (the
  * dispatcher, upkeep, the delivery worker, the builder) fail at every tick while the store is away.
  * Made with `Object.create`, so every other method (and `child`) is the logger's own.
  */

@@ -87,10 +87,16 @@ export interface RunTable {
   /** The deployment whose replica took the call; null for an app of the apps folder, or before one did. */
   deployment_id: string | null;
   /**
-   * The lease owner whose run a stale-lease sweep ended `interrupted` (a guess: its process may be alive,
-   * cut off from the store); that owner's own end replaces the guess. Null for any other end.
+   * The lease owner whose run a stale-lease rescue ended `interrupted` (its lease had run out): the
+   * record names the process it gave up on. That end stands: the owner, if it was alive after all, finds
+   * the run ended and drops its own outcome. Null for any other end.
    */
   swept_owner: string | null;
+  /**
+   * Which holding of the run may end it: a claim and a lease rescue add one, and every end compares it
+   * with the status in the statement that writes the end (a run ends once).
+   */
+  lease_generation: Generated<number>;
 }
 
 /** The webhook outbox: one delivery per run, its exact body and (sealed) secret until it is settled. */

@@ -4,6 +4,11 @@
  *
  * Deliveries of runs that end in this process skip the claim: they are inserted already leased to this
  * worker (`handOff.lease`) and given to it once committed (`handOff.take`).
+ *
+ * An attempt is sent once, by the one claim that holds it: it is counted (before it is sent) only while
+ * this worker's lease still holds the delivery until the attempt's timeout, its outcome is written only
+ * while the lease is still this worker's, and the worker never claims again a delivery it holds (waiting,
+ * in flight, or its outcome still being recorded through an outage), whatever the delivery's lease says.
  */
 import { randomBytes } from "node:crypto";
 import type { Kysely } from "kysely";
@@ -143,8 +148,13 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     delayMs: 10,
   });
   // An attempt is counted in the store before it is sent: one killed mid-attempt is not lost from the
-  // record while the receiver got it. Starts of the same event-loop turn share one commit.
-  const starts = createGroupCommit<AttemptStart>((batch) => recordAttemptStarts(options.db, batch));
+  // record while the receiver got it. Starts of the same event-loop turn share one commit. Counted only
+  // while this worker holds the delivery long enough for the attempt (else it is not sent).
+  const starts = createGroupCommit<AttemptStart>((batch) => recordAttemptStarts(options.db, batch, { owner }));
+  // The deliveries this worker holds, from their claim or hand-off until their attempt's outcome is
+  // recorded (or they go back to the outbox): never claimed again meanwhile. An outage longer than the
+  // lease once let the worker claim a delivery whose attempt it was still recording, and send it twice.
+  const mine = new Set<string>();
 
   /**
    * Records an attempt's outcome, trying again (with a growing pause) while the store is away: an
@@ -190,8 +200,16 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     // The store's clock: the attempt's time, the signature's timestamp and the next attempt's due time
     // are the database's, not this host's, whose clock may be off.
     const at = clock();
-    await starts.add({ runId: delivery.run_id, attempt: number, at });
+    const start: AttemptStart = { runId: delivery.run_id, attempt: number, at, holdUntil: at + options.timeoutMs };
+    await starts.add(start);
     if (stopping.signal.aborted) return;
+    if (!start.held) {
+      options.logger.info(
+        { run_id: delivery.run_id, attempt: number },
+        "webhook attempt not sent: its lease ran out before it could start; whichever process claims it sends it",
+      );
+      return;
+    }
     const started = performance.now();
     const outcome = await postOnce({
       url: new URL(delivery.endpoint),
@@ -250,6 +268,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
 
   function enqueue(delivery: ClaimedDelivery, leaseEnds: number): void {
     const destination = destinationOf(delivery.endpoint);
+    mine.add(delivery.run_id);
     ready.push({ delivery, leaseEnds, destination });
     count(waiting, destination, 1);
   }
@@ -283,7 +302,11 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       .catch((error) =>
         options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded")
       )
-      .finally(() => release());
+      .finally(() => {
+        // Its outcome is recorded (or given up): from now on the delivery may be claimed again.
+        mine.delete(delivery.run_id);
+        release();
+      });
   }
 
   /** Puts a postponed destination's deliveries back in line: it answered, so it is not dead. */
@@ -312,11 +335,13 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       const entry = ready[i];
       // Too close to its lease's end, another process may claim it as well: leave it to the outbox.
       if (clock() + options.timeoutMs >= entry.leaseEnds) {
-        dequeue(i);
+        mine.delete(dequeue(i).delivery.run_id);
       } else if (inFlight < maxInFlight && !saturated(entry.destination)) {
         start(dequeue(i));
       } else if (saturated(entry.destination) && (kept.get(entry.destination) ?? 0) >= perDestination) {
-        snoozed.push(dequeue(i).delivery.run_id);
+        const runId = dequeue(i).delivery.run_id;
+        mine.delete(runId);
+        snoozed.push(runId);
       } else {
         count(kept, entry.destination, 1);
         i++;
@@ -365,7 +390,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
       await postponeDue(options.db, { endpoints: [...slow.values()].flat(), now, dueAt });
     }
     const limit = Math.min(room, 32);
-    const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints });
+    const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints, skipRuns: mine });
     // More may be due: the claim was full, or it left a busy destination's out (claim again as it frees).
     backlog = due.length === limit || skipEndpoints.length > 0;
     const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now, owner });

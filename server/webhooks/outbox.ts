@@ -10,7 +10,7 @@ import {
   countAttempt,
   insertAttempt,
   insertDelivery,
-  insertOrReplaceDelivery,
+  insertEndDelivery,
   markOutcomeUnknown,
   moveOn,
   settle,
@@ -89,23 +89,20 @@ function insertParameters(delivery: NewDelivery, now: number, lease: DeliveryLea
 }
 
 /**
- * Stores the delivery of a run's end that its owner has just written; call inside that write. A run
- * whose end another process guessed (a stale-lease sweep: `interrupted`) already has that guess's
- * delivery: it is replaced by this one, unleased and due now, with `attemptsMore` attempts of its own
- * after those already made. A guess not yet attempted is thus never sent; one attempted (delivered,
- * failed, or in flight) is followed by the truth. Resolves with `leased` when the row was added with
- * `lease` (hand it to that worker), else `queued` (it waits in the outbox: wake the worker).
+ * Stores the delivery of a run's end that its writer has just written; call inside that write's
+ * transaction, and only when the guarded write did end the run (a run ends once, and so has one
+ * delivery). Resolves with `leased` when the row was added with `lease` (hand it to that worker),
+ * `queued` when it was added unleased (it waits in the outbox: wake the worker), or `kept` when the run
+ * had a delivery already, which is left as it is (nothing to hand off or send).
  */
 export async function putEndDelivery(
   db: Db,
   delivery: NewDelivery,
-  options: { now: number; lease?: DeliveryLease; attemptsMore: number },
-): Promise<"leased" | "queued"> {
-  const { rows } = await insertOrReplaceDelivery(db, [
-    ...insertParameters(delivery, options.now, options.lease),
-    options.attemptsMore,
-  ]);
-  return rows[0]?.lease_owner ? "leased" : "queued";
+  options: { now: number; lease?: DeliveryLease },
+): Promise<"leased" | "queued" | "kept"> {
+  const { rows } = await insertEndDelivery(db, insertParameters(delivery, options.now, options.lease));
+  if (rows.length === 0) return "kept";
+  return rows[0].lease_owner ? "leased" : "queued";
 }
 
 /** A delivery this process holds the lease of. */
@@ -118,18 +115,29 @@ export type ClaimedDelivery = Pick<WebhookDeliveryTable, "run_id" | "endpoint" |
   attempt_limit?: number | null;
 };
 
+/** Options of `claimDueDeliveries`. */
+export interface ClaimOptions {
+  owner: string;
+  /** The store's clock. */
+  now: number;
+  leaseMs: number;
+  limit: number;
+  /** Endpoints whose deliveries are left out (their destination is busy). */
+  skipEndpoints?: Iterable<string>;
+  /** Runs whose deliveries are left out: the claimer's own, still in flight (never claimed twice). */
+  skipRuns?: Iterable<string>;
+}
+
 /**
  * Claims up to `limit` of the longest-due deliveries for `owner` until `now + leaseMs`, except those to
- * `skipEndpoints`: each due delivery goes to one claimer, however many processes claim at once. `now` is
- * the store's clock.
+ * `skipEndpoints` and those of `skipRuns`: each due delivery goes to one claimer, however many processes
+ * claim at once.
  */
-export async function claimDueDeliveries(
-  db: Kysely<Database>,
-  options: { owner: string; now: number; leaseMs: number; limit: number; skipEndpoints?: Iterable<string> },
-): Promise<ClaimedDelivery[]> {
+export async function claimDueDeliveries(db: Kysely<Database>, options: ClaimOptions): Promise<ClaimedDelivery[]> {
   const { owner, now, leaseMs, limit } = options;
   const skipped = JSON.stringify([...(options.skipEndpoints ?? [])]);
-  const { rows } = await claimDue(db, [owner, now + leaseMs, now, now, skipped, limit, now]);
+  const skippedRuns = JSON.stringify([...(options.skipRuns ?? [])]);
+  const { rows } = await claimDue(db, [owner, now + leaseMs, now, now, skipped, skippedRuns, limit, now]);
   return rows.map((row) => ({ ...row, attempts: Number(row.attempts), created_at: Number(row.created_at) }));
 }
 
@@ -172,17 +180,33 @@ export interface AttemptStart {
   runId: string;
   attempt: number;
   at: number;
+  /** With an owner: the time until which its lease must still hold the delivery (the attempt's end). */
+  holdUntil?: number;
+  /** Set by `recordAttemptStarts`: whether it was recorded (false: not held, do not send it). */
+  held?: boolean;
 }
 
 /**
  * Records attempts as started, before they are sent (one transaction for all): a process that dies
  * during an attempt leaves it counted, so the record never lists fewer attempts than the receiver saw.
+ * With `owner`, an attempt is recorded (`held`) only while that owner still holds its pending delivery
+ * until `holdUntil`: one whose lease ran out before it could start (the store was slow or away) may be
+ * another claim's by now, and is not to be sent.
  */
-export async function recordAttemptStarts(db: Kysely<Database>, starts: readonly AttemptStart[]): Promise<void> {
+export async function recordAttemptStarts(
+  db: Kysely<Database>,
+  starts: readonly AttemptStart[],
+  options: { owner?: string } = {},
+): Promise<void> {
+  const { owner } = options;
   await db.transaction().execute(async (trx) => {
     for (const start of starts) {
-      await startAttempt(trx, [start.runId, start.attempt, start.at]);
-      await countAttempt(trx, [start.attempt, start.runId, start.attempt]);
+      const counted = owner === undefined
+        ? await countAttempt.any(trx, [start.attempt, start.runId, start.attempt])
+        : await countAttempt.held(trx, [start.attempt, start.runId, start.attempt, owner, start.holdUntil ?? 0]);
+      start.held = owner === undefined || counted.rows.length === 1;
+      // An attempt not held is not sent: it is not listed either.
+      if (start.held) await startAttempt(trx, [start.runId, start.attempt, start.at]);
     }
   });
 }

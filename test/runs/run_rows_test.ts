@@ -11,7 +11,7 @@ import { createLogger } from "../../server/log.ts";
 import { createLeasedFinishes } from "../../server/runs/_leased_finishes.ts";
 import { createRunService, type LiveRun } from "../../server/runs/mod.ts";
 import { createSecretBox } from "../../server/secrets/mod.ts";
-import { finishLeasedRuns, type RunOutcome } from "../../server/runs/_queries.ts";
+import { finishLeasedRuns, finishRun, type RunOutcome } from "../../server/runs/_queries.ts";
 import { runEnd } from "../../server/runs/_run_end.ts";
 import { createWriteBehind } from "../../server/runs/_write_behind.ts";
 import { insertNewRuns, insertRuns, runRowWith, upsertRuns } from "../../server/store/statements/run_rows.ts";
@@ -70,7 +70,7 @@ for (const engine of await engines()) {
       }
     });
 
-    it("inserts new runs, replaces queued and running ones and an owner's swept end, keeps other ends", async () => {
+    it("inserts new runs, replaces queued and running ones of the row's lease generation not held elsewhere, keeps every end (a lease rescue's of the owner's run too)", async () => {
       const id = (i: number) => `ups_${String(i).padStart(3, "0")}`;
       const ended = (i: number, text: string): Insertable<RunTable> => ({
         ...row(i, text),
@@ -79,32 +79,38 @@ for (const engine of await engines()) {
         completed_at: 1_764_000_009_000 + i,
         result_json: JSON.stringify(text),
       });
-      // Stored first: a running run, a queued one, a run ended by someone else, and two swept (one of ours).
+      // Stored first: a running run of ours, a queued one, a run ended by someone else, two ended by a lease
+      // rescue (one of ours), one running under another owner, one of ours claimed again since (generation 1).
       await insertRuns(t.store.db, [
-        { ...row(0, "running"), run_id: id(0), status: "running" },
+        { ...row(0, "running"), run_id: id(0), status: "running", lease_owner: "me" },
         { ...row(1, "queued"), run_id: id(1) },
         { ...ended(2, "theirs"), status: "failure" },
         { ...row(3, "swept"), run_id: id(3), status: "failure", error_type: "interrupted" },
         { ...row(4, "swept"), run_id: id(4), status: "failure", error_type: "interrupted" },
+        { ...row(5, "elsewhere"), run_id: id(5), status: "running", lease_owner: "other" },
+        { ...row(6, "again"), run_id: id(6), status: "running", lease_owner: "me", lease_generation: 1 },
       ]);
       for (const [i, owner] of [[3, "me"], [4, "other"]] as const) {
         await t.store.db.updateTable("runs").set({ swept_owner: owner }).where("run_id", "=", id(i)).execute();
       }
-      // 300 rows: chunks of 256, 32, 8 and 4, the stored five among them.
+      // 300 rows: chunks of 256, 32, 8 and 4, the stored seven among them.
       const rows = Array.from({ length: 300 }, (_, i) => ended(i, AWKWARD[i % AWKWARD.length]));
       const written = await upsertRuns(t.store.db, rows, "me");
-      assert.equal(written.size, 298);
-      assert.ok(!written.has(id(2)) && !written.has(id(4)), "a run ended otherwise keeps its end");
+      const keptIds = new Set([2, 3, 4, 5, 6]);
+      assert.equal(written.size, 295);
+      for (const i of keptIds) assert.ok(!written.has(id(i)), `run ${i} ended or held otherwise keeps its row`);
       const stored = await t.store.db.selectFrom("runs").selectAll().where("run_id", "like", "ups_%")
         .orderBy("run_id").execute();
       assert.equal(stored.length, 300);
+      const storedText = ["", "", "theirs", "swept", "swept", "elsewhere", "again"];
       for (const [i, got] of stored.entries()) {
-        const kept = i === 2 || i === 4;
-        assert.equal(got.status, kept ? "failure" : "success", got.run_id);
-        assert.equal(got.webhook_endpoint, i === 2 ? "theirs" : i === 4 ? "swept" : AWKWARD[i % AWKWARD.length]);
+        const kept = keptIds.has(i);
+        const status = i === 5 || i === 6 ? "running" : kept ? "failure" : "success";
+        assert.equal(got.status, status, got.run_id);
+        assert.equal(got.webhook_endpoint, kept ? storedText[i] : AWKWARD[i % AWKWARD.length]);
         if (!kept) assert.equal(got.result_json, rows[i].result_json);
-        if (!kept) assert.equal(got.swept_owner, null);
       }
+      assert.equal(stored[3].swept_owner, "me", "a lease rescue's end of the owner's own run stands");
       assert.deepEqual(await upsertRuns(t.store.db, [], "me"), new Set());
     });
 
@@ -311,6 +317,7 @@ describe("a run row with its end over it", () => {
       error_traceback: undefined,
       webhook_secret: undefined,
       webhook_credentials: undefined,
+      lease_generation: undefined,
     });
   });
 });
@@ -458,6 +465,58 @@ for (const engine of await engines()) {
       } finally {
         await dropTrigger();
       }
+    });
+
+    it("an end of an earlier holding writes nothing: a run claimed again since (another lease generation) or ended by a lease rescue keeps its state, and gets no delivery from it", async () => {
+      await insertRuns(t.store.db, [
+        { ...running("gen_a", "me", "https://hooks.example/a"), lease_generation: 1 },
+        { ...running("gen_b", "me", "https://hooks.example/b"), lease_generation: 1 },
+        { ...running("gen_c", "me", "https://hooks.example/c"), lease_generation: 1 },
+      ]);
+      const rowOf = async (id: string) =>
+        await t.store.db.selectFrom("runs").selectAll().where("run_id", "=", id).executeTakeFirstOrThrow();
+      const held = await Promise.all(["gen_a", "gen_b", "gen_c"].map(rowOf));
+      // Meanwhile gen_b was claimed again (its lease had run out), and gen_c ended by another process's rescue.
+      await t.store.db.updateTable("runs").set({ lease_generation: 2 }).where("run_id", "=", "gen_b").execute();
+      const now = 1_764_000_003_000;
+      const rescue = runEnd(held[2], {
+        status: "failure",
+        error: { type: "interrupted", message: "gone", traceback: null },
+      }, {
+        now,
+        runTimeMs: null,
+      });
+      assert.equal(
+        await finishRun(t.store.db, rescue, { from: ["running"], generation: 0 }),
+        false,
+        "another generation",
+      );
+      assert.equal(
+        await finishRun(t.store.db, rescue, {
+          from: ["running"],
+          staleBefore: 1_764_000_031_000,
+          generation: 1,
+          sweptOwner: "me",
+        }),
+        true,
+      );
+      assert.equal(Number((await rowOf("gen_c")).lease_generation), 2, "a rescue starts a new generation");
+      const ended = await finishLeasedRuns(t.store.db, "me", held.map((run) => runEnd(run, SUCCESS("1"), { now })));
+      assert.deepEqual([...ended], ["gen_a"]);
+      assert.deepEqual(
+        (await Promise.all(["gen_a", "gen_b", "gen_c"].map(rowOf))).map((r) => [r.status, r.error_type]),
+        [
+          ["success", null],
+          ["running", null],
+          ["failure", "interrupted"],
+        ],
+      );
+      const deliveries = await t.store.db.selectFrom("webhook_deliveries").select(["run_id", "body"])
+        .where("run_id", "like", "gen_%").orderBy("run_id").execute();
+      assert.deepEqual(deliveries.map((d) => [d.run_id, JSON.parse(d.body).status]), [
+        ["gen_a", "success"],
+        ["gen_c", "failure"],
+      ]);
     });
   });
 }

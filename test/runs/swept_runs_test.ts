@@ -1,25 +1,29 @@
 /**
- * The record tells the truth when a run's owner was cut off from the store longer than its lease:
- * another process's stale-lease sweep ends the run `failure`/`interrupted` (a guess), and the owner's
- * true end, written once the store answers it again, replaces the guess — a sync call's record through
- * the write-behind, an async run's through the leased batch — with its webhook: the guess's delivery is
- * replaced when it was not sent yet, and followed by the truth when it was. And a process that regains
- * the store after an outage waits one lease before it sweeps, so that live owners renew first.
+ * A run ends once when its owner was cut off from the store longer than its lease: another process's
+ * lease rescue ends the run `failure`/`interrupted` and sends that webhook, and the owner, once the store
+ * answers it again, finds the run ended: it records nothing (a sync call's record through the
+ * write-behind, an async run's through the leased batch), sends no webhook, tells a waiting caller 409
+ * `interrupted`, and logs what it dropped. The receiver gets one verdict, and the delivery log lists
+ * every attempt it got. A sync call whose function streamed is rescued as a stream. And a process that
+ * regains the store after an outage waits one lease before it rescues, so that live owners renew first.
  *
  * Two run services share one store (SQLite file or PostgreSQL database), as two processes do; the
- * owner's lease is made stale with SQL, which is what an outage longer than the lease leaves behind.
+ * owner's lease is made stale with SQL, which is what an outage longer than the lease leaves behind
+ * (`run_ends_once_test.ts` blocks a holder with a real lock instead).
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { Writable } from "node:stream";
 import { describe, it } from "node:test";
-import { sql } from "kysely";
+import { type Kysely, sql } from "kysely";
+import pg from "pg";
 import { verifyWebhook } from "../../client/webhook_verifier.ts";
 import { createLogger } from "../../server/log.ts";
+import { isProblemError } from "../../server/problems/mod.ts";
 import { createRunService, type LiveRun, type RunService } from "../../server/runs/mod.ts";
 import type { RunExecutor } from "../../server/runs/executor.ts";
 import { createSecretBox } from "../../server/secrets/mod.ts";
-import { ensureProject } from "../../server/store/mod.ts";
+import { type Database, ensureProject } from "../../server/store/mod.ts";
 import { type DeliveryWorker, startDeliveryWorker } from "../../server/webhooks/mod.ts";
 import { deferCleanup } from "../_helpers/cleanup.ts";
 import { engines, openTestStore } from "../_helpers/postgres.ts";
@@ -157,10 +161,43 @@ for (const engine of await engines()) {
         }
         return bodies;
       }
-      return { db, logs, receiver, worker, workers, service, liveCall, stored, delivery, lapse, untilSwept, received };
+      /** What the owner logged of the outcome it dropped for `runId`. */
+      const dropped = (runId: string) =>
+        logs.find((l) => l.run_id === runId && /ended elsewhere before it finished here/.test(String(l.msg)));
+      /** The attempts the delivery log lists for `runId`. */
+      const attempts = (runId: string) =>
+        db.selectFrom("webhook_attempts").selectAll().where("run_id", "=", runId).orderBy("attempt").execute();
+      return {
+        db,
+        databaseUrl: scratch.databaseUrl,
+        logs,
+        receiver,
+        worker,
+        workers,
+        service,
+        liveCall,
+        stored,
+        delivery,
+        lapse,
+        untilSwept,
+        received,
+        dropped,
+        attempts,
+      };
     }
 
-    it("a sync call answered after its lease lapsed is recorded as answered; the sweep's undelivered webhook is replaced by the true one", async () => {
+    /** `promise` rejects with a 409 `interrupted` problem for `runId`. */
+    async function rejectsInterrupted(promise: Promise<void>, runId: string): Promise<void> {
+      await assert.rejects(promise, (error) => {
+        assert.ok(isProblemError(error), String(error));
+        assert.equal(error.kind, "interrupted");
+        assert.equal(error.status, 409);
+        assert.equal(error.options.runId, runId);
+        return true;
+      });
+    }
+
+    it("a sync call whose lease lapsed keeps the rescue's end: its holder records nothing, sends nothing, tells its caller 409 interrupted and logs what it dropped", async () => {
       const defer = deferCleanup();
       const t = await setUp(defer);
       const a = t.service("owner-a");
@@ -171,20 +208,29 @@ for (const engine of await engines()) {
       const swept = await t.untilSwept(run.runId);
       assert.equal(swept.error_type, "interrupted");
       assert.equal((await t.delivery(run.runId))?.status, "pending");
-      // The owner reaches the store again: its caller got the result, so the record says so.
-      await run.succeed({ answer: 42 });
+      const body = (await t.delivery(run.runId))?.body;
+      // The owner reaches the store again with its result: the run had been ended, so the result is dropped.
+      await rejectsInterrupted(run.succeed({ answer: 42 }), run.runId);
       const row = await t.stored(run.runId);
-      assert.equal(row?.status, "success");
-      assert.equal(row?.result_json, '{"answer":42}');
-      assert.equal(row?.error_type, null);
-      assert.equal(row?.swept_owner, null);
+      assert.deepEqual([row?.status, row?.error_type, row?.result_json], ["failure", "interrupted", null]);
+      assert.equal(row?.swept_owner, "owner-a");
+      assert.equal((await t.delivery(run.runId))?.body, body, "the rescue's delivery is the one stored");
+      const said = t.dropped(run.runId);
+      assert.ok(said, "the holder says what it dropped");
+      assert.deepEqual(
+        [said.process, said.dropped_status, said.stored_status, said.stored_error_type, said.rescued_from],
+        ["owner-a", "success", "failure", "interrupted", "owner-a"],
+      );
       t.workers.set("owner-a", t.worker("owner-a"));
+      t.workers.set("owner-b", t.worker("owner-b"));
       await t.receiver.waitFor(1);
       await new Promise((resolve) => setTimeout(resolve, 500));
-      assert.deepEqual((await t.received(run.runId)).map((b) => b.status), ["success"], "only the truth was sent");
+      const bodies = await t.received(run.runId);
+      assert.deepEqual(bodies.map((b) => [b.status, b.error?.type ?? null]), [["failure", "interrupted"]]);
+      assert.equal((await t.attempts(run.runId)).length, bodies.length, "the delivery log lists what was sent");
     });
 
-    it("a sync call answered after its lease lapsed: when the sweep's webhook went out already, the true one follows it, signed", async () => {
+    it("a sync call whose lease lapsed: when the rescue's webhook went out already, nothing follows it", async () => {
       const defer = deferCleanup();
       const t = await setUp(defer);
       const a = t.service("owner-a");
@@ -195,71 +241,65 @@ for (const engine of await engines()) {
       await t.untilSwept(run.runId);
       await eventually(async () => (await t.delivery(run.runId))?.status === "delivered" || undefined, 20_000);
       t.workers.set("owner-a", t.worker("owner-a"));
-      await run.succeed({ answer: 42 });
-      assert.equal((await t.stored(run.runId))?.status, "success");
-      await t.receiver.waitFor(2);
+      await rejectsInterrupted(run.succeed({ answer: 42 }), run.runId);
+      assert.equal((await t.stored(run.runId))?.status, "failure");
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
       const bodies = await t.received(run.runId);
-      assert.deepEqual(bodies.map((b) => [b.status, b.error?.type ?? null]), [["failure", "interrupted"], [
-        "success",
-        null,
-      ]]);
-      const settled = await eventually(async () => {
-        const row = await t.delivery(run.runId);
-        return row?.status === "delivered" ? row : undefined;
-      }, 20_000);
-      assert.equal(Number(settled.attempts), 2);
+      assert.deepEqual(bodies.map((b) => [b.status, b.error?.type ?? null]), [["failure", "interrupted"]]);
+      const settled = await t.delivery(run.runId);
+      assert.equal(settled?.status, "delivered");
+      assert.equal(Number(settled?.attempts), 1);
+      assert.equal((await t.attempts(run.runId)).length, 1, "the delivery log lists the one attempt sent");
     });
 
-    it("a sync call answered after its lease lapsed: when the sweep's webhook is in flight, its outcome does not settle the true one, which follows", async () => {
+    it("a sync call whose lease lapsed: when the rescue's webhook is in flight, its attempt settles it and nothing follows", async () => {
       const defer = deferCleanup();
-      // The receiver holds the first request a while: the guess's attempt is in flight when the truth comes.
+      // The receiver holds the first request a while: the rescue's attempt is in flight when the holder comes back.
       const t = await setUp(defer, (n) => (n === 1 ? { status: 200, afterMs: 1_500 } : 200));
       const a = t.service("owner-a");
-      // B's worker claims once at its start and when woken: nothing claims the replaced delivery before
-      // the guess's attempt ends.
       const run = await t.liveCall(a);
       await t.lapse(run.runId);
       t.workers.set("owner-b", t.worker("owner-b", 600_000));
       t.service("owner-b");
       await t.untilSwept(run.runId);
       await t.receiver.waitFor(1);
-      await run.succeed({ answer: 42 });
-      // The guess's attempt ends (200) and is recorded; the delivery it held was replaced meanwhile.
-      await eventually(
+      t.workers.set("owner-a", t.worker("owner-a"));
+      await rejectsInterrupted(run.succeed({ answer: 42 }), run.runId);
+      const settled = await eventually(
         async () => {
-          const attempts = await t.db.selectFrom("webhook_attempts").select("status_code").where(
-            "run_id",
-            "=",
-            run.runId,
-          )
-            .execute();
-          return attempts.some((attempt) => attempt.status_code === 200) || undefined;
+          const row = await t.delivery(run.runId);
+          return row?.status === "delivered" ? row : undefined;
         },
         20_000,
-        "the guess's attempt to be recorded",
+        "the rescue's attempt to settle its delivery",
       );
-      assert.equal((await t.delivery(run.runId))?.status, "pending", "the true delivery is still to be sent");
-      t.workers.set("owner-a", t.worker("owner-a"));
-      await t.receiver.waitFor(2);
-      assert.deepEqual((await t.received(run.runId)).map((b) => b.status), ["failure", "success"]);
+      assert.equal(Number(settled.attempts), 1);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      assert.deepEqual((await t.received(run.runId)).map((b) => b.status), ["failure"]);
+      const listed = await t.attempts(run.runId);
+      assert.deepEqual(listed.map((attempt) => Number(attempt.status_code)), [200]);
     });
 
-    it("a stream's end after its lease lapsed replaces the sweep's guess too", async () => {
+    it("a stream cut by its lease lapsing is rescued as a stream, and its end after that is dropped", async () => {
       const defer = deferCleanup();
       const t = await setUp(defer);
       const a = t.service("owner-a");
       const stream = await t.liveCall(a, "tokens");
+      // A sync call whose function turned out to stream: its stored running row says so.
       stream.streaming();
       stream.item("one");
+      await a.flush();
       await t.lapse(stream.runId);
       t.service("owner-b");
-      await t.untilSwept(stream.runId);
-      await stream.succeed();
+      const swept = await t.untilSwept(stream.runId);
+      assert.deepEqual([swept.status, swept.error_type, swept.mode], ["failure", "interrupted", "stream"]);
+      await rejectsInterrupted(stream.succeed(), stream.runId);
       const row = await t.stored(stream.runId);
-      assert.deepEqual([row?.status, row?.mode, row?.result_json], ["success", "stream", '["one"]']);
+      assert.deepEqual([row?.status, row?.mode, row?.result_json], ["failure", "stream", null]);
+      assert.equal(t.dropped(stream.runId)?.dropped_status, "success");
     });
 
-    it("an async run that finished after its lease lapsed is recorded with its result (the leased batch), its webhook the true one", async () => {
+    it("an async run that finished after its lease lapsed keeps the rescue's end; its outcome is dropped and logged, its webhook the rescue's alone", async () => {
       const defer = deferCleanup();
       const t = await setUp(defer);
       const executor = heldExecutor();
@@ -280,25 +320,113 @@ for (const engine of await engines()) {
       const swept = await t.untilSwept(runId);
       assert.equal(swept.error_type, "interrupted");
       executor.release();
-      const row = await eventually(
-        async () => {
-          const found = await t.stored(runId);
-          return found?.status === "success" ? found : undefined;
-        },
+      await eventually(
+        async () => t.logs.some((l) => l.run_id === runId && /ended elsewhere/.test(String(l.msg))) || undefined,
         20_000,
-        "the true end to replace the guess",
+        "the holder to drop its outcome",
       );
-      assert.equal(row.result_json, '{"answer":42}');
-      assert.equal(row.error_type, null);
-      assert.ok(
-        !t.logs.some((l) => l.run_id === runId && /ended elsewhere/.test(String(l.msg))),
-        "the outcome was not dropped",
-      );
+      const row = await t.stored(runId);
+      assert.deepEqual([row?.status, row?.error_type, row?.result_json], ["failure", "interrupted", null]);
       t.workers.set("owner-a", t.worker("owner-a"));
+      t.workers.set("owner-b", t.worker("owner-b"));
       await t.receiver.waitFor(1);
       await new Promise((resolve) => setTimeout(resolve, 500));
-      assert.deepEqual((await t.received(runId)).map((b) => b.status), ["success"]);
+      assert.deepEqual((await t.received(runId)).map((b) => b.status), ["failure"]);
+      assert.equal((await t.attempts(runId)).length, 1);
     });
+
+    if (engine === "postgres") {
+      /** Statements of the run services now waiting for a lock, as PostgreSQL shows them. */
+      async function waitingOnLocks(db: Kysely<Database>): Promise<string[]> {
+        const { rows } = await sql<{ query: string }>`select "query" from pg_stat_activity
+          where "datname" = current_database() and "wait_event_type" = 'Lock'`.execute(db);
+        return rows.map((row) => row.query);
+      }
+
+      /**
+       * A store with a holder "owner-a" (lease 1.5 s) of a sync call with a webhook, and a test connection
+       * that has begun a transaction and run `lock` in it: commit it to let go.
+       */
+      async function heldRun(defer: (step: () => unknown) => void, lock: (runId: string) => [string, unknown[]]) {
+        const t = await setUp(defer);
+        const leaseMs = 1_500;
+        const a = t.service("owner-a", { leaseMs });
+        t.workers.set("owner-a", t.worker("owner-a"));
+        const run = await t.liveCall(a);
+        const locker = new pg.Client({ connectionString: t.databaseUrl! });
+        await locker.connect();
+        defer(() => locker.end());
+        await locker.query("begin");
+        await locker.query(...lock(run.runId));
+        return { t, leaseMs, run, locker };
+      }
+
+      it("a lock held on a sync run's row past its lease: the holder cannot renew, another process rescues the run, and the holder's end after it is dropped: one outcome stored, one verdict received, the delivery log as sent", async () => {
+        // A test connection holds the run's row: the holder's renewals and writes of it wait (alive, only
+        // blocked) while its function goes on. A table lock would make the rescue wait for it too, and the
+        // holder's next renewal and the rescue would then race for the row; a row lock queues them in order.
+        const { t, leaseMs, run, locker } = await heldRun(deferCleanup(), (runId) => [
+          `select 1 from "runs" where "run_id" = $1 for update`,
+          [runId],
+        ]);
+        await eventually(
+          async () => (await waitingOnLocks(t.db)).some((q) => /set "lease_expires_at" =/.test(q)) || undefined,
+          20_000,
+          "the holder's renewal to wait on the lock",
+        );
+        // Past the lease it could not renew, another process's upkeep finds it run out and ends the run; its
+        // end waits on the row behind the holder's renewal.
+        await new Promise((resolve) => setTimeout(resolve, 2 * leaseMs));
+        t.workers.set("owner-b", t.worker("owner-b"));
+        t.service("owner-b", { leaseMs });
+        await eventually(
+          async () => (await waitingOnLocks(t.db)).some((q) => /^update "runs" set "status" =/.test(q)) || undefined,
+          20_000,
+          "the rescue to wait on the lock",
+        );
+        await locker.query("commit");
+        const swept = await t.untilSwept(run.runId);
+        assert.equal(swept.error_type, "interrupted");
+        await t.receiver.waitFor(1);
+        // The holder's function ends now, after the rescue's webhook went out: its outcome is dropped.
+        await rejectsInterrupted(run.succeed({ answer: 42 }), run.runId);
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        const row = await t.stored(run.runId);
+        assert.deepEqual([row?.status, row?.error_type, row?.result_json], ["failure", "interrupted", null]);
+        const bodies = await t.received(run.runId);
+        assert.deepEqual(bodies.map((b) => [b.status, b.error?.type ?? null]), [["failure", "interrupted"]]);
+        assert.equal((await t.attempts(run.runId)).length, bodies.length, "the delivery log lists what was sent");
+        assert.equal(t.dropped(run.runId)?.dropped_status, "success");
+      });
+
+      it("a table lock held past a sync run's lease while the run ends and another process would rescue it: whichever end is first is the only one stored, sent and answered", async () => {
+        const { t, leaseMs, run, locker } = await heldRun(deferCleanup(), () => [
+          `lock table "runs" in access exclusive mode`,
+          [],
+        ]);
+        t.workers.set("owner-b", t.worker("owner-b"));
+        t.service("owner-b", { leaseMs });
+        await new Promise((resolve) => setTimeout(resolve, 2 * leaseMs));
+        // The function ends while the store refuses: its final write waits with everyone else's.
+        const answered = run.succeed({ answer: 42 }).then(() => "success", (error: unknown) => {
+          assert.ok(isProblemError(error) && error.kind === "interrupted", String(error));
+          return "failure";
+        });
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        await locker.query("commit");
+        const caller = await answered;
+        const row = await eventually(async () => {
+          const found = await t.stored(run.runId);
+          return found && found.status !== "running" ? found : undefined;
+        });
+        assert.equal(row.status, caller, "the caller is answered what the record says");
+        await t.receiver.waitFor(1);
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        const bodies = await t.received(run.runId);
+        assert.deepEqual(bodies.map((b) => b.status), [row.status], "one verdict, the stored one");
+        assert.equal((await t.attempts(run.runId)).length, 1, "the delivery log lists what was sent");
+      });
+    }
 
     it("a process that reaches the store again after an outage waits one lease before it ends runs whose lease ran out", async () => {
       const defer = deferCleanup();

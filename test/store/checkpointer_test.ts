@@ -49,4 +49,28 @@ describe("background WAL checkpoints", () => {
     clearTimeout(deadline);
     assert.match(String((lost as Error).message), /directory does not exist|unable to open/);
   });
+
+  it("says when it checkpoints again after it failed, so the caller can switch the commit's checkpoint off again", async () => {
+    const dir = join(mkdtempSync(join(tmpdir(), "runplane-checkpoint-back-")), "later");
+    const said: string[] = [];
+    const checkpointer = startCheckpointer(join(dir, "runplane.sqlite3"), {
+      intervalMs: 50,
+      onLost: () => said.push("lost"),
+      onBack: () => said.push("back"),
+    });
+    try {
+      await eventually(() => said.includes("lost"), 10_000, "the worker to fail (no database yet)");
+      // The store comes back: the database is there now.
+      const store = await openStore(dir, {});
+      try {
+        await eventually(() => said.includes("back"), 10_000, "the worker to say it is back");
+        assert.deepEqual(said, ["lost", "back"], "each change told once");
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await checkpointer.stop();
+      rmSync(join(dir, ".."), { recursive: true, force: true });
+    }
+  });
 });

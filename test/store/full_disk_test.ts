@@ -3,7 +3,9 @@
  * needs root: without it the test skips loudly, and fails where `RUNPLANE_TEST_REQUIRE_ROOT=1`, as in
  * `.ci/run` run as root). While it is full, calls answer 503 `store-unavailable` (never 500) and
  * `/readyz` is not ready; once space is back, every run that was accepted succeeds and its webhook
- * arrives, and a sync call answered 200 while it was full is recorded `success`.
+ * arrives, and a sync call answered 200 while it was full is recorded `success`. The outage is logged
+ * once when it starts and once when it ends (no flap while still full), its end counting exactly the
+ * 503s answered, and the WAL checkpoint worker, failed on the full disk, says when it is back.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -121,6 +123,22 @@ it(
       30_000,
       "/readyz to be ready once space is back",
     );
+    // One outage, told twice: the probe's small write fitting on the full disk did not end it early.
+    const outageLines = server.logs.filter((line) => /^store (unavailable|available again)/.test(String(line.msg)));
+    assert.deepEqual(
+      outageLines.map((line) => String(line.msg).split(":")[0]),
+      ["store unavailable", "store available again"],
+      JSON.stringify(outageLines),
+    );
+    assert.equal(outageLines[1].refused, statuses.get(503), "the end counts the 503s answered");
+    if (server.logs.some((line) => /checkpoint worker failed/.test(String(line.msg)))) {
+      await eventually(
+        async () =>
+          server.logs.some((line) => /checkpoint worker checkpoints again/.test(String(line.msg))) || undefined,
+        30_000,
+        "the checkpoint worker to say it is back",
+      );
+    }
     for (const runId of answered) {
       const record = await eventually(
         async () => {

@@ -5,6 +5,18 @@ import { createLogger } from "../../server/log.ts";
 import { createStoreOutage, quietDuringOutages, storeUnavailableReason } from "../../server/store/mod.ts";
 import { eventually } from "../_helpers/webhook_receiver.ts";
 
+/** A logger whose lines are kept, parsed, in `lines`. */
+function capturedLogger() {
+  const lines: Array<Record<string, unknown>> = [];
+  const destination = new Writable({
+    write(chunk, _encoding, done) {
+      lines.push(JSON.parse(String(chunk)));
+      done();
+    },
+  });
+  return { lines, logger: createLogger({ destination }) };
+}
+
 function pgError(code: string, message = "boom"): Error {
   return Object.assign(new Error(message), { code });
 }
@@ -33,17 +45,11 @@ describe("storeUnavailableReason", () => {
 });
 
 describe("createStoreOutage", () => {
-  it("logs an outage once when it starts and once, with the count, when a probe writes again", async () => {
-    const lines: Array<Record<string, unknown>> = [];
-    const destination = new Writable({
-      write(chunk, _encoding, done) {
-        lines.push(JSON.parse(String(chunk)));
-        done();
-      },
-    });
+  it("logs an outage once when it starts and once, with the count of 503s answered, when a probe writes again", async () => {
+    const { lines, logger } = capturedLogger();
     let storeBack = false;
     const outage = createStoreOutage({
-      logger: createLogger({ destination }),
+      logger,
       probe: () => (storeBack ? Promise.resolve() : Promise.reject(pgError("57P03"))),
       probeMs: 20,
       quietMs: 50,
@@ -52,6 +58,9 @@ describe("createStoreOutage", () => {
       assert.equal(outage.active, false);
       assert.equal(outage.refused(pgError("23505")), false, "a unique violation is not an outage");
       for (let i = 0; i < 100; i++) assert.equal(outage.refused(pgError("57P01")), true);
+      // The requests answered 503 are counted where they are answered, once each: not every refused
+      // operation behind them (a background loop's, a retry's) is one.
+      for (let i = 0; i < 7; i++) outage.answered();
       assert.equal(outage.active, true);
       assert.match(outage.reason ?? "", /57P01/);
       assert.equal(outage.refusesWrites, false, "an unreachable store is not a full one");
@@ -64,7 +73,7 @@ describe("createStoreOutage", () => {
       const said = lines.map((line) => line.msg);
       assert.equal(said.filter((msg) => String(msg).startsWith("store unavailable")).length, 1);
       const back = lines.find((line) => String(line.msg).startsWith("store available again"));
-      assert.equal(back?.refused, 101);
+      assert.equal(back?.refused, 7);
       assert.equal(outage.refusesWrites, false);
       assert.equal(lines.length, 2, "two lines for 101 refused operations");
     } finally {
@@ -73,16 +82,43 @@ describe("createStoreOutage", () => {
   });
 });
 
+describe("a full store's outage", () => {
+  it("does not end while real work is still refused after a probe wrote: one outage, one end, no flap", async () => {
+    const { lines, logger } = capturedLogger();
+    let probes = 0;
+    let stillFull = true;
+    const outage = createStoreOutage({
+      logger,
+      // The probe's small write fits on the full disk; the work let through after it does not, until
+      // space is back (as a run's end retried in the background found, a few ms after the probe).
+      probe: () => {
+        probes++;
+        if (stillFull) setTimeout(() => outage.refused(pgError("SQLITE_FULL")), 5);
+        return Promise.resolve();
+      },
+      probeMs: 20,
+      quietMs: 100,
+    });
+    try {
+      outage.refused(pgError("SQLITE_FULL"));
+      assert.equal(outage.refusesWrites, true);
+      await eventually(async () => (probes >= 4 ? true : undefined), 5_000, "several probes to write");
+      assert.equal(outage.active, true, "still full: the outage goes on");
+      assert.equal(outage.refusesWrites, true, "a refusal after the probe wrote refuses writes again");
+      stillFull = false;
+      await eventually(async () => (outage.active ? undefined : true), 5_000, "the outage to end");
+      const said = lines.map((line) => String(line.msg));
+      assert.equal(said.filter((msg) => msg.startsWith("store unavailable")).length, 1, said.join("\n"));
+      assert.equal(said.filter((msg) => msg.startsWith("store available again")).length, 1, said.join("\n"));
+    } finally {
+      outage.close();
+    }
+  });
+});
+
 describe("quietDuringOutages", () => {
   it("counts a background loop's store errors toward the outage instead of writing them; other lines pass", () => {
-    const lines: Array<Record<string, unknown>> = [];
-    const destination = new Writable({
-      write(chunk, _encoding, done) {
-        lines.push(JSON.parse(String(chunk)));
-        done();
-      },
-    });
-    const logger = createLogger({ destination });
+    const { lines, logger } = capturedLogger();
     const outage = createStoreOutage({ logger, probe: () => Promise.reject(pgError("57P03")) });
     try {
       const quiet = quietDuringOutages(logger, outage);

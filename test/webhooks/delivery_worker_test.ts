@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { describe, it } from "node:test";
-import type { Kysely } from "kysely";
+import { type Kysely, sql } from "kysely";
+import pg from "pg";
 import { createLogger } from "../../server/log.ts";
 import { createSecretBox } from "../../server/secrets/mod.ts";
 import { createRunService } from "../../server/runs/mod.ts";
@@ -17,7 +18,7 @@ import {
 import { OUTCOME_UNKNOWN, recordAttempts, recordAttemptStarts } from "../../server/webhooks/outbox.ts";
 
 import { engines, openTestStore } from "../_helpers/postgres.ts";
-import { eventually, startWebhookReceiver } from "../_helpers/webhook_receiver.ts";
+import { eventually, startWebhookReceiver, type WebhookReceiver } from "../_helpers/webhook_receiver.ts";
 
 /** A worker over `db` that polls once at start and then not within a test: only a wake or a hand-off moves it. */
 function startTestWorker(db: Kysely<Database>, options: Partial<DeliveryWorkerOptions> = {}): DeliveryWorker {
@@ -32,6 +33,28 @@ function startTestWorker(db: Kysely<Database>, options: Partial<DeliveryWorkerOp
     pollMs: 600_000,
     ...options,
   });
+}
+
+/**
+ * Waits for `runId`'s delivery to settle, and `settleMs` more for a second attempt that should not come;
+ * then the receiver got it once, and the delivery and its log say one attempt, delivered.
+ */
+async function sentOnce(
+  db: Kysely<Database>,
+  options: { runId: string; receiver: WebhookReceiver; settleMs: number },
+): Promise<void> {
+  const { runId, receiver } = options;
+  const settled = await eventually(async () => {
+    const row = await db.selectFrom("webhook_deliveries").selectAll().where("run_id", "=", runId)
+      .executeTakeFirstOrThrow();
+    return row.status === "pending" ? undefined : row;
+  });
+  await new Promise((resolve) => setTimeout(resolve, options.settleMs));
+  assert.equal(receiver.requests.length, 1, "sent once");
+  assert.equal(settled.status, "delivered");
+  assert.equal(Number(settled.attempts), 1);
+  const attempts = (await webhookViews(db, [runId])).get(runId)?.attempts ?? [];
+  assert.deepEqual(attempts.map((a) => [a.attempt, a.status_code]), [[1, 200]]);
 }
 
 for (const engine of await engines()) {
@@ -312,5 +335,68 @@ for (const engine of await engines()) {
         await scratch.close();
       }
     });
+
+    it("a delivery whose lease runs out while its attempt is in flight is not claimed again by its own worker: sent once, one attempt listed", async () => {
+      const scratch = await openTestStore(engine);
+      const { store } = scratch;
+      // A slow receiver: the attempt is in flight while the worker's clock passes the delivery's lease.
+      const receiver = await startWebhookReceiver(() => ({ status: 200, afterMs: 1_500 }));
+      let skewMs = 0;
+      const worker = startTestWorker(store.db, { now: () => Date.now() + skewMs });
+      const runId = "run_in_flight_lease";
+      try {
+        await enqueueDelivery(store.db, { runId, endpoint: receiver.url, body: "{}", sealedSecret: null });
+        worker.wake();
+        await receiver.waitFor(1);
+        // What an outage or a stall longer than the lease leaves: the worker's next claim finds the lease over.
+        skewMs = 10 * 60_000;
+        worker.wake();
+        await sentOnce(store.db, { runId, receiver, settleMs: 1_000 });
+      } finally {
+        await worker.stop();
+        await receiver.close();
+        await scratch.close();
+      }
+    });
+
+    if (engine === "postgres") {
+      it("a delivery whose attempt's outcome waits on a lock past its lease is not sent again once the outcome is written", async () => {
+        const scratch = await openTestStore(engine);
+        const { store } = scratch;
+        const receiver = await startWebhookReceiver(() => ({ status: 200, afterMs: 500 }));
+        let skewMs = 0;
+        const worker = startTestWorker(store.db, { now: () => Date.now() + skewMs });
+        const locker = new pg.Client({ connectionString: scratch.databaseUrl! });
+        const runId = "run_outcome_locked";
+        try {
+          await locker.connect();
+          await enqueueDelivery(store.db, { runId, endpoint: receiver.url, body: "{}", sealedSecret: null });
+          worker.wake();
+          await receiver.waitFor(1);
+          // The attempt was counted before it was sent; its outcome now waits on the attempts' table.
+          await locker.query("begin");
+          await locker.query(`lock table "webhook_attempts" in access exclusive mode`);
+          await eventually(
+            async () => {
+              const { rows } = await sql<{ query: string }>`select "query" from pg_stat_activity
+              where "datname" = current_database() and "wait_event_type" = 'Lock'`.execute(store.db);
+              return rows.some((row) => /insert into "webhook_attempts"/.test(row.query)) || undefined;
+            },
+            20_000,
+            "the outcome to wait on the lock",
+          );
+          skewMs = 10 * 60_000;
+          worker.wake();
+          await new Promise((resolve) => setTimeout(resolve, 500));
+          await locker.query("commit");
+          await sentOnce(store.db, { runId, receiver, settleMs: 1_500 });
+        } finally {
+          await locker.end();
+          await worker.stop();
+          await receiver.close();
+          await scratch.close();
+        }
+      });
+    }
   });
 }

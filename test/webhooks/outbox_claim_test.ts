@@ -5,7 +5,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { Queryable, Store } from "../../server/store/mod.ts";
-import { claimDueDeliveries, enqueueDelivery } from "../../server/webhooks/outbox.ts";
+import {
+  type AttemptStart,
+  claimDueDeliveries,
+  enqueueDelivery,
+  recordAttemptStarts,
+} from "../../server/webhooks/outbox.ts";
 import { claimConcurrently, openClaimerStores, tally } from "../_helpers/claimers.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
 
@@ -73,6 +78,49 @@ for (const engine of await engines()) {
       const afterLease = await claimDueDeliveries(db, { owner: "you", now: 12_001, leaseMs: 10_000, limit: 10 });
       assert.deepEqual(afterLease.map((d) => d.run_id).sort(), [free, expired], "a lease that ran out frees them");
       await db.deleteFrom("webhook_deliveries").where("run_id", "like", "one-%").execute();
+    });
+
+    it("leaves out the runs the claimer names (its own, still in flight) whatever their lease says", async () => {
+      const db = t.store.db;
+      const [mine, other] = await enqueue(db, { prefix: "skip", count: 2, now: 1_000 });
+      await db.updateTable("webhook_deliveries").set({ lease_owner: "me", lease_expires_at: 1_500 })
+        .where("run_id", "like", "skip-%").execute();
+      const claimed = await claimDueDeliveries(db, {
+        owner: "me",
+        now: 2_000,
+        leaseMs: 10_000,
+        limit: 10,
+        skipRuns: [mine],
+      });
+      assert.deepEqual(claimed.map((d) => d.run_id), [other]);
+      await db.deleteFrom("webhook_deliveries").where("run_id", "like", "skip-%").execute();
+    });
+
+    it("counts and lists an attempt only while its claimer holds the pending delivery until the attempt's end", async () => {
+      const db = t.store.db;
+      const [held, short, taken, free] = await enqueue(db, { prefix: "start", count: 4, now: 1_000 });
+      const lease = (runId: string, owner: string, expiresAt: number) =>
+        db.updateTable("webhook_deliveries").set({ lease_owner: owner, lease_expires_at: expiresAt })
+          .where("run_id", "=", runId).execute();
+      await lease(held, "me", 20_000);
+      await lease(short, "me", 5_000);
+      await lease(taken, "you", 20_000);
+      const starts: AttemptStart[] = [held, short, taken, free].map((runId) => ({
+        runId,
+        attempt: 1,
+        at: 2_000,
+        holdUntil: 12_000,
+      }));
+      await recordAttemptStarts(db, starts, { owner: "me" });
+      assert.deepEqual(starts.map((start) => start.held), [true, false, false, false]);
+      const listed = await db.selectFrom("webhook_attempts").select("run_id").where("run_id", "like", "start-%")
+        .execute();
+      assert.deepEqual(listed.map((row) => row.run_id), [held], "an attempt not sent is not listed");
+      const counted = await db.selectFrom("webhook_deliveries").select(["run_id", "attempts"])
+        .where("run_id", "like", "start-%").orderBy("run_id").execute();
+      assert.deepEqual(counted.map((row) => Number(row.attempts)), [1, 0, 0, 0]);
+      await db.deleteFrom("webhook_attempts").where("run_id", "like", "start-%").execute();
+      await db.deleteFrom("webhook_deliveries").where("run_id", "like", "start-%").execute();
     });
 
     it("8 stores claiming 500 due deliveries at once: each claimed exactly once, no claim over its limit", async () => {

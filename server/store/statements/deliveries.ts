@@ -17,14 +17,11 @@ export const insertDelivery = rawStatement(
     + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing`,
 );
 
-// On a conflict the run's delivery is replaced: only the true end of a run whose stale-lease sweep
-// guessed `interrupted` gets here with a delivery already stored (see `putEndDelivery`).
-export const insertOrReplaceDelivery = rawStatement<{ lease_owner: string | null }>(
+// A run ends once, so it has one delivery: a second one for the same run is never stored over the first
+// (that one may be in flight). Returns the row it added, none on a conflict (see `putEndDelivery`).
+export const insertEndDelivery = rawStatement<{ lease_owner: string | null }>(
   `insert into "webhook_deliveries" ("run_id", "endpoint", "body", "secret", "credentials", "status", "next_attempt_at", "lease_owner", "lease_expires_at", "created_at")`
-    + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do update set "endpoint" = excluded."endpoint",`
-    + ` "body" = excluded."body", "secret" = excluded."secret", "credentials" = excluded."credentials", "status" = 'pending',`
-    + ` "next_attempt_at" = excluded."next_attempt_at", "lease_owner" = null, "lease_expires_at" = null,`
-    + ` "attempt_limit" = "webhook_deliveries"."attempts" + ? returning "lease_owner"`,
+    + ` values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?) on conflict ("run_id") do nothing returning "lease_owner"`,
 );
 
 // A claim is one autocommit statement, and the lease condition is checked again on the row it
@@ -32,22 +29,26 @@ export const insertOrReplaceDelivery = rawStatement<{ lease_owner: string | null
 // disjoint rows (a plain `in (select … limit n)` lets two claimers' subqueries pick the same rows, and
 // the one that waited re-checks only the `in`: a delivery sent twice). SQLite: one writer at a time
 // runs the whole statement, so today's form holds. Endpoints in a JSON array are skipped (their
-// destination is busy). Parameters: owner, lease end, now, now, skipped endpoints, limit, now.
+// destination is busy), and so are the runs in another (the claimer's own attempts in flight: a process
+// never claims again a delivery it is still sending or recording, whatever its lease says). Parameters:
+// owner, lease end, now, now, skipped endpoints, skipped runs, limit, now.
 export const claimDue = rawStatement<ClaimedDeliveryRow>({
   sqlite: `update "webhook_deliveries" set "lease_owner" = ?, "lease_expires_at" = ?`
     + ` where "run_id" in (select "run_id" from "webhook_deliveries"`
     + ` where "status" = 'pending' and "next_attempt_at" <= ? and ("lease_expires_at" is null or "lease_expires_at" < ?)`
     + ` and "endpoint" not in (select "value" from json_each(?))`
+    + ` and "run_id" not in (select "value" from json_each(?))`
     + ` order by "next_attempt_at" limit ?)`
     + ` and "status" = 'pending' and ("lease_expires_at" is null or "lease_expires_at" < ?)`
     + ` returning "run_id", "endpoint", "body", "secret", "credentials", "attempts", "created_at", "attempt_limit"`,
   postgres: `with "due" as materialized (select "run_id" from "webhook_deliveries"`
     + ` where "status" = 'pending' and "next_attempt_at" <= $3 and ("lease_expires_at" is null or "lease_expires_at" < $4)`
     + ` and not ("endpoint" = any (array(select jsonb_array_elements_text($5::jsonb))))`
-    + ` order by "next_attempt_at" limit $6 for update skip locked)`
+    + ` and not ("run_id" = any (array(select jsonb_array_elements_text($6::jsonb))))`
+    + ` order by "next_attempt_at" limit $7 for update skip locked)`
     + ` update "webhook_deliveries" as "d" set "lease_owner" = $1, "lease_expires_at" = $2 from "due"`
     + ` where "d"."run_id" = "due"."run_id" and "d"."status" = 'pending'`
-    + ` and ("d"."lease_expires_at" is null or "d"."lease_expires_at" < $7)`
+    + ` and ("d"."lease_expires_at" is null or "d"."lease_expires_at" < $8)`
     + ` returning "d"."run_id", "d"."endpoint", "d"."body", "d"."secret", "d"."credentials", "d"."attempts", "d"."created_at", "d"."attempt_limit"`,
 });
 
@@ -62,9 +63,18 @@ export const startAttempt = rawStatement(
     + ` on conflict ("run_id", "attempt") do nothing`,
 );
 
-export const countAttempt = rawStatement(
-  `update "webhook_deliveries" set "attempts" = ? where "run_id" = ? and "attempts" < ?`,
-);
+const COUNT_ATTEMPT = `update "webhook_deliveries" set "attempts" = ? where "run_id" = ? and "attempts" < ?`;
+/**
+ * Counts an attempt about to be sent: on any delivery, or only while it is pending and `lease_owner`
+ * holds it until at least the given time (the last two parameters: the attempt must end within the
+ * lease, so it is sent by the one claim that holds it). Returns the row when it counted.
+ */
+export const countAttempt = {
+  any: rawStatement<{ run_id: string }>(COUNT_ATTEMPT + ` returning "run_id"`),
+  held: rawStatement<{ run_id: string }>(
+    COUNT_ATTEMPT + ` and "status" = 'pending' and "lease_owner" = ? and "lease_expires_at" >= ? returning "run_id"`,
+  ),
+};
 
 export const markOutcomeUnknown = rawStatement(
   `update "webhook_attempts" set "error" = ? where "run_id" = ? and "attempt" = ? and "status_code" is null and "error" is null`,
@@ -76,8 +86,9 @@ const MOVE_ON_PENDING =
 // expires (`forgetDeliverySecrets`).
 const SETTLE =
   `update "webhook_deliveries" set "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "lease_owner" = null, "lease_expires_at" = null where "run_id" = ?`;
-// A worker moves on only the deliveries it still holds: one replaced while its attempt was in flight
-// (`putEndDelivery`: the lease is gone) is left pending, its new body to be sent.
+// A worker moves on only the deliveries it still holds: one whose lease ran out while its attempt was in
+// flight, and that another process claimed since, is that claim's to move on (the attempt's own row is
+// still completed with its outcome: the record lists every attempt sent).
 const HELD = ` and "lease_owner" = ?`;
 /** Moves a delivery on to its next attempt: on any delivery, or only while `lease_owner` (the last parameter) holds it. */
 export const moveOn = { any: rawStatement(MOVE_ON_PENDING), held: rawStatement(MOVE_ON_PENDING + HELD) };

@@ -32,6 +32,7 @@ const COLUMN_TYPES = {
   lease_expires_at: "bigint",
   rerun_of: "text",
   deployment_id: "text",
+  lease_generation: "integer",
 } as const satisfies Partial<Record<keyof RunTable, string>>;
 const COLUMNS = Object.keys(COLUMN_TYPES) as Array<keyof typeof COLUMN_TYPES>;
 
@@ -56,12 +57,14 @@ function byColumn(parameters: readonly unknown[], width: number): unknown[][] {
   for (let i = 0; i < parameters.length; i++) columns[i % width][Math.floor(i / width)] = parameters[i];
   return columns;
 }
-// A run another process already ended keeps its final state — unless that end is a stale-lease sweep's
-// guess at this owner's run (the last parameter): the owner's own final state replaces it.
+// A run ends once: a stored run is replaced only while it is still queued or running in the holding the
+// row was written in (its lease generation) and not held by another owner (the last parameter). A run
+// another process ended (a lease rescue's `interrupted`, a cancel) keeps that end: the conflict updates
+// nothing, so the run is not in the ids returned and its writer stores no delivery for it.
 const UPSERT_TAIL = (owner: string) =>
   ` on conflict ("run_id") do update set ${COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")}`
-  + `, "swept_owner" = null where "runs"."status" in ('queued', 'running')`
-  + ` or ("runs"."swept_owner" = ${owner} and excluded."status" in ('success', 'failure', 'cancelled'))`
+  + ` where "runs"."status" in ('queued', 'running') and "runs"."lease_generation" = excluded."lease_generation"`
+  + ` and ("runs"."lease_owner" is null or "runs"."lease_owner" = ${owner})`
   + ` returning "run_id"`;
 /**
  * Multi-row upserts by row count, a power of two up to `UPSERT_CHUNK` (so at most 9 texts): one
@@ -72,7 +75,7 @@ const UPSERT_CHUNK = 256;
 const upsertMany = new Map<number, ReturnType<typeof rawStatement<{ run_id: string }>>>();
 
 // Columns that are NOT NULL with a default: written as the default when the row leaves them out.
-const DEFAULTS: Partial<Record<(typeof COLUMNS)[number], unknown>> = { result_truncated: 0 };
+const DEFAULTS: Partial<Record<(typeof COLUMNS)[number], unknown>> = { result_truncated: 0, lease_generation: 0 };
 
 function parameters(row: Insertable<RunTable>): unknown[] {
   const values = new Array<unknown>(COLUMNS.length);
@@ -112,6 +115,7 @@ export function runRowWith(row: Insertable<RunTable>, over: Updateable<RunTable>
     lease_expires_at: value("lease_expires_at"),
     rerun_of: value("rerun_of"),
     deployment_id: value("deployment_id"),
+    lease_generation: value("lease_generation"),
   } satisfies Record<(typeof COLUMNS)[number], unknown>;
   return merged as Insertable<RunTable>;
 }
@@ -140,10 +144,11 @@ export async function insertRuns(db: Queryable, rows: ReadonlyArray<Insertable<R
 }
 
 /**
- * Inserts runs or, while a stored one is still queued or running, replaces it with its row; a final row
- * also replaces the `interrupted` end a stale-lease sweep guessed for `owner`'s run. Each run at most
- * once (PostgreSQL refuses a statement that updates a row twice). Resolves with the ids of the runs
- * written (the others had ended otherwise, and keep that end).
+ * Inserts runs or, while a stored one is still queued or running in the row's lease generation and not
+ * held by another owner than `owner`, replaces it with its row: compared and set in the one statement,
+ * so a run ended elsewhere (a lease rescue, a cancel) keeps that end. Each run at most once (PostgreSQL
+ * refuses a statement that updates a row twice). Resolves with the ids of the runs written (the others
+ * had ended otherwise, and keep that end).
  */
 export async function upsertRuns(
   db: Queryable,
@@ -226,6 +231,8 @@ export interface LeasedRunEnd {
   error_traceback: string | null;
   /** Null keeps the stored one. */
   deployment_id: string | null;
+  /** The lease generation of the claim it ran under; null: the owner's lease alone decides. */
+  lease_generation: number | null;
 }
 
 const END_TYPES = {
@@ -239,23 +246,25 @@ const END_TYPES = {
   error_message: "text",
   error_traceback: "text",
   deployment_id: "text",
+  lease_generation: "integer",
 } as const satisfies Record<keyof LeasedRunEnd, string>;
 const END_COLUMNS = Object.keys(END_TYPES) as Array<keyof LeasedRunEnd>;
+// Columns an end compares but does not set.
+const COMPARED_ONLY = new Set<string>(["lease_generation"]);
 // Columns an end sets only when it knows them (otherwise the stored value stays).
 const KEPT_UNLESS_GIVEN = new Set<string>(["deployment_id"]);
 // Secrets, input and lease go with the end; the input stays until the result expires.
-const END_SET = END_COLUMNS.slice(1).map((c) =>
+const END_SET = END_COLUMNS.slice(1).filter((c) => !COMPARED_ONLY.has(c)).map((c) =>
   KEPT_UNLESS_GIVEN.has(c) ? `"${c}" = coalesce("v"."${c}", "runs"."${c}")` : `"${c}" = "v"."${c}"`
 ).concat(
-  ["webhook_secret", "webhook_credentials", "lease_owner", "lease_expires_at", "swept_owner"].map((c) =>
-    `"${c}" = null`
-  ),
+  ["webhook_secret", "webhook_credentials", "lease_owner", "lease_expires_at"].map((c) => `"${c}" = null`),
 ).join(", ");
-// Still running under the owner's lease, or ended by a stale-lease sweep's guess at the owner's run (its
-// true end replaces the guess). The owner's placeholder: `?` twice (SQLite), `$n` once (PostgreSQL).
+// Still running under the owner's lease, in the generation it was claimed in: a run ended elsewhere (a
+// lease rescue, a cancel), or claimed again since, keeps that end or holding. The owner's placeholder:
+// `?` (SQLite) or `$n` (PostgreSQL).
 function endWhere(owner: string): string {
-  return `where "runs"."run_id" = "v"."run_id" and (("runs"."status" = 'running' and "runs"."lease_owner" = ${owner})`
-    + ` or "runs"."swept_owner" = ${owner})`;
+  return `where "runs"."run_id" = "v"."run_id" and "runs"."status" = 'running' and "runs"."lease_owner" = ${owner}`
+    + ` and ("v"."lease_generation" is null or "runs"."lease_generation" = "v"."lease_generation")`;
 }
 const END_POSTGRES =
   `update "runs" set ${END_SET} from unnest(${
@@ -265,10 +274,10 @@ const END_POSTGRES =
 const endMany = new Map<number, ReturnType<typeof rawStatement<{ run_id: string }>>>();
 
 /**
- * Ends runs that are still `running` under `owner`'s lease, in one statement, and answers the ids it
- * ended. A run another process ended first keeps that end, unless it is a stale-lease sweep's
- * `interrupted` guess at `owner`'s run: the true end replaces it. PostgreSQL runs one
- * text whatever the count (`unnest` of one array per column); SQLite a `VALUES` list per count.
+ * Ends runs that are still `running` under `owner`'s lease in the generation each was claimed in, in
+ * one statement, and answers the ids it ended. A run another process ended first (a lease rescue, a
+ * cancel) keeps that end. PostgreSQL runs one text whatever the count (`unnest` of one array per
+ * column); SQLite a `VALUES` list per count.
  */
 export async function endLeasedRuns(
   db: Queryable,
@@ -287,7 +296,7 @@ export async function endLeasedRuns(
       })) as "v" ${endWhere("?")} returning "runs"."run_id"`,
       postgres: END_POSTGRES,
       postgresParameters: (parameters) => [
-        ...byColumn(parameters.slice(0, -2), END_COLUMNS.length),
+        ...byColumn(parameters.slice(0, -1), END_COLUMNS.length),
         parameters[parameters.length - 1],
       ],
     });
@@ -295,7 +304,7 @@ export async function endLeasedRuns(
   }
   const parameters: unknown[] = [];
   for (const end of ends) for (const column of END_COLUMNS) parameters.push(end[column]);
-  parameters.push(owner, owner);
+  parameters.push(owner);
   const { rows } = await statement(db, parameters);
   return rows.map((row) => row.run_id);
 }

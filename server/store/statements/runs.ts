@@ -36,6 +36,7 @@ const RUN_COLUMNS = {
   rerun_of: true,
   deployment_id: true,
   swept_owner: true,
+  lease_generation: true,
 } satisfies Record<keyof RunTable, true>;
 
 export const firstQueuedAppOfLaterProject = rawStatement<{ project_id: string; app_id: string }>(
@@ -56,17 +57,18 @@ export const oldestQueuedRun = rawStatement<{ oldest: string }>(
 // A claim is one autocommit statement that re-checks `status = 'queued'` on each row it updates, and
 // takes at most `limit` rows. PostgreSQL: the candidates are locked `FOR UPDATE SKIP LOCKED`, so
 // concurrent claimers take disjoint runs (a plain `in (select … limit n)` lets two claimers' subqueries
-// pick the same rows). SQLite: one writer at a time runs the whole statement. Parameters: now, now,
-// owner, lease end, project, app, limit.
+// pick the same rows). SQLite: one writer at a time runs the whole statement. Each claim starts a new
+// lease generation: only this holding's end is written (a run ends once). Parameters: now, now, owner,
+// lease end, project, app, limit.
 export const claimQueued = rawStatement<Selectable<RunTable>>({
   sqlite: `update "runs" set "status" = 'running', "started_at" = ?, "queue_time_ms" = max(0, ? - "created_at"),`
-    + ` "lease_owner" = ?, "lease_expires_at" = ?`
+    + ` "lease_owner" = ?, "lease_expires_at" = ?, "lease_generation" = "lease_generation" + 1`
     + ` where "run_id" in (select "run_id" from "runs" where "status" = 'queued' and "project_id" = ? and "app_id" = ?`
     + ` order by "run_id" limit ?) and "status" = 'queued' returning ${columnList(RUN_COLUMNS)}`,
   postgres: `with "next" as materialized (select "run_id" from "runs"`
     + ` where "status" = 'queued' and "project_id" = $5 and "app_id" = $6 order by "run_id" limit $7 for update skip locked)`
     + ` update "runs" as "r" set "status" = 'running', "started_at" = $1, "queue_time_ms" = greatest(0, $2 - "r"."created_at"),`
-    + ` "lease_owner" = $3, "lease_expires_at" = $4`
+    + ` "lease_owner" = $3, "lease_expires_at" = $4, "lease_generation" = "r"."lease_generation" + 1`
     + ` from "next" where "r"."run_id" = "next"."run_id" and "r"."status" = 'queued'`
     + ` returning ${columnList(RUN_COLUMNS, "r")}`,
 });
