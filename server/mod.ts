@@ -402,7 +402,11 @@ export async function createServer(config: Config, options: CreateServerOptions 
       await runtime.close();
       await cgroups.close();
       await runLogs.close();
-      await connectionsEnded;
+      // A call answered after the first sweep (a drain cut short answers its calls 409) leaves its kept-alive
+      // connection idle: sweep again until every connection ended, or one would hold the process for the
+      // keep-alive timeout (65 s).
+      const sweep = setInterval(() => server?.closeIdleConnections(), 100);
+      await connectionsEnded.finally(() => clearInterval(sweep));
       await deliveries?.stop();
       await store.close();
       sandbox.close();
