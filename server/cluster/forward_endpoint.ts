@@ -7,6 +7,7 @@ import { type AbortSignalLike, LightAbortController } from "../abort/mod.ts";
 import { startLightDeadline } from "../deadline/mod.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
 import { type ExecutedItem, type RunExecutor, toRunError } from "../runs/mod.ts";
+import { storeUnavailableReason } from "../store/mod.ts";
 import { RunFailure } from "../runtime/mod.ts";
 import { type Frame, frameLine } from "./_frames.ts";
 
@@ -37,9 +38,21 @@ function problemFrame(problem: ProblemError): Frame {
   };
 }
 
-/** The frame of a failure: a problem when the call could not start, else the run's error. */
+/**
+ * The frame of a failure: a problem when the call could not start, else the run's error. The store
+ * refusing here (a seat claim before the function started) is a 503 `store-unavailable` problem, so the
+ * forwarding host knows the call never reached the function: it may try it elsewhere, or again later.
+ */
 function failureFrame(error: unknown): Frame {
   if (isProblemError(error) && !("errorType" in error)) return problemFrame(error);
+  const refused = storeUnavailableReason(error);
+  if (refused !== null) {
+    return problemFrame(
+      new ProblemError("store-unavailable", `This host's store refused while it set up the call (${refused}); retry`, {
+        headers: { "Retry-After": "1" },
+      }),
+    );
+  }
   return { error: toRunError(error) };
 }
 

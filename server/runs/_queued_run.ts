@@ -1,10 +1,17 @@
 /**
  * The record of an async run the dispatcher executes: what `executeRun` reports to. Its outcome is
- * written once, to the store, with its webhook delivery, from this process's lease.
+ * written once, to the store, with its webhook delivery, from this process's lease — unless the run could
+ * not start for a reason of the platform's that passes (`passingReason`: no replica may run it here now,
+ * no host took it, the store refused), found before its function started: then it is put back on the
+ * queue with its place (its run id) kept, to be tried again, until its deadline (its app's
+ * `response_grace_period` after it was accepted) has passed; then it ends `failure` with that reason's
+ * type (`service_unavailable`, `store_unavailable`).
  */
+import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
-import { isProblemError } from "../problems/mod.ts";
-import { toRunError } from "./executor.ts";
+import { type Database, storeUnavailableReason } from "../store/mod.ts";
+import { requeueLeasedRun } from "../store/statements/run_requeue.ts";
+import { passingReason, type RunErrorInfo, toRunError } from "./executor.ts";
 import type { LeasedFinishes } from "./_leased_finishes.ts";
 import { RunCancelled, RunTimedOut } from "./_local_runs.ts";
 import type { RunOutcome } from "./_queries.ts";
@@ -24,6 +31,13 @@ export interface QueuedRunDeps {
   resultLimitBytes: number;
   /** The store's clock: the run's `completed_at`. */
   now(): number;
+  /**
+   * Puts the run back on the queue from this process's lease (`putBackOnQueue`); false when it is no
+   * longer this process's to put back (ended elsewhere) or a cancel was asked for it.
+   */
+  requeue(runId: string): Promise<boolean>;
+  /** The app's `response_grace_period` in milliseconds (never rejects): the run is tried again within it. */
+  graceMs: Promise<number>;
 }
 
 /** The outcome a failure (or the reason the run's signal was aborted with) stands for. */
@@ -32,15 +46,36 @@ function failureOutcome(error: unknown): RunOutcome {
   if (error instanceof RunTimedOut) {
     return { status: "failure", error: { type: "timeout", message: error.message, traceback: null } };
   }
-  // A call that never started (unknown app or function, app failed to load) has no errorType: the
-  // record says why in the problem's kind (`not_found`, `app_unavailable`).
-  if (isProblemError(error) && !("errorType" in error)) {
-    return {
-      status: "failure",
-      error: { type: error.kind.replace(/-/g, "_"), message: error.message, traceback: null },
-    };
-  }
+  // A call that never started (unknown app or function, app failed to load) has no errorType: its type
+  // is the problem's kind (`not_found`, `app_unavailable`).
   return { status: "failure", error: toRunError(error) };
+}
+
+/** The failure of a run the platform could not start before its deadline: the reason's own type. */
+function pastDeadline(reason: RunErrorInfo, graceMs: number): RunOutcome {
+  return {
+    status: "failure",
+    error: {
+      type: reason.type,
+      message: `The run could not start within its app's response_grace_period (${
+        Math.round(graceMs / 1000)
+      } s after it was accepted), though it was tried again until then: ${reason.message}`,
+      traceback: null,
+    },
+  };
+}
+
+/** The first pause before a put-back refused by the store is tried again; it doubles up to the last. */
+const FIRST_PUT_BACK_RETRY_MS = 100;
+const MAX_PUT_BACK_RETRY_MS = 5_000;
+
+/**
+ * Puts `runId` back on the queue if it is still `running` under `owner`'s lease and no cancel was asked
+ * for it; its run id (its place in the queue) stays. Resolves with whether it did.
+ */
+export async function putBackOnQueue(db: Kysely<Database>, where: { runId: string; owner: string }): Promise<boolean> {
+  const { rows } = await requeueLeasedRun(db, [where.runId, where.owner]);
+  return rows.length === 1;
 }
 
 /** A claimed async run's record; the first outcome reported is the one written. */
@@ -52,6 +87,8 @@ export class QueuedRunRecord implements RunRecorder {
   #items: StoredItems | undefined = undefined;
   #ending: Promise<void> | undefined = undefined;
   #deploymentId: string | undefined = undefined;
+  /** A replica took the call (its function is about to run or ran): the run can no longer be put back. */
+  #started = false;
   /** When it was claimed, on the monotonic clock: its run time is measured there. */
   readonly #startedAt = performance.now();
 
@@ -63,14 +100,18 @@ export class QueuedRunRecord implements RunRecorder {
   }
 
   /** An async run keeps its mode when its function streams: the items are stored as a list. */
-  streaming(): void {}
+  streaming(): void {
+    this.#started = true;
+  }
 
-  /** Written with the run's end. */
+  /** Written with the run's end; told before the function runs. */
   servedBy(deploymentId: string): void {
     this.#deploymentId = deploymentId;
+    this.#started = true;
   }
 
   item(value: unknown): void {
+    this.#started = true;
     (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
   }
 
@@ -81,9 +122,18 @@ export class QueuedRunRecord implements RunRecorder {
     return this.#end({ status: "success", result });
   }
 
-  /** Records the failure — or, once the signal was aborted (timeout, cancel), the abort's reason. */
+  /**
+   * Records the failure — or, once the signal was aborted (timeout, cancel), the abort's reason — unless
+   * it is a passing reason of the platform's met before the function started: then the run goes back on
+   * the queue (see the module's comment).
+   */
   fail(error: unknown): Promise<void> {
-    return this.#end(failureOutcome(this.signal.aborted ? this.signal.reason : error));
+    if (this.signal.aborted) return this.#end(failureOutcome(this.signal.reason));
+    const passing = this.#started ? null : passingReason(error);
+    if (passing === null) return this.#end(failureOutcome(error));
+    this.#items?.close();
+    this.#ending ??= this.#putBack(passing);
+    return this.#ending;
   }
 
   cancelled(): Promise<void> {
@@ -95,6 +145,51 @@ export class QueuedRunRecord implements RunRecorder {
     this.#items?.close();
     this.#ending ??= this.#write(outcome);
     return this.#ending;
+  }
+
+  /**
+   * Puts the run back on the queue, or ends it once its deadline passed. A put-back the store refuses is
+   * tried again (the lease keeps the run this process's meanwhile), as an end would be.
+   */
+  async #putBack(reason: RunErrorInfo): Promise<void> {
+    const row = this.#row;
+    const { logger, now } = this.#deps;
+    const graceMs = await this.#deps.graceMs;
+    const deadline = Number(row.created_at) + graceMs;
+    for (let pauseMs = FIRST_PUT_BACK_RETRY_MS;; pauseMs = Math.min(pauseMs * 2, MAX_PUT_BACK_RETRY_MS)) {
+      // A cancel or the grace period's timer (its deadline passed: it runs from the claim, the deadline
+      // from the acceptance) ends the run instead.
+      if (this.signal.aborted) {
+        const cancelled = this.signal.reason instanceof RunCancelled;
+        return await this.#write(cancelled ? { status: "cancelled" } : pastDeadline(reason, graceMs));
+      }
+      if (now() >= deadline) return await this.#write(pastDeadline(reason, graceMs));
+      try {
+        if (!(await this.#deps.requeue(row.run_id))) break;
+      } catch (error) {
+        if (storeUnavailableReason(error) === null) throw error;
+        await new Promise((resolve) => setTimeout(resolve, pauseMs).unref());
+        continue;
+      }
+      logger.info(
+        { run_id: row.run_id, app: `${row.project_id}/${row.app_id}`, reason: reason.type, detail: reason.message },
+        "async run could not start; put back on the queue with its place kept",
+      );
+      // The live pages see it queued again (its start is told again when it is claimed).
+      this.#deps.events.created({
+        runId: row.run_id,
+        projectId: row.project_id,
+        appId: row.app_id,
+        functionName: row.function_name,
+        mode: row.mode,
+        status: "queued",
+        createdAt: now(),
+      });
+      return;
+    }
+    // Not put back: a cancel was asked for it (it ends `cancelled` here), or it was ended elsewhere
+    // meanwhile (nothing is written).
+    await this.#write({ status: "cancelled" });
   }
 
   async #write(outcome: RunOutcome): Promise<void> {

@@ -1,0 +1,16 @@
+/**
+ * The SQL that puts a claimed async run back on the queue (issue 44): its executor was turned away for
+ * a reason of the platform's that passes (no replica may run it here now, the store refused) before its
+ * function started. The runs' rules live in `server/runs/_queued_run.ts`, which runs this.
+ */
+import { rawStatement } from "../mod.ts";
+
+// Guarded as an end is: only while the run is still `running` under this owner's lease, and no cancel
+// was asked for it meanwhile (such a run is ended `cancelled` instead). Its place in the queue is its
+// run id, which it keeps; its start and queue time will be those of the claim that runs it. One text:
+// both engines take it (SQLite has `returning` since 3.35). Parameters: run id, owner.
+export const requeueLeasedRun = rawStatement<{ run_id: string }>(
+  `update "runs" set "status" = 'queued', "started_at" = null, "queue_time_ms" = null, "lease_owner" = null,`
+    + ` "lease_expires_at" = null where "run_id" = ? and "status" = 'running' and "lease_owner" = ?`
+    + ` and "cancel_requested" = 0 returning "run_id"`,
+);
