@@ -76,7 +76,11 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
   const pauseMs = options.requeuePauseMs ?? REQUEUE_PAUSE_MS;
 
   async function requeue(row: RunRow, signal: AbortSignal): Promise<boolean> {
-    const putBack = await putBackOnQueue(db, { runId: row.run_id, owner: options.owner });
+    const putBack = await putBackOnQueue(db, {
+      runId: row.run_id,
+      owner: options.owner,
+      generation: Number(row.lease_generation),
+    });
     if (!putBack) return false;
     paused.set(appKey(row.project_id, row.app_id), performance.now() + pauseMs);
     if (signal.aborted && signal.reason instanceof RunCancelled) {

@@ -69,12 +69,19 @@ function pastDeadline(reason: RunErrorInfo, graceMs: number): RunOutcome {
 const FIRST_PUT_BACK_RETRY_MS = 100;
 const MAX_PUT_BACK_RETRY_MS = 5_000;
 
+/** Which holding of a run `putBackOnQueue` puts back: the owner's lease, in the generation it claimed. */
+export interface LeasedRunRef {
+  runId: string;
+  owner: string;
+  generation: number;
+}
+
 /**
- * Puts `runId` back on the queue if it is still `running` under `owner`'s lease and no cancel was asked
- * for it; its run id (its place in the queue) stays. Resolves with whether it did.
+ * Puts a run back on the queue if it is still `running` under `owner`'s lease in `generation` and no
+ * cancel was asked for it; its run id (its place in the queue) stays. Resolves with whether it did.
  */
-export async function putBackOnQueue(db: Kysely<Database>, where: { runId: string; owner: string }): Promise<boolean> {
-  const { rows } = await requeueLeasedRun(db, [where.runId, where.owner]);
+export async function putBackOnQueue(db: Kysely<Database>, where: LeasedRunRef): Promise<boolean> {
+  const { rows } = await requeueLeasedRun(db, [where.runId, where.owner, where.generation]);
   return rows.length === 1;
 }
 

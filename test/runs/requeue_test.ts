@@ -224,7 +224,7 @@ for (const engine of await engines()) {
   });
 
   describe(`putBackOnQueue (${engine})`, () => {
-    it("puts back only a run still running under the owner's lease with no cancel asked, keeping its id", async () => {
+    it("puts back only a run still running under the owner's lease, in its generation, with no cancel asked, keeping its id", async () => {
       const defer = deferCleanup();
       const scratch = await openTestStore(engine);
       defer(() => scratch.close());
@@ -252,6 +252,7 @@ for (const engine of await engines()) {
         lease_owner: "owner-a",
         lease_expires_at: 9_000,
         cancel_requested: 0,
+        lease_generation: 3,
         ...values,
       });
       await db.insertInto("runs").values([
@@ -259,10 +260,12 @@ for (const engine of await engines()) {
         row("run-other", { lease_owner: "owner-b" }),
         row("run-cancel", { cancel_requested: 1 }),
         row("run-ended", { status: "failure", lease_owner: null, lease_expires_at: null }),
+        // Rescued and claimed again by the same owner: a later holding, not the one being put back.
+        row("run-later", { lease_generation: 5 }),
       ]).execute();
-      assert.equal(await putBackOnQueue(db, { runId: "run-mine", owner: "owner-a" }), true);
-      for (const runId of ["run-other", "run-cancel", "run-ended"]) {
-        assert.equal(await putBackOnQueue(db, { runId, owner: "owner-a" }), false, runId);
+      assert.equal(await putBackOnQueue(db, { runId: "run-mine", owner: "owner-a", generation: 3 }), true);
+      for (const runId of ["run-other", "run-cancel", "run-ended", "run-later"]) {
+        assert.equal(await putBackOnQueue(db, { runId, owner: "owner-a", generation: 3 }), false, runId);
       }
       const mine = await db.selectFrom("runs").selectAll().where("run_id", "=", "run-mine").executeTakeFirstOrThrow();
       assert.equal(mine.status, "queued");
@@ -275,7 +278,8 @@ for (const engine of await engines()) {
       ]);
       const others = await db.selectFrom("runs").select(["run_id", "status"]).where("run_id", "!=", "run-mine")
         .orderBy("run_id").execute();
-      assert.deepEqual(others.map((r) => r.status), ["running", "failure", "running"]);
+      assert.deepEqual(others.map((r) => r.status), ["running", "failure", "running", "running"]);
+      assert.equal(Number(mine.lease_generation), 4, "its holding is closed");
     });
   });
 }

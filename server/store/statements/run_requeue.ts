@@ -5,12 +5,14 @@
  */
 import { rawStatement } from "../mod.ts";
 
-// Guarded as an end is: only while the run is still `running` under this owner's lease, and no cancel
-// was asked for it meanwhile (such a run is ended `cancelled` instead). Its place in the queue is its
-// run id, which it keeps; its start and queue time will be those of the claim that runs it. One text:
-// both engines take it (SQLite has `returning` since 3.35). Parameters: run id, owner.
+// A guarded transition, as an end is: only while the run is still `running` under this owner's lease in
+// the generation it was claimed in, and no cancel was asked for it meanwhile (such a run is ended
+// `cancelled` instead); it closes that generation. Its place in the queue is its run id, which it keeps;
+// its start and queue time will be those of the claim that runs it. One text: both engines take it
+// (SQLite has `returning` since 3.35). Parameters: run id, owner, generation.
 export const requeueLeasedRun = rawStatement<{ run_id: string }>(
   `update "runs" set "status" = 'queued', "started_at" = null, "queue_time_ms" = null, "lease_owner" = null,`
-    + ` "lease_expires_at" = null where "run_id" = ? and "status" = 'running' and "lease_owner" = ?`
+    + ` "lease_expires_at" = null, "lease_generation" = "lease_generation" + 1`
+    + ` where "run_id" = ? and "status" = 'running' and "lease_owner" = ? and "lease_generation" = ?`
     + ` and "cancel_requested" = 0 returning "run_id"`,
 );
