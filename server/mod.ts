@@ -33,6 +33,7 @@ import {
   createRunService,
   type ExecuteRequest,
   type RunService,
+  runOwnersDir,
 } from "./runs/mod.ts";
 import {
   createStoreOutage,
@@ -313,9 +314,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     metrics,
     owner,
     storeOutage: outage,
-    // The same-host pid shortcut only holds for SQLite (one host); on PostgreSQL another process's pid
-    // may be another host's, so leases alone decide which runs were left by a dead process.
-    ownersDir: store.shared ? undefined : join(config.dataDir, "run-owners"),
+    ownersDir: runOwnersDir(config.dataDir, { sharedStore: store.shared }),
     notifier: store.notifier,
     now: store.clock.now,
     onDeliveries: deliveriesAdded,

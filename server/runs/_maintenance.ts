@@ -5,7 +5,8 @@
  * ran out) is a guarded end like any other: compared with the run's status and the lease generation it
  * was read in, it starts a new generation, and it stands — an owner that was only blocked or cut off from
  * the store finds the run ended when it comes back and drops its own outcome (a run ends once). The
- * record keeps the owner's name (`swept_owner`). This process never rescues a run it runs itself, and
+ * record keeps the owner's name (`swept_owner`). This process never rescues a run it runs itself, nor
+ * one of a process of this host that it sees alive (see `_owners.ts`), and
  * after an upkeep that failed (the store away), stale leases wait one more lease, for their owners to
  * renew them.
  */
@@ -17,7 +18,7 @@ import { startTicker, type Ticker } from "../ticker/mod.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "./_idempotency.ts";
 import { INTERRUPTED, type LocalRuns } from "./_local_runs.ts";
 import type { RunEvents } from "./_run_events.ts";
-import { deadOwners, forgetOwner } from "./_owners.ts";
+import { deadOwners, forgetOwner, ownerState } from "./_owners.ts";
 import { endStoredRun, runEnd } from "./_run_end.ts";
 import { expireResults, renewLeases, selectRunsOf, selectStaleRuns } from "./_queries.ts";
 import { expireRunLogs } from "./run_logs.ts";
@@ -83,16 +84,20 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
     // A process of this host that is gone cannot renew: end its runs, and free the webhook deliveries it
     // was attempting, now rather than after their leases.
     for (const owner of options.ownersDir ? deadOwners(options.ownersDir, options.owner) : []) {
-      for (const row of await selectRunsOf(db, owner)) await interrupt(row, { owner });
+      for (const row of await selectRunsOf(db, owner)) await interrupt(row, { owner, sweptOwner: owner });
       if (await releaseDeliveryLeases(db, owner)) interrupted++;
       forgetOwner(options.ownersDir!, owner);
     }
     // A lease that ran out means its owner is gone, or blocked longer than the lease: either way the
     // run is ended here, once, in the generation it was read in. A run of this process that is still
     // live here is not: its own lease ran out only because this upkeep was blocked too (a table lock),
-    // and its renewal follows.
+    // and its renewal follows. Nor is the run of an owner this host sees alive (its pid, same start):
+    // it was blocked from the store (connections ran out), not gone, and its own end follows.
     for (const row of now >= sweepFrom ? await selectStaleRuns(db, now) : []) {
       if (row.lease_owner === options.owner && options.local.has(row.run_id)) continue;
+      if (options.ownersDir && row.lease_owner && ownerState(options.ownersDir, row.lease_owner) === "alive") {
+        continue;
+      }
       await interrupt(row, {
         staleBefore: now,
         sweptOwner: row.lease_owner,

@@ -216,8 +216,10 @@ export interface RunServiceOptions {
   /** This process's lease owner id; give the delivery worker the same one so its leases are freed with the runs'. */
   owner?: string;
   /**
-   * A folder in the data dir where this process records its lease owner id and pid, so that a restart
-   * ends the runs of a dead process of this host at once instead of after their lease.
+   * A folder where this process records its lease owner id and pid, shared by the processes of this
+   * host that share the store (`runOwnersDir`): upkeep ends the runs of a dead one at once instead of
+   * after their lease, and leaves a live one's runs to it when its lease ran out (it was blocked from the
+   * store, not gone).
    */
   ownersDir?: string;
   /**

@@ -13,6 +13,9 @@
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Writable } from "node:stream";
 import { describe, it } from "node:test";
 import { type Kysely, sql } from "kysely";
@@ -101,9 +104,13 @@ for (const engine of await engines()) {
       }
       /** A run service of a process whose lease owner is `owner`; its deliveries go to `workers.get(owner)`. */
       const workers = new Map<string, DeliveryWorker>();
-      function service(owner: string, options: { leaseMs?: number; executor?: RunExecutor } = {}): RunService {
+      function service(
+        owner: string,
+        options: { leaseMs?: number; executor?: RunExecutor; ownersDir?: string } = {},
+      ): RunService {
         const runs = createRunService({
           db,
+          ownersDir: options.ownersDir,
           secrets,
           logger: logger.child({ process: owner }),
           owner,
@@ -333,6 +340,46 @@ for (const engine of await engines()) {
       await new Promise((resolve) => setTimeout(resolve, 500));
       assert.deepEqual((await t.received(runId)).map((b) => b.status), ["failure"]);
       assert.equal((await t.attempts(runId)).length, 1);
+    });
+
+    it("an async run whose lease lapsed while this host sees its owner alive is left to it: the owner's end is the one stored and sent", async () => {
+      // Two processes of one host share an owners folder: one cut off from the store (connections ran out)
+      // is blocked, not gone, so the other's upkeep does not rescue its run (here both are this process).
+      const defer = deferCleanup();
+      const t = await setUp(defer);
+      const parent = await mkdtemp(join(tmpdir(), "runplane-swept-"));
+      defer(() => rm(parent, { recursive: true, force: true }));
+      const ownersDir = join(parent, "owners");
+      const executor = heldExecutor();
+      const a = t.service("owner-a", { executor, ownersDir });
+      const accepted = await a.submit({
+        projectId: PROJECT,
+        app: "a",
+        functionName: "hold",
+        mode: "async",
+        input: {},
+        webhook: { endpoint: t.receiver.url, secret: SECRET },
+      });
+      assert.equal(accepted.kind, "accepted");
+      const runId = (accepted as { runId: string }).runId;
+      await executor.started;
+      await t.lapse(runId);
+      t.service("owner-b", { ownersDir, leaseMs: 600 });
+      await new Promise((resolve) => setTimeout(resolve, 1_500)); // several of B's upkeeps (every 200 ms)
+      assert.equal((await t.stored(runId))?.status, "running", "not rescued while its owner is alive");
+      executor.release();
+      const row = await eventually(
+        async () => {
+          const found = await t.stored(runId);
+          return found?.status === "success" ? found : undefined;
+        },
+        20_000,
+        "the owner's end to be stored",
+      );
+      assert.equal(row.swept_owner, null);
+      t.workers.set("owner-a", t.worker("owner-a"));
+      await t.receiver.waitFor(1);
+      assert.deepEqual((await t.received(runId)).map((b) => b.status), ["success"]);
     });
 
     if (engine === "postgres") {

@@ -1,5 +1,6 @@
 /**
- * kill -9 of one of two processes sharing one PostgreSQL: leases decide (no pid shortcut across hosts).
+ * kill -9 of one of two processes sharing one PostgreSQL, as on two hosts (each its own temporary dir, so
+ * neither finds the other's pid among this host's lease owners): leases decide.
  * Its queued runs run on the other, its running ones end `failure`/`interrupted` once their lease ran
  * out (never re-run), and every due webhook, its pending ones included, is attempted.
  */
@@ -66,8 +67,10 @@ it(
       return statuses[statuses.length - 1];
     });
     defer(() => receiver.close());
+    for (const d of dirs) await mkdir(join(d.root, "tmp"));
     const env = (i: number) => ({
       ...dirs[i].env,
+      TMPDIR: join(dirs[i].root, "tmp"),
       RUNPLANE_DATABASE_URL: database.url,
       RUNPLANE_MASTER_KEY: TEST_MASTER_KEY,
       RUNPLANE_RUN_LEASE: "2s",
