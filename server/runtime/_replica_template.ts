@@ -5,7 +5,7 @@
  * cgroup by the server, and then speaks the worker protocol on that socket. Forked replicas share the
  * template's jail (the same tenant's code, the same files); they die with it, so it outlives them.
  */
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { chmod, rm } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
@@ -78,6 +78,8 @@ export class ReplicaTemplate {
   #rootPid: number | undefined;
   #server: Server | undefined;
   #socketPath = "";
+  /** The folder of its socket, once made. */
+  #socketDir: string | undefined;
   #gone = false;
   /** Whether it imported the app and was found safe to fork. */
   wasLoaded = false;
@@ -87,7 +89,12 @@ export class ReplicaTemplate {
     let loaded!: { resolve(): void; reject(error: Error): void };
     this.loaded = new Promise((resolve, reject) => (loaded = { resolve, reject }));
     this.loaded.then(() => (this.wasLoaded = true), () => undefined);
-    this.exited = this.#start(loaded).then((exit) => {
+    // A template that could not even start (its socket could not be made) exits at once, with that reason.
+    const started = this.#start(loaded).catch((error: Error): ProcessExit => ({
+      reason: `it could not start: ${error.message}`,
+      outOfMemory: false,
+    }));
+    this.exited = started.then((exit) => {
       this.#gone = true;
       loaded.reject(new TemplateRefused(`its template exited (${exit.reason})`, "gone"));
       for (const pending of this.#pending.values()) {
@@ -95,7 +102,8 @@ export class ReplicaTemplate {
       }
       for (const fork of this.#forks.values()) fork.onExit(`its template exited (${exit.reason})`);
       this.#server?.close();
-      void rm(join(this.#socketPath, ".."), { recursive: true, force: true });
+      // Only the folder it made: none when it failed before making one.
+      if (this.#socketDir) void rm(this.#socketDir, { recursive: true, force: true });
       return exit;
     });
   }
@@ -112,7 +120,8 @@ export class ReplicaTemplate {
 
   async #start(loaded: { resolve(): void; reject(error: Error): void }): Promise<ProcessExit> {
     const { options } = { options: this.#options };
-    const dir = await options.sandbox.socketDir(options.jail.projectId, `template-${randomUUID()}`);
+    const dir = await options.sandbox.socketDir(options.jail.projectId, `template-${randomBytes(6).toString("hex")}`);
+    this.#socketDir = dir;
     this.#socketPath = join(dir, "fork.sock");
     this.#server = createServer((socket) => this.#onConnection(socket));
     await new Promise<void>((resolve, reject) => {

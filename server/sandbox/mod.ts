@@ -144,8 +144,19 @@ async function sealSocketDir(dir: string, names: string[]): Promise<boolean> {
   return true;
 }
 
+/**
+ * The longest path of a socket's folder: a Unix socket's whole path must fit `sun_path` (108 bytes with
+ * its NUL), and the longest socket name put in one (`probe.sock`) takes 11 more.
+ */
+const SOCKET_DIR_MAX = 96;
+
 async function makeSocketDir(support: SupportDir, name: string): Promise<string> {
   const dir = join(support.path, name);
+  if (Buffer.byteLength(dir) > SOCKET_DIR_MAX) {
+    throw new Error(
+      `The socket folder ${dir} is longer than a Unix socket's path allows (${SOCKET_DIR_MAX} bytes): give the server a shorter TMPDIR`,
+    );
+  }
   await mkdir(dir, { recursive: true, mode: 0o700 });
   return dir;
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { readdir, readFile } from "node:fs/promises";
+import { mkdir, readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { callFunction, deployApp, waitFor } from "../_helpers/apps.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
@@ -150,6 +151,32 @@ describe("a server killed with SIGKILL", () => {
       assert.ok((await markedProcesses(marker)).length >= 2, "the template and its replica run");
       await server.kill();
       await waitFor(async () => (await markedProcesses(marker)).length === 0, "no template or replica left", 10_000);
+    } finally {
+      await server.kill();
+      await dirs.remove();
+    }
+  });
+});
+
+describe("a template whose socket cannot be made", () => {
+  it("is a cold start, not a crash: a server whose TMPDIR is too long for a Unix socket still answers", async () => {
+    const dirs = await makeServerDirs("runplane-template-");
+    // 100 bytes of folders: no socket path under it fits a Unix socket's 108 bytes.
+    const longTmp = join(dirs.root, "t".repeat(50), "u".repeat(50));
+    await mkdir(longTmp, { recursive: true });
+    await dirs.deploy("long", { "runplane.toml": `[scaling]\nmin_replicas = 1\n`, "main.py": EXPENSIVE });
+    const server = await startServerProcess({ ...dirs.env, TMPDIR: longTmp, RUNPLANE_SANDBOX: "off" });
+    try {
+      const { response } = await server.client.POST("/v4/{project_id}/{app_name}/{function_name}", {
+        params: { path: { project_id: PROCESS_PROJECT, app_name: "long", function_name: "whoami" } },
+        body: {},
+      });
+      assert.equal(response.status, 200);
+      assert.equal(server.child.exitCode, null, `the server is alive: ${server.stderr().slice(-2000)}`);
+      assert.ok(
+        server.logs.some((line) => /shorter TMPDIR/.test(JSON.stringify(line))),
+        "the log says why the template could not start",
+      );
     } finally {
       await server.kill();
       await dirs.remove();
