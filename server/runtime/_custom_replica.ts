@@ -9,14 +9,16 @@ import { connect } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Writable } from "node:stream";
-import { Agent, type Dispatcher, fetch } from "undici";
+import { Agent, fetch } from "undici";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { AppStartError } from "./_failures.ts";
 import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { freePort } from "./free_port.ts";
 import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
-import type { Replica } from "./_replica_pool.ts";
+import type { CallOutcome } from "./_outcome.ts";
+import { proxyReplicaCall } from "./_proxy.ts";
+import type { CallableReplica, ReplicaCall } from "./_replica.ts";
 
 const RELAY_PATH = fileURLToPath(new URL("./_relay.py", import.meta.url));
 const START_TIMEOUT_MS = 30_000;
@@ -44,19 +46,6 @@ export interface CustomProcessOptions {
   prepare?(): Promise<void>;
 }
 
-/** Something calls can be forwarded to. */
-export interface Upstream extends Replica {
-  /** The base URL, without a trailing slash; known once `ready` resolved. */
-  readonly baseUrl: string;
-  /** How to reach `baseUrl` (the relay's Unix socket); the default network when absent. */
-  readonly dispatcher?: Dispatcher;
-  /**
-   * The memory limit, in bytes, when the kernel killed a process of the replica at it (a broken call is
-   * then said to be out of memory); undefined otherwise.
-   */
-  oomLimit?(): number | undefined;
-}
-
 /** Asks the relay whether the app's port accepts a connection (one byte back: "1" or "0"). */
 function portAccepts(socketDir: string): Promise<boolean> {
   return new Promise((resolve) => {
@@ -73,13 +62,14 @@ function portAccepts(socketDir: string): Promise<boolean> {
 let replicaCount = 0;
 
 /** One process of a custom runtime, restarted by its pool when it exits or fails its health check. */
-export class CustomProcessReplica implements Upstream {
+export class CustomProcessReplica implements CallableReplica {
   readonly ready: Promise<void>;
   readonly exited: Promise<void>;
   wasReady = false;
   usable = true;
   /** The host part is a placeholder: every request goes through the relay's socket. */
   readonly baseUrl = "http://app.runplane.internal";
+  /** How to reach `baseUrl`: the relay's Unix socket (known once the process started). */
   dispatcher: Agent | undefined;
   #socketDir = "";
   #sealed = false;
@@ -99,9 +89,22 @@ export class CustomProcessReplica implements Upstream {
     return this.#child?.pid;
   }
 
+  /**
+   * The memory limit, in bytes, when the kernel killed a process of the replica at it (a broken call is
+   * then said to be out of memory); undefined otherwise.
+   */
   oomLimit(): number | undefined {
     const cgroup = this.#options.cgroup;
     return cgroup?.oomKilled() ? cgroup.limits.memoryBytes : undefined;
+  }
+
+  /** Forwards the call to the app's server through the relay (`proxyCall`); a killed server's call may be out of memory. */
+  call(call: ReplicaCall): Promise<CallOutcome> {
+    return proxyReplicaCall(call, {
+      baseUrl: this.baseUrl,
+      dispatcher: this.dispatcher,
+      oomLimit: () => this.oomLimit(),
+    });
   }
 
   /** Whether `endpoint` answers 2xx (without one, whether the app's port accepts a connection). */

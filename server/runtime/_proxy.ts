@@ -7,6 +7,7 @@ import { DestinationRefusedError, type GuardOptions } from "../webhooks/mod.ts";
 import { outOfMemory, RunFailure } from "./_failures.ts";
 import { guardedPost } from "./_guarded_fetch.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
+import type { ReplicaCall } from "./_replica.ts";
 import { MAX_MESSAGE_BYTES } from "./_worker_protocol.ts";
 
 /** An answer from a custom runtime the server will not hold: a body or one event over the message limit. */
@@ -201,4 +202,29 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
     done();
     throw failureFor(error, call, deadline);
   }
+}
+
+/** Where a replica that forwards its calls over HTTP sends them (see `ProxyCall`'s fields of the same names). */
+export interface ProxyTarget {
+  /** The base URL, without a trailing slash. */
+  baseUrl: string;
+  dispatcher?: Dispatcher;
+  guard?: GuardOptions;
+  oomLimit?(): number | undefined;
+}
+
+/** Runs a replica's call by forwarding it to `target` (`proxyCall`): the function name is the path. */
+export function proxyReplicaCall(call: ReplicaCall, target: ProxyTarget): Promise<CallOutcome> {
+  return proxyCall(target.baseUrl, {
+    runId: call.runId,
+    path: call.functionName,
+    input: call.kwargs,
+    inputJson: call.kwargsJson,
+    graceMs: call.graceMs,
+    signal: call.signal,
+    onSettled: call.onSettled,
+    dispatcher: target.dispatcher,
+    guard: target.guard,
+    oomLimit: target.oomLimit,
+  });
 }

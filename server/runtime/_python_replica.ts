@@ -6,14 +6,13 @@
 import { setImmediate as setImmediatePromise } from "node:timers/promises";
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
-import type { AbortSignalLike } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { AppStartError, outOfMemory, RunFailure } from "./_failures.ts";
 import { ItemQueue } from "./_item_queue.ts";
 import { startColdWorker, type WorkerProcess } from "./_worker_process.ts";
-import type { Replica } from "./_replica_pool.ts";
+import type { CallableReplica, ReplicaCall } from "./_replica.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
 import { LineSplitter, LineTooLong, type Payload } from "./_line_splitter.ts";
 import { InvalidJson, JsonValidator } from "./_json_validator.ts";
@@ -109,21 +108,8 @@ export interface OutputLine {
   at: number;
 }
 
-/** What the caller of `PythonReplica.call` provides. */
-export interface PythonCall {
-  runId: string;
-  functionName: string;
-  kwargs: Record<string, unknown>;
-  /** `kwargs` as the JSON text the caller sent, forwarded as is (see `encodeCall`). */
-  kwargsJson?: string;
-  graceMs: number;
-  signal?: AbortSignalLike;
-  /** Called once when the call is over in the worker (result, failure, stream end, cancel or crash). */
-  onSettled(): void;
-}
-
 interface Pending {
-  call: PythonCall;
+  call: ReplicaCall;
   startedAt: number;
   settle(): void;
   resolve(outcome: CallOutcome): void;
@@ -139,7 +125,7 @@ interface Pending {
 }
 
 /** A warm Python worker; calls run concurrently up to the app's `replica_concurrency`. */
-export class PythonReplica implements Replica {
+export class PythonReplica implements CallableReplica {
   readonly ready: Promise<void>;
   readonly exited: Promise<void>;
   wasReady = false;
@@ -250,7 +236,7 @@ export class PythonReplica implements Replica {
   }
 
   /** Runs a call; resolves with its result or its stream once the worker says which it is. */
-  call(call: PythonCall): Promise<CallOutcome> {
+  call(call: ReplicaCall): Promise<CallOutcome> {
     return new Promise((resolve, reject) => {
       let settled = false;
       const pending: Pending = {

@@ -1,6 +1,8 @@
 /** The custom runtime's `url` form: calls go to an upstream the platform does not start. */
 import type { GuardOptions } from "../webhooks/mod.ts";
-import type { Upstream } from "./_custom_replica.ts";
+import type { CallOutcome } from "./_outcome.ts";
+import { proxyReplicaCall } from "./_proxy.ts";
+import type { CallableReplica, ReplicaCall } from "./_replica.ts";
 
 /** Options of `UrlUpstream`. */
 export interface UrlUpstreamOptions {
@@ -12,13 +14,13 @@ export interface UrlUpstreamOptions {
 }
 
 /** A remote upstream: no process, always ready until stopped. */
-export class UrlUpstream implements Upstream {
+export class UrlUpstream implements CallableReplica {
   readonly pid = undefined;
   readonly ready = Promise.resolve();
   readonly wasReady = true;
-  readonly usable = true;
   readonly exited: Promise<void>;
   readonly guard: GuardOptions | undefined;
+  #stopped = false;
   #stop!: () => void;
 
   constructor(readonly baseUrl: string, options: UrlUpstreamOptions = {}) {
@@ -26,7 +28,18 @@ export class UrlUpstream implements Upstream {
     this.exited = new Promise((resolve) => (this.#stop = resolve));
   }
 
+  /** True until `stop()`: nothing of it runs here, so nothing else ends it. */
+  get usable(): boolean {
+    return !this.#stopped;
+  }
+
+  /** Forwards the call to the url (`proxyCall`), checked against `guard` as it connects. */
+  call(call: ReplicaCall): Promise<CallOutcome> {
+    return proxyReplicaCall(call, { baseUrl: this.baseUrl, guard: this.guard });
+  }
+
   stop(): Promise<void> {
+    this.#stopped = true;
     this.#stop();
     return this.exited;
   }

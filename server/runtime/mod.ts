@@ -19,11 +19,11 @@ import {
   type UnservedApp,
   unservedVersion,
 } from "./_app_registry.ts";
-import { CustomProcessReplica, type Upstream } from "./_custom_replica.ts";
+import { CustomProcessReplica } from "./_custom_replica.ts";
 import { AppStartError, RunFailure } from "./_failures.ts";
 import type { CallOutcome } from "./_outcome.ts";
-import { proxyCall } from "./_proxy.ts";
 import { type OutputLine, PythonReplica } from "./_python_replica.ts";
+import type { CallableReplica } from "./_replica.ts";
 import type { Gpu } from "../gpus/mod.ts";
 import {
   type Capacity,
@@ -68,6 +68,7 @@ export type { HardwareNeed } from "./_host_budget.ts";
 export type { CallOutcome, StreamItem } from "./_outcome.ts";
 export { type ProcessExit, signalGroup } from "./_process_group.ts";
 export { type OutputLine, PythonReplica, type ReplicaExit } from "./_python_replica.ts";
+export type { CallableReplica, ReplicaCall } from "./_replica.ts";
 export { interpreterHome } from "./_replica_jail.ts";
 export type { Capacity, ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
 export type { HeldSeat } from "./_seat_book.ts";
@@ -79,8 +80,6 @@ export interface SeatRef {
   appId: string;
   seat: number;
 }
-
-type AnyReplica = PythonReplica | Upstream | FailedReplica;
 
 /**
  * A seated runtime's answer to a call of an app that holds no seat here (issue 31): the call may run on
@@ -95,7 +94,7 @@ export class NoSeatError extends ProblemError {
 }
 
 /** A slot reserved with `tryAcquireSlot`: pass it to `invoke`, or `release()` it if unused. */
-export type SlotLease = Lease<AnyReplica>;
+export type SlotLease = Lease<CallableReplica>;
 
 /** One call to run. */
 export interface InvokeRequest {
@@ -331,7 +330,7 @@ export interface Runtime {
 interface LiveApp {
   version: AppVersion;
   secrets: ProjectEnvironment;
-  pool?: ReplicaPool<AnyReplica>;
+  pool?: ReplicaPool<CallableReplica>;
   /** The loaded version, when `version` is its refusal (see `admissionProblem`): checked again at each reload. */
   refused?: AppVersion;
 }
@@ -345,34 +344,34 @@ type PoolOptions = RuntimeOptions & {
   cgroups: Cgroups;
   budget: HostBudget;
   seats: SeatBook;
+  /**
+   * The Python replicas among the pools' replicas, by the replica as its pool holds it: those a host's
+   * workers may call on their channels (`tryChannelSeat`).
+   */
+  pythonReplicas: WeakMap<CallableReplica, PythonReplica>;
   /** What the pool may run, in place of the app's scaling (or its seats). */
   limits?: ReplicaLimits;
 };
 
 /**
- * The cgroup of a new replica of `name`, removed once the replica has ended; a `FailedReplica` (its calls
- * get 503 with why) when it cannot be made.
+ * The replica of `name` that is not started because its cgroup could not be made (`error`): its calls get
+ * 503 with why.
  */
-function replicaCgroup(name: string, config: AppConfig, options: PoolOptions): ReplicaCgroup | null | FailedReplica {
-  const { logger } = options;
-  try {
-    return options.cgroups.create(name, limitsOf(config));
-  } catch (error) {
-    logger.error({ err: error, app: name }, "the replica's cgroup could not be made; the replica does not start");
-    return new FailedReplica(
-      new ProblemError(
-        "app-unavailable",
-        `${name}: its replica's cgroup (its memory and CPU limits) could not be made: ${(error as Error).message}`,
-      ),
-    );
-  }
+function cgroupFailure(name: string, error: unknown, logger: Logger): FailedReplica {
+  logger.error({ err: error, app: name }, "the replica's cgroup could not be made; the replica does not start");
+  return new FailedReplica(
+    new ProblemError(
+      "app-unavailable",
+      `${name}: its replica's cgroup (its memory and CPU limits) could not be made: ${(error as Error).message}`,
+    ),
+  );
 }
 
 function createPool(
   version: AppVersion,
   secrets: ProjectEnvironment,
   options: PoolOptions,
-): ReplicaPool<AnyReplica> | undefined {
+): ReplicaPool<CallableReplica> | undefined {
   const { config } = version;
   if (!config) return undefined;
   const name = label(version);
@@ -419,7 +418,7 @@ function createPool(
     }
     const channels = options.replicaChannels?.count ?? 0;
     const cold = () => startColdWorker({ ...worker, jail, cgroup, channels });
-    return new PythonReplica({
+    const replica = new PythonReplica({
       ...worker,
       jail,
       onOutput: options.onOutput,
@@ -429,15 +428,21 @@ function createPool(
       start: keeper ? () => keeper.start({ cgroup, channels }, cold) : async () => cold(),
       onChannels: options.replicaChannels?.onChannels,
     });
+    options.pythonReplicas.set(replica, replica);
+    return replica;
   }
-  function spawn(grant: ReplicaGrant): AnyReplica {
+  function spawn(grant: ReplicaGrant): CallableReplica {
     const custom = config!.custom;
     if (custom?.kind === "url") {
       const allowPrivate = options.externalRuntimes?.allowPrivate ?? false;
       return new UrlUpstream(custom.url, { guard: version.source === "deployment" ? { allowPrivate } : undefined });
     }
-    const cgroup = replicaCgroup(name, config!, options);
-    if (cgroup instanceof FailedReplica) return cgroup;
+    let cgroup: ReplicaCgroup | null;
+    try {
+      cgroup = options.cgroups.create(name, limitsOf(config!));
+    } catch (error) {
+      return cgroupFailure(name, error, logger);
+    }
     const replica = startProcess(cgroup ?? undefined, grant);
     if (cgroup) {
       void replica.exited.then(() => cgroup.remove()).then((removed) => {
@@ -449,7 +454,7 @@ function createPool(
   const { cpu, memoryBytes, gpuCount, compute } = config.hardware;
   const need = { cpu, memoryBytes, gpuCount, compute };
   const limits = options.limits ?? (options.seated ? options.seats.limits(name, config.minReplicas) : config);
-  return new ReplicaPool<AnyReplica>({
+  return new ReplicaPool<CallableReplica>({
     label: name,
     // An external url runs nothing on this host.
     budget: config.custom?.kind === "url" ? undefined : { host: options.budget, need },
@@ -479,11 +484,12 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
       gpus: runtimeOptions.gpus,
     }),
     seats: new SeatBook(),
+    pythonReplicas: new WeakMap<CallableReplica, PythonReplica>(),
   };
   const replicaLimit = runtimeOptions.projectReplicaLimit ?? Infinity;
   const apps = new Map<string, LiveApp>();
-  const retired = new Set<ReplicaPool<AnyReplica>>();
-  const staged = new StagedPools<AnyReplica>();
+  const retired = new Set<ReplicaPool<CallableReplica>>();
+  const staged = new StagedPools<CallableReplica>();
   const logger = options.logger;
   let timer: ReturnType<typeof setInterval> | undefined;
   let polling: Promise<void> | undefined;
@@ -668,7 +674,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
   function live(
     projectId: string,
     app: string,
-  ): LiveApp & { pool: ReplicaPool<AnyReplica>; version: { config: NonNullable<AppVersion["config"]> } } {
+  ): LiveApp & { pool: ReplicaPool<CallableReplica>; version: { config: NonNullable<AppVersion["config"]> } } {
     const found = apps.get(`${projectId}/${app}`);
     if (!found) {
       throw new ProblemError(
@@ -686,7 +692,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
   }
 
   /** Every pool with replicas that may still run: current versions' and retired ones'. */
-  function livePools(): ReplicaPool<AnyReplica>[] {
+  function livePools(): ReplicaPool<CallableReplica>[] {
     return [...[...apps.values()].flatMap((a) => (a.pool ? [a.pool] : [])), ...retired];
   }
 
@@ -741,33 +747,16 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
         if (error instanceof ProblemError) throw new ProblemError(error.kind, error.message, { runId: request.runId });
         throw error;
       }
-      const replica = lease.replica;
       // The version this call's pool serves: the one it runs on, even if a newer one arrived meanwhile.
       if (app.version.deploymentId !== undefined) request.onDeployment?.(app.version.deploymentId);
-      // Never ready: its `ready` rejected above.
-      if (replica instanceof FailedReplica) throw new Error("a replica that failed to start was given a call");
-      if (replica instanceof PythonReplica) {
-        return replica.call({
-          runId: request.runId,
-          functionName: request.functionName,
-          kwargs: request.input,
-          kwargsJson: request.inputJson,
-          graceMs: config.responseGracePeriodMs,
-          signal: request.signal,
-          onSettled: () => lease.release(),
-        });
-      }
-      return proxyCall(replica.baseUrl, {
+      return lease.replica.call({
         runId: request.runId,
-        path: request.functionName,
-        input: request.input,
-        inputJson: request.inputJson,
+        functionName: request.functionName,
+        kwargs: request.input,
+        kwargsJson: request.inputJson,
         graceMs: config.responseGracePeriodMs,
         signal: request.signal,
         onSettled: () => lease.release(),
-        dispatcher: replica.dispatcher,
-        guard: replica instanceof UrlUpstream ? replica.guard : undefined,
-        oomLimit: replica instanceof CustomProcessReplica ? () => replica.oomLimit() : undefined,
       });
     },
     tryAcquireSlot(projectId, app) {
@@ -778,8 +767,8 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
       if (!found?.pool || found.version.config?.runtime !== "python" || found.version.error !== undefined) return null;
       const lease = found.pool.tryAcquire();
       if (!lease) return null;
-      const { replica } = lease;
-      if (!(replica instanceof PythonReplica) || !replica.wasReady || !replica.usable) {
+      const replica = options.pythonReplicas.get(lease.replica);
+      if (!replica || !replica.wasReady || !replica.usable) {
         lease.release();
         return null;
       }
