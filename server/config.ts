@@ -111,13 +111,6 @@ export interface Config {
   webhookPerDestination: number;
   /** The pause between two attempts of a webhook delivery, in milliseconds (at most 5 s). */
   webhookRetryDelayMs: number;
-  /**
-   * Test only: a pause between reading the store's active deployments and switching to them, on every
-   * follow-up read of this process (never the building process's own switch); 0 in production.
-   */
-  testDelayLocalSyncMs: number;
-  /** Test only: milliseconds this process's wall clock is moved by (`skewProcessClock`); 0 in production. */
-  testClockOffsetMs: number;
 }
 
 /** One setting of `Config[K]`: its variable, flag, default and a parser that returns that key's type. */
@@ -651,33 +644,6 @@ export const SETTINGS = [
     default: "2s",
     description: "Pause between webhook delivery attempts",
     parse: duration(0, 5000, "0s to 5s"),
-  },
-  {
-    key: "testDelayLocalSyncMs",
-    env: "RUNPLANE_TEST_DELAY_LOCAL_SYNC",
-    flag: "--test-delay-local-sync",
-    default: "0",
-    description:
-      "Test only, never set it in production: each process waits this long between reading the active deployments from the store and serving them (not the building process's own switch), so tests can reproduce a slow follower",
-    parse: duration(0, 60_000, "0s to 60s"),
-  },
-  {
-    key: "testClockOffsetMs",
-    env: "RUNPLANE_TEST_CLOCK_OFFSET_MS",
-    flag: "--test-clock-offset-ms",
-    default: "0",
-    description:
-      "Test only, never in production: moves this process's clock by this many milliseconds (negative: behind), as a host with a wrong clock, to check that what orders and schedules follows the database's clock",
-    parse: (raw) => {
-      if (!/^-?\d+$/.test(raw.trim())) {
-        throw new Error("must be a whole number of milliseconds from -86400000 to 86400000");
-      }
-      const value = Number(raw);
-      if (Math.abs(value) > 86_400_000) {
-        throw new Error("must be a whole number of milliseconds from -86400000 to 86400000");
-      }
-      return value;
-    },
   },
 ] satisfies AnySetting[];
 

@@ -8,7 +8,7 @@ import { isWorkerDrain, serveAsWorker, startSupervisor } from "./host/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createServer, type RunplaneServer } from "./mod.ts";
 import { applyServerV8Flags } from "./node_flags.ts";
-import { skewProcessClock } from "./store/mod.ts";
+import { readTestHooks, type TestHooks } from "./test_hooks/mod.ts";
 
 /** The project `npm start` creates on a fresh data dir. */
 export const DEMO_PROJECT = "p-demo";
@@ -25,9 +25,9 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
   let started: { server: RunplaneServer; url: string; stoppable: Stoppable };
   try {
     const config = loadConfig(process.env, overrides);
-    // Test only (0 otherwise): this process then keeps time as a host whose clock is off.
-    skewProcessClock(config.testClockOffsetMs);
-    started = await start(config);
+    // Test only (none otherwise): a slow follower, a host clock that is off.
+    const testHooks = readTestHooks(process.env);
+    started = await start(config, testHooks);
   } catch (error) {
     // An unwritable data dir is found at start, not while reading settings, and reported as a bad setting.
     const problem = error instanceof DataDirError
@@ -57,9 +57,12 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
 }
 
 /** Starts this process's part: the lone server, the supervisor and its workers, or (a cluster child) a worker. */
-async function start(config: Config): Promise<{ server: RunplaneServer; url: string; stoppable: Stoppable }> {
+async function start(
+  config: Config,
+  testHooks: TestHooks,
+): Promise<{ server: RunplaneServer; url: string; stoppable: Stoppable }> {
   if (config.workers > 1 && cluster.isWorker) {
-    const { server, url } = await serveAsWorker(config);
+    const { server, url } = await serveAsWorker(config, { testHooks });
     // The supervisor is gone (killed): nothing here can run a call any more. Node's cluster would exit this
     // process at once, its callers' connections cut without an answer; told the channel closed as asked
     // for, it leaves that to us: the calls in flight end `interrupted` (answered, and recorded so), then
@@ -71,10 +74,10 @@ async function start(config: Config): Promise<{ server: RunplaneServer; url: str
     return { server, url, stoppable: { drain: () => server.drain() } };
   }
   if (config.workers > 1) {
-    const supervisor = await startSupervisor(config, { logger: createLogger({ level: config.logLevel }) });
+    const supervisor = await startSupervisor(config, { logger: createLogger({ level: config.logLevel }), testHooks });
     return { server: supervisor.server, url: supervisor.url, stoppable: supervisor };
   }
-  const server = await createServer(config);
+  const server = await createServer(config, { testHooks });
   let url: string;
   try {
     url = await server.listen();

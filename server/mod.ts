@@ -43,6 +43,7 @@ import {
   type StoreOutage,
   writeProbe,
 } from "./store/mod.ts";
+import { offsetClock, type TestHooks } from "./test_hooks/mod.ts";
 import { startDeliveryWorker } from "./webhooks/mod.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
@@ -79,6 +80,8 @@ export interface CreateServerOptions {
   gpuPaths?: { devices?: string; driver?: string };
   /** This process's part of a host of several HTTP processes (`RUNPLANE_WORKERS` > 1; see server/host/). */
   role?: HostRole;
+  /** Test only (server/test_hooks): a slow follower, a host clock that is off. None by default. */
+  testHooks?: TestHooks;
 }
 
 /**
@@ -99,6 +102,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
     poolSize: config.databasePoolSize,
     preparedStatements: config.databasePreparedStatements,
     statementTimeoutMs: config.databaseStatementTimeoutMs,
+    // Test only: the host's clock as a host whose clock is off would read it.
+    localNow: options.testHooks?.clockOffsetMs ? offsetClock(options.testHooks.clockOffsetMs) : undefined,
     onError(error) {
       if (storeOutage?.refused(error)) return;
       rootLogger.warn({ err: error }, "a background database operation failed; the store carries on");
@@ -250,7 +255,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     archiveRepository: (projectId, request) => trees.archive(projectId, request),
     deferBuilds: clusterKey !== null,
     followOnly: worker !== undefined,
-    testDelayLocalSyncMs: config.testDelayLocalSyncMs,
+    testDelayLocalSyncMs: options.testHooks?.delayLocalSyncMs,
   });
   deployedApps = () => deployments.deployedApps();
   unservedApps = () => deployments.unservedApps();

@@ -21,9 +21,9 @@ export interface StoreClock {
   stop(): void;
 }
 
-/** The process's own clock (SQLite: one host, one clock). */
-export function systemClock(): StoreClock {
-  return { now: () => Date.now(), sync: () => Promise.resolve(), offsetMs: 0, stop() {} };
+/** The process's own clock (SQLite: one host, one clock): `localNow`, default `Date.now`. */
+export function systemClock(localNow: () => number = () => Date.now()): StoreClock {
+  return { now: () => localNow(), sync: () => Promise.resolve(), offsetMs: 0, stop() {} };
 }
 
 /** How often the database's time is measured again by default. */
@@ -95,15 +95,4 @@ export async function startDatabaseClock(
     },
     stop: () => clearInterval(timer),
   };
-}
-
-/**
- * Test only (`RUNPLANE_TEST_CLOCK_OFFSET_MS`): moves this process's wall clock (`Date.now()`) by
- * `offsetMs`, as a host whose clock is off would have it, so that tests can check that nothing orders or
- * schedules by the host's clock. Never in production: every log line and token time moves with it.
- */
-export function skewProcessClock(offsetMs: number): void {
-  if (offsetMs === 0) return;
-  const realNow = Date.now.bind(Date);
-  Date.now = () => realNow() + offsetMs;
 }

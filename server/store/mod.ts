@@ -37,7 +37,7 @@ import type { Database } from "./schema.ts";
 
 export { isPostgresUrl, redactDatabaseUrl } from "./_postgres.ts";
 export { type BatchedLookup, type BatchedLookupOptions, createBatchedLookup } from "./batched_lookup.ts";
-export { skewProcessClock, type StoreClock } from "./clock.ts";
+export { type StoreClock } from "./clock.ts";
 export { createGroupCommit, type GroupCommit, type GroupCommitOptions } from "./group_commit.ts";
 export {
   LISTENER_APPLICATION_NAME,
@@ -111,6 +111,11 @@ export interface OpenStoreOptions {
    * the notifier's listening connection (it reconnects); a wake-up listener that threw (both engines).
    */
   onError?(error: unknown): void;
+  /**
+   * The host's clock (default `Date.now`): SQLite's store clock, and what PostgreSQL's follows the
+   * database's against. Tests give one that is off (server/test_hooks).
+   */
+  localNow?: () => number;
   /** Apply pending migrations (default true). */
   migrate?: boolean;
   /**
@@ -203,7 +208,7 @@ export async function openStore(dataDir: string, options: OpenStoreOptions = {})
     engine: "sqlite",
     shared: false,
     path,
-    clock: systemClock(),
+    clock: systemClock(options.localNow),
     notifier,
     fresh,
     async close() {
@@ -233,7 +238,10 @@ async function openPostgresStore(url: string, options: OpenStoreOptions): Promis
         await options.bootstrap?.(db, { shared: true });
       });
     }
-    const clock = await startDatabaseClock(() => readDatabaseMs(pool), { onError: options.onError });
+    const clock = await startDatabaseClock(() => readDatabaseMs(pool), {
+      onError: options.onError,
+      localNow: options.localNow,
+    });
     const notifier = postgresNotifier(url, { db, onError: options.onError });
     return {
       db,

@@ -10,6 +10,7 @@ import { createServiceAccount, type Scope } from "../../server/auth/mod.ts";
 import { type Config, loadConfig } from "../../server/config.ts";
 import { createLogger } from "../../server/log.ts";
 import { createServer, type RunplaneServer } from "../../server/mod.ts";
+import { readTestHooks } from "../../server/test_hooks/mod.ts";
 import type { StoreEngine } from "../../server/store/mod.ts";
 import { createTestClient, type TestClient } from "./client.ts";
 import { createTestDatabase, TEST_MASTER_KEY } from "./postgres.ts";
@@ -95,6 +96,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
   const server = await createServer(config, {
     logger: createLogger({ level: config.logLevel, destination }),
     gpuPaths: options.gpuPaths,
+    testHooks: readTestHooks(options.env ?? {}),
   });
   const url = await server.listen();
   async function mintToken(mint: { projectId?: string; scopes?: Scope[]; expiresAt?: number } = {}) {
