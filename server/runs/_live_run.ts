@@ -6,8 +6,9 @@
 import type { Insertable } from "kysely";
 import { LightAbortController } from "../abort/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
+import type { RunStatus } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
-import { toRunError } from "./executor.ts";
+import { classifyFailure } from "./failure_outcome.ts";
 import { INTERRUPTED, type LocalRun, type LocalRuns, RunCancelled } from "./_local_runs.ts";
 import type { RunOutcome } from "./_queries.ts";
 import { endLiveRun, runEnd } from "./_run_end.ts";
@@ -46,7 +47,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   #items: StoredItems | undefined = undefined;
   #stream: boolean;
   #ended = false;
-  #status = "running";
+  #status: RunStatus = "running";
   #runTimeMs: number | null = null;
   #errorType: string | null = null;
   /** When it started, on the monotonic clock: its run time is measured there, whatever the wall clock does. */
@@ -153,9 +154,9 @@ export class LiveRunRecord implements LiveRun, LocalRun {
 
   fail(error: unknown): Promise<void> {
     // Its signal is aborted only when the caller went away or the run was cancelled: whatever the
-    // interrupted function then reports, the run was cancelled, as `cancelRun` records it.
-    if (this.#controller.aborted) return this.#end({ status: "cancelled" });
-    return this.#end({ status: "failure", error: toRunError(error) });
+    // interrupted function then reports, the run was cancelled, as `cancelRun` records it. A passing
+    // reason fails it too: its caller is answered with the problem, and may call again.
+    return this.#end(classifyFailure(error, { signal: this.#controller }));
   }
 
   #end(outcome: RunOutcome, runTimeMs?: number): Promise<void> {

@@ -4,7 +4,7 @@
  * change a conditional UPDATE.
  */
 import type { Kysely, Transaction, Updateable } from "kysely";
-import type { Database } from "../store/mod.ts";
+import { type Database, type OpenRunStatus, type RunStatus, TERMINAL_RUN_STATUSES, type TerminalRunStatus } from "../store/mod.ts";
 import { endLeasedRuns } from "../store/statements/run_rows.ts";
 import {
   claimQueued,
@@ -15,14 +15,11 @@ import {
 } from "../store/statements/runs.ts";
 import type { RunTable } from "../store/schema.ts";
 import { enqueueDelivery, type NewDelivery } from "../webhooks/mod.ts";
-import type { RunErrorInfo } from "./executor.ts";
+import type { RunErrorInfo } from "./failure_outcome.ts";
 import type { StoredResult } from "./_stored_result.ts";
 import type { RunRow, RunSummaryRow } from "./_view.ts";
 
 type Db = Kysely<Database> | Transaction<Database>;
-
-/** The statuses a run ends in. */
-export const TERMINAL_STATUSES = ["success", "failure", "cancelled"] as const;
 
 /** How a run ended; a success carries its result as stored (see `_stored_result.ts`). */
 export type RunOutcome =
@@ -78,7 +75,7 @@ export interface RunPageWhere {
   projectId: string;
   appId?: string;
   functionName?: string;
-  status?: string;
+  status?: RunStatus;
   mode?: string;
   /** Unix ms: created at or after. */
   createdAfter?: number;
@@ -119,7 +116,7 @@ export interface EndToStore {
 /** Which stored run `finishRun` may end. */
 export interface FinishWhere {
   /** The states the run may be ended from. */
-  from: string[];
+  from: OpenRunStatus[];
   /** Only while this process holds its lease. */
   owner?: string;
   /** Only while its lease ran out before this time (a stale-lease rescue). */
@@ -167,7 +164,7 @@ export async function finishLeasedRuns(
 ): Promise<Set<string>> {
   const rows = ends.map((end) => ({
     run_id: end.runId,
-    status: end.columns.status as string,
+    status: end.columns.status as TerminalRunStatus,
     completed_at: end.now,
     run_time_ms: (end.columns.run_time_ms ?? null) as number | null,
     result_json: (end.columns.result_json ?? null) as string | null,
@@ -294,7 +291,7 @@ export async function expireResults(db: Db, options: { resultTtlMs: number; now:
     .updateTable("runs")
     .set({ result_json: null, input_json: null, result_expired: 1 })
     .where("result_expired", "=", 0)
-    .where("status", "in", ["success", "failure", "cancelled"])
+    .where("status", "in", TERMINAL_RUN_STATUSES)
     .where("completed_at", "<=", options.now - options.resultTtlMs)
     .executeTakeFirst();
   return Number(result.numUpdatedRows);

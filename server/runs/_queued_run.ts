@@ -1,7 +1,7 @@
 /**
  * The record of an async run the dispatcher executes: what `executeRun` reports to. Its outcome is
  * written once, to the store, with its webhook delivery, from this process's lease — unless the run could
- * not start for a reason of the platform's that passes (`passingReason`: no replica may run it here now,
+ * not start for a reason of the platform's that passes (`classifyFailure`: no replica may run it here now,
  * no host took it, the store refused), found before its function started: then it is put back on the
  * queue with its place (its run id) kept, to be tried again, until its deadline (its app's
  * `response_grace_period` after it was accepted) has passed; then it ends `failure` with that reason's
@@ -11,9 +11,9 @@ import type { Kysely } from "kysely";
 import type { Logger } from "../log.ts";
 import { type Database, storeUnavailableReason } from "../store/mod.ts";
 import { requeueLeasedRun } from "../store/statements/run_requeue.ts";
-import { passingReason, type RunErrorInfo, toRunError } from "./executor.ts";
+import { classifyFailure, type RunErrorInfo } from "./failure_outcome.ts";
 import type { LeasedFinishes } from "./_leased_finishes.ts";
-import { RunCancelled, RunTimedOut } from "./_local_runs.ts";
+import { RunCancelled } from "./_local_runs.ts";
 import type { RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { endLeasedRun, runEnd } from "./_run_end.ts";
@@ -38,17 +38,6 @@ export interface QueuedRunDeps {
   requeue(runId: string): Promise<boolean>;
   /** The app's `response_grace_period` in milliseconds (never rejects): the run is tried again within it. */
   graceMs: Promise<number>;
-}
-
-/** The outcome a failure (or the reason the run's signal was aborted with) stands for. */
-function failureOutcome(error: unknown): RunOutcome {
-  if (error instanceof RunCancelled) return { status: "cancelled" };
-  if (error instanceof RunTimedOut) {
-    return { status: "failure", error: { type: "timeout", message: error.message, traceback: null } };
-  }
-  // A call that never started (unknown app or function, app failed to load) has no errorType: its type
-  // is the problem's kind (`not_found`, `app_unavailable`).
-  return { status: "failure", error: toRunError(error) };
 }
 
 /** The failure of a run the platform could not start before its deadline: the reason's own type. */
@@ -135,11 +124,10 @@ export class QueuedRunRecord implements RunRecorder {
    * the queue (see the module's comment).
    */
   fail(error: unknown): Promise<void> {
-    if (this.signal.aborted) return this.#end(failureOutcome(this.signal.reason));
-    const passing = this.#started ? null : passingReason(error);
-    if (passing === null) return this.#end(failureOutcome(error));
+    const outcome = classifyFailure(error, { signal: this.signal });
+    if (outcome.status === "cancelled" || !outcome.passing || this.#started) return this.#end(outcome);
     this.#items?.close();
-    this.#ending ??= this.#putBack(passing);
+    this.#ending ??= this.#putBack(outcome.error);
     return this.#ending;
   }
 

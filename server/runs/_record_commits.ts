@@ -12,7 +12,7 @@
  * end: its final state here is dropped, its waiter rejects with `RunEndedElsewhere`, `onDropped` is told.
  */
 import type { Insertable, Kysely } from "kysely";
-import type { Database } from "../store/mod.ts";
+import { type Database, isTerminal } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import { insertNewRuns, upsertRuns } from "../store/statements/run_rows.ts";
 import { type ClaimedDelivery, type DeliveryHandOff, type NewDelivery, putEndDelivery } from "../webhooks/mod.ts";
@@ -95,11 +95,6 @@ interface Waiter {
 // cheap to repeat through an outage, and a caller told to check getRun finds it soon).
 const MAX_KEPT_RETRY_MS = 5_000;
 
-/** Whether `row` is a run's final state (not its `queued` or `running` one). */
-function isEnd(row: Insertable<RunTable> | undefined): boolean {
-  return row !== undefined && row.status !== "queued" && row.status !== "running";
-}
-
 /**
  * The final states among `entries` that were not written because their run had been ended otherwise, with
  * the stored end: read only when a final state was not written (no round trip otherwise). The same end
@@ -111,7 +106,7 @@ async function droppedEnds(
   written: ReadonlySet<string>,
 ): Promise<Map<string, DroppedEnd>> {
   const dropped = new Map<string, DroppedEnd>();
-  const unwritten = entries.filter((entry) => isEnd(entry.row) && !written.has(entry.row.run_id));
+  const unwritten = entries.filter((entry) => isTerminal(entry.row.status) && !written.has(entry.row.run_id));
   if (unwritten.length === 0) return dropped;
   const stored = await selectStoredEnds(trx, unwritten.map((entry) => entry.row.run_id));
   for (const { row } of unwritten) {
@@ -243,7 +238,8 @@ export class RecordCommits {
     // A retry of an older state (the run's `running` row, taken from `kept` before its end was kept)
     // that failed again must not replace the end kept meanwhile: the end would never be written, and
     // the `running` row, once written, would keep its lease renewed for ever.
-    if (isEnd(this.#kept.get(runId)?.row) && !isEnd(entry.row)) return;
+    const kept = this.#kept.get(runId);
+    if (kept !== undefined && isTerminal(kept.row.status) && !isTerminal(entry.row.status)) return;
     this.#kept.delete(runId);
     this.#kept.set(runId, { ...entry, kept: true, error });
     if (!entry.kept) this.#options.onError(error, runId);

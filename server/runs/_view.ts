@@ -71,7 +71,7 @@ export function toRunSummary(row: RunSummaryRow, options: RunViewOptions): RunSu
     app_id: row.app_id,
     function_name: row.function_name,
     mode: row.mode as Run["mode"],
-    status: row.status as Run["status"],
+    status: row.status,
     created_at: iso(row.created_at)!,
     started_at: iso(row.started_at),
     completed_at: iso(row.completed_at),

@@ -9,7 +9,7 @@
  * own statements (status, lease generation and owner compared in the upsert): no read per call.
  */
 import type { Insertable, Kysely } from "kysely";
-import type { Database } from "../store/mod.ts";
+import { type Database, isTerminal } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import type { NewDelivery } from "../webhooks/mod.ts";
 import { RecordCommits, type RecordCommitsOptions, type RecordEntry } from "./_record_commits.ts";
@@ -42,11 +42,6 @@ export interface WriteBehind {
 export interface WriteBehindOptions extends Omit<RecordCommitsOptions, "superseded"> {
   /** The batch window (default 25 ms). */
   delayMs?: number;
-}
-
-/** Whether `row` is a run's final state (not its `queued` or `running` one). */
-function isEnd(row: Insertable<RunTable>): boolean {
-  return row.status !== "queued" && row.status !== "running";
 }
 
 /** Creates the buffer over `db`. */
@@ -87,7 +82,7 @@ export function createWriteBehind(db: Kysely<Database>, options: WriteBehindOpti
     const waiting = new Map<string, Insertable<RunTable>>();
     for (const runId of young) {
       const row = rows.get(runId);
-      if (row && !isEnd(row)) {
+      if (row && !isTerminal(row.status)) {
         waiting.set(runId, row);
         rows.delete(runId);
       }

@@ -1,10 +1,11 @@
 /**
  * What the runs module needs from a runtime, and nothing more: `server/runs` never imports the runtime;
- * `createServer` hands it an object of this shape (`server/run_executor.ts`).
+ * `createServer` hands it an object of this shape (`server/placement/runtime_executor.ts`).
  */
 import type { AbortSignalLike } from "../abort/mod.ts";
-import { isProblemError } from "../problems/mod.ts";
-import { storeUnavailableReason } from "../store/mod.ts";
+
+// How an executor's error becomes a run's outcome lives in `failure_outcome.ts`; these are read from there.
+export { passingReason, type RunErrorInfo, toRunError } from "./failure_outcome.ts";
 
 /** The app a run belongs to. */
 export interface AppTarget {
@@ -60,73 +61,4 @@ export interface RunExecutor {
    * store error thrown before the function started (a seat claim the store refused) passes through.
    */
   execute(request: ExecuteRequest): Promise<ExecutedCall>;
-}
-
-/** Why a run failed, as the contract's `RunError` says. */
-export interface RunErrorInfo {
-  type: string;
-  message: string;
-  traceback: string | null;
-}
-
-/** The `RunError.type` of a problem that stood for a call that could not start: its kind, `not_found`. */
-function problemType(kind: string): string {
-  return kind.replace(/-/g, "_");
-}
-
-/**
- * The `RunError` for anything an executor threw: an object with `errorType` (or `type`), `errorMessage`
- * (or `message`) and `traceback` keeps them; a `ProblemError` without `errorType` (a call that could not
- * start) is typed by its kind (`not_found`, `service_unavailable`); the store refusing (a connection
- * refused, "too many clients", a statement timeout) is `store_unavailable`; any other error becomes
- * `upstream_error` with its message.
- */
-export function toRunError(error: unknown): RunErrorInfo {
-  const e = (error ?? {}) as {
-    errorType?: unknown;
-    errorMessage?: unknown;
-    type?: unknown;
-    message?: unknown;
-    traceback?: unknown;
-  };
-  const type = typeof e.errorType === "string"
-    ? e.errorType
-    : isProblemError(error)
-    ? problemType(error.kind)
-    : typeof e.type === "string" && !(error instanceof Error)
-    ? e.type
-    : storeUnavailableReason(error) !== null
-    ? "store_unavailable"
-    : "upstream_error";
-  return {
-    type,
-    message: typeof e.errorMessage === "string"
-      ? e.errorMessage
-      : typeof e.message === "string"
-      ? e.message
-      : String(error),
-    traceback: typeof e.traceback === "string" ? e.traceback : null,
-  };
-}
-
-/**
- * Problem kinds of a call the platform could not start now, for a reason that passes: no replica may
- * run it here now and no host took it (503), a host's queue was full (429), the store refused (503).
- * An unknown app or function (`not-found`) or an app that cannot load (`app-unavailable`) does not pass
- * by waiting: such a run fails at once.
- */
-const PASSING_KINDS: ReadonlySet<string> = new Set(["service-unavailable", "store-unavailable", "too-many-requests"]);
-
-/**
- * Why an accepted async run could not start, when the reason is the platform's and passing (see
- * `PASSING_KINDS`, and the store refusing) — the run is put back on the queue and tried again — or null
- * when the failure is the run's own: its function raised, timed out, ran out of memory or was
- * interrupted, or the call reached a host that went away after it took it (the function may have run:
- * at most once). Only an error thrown before the function started may be passing (the caller knows when
- * it did); the answer is the `RunError` the run ends with if its deadline passes first.
- */
-export function passingReason(error: unknown): RunErrorInfo | null {
-  if (typeof error !== "object" || error === null || "errorType" in error) return null;
-  if (isProblemError(error)) return PASSING_KINDS.has(error.kind) ? toRunError(error) : null;
-  return storeUnavailableReason(error) === null ? null : toRunError(error);
 }

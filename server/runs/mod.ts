@@ -14,10 +14,15 @@ export {
   type ExecutedCall,
   type ExecutedItem,
   type ExecuteRequest,
-  type RunErrorInfo,
   type RunExecutor,
-  toRunError,
 } from "./executor.ts";
+export {
+  classifyFailure,
+  type ClassifyOptions,
+  type FailureOutcome,
+  type RunErrorInfo,
+  toRunError,
+} from "./failure_outcome.ts";
 export type { LiveRun, RunCall, RunLogFields, RunMode, RunRecorder } from "./run_call.ts";
 export { isRunId, newRunId } from "./run_id.ts";
 export {

@@ -8,7 +8,7 @@ import type { components } from "../../generated/api.d.ts";
 import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
-import { createGroupCommit, type Database, type Notifier } from "../store/mod.ts";
+import { createGroupCommit, type Database, isTerminal, type Notifier } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
 import type { Ticker } from "../ticker/mod.ts";
 import {
@@ -35,7 +35,6 @@ import {
   selectRunById,
   selectRunPage,
   selectRunsOf,
-  TERMINAL_STATUSES,
 } from "./_queries.ts";
 import { DEFAULT_RESULT_LIMIT_BYTES } from "./_stored_result.ts";
 import { type Run, type RunRow, toRun, toRunSummary } from "./_view.ts";
@@ -409,7 +408,7 @@ export function createRunService(options: RunServiceOptions): RunService {
     await writer.flush();
     const row = await selectRunById(db, runId);
     if (row?.mode === "async") return { kind: "accepted", runId, replayed: true };
-    if (!row || !(TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
+    if (!row || !isTerminal(row.status)) {
       throw new ProblemError(
         "conflict",
         "A call with this Idempotency-Key is still running; retry after it has finished",
@@ -579,14 +578,14 @@ export function createRunService(options: RunServiceOptions): RunService {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const row = await selectRun(db, ref);
-      if (!row || (TERMINAL_STATUSES as readonly string[]).includes(row.status)) return;
+      if (!row || isTerminal(row.status)) return;
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
 
   async function cancelRun(ref: RunRef): Promise<Run> {
     const row = await findRun(ref);
-    if ((TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
+    if (isTerminal(row.status)) {
       throw new ProblemError(
         "conflict",
         `Run ${ref.runId} already ended with status ${row.status}; only queued or running runs can be cancelled`,
@@ -623,7 +622,7 @@ export function createRunService(options: RunServiceOptions): RunService {
 
   async function redeliverWebhook(ref: RunRef): Promise<Run> {
     const row = await findRun(ref);
-    if (!(TERMINAL_STATUSES as readonly string[]).includes(row.status)) {
+    if (!isTerminal(row.status)) {
       throw new ProblemError("conflict", `Run ${ref.runId} is ${row.status}; its webhook is delivered when it ends`, {
         runId: ref.runId,
       });
@@ -673,7 +672,7 @@ export function createRunService(options: RunServiceOptions): RunService {
           yield line;
         }
         // The status was read before the lines, and the writer flushed: once ended, every line is in.
-        if ((TERMINAL_STATUSES as readonly string[]).includes(status) && lines.length < 1000) {
+        if (isTerminal(status) && lines.length < 1000) {
           yield { end: status };
           return;
         }

@@ -56,6 +56,20 @@ export {
   storeUnavailableReason,
 } from "./outage.ts";
 export type { Database } from "./schema.ts";
+export {
+  isTerminal,
+  OPEN_RUN_STATUSES,
+  type OpenRunStatus,
+  PASSING_START_FAILURE_TYPES,
+  RUN_FAILURE_TYPES,
+  RUN_START_FAILURE_TYPES,
+  RUN_STATUSES,
+  type RunFailureType,
+  type RunStartFailureType,
+  type RunStatus,
+  TERMINAL_RUN_STATUSES,
+  type TerminalRunStatus,
+} from "./run_states.ts";
 
 /** The database engine behind a store. */
 export type StoreEngine = "sqlite" | "postgres";

@@ -3,6 +3,7 @@
  * queries run on SQLite and PostgreSQL.
  */
 import type { Generated } from "kysely";
+import type { RunStatus } from "./run_states.ts";
 
 /** A project: the unit that owns apps, service accounts and digests. */
 export interface ProjectTable {
@@ -53,8 +54,8 @@ export interface RunTable {
   function_name: string;
   /** `sync`, `async` or `stream`. */
   mode: string;
-  /** `queued`, `running`, `success`, `failure` or `cancelled`. */
-  status: string;
+  /** One of `RUN_STATUSES` (`run_states.ts`): `queued`, `running`, `success`, `failure` or `cancelled`. */
+  status: RunStatus;
   created_at: number;
   started_at: number | null;
   completed_at: number | null;

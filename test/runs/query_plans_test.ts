@@ -40,7 +40,7 @@ import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts"
 /** The project-wide listings (`listProjectRuns`), unfiltered and with each filter. */
 const PROJECT_PAGES = [
   { projectId: "p", limit: 51 },
-  { projectId: "p", status: "failure", limit: 51 },
+  { projectId: "p", status: "failure" as const, limit: 51 },
   { projectId: "p", functionName: "f", mode: "async", limit: 51 },
   { projectId: "p", createdAfter: 1, createdBefore: 2, limit: 51 },
 ];

@@ -235,7 +235,7 @@ for (const engine of await engines()) {
         app_id: "a",
         function_name: "f",
         mode: "async",
-        status: "running",
+        status: "running" as const,
         created_at: 1_000,
         started_at: 2_000,
         completed_at: null,

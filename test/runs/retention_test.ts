@@ -21,7 +21,7 @@ const RETENTION = { retentionMs: 30 * DAY, resultTtlMs: DAY, now: NOW };
 interface Fixture {
   id: string;
   completedAt: number | null;
-  status?: string;
+  status?: RunTable["status"];
   resultExpired?: 0 | 1;
   delivery?: "pending" | "delivered";
   logLines?: number;
