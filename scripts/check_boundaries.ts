@@ -3,10 +3,20 @@
  * dynamic ones included) and fails with each import that breaks a rule of the house, naming the rule's
  * reason. The rules are the layering docs/architecture.md describes:
  *
- * - domain folders of `server/` import no Koa and nothing of `server/http`, `server/handlers` or
- *   `server/config.ts` (they take plain inputs, so the CLI and tests reuse them without HTTP);
- * - `server/runs` and `server/runtime` do not import each other (the composition root, `server/mod.ts`,
- *   adapts the runtime to the runs' executor, so either can change alone);
+ * - domain folders of `server/` (`host`, `sandbox` and `gpus` among them) import no Koa and nothing of
+ *   `server/http`, `server/handlers` or `server/config.ts` (they take plain inputs, so the CLI and tests
+ *   reuse them without HTTP);
+ * - `server/sandbox` and `server/gpus` are leaves: they import nothing of `server/` outside their own
+ *   folder but the logger's type (`server/log.ts`), so the runtime, the builder and the placement layer
+ *   use them and they know nothing of runs, replicas or hosts;
+ * - the composition root (`server/mod.ts`, wired by `server/wiring/`) is imported by nothing under
+ *   `server/` but `server/main.ts` and `server/cli/`, and `server/wiring/` only by `server/mod.ts`
+ *   (the supervisor and workers of `server/host/` are handed `createServer` instead);
+ * - the placement layer (`server/placement/`, where a call runs) may import domain folders, and no
+ *   domain folder imports it (nor `server/wiring/`);
+ * - `server/runs` and `server/runtime` do not import each other (the placement layer,
+ *   `server/placement/runtime_executor.ts`, adapts the runtime to the runs' executor, so either can
+ *   change alone);
  * - `client/` imports nothing of `server/` (the published client and the commands that talk to a server
  *   must not load the server);
  * - a private file (a name, or a folder on its path, starting with `_`) is imported only from inside the
@@ -47,6 +57,8 @@ export const DOMAIN_FOLDERS = [
   "cluster",
   "deadline",
   "deployments",
+  "gpus",
+  "host",
   "integrations",
   "json",
   "keys",
@@ -56,6 +68,7 @@ export const DOMAIN_FOLDERS = [
   "random",
   "runs",
   "runtime",
+  "sandbox",
   "secrets",
   "store",
   "ticker",
@@ -66,6 +79,19 @@ const HTTP_PACKAGES = new Set(["koa", "find-my-way", "co-body"]);
 
 /** Domains that must not know each other: the composition root connects them. */
 const SEPARATE_DOMAINS: Array<[string, string]> = [["runs", "runtime"]];
+
+/** Domain folders that are leaves: they import nothing of `server/` outside themselves but `LEAF_MAY_IMPORT`. */
+export const LEAF_FOLDERS = ["gpus", "sandbox"];
+
+/** What a leaf folder may import of the rest of `server/`: the logger's type. */
+const LEAF_MAY_IMPORT = new Set(["server/log.ts"]);
+
+/** The composition root, and what alone may import it (`server/main.ts` and `server/cli/`). */
+const COMPOSITION_ROOT = "server/mod.ts";
+
+function mayImportCompositionRoot(from: string): boolean {
+  return !from.startsWith("server/") || from === "server/main.ts" || from.startsWith("server/cli/");
+}
 
 function toPosix(path: string): string {
   return path.split(sep).join("/");
@@ -138,6 +164,7 @@ export function findViolations(edges: readonly ImportEdge[]): BoundaryViolation[
           `server/${domain}/ is a domain module: it must not import ${edge.to} (take plain inputs instead; the composition root wires settings and HTTP)`,
       });
     }
+    violations.push(...layerViolations(edge, domain));
     const target = edge.to === null ? null : domainOf(edge.to);
     if (
       domain && target
@@ -147,7 +174,7 @@ export function findViolations(edges: readonly ImportEdge[]): BoundaryViolation[
         edge,
         rule: "separate-domains",
         reason:
-          `server/${domain}/ and server/${target}/ must not import each other: server/mod.ts adapts one to the other`,
+          `server/${domain}/ and server/${target}/ must not import each other: the placement layer (server/placement/) adapts one to the other`,
       });
     }
     if (edge.from.startsWith("client/") && edge.to?.startsWith("server/")) {
@@ -171,6 +198,47 @@ export function findViolations(edges: readonly ImportEdge[]): BoundaryViolation[
         }/ (a leading _): import it through that folder's mod.ts`,
       });
     }
+  }
+  return violations;
+}
+
+/** The imports of `edge` that break the layering around the composition root and the leaf folders. */
+function layerViolations(edge: ImportEdge, domain: string | null): BoundaryViolation[] {
+  const to = edge.to;
+  if (to === null) return [];
+  const violations: BoundaryViolation[] = [];
+  if (to === COMPOSITION_ROOT && !mayImportCompositionRoot(edge.from)) {
+    violations.push({
+      edge,
+      rule: "composition-root",
+      reason:
+        "server/mod.ts is the composition root: under server/ only server/main.ts and server/cli/ import it (pass what is needed in, as main.ts hands server/host/ createServer)",
+    });
+  }
+  const wiredFrom = edge.from === COMPOSITION_ROOT || edge.from.startsWith("server/wiring/");
+  if (to.startsWith("server/wiring/") && edge.from.startsWith("server/") && !wiredFrom) {
+    violations.push({
+      edge,
+      rule: "composition-root",
+      reason: "server/wiring/ is the composition root's: under server/ only server/mod.ts imports it",
+    });
+  }
+  if (domain && /^server\/(placement|wiring)\//.test(to)) {
+    violations.push({
+      edge,
+      rule: "placement-above-domains",
+      reason:
+        `server/${domain}/ is a domain folder: it must not import ${to} (the placement layer and the wiring sit above the domains and import them, never the other way)`,
+    });
+  }
+  const leaf = LEAF_FOLDERS.find((folder) => edge.from.startsWith(`server/${folder}/`));
+  if (leaf && to.startsWith("server/") && !to.startsWith(`server/${leaf}/`) && !LEAF_MAY_IMPORT.has(to)) {
+    violations.push({
+      edge,
+      rule: "leaf-folder",
+      reason:
+        `server/${leaf}/ is a leaf: it imports nothing of server/ outside itself but server/log.ts (take what it needs as plain inputs)`,
+    });
   }
   return violations;
 }

@@ -40,7 +40,7 @@ export interface Config {
   /**
    * Whether tenants' code (replicas, build steps) runs in the sandbox: `auto` when bubblewrap and user
    * namespaces work (otherwise the apps folder is served and deployments are refused, loudly: see
-   * `server/deployment_gate.ts`), `required` refuses to start without it, `off` never.
+   * `server/placement/deployment_gate.ts`), `required` refuses to start without it, `off` never.
    */
   sandbox: "auto" | "required" | "off";
   /**

@@ -3,11 +3,11 @@ import cluster from "node:cluster";
 import { createServiceAccount } from "./auth/mod.ts";
 import { type Config, ConfigError, loadConfig, type SettingOverrides, settingProblem } from "./config.ts";
 import { DataDirError } from "./data_dir.ts";
-import { deploymentsRefused } from "./deployment_gate.ts";
 import { isWorkerDrain, serveAsWorker, startSupervisor } from "./host/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createServer, type RunplaneServer } from "./mod.ts";
 import { applyServerV8Flags } from "./node_flags.ts";
+import { deploymentsRefused } from "./placement/mod.ts";
 import { readTestHooks, type TestHooks } from "./test_hooks/mod.ts";
 
 /** The project `npm start` creates on a fresh data dir. */
@@ -62,7 +62,10 @@ async function start(
   testHooks: TestHooks,
 ): Promise<{ server: RunplaneServer; url: string; stoppable: Stoppable }> {
   if (config.workers > 1 && cluster.isWorker) {
-    const { server, url } = await serveAsWorker(config, { testHooks });
+    const { server, url } = await serveAsWorker({
+      createServer: (role) => createServer(config, { role, testHooks }),
+      logger: createLogger({ level: config.logLevel }),
+    });
     // The supervisor is gone (killed): nothing here can run a call any more. Node's cluster would exit this
     // process at once, its callers' connections cut without an answer; told the channel closed as asked
     // for, it leaves that to us: the calls in flight end `interrupted` (answered, and recorded so), then
@@ -74,7 +77,13 @@ async function start(
     return { server, url, stoppable: { drain: () => server.drain() } };
   }
   if (config.workers > 1) {
-    const supervisor = await startSupervisor(config, { logger: createLogger({ level: config.logLevel }), testHooks });
+    const logger = createLogger({ level: config.logLevel });
+    const supervisor = await startSupervisor({
+      createServer: (role) => createServer(config, { logger, role, testHooks }),
+      dataDir: config.dataDir,
+      workers: config.workers,
+      logger,
+    });
     return { server: supervisor.server, url: supervisor.url, stoppable: supervisor };
   }
   const server = await createServer(config, { testHooks });

@@ -1,6 +1,6 @@
 import { appHostsOf, type AppHostReplicas, localAppHosts } from "../cluster/mod.ts";
 import type { ServerContext } from "../context.ts";
-import { refuseUnjailedDeployments } from "../deployment_gate.ts";
+import { refuseUnjailedDeployments } from "../placement/mod.ts";
 import type { AppView } from "../deployments/mod.ts";
 import { frameEvent, type Handlers, SpooledBody, wantsEventStream, withHeartbeat } from "../http/mod.ts";
 

@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { Handlers } from "../http/mod.ts";
 import type { ServerContext } from "../context.ts";
-import { sandboxReport } from "../deployment_gate.ts";
+import { sandboxReport } from "../placement/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 
 /** Compares two secrets in constant time (over their digests, so lengths do not leak either). */

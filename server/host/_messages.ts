@@ -1,6 +1,6 @@
 /** What the supervisor and its workers say to each other over node:cluster's IPC channel. */
-import type { HostFacts } from "../mod.ts";
 import type { ReplicaExit } from "../runtime/mod.ts";
+import type { HostFacts } from "./role.ts";
 
 /** The supervisor's first word to a new worker: where to hand calls, what to say first, what the host has. */
 export interface WorkerSetup {

@@ -9,21 +9,20 @@
 import cluster, { type Worker } from "node:cluster";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import type { Config } from "../config.ts";
 import type { Logger } from "../log.ts";
-import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
 import { isRelayedWakeUp, type RelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
 import { isReplicaKill, isWorkerAsks, type WorkerDrain, type WorkerSetup } from "./_messages.ts";
 import { ReplicaChannels } from "./replica_channels.ts";
 import { serveHostMetrics } from "./host_metrics.ts";
+import type { HostServer, SupervisorRole } from "./role.ts";
 import { sendSnapshots } from "./runtime_view.ts";
 
 /** A worker that dies sooner than this after its start waits this long before it is started again. */
 const RESPAWN_PAUSE_MS = 1_000;
 
 /** A started host: its supervisor's server, and its workers serving the port. */
-export interface Supervisor {
-  server: RunplaneServer;
+export interface Supervisor<S extends HostServer = HostServer> {
+  server: S;
   /** The URL the workers serve, once the first one listens. */
   url: string;
   /** The workers' process ids now. */
@@ -56,25 +55,33 @@ function workersPort(): WakeUpPort & { fromWorker(worker: Worker, wakeUp: Relaye
   };
 }
 
+/** Options of `startSupervisor`. */
+export interface SupervisorOptions<S extends HostServer> {
+  /**
+   * Makes the supervisor's own server for its role (`server/main.ts` hands it `createServer` with the
+   * settings): the supervisor never imports the composition root.
+   */
+  createServer(role: SupervisorRole): Promise<S>;
+  /** The data dir: the workers hand calls to `<dataDir>/supervisor.sock`. */
+  dataDir: string;
+  /** How many workers serve the port (`RUNPLANE_WORKERS`). */
+  workers: number;
+  logger: Logger;
+}
+
 /**
- * Starts the supervisor's server on `<dataDir>/supervisor.sock` and `config.workers` workers. Resolves
- * once every worker listens. Call in the node:cluster primary; the workers run the same entry, which
- * calls `serveAsWorker` (see `serve`).
+ * Starts the supervisor's server on `<dataDir>/supervisor.sock` and `workers` workers. Resolves once
+ * every worker listens. Call in the node:cluster primary; the workers run the same entry, which calls
+ * `serveAsWorker` (see `serve`).
  */
-export async function startSupervisor(
-  config: Config,
-  options: CreateServerOptions & { logger: Logger },
-): Promise<Supervisor> {
-  const { logger } = options;
-  const socketPath = join(config.dataDir, "supervisor.sock");
+export async function startSupervisor<S extends HostServer>(options: SupervisorOptions<S>): Promise<Supervisor<S>> {
+  const { logger, workers } = options;
+  const socketPath = join(options.dataDir, "supervisor.sock");
   const callToken = randomBytes(32);
   const port = workersPort();
   // Each Python replica gets a channel per worker, which calls it directly (replica_channels.ts).
-  const channels = new ReplicaChannels({ workers: config.workers, logger });
-  const server = await createServer(config, {
-    ...options,
-    role: { kind: "supervisor", socketPath, callToken, relay: port, channels },
-  });
+  const channels = new ReplicaChannels({ workers, logger });
+  const server = await options.createServer({ kind: "supervisor", socketPath, callToken, relay: port, channels });
   await server.listen();
   const { context } = server;
   const setup: WorkerSetup = {
@@ -135,10 +142,10 @@ export async function startSupervisor(
       url ||= `http://${
         address.address && address.address !== "0.0.0.0" ? address.address : "127.0.0.1"
       }:${address.port}`;
-      if (++count === config.workers) resolve(url);
+      if (++count === workers) resolve(url);
     });
   });
-  for (let i = 0; i < config.workers; i++) fork();
+  for (let i = 0; i < workers; i++) fork();
   let url: string;
   try {
     url = await listening;
@@ -151,7 +158,7 @@ export async function startSupervisor(
     await server.close();
     throw error;
   }
-  logger.info({ url, workers: config.workers }, "listening");
+  logger.info({ url, workers }, "listening");
 
   function liveWorkers(): Worker[] {
     return Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);

@@ -6,14 +6,13 @@
  * it); it starts no replica, claims no async run and no build.
  */
 import cluster from "node:cluster";
-import type { Config } from "../config.ts";
-import { createLogger } from "../log.ts";
-import { createServer, type CreateServerOptions, type RunplaneServer } from "../mod.ts";
+import type { Logger } from "../log.ts";
 import { isRelayedWakeUp, type WakeUpPort } from "../store/mod.ts";
 import { SupervisorCalls } from "./call_client.ts";
 import { WorkerChannels } from "./channel_calls.ts";
 import { workerMetrics } from "./host_metrics.ts";
 import { isWorkerSetup, type WorkerAsks, type WorkerSetup } from "./_messages.ts";
+import type { HostServer, WorkerRole } from "./role.ts";
 import { isRuntimeSnapshot, type RuntimeSnapshot, viewedRuntime } from "./runtime_view.ts";
 
 /** The supervisor's setup message, asked for once this process listens for it. */
@@ -42,11 +41,19 @@ const supervisorPort: WakeUpPort = {
   },
 };
 
+/** Options of `serveAsWorker`. */
+export interface WorkerOptions<S extends HostServer> {
+  /**
+   * Makes this worker's server for its role (`server/main.ts` hands it `createServer` with the
+   * settings): a worker never imports the composition root.
+   */
+  createServer(role: WorkerRole): Promise<S>;
+  /** Where the calls it makes on replicas' channels log what goes wrong. */
+  logger: Logger;
+}
+
 /** Creates this worker's server once the supervisor said where it is, and listens on the shared port. */
-export async function serveAsWorker(
-  config: Config,
-  options: CreateServerOptions = {},
-): Promise<{ server: RunplaneServer; url: string }> {
+export async function serveAsWorker<S extends HostServer>(options: WorkerOptions<S>): Promise<{ server: S; url: string }> {
   // The supervisor's replicas as it last told them (see runtime_view.ts).
   let latest: RuntimeSnapshot | undefined;
   process.on("message", (message) => {
@@ -55,7 +62,7 @@ export async function serveAsWorker(
   // The replicas' channels the supervisor hands this worker (from right after its setup, so listened for
   // before it is asked): calls go straight to a replica on them.
   const channels = new WorkerChannels({
-    logger: options.logger ?? createLogger({ level: config.logLevel }),
+    logger: options.logger,
     send: (message) => process.connected && process.send?.(message, () => undefined),
   });
   process.on("message", (message, handle) => channels.receive(message, handle));
@@ -63,20 +70,17 @@ export async function serveAsWorker(
   const setup = await setupMessage();
   const workerId = cluster.worker?.id ?? 0;
   const supervisor = new SupervisorCalls(setup.socketPath, { token: setup.callTokenHex, workerId });
-  const server = await createServer(config, {
-    ...options,
-    role: {
-      kind: "worker",
-      id: workerId,
-      hostId: setup.hostId,
-      clusterView: () => latest?.cluster ?? undefined,
-      relay: supervisorPort,
-      facts: setup.facts,
-      connected: () => process.connected === true,
-      viewRuntime: (local) => viewedRuntime(local, () => latest),
-      forward: (request, options) => channels.execute(request, supervisor, options),
-      useRunLogs: (add) => (channels.onOutput = add),
-    },
+  const server = await options.createServer({
+    kind: "worker",
+    id: workerId,
+    hostId: setup.hostId,
+    clusterView: () => latest?.cluster ?? undefined,
+    relay: supervisorPort,
+    facts: setup.facts,
+    connected: () => process.connected === true,
+    viewRuntime: (local) => viewedRuntime(local, () => latest),
+    forward: (request, options) => channels.execute(request, supervisor, options),
+    useRunLogs: (add) => (channels.onOutput = add),
   });
   // `/metrics` here answers the host's: every process's, summed by the supervisor.
   const { hostText } = workerMetrics(server.context.metrics.registry);

@@ -17,7 +17,7 @@ import {
 } from "../../server/cluster/mod.ts";
 import { parseMasterKey } from "../../server/keys/mod.ts";
 import { isProblemError, type ProblemError } from "../../server/problems/mod.ts";
-import { runtimeExecutor } from "../../server/run_executor.ts";
+import { runtimeExecutor } from "../../server/placement/mod.ts";
 import { type ExecutedItem, newRunId, toRunError } from "../../server/runs/mod.ts";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";

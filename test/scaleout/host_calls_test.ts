@@ -16,7 +16,7 @@ import { SupervisorCalls } from "../../server/host/call_client.ts";
 import { listenForWorkerCalls, type WorkerCallsServer } from "../../server/host/call_server.ts";
 import { createLogger } from "../../server/log.ts";
 import { isProblemError } from "../../server/problems/mod.ts";
-import { runtimeExecutor } from "../../server/run_executor.ts";
+import { runtimeExecutor } from "../../server/placement/mod.ts";
 import { type ExecutedCall, type ExecuteRequest, newRunId, toRunError } from "../../server/runs/mod.ts";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
 import { rejection } from "../_helpers/runs.ts";

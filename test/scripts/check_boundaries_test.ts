@@ -64,6 +64,103 @@ describe("the import-boundary check", () => {
     assert.match(violations[2].reason, /private to server\/runs\//);
   });
 
+  it("lets nothing under server/ but main.ts and cli/ import the composition root, and only it import server/wiring/", () => {
+    const violations = findViolations([
+      edge("server/host/worker.ts", "../mod.ts", "server/mod.ts"),
+      edge("server/host/_messages.ts", "../mod.ts", "server/mod.ts"),
+      edge("server/placement/mod.ts", "../mod.ts", "server/mod.ts"),
+      edge("server/handlers/system.ts", "../wiring/store.ts", "server/wiring/store.ts"),
+      edge("server/main.ts", "./mod.ts", "server/mod.ts"),
+      edge("server/cli/serve.ts", "../mod.ts", "server/mod.ts"),
+      edge("server/mod.ts", "./wiring/store.ts", "server/wiring/store.ts"),
+      edge("server/wiring/apps.ts", "./store.ts", "server/wiring/store.ts"),
+      edge("test/_helpers/server.ts", "../../server/mod.ts", "server/mod.ts"),
+    ]);
+    assert.deepEqual(violations.map((v) => `${v.edge.from} ${v.rule}`), [
+      "server/host/worker.ts composition-root",
+      "server/host/_messages.ts composition-root",
+      "server/placement/mod.ts composition-root",
+      "server/handlers/system.ts composition-root",
+    ]);
+    assert.match(violations[0].reason, /only server\/main\.ts and server\/cli\/ import it/);
+  });
+
+  it("holds host/, sandbox/ and gpus/ to the domain rules: no Koa, no server/http, server/handlers or server/config.ts", () => {
+    const rules = findViolations([
+      edge("server/host/supervisor.ts", "../config.ts", "server/config.ts"),
+      edge("server/host/call_server.ts", "koa", null),
+      edge("server/sandbox/mod.ts", "../http/mod.ts", "server/http/mod.ts"),
+      edge("server/gpus/_inventory.ts", "../handlers/system.ts", "server/handlers/system.ts"),
+      edge("server/host/worker.ts", "../runs/mod.ts", "server/runs/mod.ts"),
+    ]).map((v) => `${v.edge.from} ${v.rule}`);
+    assert.deepEqual(rules, [
+      "server/host/supervisor.ts domain-no-http",
+      "server/host/call_server.ts domain-no-http",
+      "server/sandbox/mod.ts domain-no-http",
+      "server/sandbox/mod.ts leaf-folder",
+      "server/gpus/_inventory.ts domain-no-http",
+      "server/gpus/_inventory.ts leaf-folder",
+    ]);
+  });
+
+  it("keeps sandbox/ and gpus/ leaves: nothing of server/ outside themselves but server/log.ts", () => {
+    const violations = findViolations([
+      edge("server/sandbox/_jail.ts", "../runtime/mod.ts", "server/runtime/mod.ts"),
+      edge("server/gpus/mod.ts", "../problems/mod.ts", "server/problems/mod.ts"),
+      edge("server/sandbox/mod.ts", "../gpus/mod.ts", "server/gpus/mod.ts"),
+      edge("server/sandbox/mod.ts", "../log.ts", "server/log.ts"),
+      edge("server/sandbox/_jail.ts", "./_policy.ts", "server/sandbox/_policy.ts"),
+      edge("server/gpus/_inventory.ts", "node:fs", null),
+      edge("server/runtime/mod.ts", "../sandbox/mod.ts", "server/sandbox/mod.ts"),
+    ]);
+    assert.deepEqual(violations.map((v) => `${v.edge.from} ${v.rule}`), [
+      "server/sandbox/_jail.ts leaf-folder",
+      "server/gpus/mod.ts leaf-folder",
+      "server/sandbox/mod.ts leaf-folder",
+    ]);
+    assert.match(violations[0].reason, /server\/sandbox\/ is a leaf/);
+  });
+
+  it("lets the placement layer import domain folders, and no domain folder import the placement layer or the wiring", () => {
+    const violations = findViolations([
+      edge("server/host/worker.ts", "../placement/mod.ts", "server/placement/mod.ts"),
+      edge("server/runtime/mod.ts", "../placement/host_parts.ts", "server/placement/host_parts.ts"),
+      edge("server/cluster/registry.ts", "../wiring/apps.ts", "server/wiring/apps.ts"),
+      edge("server/placement/mod.ts", "../host/mod.ts", "server/host/mod.ts"),
+      edge("server/placement/mod.ts", "../runtime/mod.ts", "server/runtime/mod.ts"),
+      edge("server/handlers/system.ts", "../placement/mod.ts", "server/placement/mod.ts"),
+    ]);
+    assert.deepEqual(violations.map((v) => `${v.edge.from} ${v.rule}`), [
+      "server/host/worker.ts placement-above-domains",
+      "server/runtime/mod.ts placement-above-domains",
+      "server/cluster/registry.ts composition-root",
+      "server/cluster/registry.ts placement-above-domains",
+    ]);
+  });
+
+  it("reports the new rules on a broken tree of real files", async () => {
+    const root = await tree({
+      "server/mod.ts": `export function createServer() {}\n`,
+      "server/main.ts": `import { createServer } from "./mod.ts";\nexport { createServer };\n`,
+      "server/host/worker.ts": `import type { createServer } from "../mod.ts";\nexport type W = typeof createServer;\n`,
+      "server/sandbox/mod.ts": `\nimport type { W } from "../host/worker.ts";\nexport type S = W;\n`,
+      "server/placement/mod.ts": `export const place = 1;\n`,
+      "server/gpus/mod.ts": `import { place } from "../placement/mod.ts";\nexport const g = place;\n`,
+    });
+    try {
+      // Each line up to its rule: `<file>:<line>: imports "<specifier>" [<rule>]`.
+      const report = boundaryReport(root).map((line) => line.slice(0, line.indexOf("]") + 1));
+      assert.deepEqual(report.sort(), [
+        `server/gpus/mod.ts:1: imports "../placement/mod.ts" [leaf-folder]`,
+        `server/gpus/mod.ts:1: imports "../placement/mod.ts" [placement-above-domains]`,
+        `server/host/worker.ts:1: imports "../mod.ts" [composition-root]`,
+        `server/sandbox/mod.ts:2: imports "../host/worker.ts" [leaf-folder]`,
+      ]);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
   it("finds import cycles, type-only ones included, and nothing in an acyclic graph", () => {
     assert.deepEqual(
       findCycles([

@@ -1,8 +1,9 @@
 /**
  * The runs module's executor when the processes on one PostgreSQL are one cluster (issue 31,
  * `RUNPLANE_ADVERTISE_URL`): an app's replicas are counted across every host by seats held in the store,
- * and a call goes to warm capacity wherever it is. Like `run_executor.ts`, it lives in the composition root:
- * the one place that knows the runtime, the cluster registry and the forwarding hop together.
+ * and a call goes to warm capacity wherever it is. Like `runtime_executor.ts`, it lives in the placement
+ * layer under the composition root, which knows the runtime, the cluster registry and the forwarding hop
+ * together; `cluster_host.ts` makes it (`placeExecutors` in `mod.ts` says where it serves).
  *
  * Where a call goes, in order:
  * 1. a free slot of a replica on this host;
@@ -19,12 +20,12 @@
  * again. A forwarded call runs on the receiving host's `placing` executor: there, or on a replica it
  * places there, and never forwarded again.
  */
-import type { ClusterRegistry, ClusterView, LiveSeat } from "./cluster/mod.ts";
-import type { Logger } from "./log.ts";
-import { ProblemError } from "./problems/mod.ts";
-import { runtimeExecutor } from "./run_executor.ts";
-import type { ExecutedCall, ExecuteRequest, RunExecutor } from "./runs/mod.ts";
-import { type AppConfig, NoSeatError, RunFailure, type Runtime } from "./runtime/mod.ts";
+import type { ClusterRegistry, ClusterView, LiveSeat } from "../cluster/mod.ts";
+import type { Logger } from "../log.ts";
+import { ProblemError } from "../problems/mod.ts";
+import { runtimeExecutor } from "./runtime_executor.ts";
+import type { ExecutedCall, ExecuteRequest, RunExecutor } from "../runs/mod.ts";
+import { type AppConfig, NoSeatError, RunFailure, type Runtime } from "../runtime/mod.ts";
 
 /** Options of `clusterExecutor`. */
 export interface ClusterExecutorOptions {

@@ -3,11 +3,11 @@
  * (host row, seats, the cached view), the executor that routes calls to warm capacity, and the upkeep
  * that keeps the seats true: the warm ones claimed, the spare ones given back, the lost ones dropped.
  */
-import { type ClusterRegistry, createClusterRegistry, type ForwardKey, forwardCall } from "./cluster/mod.ts";
-import { type ClusterExecutor, clusterExecutor } from "./cluster_executor.ts";
-import type { Logger } from "./log.ts";
-import type { Runtime } from "./runtime/mod.ts";
-import type { Store } from "./store/mod.ts";
+import { type ClusterRegistry, createClusterRegistry, type ForwardKey, forwardCall } from "../cluster/mod.ts";
+import { type ClusterExecutor, clusterExecutor } from "./_cluster_executor.ts";
+import type { Logger } from "../log.ts";
+import type { Runtime } from "../runtime/mod.ts";
+import type { Store } from "../store/mod.ts";
 
 /** How often the upkeep looks for warm seats to claim and spare ones to give back. */
 const UPKEEP_MS = 1_000;

@@ -4,11 +4,11 @@
  * > 1) starts no replica: it shows the supervisor's cgroups and GPUs as the supervisor found them, and
  * keeps a sandbox of its own only so that nothing it might ever build runs unjailed.
  */
-import { ConfigError } from "./config.ts";
-import type { Config } from "./config.ts";
-import { detectGpus, type GpuInventory } from "./gpus/mod.ts";
-import type { Logger } from "./log.ts";
-import type { HostRole } from "./host_role.ts";
+import { ConfigError } from "../config.ts";
+import type { Config } from "../config.ts";
+import { detectGpus, type GpuInventory } from "../gpus/mod.ts";
+import type { Logger } from "../log.ts";
+import type { HostRole } from "../host/mod.ts";
 import { deploymentsRefused, refusalReason } from "./deployment_gate.ts";
 import {
   type Cgroups,
@@ -18,7 +18,7 @@ import {
   disabledCgroups,
   type Sandbox,
   SandboxUnavailableError,
-} from "./sandbox/mod.ts";
+} from "../sandbox/mod.ts";
 
 /** The sandbox, cgroups and GPUs of this process. */
 export interface HostParts {

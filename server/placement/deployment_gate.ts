@@ -7,8 +7,8 @@
  * operator saying, knowingly, that unjailed deployments are accepted; `required` never starts without a
  * jail.
  */
-import { ProblemError } from "./problems/mod.ts";
-import type { SandboxStatus } from "./sandbox/mod.ts";
+import { ProblemError } from "../problems/mod.ts";
+import type { SandboxStatus } from "../sandbox/mod.ts";
 
 /** `/readyz`'s `sandbox` report: the status as the contract's `SandboxReport` shows it. */
 export interface SandboxReport {

@@ -1,12 +1,18 @@
-/** The part a server process plays on a host with workers (`RUNPLANE_WORKERS` > 1; see server/host/). */
+/**
+ * The part a server process plays on a host with workers (`RUNPLANE_WORKERS` > 1), and what the
+ * supervisor and its workers need of the server they run. The supervisor and the workers build their
+ * role here and hand it to the server maker `server/main.ts` gives them; the placement layer
+ * (`server/placement/`) reads it to choose this process's executors.
+ */
 import type { Socket } from "node:net";
-import type { ClusterView } from "./cluster/mod.ts";
-import type { ChannelSeats } from "./host/call_server.ts";
-import type { ServerContext } from "./context.ts";
-import type { GpuInventory } from "./gpus/mod.ts";
-import type { ExecutedCall, ExecuteRequest } from "./runs/mod.ts";
-import type { OutputLine, PythonReplica, Runtime } from "./runtime/mod.ts";
-import type { WakeUpPort } from "./store/mod.ts";
+import type { ClusterView } from "../cluster/mod.ts";
+import type { GpuInventory } from "../gpus/mod.ts";
+import type { Metrics } from "../metrics/mod.ts";
+import type { ExecutedCall, ExecuteRequest } from "../runs/mod.ts";
+import type { OutputLine, PythonReplica, Runtime } from "../runtime/mod.ts";
+import type { CgroupStatus, SandboxStatus } from "../sandbox/mod.ts";
+import type { WakeUpPort } from "../store/mod.ts";
+import type { ChannelSeats } from "./call_server.ts";
 
 /**
  * A process of a host with workers. The supervisor is today's whole server, listening on a Unix socket
@@ -60,7 +66,34 @@ export interface HostChannels extends ChannelSeats {
 
 /** What a worker shows of its host (`/readyz`): the supervisor's sandbox, cgroups and GPUs, as it started them. */
 export interface HostFacts {
-  sandbox: ServerContext["sandbox"];
-  cgroups: ServerContext["cgroups"];
+  sandbox: SandboxStatus;
+  cgroups: CgroupStatus;
   gpus: GpuInventory;
+}
+
+/** The supervisor's role. */
+export type SupervisorRole = Extract<HostRole, { kind: "supervisor" }>;
+
+/** A worker's role. */
+export type WorkerRole = Extract<HostRole, { kind: "worker" }>;
+
+/**
+ * What the supervisor and a worker use of the server they run (`RunplaneServer` of `server/mod.ts` is
+ * one): they are handed a function that makes it, so that `server/host/` never imports the composition root.
+ */
+export interface HostServer {
+  context: {
+    host: { id: string };
+    sandbox: SandboxStatus;
+    cgroups: CgroupStatus;
+    gpus: GpuInventory;
+    metrics: Metrics;
+    runtime: Runtime;
+    cluster: { view(): ClusterView } | null;
+  };
+  /** Starts listening (a supervisor: on its Unix socket); resolves with its URL. */
+  listen(): Promise<string>;
+  /** Drains (see `RunplaneServer.drain`); `timeoutMs` 0 stops what still runs at once. */
+  drain(timeoutMs?: number): Promise<void>;
+  close(): Promise<void>;
 }
