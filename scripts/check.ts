@@ -2,7 +2,9 @@
  * `npm run check`: fails when generated/ differs from what spec/ produces, when `tsc --noEmit` fails (on the
  * TypeScript, and on the dashboard's `// @ts-check` JavaScript with `tsconfig.dashboard.json`),
  * when a file is not formatted as `npm run fmt` would, when an import breaks a layering rule
- * (`scripts/check_boundaries.ts`), or when a linter reports anything on the OpenAPI document: Redocly
+ * (`scripts/check_boundaries.ts`), when a function of the product code is longer than 120 lines without being
+ * listed in `scripts/long_functions.json`, or is listed and no longer needs to be
+ * (`scripts/check_function_length.ts`), or when a linter reports anything on the OpenAPI document: Redocly
  * (`redocly.yaml`: its `recommended` rules) or Spectral (`.spectral.yaml`: `spectral:oas`), warnings
  * included.
  */
@@ -71,6 +73,10 @@ if (process.argv[1]?.endsWith("check.ts")) {
   const tsx = join(ROOT, "node_modules", "tsx", "dist", "cli.mjs");
   ok = runStep("formatting (npm run fmt fixes it)", process.execPath, [tsx, "scripts/fmt.ts", "--check"]) && ok;
   ok = runStep("import boundaries", process.execPath, [tsx, "scripts/check_boundaries.ts"]) && ok;
+  ok = runStep("function length (at most 120 lines, or listed in scripts/long_functions.json)", process.execPath, [
+    tsx,
+    "scripts/check_function_length.ts",
+  ]) && ok;
   const document = "generated/openapi.json";
   ok = lintStep("redocly lint (recommended, warnings fail)", () => redoclyProblems(document)) && ok;
   ok = lintStep("spectral lint (spectral:oas, warnings fail)", () => spectralProblems(document)) && ok;
