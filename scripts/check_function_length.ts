@@ -82,9 +82,9 @@ type Measured =
   | ts.FunctionExpression;
 
 function isMeasured(node: ts.Node): node is Measured {
-  return ts.isFunctionDeclaration(node) || ts.isMethodDeclaration(node) || ts.isConstructorDeclaration(node) ||
-    ts.isGetAccessorDeclaration(node) || ts.isSetAccessorDeclaration(node) || ts.isArrowFunction(node) ||
-    ts.isFunctionExpression(node);
+  return ts.isFunctionDeclaration(node) || ts.isMethodDeclaration(node) || ts.isConstructorDeclaration(node)
+    || ts.isGetAccessorDeclaration(node) || ts.isSetAccessorDeclaration(node) || ts.isArrowFunction(node)
+    || ts.isFunctionExpression(node);
 }
 
 /** A declaration's name as written (`[Symbol.iterator]` for a computed one); undefined when it has none. */
@@ -190,8 +190,8 @@ export function ratchetReport(measured: readonly FunctionLength[], list: LongFun
   for (const f of longFunctions(measured)) {
     if (f.key in list.functions) continue;
     lines.push(
-      `${f.file}:${f.line}: ${f.name} is ${f.lines} lines, over ${MAX_FUNCTION_LINES} and not in ${LONG_FUNCTIONS_FILE}: ` +
-        "split it (the list takes no new entries)",
+      `${f.file}:${f.line}: ${f.name} is ${f.lines} lines, over ${MAX_FUNCTION_LINES} and not in ${LONG_FUNCTIONS_FILE}: `
+        + "split it (the list takes no new entries)",
     );
   }
   for (const key of Object.keys(list.functions).sort()) {
@@ -200,8 +200,8 @@ export function ratchetReport(measured: readonly FunctionLength[], list: LongFun
       lines.push(`${key} is listed in ${LONG_FUNCTIONS_FILE} but is gone: remove it from the list (--update does)`);
     } else if (f.lines <= MAX_FUNCTION_LINES) {
       lines.push(
-        `${f.file}:${f.line}: ${f.name} is ${f.lines} lines now, at most ${MAX_FUNCTION_LINES}: ` +
-          `remove it from ${LONG_FUNCTIONS_FILE} (--update does)`,
+        `${f.file}:${f.line}: ${f.name} is ${f.lines} lines now, at most ${MAX_FUNCTION_LINES}: `
+          + `remove it from ${LONG_FUNCTIONS_FILE} (--update does)`,
       );
     }
   }

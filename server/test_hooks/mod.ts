@@ -60,7 +60,10 @@ export function readTestHooks(env: Record<string, string | undefined> = process.
       return 0;
     }
   }
-  const hooks = { delayLocalSyncMs: read(DELAY_VARIABLE, parseDelay), clockOffsetMs: read(OFFSET_VARIABLE, parseOffset) };
+  const hooks = {
+    delayLocalSyncMs: read(DELAY_VARIABLE, parseDelay),
+    clockOffsetMs: read(OFFSET_VARIABLE, parseOffset),
+  };
   if (problems.length) throw new ConfigError(problems);
   return hooks;
 }

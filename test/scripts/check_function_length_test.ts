@@ -73,7 +73,8 @@ describe("the function-length ratchet", () => {
   });
 
   it("tells two anonymous functions of one name apart by their order", () => {
-    const names = measureSource("server/a.ts", "function f() {\n  on(() => 1);\n  on(() => 2);\n}\n").map((f) => f.name);
+    const source = "function f() {\n  on(() => 1);\n  on(() => 2);\n}\n";
+    const names = measureSource("server/a.ts", source).map((f) => f.name);
     assert.deepEqual(names, ["f", "f.on(…)", "f.on(…)#2"]);
   });
 
@@ -82,7 +83,10 @@ describe("the function-length ratchet", () => {
     try {
       const report = ratchetReport(measureFunctions(root), list({}));
       assert.equal(report.length, 1, report.join("\n"));
-      assert.match(report[0], /^server\/long\.ts:1: tooLong is 121 lines, over 120 and not in scripts\/long_functions\.json/);
+      assert.match(
+        report[0],
+        /^server\/long\.ts:1: tooLong is 121 lines, over 120 and not in scripts\/long_functions\.json/,
+      );
     } finally {
       await rm(root, { recursive: true, force: true });
     }
