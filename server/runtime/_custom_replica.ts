@@ -98,7 +98,7 @@ export class CustomProcessReplica implements CallableReplica {
     return cgroup?.oomKilled() ? cgroup.limits.memoryBytes : undefined;
   }
 
-  /** Forwards the call to the app's server through the relay (`proxyCall`); a killed server's call may be out of memory. */
+  /** Forwards the call to the app's server through the relay (`proxyCall`); a broken one may be out of memory. */
   call(call: ReplicaCall): Promise<CallOutcome> {
     return proxyReplicaCall(call, {
       baseUrl: this.baseUrl,
