@@ -7,6 +7,7 @@
  */
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
+import type { RunStatus, TerminalRunStatus } from "../store/mod.ts";
 import type { RunChange } from "./change_feed.ts";
 
 /** The instruments a run service records into. */
@@ -29,7 +30,7 @@ export interface FinishedRun {
   appId: string;
   functionName: string;
   mode: string;
-  status: string;
+  status: TerminalRunStatus;
   /** Null for a run that never started (cancelled while queued, interrupted before it ran). */
   runTimeMs: number | null;
   errorType?: string | null;
@@ -46,7 +47,7 @@ export interface CreatedRun {
   appId: string;
   functionName: string;
   mode: string;
-  status: string;
+  status: RunStatus;
   /** When the record was made (Unix ms): the change's time, even when it is told after a commit. */
   createdAt: number;
 }

@@ -16,7 +16,7 @@
  * heard of the page is not missed.
  */
 import type { Logger } from "../log.ts";
-import { MAX_WAKE_PAYLOAD_BYTES, type Notifier } from "../store/mod.ts";
+import { MAX_WAKE_PAYLOAD_BYTES, type Notifier, type RunStatus } from "../store/mod.ts";
 
 /** One change of one run. */
 export interface RunChange {
@@ -25,7 +25,7 @@ export interface RunChange {
   app_id: string;
   function_name: string;
   mode: string;
-  status: string;
+  status: RunStatus;
   /** When it happened (RFC 3339). */
   at: string;
   /** Milliseconds it ran, once it ended. */

@@ -6,8 +6,10 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
+import { TERMINAL_STATUSES as CLIENT_TERMINAL_STATUSES } from "../../client/mod.ts";
 import type { components } from "../../generated/api.d.ts";
 import { PROBLEM_KINDS } from "../../server/problems/mod.ts";
+import { failureFromRunError } from "../../server/runtime/mod.ts";
 import {
   isTerminal,
   OPEN_RUN_STATUSES,
@@ -51,6 +53,10 @@ describe("run statuses", () => {
     assert.deepEqual([...OPEN_RUN_STATUSES, ...TERMINAL_RUN_STATUSES].sort(), [...RUN_STATUSES].sort());
   });
 
+  it("that end are the client's TERMINAL_STATUSES (the client does not load the server, so it lists them too)", () => {
+    assert.deepEqual([...CLIENT_TERMINAL_STATUSES], [...TERMINAL_RUN_STATUSES]);
+  });
+
   it("isTerminal is true for an ended run's status only", () => {
     assert.deepEqual(RUN_STATUSES.filter(isTerminal), [...TERMINAL_RUN_STATUSES]);
     for (const status of OPEN_RUN_STATUSES) assert.equal(isTerminal(status), false, status);
@@ -67,6 +73,14 @@ describe("run failure types", () => {
   it("are the types the contract's RunError.type names", () => {
     const named = namedIn(CONTRACT.components.schemas.RunError.properties?.type.description);
     assert.deepEqual([...RUN_FAILURE_TYPES].sort(), named.sort());
+  });
+
+  it("are the fixed kinds the runtime's RunFailure knows: none is read back as an exception's name", () => {
+    const runId = "run_0000000000aaaaaaaaaaaaaaaa";
+    for (const type of RUN_FAILURE_TYPES) {
+      assert.equal(failureFromRunError(runId, { type, message: "m" }).options.exceptionType, undefined, type);
+    }
+    assert.equal(failureFromRunError(runId, { type: "ValueError", message: "m" }).options.exceptionType, "ValueError");
   });
 
   it("of a run that could not start are problem kinds with underscores; the passing ones among them", () => {
