@@ -215,7 +215,7 @@ export function shrunkList(measured: readonly FunctionLength[], list: LongFuncti
   return { ...list, functions };
 }
 
-/** Reads the list at `path` (the root's `LONG_FUNCTIONS_FILE` by default); a missing file lists nothing. */
+/** Reads the list at `path` (the check reads the root's `LONG_FUNCTIONS_FILE`); a missing file lists nothing. */
 export function readList(path: string): LongFunctionList {
   if (!existsSync(path)) return { functions: {} };
   const parsed = JSON.parse(readFileSync(path, "utf8")) as Partial<LongFunctionList>;
