@@ -75,12 +75,12 @@ export interface SupervisorOptions<S extends HostServer> {
  * `serveAsWorker` (see `serve`).
  */
 export async function startSupervisor<S extends HostServer>(options: SupervisorOptions<S>): Promise<Supervisor<S>> {
-  const { logger, workers } = options;
+  const { logger } = options;
   const socketPath = join(options.dataDir, "supervisor.sock");
   const callToken = randomBytes(32);
   const port = workersPort();
   // Each Python replica gets a channel per worker, which calls it directly (replica_channels.ts).
-  const channels = new ReplicaChannels({ workers, logger });
+  const channels = new ReplicaChannels({ workers: options.workers, logger });
   const server = await options.createServer({ kind: "supervisor", socketPath, callToken, relay: port, channels });
   await server.listen();
   const { context } = server;
@@ -134,18 +134,8 @@ export async function startSupervisor<S extends HostServer>(options: SupervisorO
     setTimeout(() => !stopping && fork(), lived < RESPAWN_PAUSE_MS ? RESPAWN_PAUSE_MS : 0);
   });
 
-  const listening = new Promise<string>((resolve, reject) => {
-    failedToStart = reject;
-    let count = 0;
-    let url = "";
-    cluster.on("listening", (_worker, address) => {
-      url ||= `http://${
-        address.address && address.address !== "0.0.0.0" ? address.address : "127.0.0.1"
-      }:${address.port}`;
-      if (++count === workers) resolve(url);
-    });
-  });
-  for (let i = 0; i < workers; i++) fork();
+  const listening = workersListening(options.workers, (reject) => (failedToStart = reject));
+  for (let i = 0; i < options.workers; i++) fork();
   let url: string;
   try {
     url = await listening;
@@ -158,27 +148,13 @@ export async function startSupervisor<S extends HostServer>(options: SupervisorO
     await server.close();
     throw error;
   }
-  logger.info({ url, workers }, "listening");
-
-  function liveWorkers(): Worker[] {
-    return Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
-  }
-  function tellWorkersToDrain(): void {
-    const message: WorkerDrain = { runplane: "drain" };
-    for (const worker of liveWorkers()) if (worker.isConnected()) worker.send(message);
-  }
+  logger.info({ url, workers: options.workers }, "listening");
 
   let drained: Promise<void> | undefined;
   async function drain(): Promise<void> {
     stopping = true;
     snapshots.stop();
-    const workers = liveWorkers();
-    const exited = workers.map((worker) =>
-      new Promise<void>((resolve) => {
-        if (worker.isDead()) return resolve();
-        worker.once("exit", () => resolve());
-      })
-    );
+    const exited = liveWorkers().map(exitOf);
     tellWorkersToDrain();
     // The supervisor drains beside them: its seats (on a host of a cluster) and its async dispatch stop
     // at once, and it stops its replicas only once every worker's connection to it has closed (a worker
@@ -201,4 +177,41 @@ export async function startSupervisor<S extends HostServer>(options: SupervisorO
       return drained;
     },
   };
+}
+
+/** The host's workers alive now. */
+function liveWorkers(): Worker[] {
+  return Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
+}
+
+/** Asks every worker to drain; a second word cuts its drain short. */
+function tellWorkersToDrain(): void {
+  const message: WorkerDrain = { runplane: "drain" };
+  for (const worker of liveWorkers()) if (worker.isConnected()) worker.send(message);
+}
+
+/** Resolves once `worker` has exited (at once if it has). */
+function exitOf(worker: Worker): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (worker.isDead()) return resolve();
+    worker.once("exit", () => resolve());
+  });
+}
+
+/**
+ * Resolves with the URL the workers serve once `count` of them listen; `onReject` is given the way to
+ * fail it (a worker that exits before every one listened).
+ */
+function workersListening(count: number, onReject: (reject: (error: Error) => void) => void): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    onReject(reject);
+    let listened = 0;
+    let url = "";
+    cluster.on("listening", (_worker, address) => {
+      url ||= `http://${
+        address.address && address.address !== "0.0.0.0" ? address.address : "127.0.0.1"
+      }:${address.port}`;
+      if (++listened === count) resolve(url);
+    });
+  });
 }
