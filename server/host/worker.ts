@@ -53,7 +53,9 @@ export interface WorkerOptions<S extends HostServer> {
 }
 
 /** Creates this worker's server once the supervisor said where it is, and listens on the shared port. */
-export async function serveAsWorker<S extends HostServer>(options: WorkerOptions<S>): Promise<{ server: S; url: string }> {
+export async function serveAsWorker<S extends HostServer>(
+  options: WorkerOptions<S>,
+): Promise<{ server: S; url: string }> {
   // The supervisor's replicas as it last told them (see runtime_view.ts).
   let latest: RuntimeSnapshot | undefined;
   process.on("message", (message) => {

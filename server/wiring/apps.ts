@@ -133,12 +133,11 @@ export function loadApps(apps: ServerApps, options: LoadAppsOptions): Promise<vo
   // Without a jail under `auto`, the store's deployments (an earlier, jailed run's) are neither built nor
   // served here: their code would run unjailed. They stay as they are for a process that can jail them.
   const servesDeployments = !deploymentsRefused(options.sandbox);
-  return runtime.start().then(() => servesDeployments ? deployments.start() : undefined).then(() =>
-    cluster?.start()
-  ).then(() => runtime.warm()).then(
-    () => options.loaded(),
-    (error) => options.logger.error({ err: error }, "loading apps failed"),
-  );
+  return runtime.start().then(() => servesDeployments ? deployments.start() : undefined).then(() => cluster?.start())
+    .then(() => runtime.warm()).then(
+      () => options.loaded(),
+      (error) => options.logger.error({ err: error }, "loading apps failed"),
+    );
 }
 
 /** The runtime and, on a host of a cluster, the cluster host that counts its replicas by seats. */
