@@ -77,7 +77,7 @@ export const DOMAIN_FOLDERS = [
 
 const HTTP_PACKAGES = new Set(["koa", "find-my-way", "co-body"]);
 
-/** Domains that must not know each other: the composition root connects them. */
+/** Domains that must not know each other: the placement layer (`server/placement/`) connects them. */
 const SEPARATE_DOMAINS: Array<[string, string]> = [["runs", "runtime"]];
 
 /** Domain folders that are leaves: they import nothing of `server/` outside themselves but `LEAF_MAY_IMPORT`. */
