@@ -62,6 +62,7 @@ export const DOMAIN_FOLDERS = [
   "integrations",
   "json",
   "keys",
+  "lines",
   "metrics",
   "problems",
   "project_secrets",
@@ -81,7 +82,7 @@ const HTTP_PACKAGES = new Set(["koa", "find-my-way", "co-body"]);
 const SEPARATE_DOMAINS: Array<[string, string]> = [["runs", "runtime"]];
 
 /** Domain folders that are leaves: they import nothing of `server/` outside themselves but `LEAF_MAY_IMPORT`. */
-export const LEAF_FOLDERS = ["gpus", "sandbox"];
+export const LEAF_FOLDERS = ["gpus", "lines", "sandbox"];
 
 /** What a leaf folder may import of the rest of `server/`: the logger's type. */
 const LEAF_MAY_IMPORT = new Set(["server/log.ts"]);

@@ -10,6 +10,7 @@
  * {"problem": {"status", "type", "detail", "retryAfter"?}}   it could not run (no app, queue full, …)
  * ```
  */
+import { LineSplitter } from "../lines/mod.ts";
 import type { RunErrorInfo } from "../runs/mod.ts";
 
 /** A problem the remote answered instead of running the call: `type` is the problem's kind (`not-found`). */
@@ -42,35 +43,18 @@ export function frameLine(frame: Frame): string {
 /** The largest frame line read: a result or item is bounded by the replica's own limits well below it. */
 export const MAX_FRAME_BYTES = 1024 ** 3;
 
-/**
- * Splits byte chunks into lines in linear time: a line's chunks are joined once, when its newline
- * arrives (searching a growing string again per chunk would make a large result quadratic).
- */
-export class LineSplitter {
-  #parts: Buffer[] = [];
-  #size = 0;
+/** Splits byte chunks into frame lines (without their newline) of at most `MAX_FRAME_BYTES`. */
+export class FrameSplitter {
+  readonly #lines = new LineSplitter(MAX_FRAME_BYTES);
 
-  /** The complete lines `chunk` ends, without their newline; throws once a line passes `MAX_FRAME_BYTES`. */
+  /** The complete lines `chunk` ends; throws `LineTooLong` once a line passes `MAX_FRAME_BYTES`. */
   push(chunk: Buffer): Buffer[] {
-    const lines: Buffer[] = [];
-    let start = 0;
-    for (let newline = chunk.indexOf(10); newline >= 0; newline = chunk.indexOf(10, start)) {
-      const tail = chunk.subarray(start, newline);
-      lines.push(this.#parts.length ? Buffer.concat([...this.#parts, tail]) : tail);
-      this.#parts = [];
-      this.#size = 0;
-      start = newline + 1;
-    }
-    if (start < chunk.length) {
-      this.#size += chunk.length - start;
-      if (this.#size > MAX_FRAME_BYTES) throw new Error(`a frame grew past ${MAX_FRAME_BYTES} bytes without a newline`);
-      this.#parts.push(chunk.subarray(start));
-    }
-    return lines;
+    // No line announces a payload here, so every item is a line.
+    return this.#lines.push(chunk) as Buffer[];
   }
 
   /** Bytes held of a line whose newline has not arrived. */
   get pendingBytes(): number {
-    return this.#size;
+    return this.#lines.pendingBytes;
   }
 }

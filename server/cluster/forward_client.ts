@@ -8,7 +8,7 @@ import { PROBLEM_BASE, PROBLEM_KINDS, ProblemError, type ProblemKind } from "../
 import type { ExecutedCall, ExecutedItem, ExecuteRequest } from "../runs/mod.ts";
 import { failureFromRunError, RunFailure } from "../runtime/mod.ts";
 import { type ForwardKey, signForward } from "./_forward_credential.ts";
-import { type Frame, LineSplitter, type ProblemFrame } from "./_frames.ts";
+import { type Frame, FrameSplitter, type ProblemFrame } from "./_frames.ts";
 
 /** A call to forward: the same request a local executor takes. */
 export interface ForwardRequest extends ExecuteRequest {}
@@ -106,7 +106,7 @@ async function refusal(hostUrl: string, response: Dispatcher.ResponseData): Prom
 
 /** The frames of an answer's body, one per line, as they arrive. */
 export async function* readFrames(body: AsyncIterable<Buffer>): AsyncGenerator<Frame> {
-  const lines = new LineSplitter();
+  const lines = new FrameSplitter();
   for await (const chunk of body) {
     for (const line of lines.push(chunk)) if (line.length) yield JSON.parse(line.toString("utf8")) as Frame;
   }

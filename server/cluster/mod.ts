@@ -48,5 +48,5 @@ export {
   readOutcome,
 } from "./forward_client.ts";
 // The frames of an answer, for another wire that carries them (a host's workers and its supervisor).
-export { type Frame, LineSplitter } from "./_frames.ts";
+export { FrameSplitter, type Frame } from "./_frames.ts";
 export { type ForwardedCallInput, serveForwardedCall } from "./forward_endpoint.ts";

@@ -6,7 +6,7 @@
  * that stops during a call does; one that breaks before ran none, and its calls may be sent again.
  */
 import { createConnection, type Socket } from "node:net";
-import { type Frame, interrupted, LineSplitter, type OpenCall, readOutcome } from "../cluster/mod.ts";
+import { type Frame, FrameSplitter, interrupted, type OpenCall, readOutcome } from "../cluster/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { ExecutedCall, ExecuteRequest } from "../runs/mod.ts";
 import { RunFailure } from "../runtime/mod.ts";
@@ -72,7 +72,7 @@ class CallFrames {
 class SupervisorConnection {
   readonly socket: Socket;
   readonly calls = new Map<number, CallFrames>();
-  readonly #lines = new LineSplitter();
+  readonly #lines = new FrameSplitter();
   #broken: unknown = null;
   /** Whether the supervisor accepted the hello: from then on, the calls written here are its to run. */
   accepted = false;

@@ -14,7 +14,7 @@ import { ItemQueue } from "./_item_queue.ts";
 import { startColdWorker, type WorkerProcess } from "./_worker_process.ts";
 import type { CallableReplica, ReplicaCall } from "./_replica.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
-import { LineSplitter, LineTooLong, type Payload } from "./_line_splitter.ts";
+import { LineSplitter, LineTooLong, type Payload } from "../lines/mod.ts";
 import { InvalidJson, JsonValidator } from "./_json_validator.ts";
 import { RawJson } from "../json/mod.ts";
 import {

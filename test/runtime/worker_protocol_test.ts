@@ -6,7 +6,7 @@ import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
-import { LineSplitter, LineTooLong, type Payload } from "../../server/runtime/_line_splitter.ts";
+import { LineSplitter, LineTooLong, type Payload } from "../../server/lines/mod.ts";
 import {
   encodeCall,
   parseWorkerMessage,

@@ -1,4 +1,7 @@
 /**
+ * Lines: the one splitter of a byte stream into lines, used by every reader of line protocols (a Python
+ * worker's messages, a forwarded call's NDJSON frames, a worker's calls over the supervisor's socket).
+ *
  * Splits a byte stream into lines in linear time: each chunk is scanned once for newlines and a line's
  * chunks are joined once, when its newline arrives. (Appending chunks to a string and searching it again
  * made reading a 50 MB line quadratic: seconds of CPU, and every other request waited.) A line may
