@@ -13,15 +13,16 @@
  *                       <id> x\n                           give the call up: its function is stopped
  *                       <id> p\n   <id> r\n                hold / resume the call's frames (its reader
  *                                                       fell behind / caught up)
- *                       <id> s {"p","a"}\n                 a seat for a direct call on a replica's
+ *                       <id> s {"p","a"}\n                 a slot for a direct call on a replica's
  *                                                       channel (`replica_channels.ts`)
- *                       <id> f\n                           give that seat back
+ *                       <id> f\n                           give that slot back
  * supervisor → worker   ok\n                               first, once: the hello was accepted; the calls
  *                                                       on the connection are taken from then (one that
  *                                                       broke before this line ran none of them)
  *                       <id> <frame>\n                     the cluster's frames (`cluster/_frames.ts`),
  *                                                       a call's last one terminal
- *                       <id> {"seat":{"replica","deploymentId"?,"graceMs"}}\n   a seat, or
+ *                       <id> {"seat":{"replica","deploymentId"?,"graceMs"}}\n   a slot (the key
+ *                                                       keeps its first name, `seat`), or
  *                       <id> {"relay":true}\n              none free now: hand the call over
  * ```
  *

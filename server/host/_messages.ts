@@ -37,11 +37,11 @@ export function isWorkerDrain(message: unknown): message is WorkerDrain {
 
 /**
  * The supervisor hands a worker one channel of a Python replica (the socket travels with the message):
- * the worker calls the replica directly on it while the supervisor gives it seats (`replica_channels.ts`).
+ * the worker calls the replica directly on it while the supervisor gives it slots (`replica_channels.ts`).
  */
 export interface ReplicaChannelHanded {
   runplane: "replica-channel";
-  /** The replica's channel id, as seats name it. */
+  /** The replica's channel id, as slots name it. */
   replica: number;
   /** The app version it serves (for logs). */
   label: string;

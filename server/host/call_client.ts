@@ -131,21 +131,21 @@ function supervisorLost(runId: string, error: unknown): RunFailure {
   );
 }
 
-/** A seat the supervisor holds for a call this worker makes directly on a replica's channel. */
-export interface HeldSeat {
+/** A slot the supervisor holds for a call this worker makes directly on a replica's channel. */
+export interface HeldSlot {
   /** The replica's channel id. */
   replica: number;
   deploymentId?: string;
   graceMs: number;
-  /** Whether it may be kept a moment for the next call (`idle_seats.ts`); else given back after its call. */
+  /** Whether it may be kept a moment for the next call (`idle_slots.ts`); else given back after its call. */
   keep: boolean;
-  /** Gives the seat back (once the call is over in the replica); extra calls do nothing. */
+  /** Gives the slot back (once the call is over in the replica); extra calls do nothing. */
   release(): void;
 }
 
 /**
  * Hands calls to the supervisor listening at `path`, saying `token` (hex) and `workerId` (its
- * node:cluster id, which seats are given to) first on its connection.
+ * node:cluster id, which slots are given to) first on its connection.
  */
 export class SupervisorCalls {
   readonly #path: string;
@@ -165,15 +165,16 @@ export class SupervisorCalls {
   }
 
   /**
-   * Asks for a seat on a replica of the app that this worker holds a channel of, free now; null when
+   * Asks for a slot on a replica of the app that this worker holds a channel of, free now; null when
    * there is none (or the supervisor cannot be reached): hand the call over with `execute` then.
    */
-  async seat(projectId: string, app: string): Promise<HeldSeat | null> {
+  async slot(projectId: string, app: string): Promise<HeldSlot | null> {
     const connection = this.#open();
     const id = this.#nextId++;
     const frames = new CallFrames();
     connection.calls.set(id, frames);
     writeInTurn(connection.socket, `${id} s ${JSON.stringify({ p: projectId, a: app })}\n`);
+    // The answer's key is `seat`, as the wire has it (`_call_wire.ts`): a slot.
     let answer: { seat?: { replica: number; deploymentId?: string; graceMs: number; keep?: boolean } };
     try {
       answer = await frames.next(() => {}) as typeof answer;
@@ -182,18 +183,18 @@ export class SupervisorCalls {
     } finally {
       connection.calls.delete(id);
     }
-    const seat = answer.seat;
-    if (!seat || !Number.isSafeInteger(seat.replica) || typeof seat.graceMs !== "number") return null;
+    const slot = answer.seat;
+    if (!slot || !Number.isSafeInteger(slot.replica) || typeof slot.graceMs !== "number") return null;
     let released = false;
     return {
-      replica: seat.replica,
-      deploymentId: typeof seat.deploymentId === "string" ? seat.deploymentId : undefined,
-      graceMs: seat.graceMs,
-      keep: seat.keep === true,
+      replica: slot.replica,
+      deploymentId: typeof slot.deploymentId === "string" ? slot.deploymentId : undefined,
+      graceMs: slot.graceMs,
+      keep: slot.keep === true,
       release() {
         if (released) return;
         released = true;
-        // A connection that broke released every seat on it already.
+        // A connection that broke released every slot on it already.
         if (connection.usable) writeInTurn(connection.socket, `${id} f\n`);
       },
     };

@@ -30,24 +30,24 @@ export interface WorkerCallsOptions {
    * calls answered) before it stops its replicas.
    */
   gate?: { enter(): void; leave(): void };
-  /** Seats on replicas the worker calls directly over a channel it holds (`replica_channels.ts`). */
-  seats?: ChannelSeats;
+  /** Slots on replicas the worker calls directly over a channel it holds (`replica_channels.ts`). */
+  slots?: ChannelSlots;
 }
 
-/** A seat held for a worker's direct call: the replica's channel id, what the call needs, its release. */
-export interface WireSeat {
+/** A slot held for a worker's direct call: the replica's channel id, what the call needs, its release. */
+export interface WireSlot {
   replica: number;
   deploymentId?: string;
   graceMs: number;
-  /** Whether the worker may keep it a moment for its next call (`idle_seats.ts`). */
+  /** Whether the worker may keep it a moment for its next call (`idle_slots.ts`). */
   keep: boolean;
   release(): void;
 }
 
-/** Finds seats for workers' direct calls. */
-export interface ChannelSeats {
+/** Finds slots for workers' direct calls. */
+export interface ChannelSlots {
   /** A free slot now on a ready replica of the app whose channel worker `workerId` holds; null otherwise. */
-  seat(workerId: number, projectId: string, app: string): WireSeat | null;
+  slot(workerId: number, projectId: string, app: string): WireSlot | null;
 }
 
 /** The listening socket. */
@@ -140,9 +140,9 @@ class WorkerConnection {
   readonly #options: WorkerCallsOptions;
   readonly #pending = new Pending();
   readonly #calls = new Map<number, HandedCall>();
-  /** Seats held for the worker's direct calls, by the id it asked with; released when it says so or leaves. */
-  readonly #seats = new Map<number, WireSeat>();
-  /** The worker's node:cluster id, as it said with its token; seats are given only to a worker that said it. */
+  /** Slots held for the worker's direct calls, by the id it asked with; released when it says so or leaves. */
+  readonly #slots = new Map<number, WireSlot>();
+  /** The worker's node:cluster id, as it said with its token; slots are given only to a worker that said it. */
   #workerId: number | undefined;
   #greeted = false;
   #header: { id: number; header: CallHeader } | null = null;
@@ -159,19 +159,19 @@ class WorkerConnection {
     socket.on("close", () => {
       for (const call of this.#calls.values()) call.abort(gone());
       this.#calls.clear();
-      for (const seat of this.#seats.values()) seat.release();
-      this.#seats.clear();
+      for (const slot of this.#slots.values()) slot.release();
+      this.#slots.clear();
     });
   }
 
-  /** Closes the connection now when no call or seat is on it, else once its last one ends. */
+  /** Closes the connection now when no call or slot is on it, else once its last one ends. */
   close(): void {
     this.#closing = true;
     this.#endIfIdle();
   }
 
   #endIfIdle(): void {
-    if (this.#closing && this.#calls.size === 0 && this.#seats.size === 0) this.#socket.end();
+    if (this.#closing && this.#calls.size === 0 && this.#slots.size === 0) this.#socket.end();
   }
 
   #refuse(reason: string): void {
@@ -224,10 +224,10 @@ class WorkerConnection {
     else if (rest === "p") call?.hold();
     else if (rest === "r") call?.resume();
     else if (rest === "f") {
-      this.#seats.get(id)?.release();
-      this.#seats.delete(id);
+      this.#slots.get(id)?.release();
+      this.#slots.delete(id);
       this.#endIfIdle();
-    } else if (rest.startsWith("s ")) return this.#seat(id, rest.slice(2));
+    } else if (rest.startsWith("s ")) return this.#slot(id, rest.slice(2));
     else {
       let header: unknown;
       try {
@@ -249,28 +249,28 @@ class WorkerConnection {
     return true;
   }
 
-  /** Answers a seat request (`<id> s {"p","a"}`): the seat, or `relay` (hand the call over instead). */
-  #seat(id: number, rest: string): boolean {
+  /** Answers a slot request (`<id> s {"p","a"}`): the slot (keyed `seat`), or `relay` (hand the call over instead). */
+  #slot(id: number, rest: string): boolean {
     let asked: { p?: unknown; a?: unknown };
     try {
       asked = JSON.parse(rest);
     } catch {
-      this.#refuse("a seat request that is not JSON");
+      this.#refuse("a slot request that is not JSON");
       return false;
     }
-    if (typeof asked?.p !== "string" || typeof asked.a !== "string" || this.#seats.has(id)) {
-      this.#refuse("a malformed seat request");
+    if (typeof asked?.p !== "string" || typeof asked.a !== "string" || this.#slots.has(id)) {
+      this.#refuse("a malformed slot request");
       return false;
     }
-    const seat = this.#workerId === undefined || this.#closing
+    const slot = this.#workerId === undefined || this.#closing
       ? null
-      : this.#options.seats?.seat(this.#workerId, asked.p, asked.a) ?? null;
-    if (!seat) {
+      : this.#options.slots?.slot(this.#workerId, asked.p, asked.a) ?? null;
+    if (!slot) {
       writeInTurn(this.#socket, `${id} {"relay":true}\n`);
       return true;
     }
-    this.#seats.set(id, seat);
-    const answer = { replica: seat.replica, deploymentId: seat.deploymentId, graceMs: seat.graceMs, keep: seat.keep };
+    this.#slots.set(id, slot);
+    const answer = { replica: slot.replica, deploymentId: slot.deploymentId, graceMs: slot.graceMs, keep: slot.keep };
     writeInTurn(this.#socket, `${id} ${JSON.stringify({ seat: answer })}\n`);
     return true;
   }

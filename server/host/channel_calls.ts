@@ -2,7 +2,7 @@
  * A worker's side of its direct calls (see `replica_channels.ts`): the replicas' channels its supervisor
  * handed it, each driven by a `PythonReplica` as the supervisor drives its own pipes (calls, streams and
  * their credits, cancels, output, a protocol broken), and the choice per call between a channel and the
- * hand-over (a seat is kept 20 ms for the next call, `idle_seats.ts`). The supervisor keeps the
+ * hand-over (a slot is kept 20 ms for the next call, `idle_slots.ts`). The supervisor keeps the
  * replica's life: this process asks it to kill one (a call past its time), and learns from it how one
  * ended.
  */
@@ -11,19 +11,19 @@ import type { Logger } from "../log.ts";
 import type { ExecutedCall, ExecuteRequest } from "../runs/mod.ts";
 import { type OutputLine, type ProcessExit, PythonReplica, type WorkerProcess } from "../runtime/mod.ts";
 import type { SupervisorCalls } from "./call_client.ts";
-import { IdleSeats } from "./idle_seats.ts";
+import { IdleSlots } from "./idle_slots.ts";
 import { isReplicaChannelExited, isReplicaChannelHanded, type ReplicaKill } from "./_messages.ts";
 
 /** How long a channel whose peer closed waits for the supervisor to say how its replica ended. */
 const EXIT_NOTICE_WAIT_MS = 2_000;
-/** How long a seat on a replica whose channel is still on its way (IPC and the wire race) waits for it. */
+/** How long a slot on a replica whose channel is still on its way (IPC and the wire race) waits for it. */
 const CHANNEL_WAIT_MS = 2_000;
 /**
- * How long a seat is kept after its call for the next call to the same app (`idle_seats.ts`): long
+ * How long a slot is kept after its call for the next call to the same app (`idle_slots.ts`): long
  * enough to be reused under a steady load, short enough that a slot idle in one worker is soon free for
  * the others (a call queued in the supervisor may wait that much longer for it).
  */
-const SEAT_LINGER_MS = 20;
+const SLOT_LINGER_MS = 20;
 
 /** Options of `WorkerChannels`. */
 export interface WorkerChannelsOptions {
@@ -43,10 +43,10 @@ export class WorkerChannels {
   readonly #options: WorkerChannelsOptions;
   readonly #held = new Map<number, Held>();
   readonly #arriving = new Map<number, Array<() => void>>();
-  /** Seats kept a moment after their call, for the next call to the same app. */
-  readonly #idle = new IdleSeats({
-    lingerMs: SEAT_LINGER_MS,
-    usable: (seat) => this.#held.get(seat.replica)?.replica.usable === true,
+  /** Slots kept a moment after their call, for the next call to the same app. */
+  readonly #idle = new IdleSlots({
+    lingerMs: SLOT_LINGER_MS,
+    usable: (slot) => this.#held.get(slot.replica)?.replica.usable === true,
   });
   #onOutput: (line: OutputLine) => void = () => {};
   /** Told which way each call went (`runplane_worker_calls_total`). */
@@ -74,7 +74,7 @@ export class WorkerChannels {
     }
   }
 
-  /** Whether it holds any channel (no seat is worth asking for before). */
+  /** Whether it holds any channel (no slot is worth asking for before). */
   get holding(): boolean {
     return this.#held.size > 0;
   }
@@ -112,7 +112,7 @@ export class WorkerChannels {
   }
 
   /**
-   * Runs `request` on a replica's channel when the supervisor has a seat for it now, else hands it to the
+   * Runs `request` on a replica's channel when the supervisor has a slot for it now, else hands it to the
    * supervisor (`calls.execute`), which runs it as it runs any other. `here`: a call another host of the
    * cluster forwarded, handed over as such (a direct call runs on this host's replicas anyway).
    */
@@ -122,27 +122,27 @@ export class WorkerChannels {
     options: { here?: boolean } = {},
   ): Promise<ExecutedCall> {
     const app = `${request.projectId}/${request.app}`;
-    const seat = this.#idle.take(app)
+    const slot = this.#idle.take(app)
       ?? (this.holding && this.callable(request.projectId, request.app)
-        ? await calls.seat(request.projectId, request.app)
+        ? await calls.slot(request.projectId, request.app)
         : null);
-    const replica = seat ? await this.#replica(seat.replica) : undefined;
+    const replica = slot ? await this.#replica(slot.replica) : undefined;
     await replica?.ready.catch(() => undefined);
-    if (!seat || !replica?.usable) {
-      seat?.release();
+    if (!slot || !replica?.usable) {
+      slot?.release();
       this.onCall("handed_over");
       return calls.execute(request, options);
     }
     this.onCall("direct");
-    if (seat.deploymentId !== undefined) request.onDeployment?.(seat.deploymentId);
+    if (slot.deploymentId !== undefined) request.onDeployment?.(slot.deploymentId);
     return replica.call({
       runId: request.runId,
       functionName: request.functionName,
       kwargs: request.input,
       kwargsJson: request.inputJson,
-      graceMs: seat.graceMs,
+      graceMs: slot.graceMs,
       signal: request.signal,
-      onSettled: () => (seat.keep ? this.#idle.keep(app, seat) : seat.release()),
+      onSettled: () => (slot.keep ? this.#idle.keep(app, slot) : slot.release()),
     });
   }
 

@@ -5,24 +5,24 @@
  * node:cluster's IPC channel (the socket travels with the message) once that worker is up, and the
  * worker then calls the replica on it with no hop through this process.
  *
- * What must be owned once stays here: the replica's life (start, stop, kill, its cgroup) and its seats.
- * A worker asks for a seat over the wire (`call_server.ts`) when it kept none from an earlier call
- * (`idle_seats.ts`), and gets one only while a slot is free now on a ready replica of the app's current
+ * What must be owned once stays here: the replica's life (start, stop, kill, its cgroup) and its slots.
+ * A worker asks for a slot over the wire (`call_server.ts`) when it kept none from an earlier call
+ * (`idle_slots.ts`), and gets one only while a slot is free now on a ready replica of the app's current
  * version whose channel it holds; otherwise it hands the call over as before, and the call waits,
- * scales up or goes to another host as any other. A seat is the pool's own slot, so concurrency, idle
+ * scales up or goes to another host as any other. A slot granted so is the pool's own, so concurrency, idle
  * stops, drains and the host's gauges count it.
  */
 import type { Worker } from "node:cluster";
 import type { Socket } from "node:net";
 import type { Logger } from "../log.ts";
 import type { PythonReplica, Runtime } from "../runtime/mod.ts";
-import type { ChannelSeats, WireSeat } from "./call_server.ts";
+import type { ChannelSlots, WireSlot } from "./call_server.ts";
 import type { ReplicaChannelExited, ReplicaChannelHanded, ReplicaKill } from "./_messages.ts";
 
 /** Channels beyond one per worker: a worker started in a dead one's place gets one of the replicas already up. */
 const SPARE_CHANNELS = 1;
-/** Workers keep seats (`idle_seats.ts`) of an app whose `replica_concurrency` is at least this many per worker. */
-const KEEP_SEATS_PER_WORKER = 2;
+/** Workers keep slots (`idle_slots.ts`) of an app whose `replica_concurrency` is at least this many per worker. */
+const KEEP_SLOTS_PER_WORKER = 2;
 
 interface Entry {
   id: number;
@@ -31,8 +31,8 @@ interface Entry {
   free: Socket[];
   /** The workers (node:cluster ids) that were handed one of its channels. */
   holders: Set<number>;
-  /** Seats held on it by workers' calls now. */
-  seats: number;
+  /** Slots held on it by workers' calls now. */
+  slots: number;
 }
 
 /** Options of `ReplicaChannels`. */
@@ -42,8 +42,8 @@ export interface ReplicaChannelsOptions {
   logger: Logger;
 }
 
-/** Every Python replica's channels, handed to the workers, and the seats the workers call them on. */
-export class ReplicaChannels implements ChannelSeats {
+/** Every Python replica's channels, handed to the workers, and the slots the workers call them on. */
+export class ReplicaChannels implements ChannelSlots {
   /** How many channels each replica starts with. */
   readonly count: number;
   readonly #workerCount: number;
@@ -66,7 +66,7 @@ export class ReplicaChannels implements ChannelSeats {
     return { count: this.count, onChannels: (replica, channels) => this.#add(replica, channels) };
   }
 
-  /** The runtime whose slots become seats (set once it is made). */
+  /** The runtime whose slots the workers are granted (set once it is made). */
   attach(runtime: Runtime): void {
     this.#runtime = runtime;
   }
@@ -90,7 +90,7 @@ export class ReplicaChannels implements ChannelSeats {
   kill(message: ReplicaKill): void {
     const entry = this.#entries.get(message.replica);
     if (!entry) return;
-    const calls = entry.seats + entry.replica.inFlight;
+    const calls = entry.slots + entry.replica.inFlight;
     if (message.ifAlone && calls > 1) {
       // Killing it would fail the other calls: the stuck one runs out (its grace period still applies).
       this.#logger.warn(
@@ -108,30 +108,30 @@ export class ReplicaChannels implements ChannelSeats {
     entry.replica.kill();
   }
 
-  seat(workerId: number, projectId: string, app: string): WireSeat | null {
-    const seat = this.#runtime?.tryChannelSeat(projectId, app);
-    if (!seat) return null;
-    const entry = this.#byReplica.get(seat.replica);
+  slot(workerId: number, projectId: string, app: string): WireSlot | null {
+    const slot = this.#runtime?.tryChannelSlot(projectId, app);
+    if (!slot) return null;
+    const entry = this.#byReplica.get(slot.replica);
     if (!entry?.holders.has(workerId)) {
-      seat.release();
+      slot.release();
       return null;
     }
-    entry.seats++;
+    entry.slots++;
     let released = false;
     const release = () => {
       if (released) return;
       released = true;
-      entry.seats--;
-      seat.release();
+      entry.slots--;
+      slot.release();
     };
-    // Kept seats only where the replica has room for every worker to keep some: with fewer slots (an ML
-    // model's replica_concurrency = 1, say) a seat one worker kept would turn the others' calls away.
-    const keep = seat.concurrency >= KEEP_SEATS_PER_WORKER * this.#workerCount;
-    return { replica: entry.id, deploymentId: seat.deploymentId, graceMs: seat.graceMs, keep, release };
+    // Kept slots only where the replica has room for every worker to keep some: with fewer slots (an ML
+    // model's replica_concurrency = 1, say) a slot one worker kept would turn the others' calls away.
+    const keep = slot.concurrency >= KEEP_SLOTS_PER_WORKER * this.#workerCount;
+    return { replica: entry.id, deploymentId: slot.deploymentId, graceMs: slot.graceMs, keep, release };
   }
 
   #add(replica: PythonReplica, channels: readonly Socket[]): void {
-    const entry: Entry = { id: this.#nextId++, replica, free: [...channels], holders: new Set(), seats: 0 };
+    const entry: Entry = { id: this.#nextId++, replica, free: [...channels], holders: new Set(), slots: 0 };
     this.#entries.set(entry.id, entry);
     this.#byReplica.set(replica, entry);
     for (const worker of this.#workers.values()) this.#hand(entry, worker);

@@ -12,11 +12,11 @@ import type { ExecutedCall, ExecuteRequest } from "../runs/mod.ts";
 import type { OutputLine, PythonReplica, Runtime } from "../runtime/mod.ts";
 import type { CgroupStatus, SandboxStatus } from "../sandbox/mod.ts";
 import type { WakeUpPort } from "../store/mod.ts";
-import type { ChannelSeats } from "./call_server.ts";
+import type { ChannelSlots } from "./call_server.ts";
 
 /**
  * A process of a host with workers. The supervisor is today's whole server, listening on a Unix socket
- * only: it runs the replicas, builds, deliveries and the store's upkeep, grants its workers seats on its
+ * only: it runs the replicas, builds, deliveries and the store's upkeep, grants its workers slots on its
  * replicas, and runs the calls they hand it. A worker serves the port: it verifies, validates and
  * records, and calls a replica on its channel or hands the call to the supervisor; it starts no replica,
  * claims no async run and no build.
@@ -29,7 +29,7 @@ export type HostRole =
     /** What a worker says first on that socket. */
     callToken: Uint8Array;
     relay: WakeUpPort;
-    /** Its Python replicas' channels, handed to the workers to call them directly, and their seats. */
+    /** Its Python replicas' channels, handed to the workers to call them directly, and their slots. */
     channels?: HostChannels;
   }
   | {
@@ -47,7 +47,7 @@ export type HostRole =
     /** `local` (the worker's own runtime, which runs nothing) with the supervisor's replicas shown. */
     viewRuntime(local: Runtime): Runtime;
     /**
-     * Runs a call: on a replica's channel when the supervisor has a seat free now, else handed to the
+     * Runs a call: on a replica's channel when the supervisor has a slot free now, else handed to the
      * supervisor, which runs it on its replicas or, on a host of a cluster, where the cluster has room;
      * `here`: a call another host forwarded, run on this host's replicas only.
      */
@@ -57,10 +57,10 @@ export type HostRole =
   };
 
 /** A supervisor's replicas' channels (`server/host/replica_channels.ts`), as the server wires them. */
-export interface HostChannels extends ChannelSeats {
+export interface HostChannels extends ChannelSlots {
   /** The runtime's `replicaChannels` option. */
   runtimeOption(): { count: number; onChannels(replica: PythonReplica, channels: readonly Socket[]): void };
-  /** The runtime whose slots become seats. */
+  /** The runtime whose slots the workers are granted. */
   attach(runtime: Runtime): void;
 }
 

@@ -1,7 +1,7 @@
 /**
  * A worker of a host (`RUNPLANE_WORKERS` > 1), a node:cluster child sharing the port with the others. It
  * is a server that verifies, validates, records and answers. It calls a Python replica directly on the
- * channel its supervisor handed it, with a seat the supervisor grants (`channel_calls.ts`), or hands the
+ * channel its supervisor handed it, with a slot the supervisor grants (`channel_calls.ts`), or hands the
  * call over, both over the supervisor's Unix socket (`_call_wire.ts`, with the token the supervisor gave
  * it); it starts no replica, claims no async run and no build.
  */

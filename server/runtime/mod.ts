@@ -206,7 +206,7 @@ export interface RuntimeOptions {
   onLoadChange?(): void;
   /**
    * Extra channels of every Python replica (`RUNPLANE_WORKERS` > 1): `count` more sockets each, handed
-   * to the host's workers so that they call it directly (`tryChannelSeat`); told once a replica's
+   * to the host's workers so that they call it directly (`tryChannelSlot`); told once a replica's
    * process has them. None without it.
    */
   replicaChannels?: { count: number; onChannels(replica: PythonReplica, channels: readonly Socket[]): void };
@@ -216,7 +216,7 @@ export interface RuntimeOptions {
  * A free slot on a ready Python replica, held for a call another process of the host makes on one of
  * the replica's channels: `release()` once that call is over.
  */
-export interface ChannelSeat {
+export interface ChannelSlot {
   replica: PythonReplica;
   /** The deployment the replica serves, when the app was deployed (not of the apps folder). */
   deploymentId?: string;
@@ -274,7 +274,7 @@ export interface Runtime {
    * A free slot of the app's current version on a ready Python replica, now, without queueing, starting
    * or loading anything; null otherwise (the call then goes the way `invoke` takes).
    */
-  tryChannelSeat(projectId: string, app: string): ChannelSeat | null;
+  tryChannelSlot(projectId: string, app: string): ChannelSlot | null;
   /** The app's slots and queue. */
   capacity(projectId: string, app: string): Capacity;
   /** The app's runtime and limits; throws like `invoke` for a missing or broken app. */
@@ -346,7 +346,7 @@ type PoolOptions = RuntimeOptions & {
   seats: SeatBook;
   /**
    * The Python replicas among the pools' replicas, by the replica as its pool holds it: those a host's
-   * workers may call on their channels (`tryChannelSeat`).
+   * workers may call on their channels (`tryChannelSlot`).
    */
   pythonReplicas: WeakMap<CallableReplica, PythonReplica>;
   /** What the pool may run, in place of the app's scaling (or its seats). */
@@ -762,7 +762,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     tryAcquireSlot(projectId, app) {
       return live(projectId, app).pool.tryAcquire();
     },
-    tryChannelSeat(projectId, app) {
+    tryChannelSlot(projectId, app) {
       const found = apps.get(`${projectId}/${app}`);
       if (!found?.pool || found.version.config?.runtime !== "python" || found.version.error !== undefined) return null;
       const lease = found.pool.tryAcquire();

@@ -51,7 +51,7 @@ export function createListener(config: Config, options: ListenerOptions): Server
       bodyLimitBytes: config.bodyLimitBytes,
       logger,
       gate: options.gate,
-      seats: supervisor.channels,
+      slots: supervisor.channels,
     });
     url = `unix:${supervisor.socketPath}`;
     logger.info({ socket: supervisor.socketPath }, "supervisor listening for its workers");

@@ -137,7 +137,7 @@ async function listening(port: number): Promise<void> {
 /**
  * A Python replica another process owns, called on one of its channels as a host's worker calls it: the
  * owner (a `PythonReplica` with one channel, as the supervisor runs it) hands the channel to a
- * `WorkerChannels`, and each call goes through `WorkerChannels.execute` with a seat granted at once (the
+ * `WorkerChannels`, and each call goes through `WorkerChannels.execute` with a slot granted at once (the
  * supervisor's part, stubbed). A call that the worker would hand over instead is refused here.
  */
 async function channelReplica(dir: string): Promise<{ replica: CallableReplica; close(): Promise<void> }> {
@@ -172,7 +172,7 @@ async function channelReplica(dir: string): Promise<{ replica: CallableReplica; 
     },
     call(call: ReplicaCall): Promise<CallOutcome> {
       const supervisor = {
-        seat: () => Promise.resolve({ replica: id, graceMs: call.graceMs, keep: false, release: call.onSettled }),
+        slot: () => Promise.resolve({ replica: id, graceMs: call.graceMs, keep: false, release: call.onSettled }),
         execute: () => Promise.reject(new Error("handed over to the supervisor: not run on the channel")),
       } as unknown as SupervisorCalls;
       const request = {

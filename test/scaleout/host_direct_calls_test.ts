@@ -1,6 +1,6 @@
 /**
  * A host's workers call its Python replicas directly (issue 33): each replica serves a channel per
- * worker, the supervisor hands them out and keeps the replicas' life and seats. Calls, streams and the
+ * worker, the supervisor hands them out and keeps the replicas' life and slots. Calls, streams and the
  * function's output go over a worker's channel; a replica that crashes, overruns its time or writes junk
  * on its channels fails the call it had as on one process, and the host goes on; a worker started in a
  * dead one's place calls directly too (`runplane_worker_calls_total` says which way calls went).

@@ -61,7 +61,7 @@ describe("a host whose supervisor is killed", { timeout: 180_000 }, () => {
     // connection is not what this test is about.
     const once = new Agent({ pipelining: 0 });
     try {
-      // Warm replicas: the calls below run at once, the Python one on a replica's channel where a seat is free.
+      // Warm replicas: the calls below run at once, the Python one on a replica's channel where a slot is free.
       for (const app of ["work", "web"]) {
         const { response } = await callThrough(server, `/v4/${PROCESS_PROJECT}/${app}/slow`, {}, { via: once });
         assert.equal(response.status, 200, await response.clone().text());
