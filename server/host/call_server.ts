@@ -9,6 +9,7 @@ import { rm } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
 import { LightAbortController } from "../abort/mod.ts";
 import { serveForwardedCall } from "../cluster/mod.ts";
+import { LineSplitter, LineTooLong, type Payload } from "../lines/mod.ts";
 import type { Logger } from "../log.ts";
 import type { RunExecutor } from "../runs/mod.ts";
 import { type CallHeader, HELLO_ACCEPTED, isCallHeader, MAX_HEADER_BYTES, splitId, writeInTurn } from "./_call_wire.ts";
@@ -54,40 +55,6 @@ export interface ChannelSlots {
 export interface WorkerCallsServer {
   /** Stops listening, closes idle connections and each busy one after its call; resolves once all closed. */
   close(): Promise<void>;
-}
-
-/** Bytes arrived on a connection and not yet read: kept as chunks, joined once a whole part is there. */
-class Pending {
-  #chunks: Buffer[] = [];
-  size = 0;
-
-  push(chunk: Buffer): void {
-    this.#chunks.push(chunk);
-    this.size += chunk.length;
-  }
-
-  /** The bytes up to the first newline (which is dropped), or null while none has come. */
-  line(): Buffer | null {
-    let offset = 0;
-    for (const chunk of this.#chunks) {
-      const at = chunk.indexOf(10);
-      if (at >= 0) {
-        const line = this.take(offset + at + 1);
-        return line.subarray(0, line.length - 1);
-      }
-      offset += chunk.length;
-    }
-    return null;
-  }
-
-  /** The first `count` bytes (`count` ≤ size). */
-  take(count: number): Buffer {
-    const all = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
-    const rest = all.subarray(count);
-    this.#chunks = rest.length ? [rest] : [];
-    this.size = rest.length;
-    return all.subarray(0, count);
-  }
 }
 
 /** How much may wait in the socket's buffer before the calls stop pulling more frames. */
@@ -138,23 +105,22 @@ class HandedCall extends LightAbortController {
 class WorkerConnection {
   readonly #socket: Socket;
   readonly #options: WorkerCallsOptions;
-  readonly #pending = new Pending();
+  /** Splits what arrives into lines; a call's header line announces its body's bytes (see `#onLine`). */
+  readonly #lines = new LineSplitter(MAX_HEADER_BYTES + 1, { payloadBytes: (line) => this.#onLine(line) });
+  /** Calls whose header was read, in order, waiting for their bodies. */
+  readonly #awaitingBody: Array<{ id: number; header: CallHeader }> = [];
   readonly #calls = new Map<number, HandedCall>();
   /** Slots held for the worker's direct calls, by the id it asked with; released when it says so or leaves. */
   readonly #slots = new Map<number, WireSlot>();
   /** The worker's node:cluster id, as it said with its token; slots are given only to a worker that said it. */
   #workerId: number | undefined;
   #greeted = false;
-  #header: { id: number; header: CallHeader } | null = null;
   #closing = false;
 
   constructor(socket: Socket, options: WorkerCallsOptions) {
     this.#socket = socket;
     this.#options = options;
-    socket.on("data", (chunk: Buffer) => {
-      this.#pending.push(chunk);
-      this.#read();
-    });
+    socket.on("data", (chunk: Buffer) => this.#read(chunk));
     socket.on("error", () => {});
     socket.on("close", () => {
       for (const call of this.#calls.values()) call.abort(gone());
@@ -179,46 +145,68 @@ class WorkerConnection {
     this.#socket.destroy();
   }
 
-  /** Reads what arrived: the hello, then calls, their bodies and their controls; waits for more when short. */
-  #read(): void {
-    while (!this.#socket.destroyed) {
-      if (this.#header) {
-        const { id, header } = this.#header;
-        if (this.#pending.size < header.n) return;
-        this.#header = null;
-        void this.#run(id, header, this.#pending.take(header.n).toString("utf8"));
-        continue;
-      }
-      const line = this.#pending.line();
-      if (line === null) {
-        if (this.#pending.size > MAX_HEADER_BYTES) this.#refuse("a line too long");
-        return;
-      }
-      if (!this.#greeted) {
-        const token = Buffer.from(this.#options.token);
-        const [hex, workerId] = line.toString("latin1").split(" ");
-        const said = Buffer.from(hex, "hex");
-        if (said.length !== token.length || !timingSafeEqual(said, token)) return this.#refuse("a wrong token");
-        this.#greeted = true;
-        // Written at once, not in turn: it leaves before any call after it on the connection can start
-        // its function, so a worker that never read it knows none did.
-        this.#socket.write(`${HELLO_ACCEPTED}\n`);
-        if (workerId !== undefined && /^\d{1,9}$/.test(workerId)) this.#workerId = Number(workerId);
-        const gate = this.#options.gate;
-        if (gate) {
-          gate.enter();
-          this.#socket.once("close", () => gate.leave());
-        }
-        continue;
-      }
-      const parsed = splitId(line.toString("utf8"));
-      if (!parsed) return this.#refuse("a line without an id");
-      if (!this.#control(parsed.id, parsed.rest)) return;
+  /** Reads what arrived: lines are handled as they are split off (`#onLine`); each call whose body is whole runs. */
+  #read(chunk: Buffer): void {
+    let read: Array<Buffer | Payload>;
+    try {
+      read = this.#lines.push(chunk);
+    } catch (error) {
+      if (error instanceof LineTooLong) return this.#refuse("a line too long");
+      throw error;
+    }
+    for (const item of read) {
+      if (this.#socket.destroyed) return;
+      if (Buffer.isBuffer(item)) continue; // a line without a body: handled as it was split off
+      const { id, header } = this.#awaitingBody.shift()!;
+      void this.#run(id, header, Buffer.concat(item.chunks).toString("utf8"));
     }
   }
 
-  /** A control of a call, or a call's header; false when the connection was refused for it. */
-  #control(id: number, rest: string): boolean {
+  /**
+   * Handles one line as the splitter splits it off, in order: the hello, then calls' controls and headers.
+   * Answers how many bytes of body follow it: a call's header's `n` (an empty body runs the call at once).
+   */
+  #onLine(line: Buffer): number {
+    if (this.#socket.destroyed) return 0;
+    if (!this.#greeted) {
+      this.#hello(line);
+      return 0;
+    }
+    const parsed = splitId(line.toString("utf8"));
+    if (!parsed) {
+      this.#refuse("a line without an id");
+      return 0;
+    }
+    const header = this.#control(parsed.id, parsed.rest);
+    if (!header) return 0;
+    if (header.n === 0) {
+      void this.#run(parsed.id, header, "");
+      return 0;
+    }
+    this.#awaitingBody.push({ id: parsed.id, header });
+    return header.n;
+  }
+
+  /** The worker's hello: its token (checked in constant time) and its node:cluster id. */
+  #hello(line: Buffer): void {
+    const token = Buffer.from(this.#options.token);
+    const [hex, workerId] = line.toString("latin1").split(" ");
+    const said = Buffer.from(hex, "hex");
+    if (said.length !== token.length || !timingSafeEqual(said, token)) return this.#refuse("a wrong token");
+    this.#greeted = true;
+    // Written at once, not in turn: it leaves before any call after it on the connection can start
+    // its function, so a worker that never read it knows none did.
+    this.#socket.write(`${HELLO_ACCEPTED}\n`);
+    if (workerId !== undefined && /^\d{1,9}$/.test(workerId)) this.#workerId = Number(workerId);
+    const gate = this.#options.gate;
+    if (gate) {
+      gate.enter();
+      this.#socket.once("close", () => gate.leave());
+    }
+  }
+
+  /** Acts on a control of a call; answers a call's header when the line is one (nothing when it was refused). */
+  #control(id: number, rest: string): CallHeader | undefined {
     const call = this.#calls.get(id);
     if (rest === "x") call?.abort(stopped(id));
     else if (rest === "p") call?.hold();
@@ -227,52 +215,49 @@ class WorkerConnection {
       this.#slots.get(id)?.release();
       this.#slots.delete(id);
       this.#endIfIdle();
-    } else if (rest.startsWith("s ")) return this.#slot(id, rest.slice(2));
+    } else if (rest.startsWith("s ")) this.#slot(id, rest.slice(2));
     else {
       let header: unknown;
       try {
         header = JSON.parse(rest);
       } catch {
         this.#refuse("a header that is not JSON");
-        return false;
+        return undefined;
       }
-      if (!isCallHeader(header) || this.#calls.has(id)) {
+      if (!isCallHeader(header) || this.#calls.has(id) || this.#awaitingBody.some((call) => call.id === id)) {
         this.#refuse("a malformed header");
-        return false;
+        return undefined;
       }
       if (header.n > this.#options.bodyLimitBytes) {
         this.#refuse("a body past the limit");
-        return false;
+        return undefined;
       }
-      this.#header = { id, header };
+      return header;
     }
-    return true;
+    return undefined;
   }
 
   /** Answers a slot request (`<id> s {"p","a"}`): the slot (keyed `seat`), or `relay` (hand the call over instead). */
-  #slot(id: number, rest: string): boolean {
+  #slot(id: number, rest: string): void {
     let asked: { p?: unknown; a?: unknown };
     try {
       asked = JSON.parse(rest);
     } catch {
-      this.#refuse("a slot request that is not JSON");
-      return false;
+      return this.#refuse("a slot request that is not JSON");
     }
     if (typeof asked?.p !== "string" || typeof asked.a !== "string" || this.#slots.has(id)) {
-      this.#refuse("a malformed slot request");
-      return false;
+      return this.#refuse("a malformed slot request");
     }
     const slot = this.#workerId === undefined || this.#closing
       ? null
       : this.#options.slots?.slot(this.#workerId, asked.p, asked.a) ?? null;
     if (!slot) {
       writeInTurn(this.#socket, `${id} {"relay":true}\n`);
-      return true;
+      return;
     }
     this.#slots.set(id, slot);
     const answer = { replica: slot.replica, deploymentId: slot.deploymentId, graceMs: slot.graceMs, keep: slot.keep };
     writeInTurn(this.#socket, `${id} ${JSON.stringify({ seat: answer })}\n`);
-    return true;
   }
 
   /** Runs one call and writes its frames, waiting while the socket or the call's reader is behind. */
