@@ -16,27 +16,22 @@ import { LightAbortController } from "../abort/mod.ts";
 import type { Logger } from "../log.ts";
 import type { Metrics } from "../metrics/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
-import { createGroupCommit, type Database, type Notifier, storeUnavailableReason } from "../store/mod.ts";
+import type { Database, Notifier } from "../store/mod.ts";
 import { startTicker } from "../ticker/mod.ts";
 import type { GuardOptions } from "./destination_guard.ts";
 import {
-  type AttemptRecord,
   claimDueDeliveries,
   type ClaimedDelivery,
   type DeliveryLease,
-  type AttemptStart,
-  recordAttemptStarts,
-  recordAttempts,
-  settleInterruptedAttempts,
   postponeDue,
-  restoreDue,
+  settleInterruptedAttempts,
   snoozeDeliveries,
-  statusAfter,
 } from "./outbox.ts";
-import { basicAuthorization } from "./endpoint_credentials.ts";
-import { postOnce } from "./_post.ts";
-import { judgeAttempt, MAX_ATTEMPTS } from "./retry_policy.ts";
-import { signWebhook, webhookHeaderNames } from "./signer.ts";
+import { DeliveryAttempts } from "./_delivery_attempt.ts";
+import { DeliveryQueue, type ReadyDelivery } from "./_delivery_queue.ts";
+import { SlowDestinations } from "./_slow_destinations.ts";
+import { MAX_ATTEMPTS } from "./retry_policy.ts";
+import { webhookHeaderNames } from "./signer.ts";
 
 /** What the worker needs. */
 export interface DeliveryWorkerOptions {
@@ -97,28 +92,8 @@ export interface DeliveryWorker {
   stop(): Promise<void>;
 }
 
-/** Where a delivery goes: its endpoint's scheme, host and port. */
-function destinationOf(endpoint: string): string {
-  try {
-    return new URL(endpoint).origin;
-  } catch {
-    return endpoint;
-  }
-}
-
-/**
- * A full destination that has not answered for this long is slow: its due deliveries are postponed
- * until its attempts time out, and put back in line as soon as it answers. A misjudged one (a burst's
- * first answers are merely slower than this) costs two small updates; a dead one judged late costs a
- * claim that reads past all its due deliveries for as long as it is not postponed.
- */
-const SLOW_AFTER_MS = 500;
-
 /** How long a delivery put back for a busy destination waits before it is due again. */
 const SNOOZE_MS = 1000;
-
-/** The longest pause between tries to record an attempt's outcome while the store is away. */
-const MAX_RECORD_RETRY_MS = 5_000;
 
 /** Starts a worker that runs until `stop()`. */
 export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWorker {
@@ -128,199 +103,44 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
   const maxInFlight = options.maxInFlight ?? 128;
   const perDestination = Math.min(options.perDestination ?? 64, maxInFlight);
   const clock = options.now ?? Date.now;
-  // Handed-off deliveries waiting for the window; past it, new ones stay in the outbox to be claimed.
-  const maxReady = maxInFlight * 2;
   // Every attempt in flight listens to it (through its deadline): a light one, no listener limit.
   const stopping = new LightAbortController();
-  let inFlight = 0;
   // More deliveries may be due (the last claim was full, or left a busy destination out): a finished
   // attempt claims again.
   let backlog = false;
-  // Slow destinations whose due deliveries were postponed: their endpoints and the time they are due
-  // again (when the attempts in flight have timed out), until then or until the destination answers.
-  const postponed = new Map<string, { endpoints: string[]; dueAt: number }>();
-  // When each busy destination last answered (or became busy): one that is full and has not answered
-  // for `SLOW_AFTER_MS` is slow, not merely busy.
-  const answeredAt = new Map<string, number>();
-  // Attempts that end within 10 ms of each other are recorded in one transaction. Until it commits, the
-  // delivery's lease holds it: a crash in between means one more attempt, never a lost one.
-  const records = createGroupCommit<AttemptRecord>((batch) => recordAttempts(options.db, batch, { owner }), {
-    delayMs: 10,
+  const attempts = new DeliveryAttempts({
+    ...options,
+    names,
+    owner,
+    clock,
+    signal: stopping.signal,
+    wakeAfter: (ms) => ticker.wakeAfter(ms),
   });
-  // An attempt is counted in the store before it is sent: one killed mid-attempt is not lost from the
-  // record while the receiver got it. Starts of the same event-loop turn share one commit. Counted only
-  // while this worker holds the delivery long enough for the attempt (else it is not sent).
-  const starts = createGroupCommit<AttemptStart>((batch) => recordAttemptStarts(options.db, batch, { owner }));
-  // The deliveries this worker holds, from their claim or hand-off until their attempt's outcome is
-  // recorded (or they go back to the outbox): never claimed again meanwhile. An outage longer than the
-  // lease once let the worker claim a delivery whose attempt it was still recording, and send it twice.
-  const mine = new Set<string>();
+  const queue = new DeliveryQueue({ ...options, maxInFlight, perDestination, clock, signal: stopping.signal });
+  const slow = new SlowDestinations({ ...options, clock, wake: () => ticker.wake() });
 
-  /**
-   * Records an attempt's outcome, trying again (with a growing pause) while the store is away: an
-   * outcome not recorded would let the delivery's lease run out and the receiver get it once more, so
-   * under an outage or connection exhaustion a refused record is kept and written late (recording
-   * takes no lease: the attempt's number says which attempt it settles) instead of sent again.
-   */
-  async function recordSurely(record: AttemptRecord): Promise<void> {
-    for (let pauseMs = 100;; pauseMs = Math.min(pauseMs * 2, MAX_RECORD_RETRY_MS)) {
-      try {
-        return await records.add(record);
-      } catch (error) {
-        if (stopping.signal.aborted || storeUnavailableReason(error) === null) throw error;
-      }
-      // Unreferenced: a stopping process is not held open by a store that does not answer.
-      await new Promise((resolve) => setTimeout(resolve, pauseMs).unref());
-    }
-  }
-
-  function headersFor(delivery: ClaimedDelivery, now: number): Record<string, string> {
-    const headers: Record<string, string> = {
-      "Content-Type": "application/json",
-      "User-Agent": "Runplane-Webhook/1",
-      "X-Request-Id": delivery.run_id,
-    };
-    if (delivery.credentials) headers.Authorization = basicAuthorization(options.secrets.open(delivery.credentials));
-    if (delivery.secret !== null) {
-      const timestamp = Math.floor(now / 1000);
-      const secret = options.secrets.open(delivery.secret);
-      headers[names.timestamp] = String(timestamp);
-      headers[names.signature] = signWebhook(secret, { runId: delivery.run_id, timestamp, body: delivery.body });
-    }
-    return headers;
-  }
-
-  /**
-   * Makes one attempt and records it. `sent(answered)` is called once the receiver answered (or the
-   * attempt ended without an answer): the window's and the destination's slot is free from then, while
-   * the outcome is committed (the delivery's lease holds it until then).
-   */
-  async function attempt(delivery: ClaimedDelivery, sent: (answered: boolean) => void): Promise<void> {
-    const number = delivery.attempts + 1;
-    // The store's clock: the attempt's time, the signature's timestamp and the next attempt's due time
-    // are the database's, not this host's, whose clock may be off.
-    const at = clock();
-    const start: AttemptStart = { runId: delivery.run_id, attempt: number, at, holdUntil: at + options.timeoutMs };
-    await starts.add(start);
-    if (stopping.signal.aborted) return;
-    if (!start.held) {
-      options.logger.info(
-        { run_id: delivery.run_id, attempt: number },
-        "webhook attempt not sent: its lease ran out before it could start; whichever process claims it sends it",
-      );
-      return;
-    }
-    const started = performance.now();
-    const outcome = await postOnce({
-      url: new URL(delivery.endpoint),
-      body: delivery.body,
-      headers: headersFor(delivery, at),
-      timeoutMs: options.timeoutMs,
-      guard: options.guard,
-      signal: stopping.signal,
-    });
-    sent("statusCode" in outcome);
-    if (stopping.signal.aborted) return;
-    const durationMs = Math.round((performance.now() - started) * 100) / 100;
-    const verdict = judgeAttempt(outcome);
-    const record: AttemptRecord = {
-      runId: delivery.run_id,
-      attempt: number,
-      at,
-      durationMs,
-      outcome,
-      verdict,
-      nextAttemptAt: clock() + options.retryDelayMs,
-      maxAttempts: delivery.attempt_limit ?? MAX_ATTEMPTS,
-    };
-    await recordSurely(record);
-    const status = statusAfter(record);
-    const label = status === "pending" ? "retry" : "refused" in outcome && outcome.refused ? "refused" : status;
-    options.metrics?.webhookAttempts.inc({ outcome: label });
-    // Latency: from the run's end (the delivery was enqueued with its final state) to the final outcome.
-    if (status !== "pending") {
-      options.metrics?.webhookDeliveryLatency.observe(
-        { outcome: status },
-        Math.max(0, clock() - delivery.created_at) / 1000,
-      );
-    }
-    const detail = { run_id: delivery.run_id, attempt: number, outcome: label, ...outcome, duration_ms: durationMs };
-    if (status === "failed") options.logger.warn(detail, "webhook delivery failed");
-    else if (status === "delivered") options.logger.info(detail, "webhook delivered");
-    else options.logger.info(detail, "webhook attempt failed; retrying");
-    if (status === "pending") ticker.wakeAfter(options.retryDelayMs);
-  }
-
-  // Claimed and handed-off deliveries wait here for room in the window (and at their destination), with
-  // their lease's end.
-  const ready: Array<{ delivery: ClaimedDelivery; leaseEnds: number; destination: string }> = [];
-  // Attempts in flight, and deliveries in `ready`, by destination.
-  const busy = new Map<string, number>();
-  const waiting = new Map<string, number>();
-  // Endpoints of the attempts in flight, to leave a busy destination's deliveries out of the claims.
-  const endpointsInFlight = new Map<string, number>();
-  const saturated = (destination: string) => (busy.get(destination) ?? 0) >= perDestination;
-  function count(counts: Map<string, number>, destination: string, by: number): void {
-    const value = (counts.get(destination) ?? 0) + by;
-    if (value) counts.set(destination, value);
-    else counts.delete(destination);
-  }
-
-  function enqueue(delivery: ClaimedDelivery, leaseEnds: number): void {
-    const destination = destinationOf(delivery.endpoint);
-    mine.add(delivery.run_id);
-    ready.push({ delivery, leaseEnds, destination });
-    count(waiting, destination, 1);
-  }
-
-  function dequeue(index: number): (typeof ready)[number] {
-    const [entry] = ready.splice(index, 1);
-    count(waiting, entry.destination, -1);
-    return entry;
-  }
-
-  function start(entry: (typeof ready)[number]): void {
+  function start(entry: ReadyDelivery): void {
     const { delivery, destination } = entry;
-    inFlight++;
-    count(busy, destination, 1);
-    if (!answeredAt.has(destination)) answeredAt.set(destination, performance.now());
-    count(endpointsInFlight, delivery.endpoint, 1);
+    queue.began(entry);
+    slow.began(destination);
     let released = false;
     function release(answered = false): void {
       if (released) return;
       released = true;
-      inFlight--;
-      count(busy, destination, -1);
-      if (busy.has(destination)) answeredAt.set(destination, performance.now());
-      else answeredAt.delete(destination);
-      if (answered) restorePostponed(destination);
-      count(endpointsInFlight, delivery.endpoint, -1);
+      queue.ended(entry);
+      slow.ended(destination, queue.busy(destination), answered);
       pump();
       if (backlog) ticker.wake();
     }
-    attempt(delivery, release)
+    attempts.attempt(delivery, release)
       .catch((error) =>
         options.logger.error({ run_id: delivery.run_id, err: error }, "webhook attempt could not be recorded")
       )
       .finally(() => {
         // Its outcome is recorded (or given up): from now on the delivery may be claimed again.
-        mine.delete(delivery.run_id);
+        queue.mine.delete(delivery.run_id);
         release();
       });
-  }
-
-  /** Puts a postponed destination's deliveries back in line: it answered, so it is not dead. */
-  function restorePostponed(destination: string): void {
-    const entry = postponed.get(destination);
-    if (!entry) return;
-    postponed.delete(destination);
-    restoreDue(options.db, { endpoints: entry.endpoints, postponedTo: entry.dueAt, now: clock() })
-      .then((restored) => {
-        if (restored) ticker.wake();
-      })
-      .catch((error) =>
-        options.logger.warn({ err: error }, "postponed deliveries not put back in line; they are due after the timeout")
-      );
   }
 
   /**
@@ -329,24 +149,7 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
    * later: the window and the claims stay free for the other destinations.
    */
   function pump(): void {
-    const kept = new Map<string, number>();
-    const snoozed: string[] = [];
-    for (let i = 0; i < ready.length && !stopping.signal.aborted;) {
-      const entry = ready[i];
-      // Too close to its lease's end, another process may claim it as well: leave it to the outbox.
-      if (clock() + options.timeoutMs >= entry.leaseEnds) {
-        mine.delete(dequeue(i).delivery.run_id);
-      } else if (inFlight < maxInFlight && !saturated(entry.destination)) {
-        start(dequeue(i));
-      } else if (saturated(entry.destination) && (kept.get(entry.destination) ?? 0) >= perDestination) {
-        const runId = dequeue(i).delivery.run_id;
-        mine.delete(runId);
-        snoozed.push(runId);
-      } else {
-        count(kept, entry.destination, 1);
-        i++;
-      }
-    }
+    const snoozed = queue.pump(start);
     if (snoozed.length) {
       snoozeDeliveries(options.db, { runIds: snoozed, owner, dueAt: clock() + SNOOZE_MS }).catch((error) =>
         options.logger.warn({ err: error }, "deliveries to a busy destination not put back; their leases will end")
@@ -354,15 +157,8 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     }
   }
 
-  /** Deliveries in `ready` that could start once the window has room (their destination has room). */
-  function startable(): number {
-    let count = 0;
-    for (const entry of ready) if (!saturated(entry.destination)) count++;
-    return count;
-  }
-
   async function tick(): Promise<void> {
-    const room = maxInFlight - inFlight - startable();
+    const room = queue.room();
     if (room <= 0) {
       // Woken with a full window: look again as soon as an attempt finishes.
       backlog = true;
@@ -370,44 +166,28 @@ export function startDeliveryWorker(options: DeliveryWorkerOptions): DeliveryWor
     }
     const now = clock();
     // A busy destination's deliveries are not claimed: they would only go back to the outbox.
-    const skipEndpoints = [...endpointsInFlight.keys()].filter((endpoint) => saturated(destinationOf(endpoint)));
-    // A slow destination's due deliveries would stay at the head of the due index, read past by every
-    // claim: move them out of the way until its attempts in flight may have ended (once per timeout at
-    // most, per destination; its first answer puts them back). A fast one that is merely full keeps its
-    // place in line.
-    const slow = new Map<string, string[]>();
-    for (const endpoint of skipEndpoints) {
-      const destination = destinationOf(endpoint);
-      const silentFor = performance.now() - (answeredAt.get(destination) ?? Infinity);
-      if (silentFor < SLOW_AFTER_MS || (postponed.get(destination)?.dueAt ?? -Infinity) > now) continue;
-      const endpoints = slow.get(destination);
-      if (endpoints) endpoints.push(endpoint);
-      else slow.set(destination, [endpoint]);
-    }
-    if (slow.size) {
-      const dueAt = now + options.timeoutMs;
-      for (const [destination, endpoints] of slow) postponed.set(destination, { endpoints, dueAt });
-      await postponeDue(options.db, { endpoints: [...slow.values()].flat(), now, dueAt });
+    const skipEndpoints = queue.busyEndpoints();
+    const postponement = slow.postponing(skipEndpoints, now);
+    if (postponement) {
+      await postponeDue(options.db, { endpoints: postponement.endpoints, now, dueAt: postponement.dueAt });
     }
     const limit = Math.min(room, 32);
-    const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints, skipRuns: mine });
+    const skipRuns = queue.mine;
+    const due = await claimDueDeliveries(options.db, { owner, now, leaseMs, limit, skipEndpoints, skipRuns });
     // More may be due: the claim was full, or it left a busy destination's out (claim again as it frees).
     backlog = due.length === limit || skipEndpoints.length > 0;
     const claimed = await settleInterruptedAttempts(options.db, due, { maxAttempts: MAX_ATTEMPTS, now, owner });
-    for (const delivery of claimed) enqueue(delivery, now + leaseMs);
+    for (const delivery of claimed) queue.enqueue(delivery, now + leaseMs);
     pump();
   }
 
   const handOff: DeliveryHandOff = {
     lease(now, endpoint) {
-      const destination = destinationOf(endpoint);
-      const full = ready.length >= maxReady
-        || (saturated(destination) && (waiting.get(destination) ?? 0) >= perDestination);
       // `now` is the store's clock (the delivery's created_at), as the lease's end is.
-      return full || stopping.signal.aborted ? null : { owner, expiresAt: now + leaseMs };
+      return queue.full(endpoint) || stopping.signal.aborted ? null : { owner, expiresAt: now + leaseMs };
     },
     take(deliveries) {
-      for (const delivery of deliveries) enqueue(delivery, delivery.created_at + leaseMs);
+      for (const delivery of deliveries) queue.enqueue(delivery, delivery.created_at + leaseMs);
       pump();
     },
   };
