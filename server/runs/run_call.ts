@@ -71,8 +71,9 @@ export interface LiveRun extends RunRecorder {
    */
   succeed(result?: unknown, options?: { runTimeMs?: number }): Promise<void>;
   /**
-   * Records failure (`error` is read by `toRunError`: `errorType`, `message`, `traceback`) — or
-   * `cancelled` once `signal` was aborted (the caller went away, or `cancelRun`); settles like `succeed`.
+   * Records the outcome `error` stands for (`classifyFailure`: a failure with its `errorType`, `message`
+   * and `traceback`, or `cancelled` once `signal` was aborted: the caller went away, or `cancelRun`);
+   * settles like `succeed`.
    */
   fail(error: unknown): Promise<void>;
   /** Records the run `cancelled` (e.g. its stream's client went away), as `cancelRun` does; settles like `succeed`. */
