@@ -5,10 +5,8 @@
  * raises the project's version and announces the project on the `runplane_project_secrets` channel
  * (every process on PostgreSQL); free of HTTP, so the runtime, the handlers and tests share it.
  */
-import { randomBytes } from "node:crypto";
 import type { Kysely } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
-import { envNameProblem } from "../runtime/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
 import type { Database, Notifier } from "../store/mod.ts";
 import {
@@ -19,26 +17,14 @@ import {
   selectSecrets,
   selectSizes,
   selectVersion,
-  selectVersionedProjects,
   upsertSecret,
 } from "./_records.ts";
+import { SecretChanges } from "./_secret_changes.ts";
+import { checkName, checkValue, nameRefusal, PROJECT_SECRET_LIMITS, secretNameProblem } from "./_secret_checks.ts";
+import { SecretSeals } from "./_secret_seals.ts";
 
+export { PROJECT_SECRET_LIMITS, secretNameProblem } from "./_secret_checks.ts";
 export { cacheReplicaEnvironments, type ReplicaEnvironment, type ReplicaEnvironments } from "./replica_environments.ts";
-
-/** The limits of a project's secrets (each a 4xx problem naming it). */
-export const PROJECT_SECRET_LIMITS = {
-  /** A name's length in characters. */
-  nameLength: 128,
-  /** One value's size in UTF-8 bytes (64 KiB): 413 above it. */
-  valueBytes: 64 * 1024,
-  /** Secrets per project: 409 for one more. */
-  secrets: 100,
-  /**
-   * The project's values together, in UTF-8 bytes (1 MiB): 413 above it. A replica gets them all in its
-   * environment, and Linux refuses to start a process whose arguments and environment pass 2 MiB.
-   */
-  totalBytes: 1024 * 1024,
-} as const;
 
 /** A secret as listed: its name and times (ISO 8601), never its value. */
 export interface ProjectSecretInfo {
@@ -96,69 +82,6 @@ export interface ProjectSecretsOptions {
   onError?(error: unknown): void;
 }
 
-const CHANNEL = "runplane_project_secrets";
-
-/**
- * Why `name` cannot name a secret, or null when it can: the rules of an app's `[env]` names (one list, in
- * `server/runtime/_app_env.ts`: the platform's own names, and those a program reads before its code runs),
- * and a length limit. Given the `value` it would hold, also why `[env]` refuses that value to that name (a
- * locale name holding `/`).
- */
-export function secretNameProblem(name: string, value?: string): string | null {
-  if (name === "") return "is empty: name the secret like an environment variable, e.g. API_KEY";
-  if (name.length > PROJECT_SECRET_LIMITS.nameLength) {
-    return `is ${name.length} characters long; the limit is ${PROJECT_SECRET_LIMITS.nameLength}`;
-  }
-  return envNameProblem(name, value);
-}
-
-function nameRefusal(name: string, problem: string): ProblemError {
-  return new ProblemError("validation", `The secret name ${JSON.stringify(name)} ${problem}`, {
-    errors: [{ path: "path.name", message: problem }],
-  });
-}
-
-function checkName(name: string): void {
-  const problem = secretNameProblem(name);
-  if (problem) throw nameRefusal(name, problem);
-}
-
-/**
- * The value's size in bytes; throws for a value no environment can hold, one `[env]` refuses to `name`
- * (already checked alone), or one over the limit.
- */
-function checkValue(name: string, value: string): number {
-  if (typeof value !== "string") {
-    throw new ProblemError("validation", "The secret's value must be a string", {
-      errors: [{ path: "body.value", message: "must be a string" }],
-    });
-  }
-  if (value.includes("\u0000")) {
-    throw new ProblemError(
-      "validation",
-      "The secret's value holds a NUL character, which no environment variable can",
-      {
-        errors: [{ path: "body.value", message: "must not contain NUL (\\u0000)" }],
-      },
-    );
-  }
-  // The name passed alone, so what is refused here is the value it would hold; checked before it is sealed.
-  const problem = secretNameProblem(name, value);
-  if (problem) {
-    throw new ProblemError("validation", `The secret ${JSON.stringify(name)} ${problem}`, {
-      errors: [{ path: "body.value", message: problem }],
-    });
-  }
-  const bytes = Buffer.byteLength(value, "utf8");
-  if (bytes > PROJECT_SECRET_LIMITS.valueBytes) {
-    throw new ProblemError(
-      "content-too-large",
-      `The secret's value is ${bytes} bytes; the limit is ${PROJECT_SECRET_LIMITS.valueBytes} bytes (64 KiB) per value`,
-    );
-  }
-  return bytes;
-}
-
 /** Thrown inside a transaction to roll it back without an error reaching the caller. */
 class NothingToDo extends Error {}
 
@@ -168,51 +91,9 @@ function iso(ms: number): string {
 
 /** Creates the project secrets service over the store. */
 export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSecrets {
-  const { db, secrets, notifier } = options;
-  // Marks this instance's announcements: its own listeners are told at once, not again by the echo.
-  const origin = randomBytes(6).toString("hex");
-  const listeners = new Set<(projectId: string) => void>();
-  let stopListening: (() => void) | undefined;
-
-  function tell(projectId: string): void {
-    for (const listener of [...listeners]) {
-      try {
-        listener(projectId);
-      } catch (error) {
-        options.onError?.(error);
-      }
-    }
-  }
-
-  function woken(payload: string | undefined): void {
-    if (payload === undefined) {
-      // Changes may have been missed while the connection was away: tell every project that has had any.
-      selectVersionedProjects(db).then((projects) => projects.forEach(tell), (error) => options.onError?.(error));
-      return;
-    }
-    const [from, projectId] = payload.split(" ");
-    if (from !== origin && projectId) tell(projectId);
-  }
-
-  function seal(projectId: string, name: string, value: string): string {
-    return secrets.seal(JSON.stringify([projectId, name, value]));
-  }
-
-  function open(projectId: string, row: { name: string; value_sealed: string }): string {
-    let parts: unknown;
-    try {
-      parts = JSON.parse(secrets.open(row.value_sealed));
-    } catch (error) {
-      throw new Error(
-        `The secret ${row.name} of project ${projectId} does not open with this store's data key: set it again`,
-        { cause: error },
-      );
-    }
-    if (!Array.isArray(parts) || parts[0] !== projectId || parts[1] !== row.name || typeof parts[2] !== "string") {
-      throw new Error(`The secret ${row.name} of project ${projectId} was sealed for another secret: set it again`);
-    }
-    return parts[2];
-  }
+  const { db } = options;
+  const seals = new SecretSeals(options.secrets);
+  const changes = new SecretChanges(options);
 
   return {
     async list(projectId) {
@@ -223,7 +104,7 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
     async put(projectId, name, value) {
       checkName(name);
       const bytes = checkValue(name, value);
-      const sealed = seal(projectId, name, value);
+      const sealed = seals.seal(projectId, { name, value });
       const now = options.now();
       const outcome = await db.transaction().execute(async (tx) => {
         await raiseVersion(tx, projectId, now);
@@ -243,10 +124,10 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
           );
         }
         const createdAt = await upsertSecret(tx, { projectId, name, sealed, bytes, now });
-        await notifier.notify(CHANNEL, `${origin} ${projectId}`, { db: tx });
+        await changes.announce(tx, projectId);
         return { created, secret: { name, createdAt: iso(createdAt), updatedAt: iso(now) } };
       });
-      tell(projectId);
+      changes.tell(projectId);
       return outcome;
     },
 
@@ -261,13 +142,13 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
           await raiseVersion(tx, projectId, options.now());
           // Deleted meanwhile by another call: roll the version back, nothing changed.
           if (!(await deleteSecret(tx, { projectId, name }))) throw new NothingToDo();
-          await notifier.notify(CHANNEL, `${origin} ${projectId}`, { db: tx });
+          await changes.announce(tx, projectId);
         });
       } catch (error) {
         if (error instanceof NothingToDo) return false;
         throw error;
       }
-      tell(projectId);
+      changes.tell(projectId);
       return true;
     },
 
@@ -276,7 +157,7 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
       // A name or value refused since its secret was set never reaches a replica, nor the root processes
       // that start it. A value is sealed, so it is checked once opened.
       const allowed = rows.filter((row) => secretNameProblem(row.name) === null);
-      const variables = allowed.map((row) => [row.name, open(projectId, row)] as const);
+      const variables = allowed.map((row) => [row.name, seals.open(projectId, row)] as const);
       return Object.fromEntries(variables.filter(([name, value]) => secretNameProblem(name, value) === null));
     },
 
@@ -285,17 +166,7 @@ export function createProjectSecrets(options: ProjectSecretsOptions): ProjectSec
     },
 
     onChange(listener) {
-      // A fresh function per call, so the same listener added twice is removed once per unsubscribe.
-      const entry = (projectId: string) => listener(projectId);
-      listeners.add(entry);
-      stopListening ??= notifier.listen(CHANNEL, woken);
-      return () => {
-        listeners.delete(entry);
-        if (listeners.size === 0 && stopListening) {
-          stopListening();
-          stopListening = undefined;
-        }
-      };
+      return changes.onChange(listener);
     },
   };
 }
