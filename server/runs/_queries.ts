@@ -4,7 +4,7 @@
  * change a conditional UPDATE.
  */
 import type { Kysely, Transaction, Updateable } from "kysely";
-import { type Database, type OpenRunStatus, type RunStatus, TERMINAL_RUN_STATUSES, type TerminalRunStatus } from "../store/mod.ts";
+import { type Database, type OpenRunStatus, type RunMode, type RunStatus, TERMINAL_RUN_STATUSES, type TerminalRunStatus } from "../store/mod.ts";
 import { endLeasedRuns } from "../store/statements/run_rows.ts";
 import {
   claimQueued,
@@ -76,7 +76,7 @@ export interface RunPageWhere {
   appId?: string;
   functionName?: string;
   status?: RunStatus;
-  mode?: string;
+  mode?: RunMode;
   /** Unix ms: created at or after. */
   createdAfter?: number;
   /** Unix ms: created before. */

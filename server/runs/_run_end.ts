@@ -19,7 +19,7 @@
  */
 import type { Insertable, Kysely, Updateable } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
-import type { Database } from "../store/mod.ts";
+import type { Database, RunMode } from "../store/mod.ts";
 import { runRowWith } from "../store/statements/run_rows.ts";
 import type { RunTable } from "../store/schema.ts";
 import { type NewDelivery, webhookBody } from "../webhooks/mod.ts";
@@ -61,7 +61,7 @@ export interface RunEndOptions {
    */
   runTimeMs?: number | null;
   /** The mode it ended in, when not its record's (a sync call whose function streamed: `stream`). */
-  mode?: string;
+  mode?: RunMode;
   /** The caller's request line reports this end (a sync or stream call). */
   loggedByCaller?: boolean;
   /** The deployment whose replica took the call, when one did and the stored run does not say so yet. */

@@ -3,9 +3,9 @@
  * and the step that executes a run, so none of them imports another for its types.
  */
 import type { AbortSignalLike } from "../abort/mod.ts";
+import type { RunMode } from "../store/mod.ts";
 
-/** How a run is called. */
-export type RunMode = "sync" | "async" | "stream";
+export type { RunMode };
 
 /** A call to submit. */
 export interface RunCall {

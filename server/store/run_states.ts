@@ -1,9 +1,15 @@
 /**
- * A run's states and the platform's failure types, listed once (as pg-boss lists its job states): the
+ * A run's modes, states and the platform's failure types, listed once (as pg-boss lists its job states): the
  * store's schema, the SQL that names a status, the runs' code and the contract's `RunStatus` all derive
  * from these lists. `test/store/run_states_test.ts` holds them equal to the contract
  * (`generated/openapi.json`), so neither can change alone. The stored values are these strings.
  */
+
+/** How a run can be called; the contract's `RunMode`. */
+export const RUN_MODES = ["sync", "async", "stream"] as const;
+
+/** How a run was called: `sync`, `async` or `stream` (an async run whose function streams stays `async`). */
+export type RunMode = (typeof RUN_MODES)[number];
 
 /** Every status a run can have, in the order of its life; the contract's `RunStatus`. */
 export const RUN_STATUSES = ["queued", "running", "success", "failure", "cancelled"] as const;

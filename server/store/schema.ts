@@ -3,7 +3,7 @@
  * queries run on SQLite and PostgreSQL.
  */
 import type { Generated } from "kysely";
-import type { RunStatus } from "./run_states.ts";
+import type { RunMode, RunStatus } from "./run_states.ts";
 
 /** A project: the unit that owns apps, service accounts and digests. */
 export interface ProjectTable {
@@ -52,8 +52,8 @@ export interface RunTable {
   project_id: string;
   app_id: string;
   function_name: string;
-  /** `sync`, `async` or `stream`. */
-  mode: string;
+  /** One of `RUN_MODES` (`run_states.ts`): `sync`, `async` or `stream`. */
+  mode: RunMode;
   /** One of `RUN_STATUSES` (`run_states.ts`): `queued`, `running`, `success`, `failure` or `cancelled`. */
   status: RunStatus;
   created_at: number;

@@ -41,7 +41,7 @@ import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts"
 const PROJECT_PAGES = [
   { projectId: "p", limit: 51 },
   { projectId: "p", status: "failure" as const, limit: 51 },
-  { projectId: "p", functionName: "f", mode: "async", limit: 51 },
+  { projectId: "p", functionName: "f", mode: "async" as const, limit: 51 },
   { projectId: "p", createdAfter: 1, createdBefore: 2, limit: 51 },
 ];
 
@@ -129,7 +129,7 @@ for (const engine of await engines()) {
         project_id: "p",
         app_id: "a",
         function_name: "f",
-        mode: "async",
+        mode: "async" as const,
         webhook_endpoint: null,
         webhook_secret: null,
         webhook_credentials: null,

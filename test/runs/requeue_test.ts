@@ -234,7 +234,7 @@ for (const engine of await engines()) {
         project_id: PROJECT,
         app_id: "a",
         function_name: "f",
-        mode: "async",
+        mode: "async" as const,
         status: "running" as const,
         created_at: 1_000,
         started_at: 2_000,

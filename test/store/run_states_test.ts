@@ -1,5 +1,5 @@
 /**
- * A run's states and failure types are listed once (`server/store/run_states.ts`) and equal the
+ * A run's modes, states and failure types are listed once (`server/store/run_states.ts`) and equal the
  * contract's (`generated/openapi.json`, from `spec/runs.tsp`): a status or type added to one and not the
  * other fails here.
  */
@@ -15,8 +15,10 @@ import {
   OPEN_RUN_STATUSES,
   PASSING_START_FAILURE_TYPES,
   RUN_FAILURE_TYPES,
+  RUN_MODES,
   RUN_START_FAILURE_TYPES,
   RUN_STATUSES,
+  type RunMode,
   type RunStatus,
   sqlStatus,
   sqlStatusList,
@@ -41,6 +43,14 @@ function namedIn(description: string | undefined): string[] {
 // The compiler holds the type equal to the generated one, both ways.
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const statusTypeIsTheContracts: Same<RunStatus, components["schemas"]["RunStatus"]> = true;
+const modeTypeIsTheContracts: Same<RunMode, components["schemas"]["RunMode"]> = true;
+
+describe("run modes", () => {
+  it("are the contract's RunMode enum, in its order", () => {
+    assert.ok(modeTypeIsTheContracts);
+    assert.deepEqual([...RUN_MODES], CONTRACT.components.schemas.RunMode.enum);
+  });
+});
 
 describe("run statuses", () => {
   it("are the contract's RunStatus enum, in its order", () => {
