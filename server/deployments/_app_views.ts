@@ -5,7 +5,8 @@
  */
 import type { AppInfo } from "../runtime/mod.ts";
 import { iso, isTerminal } from "./_deployment_views.ts";
-import { type AppRow, type DeploymentRow, queuedRunsByApp, selectApps, selectNewestDeployments } from "./_records.ts";
+import { queuedRunsByApp } from "../runs/mod.ts";
+import { type AppRow, type DeploymentRow, selectApps, selectNewestDeployments } from "./_records.ts";
 import { selectServed, type ServedRow } from "./_served_records.ts";
 import { SERVED_STALE_MS } from "./_served_reporter.ts";
 import type { AppRef, AppView, DeploymentsOptions } from "./_types.ts";
@@ -107,7 +108,7 @@ export async function projectApps(
   const [stored, newest, queued, served] = await Promise.all([
     selectApps(db, { projectId, appId }),
     selectNewestDeployments(db, projectId),
-    queuedRunsByApp(db, projectId),
+    queuedRunsByApp(db, { projectId }).then((apps) => new Map(apps.map((app) => [app.appId, app.count]))),
     selectServed(db, { projectId, appId, seenSince: options.now() - SERVED_STALE_MS }),
   ]);
   const infos = new Map(options.runtime.apps(projectId).map((info) => [info.name, info]));

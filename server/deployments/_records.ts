@@ -416,18 +416,6 @@ export function selectLogLines(
     .execute();
 }
 
-/** Queued runs per app of a project (every process's). */
-export async function queuedRunsByApp(db: Kysely<Database>, projectId: string): Promise<Map<string, number>> {
-  const rows = await db
-    .selectFrom("runs")
-    .select(["app_id", (eb) => eb.fn.countAll<number | string>().as("count")])
-    .where("project_id", "=", projectId)
-    .where("status", "=", "queued")
-    .groupBy("app_id")
-    .execute();
-  return new Map(rows.map((r) => [r.app_id, Number(r.count)]));
-}
-
 /** The newest deployment of each of a project's apps (for an app's state while it has no active one). */
 export async function selectNewestDeployments(
   db: Kysely<Database>,

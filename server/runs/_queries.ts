@@ -202,14 +202,17 @@ export async function appsWithQueuedRuns(db: Db): Promise<Array<{ project_id: st
   return apps.sort((a, b) => (a.oldest < b.oldest ? -1 : 1)).map(({ project_id, app_id }) => ({ project_id, app_id }));
 }
 
-/** How many runs each app has queued. */
-export async function queuedRunsByApp(db: Db): Promise<Array<{ projectId: string; appId: string; count: number }>> {
-  const rows = await db
+/** How many runs each app has queued (every process's), of every project or of `options.projectId`'s. */
+export async function queuedRunsByApp(
+  db: Db,
+  options: { projectId?: string } = {},
+): Promise<Array<{ projectId: string; appId: string; count: number }>> {
+  let query = db
     .selectFrom("runs")
-    .select(["project_id", "app_id", (eb) => eb.fn.countAll().as("count")])
-    .where("status", "=", "queued")
-    .groupBy(["project_id", "app_id"])
-    .execute();
+    .select(["project_id", "app_id", (eb) => eb.fn.countAll<number | string>().as("count")])
+    .where("status", "=", "queued");
+  if (options.projectId !== undefined) query = query.where("project_id", "=", options.projectId);
+  const rows = await query.groupBy(["project_id", "app_id"]).execute();
   return rows.map((r) => ({ projectId: r.project_id, appId: r.app_id, count: Number(r.count) }));
 }
 

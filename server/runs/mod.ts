@@ -7,6 +7,7 @@ export { encodeCursor } from "./_cursor.ts";
 export { DEFAULT_GRACE_MS, MAX_GRACE_MS } from "./_dispatcher.ts";
 export type { RunExecution } from "./_execute_run.ts";
 export { runOwnersDir } from "./_owners.ts";
+export { queuedRunsByApp } from "./_queries.ts";
 export type { Run } from "./_view.ts";
 export { createRunChangeFeed, type RunChange, type RunChangeFeed, type RunChangeListener } from "./change_feed.ts";
 export {

@@ -1,13 +1,15 @@
 /**
  * `replicas.hosts` on a single process (SQLite, no cluster): the answering process alone, live, while it
  * has replicas of the app (no advertised URL, `this_host`), with its calls in flight against its slots;
- * empty for an app without replicas. `listApps` shows the same list.
+ * empty for an app without replicas. `listApps` shows the same list. An app's `queued_runs` counts its
+ * async runs waiting for a slot, and only its own.
  */
 import assert from "node:assert/strict";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
+import { submitAsync, TERMINAL, waitForStatus } from "../_helpers/runs.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const WAIT = `import os, time
@@ -35,6 +37,10 @@ describe("replicas per host on a single process", () => {
       files: { "main.py": WAIT },
     });
     await deployApp(t, "cold", { toml: "[scaling]\nmin_replicas = 0\n", files: { "main.py": WAIT } });
+    await deployApp(t, "one", {
+      toml: "[scaling]\nmin_replicas = 1\nmax_replicas = 1\nreplica_concurrency = 1\n",
+      files: { "main.py": WAIT },
+    });
     await t.server.context.runtime.warm();
   });
   after(() => t?.close());
@@ -91,5 +97,25 @@ describe("replicas per host on a single process", () => {
     assert.equal(byName.get("warm")?.length, 1);
     assert.equal(byName.get("warm")?.[0].this_host, true);
     assert.deepEqual(byName.get("cold"), []);
+  });
+
+  it("counts an app's async runs waiting for a slot as its queued_runs, and no other app's", async () => {
+    const gate = join(t.dataDir, `gate-queued-${Date.now()}`);
+    const ref = { client: t.client, project: TEST_PROJECT, app: "one" };
+    const runs = [];
+    try {
+      // One slot: the first run holds it while the others wait in the queue.
+      for (let i = 0; i < 3; i++) runs.push(await submitAsync(ref, "wait", { body: { gate } }));
+      await waitFor(async () => (await getApp("one")).queued_runs === 2, "two runs to wait for the slot");
+      assert.equal((await getApp("warm")).queued_runs, 0);
+      const { data } = await t.client.GET("/v3/projects/{project_id}/apps", {
+        params: { path: { project_id: TEST_PROJECT } },
+      });
+      assert.equal(data!.apps.find((app) => app.app_id === "one")?.queued_runs, 2);
+    } finally {
+      await writeFile(gate, "");
+    }
+    for (const runId of runs) assert.equal((await waitForStatus(ref, runId, TERMINAL, 60_000)).status, "success");
+    assert.equal((await getApp("one")).queued_runs, 0);
   });
 });
