@@ -50,145 +50,169 @@ export class JsonValidator {
   #literalAt = 0;
   #offset = 0;
 
+  /** Checks the next chunk of the text; throws `InvalidJson` at the first byte that cannot be there. */
   push(chunk: Uint8Array): void {
     const n = chunk.length;
-    let state = this.#state;
     let i = 0;
-    const fail = (what: string): never => {
-      throw new InvalidJson(what, this.#offset + i);
-    };
     while (i < n) {
-      const c = chunk[i];
-      switch (state) {
-        case STRING: {
-          // The hot loop: most of a big result is string contents.
-          while (i < n) {
-            const d = chunk[i];
-            if (d === 0x22 || d === 0x5c || d < 0x20 || d >= 0x80) break;
-            i++;
-          }
-          if (i === n) break;
-          const d = chunk[i];
-          if (d === 0x22) state = this.#stringIsKey ? COLON : AFTER;
-          else if (d === 0x5c) state = ESCAPE;
-          else fail(d >= 0x80 ? "a byte that is not ASCII" : "a control character in a string");
-          i++;
-          break;
-        }
-        case ESCAPE:
-          if (c === 0x75) {
-            state = HEX;
-            this.#hexLeft = 4;
-          } else if ('"\\/bfnrt'.includes(String.fromCharCode(c))) state = STRING;
-          else fail("an invalid escape");
-          i++;
-          break;
-        case HEX:
-          if (!isHex(c)) fail("an invalid \\u escape");
-          if (--this.#hexLeft === 0) state = STRING;
-          i++;
-          break;
-        case LITERAL:
-          if (c !== this.#literal.charCodeAt(this.#literalAt)) fail("an invalid literal");
-          if (++this.#literalAt === this.#literal.length) state = AFTER;
-          i++;
-          break;
-        case MINUS:
-          if (c === 0x30) state = ZERO;
-          else if (isDigit(c)) state = INT;
-          else fail("a minus sign without digits");
-          i++;
-          break;
-        case POINT:
-        case EXP_SIGN:
-          if (!isDigit(c)) fail("a number without digits");
-          state = state === POINT ? FRACTION : EXPONENT;
-          i++;
-          break;
-        case EXP:
-          if (c === 0x2b || c === 0x2d) state = EXP_SIGN;
-          else if (isDigit(c)) state = EXPONENT;
-          else fail("an exponent without digits");
-          i++;
+      switch (this.#state) {
+        case STRING:
+          i = this.#stringRun(chunk, i);
           break;
         case ZERO:
         case INT:
         case FRACTION:
         case EXPONENT:
-          if (isDigit(c) && state !== ZERO) i++;
-          else if (c === 0x2e && (state === ZERO || state === INT)) {
-            state = POINT;
-            i++;
-          } else if ((c === 0x65 || c === 0x45) && state !== EXPONENT) {
-            state = EXP;
-            i++;
-          } else state = AFTER; // the number ended; this byte is read again
+          if (this.#number(chunk[i])) i++; // else the number ended; this byte is read again
           break;
-        case COLON:
-          if (isSpace(c)) i++;
-          else if (c === 0x3a) {
-            state = VALUE;
-            i++;
-          } else fail("a member name without a colon");
+        case ESCAPE:
+        case HEX:
+        case LITERAL:
+        case MINUS:
+        case POINT:
+        case EXP_SIGN:
+        case EXP:
+          this.#inToken(chunk[i], i);
+          i++;
           break;
-        case KEY:
-        case KEY_OR_CLOSE:
-          if (isSpace(c)) i++;
-          else if (c === 0x22) {
-            this.#stringIsKey = true;
-            state = STRING;
-            i++;
-          } else if (c === 0x7d && state === KEY_OR_CLOSE) {
-            this.#stack.pop();
-            state = AFTER;
-            i++;
-          } else fail("an object member without a name");
-          break;
-        case AFTER:
-          if (isSpace(c)) i++;
-          else {
-            const top = this.#stack[this.#stack.length - 1];
-            if (top === undefined) fail("text after the value");
-            if (c === 0x2c) state = top === ARRAY ? VALUE : KEY;
-            else if (c === (top === ARRAY ? 0x5d : 0x7d)) {
-              this.#stack.pop();
-              state = AFTER;
-            } else fail("a missing comma or bracket");
-            i++;
-          }
-          break;
-        default: // VALUE, VALUE_OR_CLOSE
-          if (isSpace(c)) i++;
-          else {
-            i++;
-            if (c === 0x22) {
-              this.#stringIsKey = false;
-              state = STRING;
-            } else if (c === 0x5b) {
-              this.#stack.push(ARRAY);
-              state = VALUE_OR_CLOSE;
-            } else if (c === 0x7b) {
-              this.#stack.push(OBJECT);
-              state = KEY_OR_CLOSE;
-            } else if (c === 0x5d && state === VALUE_OR_CLOSE) {
-              this.#stack.pop();
-              state = AFTER;
-            } else if (c === 0x2d) state = MINUS;
-            else if (c === 0x30) state = ZERO;
-            else if (isDigit(c)) state = INT;
-            else if (c === 0x74 || c === 0x66 || c === 0x6e) {
-              this.#literal = c === 0x74 ? "true" : c === 0x66 ? "false" : "null";
-              this.#literalAt = 1;
-              state = LITERAL;
-            } else {
-              i--;
-              fail("an unexpected character");
-            }
-          }
+        default: // COLON, KEY, KEY_OR_CLOSE, AFTER, VALUE, VALUE_OR_CLOSE
+          this.#betweenTokens(chunk[i], i);
+          i++;
       }
     }
-    this.#state = state;
     this.#offset += n;
+  }
+
+  #fail(what: string, at: number): never {
+    throw new InvalidJson(what, this.#offset + at);
+  }
+
+  /** Reads a string's contents from `chunk[i]` up to its end or the chunk's; returns where it stopped. */
+  #stringRun(chunk: Uint8Array, i: number): number {
+    const n = chunk.length;
+    // The hot loop: most of a big result is string contents.
+    while (i < n) {
+      const d = chunk[i];
+      if (d === 0x22 || d === 0x5c || d < 0x20 || d >= 0x80) break;
+      i++;
+    }
+    if (i === n) return i;
+    const d = chunk[i];
+    if (d === 0x22) this.#state = this.#stringIsKey ? COLON : AFTER;
+    else if (d === 0x5c) this.#state = ESCAPE;
+    else this.#fail(d >= 0x80 ? "a byte that is not ASCII" : "a control character in a string", i);
+    return i + 1;
+  }
+
+  /** A byte `c` after a number's digits, point or exponent: whether the number takes it (else it ended). */
+  #number(c: number): boolean {
+    const state = this.#state;
+    if (isDigit(c) && state !== ZERO) return true;
+    if (c === 0x2e && (state === ZERO || state === INT)) {
+      this.#state = POINT;
+      return true;
+    }
+    if ((c === 0x65 || c === 0x45) && state !== EXPONENT) {
+      this.#state = EXP;
+      return true;
+    }
+    this.#state = AFTER;
+    return false;
+  }
+
+  /** A byte `c` (at `at` in its chunk) inside an escape, a literal or a number's sign, point or exponent. */
+  #inToken(c: number, at: number): void {
+    switch (this.#state) {
+      case ESCAPE:
+        if (c === 0x75) {
+          this.#state = HEX;
+          this.#hexLeft = 4;
+        } else if ('"\\/bfnrt'.includes(String.fromCharCode(c))) this.#state = STRING;
+        else this.#fail("an invalid escape", at);
+        break;
+      case HEX:
+        if (!isHex(c)) this.#fail("an invalid \\u escape", at);
+        if (--this.#hexLeft === 0) this.#state = STRING;
+        break;
+      case LITERAL:
+        if (c !== this.#literal.charCodeAt(this.#literalAt)) this.#fail("an invalid literal", at);
+        if (++this.#literalAt === this.#literal.length) this.#state = AFTER;
+        break;
+      case MINUS:
+        if (c === 0x30) this.#state = ZERO;
+        else if (isDigit(c)) this.#state = INT;
+        else this.#fail("a minus sign without digits", at);
+        break;
+      case POINT:
+      case EXP_SIGN:
+        if (!isDigit(c)) this.#fail("a number without digits", at);
+        this.#state = this.#state === POINT ? FRACTION : EXPONENT;
+        break;
+      default: // EXP
+        if (c === 0x2b || c === 0x2d) this.#state = EXP_SIGN;
+        else if (isDigit(c)) this.#state = EXPONENT;
+        else this.#fail("an exponent without digits", at);
+    }
+  }
+
+  /** A byte `c` (at `at` in its chunk) where a value, a member's name, a colon, a comma or a bracket may be. */
+  #betweenTokens(c: number, at: number): void {
+    const state = this.#state;
+    if (isSpace(c)) return;
+    switch (state) {
+      case COLON:
+        if (c === 0x3a) this.#state = VALUE;
+        else this.#fail("a member name without a colon", at);
+        break;
+      case KEY:
+      case KEY_OR_CLOSE:
+        if (c === 0x22) {
+          this.#stringIsKey = true;
+          this.#state = STRING;
+        } else if (c === 0x7d && state === KEY_OR_CLOSE) {
+          this.#stack.pop();
+          this.#state = AFTER;
+        } else this.#fail("an object member without a name", at);
+        break;
+      case AFTER: {
+        const top = this.#stack[this.#stack.length - 1];
+        if (top === undefined) this.#fail("text after the value", at);
+        if (c === 0x2c) this.#state = top === ARRAY ? VALUE : KEY;
+        else if (c === (top === ARRAY ? 0x5d : 0x7d)) {
+          this.#stack.pop();
+          this.#state = AFTER;
+        } else this.#fail("a missing comma or bracket", at);
+        break;
+      }
+      default: // VALUE, VALUE_OR_CLOSE
+        this.#value(c, at);
+    }
+  }
+
+  /** The first byte `c` (at `at` in its chunk) of a value, or `]` right after `[`. */
+  #value(c: number, at: number): void {
+    if (c === 0x22) {
+      this.#stringIsKey = false;
+      this.#state = STRING;
+    } else if (c === 0x5b) {
+      this.#stack.push(ARRAY);
+      this.#state = VALUE_OR_CLOSE;
+    } else if (c === 0x7b) {
+      this.#stack.push(OBJECT);
+      this.#state = KEY_OR_CLOSE;
+    } else if (c === 0x5d && this.#state === VALUE_OR_CLOSE) {
+      this.#stack.pop();
+      this.#state = AFTER;
+    } else if (c === 0x2d) this.#state = MINUS;
+    else if (c === 0x30) this.#state = ZERO;
+    else if (isDigit(c)) this.#state = INT;
+    else if (c === 0x74 || c === 0x66 || c === 0x6e) {
+      this.#literal = c === 0x74 ? "true" : c === 0x66 ? "false" : "null";
+      this.#literalAt = 1;
+      this.#state = LITERAL;
+    } else {
+      this.#fail("an unexpected character", at);
+    }
   }
 
   /** Checks that the text pushed so far is one whole value. */
