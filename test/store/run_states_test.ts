@@ -80,9 +80,9 @@ describe("run statuses", () => {
 });
 
 describe("run failure types", () => {
-  it("are the types the contract's RunError.type names", () => {
+  it("are the types the contract's RunError.type names, those of a run that could not start included", () => {
     const named = namedIn(CONTRACT.components.schemas.RunError.properties?.type.description);
-    assert.deepEqual([...RUN_FAILURE_TYPES].sort(), named.sort());
+    assert.deepEqual([...RUN_FAILURE_TYPES, ...RUN_START_FAILURE_TYPES].sort(), named.sort());
   });
 
   it("are the fixed kinds the runtime's RunFailure knows: none is read back as an exception's name", () => {
