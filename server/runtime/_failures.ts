@@ -1,23 +1,15 @@
 /** Typed run failures: what went wrong (`errorType`), for the run record and for the HTTP answer. */
 import { ProblemError, type ProblemKind } from "../problems/mod.ts";
+import type { RunFailureType } from "../store/mod.ts";
 
 /**
  * How a run failed: the Python exception's type name, or one of the fixed kinds below (the contract's
  * `RunError.type`).
  */
-export type RunErrorType =
-  | "timeout"
-  | "interrupted"
-  | "worker_crashed"
-  | "out-of-memory"
-  | "invalid_arguments"
-  | "not_serializable"
-  | "upstream_error"
-  | "protocol_violation"
-  | "too_large"
-  | (string & Record<never, never>);
+export type RunErrorType = RunFailureType | (string & Record<never, never>);
 
-const KIND_OF: Record<string, ProblemKind> = {
+/** The problem each fixed kind answers over HTTP (every kind has one: the compiler holds the list whole). */
+const KIND_OF: Record<RunFailureType, ProblemKind> = {
   timeout: "gateway-timeout",
   interrupted: "interrupted",
   worker_crashed: "worker-crashed",
@@ -55,7 +47,8 @@ export class RunFailure extends ProblemError {
   readonly runId: string;
 
   constructor(errorType: RunErrorType, message: string, options: RunFailureOptions) {
-    const kind = options.exception ? "function-error" : (KIND_OF[errorType] ?? "function-error");
+    const fixed = !options.exception && Object.hasOwn(KIND_OF, errorType);
+    const kind = fixed ? KIND_OF[errorType as RunFailureType] : "function-error";
     super(kind, options.exception ? `${errorType}: ${message}` : message, {
       runId: options.runId,
       exceptionType: options.exception ? errorType : undefined,
