@@ -16,24 +16,13 @@
  * heard of the page is not missed.
  */
 import type { Logger } from "../log.ts";
-import { MAX_WAKE_PAYLOAD_BYTES, type Notifier, type RunStatus } from "../store/mod.ts";
+import type { Notifier } from "../store/mod.ts";
+import { ChangeOutbox } from "./_change_outbox.ts";
+import { ChangeSubscribers } from "./_change_subscribers.ts";
+import type { RunChange, RunChangeListener } from "./_change_types.ts";
+import { WatchedProjects } from "./_watched_projects.ts";
 
-/** One change of one run. */
-export interface RunChange {
-  run_id: string;
-  project_id: string;
-  app_id: string;
-  function_name: string;
-  mode: string;
-  status: RunStatus;
-  /** When it happened (RFC 3339). */
-  at: string;
-  /** Milliseconds it ran, once it ended. */
-  run_time_ms?: number | null;
-}
-
-/** What a subscriber is told. */
-export type RunChangeListener = (change: RunChange | "missed" | "closed") => void;
+export type { RunChange, RunChangeListener } from "./_change_types.ts";
 
 /** Publishes changes and lets a project's pages follow them. */
 export interface RunChangeFeed {
@@ -49,9 +38,6 @@ export interface RunChangeFeed {
   /** Sends what is pending and stops. */
   close(): Promise<void>;
 }
-
-/** The word on `runplane_run_watch` that asks which projects are followed (never a project's id). */
-const ASK = "?";
 
 /** Options of `createRunChangeFeed`. */
 export interface RunChangeFeedOptions {
@@ -73,139 +59,29 @@ export interface RunChangeFeedOptions {
 
 /** Creates the feed over `notifier`. */
 export function createRunChangeFeed(options: RunChangeFeedOptions): RunChangeFeed {
+  const { notifier, logger } = options;
   const flushMs = options.flushMs ?? 100;
   const renewMs = options.renewMs ?? 10_000;
   const watchTtlMs = options.watchTtlMs ?? 30_000;
   const settleMs = options.settleMs ?? 1_000;
   const listeners = new Map<string, Set<RunChangeListener>>();
-  let pending: RunChange[] = [];
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  // Projects followed by a page in some process (this one's included), until when.
-  const watchedUntil = new Map<string, number>();
-  // Until when every project counts as watched: what is watched elsewhere is not known yet.
-  let everythingUntil = 0;
-  const renewals = new Map<string, ReturnType<typeof setInterval>>();
-  const settles = new Set<ReturnType<typeof setTimeout>>();
-
-  function deliver(change: RunChange | "missed" | "closed", projectId?: string): void {
-    const targets = projectId === undefined ? [...listeners.values()] : [listeners.get(projectId)];
-    for (const set of targets) for (const listener of set ?? []) listener(change);
-  }
-
-  const stopListening = options.notifier.listen("runplane_run_events", (payload) => {
-    if (payload === undefined) return deliver("missed");
-    try {
-      for (const change of JSON.parse(payload) as RunChange[]) deliver(change, change.project_id);
-    } catch (error) {
-      options.logger.warn({ err: error }, "a run-change wake-up did not parse");
-    }
-  });
-
-  const stopWatchListening = options.notifier.listen("runplane_run_watch", (word) => {
-    if (word === undefined) ask(); // back after a lost connection: words may have been missed
-    else if (word === ASK) { for (const projectId of listeners.keys()) say(projectId); }
-    else watchedUntil.set(word, performance.now() + watchTtlMs);
-  });
-
-  /** Says `word` on `runplane_run_watch`; a word lost only delays what it tells until the next one. */
-  function say(word: string): void {
-    options.notifier.notify("runplane_run_watch", word).catch((error) =>
-      options.logger.warn({ err: error, word }, "a word on which projects are followed was not sent")
-    );
-  }
-
-  /** Asks every process which projects it follows, and sends everything until the answers are in. */
-  function ask(): void {
-    everythingUntil = performance.now() + settleMs;
-    say(ASK);
-  }
-  // A word said before this process listens never reaches it (a page opened elsewhere meanwhile, the
-  // answers to its question): it sends everything until it listens, and only then asks. CI once had a
-  // just-started process miss a page's word this way and send none of a run's changes.
-  everythingUntil = Infinity;
-  void options.notifier.listening().then(ask);
-
-  function watched(projectId: string): boolean {
-    const now = performance.now();
-    // A page open here is followed whether or not this process's own word came back.
-    if (now < everythingUntil || listeners.has(projectId)) return true;
-    const until = watchedUntil.get(projectId);
-    if (until === undefined) return false;
-    if (until > now) return true;
-    watchedUntil.delete(projectId);
-    return false;
-  }
-
-  /** The pending changes as payloads under the NOTIFY limit. */
-  function payloads(changes: RunChange[]): string[] {
-    const out: string[] = [];
-    let batch: string[] = [];
-    let size = 2;
-    for (const change of changes) {
-      const text = JSON.stringify(change);
-      if (size + text.length + 1 > MAX_WAKE_PAYLOAD_BYTES && batch.length) {
-        out.push(`[${batch.join(",")}]`);
-        batch = [];
-        size = 2;
-      }
-      batch.push(text);
-      size += text.length + 1;
-    }
-    if (batch.length) out.push(`[${batch.join(",")}]`);
-    return out;
-  }
-
-  async function flush(): Promise<void> {
-    timer = undefined;
-    const changes = pending;
-    pending = [];
-    for (const payload of payloads(changes)) {
-      await options.notifier.notify("runplane_run_events", payload).catch((error) =>
-        options.logger.warn({ err: error }, "announcing run changes failed; pages show them on their next read")
-      );
-    }
-  }
+  const watch = new WatchedProjects({ notifier, logger, watchTtlMs, settleMs, followedHere: listeners });
+  const subscribers = new ChangeSubscribers({ notifier, logger, listeners, watch, renewMs, settleMs });
+  const outbox = new ChangeOutbox({ notifier, logger, watch, flushMs });
+  const stopListening = subscribers.listen();
+  const stopWatchListening = watch.listen();
 
   return {
-    watches: watched,
-    publish(change) {
-      if (!watched(change.project_id)) return;
-      pending.push(change);
-      timer ??= setTimeout(() => void flush(), flushMs);
-    },
-    subscribe(projectId, listener) {
-      let set = listeners.get(projectId);
-      if (!set) {
-        // Watched here from now on (`watched` reads `listeners`); the other processes from when they hear it.
-        listeners.set(projectId, set = new Set());
-        say(projectId);
-        const renewal = setInterval(() => say(projectId), renewMs);
-        renewal.unref();
-        renewals.set(projectId, renewal);
-      }
-      set.add(listener);
-      const settle = setTimeout(() => {
-        settles.delete(settle);
-        if (set.has(listener)) listener("missed");
-      }, settleMs);
-      settle.unref();
-      settles.add(settle);
-      return () => {
-        set.delete(listener);
-        if (set.size > 0 || listeners.get(projectId) !== set) return;
-        listeners.delete(projectId);
-        clearInterval(renewals.get(projectId));
-        renewals.delete(projectId);
-      };
-    },
+    watches: (projectId) => watch.watched(projectId),
+    publish: (change) => outbox.publish(change),
+    subscribe: (projectId, listener) => subscribers.subscribe(projectId, listener),
     async close() {
-      if (timer) clearTimeout(timer);
-      for (const renewal of renewals.values()) clearInterval(renewal);
-      for (const settle of settles) clearTimeout(settle);
-      await flush();
+      outbox.stopTimer();
+      subscribers.stopTimers();
+      await outbox.flush();
       stopListening();
       stopWatchListening();
-      deliver("closed");
+      subscribers.deliver("closed");
     },
   };
 }
