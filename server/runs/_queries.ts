@@ -4,7 +4,14 @@
  * change a conditional UPDATE.
  */
 import type { Kysely, Transaction, Updateable } from "kysely";
-import { type Database, type OpenRunStatus, type RunMode, type RunStatus, TERMINAL_RUN_STATUSES, type TerminalRunStatus } from "../store/mod.ts";
+import {
+  type Database,
+  type OpenRunStatus,
+  type RunMode,
+  type RunStatus,
+  TERMINAL_RUN_STATUSES,
+  type TerminalRunStatus,
+} from "../store/mod.ts";
 import { endLeasedRuns } from "../store/statements/run_rows.ts";
 import {
   claimQueued,

@@ -55,7 +55,6 @@ export {
   type StoreOutageOptions,
   storeUnavailableReason,
 } from "./outage.ts";
-export type { Database } from "./schema.ts";
 export {
   isTerminal,
   OPEN_RUN_STATUSES,
@@ -72,6 +71,7 @@ export {
   TERMINAL_RUN_STATUSES,
   type TerminalRunStatus,
 } from "./run_states.ts";
+export type { Database } from "./schema.ts";
 
 /** The database engine behind a store. */
 export type StoreEngine = "sqlite" | "postgres";

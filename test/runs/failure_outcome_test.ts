@@ -66,7 +66,11 @@ const OWN_FAILURES: Row[] = [
 ];
 
 /** Problem kinds a call that could not start is turned away with, and whether each passes by waiting. */
-const PASSING_KINDS: ReadonlySet<ProblemKind> = new Set(["service-unavailable", "too-many-requests", "store-unavailable"]);
+const PASSING_KINDS: ReadonlySet<ProblemKind> = new Set([
+  "service-unavailable",
+  "too-many-requests",
+  "store-unavailable",
+]);
 
 const PROBLEMS: Row[] = [
   ...(Object.keys(PROBLEM_KINDS) as ProblemKind[]).map((kind) => ({
@@ -155,14 +159,23 @@ describe("classifyFailure", () => {
   });
 
   describe("once the run's signal was aborted, its reason decides, whatever the call then failed with", () => {
-    const errors = [new NoSeatError("p/a"), new Error("socket hang up"), new RunFailure("ValueError", "x", {
-      runId: RUN_ID,
-      exception: true,
-    }), coded("sorry, too many clients already", "53300")];
+    const errors = [
+      new NoSeatError("p/a"),
+      new Error("socket hang up"),
+      new RunFailure("ValueError", "x", {
+        runId: RUN_ID,
+        exception: true,
+      }),
+      coded("sorry, too many clients already", "53300"),
+    ];
     const reasons: Array<[string, unknown, FailureOutcome]> = [
       ["cancelRun (RunCancelled)", new RunCancelled(), CANCELLED],
       ["the caller went away", new Error("The client disconnected"), CANCELLED],
-      ["an abort without a reason (AbortError)", new DOMException("This operation was aborted", "AbortError"), CANCELLED],
+      [
+        "an abort without a reason (AbortError)",
+        new DOMException("This operation was aborted", "AbortError"),
+        CANCELLED,
+      ],
       [
         "its grace period ran out (RunTimedOut)",
         new RunTimedOut(5_000),

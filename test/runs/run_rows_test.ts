@@ -297,7 +297,13 @@ for (const engine of await engines()) {
 
 describe("a run row with its end over it", () => {
   it("takes every column the end sets, nulls included, and the row's others", () => {
-    const first = { ...row(1, "x"), status: "running" as const, lease_owner: "me", lease_expires_at: 5, deployment_id: "d1" };
+    const first = {
+      ...row(1, "x"),
+      status: "running" as const,
+      lease_owner: "me",
+      lease_expires_at: 5,
+      deployment_id: "d1",
+    };
     const merged = runRowWith(first, {
       status: "success",
       lease_owner: null,

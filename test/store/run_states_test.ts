@@ -59,7 +59,10 @@ describe("run statuses", () => {
   });
 
   it("end in the statuses the contract calls terminal; the others are open", () => {
-    assert.deepEqual([...TERMINAL_RUN_STATUSES].sort(), namedIn(CONTRACT.components.schemas.RunStatus.description).sort());
+    assert.deepEqual(
+      [...TERMINAL_RUN_STATUSES].sort(),
+      namedIn(CONTRACT.components.schemas.RunStatus.description).sort(),
+    );
     assert.deepEqual([...OPEN_RUN_STATUSES, ...TERMINAL_RUN_STATUSES].sort(), [...RUN_STATUSES].sort());
   });
 

@@ -12,7 +12,9 @@ import { sqlStatus } from "../run_states.ts";
 // its start and queue time will be those of the claim that runs it. One text: both engines take it
 // (SQLite has `returning` since 3.35). Parameters: run id, owner, generation.
 export const requeueLeasedRun = rawStatement<{ run_id: string }>(
-  `update "runs" set "status" = ${sqlStatus("queued")}, "started_at" = null, "queue_time_ms" = null, "lease_owner" = null,`
+  `update "runs" set "status" = ${
+    sqlStatus("queued")
+  }, "started_at" = null, "queue_time_ms" = null, "lease_owner" = null,`
     + ` "lease_expires_at" = null, "lease_generation" = "lease_generation" + 1`
     + ` where "run_id" = ? and "status" = ${sqlStatus("running")} and "lease_owner" = ? and "lease_generation" = ?`
     + ` and "cancel_requested" = 0 returning "run_id"`,

@@ -64,7 +64,9 @@ function byColumn(parameters: readonly unknown[], width: number): unknown[][] {
 // nothing, so the run is not in the ids returned and its writer stores no delivery for it.
 const UPSERT_TAIL = (owner: string) =>
   ` on conflict ("run_id") do update set ${COLUMNS.slice(1).map((c) => `"${c}" = excluded."${c}"`).join(", ")}`
-  + ` where "runs"."status" in ${sqlStatusList(OPEN_RUN_STATUSES)} and "runs"."lease_generation" = excluded."lease_generation"`
+  + ` where "runs"."status" in ${
+    sqlStatusList(OPEN_RUN_STATUSES)
+  } and "runs"."lease_generation" = excluded."lease_generation"`
   + ` and ("runs"."lease_owner" is null or "runs"."lease_owner" = ${owner})`
   + ` returning "run_id"`;
 /**
@@ -264,7 +266,9 @@ const END_SET = END_COLUMNS.slice(1).filter((c) => !COMPARED_ONLY.has(c)).map((c
 // lease rescue, a cancel), or claimed again since, keeps that end or holding. The owner's placeholder:
 // `?` (SQLite) or `$n` (PostgreSQL).
 function endWhere(owner: string): string {
-  return `where "runs"."run_id" = "v"."run_id" and "runs"."status" = ${sqlStatus("running")} and "runs"."lease_owner" = ${owner}`
+  return `where "runs"."run_id" = "v"."run_id" and "runs"."status" = ${
+    sqlStatus("running")
+  } and "runs"."lease_owner" = ${owner}`
     + ` and ("v"."lease_generation" is null or "runs"."lease_generation" = "v"."lease_generation")`;
 }
 const END_POSTGRES =
