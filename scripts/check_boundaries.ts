@@ -59,6 +59,7 @@ export const DOMAIN_FOLDERS = [
   "deployments",
   "gpus",
   "host",
+  "images",
   "integrations",
   "json",
   "keys",

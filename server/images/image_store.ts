@@ -1,0 +1,157 @@
+/**
+ * The host's image store: images pulled from allowed registries by `skopeo copy` into one OCI layout
+ * (content-addressed blobs, shared by every image that has them), and root file systems unpacked by
+ * `umoci`, once per image digest, for replicas to use read-only.
+ *
+ * Layout of `dir`: `oci/` (the OCI layout), `roots/sha256-<hex>/` (finished roots; `.partial-*` beside them
+ * are unfinished and never used), `tmp/` (the tools' temporary files), `policy.json` (skopeo's trust policy).
+ * One process owns a store (the host's supervisor): pulls and unpacks are queued one at a time within it,
+ * so the layout's index is never written by two tools at once.
+ */
+import { mkdir, writeFile } from "node:fs/promises";
+import { isAbsolute, join, resolve } from "node:path";
+import type { Logger } from "../log.ts";
+import { type ImageConfig, readImageConfig } from "./_image_config.ts";
+import { digestHex } from "./_oci_blobs.ts";
+import { SerialQueue, SingleFlight } from "./_single_flight.ts";
+import { digestTag, referenceTag, skopeoPull } from "./_skopeo_pull.ts";
+import { rootExists, rootPath, umociUnpack } from "./_umoci_unpack.ts";
+import { runTool } from "./_run_tool.ts";
+import { assertRegistryAllowed, type ImageReference, parseImageReference, registryAllowed } from "./image_reference.ts";
+import { type ImageTools, missingToolsMessage } from "./image_tools.ts";
+
+/** Options of {@link createImageStore}. */
+export interface ImageStoreOptions {
+  /** The tools found on this host ({@link findImageTools}); without skopeo and umoci every pull is refused. */
+  tools: ImageTools;
+  /** The registry hosts images may come from (`RUNPLANE_IMAGE_REGISTRIES`). */
+  registries: readonly string[];
+  /** The registries reached over plain HTTP or without certificate checks (`RUNPLANE_INSECURE_REGISTRIES`). */
+  insecureRegistries?: readonly string[];
+  /** A containers auth file (`RUNPLANE_REGISTRY_AUTH_FILE`), used for every pull; pulls are anonymous without one. */
+  authFile?: string | null;
+  logger: Logger;
+  /** How long one pull may take; 15 minutes by default (a CUDA image is gigabytes). */
+  pullTimeoutMs?: number;
+  /** How long one unpack may take; 10 minutes by default. */
+  unpackTimeoutMs?: number;
+}
+
+/** The store of one host. */
+export interface ImageStore {
+  /** The store's folder (absolute). */
+  readonly dir: string;
+  /**
+   * Pulls `reference` (a string as `[build] base_image` writes it) and resolves to the manifest digest of
+   * the image as the store keeps it. Throws an {@link ImageReferenceError} for a malformed or disallowed
+   * reference and an {@link ImageToolsMissingError} on a host without the tools (both the caller's 400s).
+   */
+  pull(reference: string): Promise<string>;
+  /** The root file system of the pulled image `digest`, unpacked on the first call and reused after. */
+  unpack(digest: string): Promise<string>;
+  /** The run settings of the pulled image `digest` (`ENV`, `CMD`, `ENTRYPOINT`, `WORKDIR`, `EXPOSE`, `USER`). */
+  config(digest: string): Promise<ImageConfig>;
+}
+
+/** A store asked to pull or unpack on a host without skopeo or umoci; the message names what to install. */
+export class ImageToolsMissingError extends Error {
+  override name = "ImageToolsMissingError";
+}
+
+/** Signatures are not checked: images are pinned by digest and come only from the operator's registries. */
+const TRUST_POLICY = JSON.stringify({ default: [{ type: "insecureAcceptAnything" }] });
+
+function storeFolder(dir: string): string {
+  if (!isAbsolute(dir) || resolve(dir) === "/") {
+    throw new Error(`The image store's folder must be an absolute path other than /, not ${JSON.stringify(dir)}`);
+  }
+  return resolve(dir);
+}
+
+/** The tools' environment: the search path and HOME, nothing else of the server's (its secrets stay out). */
+function toolEnv(tmp: string): Record<string, string> {
+  return { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/", TMPDIR: tmp };
+}
+
+function requireTools(tools: ImageTools): { skopeo: string; umoci: string } {
+  const missing = missingToolsMessage(tools);
+  if (missing) throw new ImageToolsMissingError(missing);
+  return { skopeo: tools.paths.skopeo!, umoci: tools.paths.umoci! };
+}
+
+/**
+ * Makes the image store in `dir` (an absolute path; its folders are made on first use). Nothing is pulled
+ * until asked; a host without the tools gets a store that refuses, so apps without `base_image` still run.
+ */
+export function createImageStore(dir: string, options: ImageStoreOptions): ImageStore {
+  const root = storeFolder(dir);
+  const paths = { layout: join(root, "oci"), roots: join(root, "roots"), tmp: join(root, "tmp") };
+  const policy = join(root, "policy.json");
+  const env = toolEnv(paths.tmp);
+  const queue = new SerialQueue();
+  const pulls = new SingleFlight<string>();
+  const unpacks = new SingleFlight<string>();
+  let prepared: Promise<void> | undefined;
+  const prepare = () =>
+    prepared ??= (async () => {
+      for (const folder of [paths.roots, paths.tmp]) await mkdir(folder, { recursive: true, mode: 0o755 });
+      await writeFile(policy, TRUST_POLICY);
+    })().catch((error) => {
+      prepared = undefined;
+      throw error;
+    });
+
+  async function pullOnce(reference: ImageReference): Promise<string> {
+    const { skopeo, umoci } = requireTools(options.tools);
+    await prepare();
+    const started = performance.now();
+    const insecure = registryAllowed(reference, { registries: options.insecureRegistries ?? [] });
+    const timeoutMs = options.pullTimeoutMs ?? 15 * 60_000;
+    const digest = await queue.run(async () => {
+      const pulled = await skopeoPull(reference, {
+        skopeo,
+        ...paths,
+        policy,
+        insecure,
+        authFile: options.authFile ?? null,
+        timeoutMs,
+        env,
+      });
+      const image = `${paths.layout}:${referenceTag(reference)}`;
+      await runTool(umoci, ["tag", "--image", image, digestTag(pulled)], { timeoutMs: 60_000, env });
+      return pulled;
+    });
+    const ms = Math.round(performance.now() - started);
+    options.logger.info({ image: reference.canonical, digest, ms }, "image pulled");
+    return digest;
+  }
+
+  async function unpackOnce(digest: string): Promise<string> {
+    const { umoci } = requireTools(options.tools);
+    await prepare();
+    if (await rootExists(paths.roots, digest)) return rootPath(paths.roots, digest);
+    await readImageConfig(paths.layout, digest); // a clear error for an image that was never pulled
+    const started = performance.now();
+    const timeoutMs = options.unpackTimeoutMs ?? 10 * 60_000;
+    const unpacked = await queue.run(() => umociUnpack(digest, { umoci, ...paths, timeoutMs, env }));
+    options.logger.info({ digest, ms: Math.round(performance.now() - started) }, "image unpacked");
+    return unpacked;
+  }
+
+  return {
+    dir: root,
+    async pull(text) {
+      const reference = parseImageReference(text);
+      assertRegistryAllowed(reference, { registries: options.registries });
+      return pulls.run(reference.canonical, () => pullOnce(reference));
+    },
+    async unpack(digest) {
+      digestHex(digest);
+      return unpacks.run(digest, () => unpackOnce(digest));
+    },
+    async config(digest) {
+      digestHex(digest);
+      return readImageConfig(paths.layout, digest);
+    },
+  };
+}
