@@ -76,13 +76,20 @@ export function startDispatcher(options: DispatcherOptions): Ticker {
   const pauseMs = options.requeuePauseMs ?? REQUEUE_PAUSE_MS;
 
   async function requeue(row: RunRow, signal: AbortSignal): Promise<boolean> {
+    // Paused from now, not from when the store has it back: while it is being put back, the slot it
+    // freed must not go to a run queued after it (its place is kept).
+    const key = appKey(row.project_id, row.app_id);
+    paused.set(key, performance.now() + pauseMs);
     const putBack = await putBackOnQueue(db, {
       runId: row.run_id,
       owner: options.owner,
       generation: Number(row.lease_generation),
     });
-    if (!putBack) return false;
-    paused.set(appKey(row.project_id, row.app_id), performance.now() + pauseMs);
+    if (!putBack) {
+      paused.delete(key);
+      return false;
+    }
+    paused.set(key, performance.now() + pauseMs);
     if (signal.aborted && signal.reason instanceof RunCancelled) {
       // Cancelled while it was being put back: it is queued now, and ends as a queued run's cancel does.
       const end = runEnd({ ...row, started_at: null }, { status: "cancelled" }, { now: (options.now ?? Date.now)() });
