@@ -7,6 +7,8 @@ export interface RunToolOptions {
   timeoutMs: number;
   /** The tool's whole environment: nothing of the server's is passed on but what the caller puts here. */
   env: Record<string, string>;
+  /** The tool's subcommand, as its errors name it (`copy`, `raw unpack`). */
+  subcommand: string;
 }
 
 /** A tool that failed, timed out or could not start; the message names the tool and ends with its last output. */
@@ -44,7 +46,7 @@ export function runTool(tool: string, args: string[], options: RunToolOptions): 
           ? `exited with code ${error.code}`
           : `could not run (${error.message})`;
         const output = tail(`${stderr}\n${stdout}`);
-        reject(new ImageToolError(`${name} ${args[0] ?? ""} ${why}${output ? `: ${output}` : ""}`));
+        reject(new ImageToolError(`${name} ${options.subcommand} ${why}${output ? `: ${output}` : ""}`));
       },
     );
   });

@@ -65,7 +65,7 @@ export async function skopeoPull(reference: ImageReference, options: SkopeoPullO
   try {
     const digestFile = join(scratch, "digest");
     const args = skopeoCopyArgs(reference, options, digestFile);
-    await runTool(options.skopeo, args, { timeoutMs: options.timeoutMs, env: options.env });
+    await runTool(options.skopeo, args, { timeoutMs: options.timeoutMs, env: options.env, subcommand: "copy" });
     const digest = (await readFile(digestFile, "utf8")).trim();
     if (!isSha256Digest(digest)) throw new Error(`skopeo wrote no sha256 digest for ${reference.canonical}`);
     return digest;

@@ -41,7 +41,7 @@ export async function umociUnpack(digest: string, options: UmociUnpackOptions): 
   const temp = await makeOwnedTemp(options.roots, digestHex(digest).slice(0, 12));
   try {
     const args = ["raw", "unpack", "--rootless", "--image", `${options.layout}:${digestTag(digest)}`, temp];
-    await runTool(options.umoci, args, { timeoutMs: options.timeoutMs, env: options.env });
+    await runTool(options.umoci, args, { timeoutMs: options.timeoutMs, env: options.env, subcommand: "raw unpack" });
     try {
       await rename(temp, final);
     } catch (error) {

@@ -118,7 +118,7 @@ export function createImageStore(dir: string, options: ImageStoreOptions): Image
         env,
       });
       const image = `${paths.layout}:${referenceTag(reference)}`;
-      await runTool(umoci, ["tag", "--image", image, digestTag(pulled)], { timeoutMs: 60_000, env });
+      await runTool(umoci, ["tag", "--image", image, digestTag(pulled)], { timeoutMs: 60_000, env, subcommand: "tag" });
       return pulled;
     });
     const ms = Math.round(performance.now() - started);
