@@ -85,28 +85,39 @@ describe("createStoreOutage", () => {
 describe("a full store's outage", () => {
   it("does not end while real work is still refused after a probe wrote: one outage, one end, no flap", async () => {
     const { lines, logger } = capturedLogger();
-    let probes = 0;
     let stillFull = true;
+    // The outage as each refusal that followed a probe's write left it (read then, not at a moment of
+    // the test's choosing: between a probe's write and the refusal after it, writes are let through).
+    const afterRefusals: Array<{ active: boolean; refusesWrites: boolean }> = [];
     const outage = createStoreOutage({
       logger,
       // The probe's small write fits on the full disk; the work let through after it does not, until
       // space is back (as a run's end retried in the background found, a few ms after the probe).
       probe: () => {
-        probes++;
-        if (stillFull) setTimeout(() => outage.refused(pgError("SQLITE_FULL")), 5);
+        if (stillFull) {
+          setTimeout(() => {
+            outage.refused(pgError("SQLITE_FULL"));
+            afterRefusals.push({ active: outage.active, refusesWrites: outage.refusesWrites });
+          }, 5);
+        }
         return Promise.resolve();
       },
       probeMs: 20,
-      quietMs: 100,
+      // Long beside the few ms between a probe and the refusal after it, so that a loaded machine's late
+      // timers do not end the outage in between (a real flap would need a quiet second).
+      quietMs: 1_000,
     });
     try {
       outage.refused(pgError("SQLITE_FULL"));
       assert.equal(outage.refusesWrites, true);
-      await eventually(async () => (probes >= 4 ? true : undefined), 5_000, "several probes to write");
-      assert.equal(outage.active, true, "still full: the outage goes on");
-      assert.equal(outage.refusesWrites, true, "a refusal after the probe wrote refuses writes again");
+      await eventually(async () => (afterRefusals.length >= 4 ? true : undefined), 10_000, "several probes to write");
+      assert.ok(afterRefusals.every((state) => state.active), "still full: the outage goes on");
+      assert.ok(
+        afterRefusals.every((state) => state.refusesWrites),
+        "a refusal after the probe wrote refuses writes again",
+      );
       stillFull = false;
-      await eventually(async () => (outage.active ? undefined : true), 5_000, "the outage to end");
+      await eventually(async () => (outage.active ? undefined : true), 10_000, "the outage to end");
       const said = lines.map((line) => String(line.msg));
       assert.equal(said.filter((msg) => msg.startsWith("store unavailable")).length, 1, said.join("\n"));
       assert.equal(said.filter((msg) => msg.startsWith("store available again")).length, 1, said.join("\n"));
