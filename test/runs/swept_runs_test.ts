@@ -139,6 +139,19 @@ for (const engine of await engines()) {
         await runs.flush();
         return (submission as { run: LiveRun }).run;
       }
+      /** Submits an async call of `hold` with a webhook to `runs`; answers its run id. */
+      async function asyncCall(runs: RunService): Promise<string> {
+        const accepted = await runs.submit({
+          projectId: PROJECT,
+          app: "a",
+          functionName: "hold",
+          mode: "async",
+          input: {},
+          webhook: { endpoint: receiver.url, secret: SECRET },
+        });
+        assert.equal(accepted.kind, "accepted");
+        return (accepted as { runId: string }).runId;
+      }
       const stored = (runId: string) =>
         db.selectFrom("runs").selectAll().where("run_id", "=", runId).executeTakeFirst();
       const delivery = (runId: string) =>
@@ -183,6 +196,7 @@ for (const engine of await engines()) {
         workers,
         service,
         liveCall,
+        asyncCall,
         stored,
         delivery,
         lapse,
@@ -311,16 +325,7 @@ for (const engine of await engines()) {
       const t = await setUp(defer);
       const executor = heldExecutor();
       const a = t.service("owner-a", { executor });
-      const accepted = await a.submit({
-        projectId: PROJECT,
-        app: "a",
-        functionName: "hold",
-        mode: "async",
-        input: {},
-        webhook: { endpoint: t.receiver.url, secret: SECRET },
-      });
-      assert.equal(accepted.kind, "accepted");
-      const runId = (accepted as { runId: string }).runId;
+      const runId = await t.asyncCall(a);
       await executor.started;
       await t.lapse(runId);
       t.service("owner-b");
@@ -352,16 +357,7 @@ for (const engine of await engines()) {
       const ownersDir = join(parent, "owners");
       const executor = heldExecutor();
       const a = t.service("owner-a", { executor, ownersDir });
-      const accepted = await a.submit({
-        projectId: PROJECT,
-        app: "a",
-        functionName: "hold",
-        mode: "async",
-        input: {},
-        webhook: { endpoint: t.receiver.url, secret: SECRET },
-      });
-      assert.equal(accepted.kind, "accepted");
-      const runId = (accepted as { runId: string }).runId;
+      const runId = await t.asyncCall(a);
       await executor.started;
       await t.lapse(runId);
       t.service("owner-b", { ownersDir, leaseMs: 600 });
