@@ -5,6 +5,7 @@
 import { cpus, totalmem } from "node:os";
 import { resolve } from "node:path";
 import { type GpuEntry, parseGpuList } from "./gpus/mod.ts";
+import { DEFAULT_IMAGE_REGISTRIES, parseRegistryList } from "./images/mod.ts";
 import { MASTER_KEY_HOWTO, type MasterKey, parseMasterKey } from "./keys/master_key.ts";
 
 /** The server's validated settings. */
@@ -78,6 +79,12 @@ export interface Config {
   pipIndexUrl: string | null;
   /** A folder or URL of wheels for builds (`--find-links`); null for none. */
   pipFindLinks: string | null;
+  /** The registry hosts `[build] base_image` may name (`RUNPLANE_IMAGE_REGISTRIES`). */
+  imageRegistries: string[];
+  /** The registries pulled from over plain HTTP or without certificate checks (`RUNPLANE_INSECURE_REGISTRIES`). */
+  insecureRegistries: string[];
+  /** A containers auth file (`auth.json`) for every pull; null: anonymous pulls. */
+  registryAuthFile: string | null;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** Check every response against the contract and fail loudly on a mismatch. */
   responseCheck: boolean;
@@ -201,6 +208,11 @@ function boolean(raw: string): boolean {
 }
 
 /** `auto`, `required` or `off`: how a protection of tenants' code (sandbox, cgroups) is asked for. */
+/** A comma-separated list of registry hosts; the parser's error names the entry. */
+function registryList(raw: string): string[] {
+  return parseRegistryList(raw);
+}
+
 function autoRequiredOff(raw: string): "auto" | "required" | "off" {
   if (raw !== "auto" && raw !== "required" && raw !== "off") throw new Error("must be one of auto, required, off");
   return raw;
@@ -491,6 +503,33 @@ export const SETTINGS = [
     default: "",
     description: "A folder (or URL) of wheels pip installs from during builds",
     parse: (raw) => (raw.trim() ? (/^https?:\/\//i.test(raw.trim()) ? raw.trim() : resolve(raw.trim())) : null),
+  },
+  {
+    key: "imageRegistries",
+    env: "RUNPLANE_IMAGE_REGISTRIES",
+    flag: "--image-registries",
+    default: DEFAULT_IMAGE_REGISTRIES.join(","),
+    description:
+      "The registry hosts an app's [build] base_image may come from, separated by commas (with a port where it has one); a reference to any other is refused at deploy (400). The default is the well-known public registries",
+    parse: registryList,
+  },
+  {
+    key: "insecureRegistries",
+    env: "RUNPLANE_INSECURE_REGISTRIES",
+    flag: "--insecure-registries",
+    default: "",
+    description:
+      "Registries pulled from over plain HTTP or without checking their certificate (a loopback or private mirror), separated by commas; each must also be in RUNPLANE_IMAGE_REGISTRIES",
+    parse: registryList,
+  },
+  {
+    key: "registryAuthFile",
+    env: "RUNPLANE_REGISTRY_AUTH_FILE",
+    flag: "--registry-auth-file",
+    default: "",
+    description:
+      "A containers auth file (auth.json, as podman, skopeo and docker login write it) with the credentials of private registries; unset: images are pulled anonymously. Never logged",
+    parse: (raw) => (raw.trim() ? resolve(raw.trim()) : null),
   },
   {
     key: "logLevel",

@@ -1,6 +1,6 @@
 /**
  * The real parts the image tests need: Debian's image tools, a base image made locally (mmdebstrap's
- * bookworm minbase with python3, turned into an OCI image by umoci) and kept in a cache folder between runs
+ * trixie minbase (Debian 13: another release and Python than the host's bookworm) with python3, turned into an OCI image by umoci) and kept in a cache folder between runs
  * so a machine pays for it once, and a registry of the test's own on loopback (Debian's `docker-registry`).
  */
 import { execFile, spawn } from "node:child_process";
@@ -16,13 +16,13 @@ const REQUIRED = process.env.RUNPLANE_TEST_REQUIRE_IMAGES === "1";
 export const TEST_IMAGE_CACHE = process.env.RUNPLANE_TEST_IMAGE_CACHE ?? "/var/cache/runplane-test-images";
 
 /** The cache entry of the base image; a new name when the recipe below changes. */
-const BASE_IMAGE_KEY = "bookworm-python3-v1";
+const BASE_IMAGE_KEY = "trixie-python3-v2";
 /** The tag of the base image in its cached OCI layout. */
-export const BASE_IMAGE_TAG = "bookworm";
+export const BASE_IMAGE_TAG = "trixie";
 
 /** What the base image's config says, so tests can check that the store reads it. */
 export const BASE_IMAGE_CONFIG = {
-  env: ["PYTHONUNBUFFERED=1", "RUNPLANE_TEST_IMAGE=bookworm"],
+  env: ["PYTHONUNBUFFERED=1", "RUNPLANE_TEST_IMAGE=trixie"],
   cmd: ["python3", "-c", "print('hello from the image')"],
   workingDir: "/srv",
   exposedPorts: ["8080/tcp"],
@@ -86,12 +86,12 @@ tmp="$(mktemp -d "$cache/.partial-$key-XXXXXX")"
 case "$tmp" in "$cache"/.partial-?*) ;; *) exit 1 ;; esac
 trap 'rm -rf -- "$tmp"' EXIT
 started=$(date +%s)
-mmdebstrap --quiet --variant=minbase --include=python3 --format=tar bookworm "$tmp/root.tar" http://deb.debian.org/debian
+mmdebstrap --quiet --variant=minbase --include=python3 --format=tar trixie "$tmp/root.tar" http://deb.debian.org/debian
 umoci init --layout "$tmp/oci"
 umoci new --image "$tmp/oci:$tag"
 umoci raw add-layer --image "$tmp/oci:$tag" "$tmp/root.tar"
 umoci config --image "$tmp/oci:$tag" \
-  --config.env PYTHONUNBUFFERED=1 --config.env RUNPLANE_TEST_IMAGE=bookworm \
+  --config.env PYTHONUNBUFFERED=1 --config.env RUNPLANE_TEST_IMAGE=trixie \
   --config.cmd python3 --config.cmd -c --config.cmd "print('hello from the image')" \
   --config.workingdir /srv --config.exposedports 8080/tcp --config.user 1000
 umoci gc --layout "$tmp/oci"
@@ -105,7 +105,7 @@ echo "built in $(( $(date +%s) - started )) s"
 let baseImage: Promise<string> | undefined;
 
 /**
- * The OCI layout holding the base image (tag {@link BASE_IMAGE_TAG}): Debian bookworm minbase with python3,
+ * The OCI layout holding the base image (tag {@link BASE_IMAGE_TAG}): Debian trixie minbase with python3,
  * built by mmdebstrap from Debian's archive on the first run on a machine (about a minute here) and taken
  * from {@link TEST_IMAGE_CACHE} after that.
  */

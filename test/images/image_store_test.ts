@@ -27,7 +27,7 @@ import {
 } from "../_helpers/images.ts";
 
 const works = await imageToolsWork("the image store tests (test/images/image_store_test.ts)");
-const IMAGE_NAME = "runplane-test/bookworm:python3";
+const IMAGE_NAME = "runplane-test/trixie:python3";
 
 /** A logger whose messages the test reads. */
 function recordingLogger(): { logger: ReturnType<typeof createLogger>; messages: string[] } {
@@ -86,9 +86,9 @@ describe("the image store with a loopback registry", { skip: !works }, () => {
     const digest = await store.pull(reference);
     const root = await store.unpack(digest);
     assert.equal(root, join(dir, "roots", `sha256-${digest.slice("sha256:".length)}`));
-    assert.match(await readFile(join(root, "etc", "os-release"), "utf8"), /VERSION_CODENAME=bookworm/);
+    assert.match(await readFile(join(root, "etc", "os-release"), "utf8"), /VERSION_CODENAME=trixie/);
     assert.ok((await lstat(join(root, "usr", "bin", "python3"))).isSymbolicLink());
-    assert.ok((await stat(join(root, "usr", "bin", "python3.11"))).isFile());
+    assert.ok((await stat(join(root, "usr", "bin", "python3.13"))).isFile());
     assert.deepEqual((await readdir(join(dir, "roots"))).filter((name) => name.startsWith(".")), []);
   });
 
@@ -121,7 +121,7 @@ describe("the image store with a loopback registry", { skip: !works }, () => {
       await writeFile(join(partial, "etc", "os-release"), "VERSION_CODENAME=half\n");
       const root = await crashed.unpack(digest);
       assert.notEqual(root, partial);
-      assert.match(await readFile(join(root, "etc", "os-release"), "utf8"), /VERSION_CODENAME=bookworm/);
+      assert.match(await readFile(join(root, "etc", "os-release"), "utf8"), /VERSION_CODENAME=trixie/);
     } finally {
       await rm(scratch, { recursive: true, force: true });
     }
