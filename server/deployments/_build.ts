@@ -15,6 +15,7 @@ import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
 import type { BuildLogLine } from "./_build_log.ts";
 import type { BuildPlan } from "./_build_plan.ts";
 import { type DependencyLayer, layerReady, readyMarker } from "./_dependency_layer.ts";
+import type { DeploymentImage } from "./_image_step.ts";
 
 export type { BuildLogLine } from "./_build_log.ts";
 
@@ -54,6 +55,8 @@ export interface RunBuildOptions {
   sandbox: Sandbox;
   projectId: string;
   egress: boolean;
+  /** The image of `[build] base_image`: every step runs with its root as `/`. */
+  image?: DeploymentImage;
 }
 
 const LOCK_RETRY_MS = 250;
@@ -72,8 +75,9 @@ interface StepCommand {
 /** Runs one command of `step` in its jail, its output into the log; throws a BuildError unless it exits 0. */
 async function run(step: string, command: StepCommand, options: RunBuildOptions): Promise<void> {
   options.signal?.throwIfAborted();
+  const image = options.image ? { image: { root: options.image.root } } : {};
   const child = options.sandbox.spawn(command.file, command.args, {
-    jail: { ...command.jail, projectId: options.projectId, egress: command.egress ?? options.egress },
+    jail: { ...command.jail, ...image, projectId: options.projectId, egress: command.egress ?? options.egress },
     stdio: ["ignore", "pipe", "pipe"],
   });
   for (const stream of ["stdout", "stderr"] as const) {
@@ -192,6 +196,16 @@ async function checkConda(packages: string[], options: RunBuildOptions): Promise
         missing.join(", ")
       } missing (${where}); Runplane checks [dependencies.conda] and does not install it`,
     );
+  }
+}
+
+/** `[dependencies.apt]` and `[dependencies.conda]` of an app with a base image: installed into it (not yet). */
+async function imagePackages(plan: BuildPlan, _options: RunBuildOptions): Promise<void> {
+  if (plan.apt.length) {
+    throw new BuildError("apt", "apt failed: installing [dependencies.apt] into a base image is not built yet");
+  }
+  if (plan.conda.length) {
+    throw new BuildError("conda", "conda failed: installing [dependencies.conda] into a base image is not built yet");
   }
 }
 
@@ -390,8 +404,11 @@ export async function runBuild(dir: string, plan: BuildPlan, options: RunBuildOp
     options.log({ stream: "build", text: "==> pre-build commands" });
     await shellCommands("pre-build", plan.preBuildCommands, { ...options, dir });
   }
-  await checkApt(plan.apt, options);
-  await checkConda(plan.conda, options);
+  if (options.image) await imagePackages(plan, options);
+  else {
+    await checkApt(plan.apt, options);
+    await checkConda(plan.conda, options);
+  }
   const result = await pipLayer(dir, plan, options);
   options.log({ stream: "build", text: "==> code: in place" });
   if (plan.shellCommands.length) {

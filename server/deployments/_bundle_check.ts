@@ -6,12 +6,22 @@ import { mkdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { ProblemError } from "../problems/mod.ts";
 import { randomBytesPooled } from "../random/mod.ts";
-import { AppConfigError, parseAppConfig } from "../runtime/mod.ts";
+import { type AppConfig, AppConfigError, parseAppConfig } from "../runtime/mod.ts";
 import { extractBundle } from "./_bundle_extract.ts";
 import { deployedAppRules } from "./_materialise.ts";
 import type { BundleSource } from "./_records.ts";
 import type { AppRef, DeploymentsOptions } from "./_types.ts";
 import { keepUnpacked, sweepUnpacked, UNPACKED_KEPT_MS } from "./_unpacked.ts";
+
+/** Why the app's `[build] base_image` cannot be deployed here (its registry, this host's tools), or undefined. */
+function imageProblem(config: AppConfig, settings: DeploymentsOptions["settings"]): string | undefined {
+  const reference = config.build.baseImage;
+  if (reference === undefined) return undefined;
+  const problem = settings.images
+    ? settings.images.admissionProblem(reference)
+    : "This server runs apps on its own system only: deploy without [build] base_image";
+  return problem === null ? undefined : `[build] base_image ${JSON.stringify(reference)}: ${problem}`;
+}
 
 /**
  * Checks the bundle unpacks safely and its runplane.toml loads, in a scratch folder, and that the
@@ -38,7 +48,7 @@ export async function checkBundle(
     let problem: string | undefined;
     try {
       const config = parseAppConfig(text, scratch, deployedAppRules(settings));
-      problem = options.runtime.admissionProblem(ref.projectId, ref.appId, config);
+      problem = imageProblem(config, settings) ?? options.runtime.admissionProblem(ref.projectId, ref.appId, config);
     } catch (error) {
       if (!(error instanceof AppConfigError)) throw error;
       problem = error.message;

@@ -46,6 +46,8 @@ export interface LayerOwner {
   deploymentDir: string;
   projectId: string;
   bundleDigest: string;
+  /** The image the virtualenv is made in (`[build] base_image`'s digest); undefined: the host's system. */
+  imageDigest?: string;
 }
 
 function hex(...parts: string[]): string {
@@ -57,9 +59,11 @@ export function dependencyLayer(plan: BuildPlan, owner: LayerOwner): DependencyL
   const digest = plan.digest.replace(/^sha256:/, "");
   const seesBundle = plan.pipSeesBundle || owner.python.startsWith(`${owner.deploymentDir}/`);
   let name: string;
-  if (seesBundle) name = `project-${hex("project", owner.projectId, owner.bundleDigest, digest, owner.python)}`;
+  // An image's interpreter is another one than the host's of the same name: its digest names the layer too.
+  const python = owner.imageDigest ? `${owner.imageDigest}:${owner.python}` : owner.python;
+  if (seesBundle) name = `project-${hex("project", owner.projectId, owner.bundleDigest, digest, python)}`;
   // The default interpreter's layer is named by the digest alone, as `dependencyLayerReady` looks for it.
-  else name = owner.python === DEFAULT_PYTHON ? digest : hex("shared", digest, owner.python);
+  else name = python === DEFAULT_PYTHON ? digest : hex("shared", digest, python);
   const dir = join(owner.venvsDir, name);
   return {
     dir,

@@ -40,6 +40,18 @@ export class LocalBuilds {
     this.#builds.delete(deploymentId);
   }
 
+  /**
+   * `row` as this host serves it: with `defer` (a host of a cluster) built only when a replica is to start
+   * here, unless it runs in an image (pulled at once: its root is where its replicas' jail is made).
+   */
+  served(row: DeploymentRow, options: { defer: boolean }): Promise<DeployedApp | undefined> {
+    if (options.defer && row.config_toml !== null) {
+      const app = this.deferredApp(row, row.config_toml);
+      if (app !== "now") return Promise.resolve(app);
+    }
+    return this.materialiseHere(row);
+  }
+
   /** `row` materialised here; undefined (logged) when it cannot be. */
   async materialiseHere(row: DeploymentRow): Promise<DeployedApp | undefined> {
     const { logger } = this.#options;
@@ -55,6 +67,7 @@ export class LocalBuilds {
         version: row.deployment_id,
         python: done.python,
         configToml: done.configToml,
+        ...(done.image ? { image: { root: done.image.root, env: done.image.env } } : {}),
       };
     } catch (error) {
       const buildFailed = error instanceof DeploymentBuildError;
@@ -68,8 +81,11 @@ export class LocalBuilds {
     }
   }
 
-  /** `row` served from its recorded `runplane.toml`, built when a replica starts; undefined when it cannot be. */
-  deferredApp(row: DeploymentRow, configToml: string): DeployedApp | undefined {
+  /**
+   * `row` served from its recorded `runplane.toml`, built when a replica starts; undefined when it cannot be,
+   * `now` when it must be built at once (it runs in an image).
+   */
+  deferredApp(row: DeploymentRow, configToml: string): DeployedApp | "now" | undefined {
     let paths;
     try {
       paths = plannedPaths(row, { configToml, settings: this.#options.settings });
@@ -81,6 +97,7 @@ export class LocalBuilds {
       );
       return undefined;
     }
+    if (paths.image) return "now";
     return {
       projectId: row.project_id,
       name: row.app_id,

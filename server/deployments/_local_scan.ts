@@ -61,9 +61,7 @@ export async function scanStore(local: LocalServed, options: ScanOptions): Promi
     ) {
       continue;
     }
-    const app = options.deferBuilds && row.config_toml !== null
-      ? builds.deferredApp(row, row.config_toml)
-      : await builds.materialiseHere(row);
+    const app = await builds.served(row, { defer: options.deferBuilds === true });
     // Checked again: an adopt may have begun while this deployment was materialised.
     if (!app || local.stopped || local.pinned(key, read)) continue;
     const replaced = local.served.get(key);

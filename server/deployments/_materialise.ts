@@ -8,6 +8,7 @@
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Kysely } from "kysely";
+import type { ImageStore } from "../images/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { type AppConfig, AppConfigError, type AppConfigOptions, parseAppConfig } from "../runtime/mod.ts";
 import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
@@ -17,6 +18,7 @@ import { type BuildPlan, buildPlan } from "./_build_plan.ts";
 import { type DependencyLayer, dependencyLayer, sharedLayerReady } from "./_dependency_layer.ts";
 import { type BundleLimits, extractBundle } from "./_bundle_extract.ts";
 import { type DeploymentRow, selectBundle } from "./_records.ts";
+import { type DeploymentImage, ImageStepError, pullImage } from "./_image_step.ts";
 import { takeUnpacked } from "./_unpacked.ts";
 
 /** How builds run on this host. */
@@ -34,6 +36,8 @@ export interface BuildSettings {
   sandbox?: Sandbox;
   /** Where bundles are kept as files (SQLite: see _bundle_files.ts); unset, in the store's rows. */
   bundleDir?: string;
+  /** Images of `[build] base_image`; without it an app that names one is refused. */
+  images?: ImageStore;
 }
 
 /** What a deployed app's `runplane.toml` may ask for on this server. */
@@ -48,6 +52,8 @@ export interface Materialised {
   python?: string;
   baseImageDigest: string;
   venv: BuildResult["venv"];
+  /** The image of `[build] base_image` it runs in; undefined: it runs on the host's system. */
+  image?: DeploymentImage;
   /**
    * The `runplane.toml` read when the bundle was unpacked, before any of the tenant's commands ran: the
    * server reads the app's settings from here, never from the folder, which the project's commands wrote.
@@ -95,7 +101,7 @@ export type DeploymentPlace = Pick<DeploymentRow, "deployment_id" | "project_id"
 /** The dependency layer of `deployment`'s `plan` on this host. */
 function layerOf(
   deployment: DeploymentPlace,
-  options: { plan: BuildPlan; config: AppConfig; dataDir: string },
+  options: { plan: BuildPlan; config: AppConfig; dataDir: string; imageDigest?: string },
 ): DependencyLayer {
   return dependencyLayer(options.plan, {
     venvsDir: venvsDir(options.dataDir),
@@ -103,7 +109,27 @@ function layerOf(
     deploymentDir: deploymentDir(options.dataDir, deployment.deployment_id),
     projectId: deployment.project_id,
     bundleDigest: deployment.bundle_digest,
+    imageDigest: options.imageDigest,
   });
+}
+
+/** The image `config` runs in, pulled and unpacked on this host; undefined without `[build] base_image`. */
+async function imageOf(
+  config: AppConfig,
+  options: BuildSettings & { log(line: BuildLogLine): void },
+): Promise<DeploymentImage | undefined> {
+  const reference = config.build.baseImage;
+  if (reference === undefined) return undefined;
+  const images = options.images;
+  if (!images) {
+    throw new DeploymentBuildError("This server runs apps on its own system only: deploy without [build] base_image");
+  }
+  try {
+    return await pullImage(reference, { images, log: options.log });
+  } catch (error) {
+    if (error instanceof ImageStepError) throw new DeploymentBuildError(error.message);
+    throw error;
+  }
 }
 
 function readConfig(configToml: string, dir: string, settings: BuildSettings): AppConfig {
@@ -117,18 +143,19 @@ function readConfig(configToml: string, dir: string, settings: BuildSettings): A
 /**
  * Where `deployment` is (or will be) served from on this host, read from the `runplane.toml` its build
  * recorded, without building it: its folder and its virtualenv's interpreter (undefined when it has no
- * pip dependencies). `materialise` makes the same paths. Throws `DeploymentBuildError` when the file
- * does not parse here.
+ * pip dependencies), and whether it runs in an image (whose root is known only once pulled).
+ * `materialise` makes the same paths. Throws `DeploymentBuildError` when the file does not parse here.
  */
 export function plannedPaths(
   deployment: DeploymentPlace,
   options: { configToml: string; settings: BuildSettings },
-): { dir: string; python?: string } {
+): { dir: string; python?: string; image: boolean } {
   const dir = deploymentDir(options.settings.dataDir, deployment.deployment_id);
   const config = readConfig(options.configToml, dir, options.settings);
   const plan = buildPlan(config);
-  if (plan.pipRequirements.length === 0) return { dir };
-  return { dir, python: layerOf(deployment, { plan, config, dataDir: options.settings.dataDir }).python };
+  const image = config.build.baseImage !== undefined;
+  if (plan.pipRequirements.length === 0) return { dir, image };
+  return { dir, image, python: layerOf(deployment, { plan, config, dataDir: options.settings.dataDir }).python };
 }
 
 /** Puts the deployment's files in `dir`: the upload's own unpacking when this host kept it, else the store's bundle. */
@@ -177,8 +204,10 @@ export async function materialise(
     const config = readConfig(configToml, dir, options);
     const plan = buildPlan(config);
     await options.onPlan?.({ digest: plan.digest, configToml });
+    const image = await imageOf(config, options);
     const result = await runBuild(dir, plan, {
-      layer: layerOf(deployment, { plan, config, dataDir: options.dataDir }),
+      layer: layerOf(deployment, { plan, config, dataDir: options.dataDir, imageDigest: image?.digest }),
+      image,
       python: config.python,
       pipIndexUrl: options.pipIndexUrl ?? undefined,
       pipFindLinks: options.pipFindLinks ?? undefined,
@@ -196,6 +225,7 @@ export async function materialise(
       baseImageDigest: plan.digest,
       venv: result.venv,
       configToml,
+      ...(image ? { image } : {}),
     };
     await writeFile(marker, JSON.stringify(done));
     return done;

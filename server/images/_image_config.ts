@@ -57,3 +57,14 @@ export async function readImageConfig(layout: string, digest: string): Promise<I
     user: text(config.User),
   };
 }
+
+/** The image's `ENV` lines as variables (a line without `=` names an empty one). */
+export function imageEnvironment(lines: readonly string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const line of lines) {
+    const at = line.indexOf("=");
+    if (at > 0) env[line.slice(0, at)] = line.slice(at + 1);
+    else if (at < 0 && line) env[line] = "";
+  }
+  return env;
+}

@@ -17,7 +17,13 @@ import { SerialQueue, SingleFlight } from "./_single_flight.ts";
 import { digestTag, referenceTag, skopeoPull } from "./_skopeo_pull.ts";
 import { rootExists, rootPath, umociUnpack } from "./_umoci_unpack.ts";
 import { runTool } from "./_run_tool.ts";
-import { assertRegistryAllowed, type ImageReference, parseImageReference, registryAllowed } from "./image_reference.ts";
+import {
+  assertRegistryAllowed,
+  type ImageReference,
+  ImageReferenceError,
+  parseImageReference,
+  registryAllowed,
+} from "./image_reference.ts";
 import { type ImageTools, missingToolsMessage } from "./image_tools.ts";
 
 /** Options of {@link createImageStore}. */
@@ -41,6 +47,8 @@ export interface ImageStoreOptions {
 export interface ImageStore {
   /** The store's folder (absolute). */
   readonly dir: string;
+  /** The tools found on this host. */
+  readonly tools: ImageTools;
   /**
    * Pulls `reference` (a string as `[build] base_image` writes it) and resolves to the manifest digest of
    * the image as the store keeps it. Throws an {@link ImageReferenceError} for a malformed or disallowed
@@ -51,6 +59,11 @@ export interface ImageStore {
   unpack(digest: string): Promise<string>;
   /** The run settings of the pulled image `digest` (`ENV`, `CMD`, `ENTRYPOINT`, `WORKDIR`, `EXPOSE`, `USER`). */
   config(digest: string): Promise<ImageConfig>;
+  /**
+   * Why `reference` cannot be deployed here, checked before anything is pulled: a malformed reference, a
+   * registry outside the allow-list, or a host without the tools. Null when it may be pulled.
+   */
+  admissionProblem(reference: string): string | null;
 }
 
 /** A store asked to pull or unpack on a host without skopeo or umoci; the message names what to install. */
@@ -140,6 +153,7 @@ export function createImageStore(dir: string, options: ImageStoreOptions): Image
 
   return {
     dir: root,
+    tools: options.tools,
     async pull(text) {
       const reference = parseImageReference(text);
       assertRegistryAllowed(reference, { registries: options.registries });
@@ -152,6 +166,15 @@ export function createImageStore(dir: string, options: ImageStoreOptions): Image
     async config(digest) {
       digestHex(digest);
       return readImageConfig(paths.layout, digest);
+    },
+    admissionProblem(text) {
+      try {
+        assertRegistryAllowed(parseImageReference(text), { registries: options.registries });
+      } catch (error) {
+        if (error instanceof ImageReferenceError) return error.message;
+        throw error;
+      }
+      return missingToolsMessage(options.tools);
     },
   };
 }

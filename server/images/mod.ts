@@ -4,7 +4,7 @@
  * Knows nothing of apps, builds or replicas: the builder and the runtime ask it for an image's root and
  * settings.
  */
-export { type ImageConfig } from "./_image_config.ts";
+export { type ImageConfig, imageEnvironment } from "./_image_config.ts";
 export { ImageToolError } from "./_run_tool.ts";
 export {
   assertRegistryAllowed,

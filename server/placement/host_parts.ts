@@ -4,11 +4,13 @@
  * > 1) starts no replica: it shows the supervisor's cgroups and GPUs as the supervisor found them, and
  * keeps a sandbox of its own only so that nothing it might ever build runs unjailed.
  */
+import { join } from "node:path";
 import { ConfigError } from "../config.ts";
 import type { Config } from "../config.ts";
 import { detectGpus, type GpuInventory } from "../gpus/mod.ts";
 import type { Logger } from "../log.ts";
 import type { HostRole } from "../host/mod.ts";
+import { createImageStore, findImageTools, type ImageStore, missingToolsMessage } from "../images/mod.ts";
 import { deploymentsRefused, refusalReason } from "./deployment_gate.ts";
 import {
   type Cgroups,
@@ -20,11 +22,25 @@ import {
   SandboxUnavailableError,
 } from "../sandbox/mod.ts";
 
-/** The sandbox, cgroups and GPUs of this process. */
+/** The sandbox, cgroups, GPUs and image store of this process. */
 export interface HostParts {
   sandbox: Sandbox;
   cgroups: Cgroups;
   gpus: GpuInventory;
+  /** Images of `[build] base_image`, in `<data dir>/images`; it refuses every pull on a host without the tools. */
+  images: ImageStore;
+}
+
+/** The host's image store, with the tools found here and the operator's registries. */
+async function hostImages(config: Config, logger: Logger): Promise<ImageStore> {
+  const tools = await findImageTools();
+  return createImageStore(join(config.dataDir, "images"), {
+    tools,
+    registries: config.imageRegistries,
+    insecureRegistries: config.insecureRegistries,
+    authFile: config.registryAuthFile,
+    logger,
+  });
 }
 
 /**
@@ -43,8 +59,9 @@ export async function hostParts(
     if (error instanceof SandboxUnavailableError) throw new ConfigError([error.message]);
     throw error;
   }
+  const images = await hostImages(config, logger);
   if (role?.kind === "worker") {
-    return { sandbox, cgroups: disabledCgroups(role.facts.cgroups), gpus: role.facts.gpus };
+    return { sandbox, cgroups: disabledCgroups(role.facts.cgroups), gpus: role.facts.gpus, images };
   }
   logSandbox(logger, { sandbox, setting: config.sandbox });
   let cgroups: Cgroups;
@@ -58,7 +75,9 @@ export async function hostParts(
   logCgroups(logger, cgroups);
   const gpus = await detectGpus({ list: config.gpus, nvidiaSmi: config.nvidiaSmi, procDir: options.gpuPaths?.driver });
   logGpus(logger, gpus);
-  return { sandbox, cgroups, gpus };
+  const imagesMissing = missingToolsMessage(images.tools);
+  if (imagesMissing) logger.info({ images: "off" }, `images: ${imagesMissing}`);
+  return { sandbox, cgroups, gpus, images };
 }
 
 function logSandbox(logger: Logger, options: { sandbox: Sandbox; setting: Config["sandbox"] }): void {

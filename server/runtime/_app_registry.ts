@@ -22,6 +22,16 @@ interface VersionBase {
   deploymentId?: string;
   /** Makes `dir` (and the virtualenv) ready on this host before a replica starts; see `DeployedApp`. */
   prepare?(): Promise<void>;
+  /** The image its replicas run in (`DeployedApp.image`). */
+  image?: AppImage;
+}
+
+/** The image of a deployed app's `[build] base_image`. */
+export interface AppImage {
+  /** Its unpacked root file system on this host: its replicas' `/`, read-only. */
+  root: string;
+  /** Its `ENV`: its replicas' environment under the app's `[env]` and secrets. */
+  env: Record<string, string>;
 }
 
 /** One loaded (or failed) version of an app. */
@@ -49,6 +59,8 @@ export interface DeployedApp {
    * rejects when the deployment cannot be built here.
    */
   deferred?: { prepare(): Promise<void> };
+  /** The image its replicas run in; undefined: the host's system. */
+  image?: AppImage;
 }
 
 /** A deployed app that no deployment serves: its newest build failed, and none of it is ready. */
@@ -176,6 +188,7 @@ export async function loadDeployedApp(app: DeployedApp, options: LoadDeployedOpt
       venv: app.python ? dirname(dirname(app.python)) : undefined,
       deploymentId: app.version,
       prepare: app.deferred?.prepare,
+      ...(app.image ? { image: app.image } : {}),
     },
     {
       python: app.python,

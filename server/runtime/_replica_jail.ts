@@ -6,7 +6,7 @@ import { dirname, isAbsolute, relative } from "node:path";
 import { type Gpu, gpuDeviceNodes } from "../gpus/mod.ts";
 import type { JailSpec } from "../sandbox/mod.ts";
 import type { AppConfig } from "./_app_config.ts";
-import type { AppSource } from "./_app_registry.ts";
+import type { AppImage, AppSource } from "./_app_registry.ts";
 
 /** System folders every jail already shows read-only. */
 const SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib64"];
@@ -46,7 +46,7 @@ export function tmpBytesFor(memoryBytes: number): number {
 
 /** The jail of one app version's replicas. */
 export function replicaJail(
-  app: { projectId: string; dir: string; source: AppSource; config: AppConfig; venv?: string },
+  app: { projectId: string; dir: string; source: AppSource; config: AppConfig; venv?: string; image?: AppImage },
   secrets: Record<string, string>,
 ): JailSpec {
   const home = interpreterHome(app.config.python, { appDir: app.dir, source: app.source, venv: app.venv });
@@ -59,9 +59,16 @@ export function replicaJail(
     readOnly: home ? [app.dir, home] : [app.dir],
     cwd: app.dir,
     egress,
-    // Secrets last: a name in both is the project's secret (the app's [env] is in its bundle, readable).
-    env: { ...Object.fromEntries(THREAD_VARIABLES.map((name) => [name, threads])), ...env, ...secrets },
+    // The image's ENV under the app's; secrets last: a name in both is the project's secret (the app's
+    // [env] is in its bundle, readable).
+    env: {
+      ...app.image?.env,
+      ...Object.fromEntries(THREAD_VARIABLES.map((name) => [name, threads])),
+      ...env,
+      ...secrets,
+    },
     tmpBytes: tmpBytesFor(hardware.memoryBytes),
+    ...(app.image ? { image: { root: app.image.root } } : {}),
   };
 }
 

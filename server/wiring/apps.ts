@@ -102,6 +102,7 @@ export function wireApps(config: Config, options: AppsOptions): ServerApps {
       allowExternalRuntimes: config.allowExternalRuntimes,
       bundleLimitBytes: config.bundleLimitBytes,
       sandbox: options.parts.sandbox,
+      images: options.parts.images,
       // SQLite's bundles are files in the data dir; PostgreSQL's are rows every host reads.
       bundleDir: store.shared ? undefined : join(config.dataDir, "bundles"),
     },
