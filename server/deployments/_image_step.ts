@@ -4,6 +4,7 @@
  * every deployment that uses it). Every later step and every replica runs with that root as its `/`.
  */
 import { imageEnvironment, type ImageStore } from "../images/mod.ts";
+import { envNameProblem, envValueProblem } from "../runtime/mod.ts";
 import type { BuildLogLine } from "./_build_log.ts";
 
 /** The image a deployment runs in. */
@@ -21,6 +22,26 @@ export interface DeploymentImage {
 /** A failed pull or unpack; the message says which image and why. */
 export class ImageStepError extends Error {
   override name = "ImageStepError";
+}
+
+/** A search path of absolute folders: the image's own `PATH` is its replicas' (its programs live there). */
+const SEARCH_PATH = /^\/[^:\0]*(:\/[^:\0]*)*$/;
+
+/**
+ * The image's `ENV` a replica may get: held to the rule of `[env]` (docs/runplane-toml.md), because it too
+ * passes through the processes that start the jail as root — an image's `LD_PRELOAD` would load its library
+ * into them. Its `PATH` is kept when it is a list of absolute folders. Each variable left out is logged.
+ */
+function allowedEnvironment(env: Record<string, string>, log: (line: BuildLogLine) => void): Record<string, string> {
+  const allowed: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) {
+    const problem = name === "PATH"
+      ? (SEARCH_PATH.test(value) ? null : "not a list of absolute folders")
+      : envNameProblem(name, value) ?? envValueProblem(value);
+    if (problem === null) allowed[name] = value;
+    else log({ stream: "build", text: `==> image: ENV ${name} left out: ${problem}` });
+  }
+  return allowed;
 }
 
 function seconds(startedMs: number): string {
@@ -56,7 +77,7 @@ export async function pullImage(
     const root = await images.unpack(digest);
     const { env } = await images.config(digest);
     log({ stream: "build", text: `==> image: root file system ready (${seconds(started)})` });
-    return { reference, digest, root, env: imageEnvironment(env) };
+    return { reference, digest, root, env: allowedEnvironment(imageEnvironment(env), log) };
   } catch (error) {
     throw new ImageStepError(
       `image failed: ${reference} (${digest}) could not be unpacked: ${(error as Error).message}`,

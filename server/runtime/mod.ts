@@ -27,7 +27,7 @@ export {
   MAX_GRACE_PERIOD_SECONDS,
   parseAppConfig,
 } from "./_app_config.ts";
-export { envNameProblem } from "./_app_env.ts";
+export { envNameProblem, envValueProblem } from "./_app_env.ts";
 export type { AppSource, DeployedApp, UnservedApp } from "./_app_registry.ts";
 export { NoSeatError } from "./_call_placement.ts";
 export { pipEntryProblem } from "./_dependency_rules.ts";

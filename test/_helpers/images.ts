@@ -16,13 +16,14 @@ const REQUIRED = process.env.RUNPLANE_TEST_REQUIRE_IMAGES === "1";
 export const TEST_IMAGE_CACHE = process.env.RUNPLANE_TEST_IMAGE_CACHE ?? "/var/cache/runplane-test-images";
 
 /** The cache entry of the base image; a new name when the recipe below changes. */
-const BASE_IMAGE_KEY = "trixie-python3-v2";
+const BASE_IMAGE_KEY = "trixie-python3-v3";
 /** The tag of the base image in its cached OCI layout. */
 export const BASE_IMAGE_TAG = "trixie";
 
 /** What the base image's config says, so tests can check that the store reads it. */
 export const BASE_IMAGE_CONFIG = {
-  env: ["PYTHONUNBUFFERED=1", "RUNPLANE_TEST_IMAGE=trixie"],
+  // An app may get the first; the others pass through the jail's root processes and are left out.
+  env: ["IMAGE_GREETING=from the image", "LD_PRELOAD=/usr/lib/not-loaded.so", "RUNPLANE_TEST_IMAGE=trixie"],
   cmd: ["python3", "-c", "print('hello from the image')"],
   workingDir: "/srv",
   exposedPorts: ["8080/tcp"],
@@ -91,7 +92,8 @@ umoci init --layout "$tmp/oci"
 umoci new --image "$tmp/oci:$tag"
 umoci raw add-layer --image "$tmp/oci:$tag" "$tmp/root.tar"
 umoci config --image "$tmp/oci:$tag" \
-  --config.env PYTHONUNBUFFERED=1 --config.env RUNPLANE_TEST_IMAGE=trixie \
+  --config.env "IMAGE_GREETING=from the image" --config.env LD_PRELOAD=/usr/lib/not-loaded.so \
+  --config.env RUNPLANE_TEST_IMAGE=trixie \
   --config.cmd python3 --config.cmd -c --config.cmd "print('hello from the image')" \
   --config.workingdir /srv --config.exposedports 8080/tcp --config.user 1000
 umoci gc --layout "$tmp/oci"

@@ -164,7 +164,7 @@ describe("runplane CLI against a server", { timeout: 300_000 }, () => {
     assert.equal(outcome.code, 0, outcome.stderr);
     const { digest, status } = JSON.parse(outcome.stdout) as { digest: string; status: string };
     assert.equal(status, "cached", "no pip requirements: nothing to install");
-    // examples/apps/p-demo/hello/runplane.toml has [build] base_image and no dependencies.
+    // examples/apps/p-demo/hello/runplane.toml has no [build] section and no dependencies.
     const byHand = await runMain([
       "base-image",
       "--config",
@@ -177,7 +177,7 @@ describe("runplane CLI against a server", { timeout: 300_000 }, () => {
     assert.equal(byHand.stdout, `${digest} cached\n`);
     const { data } = await t.client.POST("/v3/projects/{project_id}/apps/{app_id}/base-image", {
       params: { path: { project_id: TEST_PROJECT, app_id: "hello" } },
-      body: { baseImageUri: "python:3.12-slim" },
+      body: {},
     });
     assert.deepEqual(data, { digest, status: "cached" });
   });

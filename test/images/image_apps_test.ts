@@ -40,7 +40,8 @@ def run():
         "python3": subprocess.run(["python3", "--version"], capture_output=True, text=True).stdout.strip(),
         "executable": sys.executable,
         "uid": os.getuid(),
-        "image_env": os.environ.get("RUNPLANE_TEST_IMAGE"),
+        "image_env": os.environ.get("IMAGE_GREETING"),
+        "left_out": [n for n in ("LD_PRELOAD", "RUNPLANE_TEST_IMAGE") if n in os.environ],
         "app_env": os.environ.get("GREETING"),
         "built": built,
         "usr_writable": os.access("/usr", os.W_OK),
@@ -144,7 +145,10 @@ describe("apps run in the image their [build] base_image names", async () => {
     assert.match(String(seen.python), /^3\.13\./, "the image's Python, not the host's 3.11");
     assert.match(String(seen.python3), /^Python 3\.13\./);
     assert.equal(seen.built, "VERSION_CODENAME=trixie", "the shell command ran in the image too");
-    assert.equal(seen.image_env, "trixie", "the image's ENV");
+    assert.equal(seen.image_env, "from the image", "the image's ENV");
+    assert.deepEqual(seen.left_out, [], "an image's LD_PRELOAD or RUNPLANE_* never reaches the jail's root processes");
+    assert.match(log, /==> image: ENV LD_PRELOAD left out: /);
+    assert.match(log, /==> image: ENV RUNPLANE_TEST_IMAGE left out: /);
     assert.equal(seen.app_env, "hello", "[env] on top");
     assert.equal(seen.usr_writable, false, "the image is read-only to its replicas");
     assert.notEqual(seen.uid, 0);
