@@ -48,6 +48,7 @@ export function identityFor(principal: string): Identity {
 
 /** The uid a process has inside its sandbox. */
 function insideUid(identity: Identity): number {
+  if (identity.kind === "inside-root") return 0;
   return identity.kind === "root" ? identity.uid : INSIDE_UID;
 }
 

@@ -4,12 +4,21 @@
  * has attached slirp4netns and the routes).
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { closeSync, constants, openSync } from "node:fs";
 import type { Readable, Writable } from "node:stream";
 import type { Logger } from "../log.ts";
 import { joinCgroupArgs } from "./_cgroups.ts";
 import type { ReplicaCgroup } from "./_cgroup_tree.ts";
+import { checkImageRoot, readOnlyImageRoot } from "./_image_root.ts";
 import { attachNetwork } from "./_network.ts";
-import { bubblewrapArgs, dropPrivileges, type Identity, type JailSpec, type SupportFiles } from "./_policy.ts";
+import {
+  bubblewrapArgs,
+  dropPrivileges,
+  type Identity,
+  type JailSpec,
+  type RootLayout,
+  type SupportFiles,
+} from "./_policy.ts";
 
 /** What every jail of this server shares. */
 export interface JailSupport {
@@ -55,6 +64,73 @@ export interface SpawnJailedOptions {
   cgroup?: ReplicaCgroup;
 }
 
+/** Linux's O_PATH (Node's `fs.constants` leaves it out): a descriptor that names a file without opening it. */
+const O_PATH = 0o10000000;
+/** The host's setpriv, run by a root server (outside any jail) to start a writable root's bubblewrap as the principal. */
+const SETPRIV = "/usr/bin/setpriv";
+
+/** A writable image root: the root and the spec's paths passed to bubblewrap as descriptors from `first` on. */
+interface WritableRoot {
+  layout: RootLayout;
+  bindFds: Map<string, number>;
+  /** The descriptors, in the order of their numbers, to close once spawned. */
+  opened: number[];
+}
+
+/**
+ * Opens the writable root and the spec's host paths for bubblewrap: on a root server it runs as the
+ * principal's uid, which cannot traverse the 0700 data dir, so it binds what the server opened (`--bind-fd`).
+ * The root is opened without following a link.
+ */
+function openWritableRoot(spec: JailSpec, first: number): WritableRoot {
+  const opened: number[] = [];
+  const bindFds = new Map<string, number>();
+  try {
+    opened.push(openSync(spec.image!.root, O_PATH | constants.O_DIRECTORY | constants.O_NOFOLLOW));
+    for (const path of [...spec.readOnly ?? [], ...spec.writable ?? []]) {
+      if (bindFds.has(path)) continue;
+      bindFds.set(path, first + opened.length);
+      opened.push(openSync(path, O_PATH));
+    }
+  } catch (error) {
+    for (const fd of opened) closeSync(fd);
+    throw error;
+  }
+  // bubblewrap, as uid 0 of its namespace, makes what mount points it needs in the step's own copy.
+  const layout = { system: ["--bind-fd", String(first), "/"], inImage: () => true, readOnlyRoot: false };
+  return { layout, bindFds, opened };
+}
+
+/** The layout of the spec's image root, if any (throws, naming the path, on an image that cannot run). */
+function imageLayout(spec: JailSpec, identity: Identity, first: number): WritableRoot | undefined {
+  if (!spec.image) return undefined;
+  if (!spec.image.writable) {
+    return { layout: readOnlyImageRoot({ ...spec, image: spec.image }), bindFds: new Map(), opened: [] };
+  }
+  if (identity.kind !== "inside-root") {
+    throw new Error("A writable image root runs only as uid 0 of its own user namespace");
+  }
+  checkImageRoot(spec.image);
+  return openWritableRoot(spec, first);
+}
+
+/** The host command that starts bubblewrap: as the principal's uid first, for a root server's build step. */
+function starter(bwrap: string, identity: Identity): string[] {
+  if (identity.kind !== "inside-root" || !identity.host) return [bwrap];
+  const { uid, gid } = identity.host;
+  return [
+    SETPRIV,
+    `--reuid=${uid}`,
+    `--regid=${gid}`,
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+    "--",
+    bwrap,
+  ];
+}
+
 /**
  * Spawns `command` jailed, leading its own process group; the command runs once its network is ready.
  * When that fails the whole group is killed and the child exits like any process that failed to start.
@@ -74,17 +150,31 @@ export function spawnJailed(
     info: network ? base + 1 : undefined,
     block: network ? base + 2 : undefined,
   };
-  const policy = bubblewrapArgs(options.spec, { identity: options.identity, files: options.files, fds });
-  const jailed = [...policy, ...dropPrivileges(options.identity), command, ...args];
-  const started = options.cgroup
-    ? joinCgroupArgs(options.cgroup, support.bwrap, jailed)
-    : { command: support.bwrap, args: jailed };
-  const child: ChildProcess = spawn(started.command, started.args, {
-    cwd: "/",
-    env: options.env,
-    detached: true,
-    stdio: [...options.stdio, support.seccomp ? "pipe" : "ignore", ...(network ? ["pipe", "pipe"] as const : [])],
+  const image = imageLayout(options.spec, options.identity, base + 3);
+  const policy = bubblewrapArgs(options.spec, {
+    identity: options.identity,
+    files: options.files,
+    fds,
+    layout: image?.layout,
+    bindFds: image?.bindFds,
   });
+  const drop = dropPrivileges(options.identity, { image: options.spec.image !== undefined });
+  const [first, ...rest] = [...starter(support.bwrap, options.identity), ...policy, ...drop, command, ...args];
+  const started = options.cgroup ? joinCgroupArgs(options.cgroup, first, rest) : { command: first, args: rest };
+  // The image's descriptors follow seccomp, info and block (placeholders where those are unused).
+  const opened = image?.opened ?? [];
+  const held = network ? ["pipe", "pipe"] as const : opened.length ? ["ignore", "ignore"] as const : [];
+  let child: ChildProcess;
+  try {
+    child = spawn(started.command, started.args, {
+      cwd: "/",
+      env: options.env,
+      detached: true,
+      stdio: [...options.stdio, support.seccomp ? "pipe" : "ignore", ...held, ...opened],
+    });
+  } finally {
+    for (const fd of image?.opened ?? []) closeSync(fd);
+  }
   if (child.pid === undefined) return child;
   // bubblewrap closes each of these once read; what it leaves unread must not crash the server.
   for (const fd of [fds.seccomp, fds.info, fds.block]) {
@@ -95,7 +185,11 @@ export function spawnJailed(
   const block = child.stdio[fds.block!] as Writable;
   void (async () => {
     const pid = await childPid(child.stdio[fds.info!] as Readable);
-    const attached = await attachNetwork(pid, { asRoot: options.identity.kind === "root", blocked: support.blocked });
+    // A root server's build step: its network namespace belongs to the user namespace it made, which the
+    // root slirp4netns must join first (entering the network namespace alone is refused).
+    const inChildUserns = options.identity.kind === "inside-root" && options.identity.host !== undefined;
+    const asRoot = options.identity.kind === "root" || inChildUserns;
+    const attached = await attachNetwork(pid, { asRoot, inChildUserns, blocked: support.blocked });
     child.once("exit", () => attached.detach());
     if (child.exitCode !== null || child.signalCode !== null) attached.detach();
     block.end("x");

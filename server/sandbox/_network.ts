@@ -87,7 +87,15 @@ export interface AttachedNetwork {
  */
 export async function attachNetwork(
   pid: number,
-  options: { asRoot: boolean; blocked: string[] },
+  options: {
+    asRoot: boolean;
+    blocked: string[];
+    /**
+     * The namespace belongs to a user namespace the jail made although the server is root (a writable image
+     * root's build step): the routes go in as root directly, and slirp4netns joins that user namespace first.
+     */
+    inChildUserns?: boolean;
+  },
 ): Promise<AttachedNetwork> {
   // The routes touch neither lo nor tap0: they go in while bubblewrap still sets up its loopback.
   const routes = runToEnd(
@@ -112,7 +120,7 @@ export async function attachNetwork(
     "--ready-fd=3",
     "--exit-fd=4",
   ];
-  if (!options.asRoot) args.push(`--userns-path=/proc/${pid}/ns/user`);
+  if (!options.asRoot || options.inChildUserns) args.push(`--userns-path=/proc/${pid}/ns/user`);
   args.push(String(pid), "tap0");
   // fd 4: slirp4netns exits when this end closes (detach, or the server's death).
   // Detached like the replica it serves (Ctrl-C to the server's group must not cut a draining replica's

@@ -3,6 +3,8 @@
  * `flatpak-run.c`): the bubblewrap arguments that jail one process. Nothing here starts anything.
  */
 import { existsSync, lstatSync, readlinkSync } from "node:fs";
+import { hostDropPrivileges } from "./_host_setpriv.ts";
+import type { ImageRoot } from "./_image_root.ts";
 
 /** What one jailed process may see and do. */
 export interface JailSpec {
@@ -31,6 +33,12 @@ export interface JailSpec {
    * only the basics (`null`, `zero`, `random`, a pty) and these. Their own file modes decide who opens them.
    */
   devices?: Array<{ source: string; target: string }>;
+  /**
+   * The image whose root file system is the process's `/` instead of the host's system, under the same
+   * jail (see `ImageRoot`): its `/usr`, `/etc`… are the image's, with the jail's generated `/etc` files,
+   * `/proc`, `/dev`, `/tmp`, HOME, and `readOnly` / `writable` at their host paths. Unjailed, it is refused.
+   */
+  image?: ImageRoot;
 }
 
 /** Who the jailed process is on the host. */
@@ -38,7 +46,13 @@ export type Identity =
   /** The server runs as root: bubblewrap runs as root without a user namespace, and `setpriv` drops to uid. */
   | { kind: "root"; uid: number; gid: number }
   /** An unprivileged server: bubblewrap makes a user namespace in which the process is uid 1000. */
-  | { kind: "user" };
+  | { kind: "user" }
+  /**
+   * A writable image root's build step: uid 0 with a few file capabilities inside a user namespace of its
+   * own, which bubblewrap makes running as `host` (a root server drops to the principal's uid first with the
+   * host's setpriv) or as the unprivileged server itself. Outside that namespace it is that uid and no more.
+   */
+  | { kind: "inside-root"; host?: { uid: number; gid: number } };
 
 /** The uid and gid a process has inside a user namespace made by an unprivileged server. */
 export const INSIDE_UID = 1000;
@@ -145,6 +159,32 @@ export function baseEnvironment(options: { home: string; path?: string }): Recor
 /** HOME inside the sandbox: a private tmpfs. */
 export const SANDBOX_HOME = "/home/runplane";
 
+/**
+ * The capabilities a build step keeps as uid 0 of its own user namespace: what dpkg and apt use on files
+ * (ownership, modes, reading and writing whatever root may). Not CAP_NET_ADMIN (it could remove the prohibit
+ * routes of its network namespace, which its user namespace owns), not CAP_SYS_ADMIN, nor any other.
+ */
+const INSIDE_ROOT_CAPS = [
+  "CAP_CHOWN",
+  "CAP_DAC_OVERRIDE",
+  "CAP_DAC_READ_SEARCH",
+  "CAP_FOWNER",
+  "CAP_FSETID",
+  "CAP_SETUID",
+  "CAP_SETGID",
+  "CAP_KILL",
+];
+
+/** How a jail's `/` is laid out when it is not the host's system: an image root (`_image_root.ts`). */
+export interface RootLayout {
+  /** The arguments that replace the host system's `/usr`, `/bin`, `/etc`… */
+  system: string[];
+  /** Whether `path`'s mount point already lies in the root: bubblewrap is then given no `--dir` for its parents. */
+  inImage(path: string): boolean;
+  /** Whether `/` (a tmpfs holding the image's entries) is remounted read-only once every mount point is on it. */
+  readOnlyRoot: boolean;
+}
+
 /** A private tmpfs at `path`, writable by everyone (sticky), of at most `bytes` when given. */
 function tmpfs(path: string, bytes: number | undefined): string[] {
   const size = bytes === undefined ? [] : ["--size", String(Math.floor(bytes))];
@@ -157,9 +197,17 @@ function tmpfs(path: string, bytes: number | undefined): string[] {
  */
 export function bubblewrapArgs(
   spec: JailSpec,
-  options: { identity: Identity; files: SupportFiles; fds: PolicyFds },
+  options: {
+    identity: Identity;
+    files: SupportFiles;
+    fds: PolicyFds;
+    /** The image root's layout; the host's system when absent. */
+    layout?: RootLayout;
+    /** Descriptors (opened by the server) to bind instead of these host paths: bubblewrap cannot reach them. */
+    bindFds?: Map<string, number>;
+  },
 ): string[] {
-  const { identity, files, fds } = options;
+  const { identity, files, fds, layout } = options;
   const args = [
     // Its own pid, ipc, uts, cgroup and network namespaces: no host process is visible or signalled, no
     // host socket or abstract Unix socket is reachable (a network comes only through slirp4netns).
@@ -173,14 +221,12 @@ export function bubblewrapArgs(
     // Killed with the server, even by SIGKILL; a new session so that TIOCSTI cannot reach a terminal.
     "--die-with-parent",
     "--new-session",
-    ...systemArgs(),
-    // Generated, not the host's: no host accounts, no host names, the resolver of the sandbox's network.
-    "--ro-bind",
-    files.passwd,
-    "/etc/passwd",
-    "--ro-bind",
-    files.group,
-    "/etc/group",
+    ...(layout?.system ?? systemArgs()),
+    // Generated, not the host's: no host accounts, no host names, the resolver of the sandbox's network. A
+    // build step that is root keeps its image's accounts, which it may add to (a package's postinst).
+    ...(identity.kind === "inside-root"
+      ? []
+      : ["--ro-bind", files.passwd, "/etc/passwd", "--ro-bind", files.group, "/etc/group"]),
     "--ro-bind",
     files.hosts,
     "/etc/hosts",
@@ -198,13 +244,24 @@ export function bubblewrapArgs(
     ...tmpfs(SANDBOX_HOME, spec.tmpBytes),
   ];
   const made = new Set(["/", "/etc", "/tmp", "/home", SANDBOX_HOME]);
-  for (const path of spec.readOnly ?? []) args.push(...parentDirs(path, made), "--ro-bind", path, path);
-  for (const path of spec.writable ?? []) args.push(...parentDirs(path, made), "--bind", path, path);
+  const bind = (path: string, how: "--ro-bind" | "--bind") => {
+    const parents = layout?.inImage(path) ? [] : parentDirs(path, made);
+    const fd = options.bindFds?.get(path);
+    args.push(...parents, ...(fd === undefined ? [how, path, path] : [`${how}-fd`, String(fd), path]));
+  };
+  for (const path of spec.readOnly ?? []) bind(path, "--ro-bind");
+  for (const path of spec.writable ?? []) bind(path, "--bind");
+  if (layout?.readOnlyRoot) args.push("--remount-ro", "/");
   args.push("--chdir", spec.cwd);
   if (identity.kind === "user") {
     // A user namespace of its own, as an ordinary uid, and no further namespaces inside it.
     args.push("--unshare-user", "--uid", String(INSIDE_UID), "--gid", String(INSIDE_UID), "--disable-userns");
     args.push("--cap-drop", "ALL");
+  } else if (identity.kind === "inside-root") {
+    // No --disable-userns: its nested user namespace would not own the network namespace, which slirp4netns
+    // then cannot enter. The seccomp filter refuses new user namespaces (clone, unshare) all the same.
+    args.push("--unshare-user", "--uid", "0", "--gid", "0", "--cap-drop", "ALL");
+    for (const cap of INSIDE_ROOT_CAPS) args.push("--cap-add", cap);
   } else {
     // bubblewrap runs as root (it alone can bind folders of the 0700 data dir); setpriv, the first thing
     // it runs, drops to the project's uid with no capabilities, bounding set included.
@@ -219,9 +276,13 @@ export function bubblewrapArgs(
   return args;
 }
 
-/** The command prefix that turns a root bubblewrap's child into the project's unprivileged uid. */
-export function dropPrivileges(identity: Identity): string[] {
+/**
+ * The command prefix that turns a root bubblewrap's child into the project's unprivileged uid. In a jail whose
+ * `/` is an image (`image`), it is the host's setpriv through the host's loader, never a binary of the image.
+ */
+export function dropPrivileges(identity: Identity, options: { image?: boolean } = {}): string[] {
   if (identity.kind !== "root") return [];
+  if (options.image) return hostDropPrivileges(identity);
   return [
     "/usr/bin/setpriv",
     `--reuid=${identity.uid}`,

@@ -17,7 +17,7 @@ import { joinCgroupArgs } from "./_cgroups.ts";
 import type { ReplicaCgroup } from "./_cgroup_tree.ts";
 import { type JailSupport, spawnJailed } from "./_jail.ts";
 import { BLOCKED_RANGES, hostAddresses } from "./_network.ts";
-import { baseEnvironment, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
+import { baseEnvironment, type Identity, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
 
 export type { ReplicaCgroup, ResourceLimits } from "./_cgroup_tree.ts";
 export {
@@ -28,6 +28,7 @@ export {
   createCgroups,
   disabledCgroups,
 } from "./_cgroups.ts";
+export type { ImageRoot } from "./_image_root.ts";
 export { BLOCKED_RANGES } from "./_network.ts";
 export type { JailSpec } from "./_policy.ts";
 
@@ -102,8 +103,17 @@ async function giveTree(path: string, uid: number, gid: number): Promise<void> {
   for (const entry of await readdir(path)) await giveTree(join(path, entry), uid, gid);
 }
 
-/** Spawns processes unjailed: only the environment is built from scratch (no setting, key or secret of the server's). */
+/**
+ * Spawns processes unjailed: only the environment is built from scratch (no setting, key or secret of the
+ * server's). An image root is refused rather than run with chroot: chroot needs root, and as root the
+ * tenant's image (its loader, its libraries) would run with every privilege of the server's.
+ */
 function plainSpawn(command: string, args: string[], options: SandboxSpawnOptions): ChildProcess {
+  if (options.jail.image) {
+    throw new Error(
+      `${options.jail.image.root}: an image's root file system runs only jailed, and the sandbox is off here (RUNPLANE_SANDBOX, bubblewrap)`,
+    );
+  }
   const env = {
     ...baseEnvironment({ home: homedir(), path: process.env.PATH }),
     ...options.jail.env,
@@ -263,11 +273,23 @@ export async function createSandbox(
   return unjailedSandbox("auto", [`${reason}: tenants' code runs UNJAILED`, ...problems]);
 }
 
+/**
+ * Who `spec`'s process is: its principal's identity, or, for a writable image root's build step, uid 0 of
+ * its own user namespace started as the principal's uid (a root server) or the server's own.
+ */
+function jailIdentity(spec: JailSpec): Identity {
+  const identity = identityFor(spec.projectId);
+  if (!spec.image?.writable) return identity;
+  return identity.kind === "root"
+    ? { kind: "inside-root", host: { uid: identity.uid, gid: identity.gid } }
+    : { kind: "inside-root" };
+}
+
 function jailedSandbox(support: JailSupport, files: SupportDir, status: Omit<SandboxStatus, "jailed">): Sandbox {
   return {
     status: { ...status, jailed: true, identity: serverIsRoot() ? "root" : "user" },
     spawn(command, args, options) {
-      const identity = identityFor(options.jail.projectId);
+      const identity = jailIdentity(options.jail);
       return spawnJailed(support, command, args, {
         spec: options.jail,
         identity,

@@ -1,0 +1,172 @@
+/**
+ * A jail whose `/` is an unpacked image's root file system (issue 46). The root is tenant content (any
+ * links, any modes), owned by the server and only ever bound read-only, so nothing tenant-run can change it.
+ *
+ * The jail's `/` is an empty tmpfs; each top-level entry of the image is bound on it read-only (a link is
+ * recreated as the link it is, never followed on the host), except `/proc`, `/dev`, `/tmp` and `/sys`, which
+ * are the jail's own (or absent), and `/.runplane`, where the host's `/usr` is bound for the privilege drop
+ * (`_host_setpriv.ts`). A bind below an image folder (`/etc/passwd`, `/home/runplane`, a data-dir path under
+ * `/var`) needs its mount point in the read-only image: the server makes it in the image on the host, once
+ * per (root, path), with no-follow semantics throughout (each component `lstat`ed; a link or a non-folder is
+ * refused with an error naming it). That is safe only because no tenant process can write the tree.
+ */
+import { chmodSync, closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, readlinkSync } from "node:fs";
+import { isAbsolute, join, normalize } from "node:path";
+import { HOST_USR } from "./_host_setpriv.ts";
+import { type JailSpec, SANDBOX_HOME } from "./_policy.ts";
+
+/** What a jail whose `/` is an image is: an unpacked root file system of the image store. */
+export interface ImageRoot {
+  /**
+   * The absolute host path of the unpacked root (`<data>/images/roots/sha256-<hex>`). Read-only, it is
+   * shared by every replica of every image digest's users, and the server adds the empty mount points the
+   * jail needs to it; so a root given read-only is never given writable, nor the other way round.
+   */
+  root: string;
+  /**
+   * A build step's own copy of a root, which it writes as uid 0 of a user namespace of its own (apt,
+   * dpkg): capabilities inside that namespace only, its files owned on the host by the principal's uid (a
+   * root server) or the server's (otherwise). Its `/etc/passwd` and `/etc/group` are the image's own.
+   */
+  writable?: boolean;
+}
+
+/** Top-level names of an image that the jail replaces with its own (or leaves out, like the host jail's /sys). */
+const REPLACED = new Set(["proc", "dev", "tmp", "sys", ".runplane"]);
+
+/** Mount points made, per root and path: each is made and checked once. */
+const made = new Set<string>();
+/** The roots used each way: one root must not be both. */
+const usedReadOnly = new Set<string>();
+const usedWritable = new Set<string>();
+
+/** Refuses a root that is not an absolute, normal folder path, or that was used the other way. */
+export function checkImageRoot(image: ImageRoot): void {
+  if (!isAbsolute(image.root) || normalize(image.root) !== image.root || image.root === "/") {
+    throw new Error(`An image root must be an absolute, normal path other than /: ${JSON.stringify(image.root)}`);
+  }
+  const [mine, other] = image.writable ? [usedWritable, usedReadOnly] : [usedReadOnly, usedWritable];
+  if (other.has(image.root)) {
+    throw new Error(
+      `The image root ${image.root} was used ${image.writable ? "read-only" : "writable"}; a root is one or the other`,
+    );
+  }
+  const stat = lstatSync(image.root, { throwIfNoEntry: false });
+  if (!stat?.isDirectory()) throw new Error(`The image root ${image.root} is not a folder (or is a link)`);
+  mine.add(image.root);
+}
+
+/** Makes one missing component (a folder or an empty file); one that appeared meanwhile is checked by the caller. */
+function makeComponent(host: string, kind: "dir" | "file"): void {
+  try {
+    if (kind === "dir") {
+      mkdirSync(host, 0o755);
+      chmodSync(host, 0o755); // made just now, by this process, in a tree nobody else writes: no link here
+    } else {
+      // O_EXCL and O_NOFOLLOW: never opens what is already there, a link above all.
+      closeSync(
+        openSync(host, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644),
+      );
+    }
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
+}
+
+/**
+ * Makes `path` (inside the jail) a `kind` mount point in the image `root`, no link followed: each component
+ * is `lstat`ed, a missing one made, and a link or a non-folder refused with an error naming it.
+ */
+export function ensureMountPoint(root: string, path: string, kind: "dir" | "file"): void {
+  const key = `${root}\0${path}\0${kind}`;
+  if (made.has(key)) return;
+  if (!isAbsolute(path) || normalize(path) !== path || path === "/") {
+    throw new Error(`A mount point in an image must be an absolute, normal path: ${JSON.stringify(path)}`);
+  }
+  const parts = path.split("/").filter(Boolean);
+  let host = root;
+  for (let i = 0; i < parts.length; i++) {
+    host = join(host, parts[i]);
+    const inside = `/${parts.slice(0, i + 1).join("/")}`;
+    const want = i === parts.length - 1 ? kind : "dir";
+    let stat = lstatSync(host, { throwIfNoEntry: false });
+    if (!stat) {
+      makeComponent(host, want);
+      stat = lstatSync(host);
+    }
+    if (stat.isSymbolicLink()) {
+      throw new Error(
+        `The image's ${inside} is a link (to ${
+          readlinkSync(host)
+        }); the jail binds ${path} there, and never through a link: refused`,
+      );
+    }
+    if (want === "dir" ? !stat.isDirectory() : !stat.isFile()) {
+      throw new Error(
+        `The image's ${inside} is not a ${want === "dir" ? "folder" : "file"}; the jail binds ${path} there: refused`,
+      );
+    }
+  }
+  made.add(key);
+}
+
+/** The image's top-level entries, as they are (never followed). */
+function topLevel(root: string): Map<string, "dir" | "file" | "link"> {
+  const entries = new Map<string, "dir" | "file" | "link">();
+  for (const entry of readdirSync(root, { withFileTypes: true })) {
+    if (entry.isSymbolicLink()) entries.set(entry.name, "link");
+    else if (entry.isDirectory()) entries.set(entry.name, "dir");
+    else if (entry.isFile()) entries.set(entry.name, "file");
+    // Sockets, fifos and device nodes of an image are left out.
+  }
+  return entries;
+}
+
+/** How a read-only image root is laid out: bubblewrap's arguments for it, and which paths lie in the image. */
+export interface ImageRootLayout {
+  /** The arguments that replace the host system's (`/usr`, `/etc`…): the image's entries and the host's /usr. */
+  system: string[];
+  /** Whether `path`'s mount point lies in an image folder (made there already: bubblewrap makes no parents). */
+  inImage(path: string): boolean;
+  /** Always true: the tmpfs `/` is remounted read-only at the end. */
+  readOnlyRoot: true;
+}
+
+/**
+ * The read-only layout of `spec.image`, with every mount point the jail binds below an image folder made
+ * first: `/etc`'s generated files, HOME, and `spec.readOnly` / `spec.writable` at their host paths.
+ */
+export function readOnlyImageRoot(spec: JailSpec & { image: ImageRoot }): ImageRootLayout {
+  const root = spec.image.root;
+  checkImageRoot(spec.image);
+  const entries = topLevel(root);
+  const inImage = (path: string) => {
+    const top = path.split("/")[1];
+    return entries.get(top) !== undefined && !REPLACED.has(top);
+  };
+  const mountPoint = (path: string, kind: "dir" | "file") => {
+    if (inImage(path)) ensureMountPoint(root, path, kind);
+  };
+  const etc = ["/etc/passwd", "/etc/group", "/etc/hosts", ...(spec.egress ? ["/etc/resolv.conf"] : [])];
+  for (const path of etc) mountPoint(path, "file");
+  mountPoint(SANDBOX_HOME, "dir");
+  for (const path of [...spec.readOnly ?? [], ...spec.writable ?? []]) {
+    mountPoint(path, lstatSync(path).isDirectory() ? "dir" : "file");
+  }
+  const system = ["--perms", "0755", "--tmpfs", "/"];
+  for (const [name, kind] of entries) {
+    if (REPLACED.has(name)) continue;
+    if (kind === "link") system.push("--symlink", readlinkSync(join(root, name)), `/${name}`);
+    else system.push("--ro-bind", join(root, name), `/${name}`);
+  }
+  if (!entries.has("etc")) system.push("--perms", "0755", "--dir", "/etc");
+  // The host's loader reads /etc/ld.so.preload as the privilege drop starts: the image's must not be read.
+  const preload = lstatSync(join(root, "etc", "ld.so.preload"), { throwIfNoEntry: false });
+  if (preload && !preload.isFile()) {
+    throw new Error("The image's /etc/ld.so.preload is not a plain file (a link?): refused");
+  }
+  if (preload) system.push("--ro-bind", "/dev/null", "/etc/ld.so.preload");
+  system.push("--perms", "0755", "--dir", "/.runplane", "--perms", "0755", "--dir", "/.runplane/host");
+  system.push("--ro-bind", "/usr", HOST_USR);
+  return { system, inImage, readOnlyRoot: true };
+}
