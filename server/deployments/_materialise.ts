@@ -186,6 +186,8 @@ export async function materialise(
     log(line: BuildLogLine): void;
     /** Told the build's plan once `runplane.toml` was read: the base-image digest and the file's text. */
     onPlan?(plan: { digest: string; configToml: string }): Promise<void>;
+    /** Told the image it runs in once pulled (apps with `[build] base_image`), before its steps run. */
+    onImage?(image: DeploymentImage): Promise<void>;
     /** Stops the build (its step's process group is killed). */
     signal?: AbortSignal;
   },
@@ -205,6 +207,7 @@ export async function materialise(
     const plan = buildPlan(config);
     await options.onPlan?.({ digest: plan.digest, configToml });
     const image = await imageOf(config, options);
+    if (image) await options.onImage?.(image);
     const result = await runBuild(dir, plan, {
       layer: layerOf(deployment, { plan, config, dataDir: options.dataDir, imageDigest: image?.digest }),
       image,
