@@ -7,27 +7,17 @@
  */
 import { spawn } from "node:child_process";
 import { constants } from "node:fs";
-import { mkdir, open, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, open, rm, writeFile } from "node:fs/promises";
 import { dirname, isAbsolute, join } from "node:path";
-import { createInterface } from "node:readline";
-import { signalGroup } from "../runtime/mod.ts";
-import type { JailSpec, Sandbox } from "../sandbox/mod.ts";
 import type { BuildLogLine } from "./_build_log.ts";
 import type { BuildPlan } from "./_build_plan.ts";
+import { BuildError, runStep, type StepCommand, type StepOptions, withLock } from "./_build_step.ts";
 import { type DependencyLayer, layerReady, readyMarker } from "./_dependency_layer.ts";
 import type { DeploymentImage } from "./_image_step.ts";
+import { buildSystemLayer, type SystemLayer } from "./_system_layer.ts";
 
 export type { BuildLogLine } from "./_build_log.ts";
-
-/** A step of the build that failed; the message says which and why. */
-export class BuildError extends Error {
-  readonly step: string;
-  constructor(step: string, message: string) {
-    super(message);
-    this.name = "BuildError";
-    this.step = step;
-  }
-}
+export { BuildError } from "./_build_step.ts";
 
 /** The build's dependency layer. */
 export interface BuildResult {
@@ -35,10 +25,12 @@ export interface BuildResult {
   venv: "none" | "new" | "cached";
   /** The virtualenv's interpreter, when there is one. */
   python?: string;
+  /** The root its replicas run in: the system layer's when the build has one, else the image's. */
+  imageRoot?: string;
 }
 
 /** Options of `runBuild`. */
-export interface RunBuildOptions {
+export interface RunBuildOptions extends StepOptions {
   /** Where the virtualenv of the build's pip dependencies is, and who builds it (see _dependency_layer.ts). */
   layer?: DependencyLayer;
   /** The interpreter a virtualenv is made with. */
@@ -47,73 +39,10 @@ export interface RunBuildOptions {
   pipFindLinks?: string;
   /** RUNPLANE_PIP_ALLOW_UNPINNED: requirement lines may be pip options (`requirementsText`). */
   pipAllowUnpinned?: boolean;
-  /** The longest one step may run. */
-  timeoutMs: number;
-  log(line: BuildLogLine): void;
-  signal?: AbortSignal;
-  /** Jails every step: the deployment's project, and whether its commands reach public addresses. */
-  sandbox: Sandbox;
-  projectId: string;
-  egress: boolean;
   /** The image of `[build] base_image`: every step runs with its root as `/`. */
   image?: DeploymentImage;
-}
-
-const LOCK_RETRY_MS = 250;
-
-/** One command of a build step, and the jail it runs in. */
-interface StepCommand {
-  file: string;
-  args: string[];
-  shown: string;
-  /** The folders it reads and writes, its working directory, its environment (built from scratch). */
-  jail: Omit<JailSpec, "projectId" | "egress">;
-  /** Whether it reaches public addresses; the app's `[network] egress` when not said. */
-  egress?: boolean;
-}
-
-/** Runs one command of `step` in its jail, its output into the log; throws a BuildError unless it exits 0. */
-async function run(step: string, command: StepCommand, options: RunBuildOptions): Promise<void> {
-  options.signal?.throwIfAborted();
-  const image = options.image ? { image: { root: options.image.root } } : {};
-  const child = options.sandbox.spawn(command.file, command.args, {
-    jail: { ...command.jail, ...image, projectId: options.projectId, egress: command.egress ?? options.egress },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  for (const stream of ["stdout", "stderr"] as const) {
-    createInterface({ input: child[stream]!, crlfDelay: Infinity })
-      .on("line", (text) => options.log({ stream, text }));
-  }
-  let stopped: "timeout" | "aborted" | undefined;
-  const stop = (why: "timeout" | "aborted") => {
-    stopped ??= why;
-    signalGroup(child, "SIGKILL");
-  };
-  const timer = setTimeout(() => stop("timeout"), options.timeoutMs);
-  const onAbort = () => stop("aborted");
-  options.signal?.addEventListener("abort", onAbort);
-  const outcome = await new Promise<{ code: number | null; error?: Error }>((resolve) => {
-    child.once("error", (error) => resolve({ code: null, error }));
-    child.once("close", (code) => resolve({ code }));
-  }).finally(() => {
-    clearTimeout(timer);
-    options.signal?.removeEventListener("abort", onAbort);
-  });
-  if (stopped === "timeout") {
-    throw new BuildError(
-      step,
-      `${step} failed: \`${command.shown}\` ran past the build timeout of ${
-        options.timeoutMs / 1000
-      } s (RUNPLANE_BUILD_TIMEOUT)`,
-    );
-  }
-  if (stopped === "aborted") throw new BuildError(step, `${step} stopped: the build was cancelled`);
-  if (outcome.error) {
-    throw new BuildError(step, `${step} failed: \`${command.shown}\` did not start (${outcome.error.message})`);
-  }
-  if (outcome.code !== 0) {
-    throw new BuildError(step, `${step} failed: \`${command.shown}\` exited with code ${outcome.code}`);
-  }
+  /** The layer of its `[dependencies.apt]` on the image (`systemLayer`), when it has some. */
+  systemLayer?: SystemLayer;
 }
 
 /**
@@ -132,7 +61,7 @@ async function shellCommands(
   const jail = { cwd: dir, writable: [dir], readOnly: venv ? [venv] : [], env };
   for (const shown of commands) {
     options.log({ stream: "build", text: `$ ${shown}` });
-    await run(step, { file: "/bin/sh", args: ["-c", shown], shown, jail }, options);
+    await runStep(step, { file: "/bin/sh", args: ["-c", shown], shown, jail }, options);
   }
 }
 
@@ -199,36 +128,16 @@ async function checkConda(packages: string[], options: RunBuildOptions): Promise
   }
 }
 
-/** `[dependencies.apt]` and `[dependencies.conda]` of an app with a base image: installed into it (not yet). */
-async function imagePackages(plan: BuildPlan, _options: RunBuildOptions): Promise<void> {
-  if (plan.apt.length) {
-    throw new BuildError("apt", "apt failed: installing [dependencies.apt] into a base image is not built yet");
-  }
+/**
+ * `[dependencies.apt]` and `[dependencies.conda]` of an app with a base image: apt installs into the
+ * system layer, whose root the later steps and the replicas run in. conda is not installed into images yet.
+ */
+async function imagePackages(plan: BuildPlan, options: RunBuildOptions): Promise<string | undefined> {
   if (plan.conda.length) {
     throw new BuildError("conda", "conda failed: installing [dependencies.conda] into a base image is not built yet");
   }
-}
-
-/** Holds the digest's lock while `work` runs: two builds of one digest on a host never race. */
-async function withLock<T>(lock: string, options: RunBuildOptions, work: () => Promise<T>): Promise<T> {
-  for (;;) {
-    try {
-      await mkdir(lock);
-      break;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-      const age = await stat(lock).then((s) => Date.now() - s.mtimeMs, () => 0);
-      // A lock older than a whole step's timeout belongs to a process that died while building.
-      if (age > options.timeoutMs + 60_000) await rm(lock, { recursive: true, force: true });
-      else await new Promise((resolve) => setTimeout(resolve, LOCK_RETRY_MS));
-      options.signal?.throwIfAborted();
-    }
-  }
-  try {
-    return await work();
-  } finally {
-    await rm(lock, { recursive: true, force: true });
-  }
+  if (!options.systemLayer || !options.image) return options.image?.root;
+  return (await buildSystemLayer(options.systemLayer, { ...options, base: options.image.root })).root;
 }
 
 // A token pip reads as an option (`--index-url`, `-r`, `-e`, `--config-settings` after a name, …).
@@ -312,7 +221,7 @@ async function pipInstall(command: Omit<StepCommand, "egress">, options: RunBuil
     options.log(line);
   };
   try {
-    await run("pip", { ...command, egress: true }, { ...options, log });
+    await runStep("pip", { ...command, egress: true }, { ...options, log });
   } catch (error) {
     if (unreachable && error instanceof BuildError) {
       throw new BuildError("pip", `${error.message}: ${PIP_UNREACHABLE_HINT}`);
@@ -373,7 +282,7 @@ async function pipLayer(dir: string, plan: BuildPlan, options: RunBuildOptions):
     const jail = pipJail(layer, { dir, requirements, pipFindLinks: options.pipFindLinks });
     const builder = { ...options, projectId: layer.builder };
     // `-I`: no PYTHON* variable, no working directory and no user site on sys.path, in both steps.
-    await run("pip", {
+    await runStep("pip", {
       file: options.python,
       args: ["-I", "-m", "venv", layer.dir],
       shown: `${options.python} -I -m venv`,
@@ -404,12 +313,15 @@ export async function runBuild(dir: string, plan: BuildPlan, options: RunBuildOp
     options.log({ stream: "build", text: "==> pre-build commands" });
     await shellCommands("pre-build", plan.preBuildCommands, { ...options, dir });
   }
-  if (options.image) await imagePackages(plan, options);
-  else {
+  let imageRoot: string | undefined;
+  if (options.image) {
+    imageRoot = await imagePackages(plan, options);
+    options = { ...options, image: { ...options.image, root: imageRoot! } };
+  } else {
     await checkApt(plan.apt, options);
     await checkConda(plan.conda, options);
   }
-  const result = await pipLayer(dir, plan, options);
+  const result = { ...await pipLayer(dir, plan, options), ...(imageRoot ? { imageRoot } : {}) };
   options.log({ stream: "build", text: "==> code: in place" });
   if (plan.shellCommands.length) {
     options.log({ stream: "build", text: "==> shell commands" });

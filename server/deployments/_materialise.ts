@@ -19,6 +19,7 @@ import { type DependencyLayer, dependencyLayer, sharedLayerReady } from "./_depe
 import { type BundleLimits, extractBundle } from "./_bundle_extract.ts";
 import { type DeploymentRow, selectBundle } from "./_records.ts";
 import { type DeploymentImage, ImageStepError, pullImage } from "./_image_step.ts";
+import { systemLayer, systemLayersDir } from "./_system_layer.ts";
 import { takeUnpacked } from "./_unpacked.ts";
 
 /** How builds run on this host. */
@@ -208,9 +209,15 @@ export async function materialise(
     await options.onPlan?.({ digest: plan.digest, configToml });
     const image = await imageOf(config, options);
     if (image) await options.onImage?.(image);
+    const system = image
+      ? systemLayer(image.digest, { packages: plan.apt, layersDir: systemLayersDir(options.dataDir) })
+      : undefined;
+    // A virtualenv is made with the interpreter of the root it runs in: the system layer's, or the image's.
+    const imageDigest = system ? `sha256:${system.key}` : image?.digest;
     const result = await runBuild(dir, plan, {
-      layer: layerOf(deployment, { plan, config, dataDir: options.dataDir, imageDigest: image?.digest }),
+      layer: layerOf(deployment, { plan, config, dataDir: options.dataDir, imageDigest }),
       image,
+      systemLayer: system,
       python: config.python,
       pipIndexUrl: options.pipIndexUrl ?? undefined,
       pipFindLinks: options.pipFindLinks ?? undefined,
@@ -228,7 +235,7 @@ export async function materialise(
       baseImageDigest: plan.digest,
       venv: result.venv,
       configToml,
-      ...(image ? { image } : {}),
+      ...(image ? { image: { ...image, root: result.imageRoot ?? image.root } } : {}),
     };
     await writeFile(marker, JSON.stringify(done));
     return done;

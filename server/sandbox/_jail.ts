@@ -4,12 +4,14 @@
  * has attached slirp4netns and the routes).
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, constants, openSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { closeSync, mkdirSync, openSync, rmdirSync } from "node:fs";
+import { dirname, join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import type { Logger } from "../log.ts";
 import { joinCgroupArgs } from "./_cgroups.ts";
 import type { ReplicaCgroup } from "./_cgroup_tree.ts";
-import { checkImageRoot, readOnlyImageRoot } from "./_image_root.ts";
+import { checkImageRoot, checkWritableMountPoints, readOnlyImageRoot } from "./_image_root.ts";
 import { attachNetwork } from "./_network.ts";
 import {
   bubblewrapArgs,
@@ -68,6 +70,8 @@ export interface SpawnJailedOptions {
 const O_PATH = 0o10000000;
 /** The host's setpriv, run by a root server (outside any jail) to start a writable root's bubblewrap as the principal. */
 const SETPRIV = "/usr/bin/setpriv";
+/** util-linux's unshare: the mount namespace in which a build step's root is staged. */
+const UNSHARE = "/usr/bin/unshare";
 
 /** A writable image root: the root and the spec's paths passed to bubblewrap as descriptors from `first` on. */
 interface WritableRoot {
@@ -75,21 +79,23 @@ interface WritableRoot {
   bindFds: Map<string, number>;
   /** The descriptors, in the order of their numbers, to close once spawned. */
   opened: number[];
+  /** Where the root is bound for bubblewrap (a writable root): an empty folder the principal can reach. */
+  stage?: { root: string; at: string };
 }
 
 /**
- * Opens the writable root and the spec's host paths for bubblewrap: on a root server it runs as the
- * principal's uid, which cannot traverse the 0700 data dir, so it binds what the server opened (`--bind-fd`).
- * The root is opened without following a link.
+ * Opens the spec's host paths for bubblewrap, which on a root server runs as the principal's uid and cannot
+ * traverse the 0700 data dir, so it binds what the server opened (`--bind-fd`). The root itself is bound at
+ * `stage` (see `starter`): bubblewrap in its own user namespace cannot follow a descriptor's link to a folder
+ * whose path it could not walk, and the root of a build is in the data dir.
  */
-function openWritableRoot(spec: JailSpec, first: number): WritableRoot {
+function openWritableRoot(spec: JailSpec, options: { first: number; stage?: string }): WritableRoot {
   const opened: number[] = [];
   const bindFds = new Map<string, number>();
   try {
-    opened.push(openSync(spec.image!.root, O_PATH | constants.O_DIRECTORY | constants.O_NOFOLLOW));
     for (const path of [...spec.readOnly ?? [], ...spec.writable ?? []]) {
       if (bindFds.has(path)) continue;
-      bindFds.set(path, first + opened.length);
+      bindFds.set(path, options.first + opened.length);
       opened.push(openSync(path, O_PATH));
     }
   } catch (error) {
@@ -97,12 +103,18 @@ function openWritableRoot(spec: JailSpec, first: number): WritableRoot {
     throw error;
   }
   // bubblewrap, as uid 0 of its namespace, makes what mount points it needs in the step's own copy.
-  const layout = { system: ["--bind-fd", String(first), "/"], inImage: () => true, readOnlyRoot: false };
-  return { layout, bindFds, opened };
+  // An unprivileged server's bubblewrap is the server's uid, which walks the data dir: no stage is needed.
+  const root = spec.image!.root;
+  const layout = { system: ["--bind", options.stage ?? root, "/"], inImage: () => true, readOnlyRoot: false };
+  return { layout, bindFds, opened, ...(options.stage ? { stage: { root, at: options.stage } } : {}) };
 }
 
 /** The layout of the spec's image root, if any (throws, naming the path, on an image that cannot run). */
-function imageLayout(spec: JailSpec, identity: Identity, first: number): WritableRoot | undefined {
+function imageLayout(
+  spec: JailSpec,
+  options: { identity: Identity; first: number; stage: () => string | undefined },
+): WritableRoot | undefined {
+  const { identity, first } = options;
   if (!spec.image) return undefined;
   if (!spec.image.writable) {
     return { layout: readOnlyImageRoot({ ...spec, image: spec.image }), bindFds: new Map(), opened: [] };
@@ -111,14 +123,30 @@ function imageLayout(spec: JailSpec, identity: Identity, first: number): Writabl
     throw new Error("A writable image root runs only as uid 0 of its own user namespace");
   }
   checkImageRoot(spec.image);
-  return openWritableRoot(spec, first);
+  checkWritableMountPoints({ ...spec, image: spec.image });
+  return openWritableRoot(spec, { first, stage: options.stage() });
 }
 
-/** The host command that starts bubblewrap: as the principal's uid first, for a root server's build step. */
-function starter(bwrap: string, identity: Identity): string[] {
+/**
+ * An empty folder where a build step's writable root is bound for its bubblewrap: in the sandbox's support
+ * folder (0711, the server's), searchable by every uid, unlike the data dir.
+ */
+function makeStage(files: SupportFiles): string {
+  const stage = join(dirname(files.hosts), `stage-${randomBytes(8).toString("hex")}`);
+  mkdirSync(stage, { mode: 0o755 });
+  return stage;
+}
+
+/**
+ * The host command that starts bubblewrap. For a root server's build step with a writable root: in a
+ * mount namespace of its own (private: nothing it mounts reaches the host's), the root is bound at its
+ * stage by root, then setpriv becomes the principal's uid before bubblewrap runs.
+ */
+function starter(bwrap: string, options: { identity: Identity; stage?: WritableRoot["stage"] }): string[] {
+  const { identity, stage } = options;
   if (identity.kind !== "inside-root" || !identity.host) return [bwrap];
   const { uid, gid } = identity.host;
-  return [
+  const drop = [
     SETPRIV,
     `--reuid=${uid}`,
     `--regid=${gid}`,
@@ -128,6 +156,21 @@ function starter(bwrap: string, identity: Identity): string[] {
     "--no-new-privs",
     "--",
     bwrap,
+  ];
+  if (!stage) return drop;
+  return [
+    UNSHARE,
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    "/bin/sh",
+    "-c",
+    'mount --bind -- "$1" "$2" && shift 2 && exec "$@"',
+    "sh",
+    stage.root,
+    stage.at,
+    ...drop,
   ];
 }
 
@@ -150,7 +193,12 @@ export function spawnJailed(
     info: network ? base + 1 : undefined,
     block: network ? base + 2 : undefined,
   };
-  const image = imageLayout(options.spec, options.identity, base + 3);
+  const image = imageLayout(options.spec, {
+    identity: options.identity,
+    first: base + 3,
+    stage: () =>
+      options.identity.kind === "inside-root" && options.identity.host ? makeStage(options.files) : undefined,
+  });
   const policy = bubblewrapArgs(options.spec, {
     identity: options.identity,
     files: options.files,
@@ -159,7 +207,8 @@ export function spawnJailed(
     bindFds: image?.bindFds,
   });
   const drop = dropPrivileges(options.identity, { image: options.spec.image !== undefined });
-  const [first, ...rest] = [...starter(support.bwrap, options.identity), ...policy, ...drop, command, ...args];
+  const begin = starter(support.bwrap, { identity: options.identity, stage: image?.stage });
+  const [first, ...rest] = [...begin, ...policy, ...drop, command, ...args];
   const started = options.cgroup ? joinCgroupArgs(options.cgroup, first, rest) : { command: first, args: rest };
   // The image's descriptors follow seccomp, info and block (placeholders where those are unused).
   const opened = image?.opened ?? [];
@@ -174,6 +223,19 @@ export function spawnJailed(
     });
   } finally {
     for (const fd of image?.opened ?? []) closeSync(fd);
+  }
+  const staged = image?.stage?.at;
+  if (staged) {
+    // Empty on the host (the root was bound there in the step's own mount namespace): rmdir, never rm -r.
+    const unstage = () => {
+      try {
+        rmdirSync(staged);
+      } catch (error) {
+        support.logger.warn({ err: error, stage: staged }, "a build step's stage folder could not be removed");
+      }
+    };
+    if (child.pid === undefined) unstage();
+    else child.once("exit", unstage);
   }
   if (child.pid === undefined) return child;
   // bubblewrap closes each of these once read; what it leaves unread must not crash the server.

@@ -13,6 +13,7 @@ import { promisify } from "node:util";
 import type { Logger } from "../log.ts";
 import { identityFor, serverIsRoot, SupportDir } from "./_identity.ts";
 export { layerBuilder } from "./_identity.ts";
+export { copyImageRoot } from "./_image_copy.ts";
 import { joinCgroupArgs } from "./_cgroups.ts";
 import type { ReplicaCgroup } from "./_cgroup_tree.ts";
 import { type JailSupport, spawnJailed } from "./_jail.ts";

@@ -1,0 +1,106 @@
+/**
+ * The system layer of an app with `[build] base_image`: its `[dependencies.apt]` installed by the image's
+ * own apt into a copy of the image's root, in the jail (uid 0 of a user namespace of its own, with the
+ * build's egress). A layer is named by the digest of its inputs — the image digest and the package list —
+ * and shared by every deployment, of any project, with the same: its step sees no bundle (not mounted, the
+ * working directory `/`), runs with an environment built from scratch as a uid of the layer's own, and
+ * the layer is read-only to everyone once ready (docs/security.md, "What builds may share").
+ *
+ * Layout: `<data>/image-layers/<hex>/` (the root file system), `<hex>.ready` beside it, written last by
+ * the server; a folder without it is an unfinished build, made again.
+ */
+import { createHash } from "node:crypto";
+import { lstat, mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { copyImageRoot, layerBuilder } from "../sandbox/mod.ts";
+import { runStep, type StepOptions, withLock } from "./_build_step.ts";
+
+/** Where one system layer is and who builds it. */
+export interface SystemLayer {
+  /** The hex digest of its inputs. */
+  key: string;
+  /** Its root file system, once ready. */
+  dir: string;
+  /** The `layerBuilder` its step runs as. */
+  builder: string;
+  /** apt's `name` or `name=version` entries. */
+  packages: string[];
+}
+
+/** The folder of this host's system layers. */
+export function systemLayersDir(dataDir: string): string {
+  return join(dataDir, "image-layers");
+}
+
+/** The system layer of `packages` on the image `digest`; undefined when there are none. */
+export function systemLayer(
+  digest: string,
+  options: { packages: readonly string[]; layersDir: string },
+): SystemLayer | undefined {
+  if (options.packages.length === 0) return undefined;
+  const packages = [...options.packages];
+  const key = createHash("sha256").update(["apt", digest, ...packages].join("\0")).digest("hex");
+  return { key, dir: join(options.layersDir, key), builder: layerBuilder(`sha256:${key}`), packages };
+}
+
+function ready(layer: SystemLayer): Promise<boolean> {
+  return lstat(`${layer.dir}.ready`).then((stat) => stat.isFile(), () => false);
+}
+
+/**
+ * apt in the image: `APT::Sandbox::User=root` because its own `_apt` user does not exist in a namespace of
+ * one uid; the lists and the archive emptied after, so the layer holds the packages only. The package
+ * names come as arguments, never as shell text.
+ */
+const APT_SCRIPT = [
+  "set -e",
+  "apt-get -q -o APT::Sandbox::User=root update",
+  'apt-get -q -y -o APT::Sandbox::User=root install --no-install-recommends "$@"',
+  "apt-get -q -o APT::Sandbox::User=root clean",
+  "rm -rf /var/lib/apt/lists/*",
+].join("\n");
+
+/**
+ * Makes `layer` on `base` (the image's root) unless it is ready, and answers its root and whether this
+ * build made it. Throws a BuildError of the apt step when apt fails (its output is in the log).
+ */
+export async function buildSystemLayer(
+  layer: SystemLayer,
+  options: StepOptions & { base: string },
+): Promise<{ root: string; status: "new" | "cached" }> {
+  const shown = `system layer sha256:${layer.key}`;
+  if (await ready(layer)) {
+    options.log({ stream: "build", text: `==> apt: cached ${shown}` });
+    return { root: layer.dir, status: "cached" };
+  }
+  await mkdir(join(layer.dir, ".."), { recursive: true, mode: 0o700 });
+  return await withLock(`${layer.dir}.lock`, options, async () => {
+    if (await ready(layer)) {
+      options.log({ stream: "build", text: `==> apt: cached ${shown} (built meanwhile)` });
+      return { root: layer.dir, status: "cached" as const };
+    }
+    const started = performance.now();
+    options.log({ stream: "build", text: `==> apt: new ${shown}: ${layer.packages.join(" ")}` });
+    // Left by a build that stopped (the lock is ours, and no process of its builder runs any more): rm
+    // removes a link it meets, never what the link names.
+    const partial = `${layer.dir}.partial`;
+    await rm(partial, { recursive: true, force: true });
+    await rm(layer.dir, { recursive: true, force: true });
+    await copyImageRoot(options.base, partial, { principal: layer.builder });
+    await runStep("apt", {
+      file: "/bin/sh",
+      args: ["-c", APT_SCRIPT, "apt", ...layer.packages],
+      shown: `apt-get install ${layer.packages.join(" ")}`,
+      jail: { cwd: "/", env: { DEBIAN_FRONTEND: "noninteractive" } },
+      egress: true,
+    }, { ...options, projectId: layer.builder, image: { root: partial, writable: true } });
+    await rename(partial, layer.dir);
+    await writeFile(`${layer.dir}.ready`, `sha256:${layer.key}\n`, { flag: "wx", mode: 0o644 });
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    options.log({ stream: "build", text: `==> apt: built ${shown} (${seconds} s)` });
+    return { root: layer.dir, status: "new" as const };
+  }).catch(async (error) => {
+    if (!(await ready(layer))) await rm(`${layer.dir}.partial`, { recursive: true, force: true });
+    throw error;
+  });
+}
