@@ -110,6 +110,53 @@ export function ensureMountPoint(root: string, path: string, kind: "dir" | "file
   made.add(key);
 }
 
+/**
+ * Refuses a writable root in which a folder on the way to one of the jail's mount points (`/etc/hosts`, HOME,
+ * `/tmp`, a bind's path…) is a link. bubblewrap makes and mounts on those paths while its own root is a tmpfs
+ * holding the host's `/` at `/oldroot` and the new root at `/newroot`: a link the previous step left in its
+ * copy (`/home -> /oldroot/var/tmp/x`, or `../oldroot/…`) then names a HOST path, where bubblewrap, running
+ * as the principal's uid, would make folders and files (issue 46, test/sandbox/image_attacks_test.ts). Each
+ * component is `lstat`ed in order and the walk stops at the first link (refused) or missing one (bubblewrap
+ * makes it in a real folder), so no link is ever followed. No race: nothing writes the copy between two
+ * steps (it lies in the 0700 data dir, and a step's processes die with its pid namespace).
+ */
+export function checkWritableMountPoints(spec: JailSpec & { image: ImageRoot }): void {
+  // Every path bubblewrap makes or mounts on in the step's own copy (see `bubblewrapArgs`).
+  const paths = [
+    "/etc/hosts",
+    ...(spec.egress ? ["/etc/resolv.conf"] : []),
+    "/proc",
+    "/dev",
+    "/tmp",
+    SANDBOX_HOME,
+    ...(spec.devices ?? []).map((device) => device.target),
+    ...spec.readOnly ?? [],
+    ...spec.writable ?? [],
+  ];
+  const root = spec.image.root;
+  for (const path of paths) {
+    if (!isAbsolute(path) || normalize(path) !== path || path === "/") {
+      throw new Error(`A mount point in an image must be an absolute, normal path: ${JSON.stringify(path)}`);
+    }
+    const parts = path.split("/").filter(Boolean);
+    let host = root;
+    for (let i = 0; i < parts.length; i++) {
+      host = join(host, parts[i]);
+      const stat = lstatSync(host, { throwIfNoEntry: false });
+      if (!stat) break;
+      const inside = `/${parts.slice(0, i + 1).join("/")}`;
+      if (stat.isSymbolicLink()) {
+        throw new Error(
+          `The build root's ${inside} is a link; the jail mounts ${path} there, and never through a link: refused`,
+        );
+      }
+      if (i < parts.length - 1 && !stat.isDirectory()) {
+        throw new Error(`The build root's ${inside} is not a folder; the jail mounts ${path} below it: refused`);
+      }
+    }
+  }
+}
+
 /** The image's top-level entries, as they are (never followed). */
 function topLevel(root: string): Map<string, "dir" | "file" | "link"> {
   const entries = new Map<string, "dir" | "file" | "link">();
