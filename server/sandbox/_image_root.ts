@@ -11,7 +11,7 @@
  * refused with an error naming it). That is safe only because no tenant process can write the tree.
  */
 import { chmodSync, closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, readlinkSync } from "node:fs";
-import { isAbsolute, join, normalize } from "node:path";
+import { basename, isAbsolute, join, normalize } from "node:path";
 import { HOST_USR } from "./_host_setpriv.ts";
 import { type JailSpec, SANDBOX_HOME } from "./_policy.ts";
 
@@ -215,5 +215,33 @@ export function readOnlyImageRoot(spec: JailSpec & { image: ImageRoot }): ImageR
   if (preload) system.push("--ro-bind", "/dev/null", "/etc/ld.so.preload");
   system.push("--perms", "0755", "--dir", "/.runplane", "--perms", "0755", "--dir", "/.runplane/host");
   system.push("--ro-bind", "/usr", HOST_USR);
+  system.push(...hostLibraryArgs(spec.hostLibraries ?? []));
   return { system, inImage, readOnlyRoot: true };
+}
+
+/** Where `JailSpec.hostLibraries` are shown in an image jail: a folder of the jail's own, never the image's. */
+export const HOST_LIBRARIES = "/.runplane/driver/lib";
+
+/**
+ * bubblewrap's arguments that show `files` (host paths) read-only in `HOST_LIBRARIES`, and point the dynamic
+ * loader there. Why `LD_LIBRARY_PATH` rather than binding them into the image's own library folder: that
+ * would need mount points made in the shared image and its `ld.so.cache` rebuilt for new names, and a
+ * driver must not vary an image every replica shares. The variable is safe here: it names only a folder of
+ * host files the server chose, on the jail's read-only tmpfs; the one process of the jail that starts with
+ * privileges, the host's setpriv, is run by the host's loader with `--library-path`, which replaces the
+ * variable, so nothing in it loads there; the tenant's own processes may load them, as they should.
+ */
+function hostLibraryArgs(files: string[]): string[] {
+  if (files.length === 0) return [];
+  const args = ["--perms", "0755", "--dir", "/.runplane/driver", "--perms", "0755", "--dir", HOST_LIBRARIES];
+  const names = new Set<string>();
+  for (const file of files) {
+    const stat = isAbsolute(file) ? lstatSync(file, { throwIfNoEntry: false }) : undefined;
+    if (!stat?.isFile()) throw new Error(`A host library must be an absolute path to a plain file: ${file}`);
+    const name = basename(file);
+    if (names.has(name)) throw new Error(`Two host libraries are named ${name}`);
+    names.add(name);
+    args.push("--ro-bind", file, `${HOST_LIBRARIES}/${name}`);
+  }
+  return [...args, "--setenv", "LD_LIBRARY_PATH", HOST_LIBRARIES];
 }

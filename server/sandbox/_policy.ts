@@ -39,6 +39,13 @@ export interface JailSpec {
    * `/proc`, `/dev`, `/tmp`, HOME, and `readOnly` / `writable` at their host paths. Unjailed, it is refused.
    */
   image?: ImageRoot;
+  /**
+   * Host files shown read-only in an image jail at `HOST_LIBRARIES` under their own names, which the
+   * dynamic loader finds first (`LD_LIBRARY_PATH`): a GPU driver's user-space libraries (`libcuda.so.1`,
+   * `libnvidia-ml.so.1`…), which must match the host's kernel driver, not the image. Each must be an
+   * absolute path to a plain file (no link: pass the file a link names). Refused outside an image.
+   */
+  hostLibraries?: string[];
 }
 
 /** Who the jailed process is on the host. */
@@ -208,6 +215,9 @@ export function bubblewrapArgs(
   },
 ): string[] {
   const { identity, files, fds, layout } = options;
+  if (spec.hostLibraries?.length && !(spec.image && !spec.image.writable)) {
+    throw new Error("Host libraries are shown only in a read-only image jail (the host's system has its own)");
+  }
   const args = [
     // Its own pid, ipc, uts, cgroup and network namespaces: no host process is visible or signalled, no
     // host socket or abstract Unix socket is reachable (a network comes only through slirp4netns).
