@@ -32,7 +32,7 @@ export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
     scopes: () => ["deploy", "rest"],
   },
   deployments: {
-    summary: "List deployments, show build logs, activate (roll back)",
+    summary: "List and show deployments (the image each runs in), build logs, activate (roll back)",
     help: async () => (await import("./_commands/deployments.ts")).DEPLOYMENTS_HELP,
     load: async () => (await import("./_commands/deployments.ts")).deploymentsCommand,
     scopes: (args) => (args[0] === "activate" ? ["deploy"] : ["rest"]),

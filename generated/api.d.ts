@@ -791,6 +791,11 @@ export interface components {
             /** @description Why the build failed. */
             error: string | null;
             finished_at: string | null;
+            /**
+             * @description The OCI image the deployment's replicas run in, pulled from `[build] base_image`; null: the host's
+             *     system (the app names no `base_image`, or its build has not pulled the image yet).
+             */
+            image: components["schemas"]["DeploymentImage"] | null;
             /** @description What the deployer said this version is (`message` of `createDeployment`); null when nothing was said. */
             message: components["schemas"]["DeploymentMessage"] | null;
             project_id: components["schemas"]["ProjectId"];
@@ -807,6 +812,13 @@ export interface components {
         };
         /** @description A deployment's id: `dep_` followed by a time-ordered, 26-character lowercase identifier. */
         DeploymentId: string;
+        /** @description An OCI image a deployment runs in: what `[build] base_image` named, and what the build pulled. */
+        DeploymentImage: {
+            /** @description The manifest digest of the image the build pulled: the exact image, whatever the tag names later. */
+            digest: components["schemas"]["Sha256Digest"];
+            /** @description The image reference as `[build] base_image` wrote it, e.g. `registry.example/debian:trixie`. */
+            reference: string;
+        };
         /**
          * @description What a deployment is, for people (`runplane deploy --message`): free text of 1 to 500 characters,
          *     line feeds and tabs allowed, no other control character.

@@ -4773,7 +4773,7 @@ return errors === 0;
 validate45.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_Deployment = validate46;
-const schema72 = {"type":"object","required":["deployment_id","project_id","app_id","status","active","digest","size_bytes","source","repository","message","commit","dirty","base_image_digest","base_image_status","created_at","started_at","finished_at","error"],"properties":{"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"status":{"$ref":"runplane-openapi#/$defs/DeploymentStatus"},"active":{"type":"boolean","description":"True for the one deployment of the app that serves its calls."},"digest":{"allOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"}],"description":"The bundle's digest: equal bytes, equal digest (the store keeps each bundle once)."},"size_bytes":{"type":"integer","format":"int64","minimum":0,"description":"The bundle's size in bytes, compressed."},"source":{"$ref":"runplane-openapi#/$defs/DeploymentSourceKind"},"repository":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentRepository"},{"type":"null"}],"description":"For a deployment from a repository."},"message":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentMessage"},{"type":"null"}],"description":"What the deployer said this version is (`message` of `createDeployment`); null when nothing was said."},"commit":{"anyOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"},{"type":"null"}],"description":"The git commit the files come from: for a bundle, the one its deployer named (`runplane deploy` names\nthe app folder's `HEAD` when the folder is in a git work tree); for a repository, the one its ref\nresolved to. Null when unknown."},"dirty":{"type":"boolean","description":"True when the bundle's folder held changes `commit` does not (edited, added or untracked files, as\n`git status` lists them); false otherwise."},"base_image_digest":{"anyOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"},{"type":"null"}],"description":"The base-image digest of the app's dependencies, once `runplane.toml` was read."},"base_image_status":{"anyOf":[{"type":"string","enum":["new","cached"]},{"type":"null"}],"description":"What the build did with its virtualenv: `new` made it (pip ran), `cached` reused one; null when it needs none."},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"finished_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the build failed."}},"description":"One uploaded (or fetched) version of an app, its build, and whether it serves."};
+const schema72 = {"type":"object","required":["deployment_id","project_id","app_id","status","active","digest","size_bytes","source","repository","message","commit","dirty","base_image_digest","base_image_status","image","created_at","started_at","finished_at","error"],"properties":{"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"status":{"$ref":"runplane-openapi#/$defs/DeploymentStatus"},"active":{"type":"boolean","description":"True for the one deployment of the app that serves its calls."},"digest":{"allOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"}],"description":"The bundle's digest: equal bytes, equal digest (the store keeps each bundle once)."},"size_bytes":{"type":"integer","format":"int64","minimum":0,"description":"The bundle's size in bytes, compressed."},"source":{"$ref":"runplane-openapi#/$defs/DeploymentSourceKind"},"repository":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentRepository"},{"type":"null"}],"description":"For a deployment from a repository."},"message":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentMessage"},{"type":"null"}],"description":"What the deployer said this version is (`message` of `createDeployment`); null when nothing was said."},"commit":{"anyOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"},{"type":"null"}],"description":"The git commit the files come from: for a bundle, the one its deployer named (`runplane deploy` names\nthe app folder's `HEAD` when the folder is in a git work tree); for a repository, the one its ref\nresolved to. Null when unknown."},"dirty":{"type":"boolean","description":"True when the bundle's folder held changes `commit` does not (edited, added or untracked files, as\n`git status` lists them); false otherwise."},"base_image_digest":{"anyOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"},{"type":"null"}],"description":"The base-image digest of the app's dependencies, once `runplane.toml` was read."},"base_image_status":{"anyOf":[{"type":"string","enum":["new","cached"]},{"type":"null"}],"description":"What the build did with its virtualenv: `new` made it (pip ran), `cached` reused one; null when it needs none."},"image":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentImage"},{"type":"null"}],"description":"The OCI image the deployment's replicas run in, pulled from `[build] base_image`; null: the host's\nsystem (the app names no `base_image`, or its build has not pulled the image yet)."},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"finished_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the build failed."}},"description":"One uploaded (or fetched) version of an app, its build, and whether it serves."};
 const schema76 = {"type":"string","enum":["queued","building","ready","failed"],"description":"Where a deployment is in its life. `ready` and `failed` are terminal."};
 const schema77 = {"type":"string","pattern":"^sha256:[0-9a-f]{64}$","description":"A SHA-256 digest: `sha256:` and 64 lowercase hex digits."};
 const schema78 = {"type":"string","enum":["bundle","repository"],"description":"Where a deployment's files came from."};
@@ -4964,6 +4964,92 @@ return errors === 0;
 }
 validate47.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
 
+const schema86 = {"type":"object","required":["reference","digest"],"properties":{"reference":{"type":"string","description":"The image reference as `[build] base_image` wrote it, e.g. `registry.example/debian:trixie`."},"digest":{"allOf":[{"$ref":"runplane-openapi#/$defs/Sha256Digest"}],"description":"The manifest digest of the image the build pulled: the exact image, whatever the tag names later."}},"description":"An OCI image a deployment runs in: what `[build] base_image` named, and what the build pulled."};
+
+function validate49(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate49.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reference === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reference"},message:"must have required property '"+"reference"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.digest === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "digest"},message:"must have required property '"+"digest"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.reference !== undefined){
+if(typeof data.reference !== "string"){
+const err2 = {instancePath:instancePath+"/reference",schemaPath:"#/properties/reference/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.digest !== undefined){
+let data1 = data.digest;
+if(typeof data1 === "string"){
+if(!pattern9.test(data1)){
+const err3 = {instancePath:instancePath+"/digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+else {
+const err4 = {instancePath:instancePath+"/digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+}
+else {
+const err5 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+validate49.errors = vErrors;
+return errors === 0;
+}
+validate49.evaluated = {"props":{"reference":true,"digest":true},"dynamicProps":false,"dynamicItems":false};
+
 
 function validate46(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -5116,8 +5202,8 @@ vErrors.push(err13);
 }
 errors++;
 }
-if(data.created_at === undefined){
-const err14 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
+if(data.image === undefined){
+const err14 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "image"},message:"must have required property '"+"image"+"'"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -5126,8 +5212,8 @@ vErrors.push(err14);
 }
 errors++;
 }
-if(data.started_at === undefined){
-const err15 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "started_at"},message:"must have required property '"+"started_at"+"'"};
+if(data.created_at === undefined){
+const err15 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -5136,8 +5222,8 @@ vErrors.push(err15);
 }
 errors++;
 }
-if(data.finished_at === undefined){
-const err16 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "finished_at"},message:"must have required property '"+"finished_at"+"'"};
+if(data.started_at === undefined){
+const err16 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "started_at"},message:"must have required property '"+"started_at"+"'"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -5146,8 +5232,8 @@ vErrors.push(err16);
 }
 errors++;
 }
-if(data.error === undefined){
-const err17 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "error"},message:"must have required property '"+"error"+"'"};
+if(data.finished_at === undefined){
+const err17 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "finished_at"},message:"must have required property '"+"finished_at"+"'"};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -5156,11 +5242,8 @@ vErrors.push(err17);
 }
 errors++;
 }
-if(data.deployment_id !== undefined){
-let data0 = data.deployment_id;
-if(typeof data0 === "string"){
-if(!pattern6.test(data0)){
-const err18 = {instancePath:instancePath+"/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/pattern",keyword:"pattern",params:{pattern: "^dep_[0-9a-z]{26}$"},message:"must match pattern \""+"^dep_[0-9a-z]{26}$"+"\""};
+if(data.error === undefined){
+const err18 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "error"},message:"must have required property '"+"error"+"'"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -5169,9 +5252,11 @@ vErrors.push(err18);
 }
 errors++;
 }
-}
-else {
-const err19 = {instancePath:instancePath+"/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.deployment_id !== undefined){
+let data0 = data.deployment_id;
+if(typeof data0 === "string"){
+if(!pattern6.test(data0)){
+const err19 = {instancePath:instancePath+"/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/pattern",keyword:"pattern",params:{pattern: "^dep_[0-9a-z]{26}$"},message:"must match pattern \""+"^dep_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -5181,11 +5266,8 @@ vErrors.push(err19);
 errors++;
 }
 }
-if(data.project_id !== undefined){
-let data1 = data.project_id;
-if(typeof data1 === "string"){
-if(!pattern4.test(data1)){
-const err20 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
+else {
+const err20 = {instancePath:instancePath+"/deployment_id",schemaPath:"runplane-openapi#/$defs/DeploymentId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -5195,8 +5277,11 @@ vErrors.push(err20);
 errors++;
 }
 }
-else {
-const err21 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.project_id !== undefined){
+let data1 = data.project_id;
+if(typeof data1 === "string"){
+if(!pattern4.test(data1)){
+const err21 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9][a-z0-9-]{0,62}$"},message:"must match pattern \""+"^[a-z0-9][a-z0-9-]{0,62}$"+"\""};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -5206,11 +5291,8 @@ vErrors.push(err21);
 errors++;
 }
 }
-if(data.app_id !== undefined){
-let data2 = data.app_id;
-if(typeof data2 === "string"){
-if(!pattern5.test(data2)){
-const err22 = {instancePath:instancePath+"/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
+else {
+const err22 = {instancePath:instancePath+"/project_id",schemaPath:"runplane-openapi#/$defs/ProjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -5220,8 +5302,11 @@ vErrors.push(err22);
 errors++;
 }
 }
-else {
-const err23 = {instancePath:instancePath+"/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.app_id !== undefined){
+let data2 = data.app_id;
+if(typeof data2 === "string"){
+if(!pattern5.test(data2)){
+const err23 = {instancePath:instancePath+"/app_id",schemaPath:"runplane-openapi#/$defs/AppName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"},message:"must match pattern \""+"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"+"\""};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -5231,10 +5316,8 @@ vErrors.push(err23);
 errors++;
 }
 }
-if(data.status !== undefined){
-let data3 = data.status;
-if(typeof data3 !== "string"){
-const err24 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/DeploymentStatus/type",keyword:"type",params:{type: "string"},message:"must be string"};
+else {
+const err24 = {instancePath:instancePath+"/app_id",schemaPath:"runplane-openapi#/$defs/AppName/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -5243,8 +5326,11 @@ vErrors.push(err24);
 }
 errors++;
 }
-if(!((((data3 === "queued") || (data3 === "building")) || (data3 === "ready")) || (data3 === "failed"))){
-const err25 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/DeploymentStatus/enum",keyword:"enum",params:{allowedValues: schema76.enum},message:"must be equal to one of the allowed values"};
+}
+if(data.status !== undefined){
+let data3 = data.status;
+if(typeof data3 !== "string"){
+const err25 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/DeploymentStatus/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -5253,10 +5339,8 @@ vErrors.push(err25);
 }
 errors++;
 }
-}
-if(data.active !== undefined){
-if(typeof data.active !== "boolean"){
-const err26 = {instancePath:instancePath+"/active",schemaPath:"#/properties/active/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(!((((data3 === "queued") || (data3 === "building")) || (data3 === "ready")) || (data3 === "failed"))){
+const err26 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/DeploymentStatus/enum",keyword:"enum",params:{allowedValues: schema76.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -5266,11 +5350,9 @@ vErrors.push(err26);
 errors++;
 }
 }
-if(data.digest !== undefined){
-let data5 = data.digest;
-if(typeof data5 === "string"){
-if(!pattern9.test(data5)){
-const err27 = {instancePath:instancePath+"/digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
+if(data.active !== undefined){
+if(typeof data.active !== "boolean"){
+const err27 = {instancePath:instancePath+"/active",schemaPath:"#/properties/active/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -5280,8 +5362,11 @@ vErrors.push(err27);
 errors++;
 }
 }
-else {
-const err28 = {instancePath:instancePath+"/digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.digest !== undefined){
+let data5 = data.digest;
+if(typeof data5 === "string"){
+if(!pattern9.test(data5)){
+const err28 = {instancePath:instancePath+"/digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -5291,10 +5376,8 @@ vErrors.push(err28);
 errors++;
 }
 }
-if(data.size_bytes !== undefined){
-let data6 = data.size_bytes;
-if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
-const err29 = {instancePath:instancePath+"/size_bytes",schemaPath:"#/properties/size_bytes/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+else {
+const err29 = {instancePath:instancePath+"/digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err29];
 }
@@ -5303,9 +5386,11 @@ vErrors.push(err29);
 }
 errors++;
 }
-if((typeof data6 == "number") && (isFinite(data6))){
-if(data6 < 0 || isNaN(data6)){
-const err30 = {instancePath:instancePath+"/size_bytes",schemaPath:"#/properties/size_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
+}
+if(data.size_bytes !== undefined){
+let data6 = data.size_bytes;
+if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
+const err30 = {instancePath:instancePath+"/size_bytes",schemaPath:"#/properties/size_bytes/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -5314,8 +5399,9 @@ vErrors.push(err30);
 }
 errors++;
 }
-if(!(formats92.validate(data6))){
-const err31 = {instancePath:instancePath+"/size_bytes",schemaPath:"#/properties/size_bytes/format",keyword:"format",params:{format: "int64"},message:"must match format \""+"int64"+"\""};
+if((typeof data6 == "number") && (isFinite(data6))){
+if(data6 < 0 || isNaN(data6)){
+const err31 = {instancePath:instancePath+"/size_bytes",schemaPath:"#/properties/size_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
 if(vErrors === null){
 vErrors = [err31];
 }
@@ -5324,12 +5410,8 @@ vErrors.push(err31);
 }
 errors++;
 }
-}
-}
-if(data.source !== undefined){
-let data7 = data.source;
-if(typeof data7 !== "string"){
-const err32 = {instancePath:instancePath+"/source",schemaPath:"runplane-openapi#/$defs/DeploymentSourceKind/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(!(formats92.validate(data6))){
+const err32 = {instancePath:instancePath+"/size_bytes",schemaPath:"#/properties/size_bytes/format",keyword:"format",params:{format: "int64"},message:"must match format \""+"int64"+"\""};
 if(vErrors === null){
 vErrors = [err32];
 }
@@ -5338,13 +5420,27 @@ vErrors.push(err32);
 }
 errors++;
 }
-if(!((data7 === "bundle") || (data7 === "repository"))){
-const err33 = {instancePath:instancePath+"/source",schemaPath:"runplane-openapi#/$defs/DeploymentSourceKind/enum",keyword:"enum",params:{allowedValues: schema78.enum},message:"must be equal to one of the allowed values"};
+}
+}
+if(data.source !== undefined){
+let data7 = data.source;
+if(typeof data7 !== "string"){
+const err33 = {instancePath:instancePath+"/source",schemaPath:"runplane-openapi#/$defs/DeploymentSourceKind/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err33];
 }
 else {
 vErrors.push(err33);
+}
+errors++;
+}
+if(!((data7 === "bundle") || (data7 === "repository"))){
+const err34 = {instancePath:instancePath+"/source",schemaPath:"runplane-openapi#/$defs/DeploymentSourceKind/enum",keyword:"enum",params:{allowedValues: schema78.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err34];
+}
+else {
+vErrors.push(err34);
 }
 errors++;
 }
@@ -5370,24 +5466,24 @@ props0.path = true;
 }
 const _errs27 = errors;
 if(data8 !== null){
-const err34 = {instancePath:instancePath+"/repository",schemaPath:"#/properties/repository/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err35 = {instancePath:instancePath+"/repository",schemaPath:"#/properties/repository/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
-vErrors = [err34];
+vErrors = [err35];
 }
 else {
-vErrors.push(err34);
+vErrors.push(err35);
 }
 errors++;
 }
 var _valid0 = _errs27 === errors;
 valid8 = valid8 || _valid0;
 if(!valid8){
-const err35 = {instancePath:instancePath+"/repository",schemaPath:"#/properties/repository/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err36 = {instancePath:instancePath+"/repository",schemaPath:"#/properties/repository/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
-vErrors = [err35];
+vErrors = [err36];
 }
 else {
-vErrors.push(err35);
+vErrors.push(err36);
 }
 errors++;
 }
@@ -5410,17 +5506,7 @@ let valid9 = false;
 const _errs31 = errors;
 if(typeof data9 === "string"){
 if(func1(data9) > 500){
-const err36 = {instancePath:instancePath+"/message",schemaPath:"runplane-openapi#/$defs/DeploymentMessage/maxLength",keyword:"maxLength",params:{limit: 500},message:"must NOT have more than 500 characters"};
-if(vErrors === null){
-vErrors = [err36];
-}
-else {
-vErrors.push(err36);
-}
-errors++;
-}
-if(func1(data9) < 1){
-const err37 = {instancePath:instancePath+"/message",schemaPath:"runplane-openapi#/$defs/DeploymentMessage/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+const err37 = {instancePath:instancePath+"/message",schemaPath:"runplane-openapi#/$defs/DeploymentMessage/maxLength",keyword:"maxLength",params:{limit: 500},message:"must NOT have more than 500 characters"};
 if(vErrors === null){
 vErrors = [err37];
 }
@@ -5429,8 +5515,8 @@ vErrors.push(err37);
 }
 errors++;
 }
-if(!pattern19.test(data9)){
-const err38 = {instancePath:instancePath+"/message",schemaPath:"runplane-openapi#/$defs/DeploymentMessage/pattern",keyword:"pattern",params:{pattern: "^[^\\x00-\\x08\\x0B-\\x1F\\x7F-\\x9F]*$"},message:"must match pattern \""+"^[^\\x00-\\x08\\x0B-\\x1F\\x7F-\\x9F]*$"+"\""};
+if(func1(data9) < 1){
+const err38 = {instancePath:instancePath+"/message",schemaPath:"runplane-openapi#/$defs/DeploymentMessage/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err38];
 }
@@ -5439,9 +5525,8 @@ vErrors.push(err38);
 }
 errors++;
 }
-}
-else {
-const err39 = {instancePath:instancePath+"/message",schemaPath:"runplane-openapi#/$defs/DeploymentMessage/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(!pattern19.test(data9)){
+const err39 = {instancePath:instancePath+"/message",schemaPath:"runplane-openapi#/$defs/DeploymentMessage/pattern",keyword:"pattern",params:{pattern: "^[^\\x00-\\x08\\x0B-\\x1F\\x7F-\\x9F]*$"},message:"must match pattern \""+"^[^\\x00-\\x08\\x0B-\\x1F\\x7F-\\x9F]*$"+"\""};
 if(vErrors === null){
 vErrors = [err39];
 }
@@ -5450,11 +5535,9 @@ vErrors.push(err39);
 }
 errors++;
 }
-var _valid1 = _errs31 === errors;
-valid9 = valid9 || _valid1;
-const _errs34 = errors;
-if(data9 !== null){
-const err40 = {instancePath:instancePath+"/message",schemaPath:"#/properties/message/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+}
+else {
+const err40 = {instancePath:instancePath+"/message",schemaPath:"runplane-openapi#/$defs/DeploymentMessage/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err40];
 }
@@ -5463,15 +5546,28 @@ vErrors.push(err40);
 }
 errors++;
 }
-var _valid1 = _errs34 === errors;
+var _valid1 = _errs31 === errors;
 valid9 = valid9 || _valid1;
-if(!valid9){
-const err41 = {instancePath:instancePath+"/message",schemaPath:"#/properties/message/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const _errs34 = errors;
+if(data9 !== null){
+const err41 = {instancePath:instancePath+"/message",schemaPath:"#/properties/message/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
 vErrors = [err41];
 }
 else {
 vErrors.push(err41);
+}
+errors++;
+}
+var _valid1 = _errs34 === errors;
+valid9 = valid9 || _valid1;
+if(!valid9){
+const err42 = {instancePath:instancePath+"/message",schemaPath:"#/properties/message/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err42];
+}
+else {
+vErrors.push(err42);
 }
 errors++;
 }
@@ -5494,18 +5590,7 @@ let valid11 = false;
 const _errs38 = errors;
 if(typeof data10 === "string"){
 if(!pattern18.test(data10)){
-const err42 = {instancePath:instancePath+"/commit",schemaPath:"runplane-openapi#/$defs/GitObjectId/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
-if(vErrors === null){
-vErrors = [err42];
-}
-else {
-vErrors.push(err42);
-}
-errors++;
-}
-}
-else {
-const err43 = {instancePath:instancePath+"/commit",schemaPath:"runplane-openapi#/$defs/GitObjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err43 = {instancePath:instancePath+"/commit",schemaPath:"runplane-openapi#/$defs/GitObjectId/pattern",keyword:"pattern",params:{pattern: "^[0-9a-f]{40}([0-9a-f]{24})?$"},message:"must match pattern \""+"^[0-9a-f]{40}([0-9a-f]{24})?$"+"\""};
 if(vErrors === null){
 vErrors = [err43];
 }
@@ -5514,11 +5599,9 @@ vErrors.push(err43);
 }
 errors++;
 }
-var _valid2 = _errs38 === errors;
-valid11 = valid11 || _valid2;
-const _errs41 = errors;
-if(data10 !== null){
-const err44 = {instancePath:instancePath+"/commit",schemaPath:"#/properties/commit/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+}
+else {
+const err44 = {instancePath:instancePath+"/commit",schemaPath:"runplane-openapi#/$defs/GitObjectId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err44];
 }
@@ -5527,15 +5610,28 @@ vErrors.push(err44);
 }
 errors++;
 }
-var _valid2 = _errs41 === errors;
+var _valid2 = _errs38 === errors;
 valid11 = valid11 || _valid2;
-if(!valid11){
-const err45 = {instancePath:instancePath+"/commit",schemaPath:"#/properties/commit/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const _errs41 = errors;
+if(data10 !== null){
+const err45 = {instancePath:instancePath+"/commit",schemaPath:"#/properties/commit/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
 vErrors = [err45];
 }
 else {
 vErrors.push(err45);
+}
+errors++;
+}
+var _valid2 = _errs41 === errors;
+valid11 = valid11 || _valid2;
+if(!valid11){
+const err46 = {instancePath:instancePath+"/commit",schemaPath:"#/properties/commit/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err46];
+}
+else {
+vErrors.push(err46);
 }
 errors++;
 }
@@ -5553,12 +5649,12 @@ vErrors = null;
 }
 if(data.dirty !== undefined){
 if(typeof data.dirty !== "boolean"){
-const err46 = {instancePath:instancePath+"/dirty",schemaPath:"#/properties/dirty/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+const err47 = {instancePath:instancePath+"/dirty",schemaPath:"#/properties/dirty/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
-vErrors = [err46];
+vErrors = [err47];
 }
 else {
-vErrors.push(err46);
+vErrors.push(err47);
 }
 errors++;
 }
@@ -5570,18 +5666,7 @@ let valid13 = false;
 const _errs47 = errors;
 if(typeof data12 === "string"){
 if(!pattern9.test(data12)){
-const err47 = {instancePath:instancePath+"/base_image_digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
-if(vErrors === null){
-vErrors = [err47];
-}
-else {
-vErrors.push(err47);
-}
-errors++;
-}
-}
-else {
-const err48 = {instancePath:instancePath+"/base_image_digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err48 = {instancePath:instancePath+"/base_image_digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
 if(vErrors === null){
 vErrors = [err48];
 }
@@ -5590,11 +5675,9 @@ vErrors.push(err48);
 }
 errors++;
 }
-var _valid3 = _errs47 === errors;
-valid13 = valid13 || _valid3;
-const _errs50 = errors;
-if(data12 !== null){
-const err49 = {instancePath:instancePath+"/base_image_digest",schemaPath:"#/properties/base_image_digest/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+}
+else {
+const err49 = {instancePath:instancePath+"/base_image_digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err49];
 }
@@ -5603,15 +5686,28 @@ vErrors.push(err49);
 }
 errors++;
 }
-var _valid3 = _errs50 === errors;
+var _valid3 = _errs47 === errors;
 valid13 = valid13 || _valid3;
-if(!valid13){
-const err50 = {instancePath:instancePath+"/base_image_digest",schemaPath:"#/properties/base_image_digest/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const _errs50 = errors;
+if(data12 !== null){
+const err50 = {instancePath:instancePath+"/base_image_digest",schemaPath:"#/properties/base_image_digest/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
 vErrors = [err50];
 }
 else {
 vErrors.push(err50);
+}
+errors++;
+}
+var _valid3 = _errs50 === errors;
+valid13 = valid13 || _valid3;
+if(!valid13){
+const err51 = {instancePath:instancePath+"/base_image_digest",schemaPath:"#/properties/base_image_digest/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err51];
+}
+else {
+vErrors.push(err51);
 }
 errors++;
 }
@@ -5633,17 +5729,7 @@ const _errs53 = errors;
 let valid15 = false;
 const _errs54 = errors;
 if(typeof data13 !== "string"){
-const err51 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err51];
-}
-else {
-vErrors.push(err51);
-}
-errors++;
-}
-if(!((data13 === "new") || (data13 === "cached"))){
-const err52 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema72.properties.base_image_status.anyOf[0].enum},message:"must be equal to one of the allowed values"};
+const err52 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err52];
 }
@@ -5652,11 +5738,8 @@ vErrors.push(err52);
 }
 errors++;
 }
-var _valid4 = _errs54 === errors;
-valid15 = valid15 || _valid4;
-const _errs56 = errors;
-if(data13 !== null){
-const err53 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(!((data13 === "new") || (data13 === "cached"))){
+const err53 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/0/enum",keyword:"enum",params:{allowedValues: schema72.properties.base_image_status.anyOf[0].enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err53];
 }
@@ -5665,15 +5748,28 @@ vErrors.push(err53);
 }
 errors++;
 }
-var _valid4 = _errs56 === errors;
+var _valid4 = _errs54 === errors;
 valid15 = valid15 || _valid4;
-if(!valid15){
-const err54 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const _errs56 = errors;
+if(data13 !== null){
+const err54 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
 vErrors = [err54];
 }
 else {
 vErrors.push(err54);
+}
+errors++;
+}
+var _valid4 = _errs56 === errors;
+valid15 = valid15 || _valid4;
+if(!valid15){
+const err55 = {instancePath:instancePath+"/base_image_status",schemaPath:"#/properties/base_image_status/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err55];
+}
+else {
+vErrors.push(err55);
 }
 errors++;
 }
@@ -5689,22 +5785,25 @@ vErrors = null;
 }
 }
 }
-if(data.created_at !== undefined){
-let data14 = data.created_at;
-if(typeof data14 === "string"){
-if(!(formats38.validate(data14))){
-const err55 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
-if(vErrors === null){
-vErrors = [err55];
+if(data.image !== undefined){
+let data14 = data.image;
+const _errs59 = errors;
+let valid16 = false;
+const _errs60 = errors;
+if(!(validate49(data14, {instancePath:instancePath+"/image",parentData:data,parentDataProperty:"image",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate49.errors : vErrors.concat(validate49.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err55);
+var _valid5 = _errs60 === errors;
+valid16 = valid16 || _valid5;
+if(_valid5){
+var props1 = {};
+props1.reference = true;
+props1.digest = true;
 }
-errors++;
-}
-}
-else {
-const err56 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const _errs61 = errors;
+if(data14 !== null){
+const err56 = {instancePath:instancePath+"/image",schemaPath:"#/properties/image/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
 vErrors = [err56];
 }
@@ -5713,15 +5812,10 @@ vErrors.push(err56);
 }
 errors++;
 }
-}
-if(data.started_at !== undefined){
-let data15 = data.started_at;
-const _errs61 = errors;
-let valid16 = false;
-const _errs62 = errors;
-if(typeof data15 === "string"){
-if(!(formats38.validate(data15))){
-const err57 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+var _valid5 = _errs61 === errors;
+valid16 = valid16 || _valid5;
+if(!valid16){
+const err57 = {instancePath:instancePath+"/image",schemaPath:"#/properties/image/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
 vErrors = [err57];
 }
@@ -5730,9 +5824,23 @@ vErrors.push(err57);
 }
 errors++;
 }
+else {
+errors = _errs59;
+if(vErrors !== null){
+if(_errs59){
+vErrors.length = _errs59;
 }
 else {
-const err58 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+vErrors = null;
+}
+}
+}
+}
+if(data.created_at !== undefined){
+let data15 = data.created_at;
+if(typeof data15 === "string"){
+if(!(formats38.validate(data15))){
+const err58 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
 if(vErrors === null){
 vErrors = [err58];
 }
@@ -5741,11 +5849,9 @@ vErrors.push(err58);
 }
 errors++;
 }
-var _valid5 = _errs62 === errors;
-valid16 = valid16 || _valid5;
-const _errs64 = errors;
-if(data15 !== null){
-const err59 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+}
+else {
+const err59 = {instancePath:instancePath+"/created_at",schemaPath:"#/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err59];
 }
@@ -5754,10 +5860,15 @@ vErrors.push(err59);
 }
 errors++;
 }
-var _valid5 = _errs64 === errors;
-valid16 = valid16 || _valid5;
-if(!valid16){
-const err60 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+}
+if(data.started_at !== undefined){
+let data16 = data.started_at;
+const _errs66 = errors;
+let valid17 = false;
+const _errs67 = errors;
+if(typeof data16 === "string"){
+if(!(formats38.validate(data16))){
+const err60 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
 if(vErrors === null){
 vErrors = [err60];
 }
@@ -5766,26 +5877,9 @@ vErrors.push(err60);
 }
 errors++;
 }
-else {
-errors = _errs61;
-if(vErrors !== null){
-if(_errs61){
-vErrors.length = _errs61;
 }
 else {
-vErrors = null;
-}
-}
-}
-}
-if(data.finished_at !== undefined){
-let data16 = data.finished_at;
-const _errs67 = errors;
-let valid17 = false;
-const _errs68 = errors;
-if(typeof data16 === "string"){
-if(!(formats38.validate(data16))){
-const err61 = {instancePath:instancePath+"/finished_at",schemaPath:"#/properties/finished_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+const err61 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err61];
 }
@@ -5794,9 +5888,11 @@ vErrors.push(err61);
 }
 errors++;
 }
-}
-else {
-const err62 = {instancePath:instancePath+"/finished_at",schemaPath:"#/properties/finished_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+var _valid6 = _errs67 === errors;
+valid17 = valid17 || _valid6;
+const _errs69 = errors;
+if(data16 !== null){
+const err62 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
 vErrors = [err62];
 }
@@ -5805,11 +5901,10 @@ vErrors.push(err62);
 }
 errors++;
 }
-var _valid6 = _errs68 === errors;
+var _valid6 = _errs69 === errors;
 valid17 = valid17 || _valid6;
-const _errs70 = errors;
-if(data16 !== null){
-const err63 = {instancePath:instancePath+"/finished_at",schemaPath:"#/properties/finished_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(!valid17){
+const err63 = {instancePath:instancePath+"/started_at",schemaPath:"#/properties/started_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
 vErrors = [err63];
 }
@@ -5818,10 +5913,26 @@ vErrors.push(err63);
 }
 errors++;
 }
-var _valid6 = _errs70 === errors;
-valid17 = valid17 || _valid6;
-if(!valid17){
-const err64 = {instancePath:instancePath+"/finished_at",schemaPath:"#/properties/finished_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+else {
+errors = _errs66;
+if(vErrors !== null){
+if(_errs66){
+vErrors.length = _errs66;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.finished_at !== undefined){
+let data17 = data.finished_at;
+const _errs72 = errors;
+let valid18 = false;
+const _errs73 = errors;
+if(typeof data17 === "string"){
+if(!(formats38.validate(data17))){
+const err64 = {instancePath:instancePath+"/finished_at",schemaPath:"#/properties/finished_at/anyOf/0/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
 if(vErrors === null){
 vErrors = [err64];
 }
@@ -5830,25 +5941,9 @@ vErrors.push(err64);
 }
 errors++;
 }
-else {
-errors = _errs67;
-if(vErrors !== null){
-if(_errs67){
-vErrors.length = _errs67;
 }
 else {
-vErrors = null;
-}
-}
-}
-}
-if(data.error !== undefined){
-let data17 = data.error;
-const _errs73 = errors;
-let valid18 = false;
-const _errs74 = errors;
-if(typeof data17 !== "string"){
-const err65 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err65 = {instancePath:instancePath+"/finished_at",schemaPath:"#/properties/finished_at/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err65];
 }
@@ -5857,11 +5952,11 @@ vErrors.push(err65);
 }
 errors++;
 }
-var _valid7 = _errs74 === errors;
+var _valid7 = _errs73 === errors;
 valid18 = valid18 || _valid7;
-const _errs76 = errors;
+const _errs75 = errors;
 if(data17 !== null){
-const err66 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+const err66 = {instancePath:instancePath+"/finished_at",schemaPath:"#/properties/finished_at/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
 if(vErrors === null){
 vErrors = [err66];
 }
@@ -5870,10 +5965,10 @@ vErrors.push(err66);
 }
 errors++;
 }
-var _valid7 = _errs76 === errors;
+var _valid7 = _errs75 === errors;
 valid18 = valid18 || _valid7;
 if(!valid18){
-const err67 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+const err67 = {instancePath:instancePath+"/finished_at",schemaPath:"#/properties/finished_at/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
 vErrors = [err67];
 }
@@ -5883,10 +5978,62 @@ vErrors.push(err67);
 errors++;
 }
 else {
-errors = _errs73;
+errors = _errs72;
 if(vErrors !== null){
-if(_errs73){
-vErrors.length = _errs73;
+if(_errs72){
+vErrors.length = _errs72;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.error !== undefined){
+let data18 = data.error;
+const _errs78 = errors;
+let valid19 = false;
+const _errs79 = errors;
+if(typeof data18 !== "string"){
+const err68 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf/0/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err68];
+}
+else {
+vErrors.push(err68);
+}
+errors++;
+}
+var _valid8 = _errs79 === errors;
+valid19 = valid19 || _valid8;
+const _errs81 = errors;
+if(data18 !== null){
+const err69 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf/1/type",keyword:"type",params:{type: "null"},message:"must be null"};
+if(vErrors === null){
+vErrors = [err69];
+}
+else {
+vErrors.push(err69);
+}
+errors++;
+}
+var _valid8 = _errs81 === errors;
+valid19 = valid19 || _valid8;
+if(!valid19){
+const err70 = {instancePath:instancePath+"/error",schemaPath:"#/properties/error/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(vErrors === null){
+vErrors = [err70];
+}
+else {
+vErrors.push(err70);
+}
+errors++;
+}
+else {
+errors = _errs78;
+if(vErrors !== null){
+if(_errs78){
+vErrors.length = _errs78;
 }
 else {
 vErrors = null;
@@ -5896,26 +6043,26 @@ vErrors = null;
 }
 }
 else {
-const err68 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err71 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
-vErrors = [err68];
+vErrors = [err71];
 }
 else {
-vErrors.push(err68);
+vErrors.push(err71);
 }
 errors++;
 }
 validate46.errors = vErrors;
 return errors === 0;
 }
-validate46.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"message":true,"commit":true,"dirty":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate46.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"message":true,"commit":true,"dirty":true,"base_image_digest":true,"base_image_status":true,"image":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentId = validate49;
+exports.schema_DeploymentId = validate51;
 
-function validate49(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate51(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate49.evaluated;
+const evaluated0 = validate51.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -5944,17 +6091,103 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate49.errors = vErrors;
+validate51.errors = vErrors;
 return errors === 0;
 }
-validate49.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate51.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentMessage = validate50;
+exports.schema_DeploymentImage = validate52;
 
-function validate50(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate50.evaluated;
+const evaluated0 = validate52.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.reference === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "reference"},message:"must have required property '"+"reference"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.digest === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "digest"},message:"must have required property '"+"digest"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.reference !== undefined){
+if(typeof data.reference !== "string"){
+const err2 = {instancePath:instancePath+"/reference",schemaPath:"#/properties/reference/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.digest !== undefined){
+let data1 = data.digest;
+if(typeof data1 === "string"){
+if(!pattern9.test(data1)){
+const err3 = {instancePath:instancePath+"/digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+else {
+const err4 = {instancePath:instancePath+"/digest",schemaPath:"runplane-openapi#/$defs/Sha256Digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+}
+else {
+const err5 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+validate52.errors = vErrors;
+return errors === 0;
+}
+validate52.evaluated = {"props":{"reference":true,"digest":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.schema_DeploymentMessage = validate53;
+
+function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate53.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6003,18 +6236,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate50.errors = vErrors;
+validate53.errors = vErrors;
 return errors === 0;
 }
-validate50.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate53.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentPage = validate51;
-const schema88 = {"type":"object","required":["deployments","next_cursor"],"properties":{"deployments":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/Deployment"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of deployments, newest first."};
+exports.schema_DeploymentPage = validate54;
+const schema92 = {"type":"object","required":["deployments","next_cursor"],"properties":{"deployments":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/Deployment"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of deployments, newest first."};
 
-function validate51(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate51.evaluated;
+const evaluated0 = validate54.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6127,17 +6360,17 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate51.errors = vErrors;
+validate54.errors = vErrors;
 return errors === 0;
 }
-validate51.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate54.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentRepository = validate53;
+exports.schema_DeploymentRepository = validate56;
 
-function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate53.evaluated;
+const evaluated0 = validate56.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6305,17 +6538,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate53.errors = vErrors;
+validate56.errors = vErrors;
 return errors === 0;
 }
-validate53.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
+validate56.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"commit":true,"path":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentSourceKind = validate54;
+exports.schema_DeploymentSourceKind = validate57;
 
-function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate54.evaluated;
+const evaluated0 = validate57.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6342,18 +6575,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate54.errors = vErrors;
+validate57.errors = vErrors;
 return errors === 0;
 }
-validate54.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate57.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentSourceRequest = validate55;
-const schema94 = {"type":"object","required":["source"],"properties":{"source":{"type":"object","properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","maxLength":255,"description":"A branch, tag or commit; the default branch when absent."},"path":{"type":"string","maxLength":1024,"description":"The app's folder inside the repository; its root when absent."}},"required":["owner","repo"]}},"description":"A repository folder to deploy, read through the project's tree provider (local mirror or GitHub)."};
+exports.schema_DeploymentSourceRequest = validate58;
+const schema98 = {"type":"object","required":["source"],"properties":{"source":{"type":"object","properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","maxLength":255,"description":"A branch, tag or commit; the default branch when absent."},"path":{"type":"string","maxLength":1024,"description":"The app's folder inside the repository; its root when absent."}},"required":["owner","repo"]}},"description":"A repository folder to deploy, read through the project's tree provider (local mirror or GitHub)."};
 
-function validate55(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate55.evaluated;
+const evaluated0 = validate58.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6517,17 +6750,17 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate55.errors = vErrors;
+validate58.errors = vErrors;
 return errors === 0;
 }
-validate55.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
+validate58.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_DeploymentStatus = validate56;
+exports.schema_DeploymentStatus = validate59;
 
-function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate56.evaluated;
+const evaluated0 = validate59.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6554,18 +6787,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate56.errors = vErrors;
+validate59.errors = vErrors;
 return errors === 0;
 }
-validate56.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate59.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_FieldError = validate57;
-const schema98 = {"type":"object","required":["path","message"],"properties":{"path":{"type":"string","description":"Where the value was: `body.aptPackages[2]`, `query.limit`, `header.idempotency-key`."},"message":{"type":"string","description":"What was wrong with it and what is expected."}},"description":"One field that failed validation."};
+exports.schema_FieldError = validate60;
+const schema102 = {"type":"object","required":["path","message"],"properties":{"path":{"type":"string","description":"Where the value was: `body.aptPackages[2]`, `query.limit`, `header.idempotency-key`."},"message":{"type":"string","description":"What was wrong with it and what is expected."}},"description":"One field that failed validation."};
 
-function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate57.evaluated;
+const evaluated0 = validate60.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6628,19 +6861,19 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate57.errors = vErrors;
+validate60.errors = vErrors;
 return errors === 0;
 }
-validate57.evaluated = {"props":{"path":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate60.evaluated = {"props":{"path":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_FunctionName = validate58;
-const schema99 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$","description":"A function's name: `run` is the default; names starting with `_` are private and answer 404."};
-const pattern29 = new RegExp("^[A-Za-z_][A-Za-z0-9_.-]{0,127}$", "u");
+exports.schema_FunctionName = validate61;
+const schema103 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$","description":"A function's name: `run` is the default; names starting with `_` are private and answer 404."};
+const pattern31 = new RegExp("^[A-Za-z_][A-Za-z0-9_.-]{0,127}$", "u");
 
-function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate58.evaluated;
+const evaluated0 = validate61.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6648,7 +6881,7 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(typeof data === "string"){
-if(!pattern29.test(data)){
+if(!pattern31.test(data)){
 const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err0];
@@ -6669,17 +6902,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate58.errors = vErrors;
+validate61.errors = vErrors;
 return errors === 0;
 }
-validate58.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate61.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_GitObjectId = validate59;
+exports.schema_GitObjectId = validate62;
 
-function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate59.evaluated;
+const evaluated0 = validate62.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6708,18 +6941,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate59.errors = vErrors;
+validate62.errors = vErrors;
 return errors === 0;
 }
-validate59.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate62.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_GpusReport = validate60;
-const schema101 = {"type":"object","required":["source","count","held","warnings"],"properties":{"source":{"type":"string","enum":["nvidia-smi","RUNPLANE_GPUS","none"],"description":"Where the list came from: nvidia-smi, `RUNPLANE_GPUS`, or `none` (no nvidia-smi here)."},"count":{"type":"integer","format":"int32","minimum":0,"description":"The host's GPUs."},"held":{"type":"integer","format":"int32","minimum":0,"description":"GPUs held by replicas now."},"warnings":{"type":"array","items":{"type":"string"},"description":"Lines of nvidia-smi's list that were skipped, GPUs whose device node is guessed, a failing nvidia-smi."}},"description":"The GPUs this process gives replicas (read once at start)."};
+exports.schema_GpusReport = validate63;
+const schema105 = {"type":"object","required":["source","count","held","warnings"],"properties":{"source":{"type":"string","enum":["nvidia-smi","RUNPLANE_GPUS","none"],"description":"Where the list came from: nvidia-smi, `RUNPLANE_GPUS`, or `none` (no nvidia-smi here)."},"count":{"type":"integer","format":"int32","minimum":0,"description":"The host's GPUs."},"held":{"type":"integer","format":"int32","minimum":0,"description":"GPUs held by replicas now."},"warnings":{"type":"array","items":{"type":"string"},"description":"Lines of nvidia-smi's list that were skipped, GPUs whose device node is guessed, a failing nvidia-smi."}},"description":"The GPUs this process gives replicas (read once at start)."};
 
-function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate60.evaluated;
+const evaluated0 = validate63.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6780,7 +7013,7 @@ vErrors.push(err4);
 errors++;
 }
 if(!(((data0 === "nvidia-smi") || (data0 === "RUNPLANE_GPUS")) || (data0 === "none"))){
-const err5 = {instancePath:instancePath+"/source",schemaPath:"#/properties/source/enum",keyword:"enum",params:{allowedValues: schema101.properties.source.enum},message:"must be equal to one of the allowed values"};
+const err5 = {instancePath:instancePath+"/source",schemaPath:"#/properties/source/enum",keyword:"enum",params:{allowedValues: schema105.properties.source.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -6899,18 +7132,18 @@ vErrors.push(err14);
 }
 errors++;
 }
-validate60.errors = vErrors;
+validate63.errors = vErrors;
 return errors === 0;
 }
-validate60.evaluated = {"props":{"source":true,"count":true,"held":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
+validate63.evaluated = {"props":{"source":true,"count":true,"held":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Health = validate61;
-const schema102 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ok"]}},"description":"The process is alive."};
+exports.schema_Health = validate64;
+const schema106 = {"type":"object","required":["status"],"properties":{"status":{"type":"string","enum":["ok"]}},"description":"The process is alive."};
 
-function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate61.evaluated;
+const evaluated0 = validate64.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -6941,7 +7174,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ok")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema102.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema106.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -6962,17 +7195,17 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate61.errors = vErrors;
+validate64.errors = vErrors;
 return errors === 0;
 }
-validate61.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate64.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_HostGpu = validate62;
+exports.schema_HostGpu = validate65;
 
-function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate62.evaluated;
+const evaluated0 = validate65.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7149,18 +7382,18 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate62.errors = vErrors;
+validate65.errors = vErrors;
 return errors === 0;
 }
-validate62.evaluated = {"props":{"id":true,"index":true,"model":true},"dynamicProps":false,"dynamicItems":false};
+validate65.evaluated = {"props":{"id":true,"index":true,"model":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_JsonWebKey = validate63;
-const schema104 = {"type":"object","required":["kty","crv","x","kid","alg","use"],"properties":{"kty":{"type":"string","enum":["OKP"]},"crv":{"type":"string","enum":["Ed25519"]},"x":{"type":"string"},"kid":{"type":"string"},"alg":{"type":"string","enum":["EdDSA"]},"use":{"type":"string","enum":["sig"]}},"description":"An Ed25519 public key as a JSON Web Key (RFC 8037)."};
+exports.schema_JsonWebKey = validate66;
+const schema108 = {"type":"object","required":["kty","crv","x","kid","alg","use"],"properties":{"kty":{"type":"string","enum":["OKP"]},"crv":{"type":"string","enum":["Ed25519"]},"x":{"type":"string"},"kid":{"type":"string"},"alg":{"type":"string","enum":["EdDSA"]},"use":{"type":"string","enum":["sig"]}},"description":"An Ed25519 public key as a JSON Web Key (RFC 8037)."};
 
-function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate63.evaluated;
+const evaluated0 = validate66.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7241,7 +7474,7 @@ vErrors.push(err6);
 errors++;
 }
 if(!(data0 === "OKP")){
-const err7 = {instancePath:instancePath+"/kty",schemaPath:"#/properties/kty/enum",keyword:"enum",params:{allowedValues: schema104.properties.kty.enum},message:"must be equal to one of the allowed values"};
+const err7 = {instancePath:instancePath+"/kty",schemaPath:"#/properties/kty/enum",keyword:"enum",params:{allowedValues: schema108.properties.kty.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -7264,7 +7497,7 @@ vErrors.push(err8);
 errors++;
 }
 if(!(data1 === "Ed25519")){
-const err9 = {instancePath:instancePath+"/crv",schemaPath:"#/properties/crv/enum",keyword:"enum",params:{allowedValues: schema104.properties.crv.enum},message:"must be equal to one of the allowed values"};
+const err9 = {instancePath:instancePath+"/crv",schemaPath:"#/properties/crv/enum",keyword:"enum",params:{allowedValues: schema108.properties.crv.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -7311,7 +7544,7 @@ vErrors.push(err12);
 errors++;
 }
 if(!(data4 === "EdDSA")){
-const err13 = {instancePath:instancePath+"/alg",schemaPath:"#/properties/alg/enum",keyword:"enum",params:{allowedValues: schema104.properties.alg.enum},message:"must be equal to one of the allowed values"};
+const err13 = {instancePath:instancePath+"/alg",schemaPath:"#/properties/alg/enum",keyword:"enum",params:{allowedValues: schema108.properties.alg.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err13];
 }
@@ -7334,7 +7567,7 @@ vErrors.push(err14);
 errors++;
 }
 if(!(data5 === "sig")){
-const err15 = {instancePath:instancePath+"/use",schemaPath:"#/properties/use/enum",keyword:"enum",params:{allowedValues: schema104.properties.use.enum},message:"must be equal to one of the allowed values"};
+const err15 = {instancePath:instancePath+"/use",schemaPath:"#/properties/use/enum",keyword:"enum",params:{allowedValues: schema108.properties.use.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -7355,18 +7588,18 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate63.errors = vErrors;
+validate66.errors = vErrors;
 return errors === 0;
 }
-validate63.evaluated = {"props":{"kty":true,"crv":true,"x":true,"kid":true,"alg":true,"use":true},"dynamicProps":false,"dynamicItems":false};
+validate66.evaluated = {"props":{"kty":true,"crv":true,"x":true,"kid":true,"alg":true,"use":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_JsonWebKeySet = validate64;
-const schema105 = {"type":"object","required":["keys"],"properties":{"keys":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/JsonWebKey"}}},"description":"The keys that verify Runplane's service-account tokens."};
+exports.schema_JsonWebKeySet = validate67;
+const schema109 = {"type":"object","required":["keys"],"properties":{"keys":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/JsonWebKey"}}},"description":"The keys that verify Runplane's service-account tokens."};
 
-function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate64.evaluated;
+const evaluated0 = validate67.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7464,7 +7697,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!(data2 === "OKP")){
-const err8 = {instancePath:instancePath+"/keys/" + i0+"/kty",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/kty/enum",keyword:"enum",params:{allowedValues: schema104.properties.kty.enum},message:"must be equal to one of the allowed values"};
+const err8 = {instancePath:instancePath+"/keys/" + i0+"/kty",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/kty/enum",keyword:"enum",params:{allowedValues: schema108.properties.kty.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -7487,7 +7720,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!(data3 === "Ed25519")){
-const err10 = {instancePath:instancePath+"/keys/" + i0+"/crv",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/crv/enum",keyword:"enum",params:{allowedValues: schema104.properties.crv.enum},message:"must be equal to one of the allowed values"};
+const err10 = {instancePath:instancePath+"/keys/" + i0+"/crv",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/crv/enum",keyword:"enum",params:{allowedValues: schema108.properties.crv.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -7534,7 +7767,7 @@ vErrors.push(err13);
 errors++;
 }
 if(!(data6 === "EdDSA")){
-const err14 = {instancePath:instancePath+"/keys/" + i0+"/alg",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/alg/enum",keyword:"enum",params:{allowedValues: schema104.properties.alg.enum},message:"must be equal to one of the allowed values"};
+const err14 = {instancePath:instancePath+"/keys/" + i0+"/alg",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/alg/enum",keyword:"enum",params:{allowedValues: schema108.properties.alg.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -7557,7 +7790,7 @@ vErrors.push(err15);
 errors++;
 }
 if(!(data7 === "sig")){
-const err16 = {instancePath:instancePath+"/keys/" + i0+"/use",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/use/enum",keyword:"enum",params:{allowedValues: schema104.properties.use.enum},message:"must be equal to one of the allowed values"};
+const err16 = {instancePath:instancePath+"/keys/" + i0+"/use",schemaPath:"runplane-openapi#/$defs/JsonWebKey/properties/use/enum",keyword:"enum",params:{allowedValues: schema108.properties.use.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -7602,17 +7835,17 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate64.errors = vErrors;
+validate67.errors = vErrors;
 return errors === 0;
 }
-validate64.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
+validate67.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_PackageSpec = validate65;
+exports.schema_PackageSpec = validate68;
 
-function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate65.evaluated;
+const evaluated0 = validate68.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7651,20 +7884,20 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate65.errors = vErrors;
+validate68.errors = vErrors;
 return errors === 0;
 }
-validate65.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate68.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Problem = validate66;
-const schema108 = {"type":"object","required":["type","title","status"],"properties":{"type":{"type":"string","description":"A URI reference that identifies the kind of problem, e.g. `https://runplane.dev/problems/validation`."},"title":{"type":"string","description":"A short, human-readable summary of the kind of problem."},"status":{"type":"integer","format":"int32","minimum":100,"maximum":599,"description":"The HTTP status code of this occurrence."},"detail":{"type":"string","description":"What happened in this occurrence, and what to do about it."},"instance":{"type":"string","description":"The request path of this occurrence."},"run_id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run this problem belongs to, when a run exists."},"errors":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/FieldError"},"description":"Every field that failed validation."},"exception_type":{"type":"string","description":"For a failed run: the exception's type, e.g. `ValueError`."},"traceback":{"type":"string","description":"For a failed run: the exception's traceback, of the app's own frames (see `RunError.traceback`)."}},"description":"An RFC 9457 problem document. `type` is stable for each kind of error and names its documentation."};
-const schema109 = {"type":"string","pattern":"^run_[0-9a-z]{26}$","description":"A run's id: `run_` followed by a time-ordered, 26-character lowercase identifier."};
-const pattern31 = new RegExp("^run_[0-9a-z]{26}$", "u");
+exports.schema_Problem = validate69;
+const schema112 = {"type":"object","required":["type","title","status"],"properties":{"type":{"type":"string","description":"A URI reference that identifies the kind of problem, e.g. `https://runplane.dev/problems/validation`."},"title":{"type":"string","description":"A short, human-readable summary of the kind of problem."},"status":{"type":"integer","format":"int32","minimum":100,"maximum":599,"description":"The HTTP status code of this occurrence."},"detail":{"type":"string","description":"What happened in this occurrence, and what to do about it."},"instance":{"type":"string","description":"The request path of this occurrence."},"run_id":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunId"}],"description":"The run this problem belongs to, when a run exists."},"errors":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/FieldError"},"description":"Every field that failed validation."},"exception_type":{"type":"string","description":"For a failed run: the exception's type, e.g. `ValueError`."},"traceback":{"type":"string","description":"For a failed run: the exception's traceback, of the app's own frames (see `RunError.traceback`)."}},"description":"An RFC 9457 problem document. `type` is stable for each kind of error and names its documentation."};
+const schema113 = {"type":"string","pattern":"^run_[0-9a-z]{26}$","description":"A run's id: `run_` followed by a time-ordered, 26-character lowercase identifier."};
+const pattern33 = new RegExp("^run_[0-9a-z]{26}$", "u");
 
-function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate66.evaluated;
+const evaluated0 = validate69.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7798,7 +8031,7 @@ errors++;
 if(data.run_id !== undefined){
 let data5 = data.run_id;
 if(typeof data5 === "string"){
-if(!pattern31.test(data5)){
+if(!pattern33.test(data5)){
 const err11 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err11];
@@ -7930,17 +8163,17 @@ vErrors.push(err21);
 }
 errors++;
 }
-validate66.errors = vErrors;
+validate69.errors = vErrors;
 return errors === 0;
 }
-validate66.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate69.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectId = validate67;
+exports.schema_ProjectId = validate70;
 
-function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate67.evaluated;
+const evaluated0 = validate70.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -7969,18 +8202,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate67.errors = vErrors;
+validate70.errors = vErrors;
 return errors === 0;
 }
-validate67.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate70.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectSecret = validate68;
-const schema112 = {"type":"object","required":["name","created_at","updated_at"],"properties":{"name":{"type":"string","description":"The variable's name, as stored: a `SecretName` for every secret set through this API (a list does\nnot fail over a row that is not one; clients show it as text)."},"created_at":{"type":"string","format":"date-time"},"updated_at":{"type":"string","format":"date-time","description":"When its value was last set."}},"description":"A project secret as listed: its name and times, never its value."};
+exports.schema_ProjectSecret = validate71;
+const schema116 = {"type":"object","required":["name","created_at","updated_at"],"properties":{"name":{"type":"string","description":"The variable's name, as stored: a `SecretName` for every secret set through this API (a list does\nnot fail over a row that is not one; clients show it as text)."},"created_at":{"type":"string","format":"date-time"},"updated_at":{"type":"string","format":"date-time","description":"When its value was last set."}},"description":"A project secret as listed: its name and times, never its value."};
 
-function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate68.evaluated;
+const evaluated0 = validate71.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8091,18 +8324,18 @@ vErrors.push(err8);
 }
 errors++;
 }
-validate68.errors = vErrors;
+validate71.errors = vErrors;
 return errors === 0;
 }
-validate68.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+validate71.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectSecretList = validate69;
-const schema113 = {"type":"object","required":["secrets"],"properties":{"secrets":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ProjectSecret"}}},"description":"A project's secrets, by name."};
+exports.schema_ProjectSecretList = validate72;
+const schema117 = {"type":"object","required":["secrets"],"properties":{"secrets":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ProjectSecret"}}},"description":"A project's secrets, by name."};
 
-function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate69.evaluated;
+const evaluated0 = validate72.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8254,18 +8487,18 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate69.errors = vErrors;
+validate72.errors = vErrors;
 return errors === 0;
 }
-validate69.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
+validate72.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ProjectSecretRequest = validate70;
-const schema115 = {"type":"object","required":["value"],"properties":{"value":{"type":"string","description":"The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8\n(413 above it), and without `/` for a locale variable (400; see `SecretName`). It is sealed at rest and\nnever shown again."}},"description":"A secret's value."};
+exports.schema_ProjectSecretRequest = validate73;
+const schema119 = {"type":"object","required":["value"],"properties":{"value":{"type":"string","description":"The value the project's replicas see in the variable: any text without NUL, at most 64 KiB in UTF-8\n(413 above it), and without `/` for a locale variable (400; see `SecretName`). It is sealed at rest and\nnever shown again."}},"description":"A secret's value."};
 
-function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate70.evaluated;
+const evaluated0 = validate73.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8306,19 +8539,19 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate70.errors = vErrors;
+validate73.errors = vErrors;
 return errors === 0;
 }
-validate70.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
+validate73.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Readiness = validate71;
-const schema116 = {"type":"object","required":["status","sandbox","cgroups","gpus"],"properties":{"status":{"type":"string","enum":["ready"]},"sandbox":{"$ref":"runplane-openapi#/$defs/SandboxReport"},"cgroups":{"$ref":"runplane-openapi#/$defs/CgroupsReport"},"gpus":{"$ref":"runplane-openapi#/$defs/GpusReport"}},"description":"The process can take calls: store reachable, migrations applied, apps loaded. A process that refuses\ndeployments (see `SandboxReport.deployments`) is ready all the same: it serves its apps folder."};
-const schema117 = {"type":"object","required":["setting","jailed","deployments","warnings"],"properties":{"setting":{"type":"string","enum":["auto","required","off"],"description":"`RUNPLANE_SANDBOX`."},"jailed":{"type":"boolean","description":"Whether replicas and build steps run in the sandbox."},"deployments":{"type":"string","enum":["accepted","refused"],"description":"Whether this process takes tenants' code. `refused` with `auto` and no working jail: `createDeployment`\nanswers 503 `sandbox-unavailable`, and deployments in the store are neither built nor served here;\nthe apps folder (`RUNPLANE_APPS_DIR`) is served all the same. `accepted` otherwise (`off` is the\noperator accepting unjailed deployments knowingly)."},"warnings":{"type":"array","items":{"type":"string"},"description":"What is missing or weaker than the full policy, each with what to do; empty when complete."}},"description":"How tenants' code (replicas, build steps) is jailed on this process."};
+exports.schema_Readiness = validate74;
+const schema120 = {"type":"object","required":["status","sandbox","cgroups","gpus"],"properties":{"status":{"type":"string","enum":["ready"]},"sandbox":{"$ref":"runplane-openapi#/$defs/SandboxReport"},"cgroups":{"$ref":"runplane-openapi#/$defs/CgroupsReport"},"gpus":{"$ref":"runplane-openapi#/$defs/GpusReport"}},"description":"The process can take calls: store reachable, migrations applied, apps loaded. A process that refuses\ndeployments (see `SandboxReport.deployments`) is ready all the same: it serves its apps folder."};
+const schema121 = {"type":"object","required":["setting","jailed","deployments","warnings"],"properties":{"setting":{"type":"string","enum":["auto","required","off"],"description":"`RUNPLANE_SANDBOX`."},"jailed":{"type":"boolean","description":"Whether replicas and build steps run in the sandbox."},"deployments":{"type":"string","enum":["accepted","refused"],"description":"Whether this process takes tenants' code. `refused` with `auto` and no working jail: `createDeployment`\nanswers 503 `sandbox-unavailable`, and deployments in the store are neither built nor served here;\nthe apps folder (`RUNPLANE_APPS_DIR`) is served all the same. `accepted` otherwise (`off` is the\noperator accepting unjailed deployments knowingly)."},"warnings":{"type":"array","items":{"type":"string"},"description":"What is missing or weaker than the full policy, each with what to do; empty when complete."}},"description":"How tenants' code (replicas, build steps) is jailed on this process."};
 
-function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate71.evaluated;
+const evaluated0 = validate74.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -8379,7 +8612,7 @@ vErrors.push(err4);
 errors++;
 }
 if(!(data0 === "ready")){
-const err5 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema116.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err5 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/enum",keyword:"enum",params:{allowedValues: schema120.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -8445,7 +8678,7 @@ vErrors.push(err10);
 errors++;
 }
 if(!(((data2 === "auto") || (data2 === "required")) || (data2 === "off"))){
-const err11 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema117.properties.setting.enum},message:"must be equal to one of the allowed values"};
+const err11 = {instancePath:instancePath+"/sandbox/setting",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/setting/enum",keyword:"enum",params:{allowedValues: schema121.properties.setting.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -8480,7 +8713,7 @@ vErrors.push(err13);
 errors++;
 }
 if(!((data4 === "accepted") || (data4 === "refused"))){
-const err14 = {instancePath:instancePath+"/sandbox/deployments",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/deployments/enum",keyword:"enum",params:{allowedValues: schema117.properties.deployments.enum},message:"must be equal to one of the allowed values"};
+const err14 = {instancePath:instancePath+"/sandbox/deployments",schemaPath:"runplane-openapi#/$defs/SandboxReport/properties/deployments/enum",keyword:"enum",params:{allowedValues: schema121.properties.deployments.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -8744,7 +8977,7 @@ vErrors.push(err34);
 errors++;
 }
 if(!(((data13 === "nvidia-smi") || (data13 === "RUNPLANE_GPUS")) || (data13 === "none"))){
-const err35 = {instancePath:instancePath+"/gpus/source",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/source/enum",keyword:"enum",params:{allowedValues: schema101.properties.source.enum},message:"must be equal to one of the allowed values"};
+const err35 = {instancePath:instancePath+"/gpus/source",schemaPath:"runplane-openapi#/$defs/GpusReport/properties/source/enum",keyword:"enum",params:{allowedValues: schema105.properties.source.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err35];
 }
@@ -8875,17 +9108,17 @@ vErrors.push(err45);
 }
 errors++;
 }
-validate71.errors = vErrors;
+validate74.errors = vErrors;
 return errors === 0;
 }
-validate71.evaluated = {"props":{"status":true,"sandbox":true,"cgroups":true,"gpus":true},"dynamicProps":false,"dynamicItems":false};
+validate74.evaluated = {"props":{"status":true,"sandbox":true,"cgroups":true,"gpus":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ReplicaGpus = validate72;
+exports.schema_ReplicaGpus = validate75;
 
-function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate72.evaluated;
+const evaluated0 = validate75.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9177,17 +9410,17 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate72.errors = vErrors;
+validate75.errors = vErrors;
 return errors === 0;
 }
-validate72.evaluated = {"props":{"pid":true,"gpus":true},"dynamicProps":false,"dynamicItems":false};
+validate75.evaluated = {"props":{"pid":true,"gpus":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepoName = validate73;
+exports.schema_RepoName = validate76;
 
-function validate73(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate73.evaluated;
+const evaluated0 = validate76.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9216,17 +9449,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate73.errors = vErrors;
+validate76.errors = vErrors;
 return errors === 0;
 }
-validate73.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate76.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepoOwner = validate74;
+exports.schema_RepoOwner = validate77;
 
-function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate74.evaluated;
+const evaluated0 = validate77.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9255,21 +9488,21 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate74.errors = vErrors;
+validate77.errors = vErrors;
 return errors === 0;
 }
-validate74.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate77.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RepositoryTree = validate75;
-const schema124 = {"type":"object","required":["owner","repo","ref","sha","entries"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","description":"The ref that was resolved: the one asked for, or the default branch."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The commit the tree belongs to."},"entries":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TreeEntry"}}},"description":"Every path of a repository at one commit, sorted by path, directories included."};
-const schema128 = {"type":"object","required":["path","type","mode","sha"],"properties":{"path":{"type":"string","description":"The path from the repository's root, `/`-separated."},"type":{"$ref":"runplane-openapi#/$defs/TreeEntryType"},"mode":{"type":"string","pattern":"^[0-7]{6}$","description":"git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The blob, tree or (for a submodule) commit id."},"size":{"type":"integer","minimum":0,"description":"The size in bytes, for files and symlinks."}},"description":"One path in a repository's tree."};
-const schema129 = {"type":"string","enum":["file","directory","symlink","submodule"],"description":"What a tree entry is."};
-const pattern38 = new RegExp("^[0-7]{6}$", "u");
+exports.schema_RepositoryTree = validate78;
+const schema128 = {"type":"object","required":["owner","repo","ref","sha","entries"],"properties":{"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"},"ref":{"type":"string","description":"The ref that was resolved: the one asked for, or the default branch."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The commit the tree belongs to."},"entries":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TreeEntry"}}},"description":"Every path of a repository at one commit, sorted by path, directories included."};
+const schema132 = {"type":"object","required":["path","type","mode","sha"],"properties":{"path":{"type":"string","description":"The path from the repository's root, `/`-separated."},"type":{"$ref":"runplane-openapi#/$defs/TreeEntryType"},"mode":{"type":"string","pattern":"^[0-7]{6}$","description":"git's octal mode: `100644`, `100755`, `120000`, `040000`, `160000`."},"sha":{"allOf":[{"$ref":"runplane-openapi#/$defs/GitObjectId"}],"description":"The blob, tree or (for a submodule) commit id."},"size":{"type":"integer","minimum":0,"description":"The size in bytes, for files and symlinks."}},"description":"One path in a repository's tree."};
+const schema133 = {"type":"string","enum":["file","directory","symlink","submodule"],"description":"What a tree entry is."};
+const pattern40 = new RegExp("^[0-7]{6}$", "u");
 
-function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate76.evaluated;
+const evaluated0 = validate79.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9342,7 +9575,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((((data1 === "file") || (data1 === "directory")) || (data1 === "symlink")) || (data1 === "submodule"))){
-const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema129.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema133.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -9355,7 +9588,7 @@ errors++;
 if(data.mode !== undefined){
 let data2 = data.mode;
 if(typeof data2 === "string"){
-if(!pattern38.test(data2)){
+if(!pattern40.test(data2)){
 const err7 = {instancePath:instancePath+"/mode",schemaPath:"#/properties/mode/pattern",keyword:"pattern",params:{pattern: "^[0-7]{6}$"},message:"must match pattern \""+"^[0-7]{6}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -9438,16 +9671,16 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate76.errors = vErrors;
+validate79.errors = vErrors;
 return errors === 0;
 }
-validate76.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
+validate79.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate75(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate75.evaluated;
+const evaluated0 = validate78.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9597,8 +9830,8 @@ let data4 = data.entries;
 if(Array.isArray(data4)){
 const len0 = data4.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate76(data4[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data4,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate76.errors : vErrors.concat(validate76.errors);
+if(!(validate79(data4[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data4,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
 errors = vErrors.length;
 }
 }
@@ -9625,25 +9858,25 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate75.errors = vErrors;
+validate78.errors = vErrors;
 return errors === 0;
 }
-validate75.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
+validate78.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Run = validate78;
-const schema131 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","deployment_id","result_expired","result_truncated","error","webhook","result","input","rerun_of","reruns"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"deployment_id":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentId"},{"type":"null"}],"description":"The deployment whose replica took the call; null for an app of the apps folder\n(`RUNPLANE_APPS_DIR`), for a run no replica took (queued, or failed before one did), and for a run\nrecorded before deployments were recorded with runs."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."},"input":{"description":"An async run's input (its JSON body), kept as long as its result; null for sync and stream runs."},"rerun_of":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunId"},{"type":"null"}],"description":"The run this call ran again (`rerunOf`)."},"reruns":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunId"},"description":"The runs that ran this one again, oldest first."}},"description":"One call of an app's function, with its outcome."};
-const schema136 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
-const schema137 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
-const schema139 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`,\n`out-of-memory` (the kernel killed the replica at its `[hardware] memory` limit). A run that could not\nstart has the type of what stopped it: `not_found` (no such app or function), `app_unavailable` (the\napp cannot load), `service_unavailable` (no replica or host could take it in time), `too_many_requests`\n(its app's queue was full) or `store_unavailable` (the store refused it)."},"message":{"type":"string","description":"What went wrong: for a raised exception its own message, without its type (`type` has it)."},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"For a raised exception: Python's traceback of the app's own frames only (not the platform's, the\nstandard library's or installed packages'), each file named relative to the app's folder."}},"description":"Why a run failed."};
-const schema140 = {"type":"object","required":["endpoint","status","attempts"],"properties":{"endpoint":{"type":"string","format":"uri"},"status":{"$ref":"runplane-openapi#/$defs/WebhookStatus"},"attempts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/WebhookAttempt"}}},"description":"A run's webhook forwarding. The secret is never shown."};
-const schema141 = {"type":"string","enum":["pending","delivered","failed"],"description":"The state of a run's webhook forwarding."};
-const schema142 = {"type":"object","required":["attempt","at","status_code","error","duration_ms"],"properties":{"attempt":{"type":"integer","format":"int32","minimum":1,"description":"1, 2 or 3."},"at":{"type":"string","format":"date-time"},"status_code":{"anyOf":[{"type":"integer","format":"int32"},{"type":"null"}],"description":"The receiver's status code, or null when no response arrived."},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the attempt failed without a status code (network error, timeout, refused destination)."},"duration_ms":{"type":"number","format":"double"}},"description":"How a webhook delivery attempt ended."};
+exports.schema_Run = validate81;
+const schema135 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","deployment_id","result_expired","result_truncated","error","webhook","result","input","rerun_of","reruns"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"deployment_id":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentId"},{"type":"null"}],"description":"The deployment whose replica took the call; null for an app of the apps folder\n(`RUNPLANE_APPS_DIR`), for a run no replica took (queued, or failed before one did), and for a run\nrecorded before deployments were recorded with runs."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]},"result":{"description":"The function's JSON result (for a stream, the list of items); null until success, once expired, or\nwhen too large to store (see `result_truncated`)."},"input":{"description":"An async run's input (its JSON body), kept as long as its result; null for sync and stream runs."},"rerun_of":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunId"},{"type":"null"}],"description":"The run this call ran again (`rerunOf`)."},"reruns":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunId"},"description":"The runs that ran this one again, oldest first."}},"description":"One call of an app's function, with its outcome."};
+const schema140 = {"type":"string","enum":["sync","async","stream"],"description":"How a run was called."};
+const schema141 = {"type":"string","enum":["queued","running","success","failure","cancelled"],"description":"Where a run is in its life. `success`, `failure` and `cancelled` are terminal."};
+const schema143 = {"type":"object","required":["type","message"],"properties":{"type":{"type":"string","description":"The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of\n`timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,\n`protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`,\n`out-of-memory` (the kernel killed the replica at its `[hardware] memory` limit). A run that could not\nstart has the type of what stopped it: `not_found` (no such app or function), `app_unavailable` (the\napp cannot load), `service_unavailable` (no replica or host could take it in time), `too_many_requests`\n(its app's queue was full) or `store_unavailable` (the store refused it)."},"message":{"type":"string","description":"What went wrong: for a raised exception its own message, without its type (`type` has it)."},"traceback":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"For a raised exception: Python's traceback of the app's own frames only (not the platform's, the\nstandard library's or installed packages'), each file named relative to the app's folder."}},"description":"Why a run failed."};
+const schema144 = {"type":"object","required":["endpoint","status","attempts"],"properties":{"endpoint":{"type":"string","format":"uri"},"status":{"$ref":"runplane-openapi#/$defs/WebhookStatus"},"attempts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/WebhookAttempt"}}},"description":"A run's webhook forwarding. The secret is never shown."};
+const schema145 = {"type":"string","enum":["pending","delivered","failed"],"description":"The state of a run's webhook forwarding."};
+const schema146 = {"type":"object","required":["attempt","at","status_code","error","duration_ms"],"properties":{"attempt":{"type":"integer","format":"int32","minimum":1,"description":"1, 2 or 3."},"at":{"type":"string","format":"date-time"},"status_code":{"anyOf":[{"type":"integer","format":"int32"},{"type":"null"}],"description":"The receiver's status code, or null when no response arrived."},"error":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Why the attempt failed without a status code (network error, timeout, refused destination)."},"duration_ms":{"type":"number","format":"double"}},"description":"How a webhook delivery attempt ended."};
 const formats134 = require("ajv-formats/dist/formats").fullFormats.uri;
 
-function validate79(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate79.evaluated;
+const evaluated0 = validate82.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -9719,7 +9952,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!(((data1 === "pending") || (data1 === "delivered")) || (data1 === "failed"))){
-const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema145.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -10022,16 +10255,16 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate79.errors = vErrors;
+validate82.errors = vErrors;
 return errors === 0;
 }
-validate79.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
+validate82.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate78.evaluated;
+const evaluated0 = validate81.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -10242,7 +10475,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern31.test(data0)){
+if(!pattern33.test(data0)){
 const err20 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err20];
@@ -10317,7 +10550,7 @@ errors++;
 if(data.function_name !== undefined){
 let data3 = data.function_name;
 if(typeof data3 === "string"){
-if(!pattern29.test(data3)){
+if(!pattern31.test(data3)){
 const err26 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err26];
@@ -10352,7 +10585,7 @@ vErrors.push(err28);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err29 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema136.enum},message:"must be equal to one of the allowed values"};
+const err29 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema140.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err29];
 }
@@ -10375,7 +10608,7 @@ vErrors.push(err30);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err31 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err31 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err31];
 }
@@ -10915,8 +11148,8 @@ let data18 = data.webhook;
 const _errs74 = errors;
 let valid17 = false;
 const _errs75 = errors;
-if(!(validate79(data18, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
+if(!(validate82(data18, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate82.errors : vErrors.concat(validate82.errors);
 errors = vErrors.length;
 }
 var _valid7 = _errs75 === errors;
@@ -10968,7 +11201,7 @@ const _errs79 = errors;
 let valid18 = false;
 const _errs80 = errors;
 if(typeof data19 === "string"){
-if(!pattern31.test(data19)){
+if(!pattern33.test(data19)){
 const err68 = {instancePath:instancePath+"/rerun_of",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err68];
@@ -11033,7 +11266,7 @@ const len0 = data20.length;
 for(let i0=0; i0<len0; i0++){
 let data21 = data20[i0];
 if(typeof data21 === "string"){
-if(!pattern31.test(data21)){
+if(!pattern33.test(data21)){
 const err72 = {instancePath:instancePath+"/reruns/" + i0,schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err72];
@@ -11078,18 +11311,18 @@ vErrors.push(err75);
 }
 errors++;
 }
-validate78.errors = vErrors;
+validate81.errors = vErrors;
 return errors === 0;
 }
-validate78.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
+validate81.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunAccepted = validate81;
-const schema145 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
+exports.schema_RunAccepted = validate84;
+const schema149 = {"type":"object","required":["run_id"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"description":"The body of an accepted asynchronous call."};
 
-function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate81.evaluated;
+const evaluated0 = validate84.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11110,7 +11343,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern31.test(data0)){
+if(!pattern33.test(data0)){
 const err1 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err1];
@@ -11143,18 +11376,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate81.errors = vErrors;
+validate84.errors = vErrors;
 return errors === 0;
 }
-validate81.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
+validate84.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunChange = validate82;
-const schema147 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","at"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"at":{"type":"string","format":"date-time","description":"When the change happened."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Milliseconds it ran, in the change that ends it."}},"description":"What a run-change event holds."};
+exports.schema_RunChange = validate85;
+const schema151 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","at"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"at":{"type":"string","format":"date-time","description":"When the change happened."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Milliseconds it ran, in the change that ends it."}},"description":"What a run-change event holds."};
 
-function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate82.evaluated;
+const evaluated0 = validate85.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11235,7 +11468,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern31.test(data0)){
+if(!pattern33.test(data0)){
 const err7 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -11310,7 +11543,7 @@ errors++;
 if(data.function_name !== undefined){
 let data3 = data.function_name;
 if(typeof data3 === "string"){
-if(!pattern29.test(data3)){
+if(!pattern31.test(data3)){
 const err13 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err13];
@@ -11345,7 +11578,7 @@ vErrors.push(err15);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err16 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema136.enum},message:"must be equal to one of the allowed values"};
+const err16 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema140.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -11368,7 +11601,7 @@ vErrors.push(err17);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err18 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err18 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -11478,18 +11711,18 @@ vErrors.push(err25);
 }
 errors++;
 }
-validate82.errors = vErrors;
+validate85.errors = vErrors;
 return errors === 0;
 }
-validate82.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"at":true,"run_time_ms":true},"dynamicProps":false,"dynamicItems":false};
+validate85.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"at":true,"run_time_ms":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunChangeEvent = validate83;
-const schema154 = {"type":"object","required":["data"],"properties":{"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"$ref":"runplane-openapi#/$defs/RunChange"},"description":"The change, as JSON."}},"description":"A `watchRuns` event: one run changed."};
+exports.schema_RunChangeEvent = validate86;
+const schema158 = {"type":"object","required":["data"],"properties":{"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"$ref":"runplane-openapi#/$defs/RunChange"},"description":"The change, as JSON."}},"description":"A `watchRuns` event: one run changed."};
 
-function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate83.evaluated;
+const evaluated0 = validate86.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11530,17 +11763,17 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate83.errors = vErrors;
+validate86.errors = vErrors;
 return errors === 0;
 }
-validate83.evaluated = {"props":{"data":true},"dynamicProps":false,"dynamicItems":false};
+validate86.evaluated = {"props":{"data":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunError = validate84;
+exports.schema_RunError = validate87;
 
-function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate84.evaluated;
+const evaluated0 = validate87.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11655,18 +11888,18 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate84.errors = vErrors;
+validate87.errors = vErrors;
 return errors === 0;
 }
-validate84.evaluated = {"props":{"type":true,"message":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate87.evaluated = {"props":{"type":true,"message":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunErrorEvent = validate85;
-const schema156 = {"type":"object","required":["event","data"],"properties":{"event":{"type":"string","enum":["error"]},"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"$ref":"runplane-openapi#/$defs/Problem"},"description":"What went wrong, as JSON."}},"description":"A stream's last event when the function failed mid-stream (the status line was sent already)."};
+exports.schema_RunErrorEvent = validate88;
+const schema160 = {"type":"object","required":["event","data"],"properties":{"event":{"type":"string","enum":["error"]},"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"$ref":"runplane-openapi#/$defs/Problem"},"description":"What went wrong, as JSON."}},"description":"A stream's last event when the function failed mid-stream (the status line was sent already)."};
 
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate85.evaluated;
+const evaluated0 = validate88.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11707,7 +11940,7 @@ vErrors.push(err2);
 errors++;
 }
 if(!(data0 === "error")){
-const err3 = {instancePath:instancePath+"/event",schemaPath:"#/properties/event/enum",keyword:"enum",params:{allowedValues: schema156.properties.event.enum},message:"must be equal to one of the allowed values"};
+const err3 = {instancePath:instancePath+"/event",schemaPath:"#/properties/event/enum",keyword:"enum",params:{allowedValues: schema160.properties.event.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -11740,17 +11973,17 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate85.errors = vErrors;
+validate88.errors = vErrors;
 return errors === 0;
 }
-validate85.evaluated = {"props":{"event":true,"data":true},"dynamicProps":false,"dynamicItems":false};
+validate88.evaluated = {"props":{"event":true,"data":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunId = validate86;
+exports.schema_RunId = validate89;
 
-function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate86.evaluated;
+const evaluated0 = validate89.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11758,7 +11991,7 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(typeof data === "string"){
-if(!pattern31.test(data)){
+if(!pattern33.test(data)){
 const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err0];
@@ -11779,18 +12012,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate86.errors = vErrors;
+validate89.errors = vErrors;
 return errors === 0;
 }
-validate86.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate89.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunInput = validate87;
-const schema158 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
+exports.schema_RunInput = validate90;
+const schema162 = {"type":"object","unevaluatedProperties":{},"description":"The app's function's named parameters."};
 
-function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate87.evaluated;
+const evaluated0 = validate90.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11809,18 +12042,18 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate87.errors = vErrors;
+validate90.errors = vErrors;
 return errors === 0;
 }
-validate87.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate90.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunItemEvent = validate88;
-const schema159 = {"type":"object","required":["data"],"properties":{"event":{"type":"string","description":"The event's name when a custom runtime gave one; absent for a Python function's items."},"data":{"type":"string","description":"The item: a string as it is, any other value as JSON (a reader parses it as JSON, and keeps the text\nwhen it does not parse)."}},"description":"A stream's event: one item the function yielded."};
+exports.schema_RunItemEvent = validate91;
+const schema163 = {"type":"object","required":["data"],"properties":{"event":{"type":"string","description":"The event's name when a custom runtime gave one; absent for a Python function's items."},"data":{"type":"string","description":"The item: a string as it is, any other value as JSON (a reader parses it as JSON, and keeps the text\nwhen it does not parse)."}},"description":"A stream's event: one item the function yielded."};
 
-function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate88.evaluated;
+const evaluated0 = validate91.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11873,19 +12106,19 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate88.errors = vErrors;
+validate91.errors = vErrors;
 return errors === 0;
 }
-validate88.evaluated = {"props":{"event":true,"data":true},"dynamicProps":false,"dynamicItems":false};
+validate91.evaluated = {"props":{"event":true,"data":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLog = validate89;
-const schema160 = {"type":"object","required":["lines","truncated"],"properties":{"lines":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunLogLine"}},"truncated":{"type":"boolean","description":"The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`."}},"description":"A run's captured output: its function's stdout, stderr and `logging` lines, oldest first."};
-const schema161 = {"type":"object","required":["at","stream","text"],"properties":{"at":{"type":"string","format":"date-time"},"stream":{"type":"string","enum":["stdout","stderr"]},"text":{"type":"string"}},"description":"One line of a run's output."};
+exports.schema_RunLog = validate92;
+const schema164 = {"type":"object","required":["lines","truncated"],"properties":{"lines":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunLogLine"}},"truncated":{"type":"boolean","description":"The oldest lines were dropped: the run wrote more than `RUNPLANE_RUN_LOG_LIMIT`."}},"description":"A run's captured output: its function's stdout, stderr and `logging` lines, oldest first."};
+const schema165 = {"type":"object","required":["at","stream","text"],"properties":{"at":{"type":"string","format":"date-time"},"stream":{"type":"string","enum":["stdout","stderr"]},"text":{"type":"string"}},"description":"One line of a run's output."};
 
-function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate89.evaluated;
+const evaluated0 = validate92.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -11988,7 +12221,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!((data3 === "stdout") || (data3 === "stderr"))){
-const err8 = {instancePath:instancePath+"/lines/" + i0+"/stream",schemaPath:"runplane-openapi#/$defs/RunLogLine/properties/stream/enum",keyword:"enum",params:{allowedValues: schema161.properties.stream.enum},message:"must be equal to one of the allowed values"};
+const err8 = {instancePath:instancePath+"/lines/" + i0+"/stream",schemaPath:"runplane-openapi#/$defs/RunLogLine/properties/stream/enum",keyword:"enum",params:{allowedValues: schema165.properties.stream.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -12057,18 +12290,18 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate89.errors = vErrors;
+validate92.errors = vErrors;
 return errors === 0;
 }
-validate89.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
+validate92.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLogEnd = validate90;
-const schema162 = {"type":"object","required":["status"],"properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"}},"description":"How a followed run ended."};
+exports.schema_RunLogEnd = validate93;
+const schema166 = {"type":"object","required":["status"],"properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"}},"description":"How a followed run ended."};
 
-function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate90.evaluated;
+const evaluated0 = validate93.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12099,7 +12332,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(((((data0 === "queued") || (data0 === "running")) || (data0 === "success")) || (data0 === "failure")) || (data0 === "cancelled"))){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -12120,18 +12353,18 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate90.errors = vErrors;
+validate93.errors = vErrors;
 return errors === 0;
 }
-validate90.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate93.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLogEndEvent = validate91;
-const schema164 = {"type":"object","required":["event","data"],"properties":{"event":{"type":"string","enum":["end"]},"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"$ref":"runplane-openapi#/$defs/RunLogEnd"},"description":"The run's final status, as JSON."}},"description":"A followed run log's last event: the run has ended."};
+exports.schema_RunLogEndEvent = validate94;
+const schema168 = {"type":"object","required":["event","data"],"properties":{"event":{"type":"string","enum":["end"]},"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"$ref":"runplane-openapi#/$defs/RunLogEnd"},"description":"The run's final status, as JSON."}},"description":"A followed run log's last event: the run has ended."};
 
-function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate91.evaluated;
+const evaluated0 = validate94.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12172,7 +12405,7 @@ vErrors.push(err2);
 errors++;
 }
 if(!(data0 === "end")){
-const err3 = {instancePath:instancePath+"/event",schemaPath:"#/properties/event/enum",keyword:"enum",params:{allowedValues: schema164.properties.event.enum},message:"must be equal to one of the allowed values"};
+const err3 = {instancePath:instancePath+"/event",schemaPath:"#/properties/event/enum",keyword:"enum",params:{allowedValues: schema168.properties.event.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -12205,17 +12438,17 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate91.errors = vErrors;
+validate94.errors = vErrors;
 return errors === 0;
 }
-validate91.evaluated = {"props":{"event":true,"data":true},"dynamicProps":false,"dynamicItems":false};
+validate94.evaluated = {"props":{"event":true,"data":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLogLine = validate92;
+exports.schema_RunLogLine = validate95;
 
-function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate92.evaluated;
+const evaluated0 = validate95.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12291,7 +12524,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((data1 === "stdout") || (data1 === "stderr"))){
-const err6 = {instancePath:instancePath+"/stream",schemaPath:"#/properties/stream/enum",keyword:"enum",params:{allowedValues: schema161.properties.stream.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/stream",schemaPath:"#/properties/stream/enum",keyword:"enum",params:{allowedValues: schema165.properties.stream.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -12324,18 +12557,18 @@ vErrors.push(err8);
 }
 errors++;
 }
-validate92.errors = vErrors;
+validate95.errors = vErrors;
 return errors === 0;
 }
-validate92.evaluated = {"props":{"at":true,"stream":true,"text":true},"dynamicProps":false,"dynamicItems":false};
+validate95.evaluated = {"props":{"at":true,"stream":true,"text":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunLogLineEvent = validate93;
-const schema166 = {"type":"object","required":["data"],"properties":{"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"$ref":"runplane-openapi#/$defs/RunLogLine"},"description":"The line, as JSON."}},"description":"A followed run log's event: one line of output."};
+exports.schema_RunLogLineEvent = validate96;
+const schema170 = {"type":"object","required":["data"],"properties":{"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"$ref":"runplane-openapi#/$defs/RunLogLine"},"description":"The line, as JSON."}},"description":"A followed run log's event: one line of output."};
 
-function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate93.evaluated;
+const evaluated0 = validate96.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12376,17 +12609,17 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate93.errors = vErrors;
+validate96.errors = vErrors;
 return errors === 0;
 }
-validate93.evaluated = {"props":{"data":true},"dynamicProps":false,"dynamicItems":false};
+validate96.evaluated = {"props":{"data":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunMode = validate94;
+exports.schema_RunMode = validate97;
 
-function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate94.evaluated;
+const evaluated0 = validate97.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12404,7 +12637,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((data === "sync") || (data === "async")) || (data === "stream"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema136.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema140.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -12413,19 +12646,19 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate94.errors = vErrors;
+validate97.errors = vErrors;
 return errors === 0;
 }
-validate94.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate97.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunPage = validate95;
-const schema168 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
-const schema169 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","deployment_id","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"deployment_id":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentId"},{"type":"null"}],"description":"The deployment whose replica took the call; null for an app of the apps folder\n(`RUNPLANE_APPS_DIR`), for a run no replica took (queued, or failed before one did), and for a run\nrecorded before deployments were recorded with runs."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
+exports.schema_RunPage = validate98;
+const schema172 = {"type":"object","required":["runs","next_cursor"],"properties":{"runs":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/RunSummary"}},"next_cursor":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"Pass as `cursor` for the next page; null on the last page."}},"description":"A page of runs, newest first, without their results (read one with `getRun`)."};
+const schema173 = {"type":"object","required":["run_id","project_id","app_id","function_name","mode","status","created_at","started_at","completed_at","queue_time_ms","run_time_ms","deployment_id","result_expired","result_truncated","error","webhook"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"created_at":{"type":"string","format":"date-time"},"started_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"completed_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]},"queue_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time between acceptance and start."},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}],"description":"Time the function ran."},"deployment_id":{"anyOf":[{"$ref":"runplane-openapi#/$defs/DeploymentId"},{"type":"null"}],"description":"The deployment whose replica took the call; null for an app of the apps folder\n(`RUNPLANE_APPS_DIR`), for a run no replica took (queued, or failed before one did), and for a run\nrecorded before deployments were recorded with runs."},"result_expired":{"type":"boolean","description":"True once the result was removed after `RUNPLANE_RESULT_TTL`."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT` (JSON bytes, default 1 MiB): for a\nstream, `result` is the list of the first items that fit, in order; for any other result, `result`\nis null. The caller of a sync call still got the whole result."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"webhook":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunWebhook"},{"type":"null"}]}},"description":"A run as listed: its record without the result (`getRun` has the result)."};
 
-function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate96.evaluated;
+const evaluated0 = validate99.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -12596,7 +12829,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern31.test(data0)){
+if(!pattern33.test(data0)){
 const err16 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err16];
@@ -12671,7 +12904,7 @@ errors++;
 if(data.function_name !== undefined){
 let data3 = data.function_name;
 if(typeof data3 === "string"){
-if(!pattern29.test(data3)){
+if(!pattern31.test(data3)){
 const err22 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err22];
@@ -12706,7 +12939,7 @@ vErrors.push(err24);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err25 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema136.enum},message:"must be equal to one of the allowed values"};
+const err25 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema140.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -12729,7 +12962,7 @@ vErrors.push(err26);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err27 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err27 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -13269,8 +13502,8 @@ let data18 = data.webhook;
 const _errs74 = errors;
 let valid17 = false;
 const _errs75 = errors;
-if(!(validate79(data18, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
+if(!(validate82(data18, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate82.errors : vErrors.concat(validate82.errors);
 errors = vErrors.length;
 }
 var _valid7 = _errs75 === errors;
@@ -13327,16 +13560,16 @@ vErrors.push(err64);
 }
 errors++;
 }
-validate96.errors = vErrors;
+validate99.errors = vErrors;
 return errors === 0;
 }
-validate96.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
+validate99.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate95.evaluated;
+const evaluated0 = validate98.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13369,8 +13602,8 @@ let data0 = data.runs;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate96(data0[i0], {instancePath:instancePath+"/runs/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate96.errors : vErrors.concat(validate96.errors);
+if(!(validate99(data0[i0], {instancePath:instancePath+"/runs/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate99.errors : vErrors.concat(validate99.errors);
 errors = vErrors.length;
 }
 }
@@ -13449,18 +13682,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate95.errors = vErrors;
+validate98.errors = vErrors;
 return errors === 0;
 }
-validate95.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
+validate98.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunResult = validate99;
-const schema178 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
+exports.schema_RunResult = validate102;
+const schema182 = {"type":"object","required":["run_id","run_time_ms","result"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"run_time_ms":{"type":"number","format":"double","description":"How long the function ran, in milliseconds."},"result":{"description":"The function's return value, as JSON."}},"description":"The body of a synchronous call's response."};
 
-function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate99.evaluated;
+const evaluated0 = validate102.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13501,7 +13734,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern31.test(data0)){
+if(!pattern33.test(data0)){
 const err3 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err3];
@@ -13559,18 +13792,18 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate99.errors = vErrors;
+validate102.errors = vErrors;
 return errors === 0;
 }
-validate99.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate102.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunResyncEvent = validate100;
-const schema180 = {"type":"object","required":["event","data"],"properties":{"event":{"type":"string","enum":["resync"]},"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"type":"object"},"description":"Always `{}`."}},"description":"A `watchRuns` event: changes may have been missed; read the list again."};
+exports.schema_RunResyncEvent = validate103;
+const schema184 = {"type":"object","required":["event","data"],"properties":{"event":{"type":"string","enum":["resync"]},"data":{"type":"string","contentMediaType":"application/json","contentSchema":{"type":"object"},"description":"Always `{}`."}},"description":"A `watchRuns` event: changes may have been missed; read the list again."};
 
-function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate100.evaluated;
+const evaluated0 = validate103.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13611,7 +13844,7 @@ vErrors.push(err2);
 errors++;
 }
 if(!(data0 === "resync")){
-const err3 = {instancePath:instancePath+"/event",schemaPath:"#/properties/event/enum",keyword:"enum",params:{allowedValues: schema180.properties.event.enum},message:"must be equal to one of the allowed values"};
+const err3 = {instancePath:instancePath+"/event",schemaPath:"#/properties/event/enum",keyword:"enum",params:{allowedValues: schema184.properties.event.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -13644,17 +13877,17 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate100.errors = vErrors;
+validate103.errors = vErrors;
 return errors === 0;
 }
-validate100.evaluated = {"props":{"event":true,"data":true},"dynamicProps":false,"dynamicItems":false};
+validate103.evaluated = {"props":{"event":true,"data":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunStatus = validate101;
+exports.schema_RunStatus = validate104;
 
-function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate101.evaluated;
+const evaluated0 = validate104.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13672,7 +13905,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((((data === "queued") || (data === "running")) || (data === "success")) || (data === "failure")) || (data === "cancelled"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -13681,17 +13914,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate101.errors = vErrors;
+validate104.errors = vErrors;
 return errors === 0;
 }
-validate101.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate104.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunSummary = validate102;
+exports.schema_RunSummary = validate105;
 
-function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate102.evaluated;
+const evaluated0 = validate105.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -13862,7 +14095,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern31.test(data0)){
+if(!pattern33.test(data0)){
 const err16 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err16];
@@ -13937,7 +14170,7 @@ errors++;
 if(data.function_name !== undefined){
 let data3 = data.function_name;
 if(typeof data3 === "string"){
-if(!pattern29.test(data3)){
+if(!pattern31.test(data3)){
 const err22 = {instancePath:instancePath+"/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err22];
@@ -13972,7 +14205,7 @@ vErrors.push(err24);
 errors++;
 }
 if(!(((data4 === "sync") || (data4 === "async")) || (data4 === "stream"))){
-const err25 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema136.enum},message:"must be equal to one of the allowed values"};
+const err25 = {instancePath:instancePath+"/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema140.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -13995,7 +14228,7 @@ vErrors.push(err26);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err27 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err27 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -14535,8 +14768,8 @@ let data18 = data.webhook;
 const _errs74 = errors;
 let valid17 = false;
 const _errs75 = errors;
-if(!(validate79(data18, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate79.errors : vErrors.concat(validate79.errors);
+if(!(validate82(data18, {instancePath:instancePath+"/webhook",parentData:data,parentDataProperty:"webhook",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate82.errors : vErrors.concat(validate82.errors);
 errors = vErrors.length;
 }
 var _valid7 = _errs75 === errors;
@@ -14593,17 +14826,17 @@ vErrors.push(err64);
 }
 errors++;
 }
-validate102.errors = vErrors;
+validate105.errors = vErrors;
 return errors === 0;
 }
-validate102.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
+validate105.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_RunWebhook = validate104;
+exports.schema_RunWebhook = validate107;
 
-function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate104.evaluated;
+const evaluated0 = validate107.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -14679,7 +14912,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!(((data1 === "pending") || (data1 === "delivered")) || (data1 === "failed"))){
-const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/WebhookStatus/enum",keyword:"enum",params:{allowedValues: schema145.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -14982,17 +15215,17 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate104.errors = vErrors;
+validate107.errors = vErrors;
 return errors === 0;
 }
-validate104.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
+validate107.evaluated = {"props":{"endpoint":true,"status":true,"attempts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_SandboxReport = validate105;
+exports.schema_SandboxReport = validate108;
 
-function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate105.evaluated;
+const evaluated0 = validate108.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15053,7 +15286,7 @@ vErrors.push(err4);
 errors++;
 }
 if(!(((data0 === "auto") || (data0 === "required")) || (data0 === "off"))){
-const err5 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/enum",keyword:"enum",params:{allowedValues: schema117.properties.setting.enum},message:"must be equal to one of the allowed values"};
+const err5 = {instancePath:instancePath+"/setting",schemaPath:"#/properties/setting/enum",keyword:"enum",params:{allowedValues: schema121.properties.setting.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -15088,7 +15321,7 @@ vErrors.push(err7);
 errors++;
 }
 if(!((data2 === "accepted") || (data2 === "refused"))){
-const err8 = {instancePath:instancePath+"/deployments",schemaPath:"#/properties/deployments/enum",keyword:"enum",params:{allowedValues: schema117.properties.deployments.enum},message:"must be equal to one of the allowed values"};
+const err8 = {instancePath:instancePath+"/deployments",schemaPath:"#/properties/deployments/enum",keyword:"enum",params:{allowedValues: schema121.properties.deployments.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -15137,19 +15370,19 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate105.errors = vErrors;
+validate108.errors = vErrors;
 return errors === 0;
 }
-validate105.evaluated = {"props":{"setting":true,"jailed":true,"deployments":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
+validate108.evaluated = {"props":{"setting":true,"jailed":true,"deployments":true,"warnings":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_SecretName = validate106;
-const schema195 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]{0,127}$","description":"A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a\ndigit), at most 128 characters. Every name an app's `[env]` refuses is refused here too, with a 400\nnaming the variable and why: the platform's own (`RUNPLANE_*`, `PATH`, `PORT`, …) and those a program\nreads before its code runs, which would reach the root processes that start a replica's jail (`LD_*`,\n`GCONV_PATH`, `BASH_ENV`, `PYTHON*` but a few, …; docs/runplane-toml.md lists them all). The locale's\nnames (`LANG`, `LANGUAGE`, `LC_ALL`, every `LC_*`) are allowed, but refuse a value holding `/` (400):\nthe C library would open it as a path."};
-const pattern64 = new RegExp("^[A-Za-z_][A-Za-z0-9_]{0,127}$", "u");
+exports.schema_SecretName = validate109;
+const schema199 = {"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]{0,127}$","description":"A project secret's name: an environment variable's name (letters, digits and `_`, not starting with a\ndigit), at most 128 characters. Every name an app's `[env]` refuses is refused here too, with a 400\nnaming the variable and why: the platform's own (`RUNPLANE_*`, `PATH`, `PORT`, …) and those a program\nreads before its code runs, which would reach the root processes that start a replica's jail (`LD_*`,\n`GCONV_PATH`, `BASH_ENV`, `PYTHON*` but a few, …; docs/runplane-toml.md lists them all). The locale's\nnames (`LANG`, `LANGUAGE`, `LC_ALL`, every `LC_*`) are allowed, but refuse a value holding `/` (400):\nthe C library would open it as a path."};
+const pattern66 = new RegExp("^[A-Za-z_][A-Za-z0-9_]{0,127}$", "u");
 
-function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate106.evaluated;
+const evaluated0 = validate109.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15157,7 +15390,7 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(typeof data === "string"){
-if(!pattern64.test(data)){
+if(!pattern66.test(data)){
 const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err0];
@@ -15178,17 +15411,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate106.errors = vErrors;
+validate109.errors = vErrors;
 return errors === 0;
 }
-validate106.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate109.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServedBy = validate107;
+exports.schema_ServedBy = validate110;
 
-function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate107.evaluated;
+const evaluated0 = validate110.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15321,18 +15554,18 @@ vErrors.push(err10);
 }
 errors++;
 }
-validate107.errors = vErrors;
+validate110.errors = vErrors;
 return errors === 0;
 }
-validate107.evaluated = {"props":{"process_id":true,"host":true,"deployment_id":true,"since":true},"dynamicProps":false,"dynamicItems":false};
+validate110.evaluated = {"props":{"process_id":true,"host":true,"deployment_id":true,"since":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccount = validate108;
-const schema198 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
+exports.schema_ServiceAccount = validate111;
+const schema202 = {"type":"object","required":["service_account_id","project_id","name","scopes","created_at","expires_at","last_used_at","revoked_at"],"properties":{"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"},"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"type":"string"},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"}},"created_at":{"type":"string","format":"date-time"},"expires_at":{"type":"string","format":"date-time"},"last_used_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}],"description":"When its token last authenticated a request (recorded at most once a minute); null if never."},"revoked_at":{"anyOf":[{"type":"string","format":"date-time"},{"type":"null"}]}},"description":"A service account as listed: never its token."};
 
-function validate108(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate108.evaluated;
+const evaluated0 = validate111.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15710,17 +15943,17 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate108.errors = vErrors;
+validate111.errors = vErrors;
 return errors === 0;
 }
-validate108.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true},"dynamicProps":false,"dynamicItems":false};
+validate111.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountId = validate109;
+exports.schema_ServiceAccountId = validate112;
 
-function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate109.evaluated;
+const evaluated0 = validate112.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15749,18 +15982,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate109.errors = vErrors;
+validate112.errors = vErrors;
 return errors === 0;
 }
-validate109.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate112.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountList = validate110;
-const schema203 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
+exports.schema_ServiceAccountList = validate113;
+const schema207 = {"type":"object","required":["service_accounts"],"properties":{"service_accounts":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/ServiceAccount"}}},"description":"A project's service accounts, oldest first."};
 
-function validate110(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate110.evaluated;
+const evaluated0 = validate113.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15783,8 +16016,8 @@ let data0 = data.service_accounts;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate108(data0[i0], {instancePath:instancePath+"/service_accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate108.errors : vErrors.concat(validate108.errors);
+if(!(validate111(data0[i0], {instancePath:instancePath+"/service_accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate111.errors : vErrors.concat(validate111.errors);
 errors = vErrors.length;
 }
 }
@@ -15811,18 +16044,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate110.errors = vErrors;
+validate113.errors = vErrors;
 return errors === 0;
 }
-validate110.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
+validate113.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_ServiceAccountRequest = validate112;
-const schema204 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
+exports.schema_ServiceAccountRequest = validate115;
+const schema208 = {"type":"object","required":["name","scopes"],"properties":{"name":{"type":"string","minLength":1,"maxLength":100,"description":"A label for people, e.g. the service that will use it."},"scopes":{"type":"array","items":{"$ref":"runplane-openapi#/$defs/TokenScope"},"minItems":1,"description":"At least one; never beyond the caller's own scopes."},"expires_at":{"type":"string","format":"date-time","description":"When the token stops working; at most the caller's own expiry. Default: 90 days, or the caller's expiry if sooner."}},"description":"What to mint."};
 
-function validate112(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate112.evaluated;
+const evaluated0 = validate115.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -15970,17 +16203,17 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate112.errors = vErrors;
+validate115.errors = vErrors;
 return errors === 0;
 }
-validate112.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
+validate115.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_Sha256Digest = validate113;
+exports.schema_Sha256Digest = validate116;
 
-function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate113.evaluated;
+const evaluated0 = validate116.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16009,17 +16242,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate113.errors = vErrors;
+validate116.errors = vErrors;
 return errors === 0;
 }
-validate113.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate116.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TokenScope = validate114;
+exports.schema_TokenScope = validate117;
 
-function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate114.evaluated;
+const evaluated0 = validate117.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16046,17 +16279,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate114.errors = vErrors;
+validate117.errors = vErrors;
 return errors === 0;
 }
-validate114.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate117.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TreeEntry = validate115;
+exports.schema_TreeEntry = validate118;
 
-function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate115.evaluated;
+const evaluated0 = validate118.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16129,7 +16362,7 @@ vErrors.push(err5);
 errors++;
 }
 if(!((((data1 === "file") || (data1 === "directory")) || (data1 === "symlink")) || (data1 === "submodule"))){
-const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema129.enum},message:"must be equal to one of the allowed values"};
+const err6 = {instancePath:instancePath+"/type",schemaPath:"runplane-openapi#/$defs/TreeEntryType/enum",keyword:"enum",params:{allowedValues: schema133.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -16142,7 +16375,7 @@ errors++;
 if(data.mode !== undefined){
 let data2 = data.mode;
 if(typeof data2 === "string"){
-if(!pattern38.test(data2)){
+if(!pattern40.test(data2)){
 const err7 = {instancePath:instancePath+"/mode",schemaPath:"#/properties/mode/pattern",keyword:"pattern",params:{pattern: "^[0-7]{6}$"},message:"must match pattern \""+"^[0-7]{6}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -16225,17 +16458,17 @@ vErrors.push(err13);
 }
 errors++;
 }
-validate115.errors = vErrors;
+validate118.errors = vErrors;
 return errors === 0;
 }
-validate115.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
+validate118.evaluated = {"props":{"path":true,"type":true,"mode":true,"sha":true,"size":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_TreeEntryType = validate116;
+exports.schema_TreeEntryType = validate119;
 
-function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate116.evaluated;
+const evaluated0 = validate119.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16253,7 +16486,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((((data === "file") || (data === "directory")) || (data === "symlink")) || (data === "submodule"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema129.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema133.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -16262,17 +16495,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate116.errors = vErrors;
+validate119.errors = vErrors;
 return errors === 0;
 }
-validate116.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate119.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookAttempt = validate117;
+exports.schema_WebhookAttempt = validate120;
 
-function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate117.evaluated;
+const evaluated0 = validate120.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16542,18 +16775,18 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate117.errors = vErrors;
+validate120.errors = vErrors;
 return errors === 0;
 }
-validate117.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
+validate120.evaluated = {"props":{"attempt":true,"at":true,"status_code":true,"error":true,"duration_ms":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookDelivery = validate118;
-const schema213 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
+exports.schema_WebhookDelivery = validate121;
+const schema217 = {"type":"object","required":["run_id","status","result","result_truncated","error","run_time_ms","timestamp"],"properties":{"run_id":{"$ref":"runplane-openapi#/$defs/RunId"},"status":{"allOf":[{"$ref":"runplane-openapi#/$defs/RunStatus"}],"description":"`success`, `failure` or `cancelled`."},"result":{"description":"The function's result (for a stream, the list of items); null unless the run succeeded, or when\ntoo large to send (see `result_truncated`)."},"result_truncated":{"type":"boolean","description":"True when the result was larger than `RUNPLANE_RESULT_LIMIT`, as in the run's record: for a stream,\n`result` holds the first items that fit, in order; for any other result, `result` is null."},"error":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunError"},{"type":"null"}]},"run_time_ms":{"anyOf":[{"type":"number","format":"double"},{"type":"null"}]},"timestamp":{"type":"string","format":"date-time","description":"When the delivery body was made, as an ISO 8601 timestamp."}},"description":"The JSON body Runplane POSTs to a call's `webhookEndpoint` after the run ends. Receivers verify it\nwith the headers of `WebhookDeliveryHeaders`.","x-runplane-webhook":"runFinished"};
 
-function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate118.evaluated;
+const evaluated0 = validate121.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16634,7 +16867,7 @@ errors++;
 if(data.run_id !== undefined){
 let data0 = data.run_id;
 if(typeof data0 === "string"){
-if(!pattern31.test(data0)){
+if(!pattern33.test(data0)){
 const err7 = {instancePath:instancePath+"/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -16669,7 +16902,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!(((((data1 === "queued") || (data1 === "running")) || (data1 === "success")) || (data1 === "failure")) || (data1 === "cancelled"))){
-const err10 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err10 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -16947,17 +17180,17 @@ vErrors.push(err28);
 }
 errors++;
 }
-validate118.errors = vErrors;
+validate121.errors = vErrors;
 return errors === 0;
 }
-validate118.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
+validate121.evaluated = {"props":{"run_id":true,"status":true,"result":true,"result_truncated":true,"error":true,"run_time_ms":true,"timestamp":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.schema_WebhookStatus = validate119;
+exports.schema_WebhookStatus = validate122;
 
-function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate119.evaluated;
+const evaluated0 = validate122.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -16975,7 +17208,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!(((data === "pending") || (data === "delivered")) || (data === "failed"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema145.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -16984,18 +17217,18 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate119.errors = vErrors;
+validate122.errors = vErrors;
 return errors === 0;
 }
-validate119.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate122.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_params = validate120;
-const schema218 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getJwks_params = validate123;
+const schema222 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate120.evaluated;
+const evaluated0 = validate123.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17083,40 +17316,40 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate120.errors = vErrors;
+validate123.errors = vErrors;
 return errors === 0;
 }
-validate120.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate123.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_200_application_json = validate121;
-const schema219 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
+exports.getJwks_200_application_json = validate124;
+const schema223 = {"$ref":"runplane-openapi#/$defs/JsonWebKeySet"};
 
-function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate121.evaluated;
+const evaluated0 = validate124.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate64(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate64.errors : vErrors.concat(validate64.errors);
+if(!(validate67(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate67.errors : vErrors.concat(validate67.errors);
 errors = vErrors.length;
 }
-validate121.errors = vErrors;
+validate124.errors = vErrors;
 return errors === 0;
 }
-validate121.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
+validate124.evaluated = {"props":{"keys":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_200_headers = validate123;
-const schema220 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
+exports.getJwks_200_headers = validate126;
+const schema224 = {"type":"object","properties":{"x-request-id":{"type":"string"},"cache-control":{"type":"string"}},"required":["x-request-id","cache-control"]};
 
-function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate123.evaluated;
+const evaluated0 = validate126.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17179,87 +17412,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate123.errors = vErrors;
-return errors === 0;
-}
-validate123.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getJwks_400_application_problem_json = validate124;
-const schema221 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate124.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate124.errors = vErrors;
-return errors === 0;
-}
-validate124.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getJwks_400_headers = validate126;
-const schema222 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate126.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate126.errors = vErrors;
 return errors === 0;
 }
-validate126.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate126.evaluated = {"props":{"x-request-id":true,"cache-control":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_408_application_problem_json = validate127;
-const schema223 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getJwks_400_application_problem_json = validate127;
+const schema225 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17271,8 +17430,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate127.errors = vErrors;
@@ -17280,8 +17439,8 @@ return errors === 0;
 }
 validate127.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_408_headers = validate129;
-const schema224 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getJwks_400_headers = validate129;
+const schema226 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17332,8 +17491,8 @@ return errors === 0;
 }
 validate129.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_431_application_problem_json = validate130;
-const schema225 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getJwks_408_application_problem_json = validate130;
+const schema227 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17345,8 +17504,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate130.errors = vErrors;
@@ -17354,8 +17513,8 @@ return errors === 0;
 }
 validate130.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_431_headers = validate132;
-const schema226 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getJwks_408_headers = validate132;
+const schema228 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17406,8 +17565,8 @@ return errors === 0;
 }
 validate132.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_500_application_problem_json = validate133;
-const schema227 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getJwks_431_application_problem_json = validate133;
+const schema229 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17419,8 +17578,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate133.errors = vErrors;
@@ -17428,8 +17587,8 @@ return errors === 0;
 }
 validate133.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_500_headers = validate135;
-const schema228 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getJwks_431_headers = validate135;
+const schema230 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17480,8 +17639,8 @@ return errors === 0;
 }
 validate135.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_503_application_problem_json = validate136;
-const schema229 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getJwks_500_application_problem_json = validate136;
+const schema231 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17493,8 +17652,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate136.errors = vErrors;
@@ -17502,13 +17661,87 @@ return errors === 0;
 }
 validate136.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getJwks_503_headers = validate138;
-const schema230 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getJwks_500_headers = validate138;
+const schema232 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate138.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate138.errors = vErrors;
+return errors === 0;
+}
+validate138.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getJwks_503_application_problem_json = validate139;
+const schema233 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate139.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate139.errors = vErrors;
+return errors === 0;
+}
+validate139.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getJwks_503_headers = validate141;
+const schema234 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate141.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17574,18 +17807,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate138.errors = vErrors;
+validate141.errors = vErrors;
 return errors === 0;
 }
-validate138.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate141.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_params = validate139;
-const schema231 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getHealth_params = validate142;
+const schema235 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate139.evaluated;
+const evaluated0 = validate142.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17673,18 +17906,18 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate139.errors = vErrors;
+validate142.errors = vErrors;
 return errors === 0;
 }
-validate139.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate142.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_200_application_json = validate140;
-const schema232 = {"$ref":"runplane-openapi#/$defs/Health"};
+exports.getHealth_200_application_json = validate143;
+const schema236 = {"$ref":"runplane-openapi#/$defs/Health"};
 
-function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate140.evaluated;
+const evaluated0 = validate143.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -17715,7 +17948,7 @@ vErrors.push(err1);
 errors++;
 }
 if(!(data0 === "ok")){
-const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Health/properties/status/enum",keyword:"enum",params:{allowedValues: schema102.properties.status.enum},message:"must be equal to one of the allowed values"};
+const err2 = {instancePath:instancePath+"/status",schemaPath:"runplane-openapi#/$defs/Health/properties/status/enum",keyword:"enum",params:{allowedValues: schema106.properties.status.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -17736,87 +17969,13 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate140.errors = vErrors;
+validate143.errors = vErrors;
 return errors === 0;
 }
-validate140.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
+validate143.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_200_headers = validate141;
-const schema234 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate141.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate141.errors = vErrors;
-return errors === 0;
-}
-validate141.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getHealth_400_application_problem_json = validate142;
-const schema235 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate142.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate142.errors = vErrors;
-return errors === 0;
-}
-validate142.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getHealth_400_headers = validate144;
-const schema236 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getHealth_200_headers = validate144;
+const schema238 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17867,8 +18026,8 @@ return errors === 0;
 }
 validate144.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_408_application_problem_json = validate145;
-const schema237 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getHealth_400_application_problem_json = validate145;
+const schema239 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17880,8 +18039,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate145.errors = vErrors;
@@ -17889,8 +18048,8 @@ return errors === 0;
 }
 validate145.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_408_headers = validate147;
-const schema238 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getHealth_400_headers = validate147;
+const schema240 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17941,8 +18100,8 @@ return errors === 0;
 }
 validate147.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_431_application_problem_json = validate148;
-const schema239 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getHealth_408_application_problem_json = validate148;
+const schema241 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -17954,8 +18113,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate148.errors = vErrors;
@@ -17963,8 +18122,8 @@ return errors === 0;
 }
 validate148.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_431_headers = validate150;
-const schema240 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getHealth_408_headers = validate150;
+const schema242 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18015,8 +18174,8 @@ return errors === 0;
 }
 validate150.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_500_application_problem_json = validate151;
-const schema241 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getHealth_431_application_problem_json = validate151;
+const schema243 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18028,8 +18187,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate151.errors = vErrors;
@@ -18037,8 +18196,8 @@ return errors === 0;
 }
 validate151.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getHealth_500_headers = validate153;
-const schema242 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getHealth_431_headers = validate153;
+const schema244 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18089,13 +18248,87 @@ return errors === 0;
 }
 validate153.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_params = validate154;
-const schema243 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
+exports.getHealth_500_application_problem_json = validate154;
+const schema245 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate154(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate154.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate154.errors = vErrors;
+return errors === 0;
+}
+validate154.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getHealth_500_headers = validate156;
+const schema246 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate156.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate156.errors = vErrors;
+return errors === 0;
+}
+validate156.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getMetrics_params = validate157;
+const schema247 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"authorization":{"type":"string"}}}}};
+
+function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate157.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18197,18 +18430,18 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate154.errors = vErrors;
+validate157.errors = vErrors;
 return errors === 0;
 }
-validate154.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate157.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_200_text_plain = validate155;
-const schema244 = {"type":"string"};
+exports.getMetrics_200_text_plain = validate158;
+const schema248 = {"type":"string"};
 
-function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate158(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate155.evaluated;
+const evaluated0 = validate158.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18225,87 +18458,13 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate155.errors = vErrors;
+validate158.errors = vErrors;
 return errors === 0;
 }
-validate155.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate158.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_200_headers = validate156;
-const schema245 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate156.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate156.errors = vErrors;
-return errors === 0;
-}
-validate156.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getMetrics_400_application_problem_json = validate157;
-const schema246 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate157.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate157.errors = vErrors;
-return errors === 0;
-}
-validate157.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getMetrics_400_headers = validate159;
-const schema247 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getMetrics_200_headers = validate159;
+const schema249 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18356,8 +18515,8 @@ return errors === 0;
 }
 validate159.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_401_application_problem_json = validate160;
-const schema248 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getMetrics_400_application_problem_json = validate160;
+const schema250 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate160(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18369,8 +18528,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate160.errors = vErrors;
@@ -18378,13 +18537,87 @@ return errors === 0;
 }
 validate160.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_401_headers = validate162;
-const schema249 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getMetrics_400_headers = validate162;
+const schema251 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate162(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate162.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate162.errors = vErrors;
+return errors === 0;
+}
+validate162.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getMetrics_401_application_problem_json = validate163;
+const schema252 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate163.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate163.errors = vErrors;
+return errors === 0;
+}
+validate163.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getMetrics_401_headers = validate165;
+const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate165.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18447,87 +18680,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate162.errors = vErrors;
-return errors === 0;
-}
-validate162.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getMetrics_408_application_problem_json = validate163;
-const schema250 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate163.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate163.errors = vErrors;
-return errors === 0;
-}
-validate163.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getMetrics_408_headers = validate165;
-const schema251 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate165.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate165.errors = vErrors;
 return errors === 0;
 }
-validate165.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate165.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_431_application_problem_json = validate166;
-const schema252 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getMetrics_408_application_problem_json = validate166;
+const schema254 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate166(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18539,8 +18698,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate166.errors = vErrors;
@@ -18548,8 +18707,8 @@ return errors === 0;
 }
 validate166.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_431_headers = validate168;
-const schema253 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getMetrics_408_headers = validate168;
+const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate168(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18600,8 +18759,8 @@ return errors === 0;
 }
 validate168.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_500_application_problem_json = validate169;
-const schema254 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getMetrics_431_application_problem_json = validate169;
+const schema256 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18613,8 +18772,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate169.errors = vErrors;
@@ -18622,8 +18781,8 @@ return errors === 0;
 }
 validate169.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_500_headers = validate171;
-const schema255 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getMetrics_431_headers = validate171;
+const schema257 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18674,8 +18833,8 @@ return errors === 0;
 }
 validate171.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_503_application_problem_json = validate172;
-const schema256 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getMetrics_500_application_problem_json = validate172;
+const schema258 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate172(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18687,8 +18846,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate172.errors = vErrors;
@@ -18696,13 +18855,87 @@ return errors === 0;
 }
 validate172.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getMetrics_503_headers = validate174;
-const schema257 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getMetrics_500_headers = validate174;
+const schema259 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate174.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate174.errors = vErrors;
+return errors === 0;
+}
+validate174.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getMetrics_503_application_problem_json = validate175;
+const schema260 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate175.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate175.errors = vErrors;
+return errors === 0;
+}
+validate175.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getMetrics_503_headers = validate177;
+const schema261 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate177.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18768,18 +19001,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate174.errors = vErrors;
+validate177.errors = vErrors;
 return errors === 0;
 }
-validate174.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate177.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_params = validate175;
-const schema258 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getReadiness_params = validate178;
+const schema262 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{}},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate175.evaluated;
+const evaluated0 = validate178.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -18867,87 +19100,13 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate175.errors = vErrors;
-return errors === 0;
-}
-validate175.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getReadiness_200_application_json = validate176;
-const schema259 = {"$ref":"runplane-openapi#/$defs/Readiness"};
-
-function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate176.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate71(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate71.errors : vErrors.concat(validate71.errors);
-errors = vErrors.length;
-}
-validate176.errors = vErrors;
-return errors === 0;
-}
-validate176.evaluated = {"props":{"status":true,"sandbox":true,"cgroups":true,"gpus":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getReadiness_200_headers = validate178;
-const schema260 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate178.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate178.errors = vErrors;
 return errors === 0;
 }
-validate178.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate178.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_400_application_problem_json = validate179;
-const schema261 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getReadiness_200_application_json = validate179;
+const schema263 = {"$ref":"runplane-openapi#/$defs/Readiness"};
 
 function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -18959,17 +19118,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate74(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate74.errors : vErrors.concat(validate74.errors);
 errors = vErrors.length;
 }
 validate179.errors = vErrors;
 return errors === 0;
 }
-validate179.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate179.evaluated = {"props":{"status":true,"sandbox":true,"cgroups":true,"gpus":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_400_headers = validate181;
-const schema262 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getReadiness_200_headers = validate181;
+const schema264 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19020,8 +19179,8 @@ return errors === 0;
 }
 validate181.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_408_application_problem_json = validate182;
-const schema263 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getReadiness_400_application_problem_json = validate182;
+const schema265 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19033,8 +19192,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate182.errors = vErrors;
@@ -19042,8 +19201,8 @@ return errors === 0;
 }
 validate182.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_408_headers = validate184;
-const schema264 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getReadiness_400_headers = validate184;
+const schema266 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19094,8 +19253,8 @@ return errors === 0;
 }
 validate184.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_431_application_problem_json = validate185;
-const schema265 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getReadiness_408_application_problem_json = validate185;
+const schema267 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19107,8 +19266,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate185.errors = vErrors;
@@ -19116,8 +19275,8 @@ return errors === 0;
 }
 validate185.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_431_headers = validate187;
-const schema266 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getReadiness_408_headers = validate187;
+const schema268 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19168,8 +19327,8 @@ return errors === 0;
 }
 validate187.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_500_application_problem_json = validate188;
-const schema267 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getReadiness_431_application_problem_json = validate188;
+const schema269 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate188(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19181,8 +19340,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate188.errors = vErrors;
@@ -19190,8 +19349,8 @@ return errors === 0;
 }
 validate188.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_500_headers = validate190;
-const schema268 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getReadiness_431_headers = validate190;
+const schema270 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate190(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19242,8 +19401,8 @@ return errors === 0;
 }
 validate190.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_503_application_problem_json = validate191;
-const schema269 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getReadiness_500_application_problem_json = validate191;
+const schema271 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19255,8 +19414,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate191.errors = vErrors;
@@ -19264,13 +19423,87 @@ return errors === 0;
 }
 validate191.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getReadiness_503_headers = validate193;
-const schema270 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getReadiness_500_headers = validate193;
+const schema272 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate193.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate193.errors = vErrors;
+return errors === 0;
+}
+validate193.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getReadiness_503_application_problem_json = validate194;
+const schema273 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate194(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate194.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate194.errors = vErrors;
+return errors === 0;
+}
+validate194.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getReadiness_503_headers = validate196;
+const schema274 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate196.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19336,18 +19569,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate193.errors = vErrors;
+validate196.errors = vErrors;
 return errors === 0;
 }
-validate193.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate196.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_params = validate194;
-const schema271 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listApps_params = validate197;
+const schema275 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate194(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate194.evaluated;
+const evaluated0 = validate197.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19472,87 +19705,13 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate194.errors = vErrors;
-return errors === 0;
-}
-validate194.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_200_application_json = validate195;
-const schema273 = {"$ref":"runplane-openapi#/$defs/AppList"};
-
-function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate195.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate30(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate30.errors : vErrors.concat(validate30.errors);
-errors = vErrors.length;
-}
-validate195.errors = vErrors;
-return errors === 0;
-}
-validate195.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_200_headers = validate197;
-const schema274 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate197.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate197.errors = vErrors;
 return errors === 0;
 }
-validate197.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate197.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_400_application_problem_json = validate198;
-const schema275 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_200_application_json = validate198;
+const schema277 = {"$ref":"runplane-openapi#/$defs/AppList"};
 
 function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19564,17 +19723,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate30(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate30.errors : vErrors.concat(validate30.errors);
 errors = vErrors.length;
 }
 validate198.errors = vErrors;
 return errors === 0;
 }
-validate198.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate198.evaluated = {"props":{"apps":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_400_headers = validate200;
-const schema276 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_200_headers = validate200;
+const schema278 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate200(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19625,8 +19784,8 @@ return errors === 0;
 }
 validate200.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_401_application_problem_json = validate201;
-const schema277 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_400_application_problem_json = validate201;
+const schema279 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19638,8 +19797,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate201.errors = vErrors;
@@ -19647,13 +19806,87 @@ return errors === 0;
 }
 validate201.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_401_headers = validate203;
-const schema278 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listApps_400_headers = validate203;
+const schema280 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate203.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate203.errors = vErrors;
+return errors === 0;
+}
+validate203.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listApps_401_application_problem_json = validate204;
+const schema281 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate204.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate204.errors = vErrors;
+return errors === 0;
+}
+validate204.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listApps_401_headers = validate206;
+const schema282 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate206.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -19716,87 +19949,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate203.errors = vErrors;
-return errors === 0;
-}
-validate203.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_403_application_problem_json = validate204;
-const schema279 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate204.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate204.errors = vErrors;
-return errors === 0;
-}
-validate204.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listApps_403_headers = validate206;
-const schema280 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate206.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate206.errors = vErrors;
 return errors === 0;
 }
-validate206.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate206.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_408_application_problem_json = validate207;
-const schema281 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_403_application_problem_json = validate207;
+const schema283 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19808,8 +19967,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate207.errors = vErrors;
@@ -19817,8 +19976,8 @@ return errors === 0;
 }
 validate207.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_408_headers = validate209;
-const schema282 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_403_headers = validate209;
+const schema284 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19869,8 +20028,8 @@ return errors === 0;
 }
 validate209.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_431_application_problem_json = validate210;
-const schema283 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_408_application_problem_json = validate210;
+const schema285 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate210(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19882,8 +20041,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate210.errors = vErrors;
@@ -19891,8 +20050,8 @@ return errors === 0;
 }
 validate210.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_431_headers = validate212;
-const schema284 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_408_headers = validate212;
+const schema286 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate212(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19943,8 +20102,8 @@ return errors === 0;
 }
 validate212.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_500_application_problem_json = validate213;
-const schema285 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_431_application_problem_json = validate213;
+const schema287 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate213(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -19956,8 +20115,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate213.errors = vErrors;
@@ -19965,8 +20124,8 @@ return errors === 0;
 }
 validate213.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_500_headers = validate215;
-const schema286 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listApps_431_headers = validate215;
+const schema288 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20017,8 +20176,8 @@ return errors === 0;
 }
 validate215.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_503_application_problem_json = validate216;
-const schema287 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listApps_500_application_problem_json = validate216;
+const schema289 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate216(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20030,8 +20189,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate216.errors = vErrors;
@@ -20039,13 +20198,87 @@ return errors === 0;
 }
 validate216.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listApps_503_headers = validate218;
-const schema288 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listApps_500_headers = validate218;
+const schema290 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate218(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate218.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate218.errors = vErrors;
+return errors === 0;
+}
+validate218.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listApps_503_application_problem_json = validate219;
+const schema291 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate219.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate219.errors = vErrors;
+return errors === 0;
+}
+validate219.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listApps_503_headers = validate221;
+const schema292 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate221.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20111,18 +20344,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate218.errors = vErrors;
+validate221.errors = vErrors;
 return errors === 0;
 }
-validate218.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate221.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_params = validate219;
-const schema289 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getApp_params = validate222;
+const schema293 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate222(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate219.evaluated;
+const evaluated0 = validate222.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20282,87 +20515,13 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate219.errors = vErrors;
-return errors === 0;
-}
-validate219.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_200_application_json = validate220;
-const schema292 = {"$ref":"runplane-openapi#/$defs/App"};
-
-function validate220(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate220.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate21(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
-errors = vErrors.length;
-}
-validate220.errors = vErrors;
-return errors === 0;
-}
-validate220.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"hardware":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true,"served_by":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_200_headers = validate222;
-const schema293 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate222(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate222.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate222.errors = vErrors;
 return errors === 0;
 }
-validate222.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate222.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_400_application_problem_json = validate223;
-const schema294 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_200_application_json = validate223;
+const schema296 = {"$ref":"runplane-openapi#/$defs/App"};
 
 function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20374,17 +20533,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate21(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate21.errors : vErrors.concat(validate21.errors);
 errors = vErrors.length;
 }
 validate223.errors = vErrors;
 return errors === 0;
 }
-validate223.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate223.evaluated = {"props":{"project_id":true,"app_id":true,"source":true,"state":true,"runtime":true,"scaling":true,"hardware":true,"active_deployment_id":true,"error":true,"replicas":true,"queued_runs":true,"created_at":true,"served_by":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_400_headers = validate225;
-const schema295 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_200_headers = validate225;
+const schema297 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20435,8 +20594,8 @@ return errors === 0;
 }
 validate225.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_401_application_problem_json = validate226;
-const schema296 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_400_application_problem_json = validate226;
+const schema298 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate226(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20448,8 +20607,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate226.errors = vErrors;
@@ -20457,13 +20616,87 @@ return errors === 0;
 }
 validate226.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_401_headers = validate228;
-const schema297 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getApp_400_headers = validate228;
+const schema299 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate228(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate228.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate228.errors = vErrors;
+return errors === 0;
+}
+validate228.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_401_application_problem_json = validate229;
+const schema300 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate229.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate229.errors = vErrors;
+return errors === 0;
+}
+validate229.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_401_headers = validate231;
+const schema301 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate231(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate231.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20526,87 +20759,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate228.errors = vErrors;
-return errors === 0;
-}
-validate228.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_403_application_problem_json = validate229;
-const schema298 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate229.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate229.errors = vErrors;
-return errors === 0;
-}
-validate229.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getApp_403_headers = validate231;
-const schema299 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate231(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate231.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate231.errors = vErrors;
 return errors === 0;
 }
-validate231.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate231.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_404_application_problem_json = validate232;
-const schema300 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_403_application_problem_json = validate232;
+const schema302 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate232(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20618,8 +20777,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate232.errors = vErrors;
@@ -20627,8 +20786,8 @@ return errors === 0;
 }
 validate232.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_404_headers = validate234;
-const schema301 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_403_headers = validate234;
+const schema303 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate234(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20679,8 +20838,8 @@ return errors === 0;
 }
 validate234.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_408_application_problem_json = validate235;
-const schema302 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_404_application_problem_json = validate235;
+const schema304 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20692,8 +20851,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate235.errors = vErrors;
@@ -20701,8 +20860,8 @@ return errors === 0;
 }
 validate235.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_408_headers = validate237;
-const schema303 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_404_headers = validate237;
+const schema305 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate237(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20753,8 +20912,8 @@ return errors === 0;
 }
 validate237.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_431_application_problem_json = validate238;
-const schema304 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_408_application_problem_json = validate238;
+const schema306 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate238(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20766,8 +20925,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate238.errors = vErrors;
@@ -20775,8 +20934,8 @@ return errors === 0;
 }
 validate238.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_431_headers = validate240;
-const schema305 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_408_headers = validate240;
+const schema307 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate240(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20827,8 +20986,8 @@ return errors === 0;
 }
 validate240.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_500_application_problem_json = validate241;
-const schema306 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_431_application_problem_json = validate241;
+const schema308 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate241(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20840,8 +20999,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate241.errors = vErrors;
@@ -20849,8 +21008,8 @@ return errors === 0;
 }
 validate241.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_500_headers = validate243;
-const schema307 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getApp_431_headers = validate243;
+const schema309 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate243(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20901,8 +21060,8 @@ return errors === 0;
 }
 validate243.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_503_application_problem_json = validate244;
-const schema308 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getApp_500_application_problem_json = validate244;
+const schema310 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate244(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20914,8 +21073,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate244.errors = vErrors;
@@ -20923,13 +21082,87 @@ return errors === 0;
 }
 validate244.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getApp_503_headers = validate246;
-const schema309 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getApp_500_headers = validate246;
+const schema311 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate246(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate246.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate246.errors = vErrors;
+return errors === 0;
+}
+validate246.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_503_application_problem_json = validate247;
+const schema312 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate247(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate247.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate247.errors = vErrors;
+return errors === 0;
+}
+validate247.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getApp_503_headers = validate249;
+const schema313 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate249(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate249.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -20995,18 +21228,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate246.errors = vErrors;
+validate249.errors = vErrors;
 return errors === 0;
 }
-validate246.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate249.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_params = validate247;
-const schema310 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.deleteApp_params = validate250;
+const schema314 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate247(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate250(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate247.evaluated;
+const evaluated0 = validate250.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21166,87 +21399,13 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate247.errors = vErrors;
+validate250.errors = vErrors;
 return errors === 0;
 }
-validate247.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate250.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_204_headers = validate248;
-const schema313 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate248(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate248.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate248.errors = vErrors;
-return errors === 0;
-}
-validate248.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_400_application_problem_json = validate249;
-const schema314 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate249(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate249.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate249.errors = vErrors;
-return errors === 0;
-}
-validate249.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_400_headers = validate251;
-const schema315 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_204_headers = validate251;
+const schema317 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate251(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21297,8 +21456,8 @@ return errors === 0;
 }
 validate251.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_401_application_problem_json = validate252;
-const schema316 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_400_application_problem_json = validate252;
+const schema318 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate252(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21310,8 +21469,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate252.errors = vErrors;
@@ -21319,13 +21478,87 @@ return errors === 0;
 }
 validate252.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_401_headers = validate254;
-const schema317 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.deleteApp_400_headers = validate254;
+const schema319 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate254(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate254.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate254.errors = vErrors;
+return errors === 0;
+}
+validate254.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_401_application_problem_json = validate255;
+const schema320 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate255(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate255.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate255.errors = vErrors;
+return errors === 0;
+}
+validate255.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_401_headers = validate257;
+const schema321 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate257(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate257.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21388,87 +21621,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate254.errors = vErrors;
-return errors === 0;
-}
-validate254.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_403_application_problem_json = validate255;
-const schema318 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate255(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate255.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate255.errors = vErrors;
-return errors === 0;
-}
-validate255.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteApp_403_headers = validate257;
-const schema319 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate257(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate257.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate257.errors = vErrors;
 return errors === 0;
 }
-validate257.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate257.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_404_application_problem_json = validate258;
-const schema320 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_403_application_problem_json = validate258;
+const schema322 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate258(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21480,8 +21639,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate258.errors = vErrors;
@@ -21489,8 +21648,8 @@ return errors === 0;
 }
 validate258.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_404_headers = validate260;
-const schema321 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_403_headers = validate260;
+const schema323 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate260(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21541,8 +21700,8 @@ return errors === 0;
 }
 validate260.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_408_application_problem_json = validate261;
-const schema322 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_404_application_problem_json = validate261;
+const schema324 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate261(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21554,8 +21713,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate261.errors = vErrors;
@@ -21563,8 +21722,8 @@ return errors === 0;
 }
 validate261.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_408_headers = validate263;
-const schema323 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_404_headers = validate263;
+const schema325 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate263(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21615,8 +21774,8 @@ return errors === 0;
 }
 validate263.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_409_application_problem_json = validate264;
-const schema324 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_408_application_problem_json = validate264;
+const schema326 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate264(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21628,8 +21787,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate264.errors = vErrors;
@@ -21637,8 +21796,8 @@ return errors === 0;
 }
 validate264.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_409_headers = validate266;
-const schema325 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_408_headers = validate266;
+const schema327 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate266(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21689,8 +21848,8 @@ return errors === 0;
 }
 validate266.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_431_application_problem_json = validate267;
-const schema326 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_409_application_problem_json = validate267;
+const schema328 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate267(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21702,8 +21861,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate267.errors = vErrors;
@@ -21711,8 +21870,8 @@ return errors === 0;
 }
 validate267.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_431_headers = validate269;
-const schema327 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_409_headers = validate269;
+const schema329 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate269(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21763,8 +21922,8 @@ return errors === 0;
 }
 validate269.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_500_application_problem_json = validate270;
-const schema328 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_431_application_problem_json = validate270;
+const schema330 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate270(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21776,8 +21935,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate270.errors = vErrors;
@@ -21785,8 +21944,8 @@ return errors === 0;
 }
 validate270.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_500_headers = validate272;
-const schema329 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteApp_431_headers = validate272;
+const schema331 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate272(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21837,8 +21996,8 @@ return errors === 0;
 }
 validate272.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_503_application_problem_json = validate273;
-const schema330 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteApp_500_application_problem_json = validate273;
+const schema332 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate273(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -21850,8 +22009,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate273.errors = vErrors;
@@ -21859,13 +22018,87 @@ return errors === 0;
 }
 validate273.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteApp_503_headers = validate275;
-const schema331 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.deleteApp_500_headers = validate275;
+const schema333 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate275(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate275.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate275.errors = vErrors;
+return errors === 0;
+}
+validate275.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_503_application_problem_json = validate276;
+const schema334 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate276(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate276.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate276.errors = vErrors;
+return errors === 0;
+}
+validate276.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteApp_503_headers = validate278;
+const schema335 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate278(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate278.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -21931,18 +22164,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate275.errors = vErrors;
+validate278.errors = vErrors;
 return errors === 0;
 }
-validate275.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate278.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_params = validate276;
-const schema332 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createBaseImageHash_params = validate279;
+const schema336 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate276(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate279(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate276.evaluated;
+const evaluated0 = validate279.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22102,18 +22335,18 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate276.errors = vErrors;
+validate279.errors = vErrors;
 return errors === 0;
 }
-validate276.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate279.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_body = validate277;
-const schema335 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
+exports.createBaseImageHash_body = validate280;
+const schema339 = {"$ref":"runplane-openapi#/$defs/BaseImageRequest"};
 
-function validate277(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate280(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate277.evaluated;
+const evaluated0 = validate280.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22124,87 +22357,13 @@ if(!(validate40(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate40.errors : vErrors.concat(validate40.errors);
 errors = vErrors.length;
 }
-validate277.errors = vErrors;
+validate280.errors = vErrors;
 return errors === 0;
 }
-validate277.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate280.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_200_application_json = validate279;
-const schema336 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
-
-function validate279(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate279.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate39(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate39.errors : vErrors.concat(validate39.errors);
-errors = vErrors.length;
-}
-validate279.errors = vErrors;
-return errors === 0;
-}
-validate279.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_200_headers = validate281;
-const schema337 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate281(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate281.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate281.errors = vErrors;
-return errors === 0;
-}
-validate281.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_400_application_problem_json = validate282;
-const schema338 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_200_application_json = validate282;
+const schema340 = {"$ref":"runplane-openapi#/$defs/BaseImageHash"};
 
 function validate282(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22216,17 +22375,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate39(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate39.errors : vErrors.concat(validate39.errors);
 errors = vErrors.length;
 }
 validate282.errors = vErrors;
 return errors === 0;
 }
-validate282.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate282.evaluated = {"props":{"digest":true,"status":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_400_headers = validate284;
-const schema339 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_200_headers = validate284;
+const schema341 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate284(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22277,8 +22436,8 @@ return errors === 0;
 }
 validate284.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_401_application_problem_json = validate285;
-const schema340 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_400_application_problem_json = validate285;
+const schema342 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate285(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22290,8 +22449,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate285.errors = vErrors;
@@ -22299,13 +22458,87 @@ return errors === 0;
 }
 validate285.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_401_headers = validate287;
-const schema341 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createBaseImageHash_400_headers = validate287;
+const schema343 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate287(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate287.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate287.errors = vErrors;
+return errors === 0;
+}
+validate287.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_401_application_problem_json = validate288;
+const schema344 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate288(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate288.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate288.errors = vErrors;
+return errors === 0;
+}
+validate288.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_401_headers = validate290;
+const schema345 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate290(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate290.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22368,87 +22601,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate287.errors = vErrors;
-return errors === 0;
-}
-validate287.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_403_application_problem_json = validate288;
-const schema342 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate288(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate288.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate288.errors = vErrors;
-return errors === 0;
-}
-validate288.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createBaseImageHash_403_headers = validate290;
-const schema343 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate290(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate290.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate290.errors = vErrors;
 return errors === 0;
 }
-validate290.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate290.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_408_application_problem_json = validate291;
-const schema344 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_403_application_problem_json = validate291;
+const schema346 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate291(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22460,8 +22619,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate291.errors = vErrors;
@@ -22469,8 +22628,8 @@ return errors === 0;
 }
 validate291.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_408_headers = validate293;
-const schema345 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_403_headers = validate293;
+const schema347 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate293(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22521,8 +22680,8 @@ return errors === 0;
 }
 validate293.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_413_application_problem_json = validate294;
-const schema346 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_408_application_problem_json = validate294;
+const schema348 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate294(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22534,8 +22693,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate294.errors = vErrors;
@@ -22543,8 +22702,8 @@ return errors === 0;
 }
 validate294.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_413_headers = validate296;
-const schema347 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_408_headers = validate296;
+const schema349 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate296(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22595,8 +22754,8 @@ return errors === 0;
 }
 validate296.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_415_application_problem_json = validate297;
-const schema348 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_413_application_problem_json = validate297;
+const schema350 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate297(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22608,8 +22767,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate297.errors = vErrors;
@@ -22617,8 +22776,8 @@ return errors === 0;
 }
 validate297.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_415_headers = validate299;
-const schema349 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_413_headers = validate299;
+const schema351 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate299(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22669,8 +22828,8 @@ return errors === 0;
 }
 validate299.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_431_application_problem_json = validate300;
-const schema350 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_415_application_problem_json = validate300;
+const schema352 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate300(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22682,8 +22841,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate300.errors = vErrors;
@@ -22691,8 +22850,8 @@ return errors === 0;
 }
 validate300.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_431_headers = validate302;
-const schema351 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_415_headers = validate302;
+const schema353 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate302(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22743,8 +22902,8 @@ return errors === 0;
 }
 validate302.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_500_application_problem_json = validate303;
-const schema352 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_431_application_problem_json = validate303;
+const schema354 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate303(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22756,8 +22915,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate303.errors = vErrors;
@@ -22765,8 +22924,8 @@ return errors === 0;
 }
 validate303.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_500_headers = validate305;
-const schema353 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createBaseImageHash_431_headers = validate305;
+const schema355 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate305(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22817,8 +22976,8 @@ return errors === 0;
 }
 validate305.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_503_application_problem_json = validate306;
-const schema354 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createBaseImageHash_500_application_problem_json = validate306;
+const schema356 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate306(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -22830,8 +22989,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate306.errors = vErrors;
@@ -22839,13 +22998,87 @@ return errors === 0;
 }
 validate306.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createBaseImageHash_503_headers = validate308;
-const schema355 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createBaseImageHash_500_headers = validate308;
+const schema357 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate308(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate308.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate308.errors = vErrors;
+return errors === 0;
+}
+validate308.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_503_application_problem_json = validate309;
+const schema358 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate309(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate309.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate309.errors = vErrors;
+return errors === 0;
+}
+validate309.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createBaseImageHash_503_headers = validate311;
+const schema359 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate311(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate311.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -22911,18 +23144,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate308.errors = vErrors;
+validate311.errors = vErrors;
 return errors === 0;
 }
-validate308.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate311.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_params = validate309;
-const schema356 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.listDeployments_params = validate312;
+const schema360 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
-function validate309(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate312(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate309.evaluated;
+const evaluated0 = validate312.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23154,87 +23387,13 @@ vErrors.push(err18);
 }
 errors++;
 }
-validate309.errors = vErrors;
-return errors === 0;
-}
-validate309.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_200_application_json = validate310;
-const schema359 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
-
-function validate310(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate310.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate51(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate51.errors : vErrors.concat(validate51.errors);
-errors = vErrors.length;
-}
-validate310.errors = vErrors;
-return errors === 0;
-}
-validate310.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_200_headers = validate312;
-const schema360 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate312(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate312.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate312.errors = vErrors;
 return errors === 0;
 }
-validate312.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate312.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_400_application_problem_json = validate313;
-const schema361 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_200_application_json = validate313;
+const schema363 = {"$ref":"runplane-openapi#/$defs/DeploymentPage"};
 
 function validate313(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23246,17 +23405,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate54(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate54.errors : vErrors.concat(validate54.errors);
 errors = vErrors.length;
 }
 validate313.errors = vErrors;
 return errors === 0;
 }
-validate313.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate313.evaluated = {"props":{"deployments":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_400_headers = validate315;
-const schema362 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_200_headers = validate315;
+const schema364 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate315(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23307,8 +23466,8 @@ return errors === 0;
 }
 validate315.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_401_application_problem_json = validate316;
-const schema363 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_400_application_problem_json = validate316;
+const schema365 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate316(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23320,8 +23479,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate316.errors = vErrors;
@@ -23329,13 +23488,87 @@ return errors === 0;
 }
 validate316.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_401_headers = validate318;
-const schema364 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listDeployments_400_headers = validate318;
+const schema366 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate318(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate318.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate318.errors = vErrors;
+return errors === 0;
+}
+validate318.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_401_application_problem_json = validate319;
+const schema367 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate319(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate319.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate319.errors = vErrors;
+return errors === 0;
+}
+validate319.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_401_headers = validate321;
+const schema368 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate321(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate321.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23398,87 +23631,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate318.errors = vErrors;
-return errors === 0;
-}
-validate318.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_403_application_problem_json = validate319;
-const schema365 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate319(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate319.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate319.errors = vErrors;
-return errors === 0;
-}
-validate319.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listDeployments_403_headers = validate321;
-const schema366 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate321(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate321.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate321.errors = vErrors;
 return errors === 0;
 }
-validate321.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate321.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_404_application_problem_json = validate322;
-const schema367 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_403_application_problem_json = validate322;
+const schema369 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate322(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23490,8 +23649,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate322.errors = vErrors;
@@ -23499,8 +23658,8 @@ return errors === 0;
 }
 validate322.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_404_headers = validate324;
-const schema368 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_403_headers = validate324;
+const schema370 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate324(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23551,8 +23710,8 @@ return errors === 0;
 }
 validate324.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_408_application_problem_json = validate325;
-const schema369 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_404_application_problem_json = validate325;
+const schema371 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate325(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23564,8 +23723,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate325.errors = vErrors;
@@ -23573,8 +23732,8 @@ return errors === 0;
 }
 validate325.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_408_headers = validate327;
-const schema370 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_404_headers = validate327;
+const schema372 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate327(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23625,8 +23784,8 @@ return errors === 0;
 }
 validate327.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_431_application_problem_json = validate328;
-const schema371 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_408_application_problem_json = validate328;
+const schema373 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate328(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23638,8 +23797,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate328.errors = vErrors;
@@ -23647,8 +23806,8 @@ return errors === 0;
 }
 validate328.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_431_headers = validate330;
-const schema372 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_408_headers = validate330;
+const schema374 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate330(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23699,8 +23858,8 @@ return errors === 0;
 }
 validate330.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_500_application_problem_json = validate331;
-const schema373 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_431_application_problem_json = validate331;
+const schema375 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate331(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23712,8 +23871,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate331.errors = vErrors;
@@ -23721,8 +23880,8 @@ return errors === 0;
 }
 validate331.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_500_headers = validate333;
-const schema374 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listDeployments_431_headers = validate333;
+const schema376 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate333(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23773,8 +23932,8 @@ return errors === 0;
 }
 validate333.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_503_application_problem_json = validate334;
-const schema375 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listDeployments_500_application_problem_json = validate334;
+const schema377 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate334(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -23786,8 +23945,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate334.errors = vErrors;
@@ -23795,13 +23954,87 @@ return errors === 0;
 }
 validate334.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listDeployments_503_headers = validate336;
-const schema376 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listDeployments_500_headers = validate336;
+const schema378 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate336(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate336.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate336.errors = vErrors;
+return errors === 0;
+}
+validate336.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_503_application_problem_json = validate337;
+const schema379 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate337(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate337.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate337.errors = vErrors;
+return errors === 0;
+}
+validate337.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listDeployments_503_headers = validate339;
+const schema380 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate339(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate339.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -23867,18 +24100,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate336.errors = vErrors;
+validate339.errors = vErrors;
 return errors === 0;
 }
-validate336.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate339.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_params = validate337;
-const schema377 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"message":{"$ref":"runplane-openapi#/$defs/DeploymentMessage"},"commit":{"$ref":"runplane-openapi#/$defs/GitObjectId"},"dirty":{"type":"boolean"}}},"header":{"type":"object","properties":{}}}};
+exports.createDeployment_params = validate340;
+const schema381 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"message":{"$ref":"runplane-openapi#/$defs/DeploymentMessage"},"commit":{"$ref":"runplane-openapi#/$defs/GitObjectId"},"dirty":{"type":"boolean"}}},"header":{"type":"object","properties":{}}}};
 
-function validate337(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate340(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate337.evaluated;
+const evaluated0 = validate340.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24122,40 +24355,40 @@ vErrors.push(err19);
 }
 errors++;
 }
-validate337.errors = vErrors;
+validate340.errors = vErrors;
 return errors === 0;
 }
-validate337.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate340.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_body = validate338;
-const schema382 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
+exports.createDeployment_body = validate341;
+const schema386 = {"$ref":"runplane-openapi#/$defs/DeploymentSourceRequest"};
 
-function validate338(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate341(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate338.evaluated;
+const evaluated0 = validate341.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate55(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate55.errors : vErrors.concat(validate55.errors);
+if(!(validate58(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate58.errors : vErrors.concat(validate58.errors);
 errors = vErrors.length;
 }
-validate338.errors = vErrors;
+validate341.errors = vErrors;
 return errors === 0;
 }
-validate338.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
+validate341.evaluated = {"props":{"source":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_202_application_json = validate340;
-const schema383 = {"$ref":"runplane-openapi#/$defs/Deployment"};
+exports.createDeployment_202_application_json = validate343;
+const schema387 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
-function validate340(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate343(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate340.evaluated;
+const evaluated0 = validate343.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24166,18 +24399,18 @@ if(!(validate46(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate46.errors : vErrors.concat(validate46.errors);
 errors = vErrors.length;
 }
-validate340.errors = vErrors;
+validate343.errors = vErrors;
 return errors === 0;
 }
-validate340.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"message":true,"commit":true,"dirty":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
+validate343.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"message":true,"commit":true,"dirty":true,"base_image_digest":true,"base_image_status":true,"image":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_202_headers = validate342;
-const schema384 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
+exports.createDeployment_202_headers = validate345;
+const schema388 = {"type":"object","properties":{"x-request-id":{"type":"string"},"location":{"type":"string"}},"required":["x-request-id","location"]};
 
-function validate342(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate345(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate342.evaluated;
+const evaluated0 = validate345.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24240,40 +24473,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate342.errors = vErrors;
+validate345.errors = vErrors;
 return errors === 0;
 }
-validate342.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
+validate345.evaluated = {"props":{"x-request-id":true,"location":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_400_application_problem_json = validate343;
-const schema385 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_400_application_problem_json = validate346;
+const schema389 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate343(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate346(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate343.evaluated;
+const evaluated0 = validate346.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
-validate343.errors = vErrors;
+validate346.errors = vErrors;
 return errors === 0;
 }
-validate343.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate346.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_400_headers = validate345;
-const schema386 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_400_headers = validate348;
+const schema390 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate345(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate348(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate345.evaluated;
+const evaluated0 = validate348.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24314,40 +24547,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate345.errors = vErrors;
+validate348.errors = vErrors;
 return errors === 0;
 }
-validate345.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate348.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_401_application_problem_json = validate346;
-const schema387 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_401_application_problem_json = validate349;
+const schema391 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate346(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate349(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate346.evaluated;
+const evaluated0 = validate349.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
-validate346.errors = vErrors;
+validate349.errors = vErrors;
 return errors === 0;
 }
-validate346.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate349.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_401_headers = validate348;
-const schema388 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createDeployment_401_headers = validate351;
+const schema392 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate348(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate351(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate348.evaluated;
+const evaluated0 = validate351.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -24410,87 +24643,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate348.errors = vErrors;
-return errors === 0;
-}
-validate348.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_403_application_problem_json = validate349;
-const schema389 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate349(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate349.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate349.errors = vErrors;
-return errors === 0;
-}
-validate349.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createDeployment_403_headers = validate351;
-const schema390 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate351(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate351.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate351.errors = vErrors;
 return errors === 0;
 }
-validate351.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate351.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_404_application_problem_json = validate352;
-const schema391 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_403_application_problem_json = validate352;
+const schema393 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate352(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24502,8 +24661,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate352.errors = vErrors;
@@ -24511,8 +24670,8 @@ return errors === 0;
 }
 validate352.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_404_headers = validate354;
-const schema392 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_403_headers = validate354;
+const schema394 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate354(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24563,8 +24722,8 @@ return errors === 0;
 }
 validate354.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_408_application_problem_json = validate355;
-const schema393 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_404_application_problem_json = validate355;
+const schema395 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate355(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24576,8 +24735,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate355.errors = vErrors;
@@ -24585,8 +24744,8 @@ return errors === 0;
 }
 validate355.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_408_headers = validate357;
-const schema394 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_404_headers = validate357;
+const schema396 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate357(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24637,8 +24796,8 @@ return errors === 0;
 }
 validate357.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_409_application_problem_json = validate358;
-const schema395 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_408_application_problem_json = validate358;
+const schema397 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate358(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24650,8 +24809,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate358.errors = vErrors;
@@ -24659,8 +24818,8 @@ return errors === 0;
 }
 validate358.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_409_headers = validate360;
-const schema396 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_408_headers = validate360;
+const schema398 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate360(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24711,8 +24870,8 @@ return errors === 0;
 }
 validate360.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_413_application_problem_json = validate361;
-const schema397 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_409_application_problem_json = validate361;
+const schema399 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate361(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24724,8 +24883,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate361.errors = vErrors;
@@ -24733,8 +24892,8 @@ return errors === 0;
 }
 validate361.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_413_headers = validate363;
-const schema398 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_409_headers = validate363;
+const schema400 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate363(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24785,8 +24944,8 @@ return errors === 0;
 }
 validate363.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_415_application_problem_json = validate364;
-const schema399 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_413_application_problem_json = validate364;
+const schema401 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate364(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24798,8 +24957,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate364.errors = vErrors;
@@ -24807,8 +24966,8 @@ return errors === 0;
 }
 validate364.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_415_headers = validate366;
-const schema400 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_413_headers = validate366;
+const schema402 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate366(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24859,8 +25018,8 @@ return errors === 0;
 }
 validate366.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_431_application_problem_json = validate367;
-const schema401 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_415_application_problem_json = validate367;
+const schema403 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate367(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24872,8 +25031,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate367.errors = vErrors;
@@ -24881,8 +25040,8 @@ return errors === 0;
 }
 validate367.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_431_headers = validate369;
-const schema402 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_415_headers = validate369;
+const schema404 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate369(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24933,8 +25092,8 @@ return errors === 0;
 }
 validate369.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_500_application_problem_json = validate370;
-const schema403 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_431_application_problem_json = validate370;
+const schema405 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate370(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -24946,8 +25105,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate370.errors = vErrors;
@@ -24955,8 +25114,8 @@ return errors === 0;
 }
 validate370.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_500_headers = validate372;
-const schema404 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_431_headers = validate372;
+const schema406 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate372(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25007,8 +25166,8 @@ return errors === 0;
 }
 validate372.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_502_application_problem_json = validate373;
-const schema405 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_500_application_problem_json = validate373;
+const schema407 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate373(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25020,8 +25179,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate373.errors = vErrors;
@@ -25029,8 +25188,8 @@ return errors === 0;
 }
 validate373.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_502_headers = validate375;
-const schema406 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createDeployment_500_headers = validate375;
+const schema408 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate375(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25081,8 +25240,8 @@ return errors === 0;
 }
 validate375.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_503_application_problem_json = validate376;
-const schema407 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createDeployment_502_application_problem_json = validate376;
+const schema409 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate376(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25094,8 +25253,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate376.errors = vErrors;
@@ -25103,13 +25262,87 @@ return errors === 0;
 }
 validate376.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createDeployment_503_headers = validate378;
-const schema408 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createDeployment_502_headers = validate378;
+const schema410 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate378(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate378.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate378.errors = vErrors;
+return errors === 0;
+}
+validate378.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_503_application_problem_json = validate379;
+const schema411 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate379(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate379.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate379.errors = vErrors;
+return errors === 0;
+}
+validate379.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createDeployment_503_headers = validate381;
+const schema412 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate381(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate381.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25175,18 +25408,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate378.errors = vErrors;
+validate381.errors = vErrors;
 return errors === 0;
 }
-validate378.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate381.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_params = validate379;
-const schema409 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getDeployment_params = validate382;
+const schema413 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate379(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate382(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate379.evaluated;
+const evaluated0 = validate382.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25381,87 +25614,13 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate379.errors = vErrors;
-return errors === 0;
-}
-validate379.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_200_application_json = validate380;
-const schema413 = {"$ref":"runplane-openapi#/$defs/Deployment"};
-
-function validate380(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate380.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate46(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate46.errors : vErrors.concat(validate46.errors);
-errors = vErrors.length;
-}
-validate380.errors = vErrors;
-return errors === 0;
-}
-validate380.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"message":true,"commit":true,"dirty":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_200_headers = validate382;
-const schema414 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate382(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate382.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate382.errors = vErrors;
 return errors === 0;
 }
-validate382.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate382.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_400_application_problem_json = validate383;
-const schema415 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_200_application_json = validate383;
+const schema417 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
 function validate383(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25473,17 +25632,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate46(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate46.errors : vErrors.concat(validate46.errors);
 errors = vErrors.length;
 }
 validate383.errors = vErrors;
 return errors === 0;
 }
-validate383.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate383.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"message":true,"commit":true,"dirty":true,"base_image_digest":true,"base_image_status":true,"image":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_400_headers = validate385;
-const schema416 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_200_headers = validate385;
+const schema418 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate385(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25534,8 +25693,8 @@ return errors === 0;
 }
 validate385.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_401_application_problem_json = validate386;
-const schema417 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_400_application_problem_json = validate386;
+const schema419 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate386(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25547,8 +25706,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate386.errors = vErrors;
@@ -25556,13 +25715,87 @@ return errors === 0;
 }
 validate386.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_401_headers = validate388;
-const schema418 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getDeployment_400_headers = validate388;
+const schema420 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate388(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate388.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate388.errors = vErrors;
+return errors === 0;
+}
+validate388.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeployment_401_application_problem_json = validate389;
+const schema421 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate389(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate389.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate389.errors = vErrors;
+return errors === 0;
+}
+validate389.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeployment_401_headers = validate391;
+const schema422 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate391(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate391.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -25625,87 +25858,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate388.errors = vErrors;
-return errors === 0;
-}
-validate388.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_403_application_problem_json = validate389;
-const schema419 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate389(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate389.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate389.errors = vErrors;
-return errors === 0;
-}
-validate389.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeployment_403_headers = validate391;
-const schema420 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate391(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate391.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate391.errors = vErrors;
 return errors === 0;
 }
-validate391.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate391.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_404_application_problem_json = validate392;
-const schema421 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_403_application_problem_json = validate392;
+const schema423 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate392(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25717,8 +25876,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate392.errors = vErrors;
@@ -25726,8 +25885,8 @@ return errors === 0;
 }
 validate392.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_404_headers = validate394;
-const schema422 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_403_headers = validate394;
+const schema424 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate394(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25778,8 +25937,8 @@ return errors === 0;
 }
 validate394.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_408_application_problem_json = validate395;
-const schema423 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_404_application_problem_json = validate395;
+const schema425 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate395(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25791,8 +25950,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate395.errors = vErrors;
@@ -25800,8 +25959,8 @@ return errors === 0;
 }
 validate395.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_408_headers = validate397;
-const schema424 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_404_headers = validate397;
+const schema426 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate397(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25852,8 +26011,8 @@ return errors === 0;
 }
 validate397.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_431_application_problem_json = validate398;
-const schema425 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_408_application_problem_json = validate398;
+const schema427 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate398(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25865,8 +26024,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate398.errors = vErrors;
@@ -25874,8 +26033,8 @@ return errors === 0;
 }
 validate398.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_431_headers = validate400;
-const schema426 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_408_headers = validate400;
+const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate400(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25926,8 +26085,8 @@ return errors === 0;
 }
 validate400.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_500_application_problem_json = validate401;
-const schema427 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_431_application_problem_json = validate401;
+const schema429 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate401(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25939,8 +26098,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate401.errors = vErrors;
@@ -25948,8 +26107,8 @@ return errors === 0;
 }
 validate401.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_500_headers = validate403;
-const schema428 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeployment_431_headers = validate403;
+const schema430 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate403(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26000,8 +26159,8 @@ return errors === 0;
 }
 validate403.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_503_application_problem_json = validate404;
-const schema429 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeployment_500_application_problem_json = validate404;
+const schema431 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate404(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26013,8 +26172,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate404.errors = vErrors;
@@ -26022,13 +26181,87 @@ return errors === 0;
 }
 validate404.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeployment_503_headers = validate406;
-const schema430 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getDeployment_500_headers = validate406;
+const schema432 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate406(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate406.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate406.errors = vErrors;
+return errors === 0;
+}
+validate406.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeployment_503_application_problem_json = validate407;
+const schema433 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate407.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate407.errors = vErrors;
+return errors === 0;
+}
+validate407.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeployment_503_headers = validate409;
+const schema434 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate409(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate409.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26094,18 +26327,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate406.errors = vErrors;
+validate409.errors = vErrors;
 return errors === 0;
 }
-validate406.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate409.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_params = validate407;
-const schema431 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.activateDeployment_params = validate410;
+const schema435 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate407(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate410(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate407.evaluated;
+const evaluated0 = validate410.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26300,87 +26533,13 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate407.errors = vErrors;
-return errors === 0;
-}
-validate407.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_200_application_json = validate408;
-const schema435 = {"$ref":"runplane-openapi#/$defs/Deployment"};
-
-function validate408(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate408.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate46(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate46.errors : vErrors.concat(validate46.errors);
-errors = vErrors.length;
-}
-validate408.errors = vErrors;
-return errors === 0;
-}
-validate408.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"message":true,"commit":true,"dirty":true,"base_image_digest":true,"base_image_status":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_200_headers = validate410;
-const schema436 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate410(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate410.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate410.errors = vErrors;
 return errors === 0;
 }
-validate410.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate410.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_400_application_problem_json = validate411;
-const schema437 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_200_application_json = validate411;
+const schema439 = {"$ref":"runplane-openapi#/$defs/Deployment"};
 
 function validate411(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26392,17 +26551,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate46(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate46.errors : vErrors.concat(validate46.errors);
 errors = vErrors.length;
 }
 validate411.errors = vErrors;
 return errors === 0;
 }
-validate411.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate411.evaluated = {"props":{"deployment_id":true,"project_id":true,"app_id":true,"status":true,"active":true,"digest":true,"size_bytes":true,"source":true,"repository":true,"message":true,"commit":true,"dirty":true,"base_image_digest":true,"base_image_status":true,"image":true,"created_at":true,"started_at":true,"finished_at":true,"error":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_400_headers = validate413;
-const schema438 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_200_headers = validate413;
+const schema440 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate413(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26453,8 +26612,8 @@ return errors === 0;
 }
 validate413.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_401_application_problem_json = validate414;
-const schema439 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_400_application_problem_json = validate414;
+const schema441 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate414(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26466,8 +26625,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate414.errors = vErrors;
@@ -26475,13 +26634,87 @@ return errors === 0;
 }
 validate414.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_401_headers = validate416;
-const schema440 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.activateDeployment_400_headers = validate416;
+const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate416(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate416.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate416.errors = vErrors;
+return errors === 0;
+}
+validate416.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_401_application_problem_json = validate417;
+const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate417.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate417.errors = vErrors;
+return errors === 0;
+}
+validate417.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_401_headers = validate419;
+const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate419(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate419.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -26544,87 +26777,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate416.errors = vErrors;
-return errors === 0;
-}
-validate416.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_403_application_problem_json = validate417;
-const schema441 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate417(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate417.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate417.errors = vErrors;
-return errors === 0;
-}
-validate417.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.activateDeployment_403_headers = validate419;
-const schema442 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate419(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate419.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate419.errors = vErrors;
 return errors === 0;
 }
-validate419.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate419.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_404_application_problem_json = validate420;
-const schema443 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_403_application_problem_json = validate420;
+const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate420(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26636,8 +26795,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate420.errors = vErrors;
@@ -26645,8 +26804,8 @@ return errors === 0;
 }
 validate420.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_404_headers = validate422;
-const schema444 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_403_headers = validate422;
+const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate422(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26697,8 +26856,8 @@ return errors === 0;
 }
 validate422.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_408_application_problem_json = validate423;
-const schema445 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_404_application_problem_json = validate423;
+const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate423(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26710,8 +26869,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate423.errors = vErrors;
@@ -26719,8 +26878,8 @@ return errors === 0;
 }
 validate423.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_408_headers = validate425;
-const schema446 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_404_headers = validate425;
+const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate425(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26771,8 +26930,8 @@ return errors === 0;
 }
 validate425.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_409_application_problem_json = validate426;
-const schema447 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_408_application_problem_json = validate426;
+const schema449 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate426(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26784,8 +26943,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate426.errors = vErrors;
@@ -26793,8 +26952,8 @@ return errors === 0;
 }
 validate426.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_409_headers = validate428;
-const schema448 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_408_headers = validate428;
+const schema450 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate428(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26845,8 +27004,8 @@ return errors === 0;
 }
 validate428.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_431_application_problem_json = validate429;
-const schema449 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_409_application_problem_json = validate429;
+const schema451 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate429(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26858,8 +27017,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate429.errors = vErrors;
@@ -26867,8 +27026,8 @@ return errors === 0;
 }
 validate429.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_431_headers = validate431;
-const schema450 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_409_headers = validate431;
+const schema452 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate431(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26919,8 +27078,8 @@ return errors === 0;
 }
 validate431.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_500_application_problem_json = validate432;
-const schema451 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_431_application_problem_json = validate432;
+const schema453 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate432(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26932,8 +27091,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate432.errors = vErrors;
@@ -26941,8 +27100,8 @@ return errors === 0;
 }
 validate432.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_500_headers = validate434;
-const schema452 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.activateDeployment_431_headers = validate434;
+const schema454 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate434(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -26993,8 +27152,8 @@ return errors === 0;
 }
 validate434.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_503_application_problem_json = validate435;
-const schema453 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.activateDeployment_500_application_problem_json = validate435;
+const schema455 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate435(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27006,8 +27165,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate435.errors = vErrors;
@@ -27015,13 +27174,87 @@ return errors === 0;
 }
 validate435.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.activateDeployment_503_headers = validate437;
-const schema454 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.activateDeployment_500_headers = validate437;
+const schema456 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate437(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate437.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate437.errors = vErrors;
+return errors === 0;
+}
+validate437.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_503_application_problem_json = validate438;
+const schema457 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate438(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate438.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate438.errors = vErrors;
+return errors === 0;
+}
+validate438.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.activateDeployment_503_headers = validate440;
+const schema458 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate440(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate440.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27087,18 +27320,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate437.errors = vErrors;
+validate440.errors = vErrors;
 return errors === 0;
 }
-validate437.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate440.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_params = validate438;
-const schema455 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+exports.getDeploymentLogs_params = validate441;
+const schema459 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"deployment_id":{"$ref":"runplane-openapi#/$defs/DeploymentId"}},"required":["project_id","app_id","deployment_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
 
-function validate438(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate441(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate438.evaluated;
+const evaluated0 = validate441.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27307,18 +27540,18 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate438.errors = vErrors;
+validate441.errors = vErrors;
 return errors === 0;
 }
-validate438.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate441.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_200_text_event_stream = validate439;
-const schema459 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/BuildLogLineEvent"},{"$ref":"runplane-openapi#/$defs/BuildLogEndEvent"}]}};
+exports.getDeploymentLogs_200_text_event_stream = validate442;
+const schema463 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/BuildLogLineEvent"},{"$ref":"runplane-openapi#/$defs/BuildLogEndEvent"}]}};
 
-function validate439(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate442(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate439.evaluated;
+const evaluated0 = validate442.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27419,18 +27652,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate439.errors = vErrors;
+validate442.errors = vErrors;
 return errors === 0;
 }
-validate439.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
+validate442.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_200_text_plain = validate441;
-const schema461 = {"type":"string"};
+exports.getDeploymentLogs_200_text_plain = validate444;
+const schema465 = {"type":"string"};
 
-function validate441(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate444(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate441.evaluated;
+const evaluated0 = validate444.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27447,87 +27680,13 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate441.errors = vErrors;
+validate444.errors = vErrors;
 return errors === 0;
 }
-validate441.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate444.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_200_headers = validate442;
-const schema462 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate442(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate442.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate442.errors = vErrors;
-return errors === 0;
-}
-validate442.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_400_application_problem_json = validate443;
-const schema463 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate443(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate443.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate443.errors = vErrors;
-return errors === 0;
-}
-validate443.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_400_headers = validate445;
-const schema464 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_200_headers = validate445;
+const schema466 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate445(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27578,8 +27737,8 @@ return errors === 0;
 }
 validate445.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_401_application_problem_json = validate446;
-const schema465 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_400_application_problem_json = validate446;
+const schema467 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate446(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27591,8 +27750,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate446.errors = vErrors;
@@ -27600,13 +27759,87 @@ return errors === 0;
 }
 validate446.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_401_headers = validate448;
-const schema466 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getDeploymentLogs_400_headers = validate448;
+const schema468 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate448(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate448.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate448.errors = vErrors;
+return errors === 0;
+}
+validate448.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_401_application_problem_json = validate449;
+const schema469 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate449(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate449.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate449.errors = vErrors;
+return errors === 0;
+}
+validate449.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_401_headers = validate451;
+const schema470 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate451(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate451.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -27669,87 +27902,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate448.errors = vErrors;
-return errors === 0;
-}
-validate448.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_403_application_problem_json = validate449;
-const schema467 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate449(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate449.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate449.errors = vErrors;
-return errors === 0;
-}
-validate449.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getDeploymentLogs_403_headers = validate451;
-const schema468 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate451(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate451.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate451.errors = vErrors;
 return errors === 0;
 }
-validate451.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate451.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_404_application_problem_json = validate452;
-const schema469 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_403_application_problem_json = validate452;
+const schema471 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate452(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27761,8 +27920,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate452.errors = vErrors;
@@ -27770,8 +27929,8 @@ return errors === 0;
 }
 validate452.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_404_headers = validate454;
-const schema470 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_403_headers = validate454;
+const schema472 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate454(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27822,8 +27981,8 @@ return errors === 0;
 }
 validate454.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_408_application_problem_json = validate455;
-const schema471 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_404_application_problem_json = validate455;
+const schema473 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate455(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27835,8 +27994,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate455.errors = vErrors;
@@ -27844,8 +28003,8 @@ return errors === 0;
 }
 validate455.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_408_headers = validate457;
-const schema472 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_404_headers = validate457;
+const schema474 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate457(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27896,8 +28055,8 @@ return errors === 0;
 }
 validate457.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_431_application_problem_json = validate458;
-const schema473 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_408_application_problem_json = validate458;
+const schema475 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate458(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27909,8 +28068,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate458.errors = vErrors;
@@ -27918,8 +28077,8 @@ return errors === 0;
 }
 validate458.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_431_headers = validate460;
-const schema474 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_408_headers = validate460;
+const schema476 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate460(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27970,8 +28129,8 @@ return errors === 0;
 }
 validate460.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_500_application_problem_json = validate461;
-const schema475 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_431_application_problem_json = validate461;
+const schema477 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate461(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -27983,8 +28142,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate461.errors = vErrors;
@@ -27992,8 +28151,8 @@ return errors === 0;
 }
 validate461.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_500_headers = validate463;
-const schema476 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_431_headers = validate463;
+const schema478 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate463(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28044,8 +28203,8 @@ return errors === 0;
 }
 validate463.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_503_application_problem_json = validate464;
-const schema477 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getDeploymentLogs_500_application_problem_json = validate464;
+const schema479 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate464(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28057,8 +28216,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate464.errors = vErrors;
@@ -28066,13 +28225,87 @@ return errors === 0;
 }
 validate464.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getDeploymentLogs_503_headers = validate466;
-const schema478 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getDeploymentLogs_500_headers = validate466;
+const schema480 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate466(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate466.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate466.errors = vErrors;
+return errors === 0;
+}
+validate466.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_503_application_problem_json = validate467;
+const schema481 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate467(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate467.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate467.errors = vErrors;
+return errors === 0;
+}
+validate467.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getDeploymentLogs_503_headers = validate469;
+const schema482 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate469(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate469.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28138,18 +28371,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate466.errors = vErrors;
+validate469.errors = vErrors;
 return errors === 0;
 }
-validate466.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate469.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_params = validate467;
-const schema479 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listProjectSecrets_params = validate470;
+const schema483 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate467(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate470(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate467.evaluated;
+const evaluated0 = validate470.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28274,87 +28507,13 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate467.errors = vErrors;
-return errors === 0;
-}
-validate467.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectSecrets_200_application_json = validate468;
-const schema481 = {"$ref":"runplane-openapi#/$defs/ProjectSecretList"};
-
-function validate468(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate468.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
-errors = vErrors.length;
-}
-validate468.errors = vErrors;
-return errors === 0;
-}
-validate468.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectSecrets_200_headers = validate470;
-const schema482 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate470(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate470.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate470.errors = vErrors;
 return errors === 0;
 }
-validate470.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate470.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_400_application_problem_json = validate471;
-const schema483 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_200_application_json = validate471;
+const schema485 = {"$ref":"runplane-openapi#/$defs/ProjectSecretList"};
 
 function validate471(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28366,17 +28525,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate72(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate72.errors : vErrors.concat(validate72.errors);
 errors = vErrors.length;
 }
 validate471.errors = vErrors;
 return errors === 0;
 }
-validate471.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate471.evaluated = {"props":{"secrets":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_400_headers = validate473;
-const schema484 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_200_headers = validate473;
+const schema486 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate473(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28427,8 +28586,8 @@ return errors === 0;
 }
 validate473.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_401_application_problem_json = validate474;
-const schema485 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_400_application_problem_json = validate474;
+const schema487 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate474(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28440,8 +28599,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate474.errors = vErrors;
@@ -28449,13 +28608,87 @@ return errors === 0;
 }
 validate474.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_401_headers = validate476;
-const schema486 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listProjectSecrets_400_headers = validate476;
+const schema488 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate476(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate476.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate476.errors = vErrors;
+return errors === 0;
+}
+validate476.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_401_application_problem_json = validate477;
+const schema489 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate477(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate477.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate477.errors = vErrors;
+return errors === 0;
+}
+validate477.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_401_headers = validate479;
+const schema490 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate479(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate479.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28518,87 +28751,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate476.errors = vErrors;
-return errors === 0;
-}
-validate476.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectSecrets_403_application_problem_json = validate477;
-const schema487 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate477(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate477.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate477.errors = vErrors;
-return errors === 0;
-}
-validate477.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectSecrets_403_headers = validate479;
-const schema488 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate479(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate479.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate479.errors = vErrors;
 return errors === 0;
 }
-validate479.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate479.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_408_application_problem_json = validate480;
-const schema489 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_403_application_problem_json = validate480;
+const schema491 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate480(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28610,8 +28769,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate480.errors = vErrors;
@@ -28619,8 +28778,8 @@ return errors === 0;
 }
 validate480.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_408_headers = validate482;
-const schema490 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_403_headers = validate482;
+const schema492 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate482(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28671,8 +28830,8 @@ return errors === 0;
 }
 validate482.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_431_application_problem_json = validate483;
-const schema491 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_408_application_problem_json = validate483;
+const schema493 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate483(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28684,8 +28843,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate483.errors = vErrors;
@@ -28693,8 +28852,8 @@ return errors === 0;
 }
 validate483.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_431_headers = validate485;
-const schema492 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_408_headers = validate485;
+const schema494 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate485(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28745,8 +28904,8 @@ return errors === 0;
 }
 validate485.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_500_application_problem_json = validate486;
-const schema493 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_431_application_problem_json = validate486;
+const schema495 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate486(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28758,8 +28917,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate486.errors = vErrors;
@@ -28767,8 +28926,8 @@ return errors === 0;
 }
 validate486.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_500_headers = validate488;
-const schema494 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectSecrets_431_headers = validate488;
+const schema496 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate488(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28819,8 +28978,8 @@ return errors === 0;
 }
 validate488.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_503_application_problem_json = validate489;
-const schema495 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectSecrets_500_application_problem_json = validate489;
+const schema497 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate489(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -28832,8 +28991,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate489.errors = vErrors;
@@ -28841,13 +29000,87 @@ return errors === 0;
 }
 validate489.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectSecrets_503_headers = validate491;
-const schema496 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listProjectSecrets_500_headers = validate491;
+const schema498 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate491(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate491.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate491.errors = vErrors;
+return errors === 0;
+}
+validate491.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_503_application_problem_json = validate492;
+const schema499 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate492(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate492.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate492.errors = vErrors;
+return errors === 0;
+}
+validate492.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectSecrets_503_headers = validate494;
+const schema500 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate494(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate494.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -28913,18 +29146,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate491.errors = vErrors;
+validate494.errors = vErrors;
 return errors === 0;
 }
-validate491.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate494.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_params = validate492;
-const schema497 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.putProjectSecret_params = validate495;
+const schema501 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate492(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate495(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate492.evaluated;
+const evaluated0 = validate495.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29013,7 +29246,7 @@ errors++;
 if(data0.name !== undefined){
 let data2 = data0.name;
 if(typeof data2 === "string"){
-if(!pattern64.test(data2)){
+if(!pattern66.test(data2)){
 const err7 = {instancePath:instancePath+"/path/name",schemaPath:"runplane-openapi#/$defs/SecretName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -29084,18 +29317,18 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate492.errors = vErrors;
+validate495.errors = vErrors;
 return errors === 0;
 }
-validate492.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate495.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_body = validate493;
-const schema500 = {"$ref":"runplane-openapi#/$defs/ProjectSecretRequest"};
+exports.putProjectSecret_body = validate496;
+const schema504 = {"$ref":"runplane-openapi#/$defs/ProjectSecretRequest"};
 
-function validate493(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate496(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate493.evaluated;
+const evaluated0 = validate496.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29136,309 +29369,13 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate493.errors = vErrors;
-return errors === 0;
-}
-validate493.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_200_application_json = validate494;
-const schema502 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
-
-function validate494(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate494.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.created_at === undefined){
-const err1 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.updated_at === undefined){
-const err2 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "updated_at"},message:"must have required property '"+"updated_at"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.name !== undefined){
-if(typeof data.name !== "string"){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-if(data.created_at !== undefined){
-let data1 = data.created_at;
-if(typeof data1 === "string"){
-if(!(formats38.validate(data1))){
-const err4 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-if(data.updated_at !== undefined){
-let data2 = data.updated_at;
-if(typeof data2 === "string"){
-if(!(formats38.validate(data2))){
-const err6 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-}
-else {
-const err8 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
-validate494.errors = vErrors;
-return errors === 0;
-}
-validate494.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_200_headers = validate495;
-const schema504 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate495(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate495.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate495.errors = vErrors;
-return errors === 0;
-}
-validate495.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_201_application_json = validate496;
-const schema505 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
-
-function validate496(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate496.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.name === undefined){
-const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.created_at === undefined){
-const err1 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data.updated_at === undefined){
-const err2 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "updated_at"},message:"must have required property '"+"updated_at"+"'"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data.name !== undefined){
-if(typeof data.name !== "string"){
-const err3 = {instancePath:instancePath+"/name",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-if(data.created_at !== undefined){
-let data1 = data.created_at;
-if(typeof data1 === "string"){
-if(!(formats38.validate(data1))){
-const err4 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
-}
-else {
-const err5 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-}
-if(data.updated_at !== undefined){
-let data2 = data.updated_at;
-if(typeof data2 === "string"){
-if(!(formats38.validate(data2))){
-const err6 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
-}
-}
-else {
-const err8 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err8];
-}
-else {
-vErrors.push(err8);
-}
-errors++;
-}
 validate496.errors = vErrors;
 return errors === 0;
 }
-validate496.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+validate496.evaluated = {"props":{"value":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_201_headers = validate497;
-const schema507 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_200_application_json = validate497;
+const schema506 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
 
 function validate497(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29451,6 +29388,128 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.name === undefined){
+const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.created_at === undefined){
+const err1 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.updated_at === undefined){
+const err2 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "updated_at"},message:"must have required property '"+"updated_at"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.name !== undefined){
+if(typeof data.name !== "string"){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+if(data.created_at !== undefined){
+let data1 = data.created_at;
+if(typeof data1 === "string"){
+if(!(formats38.validate(data1))){
+const err4 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+if(data.updated_at !== undefined){
+let data2 = data.updated_at;
+if(typeof data2 === "string"){
+if(!(formats38.validate(data2))){
+const err6 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+else {
+const err8 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+validate497.errors = vErrors;
+return errors === 0;
+}
+validate497.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_200_headers = validate498;
+const schema508 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate498(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate498.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
 if(vErrors === null){
@@ -29484,35 +29543,135 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate497.errors = vErrors;
+validate498.errors = vErrors;
 return errors === 0;
 }
-validate497.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate498.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_400_application_problem_json = validate498;
-const schema508 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_201_application_json = validate499;
+const schema509 = {"$ref":"runplane-openapi#/$defs/ProjectSecret"};
 
-function validate498(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate499(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate498.evaluated;
+const evaluated0 = validate499.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.name === undefined){
+const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "name"},message:"must have required property '"+"name"+"'"};
+if(vErrors === null){
+vErrors = [err0];
 }
-validate498.errors = vErrors;
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.created_at === undefined){
+const err1 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "created_at"},message:"must have required property '"+"created_at"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.updated_at === undefined){
+const err2 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/required",keyword:"required",params:{missingProperty: "updated_at"},message:"must have required property '"+"updated_at"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.name !== undefined){
+if(typeof data.name !== "string"){
+const err3 = {instancePath:instancePath+"/name",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/name/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+if(data.created_at !== undefined){
+let data1 = data.created_at;
+if(typeof data1 === "string"){
+if(!(formats38.validate(data1))){
+const err4 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/created_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/created_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+if(data.updated_at !== undefined){
+let data2 = data.updated_at;
+if(typeof data2 === "string"){
+if(!(formats38.validate(data2))){
+const err6 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+else {
+const err7 = {instancePath:instancePath+"/updated_at",schemaPath:"runplane-openapi#/$defs/ProjectSecret/properties/updated_at/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+else {
+const err8 = {instancePath,schemaPath:"runplane-openapi#/$defs/ProjectSecret/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+validate499.errors = vErrors;
 return errors === 0;
 }
-validate498.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate499.evaluated = {"props":{"name":true,"created_at":true,"updated_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_400_headers = validate500;
-const schema509 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_201_headers = validate500;
+const schema511 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate500(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29563,8 +29722,8 @@ return errors === 0;
 }
 validate500.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_401_application_problem_json = validate501;
-const schema510 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_400_application_problem_json = validate501;
+const schema512 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate501(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29576,8 +29735,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate501.errors = vErrors;
@@ -29585,13 +29744,87 @@ return errors === 0;
 }
 validate501.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_401_headers = validate503;
-const schema511 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.putProjectSecret_400_headers = validate503;
+const schema513 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate503(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate503.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate503.errors = vErrors;
+return errors === 0;
+}
+validate503.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_401_application_problem_json = validate504;
+const schema514 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate504(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate504.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate504.errors = vErrors;
+return errors === 0;
+}
+validate504.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_401_headers = validate506;
+const schema515 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate506(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate506.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -29654,87 +29887,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate503.errors = vErrors;
-return errors === 0;
-}
-validate503.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_403_application_problem_json = validate504;
-const schema512 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate504(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate504.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate504.errors = vErrors;
-return errors === 0;
-}
-validate504.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.putProjectSecret_403_headers = validate506;
-const schema513 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate506(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate506.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate506.errors = vErrors;
 return errors === 0;
 }
-validate506.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate506.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_408_application_problem_json = validate507;
-const schema514 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_403_application_problem_json = validate507;
+const schema516 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate507(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29746,8 +29905,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate507.errors = vErrors;
@@ -29755,8 +29914,8 @@ return errors === 0;
 }
 validate507.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_408_headers = validate509;
-const schema515 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_403_headers = validate509;
+const schema517 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate509(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29807,8 +29966,8 @@ return errors === 0;
 }
 validate509.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_409_application_problem_json = validate510;
-const schema516 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_408_application_problem_json = validate510;
+const schema518 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate510(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29820,8 +29979,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate510.errors = vErrors;
@@ -29829,8 +29988,8 @@ return errors === 0;
 }
 validate510.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_409_headers = validate512;
-const schema517 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_408_headers = validate512;
+const schema519 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate512(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29881,8 +30040,8 @@ return errors === 0;
 }
 validate512.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_413_application_problem_json = validate513;
-const schema518 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_409_application_problem_json = validate513;
+const schema520 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate513(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29894,8 +30053,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate513.errors = vErrors;
@@ -29903,8 +30062,8 @@ return errors === 0;
 }
 validate513.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_413_headers = validate515;
-const schema519 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_409_headers = validate515;
+const schema521 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate515(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29955,8 +30114,8 @@ return errors === 0;
 }
 validate515.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_415_application_problem_json = validate516;
-const schema520 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_413_application_problem_json = validate516;
+const schema522 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate516(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -29968,8 +30127,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate516.errors = vErrors;
@@ -29977,8 +30136,8 @@ return errors === 0;
 }
 validate516.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_415_headers = validate518;
-const schema521 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_413_headers = validate518;
+const schema523 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate518(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30029,8 +30188,8 @@ return errors === 0;
 }
 validate518.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_431_application_problem_json = validate519;
-const schema522 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_415_application_problem_json = validate519;
+const schema524 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate519(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30042,8 +30201,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate519.errors = vErrors;
@@ -30051,8 +30210,8 @@ return errors === 0;
 }
 validate519.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_431_headers = validate521;
-const schema523 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_415_headers = validate521;
+const schema525 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate521(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30103,8 +30262,8 @@ return errors === 0;
 }
 validate521.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_500_application_problem_json = validate522;
-const schema524 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_431_application_problem_json = validate522;
+const schema526 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate522(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30116,8 +30275,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate522.errors = vErrors;
@@ -30125,8 +30284,8 @@ return errors === 0;
 }
 validate522.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_500_headers = validate524;
-const schema525 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.putProjectSecret_431_headers = validate524;
+const schema527 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate524(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30177,8 +30336,8 @@ return errors === 0;
 }
 validate524.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_503_application_problem_json = validate525;
-const schema526 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.putProjectSecret_500_application_problem_json = validate525;
+const schema528 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate525(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30190,8 +30349,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate525.errors = vErrors;
@@ -30199,13 +30358,87 @@ return errors === 0;
 }
 validate525.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.putProjectSecret_503_headers = validate527;
-const schema527 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.putProjectSecret_500_headers = validate527;
+const schema529 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate527(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate527.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate527.errors = vErrors;
+return errors === 0;
+}
+validate527.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_503_application_problem_json = validate528;
+const schema530 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate528(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate528.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate528.errors = vErrors;
+return errors === 0;
+}
+validate528.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.putProjectSecret_503_headers = validate530;
+const schema531 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate530(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate530.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -30271,18 +30504,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate527.errors = vErrors;
+validate530.errors = vErrors;
 return errors === 0;
 }
-validate527.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate530.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_params = validate528;
-const schema528 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.deleteProjectSecret_params = validate531;
+const schema532 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"name":{"$ref":"runplane-openapi#/$defs/SecretName"}},"required":["project_id","name"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate528(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate531(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate528.evaluated;
+const evaluated0 = validate531.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -30371,7 +30604,7 @@ errors++;
 if(data0.name !== undefined){
 let data2 = data0.name;
 if(typeof data2 === "string"){
-if(!pattern64.test(data2)){
+if(!pattern66.test(data2)){
 const err7 = {instancePath:instancePath+"/path/name",schemaPath:"runplane-openapi#/$defs/SecretName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err7];
@@ -30442,87 +30675,13 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate528.errors = vErrors;
+validate531.errors = vErrors;
 return errors === 0;
 }
-validate528.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate531.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_204_headers = validate529;
-const schema531 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate529(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate529.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate529.errors = vErrors;
-return errors === 0;
-}
-validate529.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteProjectSecret_400_application_problem_json = validate530;
-const schema532 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate530(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate530.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate530.errors = vErrors;
-return errors === 0;
-}
-validate530.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteProjectSecret_400_headers = validate532;
-const schema533 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_204_headers = validate532;
+const schema535 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate532(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30573,8 +30732,8 @@ return errors === 0;
 }
 validate532.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_401_application_problem_json = validate533;
-const schema534 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_400_application_problem_json = validate533;
+const schema536 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate533(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30586,8 +30745,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate533.errors = vErrors;
@@ -30595,13 +30754,87 @@ return errors === 0;
 }
 validate533.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_401_headers = validate535;
-const schema535 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.deleteProjectSecret_400_headers = validate535;
+const schema537 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate535(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate535.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate535.errors = vErrors;
+return errors === 0;
+}
+validate535.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_401_application_problem_json = validate536;
+const schema538 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate536(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate536.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate536.errors = vErrors;
+return errors === 0;
+}
+validate536.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_401_headers = validate538;
+const schema539 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate538(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate538.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -30664,87 +30897,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate535.errors = vErrors;
-return errors === 0;
-}
-validate535.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteProjectSecret_403_application_problem_json = validate536;
-const schema536 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate536(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate536.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate536.errors = vErrors;
-return errors === 0;
-}
-validate536.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.deleteProjectSecret_403_headers = validate538;
-const schema537 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate538(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate538.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate538.errors = vErrors;
 return errors === 0;
 }
-validate538.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate538.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_404_application_problem_json = validate539;
-const schema538 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_403_application_problem_json = validate539;
+const schema540 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate539(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30756,8 +30915,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate539.errors = vErrors;
@@ -30765,8 +30924,8 @@ return errors === 0;
 }
 validate539.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_404_headers = validate541;
-const schema539 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_403_headers = validate541;
+const schema541 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate541(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30817,8 +30976,8 @@ return errors === 0;
 }
 validate541.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_408_application_problem_json = validate542;
-const schema540 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_404_application_problem_json = validate542;
+const schema542 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate542(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30830,8 +30989,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate542.errors = vErrors;
@@ -30839,8 +30998,8 @@ return errors === 0;
 }
 validate542.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_408_headers = validate544;
-const schema541 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_404_headers = validate544;
+const schema543 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate544(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30891,8 +31050,8 @@ return errors === 0;
 }
 validate544.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_431_application_problem_json = validate545;
-const schema542 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_408_application_problem_json = validate545;
+const schema544 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate545(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30904,8 +31063,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate545.errors = vErrors;
@@ -30913,8 +31072,8 @@ return errors === 0;
 }
 validate545.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_431_headers = validate547;
-const schema543 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_408_headers = validate547;
+const schema545 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate547(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30965,8 +31124,8 @@ return errors === 0;
 }
 validate547.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_500_application_problem_json = validate548;
-const schema544 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_431_application_problem_json = validate548;
+const schema546 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate548(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -30978,8 +31137,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate548.errors = vErrors;
@@ -30987,8 +31146,8 @@ return errors === 0;
 }
 validate548.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_500_headers = validate550;
-const schema545 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_431_headers = validate550;
+const schema547 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate550(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31039,8 +31198,8 @@ return errors === 0;
 }
 validate550.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_503_application_problem_json = validate551;
-const schema546 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.deleteProjectSecret_500_application_problem_json = validate551;
+const schema548 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate551(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31052,8 +31211,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate551.errors = vErrors;
@@ -31061,13 +31220,87 @@ return errors === 0;
 }
 validate551.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.deleteProjectSecret_503_headers = validate553;
-const schema547 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.deleteProjectSecret_500_headers = validate553;
+const schema549 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate553(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate553.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate553.errors = vErrors;
+return errors === 0;
+}
+validate553.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_503_application_problem_json = validate554;
+const schema550 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate554(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate554.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate554.errors = vErrors;
+return errors === 0;
+}
+validate554.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.deleteProjectSecret_503_headers = validate556;
+const schema551 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate556(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate556.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31133,18 +31366,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate553.errors = vErrors;
+validate556.errors = vErrors;
 return errors === 0;
 }
-validate553.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate556.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_params = validate554;
-const schema548 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.listServiceAccounts_params = validate557;
+const schema552 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate554(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate557(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate554.evaluated;
+const evaluated0 = validate557.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31269,87 +31502,13 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate554.errors = vErrors;
-return errors === 0;
-}
-validate554.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_200_application_json = validate555;
-const schema550 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
-
-function validate555(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate555.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate110(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate110.errors : vErrors.concat(validate110.errors);
-errors = vErrors.length;
-}
-validate555.errors = vErrors;
-return errors === 0;
-}
-validate555.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_200_headers = validate557;
-const schema551 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate557(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate557.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate557.errors = vErrors;
 return errors === 0;
 }
-validate557.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate557.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_400_application_problem_json = validate558;
-const schema552 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_200_application_json = validate558;
+const schema554 = {"$ref":"runplane-openapi#/$defs/ServiceAccountList"};
 
 function validate558(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31361,17 +31520,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate113(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate113.errors : vErrors.concat(validate113.errors);
 errors = vErrors.length;
 }
 validate558.errors = vErrors;
 return errors === 0;
 }
-validate558.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate558.evaluated = {"props":{"service_accounts":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_400_headers = validate560;
-const schema553 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listServiceAccounts_200_headers = validate560;
+const schema555 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate560(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31422,8 +31581,8 @@ return errors === 0;
 }
 validate560.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_401_application_problem_json = validate561;
-const schema554 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_400_application_problem_json = validate561;
+const schema556 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate561(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31435,8 +31594,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate561.errors = vErrors;
@@ -31444,13 +31603,87 @@ return errors === 0;
 }
 validate561.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_401_headers = validate563;
-const schema555 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listServiceAccounts_400_headers = validate563;
+const schema557 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate563(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate563.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate563.errors = vErrors;
+return errors === 0;
+}
+validate563.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_401_application_problem_json = validate564;
+const schema558 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate564(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate564.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate564.errors = vErrors;
+return errors === 0;
+}
+validate564.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_401_headers = validate566;
+const schema559 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate566(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate566.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31513,87 +31746,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate563.errors = vErrors;
-return errors === 0;
-}
-validate563.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_403_application_problem_json = validate564;
-const schema556 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate564(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate564.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate564.errors = vErrors;
-return errors === 0;
-}
-validate564.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listServiceAccounts_403_headers = validate566;
-const schema557 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate566(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate566.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate566.errors = vErrors;
 return errors === 0;
 }
-validate566.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate566.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_408_application_problem_json = validate567;
-const schema558 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_403_application_problem_json = validate567;
+const schema560 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate567(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31605,8 +31764,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate567.errors = vErrors;
@@ -31614,8 +31773,8 @@ return errors === 0;
 }
 validate567.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_408_headers = validate569;
-const schema559 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listServiceAccounts_403_headers = validate569;
+const schema561 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate569(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31666,8 +31825,8 @@ return errors === 0;
 }
 validate569.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_431_application_problem_json = validate570;
-const schema560 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_408_application_problem_json = validate570;
+const schema562 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate570(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31679,8 +31838,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate570.errors = vErrors;
@@ -31688,8 +31847,8 @@ return errors === 0;
 }
 validate570.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_431_headers = validate572;
-const schema561 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listServiceAccounts_408_headers = validate572;
+const schema563 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate572(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31740,8 +31899,8 @@ return errors === 0;
 }
 validate572.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_500_application_problem_json = validate573;
-const schema562 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_431_application_problem_json = validate573;
+const schema564 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate573(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31753,8 +31912,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate573.errors = vErrors;
@@ -31762,8 +31921,8 @@ return errors === 0;
 }
 validate573.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_500_headers = validate575;
-const schema563 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listServiceAccounts_431_headers = validate575;
+const schema565 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate575(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31814,8 +31973,8 @@ return errors === 0;
 }
 validate575.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_503_application_problem_json = validate576;
-const schema564 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listServiceAccounts_500_application_problem_json = validate576;
+const schema566 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate576(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31827,8 +31986,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate576.errors = vErrors;
@@ -31836,13 +31995,87 @@ return errors === 0;
 }
 validate576.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listServiceAccounts_503_headers = validate578;
-const schema565 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listServiceAccounts_500_headers = validate578;
+const schema567 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate578(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate578.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate578.errors = vErrors;
+return errors === 0;
+}
+validate578.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_503_application_problem_json = validate579;
+const schema568 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate579(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate579.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate579.errors = vErrors;
+return errors === 0;
+}
+validate579.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listServiceAccounts_503_headers = validate581;
+const schema569 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate581(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate581.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -31908,18 +32141,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate578.errors = vErrors;
+validate581.errors = vErrors;
 return errors === 0;
 }
-validate578.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate581.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_params = validate579;
-const schema566 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.createServiceAccount_params = validate582;
+const schema570 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate579(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate582(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate579.evaluated;
+const evaluated0 = validate582.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32044,109 +32277,35 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate579.errors = vErrors;
-return errors === 0;
-}
-validate579.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_body = validate580;
-const schema568 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
-
-function validate580(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate580.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate112(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate112.errors : vErrors.concat(validate112.errors);
-errors = vErrors.length;
-}
-validate580.errors = vErrors;
-return errors === 0;
-}
-validate580.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_201_application_json = validate582;
-const schema569 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
-
-function validate582(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate582.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate45(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate45.errors : vErrors.concat(validate45.errors);
-errors = vErrors.length;
-}
 validate582.errors = vErrors;
 return errors === 0;
 }
-validate582.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
+validate582.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_201_headers = validate584;
-const schema570 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_body = validate583;
+const schema572 = {"$ref":"runplane-openapi#/$defs/ServiceAccountRequest"};
 
-function validate584(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate583(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate584.evaluated;
+const evaluated0 = validate583.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
+if(!(validate115(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate115.errors : vErrors.concat(validate115.errors);
+errors = vErrors.length;
 }
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate584.errors = vErrors;
+validate583.errors = vErrors;
 return errors === 0;
 }
-validate584.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate583.evaluated = {"props":{"name":true,"scopes":true,"expires_at":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_400_application_problem_json = validate585;
-const schema571 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_201_application_json = validate585;
+const schema573 = {"$ref":"runplane-openapi#/$defs/CreatedServiceAccount"};
 
 function validate585(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32158,17 +32317,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate45(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate45.errors : vErrors.concat(validate45.errors);
 errors = vErrors.length;
 }
 validate585.errors = vErrors;
 return errors === 0;
 }
-validate585.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate585.evaluated = {"props":{"service_account_id":true,"project_id":true,"name":true,"scopes":true,"created_at":true,"expires_at":true,"last_used_at":true,"revoked_at":true,"token":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_400_headers = validate587;
-const schema572 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_201_headers = validate587;
+const schema574 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate587(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32219,8 +32378,8 @@ return errors === 0;
 }
 validate587.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_401_application_problem_json = validate588;
-const schema573 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_400_application_problem_json = validate588;
+const schema575 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate588(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32232,8 +32391,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate588.errors = vErrors;
@@ -32241,13 +32400,87 @@ return errors === 0;
 }
 validate588.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_401_headers = validate590;
-const schema574 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.createServiceAccount_400_headers = validate590;
+const schema576 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate590(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate590.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate590.errors = vErrors;
+return errors === 0;
+}
+validate590.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_401_application_problem_json = validate591;
+const schema577 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate591(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate591.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate591.errors = vErrors;
+return errors === 0;
+}
+validate591.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_401_headers = validate593;
+const schema578 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate593(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate593.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32310,87 +32543,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate590.errors = vErrors;
-return errors === 0;
-}
-validate590.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_403_application_problem_json = validate591;
-const schema575 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate591(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate591.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate591.errors = vErrors;
-return errors === 0;
-}
-validate591.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.createServiceAccount_403_headers = validate593;
-const schema576 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate593(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate593.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate593.errors = vErrors;
 return errors === 0;
 }
-validate593.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate593.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_408_application_problem_json = validate594;
-const schema577 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_403_application_problem_json = validate594;
+const schema579 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate594(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32402,8 +32561,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate594.errors = vErrors;
@@ -32411,8 +32570,8 @@ return errors === 0;
 }
 validate594.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_408_headers = validate596;
-const schema578 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_403_headers = validate596;
+const schema580 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate596(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32463,8 +32622,8 @@ return errors === 0;
 }
 validate596.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_413_application_problem_json = validate597;
-const schema579 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_408_application_problem_json = validate597;
+const schema581 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate597(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32476,8 +32635,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate597.errors = vErrors;
@@ -32485,8 +32644,8 @@ return errors === 0;
 }
 validate597.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_413_headers = validate599;
-const schema580 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_408_headers = validate599;
+const schema582 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate599(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32537,8 +32696,8 @@ return errors === 0;
 }
 validate599.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_415_application_problem_json = validate600;
-const schema581 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_413_application_problem_json = validate600;
+const schema583 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate600(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32550,8 +32709,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate600.errors = vErrors;
@@ -32559,8 +32718,8 @@ return errors === 0;
 }
 validate600.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_415_headers = validate602;
-const schema582 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_413_headers = validate602;
+const schema584 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate602(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32611,8 +32770,8 @@ return errors === 0;
 }
 validate602.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_431_application_problem_json = validate603;
-const schema583 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_415_application_problem_json = validate603;
+const schema585 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate603(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32624,8 +32783,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate603.errors = vErrors;
@@ -32633,8 +32792,8 @@ return errors === 0;
 }
 validate603.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_431_headers = validate605;
-const schema584 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_415_headers = validate605;
+const schema586 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate605(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32685,8 +32844,8 @@ return errors === 0;
 }
 validate605.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_500_application_problem_json = validate606;
-const schema585 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_431_application_problem_json = validate606;
+const schema587 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate606(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32698,8 +32857,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate606.errors = vErrors;
@@ -32707,8 +32866,8 @@ return errors === 0;
 }
 validate606.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_500_headers = validate608;
-const schema586 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.createServiceAccount_431_headers = validate608;
+const schema588 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate608(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32759,8 +32918,8 @@ return errors === 0;
 }
 validate608.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_503_application_problem_json = validate609;
-const schema587 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.createServiceAccount_500_application_problem_json = validate609;
+const schema589 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate609(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32772,8 +32931,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate609.errors = vErrors;
@@ -32781,13 +32940,87 @@ return errors === 0;
 }
 validate609.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.createServiceAccount_503_headers = validate611;
-const schema588 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.createServiceAccount_500_headers = validate611;
+const schema590 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate611(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate611.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate611.errors = vErrors;
+return errors === 0;
+}
+validate611.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_503_application_problem_json = validate612;
+const schema591 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate612(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate612.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate612.errors = vErrors;
+return errors === 0;
+}
+validate612.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.createServiceAccount_503_headers = validate614;
+const schema592 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate614(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate614.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -32853,18 +33086,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate611.errors = vErrors;
+validate614.errors = vErrors;
 return errors === 0;
 }
-validate611.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate614.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_params = validate612;
-const schema589 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.revokeServiceAccount_params = validate615;
+const schema593 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"service_account_id":{"$ref":"runplane-openapi#/$defs/ServiceAccountId"}},"required":["project_id","service_account_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate612(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate615(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate612.evaluated;
+const evaluated0 = validate615.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -33024,87 +33257,13 @@ vErrors.push(err12);
 }
 errors++;
 }
-validate612.errors = vErrors;
+validate615.errors = vErrors;
 return errors === 0;
 }
-validate612.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate615.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_204_headers = validate613;
-const schema592 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate613(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate613.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate613.errors = vErrors;
-return errors === 0;
-}
-validate613.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.revokeServiceAccount_400_application_problem_json = validate614;
-const schema593 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate614(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate614.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate614.errors = vErrors;
-return errors === 0;
-}
-validate614.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.revokeServiceAccount_400_headers = validate616;
-const schema594 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_204_headers = validate616;
+const schema596 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate616(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33155,8 +33314,8 @@ return errors === 0;
 }
 validate616.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_401_application_problem_json = validate617;
-const schema595 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_400_application_problem_json = validate617;
+const schema597 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate617(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33168,8 +33327,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate617.errors = vErrors;
@@ -33177,13 +33336,87 @@ return errors === 0;
 }
 validate617.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_401_headers = validate619;
-const schema596 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.revokeServiceAccount_400_headers = validate619;
+const schema598 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate619(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate619.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate619.errors = vErrors;
+return errors === 0;
+}
+validate619.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_401_application_problem_json = validate620;
+const schema599 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate620(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate620.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate620.errors = vErrors;
+return errors === 0;
+}
+validate620.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_401_headers = validate622;
+const schema600 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate622(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate622.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -33246,87 +33479,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate619.errors = vErrors;
-return errors === 0;
-}
-validate619.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.revokeServiceAccount_403_application_problem_json = validate620;
-const schema597 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate620(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate620.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate620.errors = vErrors;
-return errors === 0;
-}
-validate620.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.revokeServiceAccount_403_headers = validate622;
-const schema598 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate622(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate622.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate622.errors = vErrors;
 return errors === 0;
 }
-validate622.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate622.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_404_application_problem_json = validate623;
-const schema599 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_403_application_problem_json = validate623;
+const schema601 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate623(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33338,8 +33497,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate623.errors = vErrors;
@@ -33347,8 +33506,8 @@ return errors === 0;
 }
 validate623.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_404_headers = validate625;
-const schema600 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_403_headers = validate625;
+const schema602 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate625(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33399,8 +33558,8 @@ return errors === 0;
 }
 validate625.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_408_application_problem_json = validate626;
-const schema601 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_404_application_problem_json = validate626;
+const schema603 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate626(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33412,8 +33571,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate626.errors = vErrors;
@@ -33421,8 +33580,8 @@ return errors === 0;
 }
 validate626.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_408_headers = validate628;
-const schema602 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_404_headers = validate628;
+const schema604 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate628(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33473,8 +33632,8 @@ return errors === 0;
 }
 validate628.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_431_application_problem_json = validate629;
-const schema603 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_408_application_problem_json = validate629;
+const schema605 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate629(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33486,8 +33645,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate629.errors = vErrors;
@@ -33495,8 +33654,8 @@ return errors === 0;
 }
 validate629.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_431_headers = validate631;
-const schema604 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_408_headers = validate631;
+const schema606 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate631(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33547,8 +33706,8 @@ return errors === 0;
 }
 validate631.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_500_application_problem_json = validate632;
-const schema605 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_431_application_problem_json = validate632;
+const schema607 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate632(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33560,8 +33719,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate632.errors = vErrors;
@@ -33569,8 +33728,8 @@ return errors === 0;
 }
 validate632.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_500_headers = validate634;
-const schema606 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_431_headers = validate634;
+const schema608 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate634(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33621,8 +33780,8 @@ return errors === 0;
 }
 validate634.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_503_application_problem_json = validate635;
-const schema607 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.revokeServiceAccount_500_application_problem_json = validate635;
+const schema609 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate635(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -33634,8 +33793,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate635.errors = vErrors;
@@ -33643,13 +33802,87 @@ return errors === 0;
 }
 validate635.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.revokeServiceAccount_503_headers = validate637;
-const schema608 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.revokeServiceAccount_500_headers = validate637;
+const schema610 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate637(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate637.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate637.errors = vErrors;
+return errors === 0;
+}
+validate637.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_503_application_problem_json = validate638;
+const schema611 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate638(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate638.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate638.errors = vErrors;
+return errors === 0;
+}
+validate638.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.revokeServiceAccount_503_headers = validate640;
+const schema612 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate640(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate640.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -33715,18 +33948,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate637.errors = vErrors;
+validate640.errors = vErrors;
 return errors === 0;
 }
-validate637.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate640.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_params = validate638;
-const schema609 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.listRuns_params = validate641;
+const schema613 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"}},"required":["project_id","app_id"]},"query":{"type":"object","properties":{"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
-function validate638(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate641(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate638.evaluated;
+const evaluated0 = validate641.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -33865,7 +34098,7 @@ vErrors.push(err10);
 errors++;
 }
 if(!(((((data4 === "queued") || (data4 === "running")) || (data4 === "success")) || (data4 === "failure")) || (data4 === "cancelled"))){
-const err11 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err11 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err11];
 }
@@ -33981,87 +34214,13 @@ vErrors.push(err20);
 }
 errors++;
 }
-validate638.errors = vErrors;
-return errors === 0;
-}
-validate638.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_200_application_json = validate639;
-const schema613 = {"$ref":"runplane-openapi#/$defs/RunPage"};
-
-function validate639(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate639.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate95(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate95.errors : vErrors.concat(validate95.errors);
-errors = vErrors.length;
-}
-validate639.errors = vErrors;
-return errors === 0;
-}
-validate639.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_200_headers = validate641;
-const schema614 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate641(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate641.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate641.errors = vErrors;
 return errors === 0;
 }
-validate641.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate641.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_400_application_problem_json = validate642;
-const schema615 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_200_application_json = validate642;
+const schema617 = {"$ref":"runplane-openapi#/$defs/RunPage"};
 
 function validate642(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34073,17 +34232,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate98(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate98.errors : vErrors.concat(validate98.errors);
 errors = vErrors.length;
 }
 validate642.errors = vErrors;
 return errors === 0;
 }
-validate642.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate642.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_400_headers = validate644;
-const schema616 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_200_headers = validate644;
+const schema618 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate644(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34134,8 +34293,8 @@ return errors === 0;
 }
 validate644.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_401_application_problem_json = validate645;
-const schema617 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_400_application_problem_json = validate645;
+const schema619 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate645(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34147,8 +34306,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate645.errors = vErrors;
@@ -34156,13 +34315,87 @@ return errors === 0;
 }
 validate645.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_401_headers = validate647;
-const schema618 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listRuns_400_headers = validate647;
+const schema620 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate647(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate647.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate647.errors = vErrors;
+return errors === 0;
+}
+validate647.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_401_application_problem_json = validate648;
+const schema621 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate648(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate648.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate648.errors = vErrors;
+return errors === 0;
+}
+validate648.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_401_headers = validate650;
+const schema622 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate650(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate650.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -34225,87 +34458,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate647.errors = vErrors;
-return errors === 0;
-}
-validate647.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_403_application_problem_json = validate648;
-const schema619 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate648(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate648.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate648.errors = vErrors;
-return errors === 0;
-}
-validate648.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listRuns_403_headers = validate650;
-const schema620 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate650(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate650.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate650.errors = vErrors;
 return errors === 0;
 }
-validate650.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate650.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_404_application_problem_json = validate651;
-const schema621 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_403_application_problem_json = validate651;
+const schema623 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate651(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34317,8 +34476,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate651.errors = vErrors;
@@ -34326,8 +34485,8 @@ return errors === 0;
 }
 validate651.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_404_headers = validate653;
-const schema622 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_403_headers = validate653;
+const schema624 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate653(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34378,8 +34537,8 @@ return errors === 0;
 }
 validate653.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_408_application_problem_json = validate654;
-const schema623 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_404_application_problem_json = validate654;
+const schema625 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate654(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34391,8 +34550,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate654.errors = vErrors;
@@ -34400,8 +34559,8 @@ return errors === 0;
 }
 validate654.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_408_headers = validate656;
-const schema624 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_404_headers = validate656;
+const schema626 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate656(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34452,8 +34611,8 @@ return errors === 0;
 }
 validate656.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_431_application_problem_json = validate657;
-const schema625 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_408_application_problem_json = validate657;
+const schema627 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate657(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34465,8 +34624,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate657.errors = vErrors;
@@ -34474,8 +34633,8 @@ return errors === 0;
 }
 validate657.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_431_headers = validate659;
-const schema626 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_408_headers = validate659;
+const schema628 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate659(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34526,8 +34685,8 @@ return errors === 0;
 }
 validate659.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_500_application_problem_json = validate660;
-const schema627 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_431_application_problem_json = validate660;
+const schema629 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate660(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34539,8 +34698,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate660.errors = vErrors;
@@ -34548,8 +34707,8 @@ return errors === 0;
 }
 validate660.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_500_headers = validate662;
-const schema628 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listRuns_431_headers = validate662;
+const schema630 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate662(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34600,8 +34759,8 @@ return errors === 0;
 }
 validate662.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_503_application_problem_json = validate663;
-const schema629 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listRuns_500_application_problem_json = validate663;
+const schema631 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate663(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34613,8 +34772,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate663.errors = vErrors;
@@ -34622,13 +34781,87 @@ return errors === 0;
 }
 validate663.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listRuns_503_headers = validate665;
-const schema630 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listRuns_500_headers = validate665;
+const schema632 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate665(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate665.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate665.errors = vErrors;
+return errors === 0;
+}
+validate665.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_503_application_problem_json = validate666;
+const schema633 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate666(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate666.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate666.errors = vErrors;
+return errors === 0;
+}
+validate666.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listRuns_503_headers = validate668;
+const schema634 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate668(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate668.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -34694,18 +34927,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate665.errors = vErrors;
+validate668.errors = vErrors;
 return errors === 0;
 }
-validate665.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate668.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_params = validate666;
-const schema631 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.getRun_params = validate669;
+const schema635 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate666(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate669(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate666.evaluated;
+const evaluated0 = validate669.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -34829,7 +35062,7 @@ errors++;
 if(data0.run_id !== undefined){
 let data3 = data0.run_id;
 if(typeof data3 === "string"){
-if(!pattern31.test(data3)){
+if(!pattern33.test(data3)){
 const err10 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -34900,87 +35133,13 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate666.errors = vErrors;
-return errors === 0;
-}
-validate666.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_200_application_json = validate667;
-const schema635 = {"$ref":"runplane-openapi#/$defs/Run"};
-
-function validate667(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate667.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate78(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate78.errors : vErrors.concat(validate78.errors);
-errors = vErrors.length;
-}
-validate667.errors = vErrors;
-return errors === 0;
-}
-validate667.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_200_headers = validate669;
-const schema636 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate669(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate669.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate669.errors = vErrors;
 return errors === 0;
 }
-validate669.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate669.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_400_application_problem_json = validate670;
-const schema637 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_200_application_json = validate670;
+const schema639 = {"$ref":"runplane-openapi#/$defs/Run"};
 
 function validate670(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -34992,17 +35151,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate81(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate81.errors : vErrors.concat(validate81.errors);
 errors = vErrors.length;
 }
 validate670.errors = vErrors;
 return errors === 0;
 }
-validate670.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate670.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_400_headers = validate672;
-const schema638 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_200_headers = validate672;
+const schema640 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate672(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35053,8 +35212,8 @@ return errors === 0;
 }
 validate672.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_401_application_problem_json = validate673;
-const schema639 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_400_application_problem_json = validate673;
+const schema641 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate673(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35066,8 +35225,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate673.errors = vErrors;
@@ -35075,13 +35234,87 @@ return errors === 0;
 }
 validate673.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_401_headers = validate675;
-const schema640 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRun_400_headers = validate675;
+const schema642 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate675(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate675.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate675.errors = vErrors;
+return errors === 0;
+}
+validate675.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_401_application_problem_json = validate676;
+const schema643 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate676(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate676.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate676.errors = vErrors;
+return errors === 0;
+}
+validate676.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_401_headers = validate678;
+const schema644 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate678(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate678.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -35144,87 +35377,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate675.errors = vErrors;
-return errors === 0;
-}
-validate675.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_403_application_problem_json = validate676;
-const schema641 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate676(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate676.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate676.errors = vErrors;
-return errors === 0;
-}
-validate676.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRun_403_headers = validate678;
-const schema642 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate678(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate678.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate678.errors = vErrors;
 return errors === 0;
 }
-validate678.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate678.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_404_application_problem_json = validate679;
-const schema643 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_403_application_problem_json = validate679;
+const schema645 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate679(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35236,8 +35395,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate679.errors = vErrors;
@@ -35245,8 +35404,8 @@ return errors === 0;
 }
 validate679.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_404_headers = validate681;
-const schema644 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_403_headers = validate681;
+const schema646 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate681(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35297,8 +35456,8 @@ return errors === 0;
 }
 validate681.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_408_application_problem_json = validate682;
-const schema645 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_404_application_problem_json = validate682;
+const schema647 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate682(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35310,8 +35469,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate682.errors = vErrors;
@@ -35319,8 +35478,8 @@ return errors === 0;
 }
 validate682.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_408_headers = validate684;
-const schema646 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_404_headers = validate684;
+const schema648 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate684(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35371,8 +35530,8 @@ return errors === 0;
 }
 validate684.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_431_application_problem_json = validate685;
-const schema647 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_408_application_problem_json = validate685;
+const schema649 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate685(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35384,8 +35543,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate685.errors = vErrors;
@@ -35393,8 +35552,8 @@ return errors === 0;
 }
 validate685.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_431_headers = validate687;
-const schema648 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_408_headers = validate687;
+const schema650 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate687(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35445,8 +35604,8 @@ return errors === 0;
 }
 validate687.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_500_application_problem_json = validate688;
-const schema649 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_431_application_problem_json = validate688;
+const schema651 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate688(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35458,8 +35617,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate688.errors = vErrors;
@@ -35467,8 +35626,8 @@ return errors === 0;
 }
 validate688.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_500_headers = validate690;
-const schema650 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRun_431_headers = validate690;
+const schema652 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate690(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35519,8 +35678,8 @@ return errors === 0;
 }
 validate690.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_503_application_problem_json = validate691;
-const schema651 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRun_500_application_problem_json = validate691;
+const schema653 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate691(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35532,8 +35691,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate691.errors = vErrors;
@@ -35541,13 +35700,87 @@ return errors === 0;
 }
 validate691.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRun_503_headers = validate693;
-const schema652 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRun_500_headers = validate693;
+const schema654 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate693(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate693.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate693.errors = vErrors;
+return errors === 0;
+}
+validate693.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_503_application_problem_json = validate694;
+const schema655 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate694(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate694.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate694.errors = vErrors;
+return errors === 0;
+}
+validate694.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRun_503_headers = validate696;
+const schema656 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate696(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate696.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -35613,18 +35846,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate693.errors = vErrors;
+validate696.errors = vErrors;
 return errors === 0;
 }
-validate693.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate696.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_params = validate694;
-const schema653 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.cancelRun_params = validate697;
+const schema657 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate694(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate697(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate694.evaluated;
+const evaluated0 = validate697.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -35748,7 +35981,7 @@ errors++;
 if(data0.run_id !== undefined){
 let data3 = data0.run_id;
 if(typeof data3 === "string"){
-if(!pattern31.test(data3)){
+if(!pattern33.test(data3)){
 const err10 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -35819,87 +36052,13 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate694.errors = vErrors;
-return errors === 0;
-}
-validate694.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_200_application_json = validate695;
-const schema657 = {"$ref":"runplane-openapi#/$defs/Run"};
-
-function validate695(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate695.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate78(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate78.errors : vErrors.concat(validate78.errors);
-errors = vErrors.length;
-}
-validate695.errors = vErrors;
-return errors === 0;
-}
-validate695.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_200_headers = validate697;
-const schema658 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate697(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate697.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate697.errors = vErrors;
 return errors === 0;
 }
-validate697.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate697.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_400_application_problem_json = validate698;
-const schema659 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_200_application_json = validate698;
+const schema661 = {"$ref":"runplane-openapi#/$defs/Run"};
 
 function validate698(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35911,17 +36070,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate81(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate81.errors : vErrors.concat(validate81.errors);
 errors = vErrors.length;
 }
 validate698.errors = vErrors;
 return errors === 0;
 }
-validate698.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate698.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_400_headers = validate700;
-const schema660 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_200_headers = validate700;
+const schema662 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate700(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35972,8 +36131,8 @@ return errors === 0;
 }
 validate700.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_401_application_problem_json = validate701;
-const schema661 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_400_application_problem_json = validate701;
+const schema663 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate701(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -35985,8 +36144,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate701.errors = vErrors;
@@ -35994,13 +36153,87 @@ return errors === 0;
 }
 validate701.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_401_headers = validate703;
-const schema662 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.cancelRun_400_headers = validate703;
+const schema664 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate703(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate703.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate703.errors = vErrors;
+return errors === 0;
+}
+validate703.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_401_application_problem_json = validate704;
+const schema665 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate704(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate704.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate704.errors = vErrors;
+return errors === 0;
+}
+validate704.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_401_headers = validate706;
+const schema666 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate706(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate706.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -36063,87 +36296,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate703.errors = vErrors;
-return errors === 0;
-}
-validate703.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_403_application_problem_json = validate704;
-const schema663 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate704(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate704.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate704.errors = vErrors;
-return errors === 0;
-}
-validate704.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.cancelRun_403_headers = validate706;
-const schema664 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate706(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate706.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate706.errors = vErrors;
 return errors === 0;
 }
-validate706.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate706.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_404_application_problem_json = validate707;
-const schema665 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_403_application_problem_json = validate707;
+const schema667 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate707(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36155,8 +36314,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate707.errors = vErrors;
@@ -36164,8 +36323,8 @@ return errors === 0;
 }
 validate707.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_404_headers = validate709;
-const schema666 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_403_headers = validate709;
+const schema668 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate709(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36216,8 +36375,8 @@ return errors === 0;
 }
 validate709.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_408_application_problem_json = validate710;
-const schema667 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_404_application_problem_json = validate710;
+const schema669 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate710(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36229,8 +36388,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate710.errors = vErrors;
@@ -36238,8 +36397,8 @@ return errors === 0;
 }
 validate710.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_408_headers = validate712;
-const schema668 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_404_headers = validate712;
+const schema670 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate712(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36290,8 +36449,8 @@ return errors === 0;
 }
 validate712.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_409_application_problem_json = validate713;
-const schema669 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_408_application_problem_json = validate713;
+const schema671 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate713(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36303,8 +36462,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate713.errors = vErrors;
@@ -36312,8 +36471,8 @@ return errors === 0;
 }
 validate713.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_409_headers = validate715;
-const schema670 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_408_headers = validate715;
+const schema672 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate715(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36364,8 +36523,8 @@ return errors === 0;
 }
 validate715.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_431_application_problem_json = validate716;
-const schema671 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_409_application_problem_json = validate716;
+const schema673 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate716(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36377,8 +36536,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate716.errors = vErrors;
@@ -36386,8 +36545,8 @@ return errors === 0;
 }
 validate716.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_431_headers = validate718;
-const schema672 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_409_headers = validate718;
+const schema674 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate718(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36438,8 +36597,8 @@ return errors === 0;
 }
 validate718.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_500_application_problem_json = validate719;
-const schema673 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_431_application_problem_json = validate719;
+const schema675 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate719(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36451,8 +36610,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate719.errors = vErrors;
@@ -36460,8 +36619,8 @@ return errors === 0;
 }
 validate719.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_500_headers = validate721;
-const schema674 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.cancelRun_431_headers = validate721;
+const schema676 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate721(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36512,8 +36671,8 @@ return errors === 0;
 }
 validate721.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_503_application_problem_json = validate722;
-const schema675 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.cancelRun_500_application_problem_json = validate722;
+const schema677 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate722(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -36525,8 +36684,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate722.errors = vErrors;
@@ -36534,13 +36693,87 @@ return errors === 0;
 }
 validate722.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.cancelRun_503_headers = validate724;
-const schema676 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.cancelRun_500_headers = validate724;
+const schema678 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate724(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate724.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate724.errors = vErrors;
+return errors === 0;
+}
+validate724.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_503_application_problem_json = validate725;
+const schema679 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate725(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate725.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate725.errors = vErrors;
+return errors === 0;
+}
+validate725.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.cancelRun_503_headers = validate727;
+const schema680 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate727(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate727.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -36606,18 +36839,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate724.errors = vErrors;
+validate727.errors = vErrors;
 return errors === 0;
 }
-validate724.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate727.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_params = validate725;
-const schema677 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
+exports.getRunLogs_params = validate728;
+const schema681 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{"accept":{"type":"string"}}}}};
 
-function validate725(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate728(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate725.evaluated;
+const evaluated0 = validate728.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -36741,7 +36974,7 @@ errors++;
 if(data0.run_id !== undefined){
 let data3 = data0.run_id;
 if(typeof data3 === "string"){
-if(!pattern31.test(data3)){
+if(!pattern33.test(data3)){
 const err10 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -36826,40 +37059,40 @@ vErrors.push(err16);
 }
 errors++;
 }
-validate725.errors = vErrors;
+validate728.errors = vErrors;
 return errors === 0;
 }
-validate725.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate728.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_200_application_json = validate726;
-const schema681 = {"$ref":"runplane-openapi#/$defs/RunLog"};
+exports.getRunLogs_200_application_json = validate729;
+const schema685 = {"$ref":"runplane-openapi#/$defs/RunLog"};
 
-function validate726(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate729(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate726.evaluated;
+const evaluated0 = validate729.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate89(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate89.errors : vErrors.concat(validate89.errors);
+if(!(validate92(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate92.errors : vErrors.concat(validate92.errors);
 errors = vErrors.length;
 }
-validate726.errors = vErrors;
+validate729.errors = vErrors;
 return errors === 0;
 }
-validate726.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
+validate729.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_200_text_event_stream = validate728;
-const schema682 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunLogLineEvent"},{"$ref":"runplane-openapi#/$defs/RunLogEndEvent"}]}};
+exports.getRunLogs_200_text_event_stream = validate731;
+const schema686 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunLogLineEvent"},{"$ref":"runplane-openapi#/$defs/RunLogEndEvent"}]}};
 
-function validate728(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate731(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate728.evaluated;
+const evaluated0 = validate731.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -36873,8 +37106,8 @@ let data0 = data[i0];
 const _errs2 = errors;
 let valid2 = false;
 const _errs3 = errors;
-if(!(validate93(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate93.errors : vErrors.concat(validate93.errors);
+if(!(validate96(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate96.errors : vErrors.concat(validate96.errors);
 errors = vErrors.length;
 }
 var _valid0 = _errs3 === errors;
@@ -36884,8 +37117,8 @@ var props0 = {};
 props0.data = true;
 }
 const _errs4 = errors;
-if(!(validate91(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate91.errors : vErrors.concat(validate91.errors);
+if(!(validate94(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate94.errors : vErrors.concat(validate94.errors);
 errors = vErrors.length;
 }
 var _valid0 = _errs4 === errors;
@@ -36930,87 +37163,13 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate728.errors = vErrors;
-return errors === 0;
-}
-validate728.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
-
-exports.getRunLogs_200_headers = validate731;
-const schema683 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate731(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate731.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate731.errors = vErrors;
 return errors === 0;
 }
-validate731.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate731.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_400_application_problem_json = validate732;
-const schema684 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate732(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate732.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate732.errors = vErrors;
-return errors === 0;
-}
-validate732.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRunLogs_400_headers = validate734;
-const schema685 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_200_headers = validate734;
+const schema687 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate734(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37061,8 +37220,8 @@ return errors === 0;
 }
 validate734.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_401_application_problem_json = validate735;
-const schema686 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_400_application_problem_json = validate735;
+const schema688 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate735(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37074,8 +37233,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate735.errors = vErrors;
@@ -37083,13 +37242,87 @@ return errors === 0;
 }
 validate735.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_401_headers = validate737;
-const schema687 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRunLogs_400_headers = validate737;
+const schema689 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate737(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate737.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate737.errors = vErrors;
+return errors === 0;
+}
+validate737.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRunLogs_401_application_problem_json = validate738;
+const schema690 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate738(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate738.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate738.errors = vErrors;
+return errors === 0;
+}
+validate738.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRunLogs_401_headers = validate740;
+const schema691 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate740(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate740.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -37152,87 +37385,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate737.errors = vErrors;
-return errors === 0;
-}
-validate737.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRunLogs_403_application_problem_json = validate738;
-const schema688 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate738(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate738.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate738.errors = vErrors;
-return errors === 0;
-}
-validate738.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRunLogs_403_headers = validate740;
-const schema689 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate740(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate740.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate740.errors = vErrors;
 return errors === 0;
 }
-validate740.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate740.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_404_application_problem_json = validate741;
-const schema690 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_403_application_problem_json = validate741;
+const schema692 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate741(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37244,8 +37403,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate741.errors = vErrors;
@@ -37253,8 +37412,8 @@ return errors === 0;
 }
 validate741.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_404_headers = validate743;
-const schema691 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_403_headers = validate743;
+const schema693 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate743(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37305,8 +37464,8 @@ return errors === 0;
 }
 validate743.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_408_application_problem_json = validate744;
-const schema692 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_404_application_problem_json = validate744;
+const schema694 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate744(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37318,8 +37477,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate744.errors = vErrors;
@@ -37327,8 +37486,8 @@ return errors === 0;
 }
 validate744.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_408_headers = validate746;
-const schema693 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_404_headers = validate746;
+const schema695 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate746(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37379,8 +37538,8 @@ return errors === 0;
 }
 validate746.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_431_application_problem_json = validate747;
-const schema694 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_408_application_problem_json = validate747;
+const schema696 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate747(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37392,8 +37551,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate747.errors = vErrors;
@@ -37401,8 +37560,8 @@ return errors === 0;
 }
 validate747.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_431_headers = validate749;
-const schema695 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_408_headers = validate749;
+const schema697 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate749(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37453,8 +37612,8 @@ return errors === 0;
 }
 validate749.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_500_application_problem_json = validate750;
-const schema696 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_431_application_problem_json = validate750;
+const schema698 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate750(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37466,8 +37625,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate750.errors = vErrors;
@@ -37475,8 +37634,8 @@ return errors === 0;
 }
 validate750.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_500_headers = validate752;
-const schema697 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRunLogs_431_headers = validate752;
+const schema699 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate752(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37527,8 +37686,8 @@ return errors === 0;
 }
 validate752.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_503_application_problem_json = validate753;
-const schema698 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRunLogs_500_application_problem_json = validate753;
+const schema700 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate753(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37540,8 +37699,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate753.errors = vErrors;
@@ -37549,13 +37708,87 @@ return errors === 0;
 }
 validate753.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRunLogs_503_headers = validate755;
-const schema699 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRunLogs_500_headers = validate755;
+const schema701 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate755(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate755.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate755.errors = vErrors;
+return errors === 0;
+}
+validate755.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRunLogs_503_application_problem_json = validate756;
+const schema702 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate756(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate756.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate756.errors = vErrors;
+return errors === 0;
+}
+validate756.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRunLogs_503_headers = validate758;
+const schema703 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate758(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate758.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -37621,18 +37854,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate755.errors = vErrors;
+validate758.errors = vErrors;
 return errors === 0;
 }
-validate755.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate758.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_params = validate756;
-const schema700 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.redeliverWebhook_params = validate759;
+const schema704 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"run_id":{"$ref":"runplane-openapi#/$defs/RunId"}},"required":["project_id","app_id","run_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate756(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate759(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate756.evaluated;
+const evaluated0 = validate759.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -37756,7 +37989,7 @@ errors++;
 if(data0.run_id !== undefined){
 let data3 = data0.run_id;
 if(typeof data3 === "string"){
-if(!pattern31.test(data3)){
+if(!pattern33.test(data3)){
 const err10 = {instancePath:instancePath+"/path/run_id",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -37827,87 +38060,13 @@ vErrors.push(err15);
 }
 errors++;
 }
-validate756.errors = vErrors;
-return errors === 0;
-}
-validate756.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_200_application_json = validate757;
-const schema704 = {"$ref":"runplane-openapi#/$defs/Run"};
-
-function validate757(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate757.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate78(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate78.errors : vErrors.concat(validate78.errors);
-errors = vErrors.length;
-}
-validate757.errors = vErrors;
-return errors === 0;
-}
-validate757.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_200_headers = validate759;
-const schema705 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate759(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate759.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate759.errors = vErrors;
 return errors === 0;
 }
-validate759.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate759.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_400_application_problem_json = validate760;
-const schema706 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_200_application_json = validate760;
+const schema708 = {"$ref":"runplane-openapi#/$defs/Run"};
 
 function validate760(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37919,17 +38078,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate81(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate81.errors : vErrors.concat(validate81.errors);
 errors = vErrors.length;
 }
 validate760.errors = vErrors;
 return errors === 0;
 }
-validate760.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate760.evaluated = {"props":{"run_id":true,"project_id":true,"app_id":true,"function_name":true,"mode":true,"status":true,"created_at":true,"started_at":true,"completed_at":true,"queue_time_ms":true,"run_time_ms":true,"deployment_id":true,"result_expired":true,"result_truncated":true,"error":true,"webhook":true,"result":true,"input":true,"rerun_of":true,"reruns":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_400_headers = validate762;
-const schema707 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_200_headers = validate762;
+const schema709 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate762(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37980,8 +38139,8 @@ return errors === 0;
 }
 validate762.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_401_application_problem_json = validate763;
-const schema708 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_400_application_problem_json = validate763;
+const schema710 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate763(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -37993,8 +38152,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate763.errors = vErrors;
@@ -38002,13 +38161,87 @@ return errors === 0;
 }
 validate763.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_401_headers = validate765;
-const schema709 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.redeliverWebhook_400_headers = validate765;
+const schema711 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate765(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate765.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate765.errors = vErrors;
+return errors === 0;
+}
+validate765.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_401_application_problem_json = validate766;
+const schema712 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate766(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate766.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate766.errors = vErrors;
+return errors === 0;
+}
+validate766.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_401_headers = validate768;
+const schema713 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate768(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate768.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -38071,87 +38304,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate765.errors = vErrors;
-return errors === 0;
-}
-validate765.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_403_application_problem_json = validate766;
-const schema710 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate766(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate766.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate766.errors = vErrors;
-return errors === 0;
-}
-validate766.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_403_headers = validate768;
-const schema711 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate768(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate768.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate768.errors = vErrors;
 return errors === 0;
 }
-validate768.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate768.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_404_application_problem_json = validate769;
-const schema712 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_403_application_problem_json = validate769;
+const schema714 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate769(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38163,8 +38322,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate769.errors = vErrors;
@@ -38172,8 +38331,8 @@ return errors === 0;
 }
 validate769.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_404_headers = validate771;
-const schema713 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_403_headers = validate771;
+const schema715 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate771(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38224,8 +38383,8 @@ return errors === 0;
 }
 validate771.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_408_application_problem_json = validate772;
-const schema714 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_404_application_problem_json = validate772;
+const schema716 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate772(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38237,8 +38396,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate772.errors = vErrors;
@@ -38246,8 +38405,8 @@ return errors === 0;
 }
 validate772.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_408_headers = validate774;
-const schema715 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_404_headers = validate774;
+const schema717 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate774(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38298,8 +38457,8 @@ return errors === 0;
 }
 validate774.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_409_application_problem_json = validate775;
-const schema716 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_408_application_problem_json = validate775;
+const schema718 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate775(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38311,8 +38470,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate775.errors = vErrors;
@@ -38320,8 +38479,8 @@ return errors === 0;
 }
 validate775.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_409_headers = validate777;
-const schema717 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_408_headers = validate777;
+const schema719 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate777(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38372,8 +38531,8 @@ return errors === 0;
 }
 validate777.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_429_application_problem_json = validate778;
-const schema718 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_409_application_problem_json = validate778;
+const schema720 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate778(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38385,8 +38544,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate778.errors = vErrors;
@@ -38394,13 +38553,87 @@ return errors === 0;
 }
 validate778.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_429_headers = validate780;
-const schema719 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+exports.redeliverWebhook_409_headers = validate780;
+const schema721 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate780(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate780.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate780.errors = vErrors;
+return errors === 0;
+}
+validate780.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_429_application_problem_json = validate781;
+const schema722 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate781(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate781.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate781.errors = vErrors;
+return errors === 0;
+}
+validate781.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_429_headers = validate783;
+const schema723 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+
+function validate783(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate783.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -38476,87 +38709,13 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate780.errors = vErrors;
-return errors === 0;
-}
-validate780.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_431_application_problem_json = validate781;
-const schema720 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate781(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate781.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate781.errors = vErrors;
-return errors === 0;
-}
-validate781.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.redeliverWebhook_431_headers = validate783;
-const schema721 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate783(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate783.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate783.errors = vErrors;
 return errors === 0;
 }
-validate783.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate783.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_500_application_problem_json = validate784;
-const schema722 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_431_application_problem_json = validate784;
+const schema724 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate784(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38568,8 +38727,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate784.errors = vErrors;
@@ -38577,8 +38736,8 @@ return errors === 0;
 }
 validate784.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_500_headers = validate786;
-const schema723 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.redeliverWebhook_431_headers = validate786;
+const schema725 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate786(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38629,8 +38788,8 @@ return errors === 0;
 }
 validate786.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_503_application_problem_json = validate787;
-const schema724 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.redeliverWebhook_500_application_problem_json = validate787;
+const schema726 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate787(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -38642,8 +38801,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate787.errors = vErrors;
@@ -38651,13 +38810,87 @@ return errors === 0;
 }
 validate787.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.redeliverWebhook_503_headers = validate789;
-const schema725 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.redeliverWebhook_500_headers = validate789;
+const schema727 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate789(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate789.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate789.errors = vErrors;
+return errors === 0;
+}
+validate789.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_503_application_problem_json = validate790;
+const schema728 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate790(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate790.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate790.errors = vErrors;
+return errors === 0;
+}
+validate790.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.redeliverWebhook_503_headers = validate792;
+const schema729 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate792(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate792.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -38723,18 +38956,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate789.errors = vErrors;
+validate792.errors = vErrors;
 return errors === 0;
 }
-validate789.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate792.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_params = validate790;
-const schema726 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
+exports.getRepositoryTree_params = validate793;
+const schema730 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"owner":{"$ref":"runplane-openapi#/$defs/RepoOwner"},"repo":{"$ref":"runplane-openapi#/$defs/RepoName"}},"required":["project_id","owner","repo"]},"query":{"type":"object","properties":{"ref":{"type":"string","minLength":1,"maxLength":255}}},"header":{"type":"object","properties":{"If-None-Match":{"type":"string","maxLength":512}}}}};
 
-function validate790(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate793(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate790.evaluated;
+const evaluated0 = validate793.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -38993,109 +39226,13 @@ vErrors.push(err20);
 }
 errors++;
 }
-validate790.errors = vErrors;
-return errors === 0;
-}
-validate790.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRepositoryTree_200_application_json = validate791;
-const schema730 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
-
-function validate791(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate791.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate75(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate75.errors : vErrors.concat(validate75.errors);
-errors = vErrors.length;
-}
-validate791.errors = vErrors;
-return errors === 0;
-}
-validate791.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRepositoryTree_200_headers = validate793;
-const schema731 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
-
-function validate793(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate793.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.etag === undefined){
-const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "etag"},message:"must have required property '"+"etag"+"'"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-if(data.etag !== undefined){
-if(typeof data.etag !== "string"){
-const err3 = {instancePath:instancePath+"/etag",schemaPath:"#/properties/etag/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate793.errors = vErrors;
 return errors === 0;
 }
-validate793.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
+validate793.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_304_headers = validate794;
-const schema732 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+exports.getRepositoryTree_200_application_json = validate794;
+const schema734 = {"$ref":"runplane-openapi#/$defs/RepositoryTree"};
 
 function validate794(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39107,6 +39244,28 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
+if(!(validate78(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate78.errors : vErrors.concat(validate78.errors);
+errors = vErrors.length;
+}
+validate794.errors = vErrors;
+return errors === 0;
+}
+validate794.evaluated = {"props":{"owner":true,"repo":true,"ref":true,"sha":true,"entries":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_200_headers = validate796;
+const schema735 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
+
+function validate796(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate796.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data["x-request-id"] === undefined){
 const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
@@ -39163,40 +39322,114 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate794.errors = vErrors;
+validate796.errors = vErrors;
 return errors === 0;
 }
-validate794.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
+validate796.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_400_application_problem_json = validate795;
-const schema733 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_304_headers = validate797;
+const schema736 = {"type":"object","properties":{"x-request-id":{"type":"string"},"etag":{"type":"string"}},"required":["x-request-id","etag"]};
 
-function validate795(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate797(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate795.evaluated;
+const evaluated0 = validate797.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
 }
-validate795.errors = vErrors;
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.etag === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "etag"},message:"must have required property '"+"etag"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err2 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.etag !== undefined){
+if(typeof data.etag !== "string"){
+const err3 = {instancePath:instancePath+"/etag",schemaPath:"#/properties/etag/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+else {
+const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+validate797.errors = vErrors;
 return errors === 0;
 }
-validate795.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate797.evaluated = {"props":{"x-request-id":true,"etag":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_400_headers = validate797;
-const schema734 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_400_application_problem_json = validate798;
+const schema737 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate797(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate798(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate797.evaluated;
+const evaluated0 = validate798.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate798.errors = vErrors;
+return errors === 0;
+}
+validate798.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_400_headers = validate800;
+const schema738 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+
+function validate800(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate800.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -39237,40 +39470,40 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate797.errors = vErrors;
+validate800.errors = vErrors;
 return errors === 0;
 }
-validate797.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate800.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_401_application_problem_json = validate798;
-const schema735 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_401_application_problem_json = validate801;
+const schema739 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate798(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate801(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate798.evaluated;
+const evaluated0 = validate801.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
-validate798.errors = vErrors;
+validate801.errors = vErrors;
 return errors === 0;
 }
-validate798.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate801.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_401_headers = validate800;
-const schema736 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.getRepositoryTree_401_headers = validate803;
+const schema740 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
 
-function validate800(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate803(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate800.evaluated;
+const evaluated0 = validate803.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -39333,87 +39566,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate800.errors = vErrors;
-return errors === 0;
-}
-validate800.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRepositoryTree_403_application_problem_json = validate801;
-const schema737 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate801(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate801.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate801.errors = vErrors;
-return errors === 0;
-}
-validate801.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.getRepositoryTree_403_headers = validate803;
-const schema738 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate803(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate803.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate803.errors = vErrors;
 return errors === 0;
 }
-validate803.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate803.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_404_application_problem_json = validate804;
-const schema739 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_403_application_problem_json = validate804;
+const schema741 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate804(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39425,8 +39584,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate804.errors = vErrors;
@@ -39434,8 +39593,8 @@ return errors === 0;
 }
 validate804.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_404_headers = validate806;
-const schema740 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_403_headers = validate806;
+const schema742 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate806(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39486,8 +39645,8 @@ return errors === 0;
 }
 validate806.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_408_application_problem_json = validate807;
-const schema741 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_404_application_problem_json = validate807;
+const schema743 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate807(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39499,8 +39658,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate807.errors = vErrors;
@@ -39508,8 +39667,8 @@ return errors === 0;
 }
 validate807.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_408_headers = validate809;
-const schema742 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_404_headers = validate809;
+const schema744 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate809(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39560,8 +39719,8 @@ return errors === 0;
 }
 validate809.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_431_application_problem_json = validate810;
-const schema743 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_408_application_problem_json = validate810;
+const schema745 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate810(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39573,8 +39732,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate810.errors = vErrors;
@@ -39582,8 +39741,8 @@ return errors === 0;
 }
 validate810.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_431_headers = validate812;
-const schema744 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_408_headers = validate812;
+const schema746 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate812(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39634,8 +39793,8 @@ return errors === 0;
 }
 validate812.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_500_application_problem_json = validate813;
-const schema745 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_431_application_problem_json = validate813;
+const schema747 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate813(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39647,8 +39806,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate813.errors = vErrors;
@@ -39656,8 +39815,8 @@ return errors === 0;
 }
 validate813.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_500_headers = validate815;
-const schema746 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_431_headers = validate815;
+const schema748 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate815(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39708,8 +39867,8 @@ return errors === 0;
 }
 validate815.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_502_application_problem_json = validate816;
-const schema747 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_500_application_problem_json = validate816;
+const schema749 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate816(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39721,8 +39880,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate816.errors = vErrors;
@@ -39730,8 +39889,8 @@ return errors === 0;
 }
 validate816.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_502_headers = validate818;
-const schema748 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.getRepositoryTree_500_headers = validate818;
+const schema750 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate818(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39782,8 +39941,8 @@ return errors === 0;
 }
 validate818.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_503_application_problem_json = validate819;
-const schema749 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.getRepositoryTree_502_application_problem_json = validate819;
+const schema751 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate819(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -39795,8 +39954,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate819.errors = vErrors;
@@ -39804,13 +39963,87 @@ return errors === 0;
 }
 validate819.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.getRepositoryTree_503_headers = validate821;
-const schema750 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.getRepositoryTree_502_headers = validate821;
+const schema752 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate821(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate821.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate821.errors = vErrors;
+return errors === 0;
+}
+validate821.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_503_application_problem_json = validate822;
+const schema753 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate822(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate822.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate822.errors = vErrors;
+return errors === 0;
+}
+validate822.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.getRepositoryTree_503_headers = validate824;
+const schema754 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate824(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate824.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -39876,18 +40109,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate821.errors = vErrors;
+validate824.errors = vErrors;
 return errors === 0;
 }
-validate821.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate824.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_params = validate822;
-const schema751 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"created_after":{"type":"string","format":"date-time"},"created_before":{"type":"string","format":"date-time"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
+exports.listProjectRuns_params = validate825;
+const schema755 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{"app_id":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"},"status":{"$ref":"runplane-openapi#/$defs/RunStatus"},"mode":{"$ref":"runplane-openapi#/$defs/RunMode"},"created_after":{"type":"string","format":"date-time"},"created_before":{"type":"string","format":"date-time"},"limit":{"type":"integer","format":"int32","minimum":1,"maximum":200,"default":50},"cursor":{"type":"string","maxLength":200}}},"header":{"type":"object","properties":{}}}};
 
-function validate822(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate825(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate822.evaluated;
+const evaluated0 = validate825.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -40006,7 +40239,7 @@ errors++;
 if(data2.function_name !== undefined){
 let data4 = data2.function_name;
 if(typeof data4 === "string"){
-if(!pattern29.test(data4)){
+if(!pattern31.test(data4)){
 const err9 = {instancePath:instancePath+"/query/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err9];
@@ -40041,7 +40274,7 @@ vErrors.push(err11);
 errors++;
 }
 if(!(((((data5 === "queued") || (data5 === "running")) || (data5 === "success")) || (data5 === "failure")) || (data5 === "cancelled"))){
-const err12 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema137.enum},message:"must be equal to one of the allowed values"};
+const err12 = {instancePath:instancePath+"/query/status",schemaPath:"runplane-openapi#/$defs/RunStatus/enum",keyword:"enum",params:{allowedValues: schema141.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err12];
 }
@@ -40064,7 +40297,7 @@ vErrors.push(err13);
 errors++;
 }
 if(!(((data6 === "sync") || (data6 === "async")) || (data6 === "stream"))){
-const err14 = {instancePath:instancePath+"/query/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema136.enum},message:"must be equal to one of the allowed values"};
+const err14 = {instancePath:instancePath+"/query/mode",schemaPath:"runplane-openapi#/$defs/RunMode/enum",keyword:"enum",params:{allowedValues: schema140.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -40230,87 +40463,13 @@ vErrors.push(err27);
 }
 errors++;
 }
-validate822.errors = vErrors;
-return errors === 0;
-}
-validate822.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectRuns_200_application_json = validate823;
-const schema757 = {"$ref":"runplane-openapi#/$defs/RunPage"};
-
-function validate823(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate823.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate95(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate95.errors : vErrors.concat(validate95.errors);
-errors = vErrors.length;
-}
-validate823.errors = vErrors;
-return errors === 0;
-}
-validate823.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectRuns_200_headers = validate825;
-const schema758 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate825(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate825.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate825.errors = vErrors;
 return errors === 0;
 }
-validate825.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate825.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_400_application_problem_json = validate826;
-const schema759 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectRuns_200_application_json = validate826;
+const schema761 = {"$ref":"runplane-openapi#/$defs/RunPage"};
 
 function validate826(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40322,17 +40481,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate98(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate98.errors : vErrors.concat(validate98.errors);
 errors = vErrors.length;
 }
 validate826.errors = vErrors;
 return errors === 0;
 }
-validate826.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate826.evaluated = {"props":{"runs":true,"next_cursor":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_400_headers = validate828;
-const schema760 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectRuns_200_headers = validate828;
+const schema762 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate828(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40383,8 +40542,8 @@ return errors === 0;
 }
 validate828.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_401_application_problem_json = validate829;
-const schema761 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectRuns_400_application_problem_json = validate829;
+const schema763 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate829(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40396,8 +40555,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate829.errors = vErrors;
@@ -40405,13 +40564,87 @@ return errors === 0;
 }
 validate829.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_401_headers = validate831;
-const schema762 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.listProjectRuns_400_headers = validate831;
+const schema764 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate831(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate831.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate831.errors = vErrors;
+return errors === 0;
+}
+validate831.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectRuns_401_application_problem_json = validate832;
+const schema765 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate832(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate832.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate832.errors = vErrors;
+return errors === 0;
+}
+validate832.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectRuns_401_headers = validate834;
+const schema766 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate834(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate834.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -40474,87 +40707,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate831.errors = vErrors;
-return errors === 0;
-}
-validate831.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectRuns_403_application_problem_json = validate832;
-const schema763 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate832(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate832.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate832.errors = vErrors;
-return errors === 0;
-}
-validate832.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.listProjectRuns_403_headers = validate834;
-const schema764 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate834(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate834.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate834.errors = vErrors;
 return errors === 0;
 }
-validate834.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate834.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_408_application_problem_json = validate835;
-const schema765 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectRuns_403_application_problem_json = validate835;
+const schema767 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate835(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40566,8 +40725,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate835.errors = vErrors;
@@ -40575,8 +40734,8 @@ return errors === 0;
 }
 validate835.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_408_headers = validate837;
-const schema766 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectRuns_403_headers = validate837;
+const schema768 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate837(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40627,8 +40786,8 @@ return errors === 0;
 }
 validate837.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_431_application_problem_json = validate838;
-const schema767 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectRuns_408_application_problem_json = validate838;
+const schema769 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate838(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40640,8 +40799,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate838.errors = vErrors;
@@ -40649,8 +40808,8 @@ return errors === 0;
 }
 validate838.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_431_headers = validate840;
-const schema768 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectRuns_408_headers = validate840;
+const schema770 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate840(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40701,8 +40860,8 @@ return errors === 0;
 }
 validate840.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_500_application_problem_json = validate841;
-const schema769 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectRuns_431_application_problem_json = validate841;
+const schema771 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate841(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40714,8 +40873,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate841.errors = vErrors;
@@ -40723,8 +40882,8 @@ return errors === 0;
 }
 validate841.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_500_headers = validate843;
-const schema770 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.listProjectRuns_431_headers = validate843;
+const schema772 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate843(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40775,8 +40934,8 @@ return errors === 0;
 }
 validate843.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_503_application_problem_json = validate844;
-const schema771 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.listProjectRuns_500_application_problem_json = validate844;
+const schema773 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate844(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -40788,8 +40947,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate844.errors = vErrors;
@@ -40797,13 +40956,87 @@ return errors === 0;
 }
 validate844.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.listProjectRuns_503_headers = validate846;
-const schema772 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.listProjectRuns_500_headers = validate846;
+const schema774 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate846(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate846.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate846.errors = vErrors;
+return errors === 0;
+}
+validate846.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectRuns_503_application_problem_json = validate847;
+const schema775 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate847(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate847.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate847.errors = vErrors;
+return errors === 0;
+}
+validate847.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.listProjectRuns_503_headers = validate849;
+const schema776 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate849(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate849.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -40869,18 +41102,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate846.errors = vErrors;
+validate849.errors = vErrors;
 return errors === 0;
 }
-validate846.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate849.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_params = validate847;
-const schema773 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
+exports.watchRuns_params = validate850;
+const schema777 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"}},"required":["project_id"]},"query":{"type":"object","properties":{}},"header":{"type":"object","properties":{}}}};
 
-function validate847(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate850(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate847.evaluated;
+const evaluated0 = validate850.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -41005,18 +41238,18 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate847.errors = vErrors;
+validate850.errors = vErrors;
 return errors === 0;
 }
-validate847.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate850.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_200_text_event_stream = validate848;
-const schema775 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunChangeEvent"},{"$ref":"runplane-openapi#/$defs/RunResyncEvent"}]}};
+exports.watchRuns_200_text_event_stream = validate851;
+const schema779 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunChangeEvent"},{"$ref":"runplane-openapi#/$defs/RunResyncEvent"}]}};
 
-function validate848(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate851(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate848.evaluated;
+const evaluated0 = validate851.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -41030,8 +41263,8 @@ let data0 = data[i0];
 const _errs2 = errors;
 let valid2 = false;
 const _errs3 = errors;
-if(!(validate83(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate83.errors : vErrors.concat(validate83.errors);
+if(!(validate86(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate86.errors : vErrors.concat(validate86.errors);
 errors = vErrors.length;
 }
 var _valid0 = _errs3 === errors;
@@ -41075,7 +41308,7 @@ vErrors.push(err2);
 errors++;
 }
 if(!(data1 === "resync")){
-const err3 = {instancePath:instancePath+"/" + i0+"/event",schemaPath:"runplane-openapi#/$defs/RunResyncEvent/properties/event/enum",keyword:"enum",params:{allowedValues: schema180.properties.event.enum},message:"must be equal to one of the allowed values"};
+const err3 = {instancePath:instancePath+"/" + i0+"/event",schemaPath:"runplane-openapi#/$defs/RunResyncEvent/properties/event/enum",keyword:"enum",params:{allowedValues: schema184.properties.event.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -41150,87 +41383,13 @@ vErrors.push(err7);
 }
 errors++;
 }
-validate848.errors = vErrors;
-return errors === 0;
-}
-validate848.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
-
-exports.watchRuns_200_headers = validate850;
-const schema777 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate850(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate850.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate850.errors = vErrors;
-return errors === 0;
-}
-validate850.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.watchRuns_400_application_problem_json = validate851;
-const schema778 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate851(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate851.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
 validate851.errors = vErrors;
 return errors === 0;
 }
-validate851.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate851.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_400_headers = validate853;
-const schema779 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_200_headers = validate853;
+const schema781 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate853(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41281,8 +41440,8 @@ return errors === 0;
 }
 validate853.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_401_application_problem_json = validate854;
-const schema780 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_400_application_problem_json = validate854;
+const schema782 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate854(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41294,8 +41453,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate854.errors = vErrors;
@@ -41303,13 +41462,87 @@ return errors === 0;
 }
 validate854.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_401_headers = validate856;
-const schema781 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.watchRuns_400_headers = validate856;
+const schema783 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate856(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate856.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate856.errors = vErrors;
+return errors === 0;
+}
+validate856.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.watchRuns_401_application_problem_json = validate857;
+const schema784 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate857(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate857.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate857.errors = vErrors;
+return errors === 0;
+}
+validate857.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.watchRuns_401_headers = validate859;
+const schema785 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate859(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate859.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -41372,87 +41605,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate856.errors = vErrors;
-return errors === 0;
-}
-validate856.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.watchRuns_403_application_problem_json = validate857;
-const schema782 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate857(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate857.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate857.errors = vErrors;
-return errors === 0;
-}
-validate857.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.watchRuns_403_headers = validate859;
-const schema783 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate859(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate859.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate859.errors = vErrors;
 return errors === 0;
 }
-validate859.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate859.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_408_application_problem_json = validate860;
-const schema784 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_403_application_problem_json = validate860;
+const schema786 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate860(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41464,8 +41623,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate860.errors = vErrors;
@@ -41473,8 +41632,8 @@ return errors === 0;
 }
 validate860.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_408_headers = validate862;
-const schema785 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_403_headers = validate862;
+const schema787 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate862(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41525,8 +41684,8 @@ return errors === 0;
 }
 validate862.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_431_application_problem_json = validate863;
-const schema786 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_408_application_problem_json = validate863;
+const schema788 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate863(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41538,8 +41697,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate863.errors = vErrors;
@@ -41547,8 +41706,8 @@ return errors === 0;
 }
 validate863.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_431_headers = validate865;
-const schema787 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_408_headers = validate865;
+const schema789 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate865(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41599,8 +41758,8 @@ return errors === 0;
 }
 validate865.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_500_application_problem_json = validate866;
-const schema788 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_431_application_problem_json = validate866;
+const schema790 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate866(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41612,8 +41771,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate866.errors = vErrors;
@@ -41621,8 +41780,8 @@ return errors === 0;
 }
 validate866.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_500_headers = validate868;
-const schema789 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.watchRuns_431_headers = validate868;
+const schema791 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate868(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41673,8 +41832,8 @@ return errors === 0;
 }
 validate868.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_503_application_problem_json = validate869;
-const schema790 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.watchRuns_500_application_problem_json = validate869;
+const schema792 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate869(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -41686,8 +41845,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate869.errors = vErrors;
@@ -41695,13 +41854,87 @@ return errors === 0;
 }
 validate869.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.watchRuns_503_headers = validate871;
-const schema791 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.watchRuns_500_headers = validate871;
+const schema793 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate871(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate871.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate871.errors = vErrors;
+return errors === 0;
+}
+validate871.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.watchRuns_503_application_problem_json = validate872;
+const schema794 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate872(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate872.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate872.errors = vErrors;
+return errors === 0;
+}
+validate872.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.watchRuns_503_headers = validate874;
+const schema795 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate874(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate874.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -41767,18 +42000,18 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate871.errors = vErrors;
+validate874.errors = vErrors;
 return errors === 0;
 }
-validate871.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate874.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_params = validate872;
-const schema792 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"},"rerunOf":{"$ref":"runplane-openapi#/$defs/RunId"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
+exports.runFunction_params = validate875;
+const schema796 = {"type":"object","required":["path","query","header"],"properties":{"path":{"type":"object","properties":{"project_id":{"$ref":"runplane-openapi#/$defs/ProjectId"},"app_name":{"$ref":"runplane-openapi#/$defs/AppName"},"function_name":{"$ref":"runplane-openapi#/$defs/FunctionName"}},"required":["project_id","app_name","function_name"]},"query":{"type":"object","properties":{"async":{"type":"boolean"},"webhookEndpoint":{"type":"string","format":"uri"},"rerunOf":{"$ref":"runplane-openapi#/$defs/RunId"}}},"header":{"type":"object","properties":{"X-Webhook-Secret":{"type":"string","minLength":1,"maxLength":512},"Idempotency-Key":{"type":"string","minLength":1,"maxLength":255},"accept":{"type":"string"}}}}};
 
-function validate872(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate875(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate872.evaluated;
+const evaluated0 = validate875.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -41902,7 +42135,7 @@ errors++;
 if(data0.function_name !== undefined){
 let data3 = data0.function_name;
 if(typeof data3 === "string"){
-if(!pattern29.test(data3)){
+if(!pattern31.test(data3)){
 const err10 = {instancePath:instancePath+"/path/function_name",schemaPath:"runplane-openapi#/$defs/FunctionName/pattern",keyword:"pattern",params:{pattern: "^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"},message:"must match pattern \""+"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"+"\""};
 if(vErrors === null){
 vErrors = [err10];
@@ -41979,7 +42212,7 @@ errors++;
 if(data4.rerunOf !== undefined){
 let data7 = data4.rerunOf;
 if(typeof data7 === "string"){
-if(!pattern31.test(data7)){
+if(!pattern33.test(data7)){
 const err16 = {instancePath:instancePath+"/query/rerunOf",schemaPath:"runplane-openapi#/$defs/RunId/pattern",keyword:"pattern",params:{pattern: "^run_[0-9a-z]{26}$"},message:"must match pattern \""+"^run_[0-9a-z]{26}$"+"\""};
 if(vErrors === null){
 vErrors = [err16];
@@ -42121,18 +42354,18 @@ vErrors.push(err27);
 }
 errors++;
 }
-validate872.errors = vErrors;
+validate875.errors = vErrors;
 return errors === 0;
 }
-validate872.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
+validate875.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_body = validate873;
-const schema797 = {"$ref":"runplane-openapi#/$defs/RunInput"};
+exports.runFunction_body = validate876;
+const schema801 = {"$ref":"runplane-openapi#/$defs/RunInput"};
 
-function validate873(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate876(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate873.evaluated;
+const evaluated0 = validate876.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -42151,40 +42384,40 @@ vErrors.push(err0);
 }
 errors++;
 }
-validate873.errors = vErrors;
+validate876.errors = vErrors;
 return errors === 0;
 }
-validate873.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
+validate876.evaluated = {"props":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_application_json = validate874;
-const schema799 = {"$ref":"runplane-openapi#/$defs/RunResult"};
+exports.runFunction_200_application_json = validate877;
+const schema803 = {"$ref":"runplane-openapi#/$defs/RunResult"};
 
-function validate874(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate877(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate874.evaluated;
+const evaluated0 = validate877.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate99(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate99.errors : vErrors.concat(validate99.errors);
+if(!(validate102(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate102.errors : vErrors.concat(validate102.errors);
 errors = vErrors.length;
 }
-validate874.errors = vErrors;
+validate877.errors = vErrors;
 return errors === 0;
 }
-validate874.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
+validate877.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_200_text_event_stream = validate876;
-const schema800 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunItemEvent"},{"$ref":"runplane-openapi#/$defs/RunErrorEvent"}]}};
+exports.runFunction_200_text_event_stream = validate879;
+const schema804 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunItemEvent"},{"$ref":"runplane-openapi#/$defs/RunErrorEvent"}]}};
 
-function validate876(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate879(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate876.evaluated;
+const evaluated0 = validate879.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -42252,8 +42485,8 @@ props0.event = true;
 props0.data = true;
 }
 const _errs10 = errors;
-if(!(validate85(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate85.errors : vErrors.concat(validate85.errors);
+if(!(validate88(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate88.errors : vErrors.concat(validate88.errors);
 errors = vErrors.length;
 }
 var _valid0 = _errs10 === errors;
@@ -42298,87 +42531,13 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate876.errors = vErrors;
-return errors === 0;
-}
-validate876.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_200_headers = validate878;
-const schema802 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate878(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate878.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-validate878.errors = vErrors;
-return errors === 0;
-}
-validate878.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_202_application_json = validate879;
-const schema803 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
-
-function validate879(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate879.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate81(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate81.errors : vErrors.concat(validate81.errors);
-errors = vErrors.length;
-}
 validate879.errors = vErrors;
 return errors === 0;
 }
-validate879.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
+validate879.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_202_headers = validate881;
-const schema804 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_200_headers = validate881;
+const schema806 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate881(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42429,8 +42588,8 @@ return errors === 0;
 }
 validate881.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_400_application_problem_json = validate882;
-const schema805 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_202_application_json = validate882;
+const schema807 = {"$ref":"runplane-openapi#/$defs/RunAccepted"};
 
 function validate882(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42442,17 +42601,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate84(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate84.errors : vErrors.concat(validate84.errors);
 errors = vErrors.length;
 }
 validate882.errors = vErrors;
 return errors === 0;
 }
-validate882.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate882.evaluated = {"props":{"run_id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_400_headers = validate884;
-const schema806 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_202_headers = validate884;
+const schema808 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate884(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42503,8 +42662,8 @@ return errors === 0;
 }
 validate884.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_401_application_problem_json = validate885;
-const schema807 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_400_application_problem_json = validate885;
+const schema809 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate885(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42516,8 +42675,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate885.errors = vErrors;
@@ -42525,13 +42684,87 @@ return errors === 0;
 }
 validate885.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_401_headers = validate887;
-const schema808 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+exports.runFunction_400_headers = validate887;
+const schema810 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate887(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate887.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate887.errors = vErrors;
+return errors === 0;
+}
+validate887.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_401_application_problem_json = validate888;
+const schema811 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate888(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate888.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate888.errors = vErrors;
+return errors === 0;
+}
+validate888.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_401_headers = validate890;
+const schema812 = {"type":"object","properties":{"x-request-id":{"type":"string"},"www-authenticate":{"type":"string"}},"required":["x-request-id","www-authenticate"]};
+
+function validate890(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate890.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -42594,87 +42827,13 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate887.errors = vErrors;
-return errors === 0;
-}
-validate887.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_403_application_problem_json = validate888;
-const schema809 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate888(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate888.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate888.errors = vErrors;
-return errors === 0;
-}
-validate888.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_403_headers = validate890;
-const schema810 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate890(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate890.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate890.errors = vErrors;
 return errors === 0;
 }
-validate890.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate890.evaluated = {"props":{"x-request-id":true,"www-authenticate":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_404_application_problem_json = validate891;
-const schema811 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_403_application_problem_json = validate891;
+const schema813 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate891(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42686,8 +42845,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate891.errors = vErrors;
@@ -42695,8 +42854,8 @@ return errors === 0;
 }
 validate891.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_404_headers = validate893;
-const schema812 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_403_headers = validate893;
+const schema814 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate893(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42747,8 +42906,8 @@ return errors === 0;
 }
 validate893.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_408_application_problem_json = validate894;
-const schema813 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_404_application_problem_json = validate894;
+const schema815 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate894(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42760,8 +42919,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate894.errors = vErrors;
@@ -42769,8 +42928,8 @@ return errors === 0;
 }
 validate894.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_408_headers = validate896;
-const schema814 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_404_headers = validate896;
+const schema816 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate896(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42821,8 +42980,8 @@ return errors === 0;
 }
 validate896.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_409_application_problem_json = validate897;
-const schema815 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_408_application_problem_json = validate897;
+const schema817 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate897(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42834,8 +42993,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate897.errors = vErrors;
@@ -42843,8 +43002,8 @@ return errors === 0;
 }
 validate897.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_409_headers = validate899;
-const schema816 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_408_headers = validate899;
+const schema818 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate899(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42895,8 +43054,8 @@ return errors === 0;
 }
 validate899.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_413_application_problem_json = validate900;
-const schema817 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_409_application_problem_json = validate900;
+const schema819 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate900(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42908,8 +43067,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate900.errors = vErrors;
@@ -42917,8 +43076,8 @@ return errors === 0;
 }
 validate900.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_413_headers = validate902;
-const schema818 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_409_headers = validate902;
+const schema820 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate902(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42969,8 +43128,8 @@ return errors === 0;
 }
 validate902.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_415_application_problem_json = validate903;
-const schema819 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_413_application_problem_json = validate903;
+const schema821 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate903(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -42982,8 +43141,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate903.errors = vErrors;
@@ -42991,8 +43150,8 @@ return errors === 0;
 }
 validate903.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_415_headers = validate905;
-const schema820 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_413_headers = validate905;
+const schema822 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate905(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43043,8 +43202,8 @@ return errors === 0;
 }
 validate905.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_422_application_problem_json = validate906;
-const schema821 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_415_application_problem_json = validate906;
+const schema823 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate906(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43056,8 +43215,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate906.errors = vErrors;
@@ -43065,8 +43224,8 @@ return errors === 0;
 }
 validate906.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_422_headers = validate908;
-const schema822 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_415_headers = validate908;
+const schema824 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate908(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43117,8 +43276,8 @@ return errors === 0;
 }
 validate908.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_429_application_problem_json = validate909;
-const schema823 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_422_application_problem_json = validate909;
+const schema825 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate909(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43130,8 +43289,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate909.errors = vErrors;
@@ -43139,13 +43298,87 @@ return errors === 0;
 }
 validate909.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_429_headers = validate911;
-const schema824 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+exports.runFunction_422_headers = validate911;
+const schema826 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate911(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate911.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate911.errors = vErrors;
+return errors === 0;
+}
+validate911.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_429_application_problem_json = validate912;
+const schema827 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate912(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate912.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate912.errors = vErrors;
+return errors === 0;
+}
+validate912.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_429_headers = validate914;
+const schema828 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id","retry-after"]};
+
+function validate914(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate914.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -43221,87 +43454,13 @@ vErrors.push(err5);
 }
 errors++;
 }
-validate911.errors = vErrors;
-return errors === 0;
-}
-validate911.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_431_application_problem_json = validate912;
-const schema825 = {"$ref":"runplane-openapi#/$defs/Problem"};
-
-function validate912(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate912.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
-errors = vErrors.length;
-}
-validate912.errors = vErrors;
-return errors === 0;
-}
-validate912.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
-
-exports.runFunction_431_headers = validate914;
-const schema826 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
-
-function validate914(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate914.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data["x-request-id"] === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data["x-request-id"] !== undefined){
-if(typeof data["x-request-id"] !== "string"){
-const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-}
-else {
-const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
 validate914.errors = vErrors;
 return errors === 0;
 }
-validate914.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate914.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_500_application_problem_json = validate915;
-const schema827 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_431_application_problem_json = validate915;
+const schema829 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate915(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43313,8 +43472,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate915.errors = vErrors;
@@ -43322,8 +43481,8 @@ return errors === 0;
 }
 validate915.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_500_headers = validate917;
-const schema828 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_431_headers = validate917;
+const schema830 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate917(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43374,8 +43533,8 @@ return errors === 0;
 }
 validate917.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_502_application_problem_json = validate918;
-const schema829 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_500_application_problem_json = validate918;
+const schema831 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate918(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43387,8 +43546,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate918.errors = vErrors;
@@ -43396,8 +43555,8 @@ return errors === 0;
 }
 validate918.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_502_headers = validate920;
-const schema830 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_500_headers = validate920;
+const schema832 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate920(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43448,8 +43607,8 @@ return errors === 0;
 }
 validate920.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_503_application_problem_json = validate921;
-const schema831 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_502_application_problem_json = validate921;
+const schema833 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
 function validate921(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -43461,8 +43620,8 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
 validate921.errors = vErrors;
@@ -43470,13 +43629,87 @@ return errors === 0;
 }
 validate921.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_503_headers = validate923;
-const schema832 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+exports.runFunction_502_headers = validate923;
+const schema834 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
 function validate923(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate923.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data["x-request-id"] === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "x-request-id"},message:"must have required property '"+"x-request-id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data["x-request-id"] !== undefined){
+if(typeof data["x-request-id"] !== "string"){
+const err1 = {instancePath:instancePath+"/x-request-id",schemaPath:"#/properties/x-request-id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+}
+else {
+const err2 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+validate923.errors = vErrors;
+return errors === 0;
+}
+validate923.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_503_application_problem_json = validate924;
+const schema835 = {"$ref":"runplane-openapi#/$defs/Problem"};
+
+function validate924(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate924.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
+errors = vErrors.length;
+}
+validate924.errors = vErrors;
+return errors === 0;
+}
+validate924.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+
+exports.runFunction_503_headers = validate926;
+const schema836 = {"type":"object","properties":{"x-request-id":{"type":"string"},"retry-after":{"type":"integer","format":"int32"}},"required":["x-request-id"]};
+
+function validate926(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate926.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -43542,40 +43775,40 @@ vErrors.push(err4);
 }
 errors++;
 }
-validate923.errors = vErrors;
+validate926.errors = vErrors;
 return errors === 0;
 }
-validate923.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
+validate926.evaluated = {"props":{"x-request-id":true,"retry-after":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_504_application_problem_json = validate924;
-const schema833 = {"$ref":"runplane-openapi#/$defs/Problem"};
+exports.runFunction_504_application_problem_json = validate927;
+const schema837 = {"$ref":"runplane-openapi#/$defs/Problem"};
 
-function validate924(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate927(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate924.evaluated;
+const evaluated0 = validate927.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate66(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate66.errors : vErrors.concat(validate66.errors);
+if(!(validate69(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate69.errors : vErrors.concat(validate69.errors);
 errors = vErrors.length;
 }
-validate924.errors = vErrors;
+validate927.errors = vErrors;
 return errors === 0;
 }
-validate924.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
+validate927.evaluated = {"props":{"type":true,"title":true,"status":true,"detail":true,"instance":true,"run_id":true,"errors":true,"exception_type":true,"traceback":true},"dynamicProps":false,"dynamicItems":false};
 
-exports.runFunction_504_headers = validate926;
-const schema834 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
+exports.runFunction_504_headers = validate929;
+const schema838 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
 
-function validate926(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate929(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate926.evaluated;
+const evaluated0 = validate929.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -43616,8 +43849,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate926.errors = vErrors;
+validate929.errors = vErrors;
 return errors === 0;
 }
-validate926.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
+validate929.evaluated = {"props":{"x-request-id":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -23,6 +23,7 @@ export declare const schema_CgroupsReport: Validator;
 export declare const schema_CreatedServiceAccount: Validator;
 export declare const schema_Deployment: Validator;
 export declare const schema_DeploymentId: Validator;
+export declare const schema_DeploymentImage: Validator;
 export declare const schema_DeploymentMessage: Validator;
 export declare const schema_DeploymentPage: Validator;
 export declare const schema_DeploymentRepository: Validator;

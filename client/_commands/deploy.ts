@@ -209,6 +209,8 @@ export async function deployCommand(io: CommandIo): Promise<number> {
   }
   const [project, name] = app.split("/");
   say(`Ready: ${app} serves deployment ${deployment.deployment_id}`);
+  const image = deployment.image;
+  if (image) say(stripTerminalControls(`It runs in the image ${image.reference} (${image.digest})`));
   say(
     callInstructions(serverUrls(values, io.env).apiUrl, { project, app: name, function: functionName }, parameters),
   );

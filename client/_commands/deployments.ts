@@ -10,6 +10,7 @@ import { commitLabel } from "./work_tree.ts";
 /** Help of `runplane deployments`. */
 export const DEPLOYMENTS_HELP = `Usage:
   runplane deployments list <project>/<app> [--limit N] [--cursor C]
+  runplane deployments get <project>/<app> <deployment_id>   (its build, source and the image it runs in)
   runplane deployments logs <project>/<app> <deployment_id> [--follow]
   runplane deployments activate <project>/<app> <deployment_id>   (roll back, or forward, to a ready one)
 
@@ -31,15 +32,39 @@ function messageCell(message: string | null): string | null {
  * with its commit, `-dirty` when its folder differed), what its deployer said of it, and why it failed.
  */
 function deploymentRow(d: Deployment): Array<string | null> {
-  const source = d.repository
+  const source = sourceText(d);
+  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, messageCell(d.message), d.error];
+}
+
+/** A deployment's source in one cell: a repository at its commit, or a bundle (at the commit it names). */
+function sourceText(d: Deployment): string {
+  return d.repository
     ? `${d.repository.owner}/${d.repository.repo}@${d.repository.commit.slice(0, 7)}`
     : d.commit
     ? `bundle@${commitLabel({ commit: d.commit, dirty: d.dirty })}`
     : "bundle";
-  return [d.deployment_id, d.status, d.active ? "active" : "-", d.created_at, source, messageCell(d.message), d.error];
 }
 
-/** `runplane deployments list|logs|activate`. */
+/**
+ * A deployment for people: one line of identity and state, then where it came from, the image it runs in
+ * (`[build] base_image`: its reference and the digest pulled; the host's system without one), its dependency
+ * layer, message, and why it failed.
+ */
+export function formatDeployment(d: Deployment): string {
+  const lines = [
+    `${d.project_id}/${d.app_id} ${d.deployment_id} ${d.status}${d.active ? " (active)" : ""}`,
+    `created: ${d.created_at}; finished: ${d.finished_at ?? "-"}`,
+    `source: ${sourceText(d)}`,
+    `image: ${d.image ? d.image.reference : "- (the host's system)"}`,
+  ];
+  if (d.image) lines.push(`image digest: ${d.image.digest}`);
+  if (d.base_image_digest) lines.push(`dependency layer: ${d.base_image_digest} (${d.base_image_status ?? "none"})`);
+  if (d.message !== null) lines.push(`message: ${d.message.replace(/\s*\n\s*/g, " ")}`);
+  if (d.error !== null) lines.push(`error: ${d.error}`);
+  return stripTerminalControls(lines.join("\n"));
+}
+
+/** `runplane deployments list|get|logs|activate`. */
 export async function deploymentsCommand(io: CommandIo): Promise<number> {
   const [sub, ...rest] = io.args;
   const { values, positionals } = parseArgs({
@@ -52,9 +77,11 @@ export async function deploymentsCommand(io: CommandIo): Promise<number> {
       follow: { type: "boolean", default: false },
     },
   });
-  if (sub !== "list" && sub !== "logs" && sub !== "activate") {
+  if (sub !== "list" && sub !== "get" && sub !== "logs" && sub !== "activate") {
     throw new UsageError(
-      sub ? `Unknown subcommand "${sub}": use list, logs or activate` : "Name a subcommand: list, logs or activate",
+      sub
+        ? `Unknown subcommand "${sub}": use list, get, logs or activate`
+        : "Name a subcommand: list, get, logs or activate",
     );
   }
   const [app, deploymentId] = positionals;
@@ -80,6 +107,12 @@ export async function deploymentsCommand(io: CommandIo): Promise<number> {
   }
   if (!deploymentId || positionals.length > 2) {
     throw new UsageError(`deployments ${sub} needs <project>/<app> <deployment_id>`);
+  }
+  if (sub === "get") {
+    const d = await client.getDeployment(app, deploymentId, { signal: io.signal });
+    if (values.json) writeJson(io, d);
+    else io.stdout.write(`${formatDeployment(d)}\n`);
+    return 0;
   }
   if (sub === "activate") {
     const d = await client.activateDeployment(app, deploymentId, { signal: io.signal });

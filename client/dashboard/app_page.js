@@ -112,7 +112,24 @@ function hostsSection(app) {
 }
 
 /**
- * A deployment's row: its id (the active one marked), status, time, dependencies, build log and activate.
+ * The OCI image a deployment runs in (`[build] base_image`): its reference, and the digest the build pulled;
+ * "host system" without one. Both are tenant input, shown as text.
+ *
+ * @param {Deployment} d
+ */
+function imageCell(d) {
+  if (!d.image) return h("td", { class: "muted" }, "host system");
+  return h(
+    "td",
+    { class: "image" },
+    h("div", { class: "mono image-reference" }, d.image.reference),
+    h("div", { class: "mono muted image-digest", title: d.image.digest }, d.image.digest),
+  );
+}
+
+/**
+ * A deployment's row: its id (the active one marked), status, time, image, dependencies, build log and
+ * activate.
  *
  * @param {AppPath} path
  * @param {Deployment} d
@@ -133,6 +150,7 @@ function deploymentRow(path, d, logs) {
     ),
     h("td", {}, badge(d.status), d.error ? h("div", { class: "muted" }, d.error) : null),
     h("td", {}, when(d.created_at)),
+    imageCell(d),
     h("td", {}, d.base_image_status ?? "–"),
     h(
       "td",
@@ -189,7 +207,7 @@ async function deploymentsSection(path) {
       "div",
       { class: "scroll" },
       table(
-        ["Deployment", "Status", "Created", "Dependencies", ""],
+        ["Deployment", "Status", "Created", "Image", "Dependencies", ""],
         page.deployments.map((d) => deploymentRow(path, d, logs)),
         { bodyId: "deployments" },
       ),

@@ -14,6 +14,7 @@ import {
   failAbandonedBuilds,
   finishBuild,
   recordBaseImage,
+  recordImage,
   renewBuildLease,
 } from "./_records.ts";
 
@@ -48,6 +49,20 @@ export interface Builder {
   wake(): void;
   /** Stops claiming; waits for the build under way to end. */
   stop(): Promise<void>;
+}
+
+/**
+ * What a build records as soon as it learns it: its plan (the base-image digest and the `runplane.toml` it
+ * read) and the image of `[build] base_image` it runs in, once pulled.
+ */
+function recordingHooks(
+  db: Kysely<Database>,
+  deploymentId: string,
+): Pick<Parameters<typeof materialise>[2], "onPlan" | "onImage"> {
+  return {
+    onPlan: (plan) => recordBaseImage(db, { deploymentId, status: null, ...plan }),
+    onImage: (image) => recordImage(db, { deploymentId, reference: image.reference, digest: image.digest }),
+  };
 }
 
 /** Starts the worker. */
@@ -85,7 +100,7 @@ export function startBuilder(options: BuilderOptions): Builder {
         ...options.settings,
         log: (line) => log.write(line),
         signal: stopping.signal,
-        onPlan: (plan) => recordBaseImage(db, { deploymentId: id, status: null, ...plan }),
+        ...recordingHooks(db, id),
       });
       await recordBaseImage(db, {
         deploymentId: id,

@@ -40,6 +40,9 @@ export function deploymentView(row: DeploymentRow, activeId: string | null | und
     dirty: Number(row.git_dirty) === 1,
     base_image_digest: row.base_image_digest,
     base_image_status: row.base_image_status as DeploymentView["base_image_status"],
+    image: row.image_reference !== null && row.image_digest !== null
+      ? { reference: row.image_reference, digest: row.image_digest }
+      : null,
     created_at: iso(row.created_at)!,
     started_at: iso(row.started_at),
     finished_at: iso(row.finished_at),

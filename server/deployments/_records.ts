@@ -74,6 +74,8 @@ export async function insertDeployment(
         base_image_digest: null,
         base_image_status: null,
         config_toml: null,
+        image_reference: null,
+        image_digest: null,
         message: deployment.message ?? null,
         git_commit: deployment.commit ?? null,
         git_dirty: deployment.dirty ? 1 : 0,
@@ -326,6 +328,21 @@ export async function recordBaseImage(
   await db
     .updateTable("deployments")
     .set({ base_image_digest: options.digest, base_image_status: options.status, ...config })
+    .where("deployment_id", "=", options.deploymentId)
+    .execute();
+}
+
+/**
+ * Records the OCI image a deployment runs in (`[build] base_image`), once its build pulled it: the
+ * reference `runplane.toml` wrote and the manifest digest pulled.
+ */
+export async function recordImage(
+  db: Kysely<Database>,
+  options: { deploymentId: string; reference: string; digest: string },
+): Promise<void> {
+  await db
+    .updateTable("deployments")
+    .set({ image_reference: options.reference, image_digest: options.digest })
     .where("deployment_id", "=", options.deploymentId)
     .execute();
 }

@@ -24,6 +24,8 @@ export interface DeploymentView {
   dirty: boolean;
   base_image_digest: string | null;
   base_image_status: "new" | "cached" | null;
+  /** The OCI image its replicas run in (`[build] base_image`); null: the host's system. */
+  image: { reference: string; digest: string } | null;
   created_at: string;
   started_at: string | null;
   finished_at: string | null;

@@ -223,6 +223,10 @@ export interface DeploymentTable {
   error: string | null;
   /** Its `runplane.toml` as its build read it; null until then (and for builds before migration 0025). */
   config_toml: string | null;
+  /** The reference of the OCI image it runs in (`[build] base_image`); null: the host's system. */
+  image_reference: string | null;
+  /** That image's manifest digest (`sha256:<hex>`) as its build pulled it; null with `image_reference`. */
+  image_digest: string | null;
   /** The process building it, and until when unless renewed. */
   lease_owner: string | null;
   lease_expires_at: number | null;

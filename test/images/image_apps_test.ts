@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { packBundle } from "../../client/bundle.ts";
+import { runMain } from "../_helpers/cli.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import {
   BASE_IMAGE_TAG,
@@ -21,7 +22,12 @@ import {
 import { sandboxWorks } from "../_helpers/sandbox.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
-type Deployment = { deployment_id: string; status: string; error: string | null };
+type Deployment = {
+  deployment_id: string;
+  status: string;
+  error: string | null;
+  image: { reference: string; digest: string } | null;
+};
 type Problem = { status: number; detail: string; errors?: Array<{ path: string; message: string }> };
 
 const IMAGE_NAME = "runplane-test/trixie:python3";
@@ -133,6 +139,19 @@ describe("apps run in the image their [build] base_image names", async () => {
     assert.equal(deployment.status, "ready", `${deployment.error}\n${log}`);
     assert.match(log, /==> image: pulling /);
     assert.match(log, /==> image: .* is sha256:[0-9a-f]{64}/);
+    // The deployment records the image it runs in: the reference as written, the digest the build pulled.
+    assert.equal(deployment.image?.reference, reference);
+    assert.match(String(deployment.image?.digest), /^sha256:[0-9a-f]{64}$/);
+    const pulled = log.match(/==> image: (\S+) is (sha256:[0-9a-f]{64})/);
+    assert.deepEqual(pulled?.slice(1), [reference, deployment.image?.digest], "the digest the build log names");
+    const shown = await runMain(["deployments", "get", `${TEST_PROJECT}/imaged`, deployment_id], {
+      env: { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: token },
+    });
+    assert.equal(shown.code, 0, shown.stderr);
+    assert.ok(
+      shown.stdout.includes(`\nimage: ${reference}\nimage digest: ${deployment.image?.digest}\n`),
+      shown.stdout,
+    );
     const call = await request(`/v4/${TEST_PROJECT}/imaged/run`, {
       method: "POST",
       headers: { "Content-Type": "application/json" },

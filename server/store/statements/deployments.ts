@@ -19,6 +19,8 @@ const DEPLOYMENT_COLUMNS = {
   base_image_digest: true,
   base_image_status: true,
   config_toml: true,
+  image_reference: true,
+  image_digest: true,
   message: true,
   git_commit: true,
   git_dirty: true,
