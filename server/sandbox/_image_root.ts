@@ -13,23 +13,9 @@
 import { chmodSync, closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, readlinkSync } from "node:fs";
 import { basename, isAbsolute, join, normalize } from "node:path";
 import { HOST_USR } from "./_host_setpriv.ts";
-import { type JailSpec, SANDBOX_HOME } from "./_policy.ts";
+import { type ImageRoot, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
 
-/** What a jail whose `/` is an image is: an unpacked root file system of the image store. */
-export interface ImageRoot {
-  /**
-   * The absolute host path of the unpacked root (`<data>/images/roots/sha256-<hex>`). Read-only, it is
-   * shared by every replica of every image digest's users, and the server adds the empty mount points the
-   * jail needs to it; so a root given read-only is never given writable, nor the other way round.
-   */
-  root: string;
-  /**
-   * A build step's own copy of a root, which it writes as uid 0 of a user namespace of its own (apt,
-   * dpkg): capabilities inside that namespace only, its files owned on the host by the principal's uid (a
-   * root server) or the server's (otherwise). Its `/etc/passwd` and `/etc/group` are the image's own.
-   */
-  writable?: boolean;
-}
+export type { ImageRoot } from "./_policy.ts";
 
 /** Top-level names of an image that the jail replaces with its own (or leaves out, like the host jail's /sys). */
 const REPLACED = new Set(["proc", "dev", "tmp", "sys", ".runplane"]);

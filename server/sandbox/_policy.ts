@@ -4,7 +4,22 @@
  */
 import { existsSync, lstatSync, readlinkSync } from "node:fs";
 import { hostDropPrivileges } from "./_host_setpriv.ts";
-import type { ImageRoot } from "./_image_root.ts";
+
+/** What a jail whose `/` is an image is: an unpacked root file system of the image store. */
+export interface ImageRoot {
+  /**
+   * The absolute host path of the unpacked root (`<data>/images/roots/sha256-<hex>`). Read-only, it is
+   * shared by every replica of every image digest's users, and the server adds the empty mount points the
+   * jail needs to it; so a root given read-only is never given writable, nor the other way round.
+   */
+  root: string;
+  /**
+   * A build step's own copy of a root, which it writes as uid 0 of a user namespace of its own (apt,
+   * dpkg): capabilities inside that namespace only, its files owned on the host by the principal's uid (a
+   * root server) or the server's (otherwise). Its `/etc/passwd` and `/etc/group` are the image's own.
+   */
+  writable?: boolean;
+}
 
 /** What one jailed process may see and do. */
 export interface JailSpec {
