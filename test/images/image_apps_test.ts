@@ -5,32 +5,14 @@
  * Debian bookworm with Python 3.11, so what a replica reports tells the image's system from the host's.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { packBundle } from "../../client/bundle.ts";
 import { runMain } from "../_helpers/cli.ts";
-import { checkedFetch } from "../_helpers/contract.ts";
-import {
-  BASE_IMAGE_TAG,
-  imageToolsWork,
-  startTestRegistry,
-  type TestRegistry,
-  testBaseImage,
-} from "../_helpers/images.ts";
+import { type ImageAppsServer, startImageAppsServer } from "../_helpers/image_apps.ts";
+import { imageToolsWork } from "../_helpers/images.ts";
 import { sandboxWorks } from "../_helpers/sandbox.ts";
-import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
+import { TEST_PROJECT } from "../_helpers/server.ts";
 
-type Deployment = {
-  deployment_id: string;
-  status: string;
-  error: string | null;
-  image: { reference: string; digest: string } | null;
-};
 type Problem = { status: number; detail: string; errors?: Array<{ path: string; message: string }> };
-
-const IMAGE_NAME = "runplane-test/trixie:python3";
 
 /** What a replica tells of the system it runs on. */
 const REPORTING_APP = `import os, platform, subprocess, sys
@@ -54,16 +36,6 @@ def run():
     }
 `;
 
-async function bundleOf(files: Record<string, string>): Promise<Uint8Array> {
-  const dir = await mkdtemp(join(tmpdir(), "runplane-image-bundle-"));
-  try {
-    for (const [name, text] of Object.entries(files)) await writeFile(join(dir, name), text);
-    return (await packBundle(dir)).bytes;
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
 function imageApp(reference: string, extra = ""): Record<string, string> {
   return {
     "runplane.toml": `[deployment]\nname = "imaged"\n[build]\nbase_image = "${reference}"\n`
@@ -76,66 +48,21 @@ function imageApp(reference: string, extra = ""): Record<string, string> {
 
 describe("apps run in the image their [build] base_image names", async () => {
   const ready = await imageToolsWork("image apps") && await sandboxWorks("image apps");
-  let t: TestServer;
-  let token: string;
-  let registry: TestRegistry;
-  let reference: string;
-
-  async function request(path: string, init: RequestInit = {}): Promise<Response> {
-    return await checkedFetch(`${t.url}${path}`, {
-      ...init,
-      headers: { Authorization: `Bearer ${token}`, ...init.headers },
-    });
-  }
-
-  async function deploy(appId: string, files: Record<string, string>): Promise<Response> {
-    return await request(`/v3/projects/${TEST_PROJECT}/apps/${appId}/deployments`, {
-      method: "POST",
-      headers: { "Content-Type": "application/gzip" },
-      body: new Uint8Array(await bundleOf(files)),
-    });
-  }
-
-  async function built(appId: string, id: string): Promise<Deployment> {
-    for (const started = Date.now(); Date.now() - started < 300_000;) {
-      const response = await request(`/v3/projects/${TEST_PROJECT}/apps/${appId}/deployments/${id}`);
-      const deployment = (await response.json()) as Deployment;
-      if (deployment.status === "ready" || deployment.status === "failed") return deployment;
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-    throw new Error(`deployment ${id} did not finish building`);
-  }
-
-  async function buildLog(appId: string, id: string): Promise<string> {
-    const response = await request(`/v3/projects/${TEST_PROJECT}/apps/${appId}/deployments/${id}/logs`);
-    return await response.text();
-  }
+  let apps: ImageAppsServer;
 
   before(async () => {
-    if (!ready) return;
-    const layout = await testBaseImage();
-    registry = await startTestRegistry();
-    await registry.push(layout, { tag: BASE_IMAGE_TAG, name: IMAGE_NAME });
-    reference = `${registry.host}/${IMAGE_NAME}`;
-    t = await startTestServer({
-      env: { RUNPLANE_IMAGE_REGISTRIES: registry.host, RUNPLANE_INSECURE_REGISTRIES: registry.host },
-    });
-    token = (await t.mintToken({ scopes: ["deploy", "rest", "run"] })).token;
+    if (ready) apps = await startImageAppsServer();
   });
 
   after(async () => {
-    await t?.close();
-    await registry?.close();
+    await apps?.close();
   });
 
   it("serves a replica whose system and Python are the image's, with the image's ENV under [env]", {
     skip: !ready,
   }, async () => {
-    const response = await deploy("imaged", imageApp(reference));
-    assert.equal(response.status, 202, await response.clone().text());
-    const { deployment_id } = (await response.json()) as Deployment;
-    const deployment = await built("imaged", deployment_id);
-    const log = await buildLog("imaged", deployment_id);
+    const { deployment, log } = await apps.deployed("imaged", imageApp(apps.reference));
+    const reference = apps.reference;
     assert.equal(deployment.status, "ready", `${deployment.error}\n${log}`);
     assert.match(log, /==> image: pulling /);
     assert.match(log, /==> image: .* is sha256:[0-9a-f]{64}/);
@@ -144,22 +71,17 @@ describe("apps run in the image their [build] base_image names", async () => {
     assert.match(String(deployment.image?.digest), /^sha256:[0-9a-f]{64}$/);
     const pulled = log.match(/==> image: (\S+) is (sha256:[0-9a-f]{64})/);
     assert.deepEqual(pulled?.slice(1), [reference, deployment.image?.digest], "the digest the build log names");
-    const shown = await runMain(["deployments", "get", `${TEST_PROJECT}/imaged`, deployment_id], {
-      env: { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: token },
+    const shown = await runMain(["deployments", "get", `${TEST_PROJECT}/imaged`, deployment.deployment_id], {
+      env: { RUNPLANE_BASE_URL: apps.server.url, RUNPLANE_TOKEN: apps.token },
     });
     assert.equal(shown.code, 0, shown.stderr);
     assert.ok(
       shown.stdout.includes(`\nimage: ${reference}\nimage digest: ${deployment.image?.digest}\n`),
       shown.stdout,
     );
-    const call = await request(`/v4/${TEST_PROJECT}/imaged/run`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: "{}",
-    });
-    const body = (await call.json()) as { result: Record<string, unknown> };
-    assert.equal(call.status, 200, JSON.stringify(body));
-    const seen = body.result;
+    const call = await apps.call("imaged");
+    assert.equal(call.status, 200, JSON.stringify(call.body));
+    const seen = call.body.result!;
     assert.equal(seen.codename, "trixie", "the image's /etc/os-release, not the host's bookworm");
     assert.match(String(seen.python), /^3\.13\./, "the image's Python, not the host's 3.11");
     assert.match(String(seen.python3), /^Python 3\.13\./);
@@ -176,7 +98,7 @@ describe("apps run in the image their [build] base_image names", async () => {
   it("refuses at deploy (400) an image from a registry the operator does not allow, naming it", {
     skip: !ready,
   }, async () => {
-    const response = await deploy("elsewhere", imageApp("registry.example.com/team/model:1"));
+    const response = await apps.deploy("elsewhere", imageApp("registry.example.com/team/model:1"));
     const problem = (await response.json()) as Problem;
     assert.equal(response.status, 400, JSON.stringify(problem));
     assert.equal(problem.errors?.[0]?.path, "body.runplane.toml");
@@ -185,10 +107,7 @@ describe("apps run in the image their [build] base_image names", async () => {
   });
 
   it("fails the build, naming the image, when it cannot be pulled; nothing is served", { skip: !ready }, async () => {
-    const response = await deploy("missing", imageApp(`${registry.host}/runplane-test/absent:1`));
-    assert.equal(response.status, 202, await response.clone().text());
-    const { deployment_id } = (await response.json()) as Deployment;
-    const deployment = await built("missing", deployment_id);
+    const { deployment } = await apps.deployed("missing", imageApp(`${apps.registry.host}/runplane-test/absent:1`));
     assert.equal(deployment.status, "failed");
     assert.match(deployment.error ?? "", /image failed: .*runplane-test\/absent:1 could not be pulled/);
   });
