@@ -114,10 +114,14 @@ function layerOf(
   });
 }
 
-/** The image `config` runs in, pulled and unpacked on this host; undefined without `[build] base_image`. */
+/**
+ * The image `config` runs in, pulled and unpacked on this host; undefined without `[build] base_image`.
+ * `recorded` is the digest the deployment's build pulled, when another host built it: this host serves the
+ * same image or refuses (its tag was pushed again since).
+ */
 async function imageOf(
   config: AppConfig,
-  options: BuildSettings & { log(line: BuildLogLine): void },
+  options: BuildSettings & { log(line: BuildLogLine): void; recorded: string | null },
 ): Promise<DeploymentImage | undefined> {
   const reference = config.build.baseImage;
   if (reference === undefined) return undefined;
@@ -126,7 +130,7 @@ async function imageOf(
     throw new DeploymentBuildError("This server runs apps on its own system only: deploy without [build] base_image");
   }
   try {
-    return await pullImage(reference, { images, log: options.log });
+    return await pullImage(reference, { images, log: options.log, expected: options.recorded ?? undefined });
   } catch (error) {
     if (error instanceof ImageStepError) throw new DeploymentBuildError(error.message);
     throw error;
@@ -207,7 +211,7 @@ export async function materialise(
     const config = readConfig(configToml, dir, options);
     const plan = buildPlan(config);
     await options.onPlan?.({ digest: plan.digest, configToml });
-    const image = await imageOf(config, options);
+    const image = await imageOf(config, { ...options, recorded: deployment.image_digest });
     if (image) await options.onImage?.(image);
     const system = image
       ? systemLayer(image.digest, { packages: plan.apt, layersDir: systemLayersDir(options.dataDir) })
