@@ -1,9 +1,10 @@
 /**
  * Running a deployment's build in its folder, in the platform's order: pre-build commands → apt and conda
- * packages (checked on the host, not installed) → pip dependencies (a virtualenv per dependency layer:
- * shared by every project with the same inputs, or the project's own; see _dependency_layer.ts) → the code →
- * shell commands. Every command runs in its own process group, its output line by line into the build log,
- * killed with its group past the step timeout or when the build is stopped.
+ * packages (on the host's system checked, not installed; on a base image apt installs into a system layer,
+ * _system_layer.ts) → pip dependencies (a virtualenv per dependency layer: shared by every project with the
+ * same inputs, or the project's own; see _dependency_layer.ts) → the code → shell commands. With a base image
+ * every step runs with the image's (or its system layer's) root as `/`. Each command runs as _build_step.ts
+ * says.
  */
 import { spawn } from "node:child_process";
 import { constants } from "node:fs";
@@ -129,15 +130,22 @@ async function checkConda(packages: string[], options: RunBuildOptions): Promise
 }
 
 /**
- * `[dependencies.apt]` and `[dependencies.conda]` of an app with a base image: apt installs into the
- * system layer, whose root the later steps and the replicas run in. conda is not installed into images yet.
+ * `[dependencies.apt]` and `[dependencies.conda]`: on the host's system, checked there (not installed); on
+ * a base image, apt installs into the system layer, whose root the later steps (and the replicas) run on —
+ * the options answered say which root that is. conda is not installed into images yet.
  */
-async function imagePackages(plan: BuildPlan, options: RunBuildOptions): Promise<string | undefined> {
+async function systemPackages(plan: BuildPlan, options: RunBuildOptions): Promise<RunBuildOptions> {
+  if (!options.image) {
+    await checkApt(plan.apt, options);
+    await checkConda(plan.conda, options);
+    return options;
+  }
   if (plan.conda.length) {
     throw new BuildError("conda", "conda failed: installing [dependencies.conda] into a base image is not built yet");
   }
-  if (!options.systemLayer || !options.image) return options.image?.root;
-  return (await buildSystemLayer(options.systemLayer, { ...options, base: options.image.root })).root;
+  if (!options.systemLayer) return options;
+  const { root } = await buildSystemLayer(options.systemLayer, { ...options, base: options.image.root });
+  return { ...options, image: { ...options.image, root } };
 }
 
 // A token pip reads as an option (`--index-url`, `-r`, `-e`, `--config-settings` after a name, …).
@@ -313,20 +321,13 @@ export async function runBuild(dir: string, plan: BuildPlan, options: RunBuildOp
     options.log({ stream: "build", text: "==> pre-build commands" });
     await shellCommands("pre-build", plan.preBuildCommands, { ...options, dir });
   }
-  let imageRoot: string | undefined;
-  if (options.image) {
-    imageRoot = await imagePackages(plan, options);
-    options = { ...options, image: { ...options.image, root: imageRoot! } };
-  } else {
-    await checkApt(plan.apt, options);
-    await checkConda(plan.conda, options);
-  }
-  const result = { ...await pipLayer(dir, plan, options), ...(imageRoot ? { imageRoot } : {}) };
-  options.log({ stream: "build", text: "==> code: in place" });
+  const built = await systemPackages(plan, options);
+  const result = { ...await pipLayer(dir, plan, built), ...(built.image ? { imageRoot: built.image.root } : {}) };
+  built.log({ stream: "build", text: "==> code: in place" });
   if (plan.shellCommands.length) {
-    options.log({ stream: "build", text: "==> shell commands" });
+    built.log({ stream: "build", text: "==> shell commands" });
     const venv = result.python ? join(result.python, "..", "..") : undefined;
-    await shellCommands("shell", plan.shellCommands, { ...options, dir, venv });
+    await shellCommands("shell", plan.shellCommands, { ...built, dir, venv });
   }
   return result;
 }
