@@ -55,9 +55,10 @@ export interface CreateServerOptions {
   logger?: Logger;
   /**
    * Where the GPUs' device nodes (default `/dev`) and the driver's per-GPU folders (default
-   * `/proc/driver/nvidia/gpus`) are: tests point them at folders of fake ones.
+   * `/proc/driver/nvidia/gpus`) are, and a folder holding the driver's libraries searched instead of the
+   * linker's cache (`ldconfig -p`): tests point them at folders of fake ones.
    */
-  gpuPaths?: { devices?: string; driver?: string };
+  gpuPaths?: { devices?: string; driver?: string; libraries?: string };
   /** This process's part of a host of several HTTP processes (`RUNPLANE_WORKERS` > 1; see server/host/). */
   role?: HostRole;
   /** Test only (server/test_hooks): a slow follower, a host clock that is off. None by default. */
@@ -119,6 +120,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
     role,
     clusterKey,
     gpuDeviceDir: options.gpuPaths?.devices,
+    // The driver files an image's GPU replica is shown: the nvidia-smi that lists the GPUs among them.
+    gpuDriver: { libraryDir: options.gpuPaths?.libraries, nvidiaSmi: config.nvidiaSmi },
     testDelayLocalSyncMs: options.testHooks?.delayLocalSyncMs,
   });
   const { runtime, shown, cluster } = apps;

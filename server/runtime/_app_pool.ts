@@ -86,7 +86,10 @@ export function createPool(
     })
     : undefined;
   function startProcess(cgroup: ReplicaCgroup | undefined, grant: ReplicaGrant): PythonReplica | CustomProcessReplica {
-    const jail = replicaGpuJail(versionJail, grant.gpus, { deviceDir: options.gpuDeviceDir });
+    const jail = replicaGpuJail(versionJail, grant.gpus, {
+      deviceDir: options.gpuDeviceDir,
+      driver: options.gpuDriver,
+    });
     const custom = config!.custom;
     if (custom?.kind === "process") {
       const { prepare } = version;

@@ -3,7 +3,7 @@
  * own `[env]` and its project's secrets — nothing of the server's.
  */
 import { dirname, isAbsolute, relative } from "node:path";
-import { type Gpu, gpuDeviceNodes } from "../gpus/mod.ts";
+import { type DriverFilesOptions, findDriverFiles, type Gpu, gpuDeviceNodes } from "../gpus/mod.ts";
 import type { JailSpec } from "../sandbox/mod.ts";
 import type { AppConfig } from "./_app_config.ts";
 import type { AppImage, AppSource } from "./_app_registry.ts";
@@ -76,9 +76,17 @@ export function replicaJail(
  * `jail` for one replica holding `gpus`: `CUDA_VISIBLE_DEVICES` names them (empty: no GPU) in PCI bus
  * order (`CUDA_DEVICE_ORDER`, nvidia-smi's), and their device nodes (found in `deviceDir`, default `/dev`)
  * with the driver's shared ones are bound in. Set last: neither `[env]` nor a secret may name other GPUs.
+ * In an image, a replica holding GPUs is also shown the host's driver libraries and `nvidia-smi` (found as
+ * `findDriverFiles` does, with `driver`), as the NVIDIA container toolkit does: they must match the host's
+ * kernel driver. On the host's system they are already there; a replica holding no GPU gets none.
  */
-export function replicaGpuJail(jail: JailSpec, gpus: readonly Gpu[], options: { deviceDir?: string } = {}): JailSpec {
+export function replicaGpuJail(
+  jail: JailSpec,
+  gpus: readonly Gpu[],
+  options: { deviceDir?: string; driver?: DriverFilesOptions } = {},
+): JailSpec {
   const devices = gpuDeviceNodes(gpus, { dir: options.deviceDir });
+  const driver = gpus.length && jail.image && !jail.image.writable ? findDriverFiles(options.driver) : undefined;
   return {
     ...jail,
     env: {
@@ -87,5 +95,7 @@ export function replicaGpuJail(jail: JailSpec, gpus: readonly Gpu[], options: { 
       CUDA_DEVICE_ORDER: "PCI_BUS_ID",
     },
     ...(devices.length ? { devices } : {}),
+    ...(driver?.libraries.length ? { hostLibraries: driver.libraries } : {}),
+    ...(driver?.programs.length ? { hostPrograms: driver.programs } : {}),
   };
 }

@@ -3,7 +3,7 @@ import type { Socket } from "node:net";
 import type { AbortSignalLike } from "../abort/mod.ts";
 import type { AppConfig } from "./_app_config.ts";
 import type { AppSource, DeployedApp, UnservedApp } from "./_app_registry.ts";
-import type { Gpu } from "../gpus/mod.ts";
+import type { DriverFilesOptions, Gpu } from "../gpus/mod.ts";
 import type { HardwareNeed } from "./_host_budget.ts";
 import type { Logger } from "../log.ts";
 import type { CallOutcome } from "./_outcome.ts";
@@ -107,6 +107,8 @@ export interface RuntimeOptions {
   gpus?: readonly Gpu[];
   /** Where the GPUs' device nodes are found (default `/dev`; tests point it at fake ones). */
   gpuDeviceDir?: string;
+  /** Where the GPU driver's libraries and nvidia-smi are found, for a GPU replica in an image. */
+  gpuDriver?: DriverFilesOptions;
   /** Fork Python replicas from a template per app version (RUNPLANE_FORK_REPLICAS); default true. */
   forkReplicas?: boolean;
   /** The most replicas one project's apps may ask for, `max_replicas` summed (RUNPLANE_PROJECT_REPLICA_LIMIT). */

@@ -13,7 +13,7 @@
 import { chmodSync, closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, readlinkSync } from "node:fs";
 import { basename, isAbsolute, join, normalize } from "node:path";
 import { HOST_USR } from "./_host_setpriv.ts";
-import { type ImageRoot, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
+import { baseEnvironment, type HostFile, type ImageRoot, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
 
 export type { ImageRoot } from "./_policy.ts";
 
@@ -201,33 +201,56 @@ export function readOnlyImageRoot(spec: JailSpec & { image: ImageRoot }): ImageR
   if (preload) system.push("--ro-bind", "/dev/null", "/etc/ld.so.preload");
   system.push("--perms", "0755", "--dir", "/.runplane", "--perms", "0755", "--dir", "/.runplane/host");
   system.push("--ro-bind", "/usr", HOST_USR);
-  system.push(...hostLibraryArgs(spec.hostLibraries ?? []));
+  system.push(...hostLibraryArgs(spec));
   return { system, inImage, readOnlyRoot: true };
 }
 
 /** Where `JailSpec.hostLibraries` are shown in an image jail: a folder of the jail's own, never the image's. */
 export const HOST_LIBRARIES = "/.runplane/driver/lib";
 
+/** Where `JailSpec.hostPrograms` are shown in an image jail, at the end of `PATH`. */
+export const HOST_PROGRAMS = "/.runplane/driver/bin";
+
+/** `--ro-bind` of each host file into `folder` under its name; a link, a relative path or a name twice refused. */
+function hostFileBinds(files: Array<string | HostFile>, folder: string): string[] {
+  const args = ["--perms", "0755", "--dir", folder];
+  const names = new Set<string>();
+  for (const entry of files) {
+    const { file, name } = typeof entry === "string" ? { file: entry, name: basename(entry) } : entry;
+    const stat = isAbsolute(file) ? lstatSync(file, { throwIfNoEntry: false }) : undefined;
+    if (!stat?.isFile()) throw new Error(`A host library or program must be an absolute path to a plain file: ${file}`);
+    if (!/^[^/\0]+$/.test(name) || name === "." || name === "..") {
+      throw new Error(`A host library or program's name must be a plain file name: ${JSON.stringify(name)}`);
+    }
+    if (names.has(name)) throw new Error(`Two host libraries or programs are named ${name}`);
+    names.add(name);
+    args.push("--ro-bind", file, `${folder}/${name}`);
+  }
+  return args;
+}
+
 /**
- * bubblewrap's arguments that show `files` (host paths) read-only in `HOST_LIBRARIES`, and point the dynamic
- * loader there. Why `LD_LIBRARY_PATH` rather than binding them into the image's own library folder: that
+ * bubblewrap's arguments that show `spec.hostLibraries` (host paths) read-only in `HOST_LIBRARIES`, and
+ * point the dynamic loader there; and `spec.hostPrograms` in `HOST_PROGRAMS`, last on `PATH`. Why
+ * `LD_LIBRARY_PATH` rather than binding them into the image's own library folder: that
  * would need mount points made in the shared image and its `ld.so.cache` rebuilt for new names, and a
  * driver must not vary an image every replica shares. The variable is safe here: it names only a folder of
  * host files the server chose, on the jail's read-only tmpfs; the one process of the jail that starts with
  * privileges, the host's setpriv, is run by the host's loader with `--library-path`, which replaces the
- * variable, so nothing in it loads there; the tenant's own processes may load them, as they should.
+ * variable, so nothing in it loads there; the tenant's own processes may load them, as they should. The
+ * programs' folder goes last on `PATH`, so it never shadows a command of the image's.
  */
-function hostLibraryArgs(files: string[]): string[] {
-  if (files.length === 0) return [];
-  const args = ["--perms", "0755", "--dir", "/.runplane/driver", "--perms", "0755", "--dir", HOST_LIBRARIES];
-  const names = new Set<string>();
-  for (const file of files) {
-    const stat = isAbsolute(file) ? lstatSync(file, { throwIfNoEntry: false }) : undefined;
-    if (!stat?.isFile()) throw new Error(`A host library must be an absolute path to a plain file: ${file}`);
-    const name = basename(file);
-    if (names.has(name)) throw new Error(`Two host libraries are named ${name}`);
-    names.add(name);
-    args.push("--ro-bind", file, `${HOST_LIBRARIES}/${name}`);
+function hostLibraryArgs(spec: JailSpec): string[] {
+  const libraries = spec.hostLibraries ?? [];
+  const programs = spec.hostPrograms ?? [];
+  if (libraries.length === 0 && programs.length === 0) return [];
+  const args = ["--perms", "0755", "--dir", "/.runplane/driver"];
+  if (libraries.length) {
+    args.push(...hostFileBinds(libraries, HOST_LIBRARIES), "--setenv", "LD_LIBRARY_PATH", HOST_LIBRARIES);
   }
-  return [...args, "--setenv", "LD_LIBRARY_PATH", HOST_LIBRARIES];
+  if (programs.length) {
+    const path = spec.env.PATH ?? baseEnvironment({ home: SANDBOX_HOME }).PATH;
+    args.push(...hostFileBinds(programs, HOST_PROGRAMS), "--setenv", "PATH", `${path}:${HOST_PROGRAMS}`);
+  }
+  return args;
 }

@@ -58,9 +58,22 @@ export interface JailSpec {
    * Host files shown read-only in an image jail at `HOST_LIBRARIES` under their own names, which the
    * dynamic loader finds first (`LD_LIBRARY_PATH`): a GPU driver's user-space libraries (`libcuda.so.1`,
    * `libnvidia-ml.so.1`…), which must match the host's kernel driver, not the image. Each must be an
-   * absolute path to a plain file (no link: pass the file a link names). Refused outside an image.
+   * absolute path to a plain file (no link: pass the file a link names), shown under its own name or the
+   * `name` given (a driver's `libcuda.so.550.54.14` as its soname, `libcuda.so.1`). Refused outside an image.
    */
-  hostLibraries?: string[];
+  hostLibraries?: Array<string | HostFile>;
+  /**
+   * Host programs shown read-only in an image jail at `HOST_PROGRAMS` (a driver's `nvidia-smi`), which is
+   * added at the end of `PATH`: the image's own commands come first. Plain files, as `hostLibraries`.
+   */
+  hostPrograms?: HostFile[];
+}
+
+/** A host file shown in an image jail under `name` (a plain file name), not its own. */
+export interface HostFile {
+  /** The absolute host path of a plain file (not a link). */
+  file: string;
+  name: string;
 }
 
 /** Who the jailed process is on the host. */
@@ -230,7 +243,7 @@ export function bubblewrapArgs(
   },
 ): string[] {
   const { identity, files, fds, layout } = options;
-  if (spec.hostLibraries?.length && !(spec.image && !spec.image.writable)) {
+  if ((spec.hostLibraries?.length || spec.hostPrograms?.length) && !(spec.image && !spec.image.writable)) {
     throw new Error("Host libraries are shown only in a read-only image jail (the host's system has its own)");
   }
   const args = [

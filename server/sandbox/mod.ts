@@ -31,7 +31,7 @@ export {
 } from "./_cgroups.ts";
 export type { ImageRoot } from "./_image_root.ts";
 export { BLOCKED_RANGES } from "./_network.ts";
-export type { JailSpec } from "./_policy.ts";
+export type { HostFile, JailSpec } from "./_policy.ts";
 
 const execFileAsync = promisify(execFile);
 const SECCOMP_SCRIPT = fileURLToPath(new URL("./_seccomp.py", import.meta.url));

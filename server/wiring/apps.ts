@@ -7,6 +7,7 @@ import { join } from "node:path";
 import type { ForwardKey } from "../cluster/mod.ts";
 import type { Config } from "../config.ts";
 import { createDeployments, type Deployments } from "../deployments/mod.ts";
+import type { DriverFilesOptions } from "../gpus/mod.ts";
 import type { HostRole } from "../host/mod.ts";
 import type { RepositoryTrees } from "../integrations/mod.ts";
 import type { Logger } from "../log.ts";
@@ -37,6 +38,8 @@ export interface AppsOptions {
   clusterKey: ForwardKey | null;
   /** Where the GPUs' device nodes are (default `/dev`; tests point it at fake ones). */
   gpuDeviceDir?: string;
+  /** Where the GPU driver's libraries and nvidia-smi are found (see `findDriverFiles`). */
+  gpuDriver?: DriverFilesOptions;
   /** Test only: the pause of every follow-up read of the store's deployments (see server/test_hooks/). */
   testDelayLocalSyncMs?: number;
 }
@@ -167,6 +170,7 @@ function wireRuntime(
     host: { cpu: config.hostCpu, memoryBytes: config.hostMemoryBytes },
     gpus: gpus.gpus,
     gpuDeviceDir: options.gpuDeviceDir,
+    gpuDriver: options.gpuDriver,
     projectReplicaLimit: config.projectReplicaLimit,
     forkReplicas: config.forkReplicas,
     queueLimit: config.appQueueLimit,

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { packBundle } from "../../client/bundle.ts";
 import { checkedFetch } from "./contract.ts";
 import { BASE_IMAGE_TAG, startTestRegistry, type TestRegistry, testBaseImage } from "./images.ts";
-import { startTestServer, TEST_PROJECT, type TestServer } from "./server.ts";
+import { startTestServer, TEST_PROJECT, type TestServer, type TestServerOptions } from "./server.ts";
 
 /** A deployment as the REST API shows it (the fields these tests read). */
 export type ImageDeployment = {
@@ -67,8 +67,10 @@ export interface ImageAppsServer {
   close(): Promise<void>;
 }
 
-/** Starts the registry and the server (with `env` added to the server's settings). */
-export async function startImageAppsServer(options: { env?: Record<string, string> } = {}): Promise<ImageAppsServer> {
+/** Starts the registry and the server (with `env` added to the server's settings, and fake GPU `gpuPaths`). */
+export async function startImageAppsServer(
+  options: { env?: Record<string, string>; gpuPaths?: TestServerOptions["gpuPaths"] } = {},
+): Promise<ImageAppsServer> {
   const layout = await testBaseImage();
   const registry = await startTestRegistry();
   let server: TestServer;
@@ -76,6 +78,7 @@ export async function startImageAppsServer(options: { env?: Record<string, strin
     await registry.push(layout, { tag: BASE_IMAGE_TAG, name: TEST_IMAGE_NAME });
     server = await startTestServer({
       env: { RUNPLANE_IMAGE_REGISTRIES: registry.host, RUNPLANE_INSECURE_REGISTRIES: registry.host, ...options.env },
+      gpuPaths: options.gpuPaths,
     });
   } catch (error) {
     await registry.close();

@@ -58,7 +58,7 @@ export interface TestServerOptions {
    */
   databaseUrl?: string;
   /** Where the server looks for GPU device nodes and the driver's GPU folders (fake ones: `test/_helpers/gpus.ts`). */
-  gpuPaths?: { devices?: string; driver?: string };
+  gpuPaths?: { devices?: string; driver?: string; libraries?: string };
 }
 
 /** Starts a server on 127.0.0.1 with a free port; close it in `after`. */
