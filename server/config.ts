@@ -85,6 +85,10 @@ export interface Config {
   insecureRegistries: string[];
   /** A containers auth file (`auth.json`) for every pull; null: anonymous pulls. */
   registryAuthFile: string | null;
+  /** The most bytes unpacked image roots and system layers may take on this host; 0: unbounded. */
+  imageCacheBytes: number;
+  /** An image root or system layer used within this long is never evicted. */
+  imageCacheMinAgeMs: number;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** Check every response against the contract and fail loudly on a mismatch. */
   responseCheck: boolean;
@@ -530,6 +534,28 @@ export const SETTINGS = [
     description:
       "A containers auth file (auth.json, as podman, skopeo and docker login write it) with the credentials of private registries; unset: images are pulled anonymously. Never logged",
     parse: (raw) => (raw.trim() ? resolve(raw.trim()) : null),
+  },
+  {
+    key: "imageCacheBytes",
+    env: "RUNPLANE_IMAGE_CACHE_GB",
+    flag: "--image-cache-gb",
+    default: "50",
+    description:
+      "Gigabytes (decimals allowed) the unpacked image roots and system layers of [build] base_image may take on this host; above it the least recently used are removed after each build, never one a deployment served here runs in. 0: unbounded",
+    parse: (raw) => {
+      const gb = Number(raw.trim());
+      if (!raw.trim() || !Number.isFinite(gb) || gb < 0) throw new Error("must be a number of gigabytes, 0 or more");
+      return Math.round(gb * 1024 ** 3);
+    },
+  },
+  {
+    key: "imageCacheMinAgeMs",
+    env: "RUNPLANE_IMAGE_CACHE_MIN_AGE",
+    flag: "--image-cache-min-age",
+    default: "30m",
+    description:
+      "How long after its last use (a pull, an unpack, a build, being served) an image root or system layer is kept whatever RUNPLANE_IMAGE_CACHE_GB says: a build may be reading it, a replica of the deployment just replaced may still be draining",
+    parse: duration(0, 7 * 86_400_000, "0s to 7 days"),
   },
   {
     key: "logLevel",

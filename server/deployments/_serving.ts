@@ -6,6 +6,7 @@
 import { hostname } from "node:os";
 import type { DeployedApp, UnservedApp } from "../runtime/mod.ts";
 import { type Builder, startBuilder } from "./_builder.ts";
+import { type ImageCache, startImageCache } from "./_image_cache.ts";
 import { type LocalApps, startLocalApps } from "./_local_apps.ts";
 import { type ServedReporter, startServedReporter } from "./_served_reporter.ts";
 import type { DeploymentsOptions } from "./_types.ts";
@@ -23,6 +24,7 @@ export class Serving {
   #builder: Builder | undefined;
   #localApps: LocalApps | undefined;
   #reporter: ServedReporter | undefined;
+  #imageCache: ImageCache | undefined;
 
   constructor(options: DeploymentsOptions) {
     this.#options = options;
@@ -94,13 +96,32 @@ export class Serving {
       pollMs: options.pollMs,
       serve: async (deployment, serving) => await this.#localApps?.adopt(deployment, serving),
       rejected: async (deployment, error) => await this.#localApps?.reject(deployment, error),
-      settled: async (deployment) => await this.#localApps?.settle(deployment),
+      settled: async (deployment) => {
+        await this.#localApps?.settle(deployment);
+        void this.#imageCache?.prune();
+      },
     });
     await localApps.sync();
+    this.#imageCache = this.#startImageCache(localApps);
+    void this.#imageCache?.prune();
+  }
+
+  /** The bounded cache of image roots and system layers (the builder's process only: it owns the store). */
+  #startImageCache(localApps: LocalApps): ImageCache | undefined {
+    const { settings, imageCache, logger } = this.#options;
+    if (!settings.images || !imageCache) return undefined;
+    return startImageCache({
+      images: settings.images,
+      dataDir: settings.dataDir,
+      ...imageCache,
+      logger,
+      inUse: () => localApps.list().flatMap((app) => app.image ? [app.image.root] : []),
+    });
   }
 
   async stop(): Promise<void> {
     await this.#builder?.stop();
+    await this.#imageCache?.idle();
     await this.#localApps?.stop();
     // After the follower: nothing reports after this, and this process's rows go.
     await this.#reporter?.stop();

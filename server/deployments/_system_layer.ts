@@ -12,6 +12,7 @@
 import { createHash } from "node:crypto";
 import { lstat, mkdir, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { touchUsed } from "../images/mod.ts";
 import { copyImageRoot, layerBuilder } from "../sandbox/mod.ts";
 import { runStep, type StepOptions, withLock } from "./_build_step.ts";
 
@@ -70,6 +71,7 @@ export async function buildSystemLayer(
 ): Promise<{ root: string; status: "new" | "cached" }> {
   const shown = `system layer sha256:${layer.key}`;
   if (await ready(layer)) {
+    await touchUsed(layer.dir); // the image cache keeps a layer used within its minimum age (_image_cache.ts)
     options.log({ stream: "build", text: `==> apt: cached ${shown}` });
     return { root: layer.dir, status: "cached" };
   }
@@ -96,6 +98,7 @@ export async function buildSystemLayer(
     }, { ...options, projectId: layer.builder, image: { root: partial, writable: true } });
     await rename(partial, layer.dir);
     await writeFile(`${layer.dir}.ready`, `sha256:${layer.key}\n`, { flag: "wx", mode: 0o644 });
+    await touchUsed(layer.dir);
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
     options.log({ stream: "build", text: `==> apt: built ${shown} (${seconds} s)` });
     return { root: layer.dir, status: "new" as const };

@@ -130,6 +130,11 @@ export interface DeploymentsOptions {
    * supervisor builds and serves.
    */
   followOnly?: boolean;
+  /**
+   * The bounded cache of image roots and system layers (`RUNPLANE_IMAGE_CACHE_GB`, see _image_cache.ts);
+   * unset, or a bound of 0: nothing is evicted.
+   */
+  imageCache?: { boundBytes: number; minAgeMs: number };
 }
 
 /** Which app (and deployment) a call names. */

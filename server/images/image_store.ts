@@ -16,6 +16,8 @@ import { digestHex } from "./_oci_blobs.ts";
 import { SerialQueue, SingleFlight } from "./_single_flight.ts";
 import { digestTag, referenceTag, skopeoPull } from "./_skopeo_pull.ts";
 import { rootExists, rootPath, umociUnpack } from "./_umoci_unpack.ts";
+import { evictRoot, listRoots, type StoredRoot } from "./_root_eviction.ts";
+import { lastUsedMs, touchUsed } from "./_tree_usage.ts";
 import { runTool } from "./_run_tool.ts";
 import {
   assertRegistryAllowed,
@@ -59,12 +61,24 @@ export interface ImageStore {
   unpack(digest: string): Promise<string>;
   /** The run settings of the pulled image `digest` (`ENV`, `CMD`, `ENTRYPOINT`, `WORKDIR`, `EXPOSE`, `USER`). */
   config(digest: string): Promise<ImageConfig>;
+  /** The finished roots on this host, with when each was last pulled, unpacked or said used ({@link touch}). */
+  roots(): Promise<StoredRoot[]>;
+  /** Says the root of `digest` is in use now (a deployment served here runs in it). */
+  touch(digest: string): Promise<void>;
+  /**
+   * Removes the root of `digest` and the image from the layout (its blobs collected) unless it was used at or
+   * after `usedBeforeMs` (then false): checked in the store's queue, so no pull or unpack of it races the
+   * removal, and an unpack asked meanwhile waits and unpacks it again.
+   */
+  evict(digest: string, options: { usedBeforeMs: number }): Promise<boolean>;
   /**
    * Why `reference` cannot be deployed here, checked before anything is pulled: a malformed reference, a
    * registry outside the allow-list, or a host without the tools. Null when it may be pulled.
    */
   admissionProblem(reference: string): string | null;
 }
+
+export type { StoredRoot } from "./_root_eviction.ts";
 
 /** A store asked to pull or unpack on a host without skopeo or umoci; the message names what to install. */
 export class ImageToolsMissingError extends Error {
@@ -92,6 +106,41 @@ function requireTools(tools: ImageTools): { skopeo: string; umoci: string } {
   return { skopeo: tools.paths.skopeo!, umoci: tools.paths.umoci! };
 }
 
+/** When each digest was last pulled or unpacked by this process, and the evictions under way. */
+interface Usage {
+  used: Map<string, number>;
+  evicting: Map<string, Promise<boolean>>;
+}
+
+/**
+ * Evicts the root of `digest` unless it was used at or after `usedBeforeMs`. Marked as under way before
+ * its first await, and the use this process knows of checked again just before the removal, so an unpack
+ * that began meanwhile either keeps the root or waits for the eviction and unpacks anew.
+ */
+function evictUnused(
+  digest: string,
+  options: {
+    usedBeforeMs: number;
+    usage: Usage;
+    umoci: string;
+    layout: string;
+    roots: string;
+    env: Record<string, string>;
+  },
+): Promise<boolean> {
+  const { usage, usedBeforeMs } = options;
+  const usedSince = () => (usage.used.get(digest) ?? 0) >= usedBeforeMs;
+  if (usedSince() || usage.evicting.has(digest)) return Promise.resolve(false);
+  const evicted = (async () => {
+    if (await lastUsedMs(rootPath(options.roots, digest)) >= usedBeforeMs || usedSince()) return false;
+    await evictRoot(digest, options);
+    usage.used.delete(digest);
+    return true;
+  })().finally(() => usage.evicting.delete(digest));
+  usage.evicting.set(digest, evicted.catch(() => false));
+  return evicted;
+}
+
 /**
  * Makes the image store in `dir` (an absolute path; its folders are made on first use). Nothing is pulled
  * until asked; a host without the tools gets a store that refuses, so apps without `base_image` still run.
@@ -104,6 +153,7 @@ export function createImageStore(dir: string, options: ImageStoreOptions): Image
   const queue = new SerialQueue();
   const pulls = new SingleFlight<string>();
   const unpacks = new SingleFlight<string>();
+  const usage: Usage = { used: new Map(), evicting: new Map() };
   let prepared: Promise<void> | undefined;
   const prepare = () =>
     prepared ??= (async () => {
@@ -132,6 +182,7 @@ export function createImageStore(dir: string, options: ImageStoreOptions): Image
       });
       const image = `${paths.layout}:${referenceTag(reference)}`;
       await runTool(umoci, ["tag", "--image", image, digestTag(pulled)], { timeoutMs: 60_000, env, subcommand: "tag" });
+      usage.used.set(pulled, Date.now());
       return pulled;
     });
     const ms = Math.round(performance.now() - started);
@@ -161,7 +212,24 @@ export function createImageStore(dir: string, options: ImageStoreOptions): Image
     },
     async unpack(digest) {
       digestHex(digest);
-      return unpacks.run(digest, () => unpackOnce(digest));
+      // Said before anything is awaited: an eviction that has not yet decided sees it and keeps the root.
+      usage.used.set(digest, Date.now());
+      await usage.evicting.get(digest);
+      const root = await unpacks.run(digest, () => unpackOnce(digest));
+      await touchUsed(root);
+      return root;
+    },
+    roots() {
+      return listRoots(paths.roots);
+    },
+    async touch(digest) {
+      usage.used.set(digest, Date.now());
+      if (await rootExists(paths.roots, digest)) await touchUsed(rootPath(paths.roots, digest));
+    },
+    evict(digest, evictOptions) {
+      digestHex(digest);
+      const { umoci } = requireTools(options.tools);
+      return queue.run(() => evictUnused(digest, { ...evictOptions, usage, umoci, ...paths, env }));
     },
     async config(digest) {
       digestHex(digest);

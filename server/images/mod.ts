@@ -17,7 +17,14 @@ export {
   registryAllowed,
   type RegistryAllowedOptions,
 } from "./image_reference.ts";
-export { createImageStore, type ImageStore, type ImageStoreOptions, ImageToolsMissingError } from "./image_store.ts";
+export {
+  createImageStore,
+  type ImageStore,
+  type ImageStoreOptions,
+  ImageToolsMissingError,
+  type StoredRoot,
+} from "./image_store.ts";
+export { lastUsedMs, touchUsed, treeBytes, usedStamp } from "./_tree_usage.ts";
 export {
   findImageTools,
   type FindImageToolsOptions,

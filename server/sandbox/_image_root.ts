@@ -26,6 +26,14 @@ const made = new Set<string>();
 const usedReadOnly = new Set<string>();
 const usedWritable = new Set<string>();
 
+/**
+ * Forgets what was made in `root`: the image cache removed it, and a root unpacked again at the same path
+ * needs its mount points made anew.
+ */
+export function forgetImageRoot(root: string): void {
+  for (const key of [...made]) if (key.startsWith(`${root}\0`)) made.delete(key);
+}
+
 /** Refuses a root that is not an absolute, normal folder path, or that was used the other way. */
 export function checkImageRoot(image: ImageRoot): void {
   if (!isAbsolute(image.root) || normalize(image.root) !== image.root || image.root === "/") {

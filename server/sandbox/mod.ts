@@ -29,7 +29,7 @@ export {
   createCgroups,
   disabledCgroups,
 } from "./_cgroups.ts";
-export type { ImageRoot } from "./_image_root.ts";
+export { forgetImageRoot, type ImageRoot } from "./_image_root.ts";
 export { BLOCKED_RANGES } from "./_network.ts";
 export type { HostFile, JailSpec } from "./_policy.ts";
 

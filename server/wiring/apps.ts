@@ -113,6 +113,7 @@ export function wireApps(config: Config, options: AppsOptions): ServerApps {
     archiveRepository: (projectId, request) => options.trees.archive(projectId, request),
     deferBuilds: options.clusterKey !== null,
     followOnly: worker !== undefined,
+    imageCache: { boundBytes: config.imageCacheBytes, minAgeMs: config.imageCacheMinAgeMs },
     testDelayLocalSyncMs: options.testDelayLocalSyncMs,
   });
   return { projectSecrets, replicaEnvironments, runLogs, runtime, shown, cluster, deployments };
