@@ -5,7 +5,7 @@
 import { cpus, totalmem } from "node:os";
 import { resolve } from "node:path";
 import { type GpuEntry, parseGpuList } from "./gpus/mod.ts";
-import { DEFAULT_IMAGE_REGISTRIES, parseRegistryList } from "./images/mod.ts";
+import { DEFAULT_IMAGE_REGISTRIES, parseImageReference, parseRegistryList } from "./images/mod.ts";
 import { MASTER_KEY_HOWTO, type MasterKey, parseMasterKey } from "./keys/master_key.ts";
 
 /** The server's validated settings. */
@@ -89,6 +89,8 @@ export interface Config {
   imageCacheBytes: number;
   /** An image root or system layer used within this long is never evicted. */
   imageCacheMinAgeMs: number;
+  /** The cluster's registry (`host[:port][/path]`) where hosts share the layers they build; null: none. */
+  sharedRegistry: string | null;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /** Check every response against the contract and fail loudly on a mismatch. */
   responseCheck: boolean;
@@ -212,6 +214,25 @@ function boolean(raw: string): boolean {
 }
 
 /** `auto`, `required` or `off`: how a protection of tenants' code (sandbox, cgroups) is asked for. */
+/** `host[:port][/path]`: where a cluster's hosts push and pull the layers they build. */
+function sharedRegistry(raw: string): string | null {
+  const value = raw.trim().replace(/\/+$/, "");
+  if (!value) return null;
+  try {
+    parseImageReference(`${value}/layer:tag`);
+  } catch {
+    throw new Error("must be a registry host with an optional path, such as 10.0.0.5:5000/runplane");
+  }
+  // A first part without a dot, a port or `localhost` would be read as a Docker Hub repository.
+  const host = value.split("/")[0]!;
+  if (!/[.:]/.test(host) && host !== "localhost") {
+    throw new Error(
+      "must start with a registry host (with a dot, a port, or localhost), such as 10.0.0.5:5000/runplane",
+    );
+  }
+  return value;
+}
+
 /** A comma-separated list of registry hosts; the parser's error names the entry. */
 function registryList(raw: string): string[] {
   return parseRegistryList(raw);
@@ -534,6 +555,15 @@ export const SETTINGS = [
     description:
       "A containers auth file (auth.json, as podman, skopeo and docker login write it) with the credentials of private registries; unset: images are pulled anonymously. Never logged",
     parse: (raw) => (raw.trim() ? resolve(raw.trim()) : null),
+  },
+  {
+    key: "sharedRegistry",
+    env: "RUNPLANE_REGISTRY",
+    flag: "--registry",
+    default: "",
+    description:
+      "A registry the hosts of a cluster share (host[:port][/path], e.g. 10.0.0.5:5000/runplane): the host that builds an image's system layer pushes it there, the others pull it instead of building it. Credentials from RUNPLANE_REGISTRY_AUTH_FILE; plain HTTP when its host is in RUNPLANE_INSECURE_REGISTRIES. Unset: each host builds its own",
+    parse: sharedRegistry,
   },
   {
     key: "imageCacheBytes",

@@ -14,6 +14,7 @@ import type { BuildLogLine } from "./_build_log.ts";
 import type { BuildPlan } from "./_build_plan.ts";
 import { BuildError, runStep, type StepCommand, type StepOptions, withLock } from "./_build_step.ts";
 import { type DependencyLayer, layerReady, readyMarker } from "./_dependency_layer.ts";
+import type { ImageStore } from "../images/mod.ts";
 import type { DeploymentImage } from "./_image_step.ts";
 import { buildSystemLayer, type SystemLayer } from "./_system_layer.ts";
 
@@ -44,6 +45,8 @@ export interface RunBuildOptions extends StepOptions {
   image?: DeploymentImage;
   /** The layer of its `[dependencies.apt]` on the image (`systemLayer`), when it has some. */
   systemLayer?: SystemLayer;
+  /** The image store: a system layer is pulled from, and pushed to, the cluster's registry when it has one. */
+  images?: ImageStore;
 }
 
 /**

@@ -222,6 +222,7 @@ export async function materialise(
       layer: layerOf(deployment, { plan, config, dataDir: options.dataDir, imageDigest }),
       image,
       systemLayer: system,
+      images: options.images,
       python: config.python,
       pipIndexUrl: options.pipIndexUrl ?? undefined,
       pipFindLinks: options.pipFindLinks ?? undefined,

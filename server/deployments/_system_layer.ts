@@ -7,12 +7,16 @@
  * the layer is read-only to everyone once ready (docs/security.md, "What builds may share").
  *
  * Layout: `<data>/image-layers/<hex>/` (the root file system), `<hex>.ready` beside it, written last by
- * the server; a folder without it is an unfinished build, made again.
+ * the server, naming the root to use; a folder without it is an unfinished build, made again.
+ *
+ * In a cluster with a shared registry (`RUNPLANE_REGISTRY`) the host that builds a layer pushes it there as
+ * `system-layers:<hex>`; another host pulls and unpacks it (its root is then in the image store) instead of
+ * running apt. A registry that cannot give it only means this host builds it.
  */
 import { createHash } from "node:crypto";
-import { lstat, mkdir, rename, rm, writeFile } from "node:fs/promises";
-import { join } from "node:path";
-import { touchUsed } from "../images/mod.ts";
+import { lstat, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { isAbsolute, join } from "node:path";
+import { type ImageStore, touchUsed } from "../images/mod.ts";
 import { copyImageRoot, layerBuilder } from "../sandbox/mod.ts";
 import { runStep, type StepOptions, withLock } from "./_build_step.ts";
 
@@ -44,8 +48,50 @@ export function systemLayer(
   return { key, dir: join(options.layersDir, key), builder: layerBuilder(`sha256:${key}`), packages };
 }
 
-function ready(layer: SystemLayer): Promise<boolean> {
-  return lstat(`${layer.dir}.ready`).then((stat) => stat.isFile(), () => false);
+/** The repository of system layers in the cluster's registry. */
+const SHARED_NAME = "system-layers";
+
+/** The root of `layer` when it is ready on this host (its marker names it); null otherwise. */
+async function readyRoot(layer: SystemLayer): Promise<string | null> {
+  const marker = `${layer.dir}.ready`;
+  if (!(await lstat(marker).then((stat) => stat.isFile(), () => false))) return null;
+  const root = (await readFile(marker, "utf8")).split("\n")[1]?.trim() ?? "";
+  // A marker of an earlier version names no root: the layer's own folder. A root that is gone (evicted
+  // from the image cache) is not ready.
+  const named = isAbsolute(root) ? root : layer.dir;
+  return (await lstat(named).then((stat) => stat.isDirectory(), () => false)) ? named : null;
+}
+
+/** Marks `layer` ready at `root`; the marker is the server's, in a folder only the server writes. */
+async function markReady(layer: SystemLayer, root: string): Promise<void> {
+  await writeFile(`${layer.dir}.ready`, `sha256:${layer.key}\n${root}\n`, { flag: "wx", mode: 0o644 });
+}
+
+/** The layer from the cluster's registry, unpacked here; null when there is none to pull. */
+async function pulledLayer(layer: SystemLayer, images: ImageStore | undefined): Promise<string | null> {
+  if (!images?.sharedRegistry) return null;
+  const root = await images.pullShared({ name: SHARED_NAME, tag: layer.key });
+  if (root) await markReady(layer, root);
+  return root;
+}
+
+/** Pushes the layer this host built to the cluster's registry; a failure is logged, the build goes on. */
+async function pushLayer(layer: SystemLayer, options: StepOptions & { images?: ImageStore }): Promise<void> {
+  const { images } = options;
+  if (!images?.sharedRegistry) return;
+  const started = performance.now();
+  try {
+    await images.pushShared(layer.dir, { name: SHARED_NAME, tag: layer.key });
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    options.log({ stream: "build", text: `==> apt: pushed to ${images.sharedRegistry} (${seconds} s)` });
+  } catch (error) {
+    options.log({
+      stream: "build",
+      text: `==> apt: not pushed to ${images.sharedRegistry} (other hosts build it themselves): ${
+        (error as Error).message
+      }`,
+    });
+  }
 }
 
 /**
@@ -67,19 +113,28 @@ const APT_SCRIPT = [
  */
 export async function buildSystemLayer(
   layer: SystemLayer,
-  options: StepOptions & { base: string },
-): Promise<{ root: string; status: "new" | "cached" }> {
+  options: StepOptions & { base: string; images?: ImageStore },
+): Promise<{ root: string; status: "new" | "cached" | "pulled" }> {
   const shown = `system layer sha256:${layer.key}`;
-  if (await ready(layer)) {
-    await touchUsed(layer.dir); // the image cache keeps a layer used within its minimum age (_image_cache.ts)
+  const known = await readyRoot(layer);
+  if (known) {
+    await touchUsed(known); // the image cache keeps a layer used within its minimum age (_image_cache.ts)
     options.log({ stream: "build", text: `==> apt: cached ${shown}` });
-    return { root: layer.dir, status: "cached" };
+    return { root: known, status: "cached" };
   }
   await mkdir(join(layer.dir, ".."), { recursive: true, mode: 0o700 });
   return await withLock(`${layer.dir}.lock`, options, async () => {
-    if (await ready(layer)) {
+    const meanwhile = await readyRoot(layer);
+    if (meanwhile) {
       options.log({ stream: "build", text: `==> apt: cached ${shown} (built meanwhile)` });
-      return { root: layer.dir, status: "cached" as const };
+      return { root: meanwhile, status: "cached" as const };
+    }
+    // A marker naming a root that is gone: the lock is ours, so it is made anew.
+    await rm(`${layer.dir}.ready`, { force: true });
+    const pulled = await pulledLayer(layer, options.images);
+    if (pulled) {
+      options.log({ stream: "build", text: `==> apt: pulled ${shown} from ${options.images!.sharedRegistry}` });
+      return { root: pulled, status: "pulled" as const };
     }
     const started = performance.now();
     options.log({ stream: "build", text: `==> apt: new ${shown}: ${layer.packages.join(" ")}` });
@@ -97,13 +152,14 @@ export async function buildSystemLayer(
       egress: true,
     }, { ...options, projectId: layer.builder, image: { root: partial, writable: true } });
     await rename(partial, layer.dir);
-    await writeFile(`${layer.dir}.ready`, `sha256:${layer.key}\n`, { flag: "wx", mode: 0o644 });
+    await markReady(layer, layer.dir);
     await touchUsed(layer.dir);
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
     options.log({ stream: "build", text: `==> apt: built ${shown} (${seconds} s)` });
+    await pushLayer(layer, options);
     return { root: layer.dir, status: "new" as const };
   }).catch(async (error) => {
-    if (!(await ready(layer))) await rm(`${layer.dir}.partial`, { recursive: true, force: true });
+    if (!(await readyRoot(layer))) await rm(`${layer.dir}.partial`, { recursive: true, force: true });
     throw error;
   });
 }

@@ -19,6 +19,7 @@ import { rootExists, rootPath, umociUnpack } from "./_umoci_unpack.ts";
 import { evictRoot, listRoots, type StoredRoot } from "./_root_eviction.ts";
 import { lastUsedMs, touchUsed } from "./_tree_usage.ts";
 import { runTool } from "./_run_tool.ts";
+import { pushRoot } from "./_skopeo_push.ts";
 import {
   assertRegistryAllowed,
   type ImageReference,
@@ -39,6 +40,11 @@ export interface ImageStoreOptions {
   /** A containers auth file (`RUNPLANE_REGISTRY_AUTH_FILE`), used for every pull; pulls are anonymous without one. */
   authFile?: string | null;
   logger: Logger;
+  /**
+   * The cluster's registry (`RUNPLANE_REGISTRY`: a registry host with an optional path, `10.0.0.5:5000/runplane`),
+   * where the host that builds a layer pushes it and the others pull it; null or absent: none.
+   */
+  sharedRegistry?: string | null;
   /** How long one pull may take; 15 minutes by default (a CUDA image is gigabytes). */
   pullTimeoutMs?: number;
   /** How long one unpack may take; 10 minutes by default. */
@@ -76,6 +82,18 @@ export interface ImageStore {
    * registry outside the allow-list, or a host without the tools. Null when it may be pulled.
    */
   admissionProblem(reference: string): string | null;
+  /** The cluster's registry where hosts share what they built (`RUNPLANE_REGISTRY`); null without one. */
+  readonly sharedRegistry: string | null;
+  /**
+   * Pushes `root`, a finished root file system no process writes, to the cluster's registry as `name:tag`
+   * (one layer). Throws when there is no such registry or the push fails.
+   */
+  pushShared(root: string, options: { name: string; tag: string }): Promise<void>;
+  /**
+   * Pulls `name:tag` from the cluster's registry and unpacks it: its root, or null when there is no such
+   * registry or it cannot give the image (not pushed yet, unreachable: the caller builds it itself).
+   */
+  pullShared(options: { name: string; tag: string }): Promise<string | null>;
 }
 
 export type { StoredRoot } from "./_root_eviction.ts";
@@ -141,6 +159,40 @@ function evictUnused(
   return evicted;
 }
 
+/** What a push to the cluster's registry needs of the store. */
+interface PushContext {
+  name: string;
+  tag: string;
+  options: ImageStoreOptions;
+  paths: { tmp: string };
+  policy: string;
+  env: Record<string, string>;
+  prepare(): Promise<void>;
+}
+
+/** Pushes the finished root `path` to the cluster's registry as `name:tag` (see `ImageStore.pushShared`). */
+async function pushShared(path: string, context: PushContext): Promise<void> {
+  const { options } = context;
+  if (!options.sharedRegistry) throw new Error("There is no cluster registry (RUNPLANE_REGISTRY) to push to");
+  const { skopeo, umoci } = requireTools(options.tools);
+  await context.prepare();
+  const reference = parseImageReference(`${options.sharedRegistry}/${context.name}:${context.tag}`);
+  const started = performance.now();
+  await pushRoot(path, {
+    skopeo,
+    umoci,
+    tar: "tar",
+    tmp: context.paths.tmp,
+    policy: context.policy,
+    insecure: registryAllowed(reference, { registries: options.insecureRegistries ?? [] }),
+    authFile: options.authFile ?? null,
+    timeoutMs: options.pullTimeoutMs ?? 15 * 60_000,
+    env: context.env,
+    reference,
+  });
+  options.logger.info({ image: reference.canonical, ms: Math.round(performance.now() - started) }, "layer pushed");
+}
+
 /**
  * Makes the image store in `dir` (an absolute path; its folders are made on first use). Nothing is pulled
  * until asked; a host without the tools gets a store that refuses, so apps without `base_image` still run.
@@ -202,9 +254,25 @@ export function createImageStore(dir: string, options: ImageStoreOptions): Image
     return unpacked;
   }
 
+  const shared = options.sharedRegistry ?? null;
+  const sharedReference = (name: string, tag: string) => parseImageReference(`${shared}/${name}:${tag}`);
+
   return {
     dir: root,
     tools: options.tools,
+    sharedRegistry: shared,
+    pushShared: (path, where) => pushShared(path, { ...where, options, paths, policy, env, prepare }),
+    async pullShared(where) {
+      if (!shared) return null;
+      const reference = sharedReference(where.name, where.tag);
+      try {
+        const digest = await pulls.run(reference.canonical, () => pullOnce(reference));
+        return await unpacks.run(digest, () => unpackOnce(digest));
+      } catch (error) {
+        options.logger.info({ image: reference.canonical, err: error }, "the cluster registry has no such layer");
+        return null;
+      }
+    },
     async pull(text) {
       const reference = parseImageReference(text);
       assertRegistryAllowed(reference, { registries: options.registries });

@@ -39,6 +39,7 @@ async function hostImages(config: Config, logger: Logger): Promise<ImageStore> {
     registries: config.imageRegistries,
     insecureRegistries: config.insecureRegistries,
     authFile: config.registryAuthFile,
+    sharedRegistry: config.sharedRegistry,
     logger,
   });
 }

@@ -67,21 +67,39 @@ export interface ImageAppsServer {
   close(): Promise<void>;
 }
 
-/** Starts the registry and the server (with `env` added to the server's settings, and fake GPU `gpuPaths`). */
-export async function startImageAppsServer(
-  options: { env?: Record<string, string>; gpuPaths?: TestServerOptions["gpuPaths"] } = {},
-): Promise<ImageAppsServer> {
-  const layout = await testBaseImage();
-  const registry = await startTestRegistry();
+/** Options of {@link startImageAppsServer}. */
+export interface ImageAppsServerOptions {
+  /** Added to the server's settings. */
+  env?: Record<string, string>;
+  /** A fake GPU host's folders (see test/_helpers/gpus.ts). */
+  gpuPaths?: TestServerOptions["gpuPaths"];
+  /** Another server's registry, shared (closed by that server, not this one); a new one by default. */
+  registry?: TestRegistry;
+  /** Makes the registry the cluster's shared one too (`RUNPLANE_REGISTRY=<host>/runplane`). */
+  shareRegistry?: boolean;
+}
+
+/** Starts the registry (unless given) and the server. */
+export async function startImageAppsServer(options: ImageAppsServerOptions = {}): Promise<ImageAppsServer> {
+  const registry = options.registry ?? await startTestRegistry();
+  const closeRegistry = () => options.registry ? Promise.resolve() : registry.close();
   let server: TestServer;
   try {
-    await registry.push(layout, { tag: BASE_IMAGE_TAG, name: TEST_IMAGE_NAME });
+    if (!options.registry) await registry.push(await testBaseImage(), { tag: BASE_IMAGE_TAG, name: TEST_IMAGE_NAME });
+    const shared: Record<string, string> = options.shareRegistry
+      ? { RUNPLANE_REGISTRY: `${registry.host}/runplane` }
+      : {};
     server = await startTestServer({
-      env: { RUNPLANE_IMAGE_REGISTRIES: registry.host, RUNPLANE_INSECURE_REGISTRIES: registry.host, ...options.env },
+      env: {
+        RUNPLANE_IMAGE_REGISTRIES: registry.host,
+        RUNPLANE_INSECURE_REGISTRIES: registry.host,
+        ...shared,
+        ...options.env,
+      },
       gpuPaths: options.gpuPaths,
     });
   } catch (error) {
-    await registry.close();
+    await closeRegistry();
     throw error;
   }
   const token = (await server.mintToken({ scopes: ["deploy", "rest", "run"] })).token;
@@ -126,7 +144,7 @@ export async function startImageAppsServer(
     },
     async close() {
       await server.close();
-      await registry.close();
+      await closeRegistry();
     },
   };
   return self;
