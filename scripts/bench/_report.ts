@@ -146,10 +146,22 @@ export function coresMarkdown(report: BenchReport): string {
   ]);
 }
 
+/** The "In images" section of docs/performance.md: `npm run bench -- --scenario images`. */
+export function imagesMarkdown(report: BenchReport): string {
+  return sectionMarkdown(report, [
+    "by `npm run bench -- --scenario images`: a server of its own pulling the test base image (Debian",
+    "trixie + python3, made by mmdebstrap) from a loopback `docker-registry`. A redeploy changing only a",
+    "comment, upload to Ready over the REST API, an image app against a host-system app in alternating",
+    "rounds; a replica's cold start (spawn, jail, interpreter, first call answered) with the image's root",
+    "as `/` against the host's system in alternating rounds, both jailed; and the same image deployed as",
+    "five apps, its unpacked roots counted and measured with `du` before and after.",
+  ]);
+}
+
 /** Where `writeReadmeSection` writes: the section's marker name and its heading. */
 export interface ReadmeSectionOptions {
   /** Default `performance`. */
-  section?: "performance" | "growth" | "cluster" | "cores";
+  section?: "performance" | "growth" | "cluster" | "cores" | "images";
 }
 
 const SECTION_TITLES = {
@@ -157,6 +169,7 @@ const SECTION_TITLES = {
   growth: "Cost as the work grows",
   cluster: "Across hosts",
   cores: "On every core",
+  images: "In images",
 } as const;
 
 /** Replaces a section of docs/performance.md (up to the next `<!-- section:` marker or the end); default Performance. */

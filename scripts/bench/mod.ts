@@ -17,6 +17,10 @@
  * The cores scenario (`cores`: throughput against the processes on one host, Runplane beside aiohttp and
  * bare node:http; needs python3-aiohttp) runs only when named; its rows go to
  * scripts/bench/cores_results.json and docs/performance.md's "On every core" section.
+ *
+ * The images scenario (`images`: apps in `[build] base_image` against the host's system; needs skopeo,
+ * umoci, docker-registry, mmdebstrap and root) runs only when named; its rows go to
+ * scripts/bench/images_results.json and docs/performance.md's "In images" section.
  */
 import { execFileSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
@@ -31,6 +35,7 @@ import {
   clusterMarkdown,
   coresMarkdown,
   growthMarkdown,
+  imagesMarkdown,
   markdownReport,
   textReport,
   writeReadmeSection,
@@ -45,6 +50,7 @@ import { clusterScenario } from "./scenarios/cluster.ts";
 import { coldStartScenario } from "./scenarios/cold_start.ts";
 import { coresScenario } from "./scenarios/cores.ts";
 import { idleRssScenario } from "./scenarios/idle_rss.ts";
+import { imagesScenario } from "./scenarios/images.ts";
 import { openStreamsScenario } from "./scenarios/open_streams.ts";
 import { queueDrainScenario } from "./scenarios/queue_drain.ts";
 import { repositoryTreeScenario } from "./scenarios/repository_tree.ts";
@@ -56,7 +62,7 @@ import { syncRunScenario } from "./scenarios/sync_run.ts";
 import { webhookDeliveryScenario } from "./scenarios/webhook_delivery.ts";
 
 /** Scenarios run only when named, each with a results file and a section of its own. */
-const ON_DEMAND: Array<[string, string, Scenario]> = [["18", "cores", coresScenario]];
+const ON_DEMAND: Array<[string, string, Scenario]> = [["18", "cores", coresScenario], ["19", "images", imagesScenario]];
 
 /** Scenarios by number and name, in the order they run (idle memory first, before any load). */
 const SCENARIOS: Array<[string, string, Scenario]> = [
@@ -156,6 +162,7 @@ const OWN_SECTIONS = [
   { ids: GROWTH.map(([id]) => id), file: "growth_results.json", section: "growth", markdown: growthMarkdown },
   { ids: ["17"], file: "cluster_results.json", section: "cluster", markdown: clusterMarkdown },
   { ids: ["18"], file: "cores_results.json", section: "cores", markdown: coresMarkdown },
+  { ids: ["19"], file: "images_results.json", section: "images", markdown: imagesMarkdown },
 ] as const;
 const scenarioId = (row: BenchRow) => row.scenario.split(".")[0];
 const ownSection = (row: BenchRow) =>

@@ -8,7 +8,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createLogger } from "../../../server/log.ts";
 import { PythonReplica } from "../../../server/runtime/mod.ts";
-import { type Cgroups, createSandbox, type Sandbox, unjailedSandbox } from "../../../server/sandbox/mod.ts";
+import {
+  type Cgroups,
+  createSandbox,
+  type ImageRoot,
+  type Sandbox,
+  unjailedSandbox,
+} from "../../../server/sandbox/mod.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { type LoadResult, loadTest } from "../_load.ts";
 import type { BenchRow } from "../_report.ts";
@@ -24,13 +30,13 @@ export function median(values: number[]): number {
 }
 
 /**
- * Milliseconds from spawning a replica (its cgroup made first, when `cgroups` is given; removed after) to
+ * Milliseconds from spawning a replica (in the image root `image` when given: its `/usr/bin/python3`) (its cgroup made first, when `cgroups` is given; removed after) to
  * the end of its first call.
  */
 export async function coldStart(
   sandbox: Sandbox,
   appDir: string,
-  options: { egress: boolean; cgroups?: Cgroups; python?: string },
+  options: { egress: boolean; cgroups?: Cgroups; python?: string; image?: ImageRoot },
 ): Promise<number> {
   const started = performance.now();
   const cgroup = options.cgroups?.create("p-bench/cold", { cpu: 1, memoryBytes: 512 * 1024 ** 2 }) ?? undefined;
@@ -42,7 +48,14 @@ export async function coldStart(
     concurrency: 1,
     logger: createLogger({ level: "silent" }),
     sandbox,
-    jail: { projectId: BENCH_PROJECT, cwd: appDir, readOnly: [appDir], egress: options.egress, env: {} },
+    jail: {
+      projectId: BENCH_PROJECT,
+      cwd: appDir,
+      readOnly: [appDir],
+      egress: options.egress,
+      env: {},
+      image: options.image,
+    },
     cgroup,
   });
   await replica.ready;
