@@ -56,9 +56,13 @@ export async function runStep(step: string, command: StepCommand, options: StepO
     jail: { ...command.jail, ...image, projectId: options.projectId, egress: command.egress ?? options.egress },
     stdio: ["ignore", "pipe", "pipe"],
   });
+  const last = new LastLines();
   for (const stream of ["stdout", "stderr"] as const) {
     createInterface({ input: child[stream]!, crlfDelay: Infinity })
-      .on("line", (text) => options.log({ stream, text }));
+      .on("line", (text) => {
+        last.add(text);
+        options.log({ stream, text });
+      });
   }
   let stopped: "timeout" | "aborted" | undefined;
   const stop = (why: "timeout" | "aborted") => {
@@ -88,7 +92,27 @@ export async function runStep(step: string, command: StepCommand, options: StepO
     throw new BuildError(step, `${step} failed: \`${command.shown}\` did not start (${outcome.error.message})`);
   }
   if (outcome.code !== 0) {
-    throw new BuildError(step, `${step} failed: \`${command.shown}\` exited with code ${outcome.code}`);
+    throw new BuildError(step, `${step} failed: \`${command.shown}\` exited with code ${outcome.code}${last.said()}`);
+  }
+}
+
+/** The last lines a step printed, for its error: what a failed apt or pip said, without reading the whole log. */
+class LastLines {
+  static readonly LINES = 3;
+  static readonly CHARS = 240;
+  readonly #lines: string[] = [];
+
+  add(text: string): void {
+    const line = text.trim();
+    if (!line) return;
+    this.#lines.push(line.length > LastLines.CHARS ? `${line.slice(0, LastLines.CHARS)}…` : line);
+    if (this.#lines.length > LastLines.LINES) this.#lines.shift();
+  }
+
+  /** ` (last output: "…" | "…")`, or nothing when it printed nothing. */
+  said(): string {
+    if (this.#lines.length === 0) return "";
+    return ` (last output: ${this.#lines.map((line) => JSON.stringify(line)).join(" | ")})`;
   }
 }
 

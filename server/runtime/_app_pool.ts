@@ -93,6 +93,8 @@ export function createPool(
     const custom = config!.custom;
     if (custom?.kind === "process") {
       const { prepare } = version;
+      // A Dockerfile's image gives the command and port that runplane.toml leaves out (docs/runplane-toml.md).
+      const image = version.image?.process;
       return new CustomProcessReplica({
         appDir: version.dir,
         label: name,
@@ -102,6 +104,8 @@ export function createPool(
         cgroup,
         prepare,
         ...custom,
+        entrypoint: custom.entrypoint ?? image?.command ?? [],
+        port: custom.port ?? image?.port,
       });
     }
     const channels = options.replicaChannels?.count ?? 0;

@@ -57,7 +57,8 @@ export function replicaJail(
   return {
     projectId: app.projectId,
     readOnly: home ? [app.dir, home] : [app.dir],
-    cwd: app.dir,
+    // A Dockerfile's WORKDIR is its process's folder; otherwise the app's own.
+    cwd: app.image?.process?.workingDir ?? app.dir,
     egress,
     // The image's ENV under the app's; secrets last: a name in both is the project's secret (the app's
     // [env] is in its bundle, readable).
