@@ -8,19 +8,41 @@ import { ProblemError } from "../problems/mod.ts";
 import { randomBytesPooled } from "../random/mod.ts";
 import { type AppConfig, AppConfigError, parseAppConfig } from "../runtime/mod.ts";
 import { extractBundle } from "./_bundle_extract.ts";
+import { DockerfileError } from "./_dockerfile.ts";
+import { dockerfileBase } from "./_dockerfile_image.ts";
 import { deployedAppRules } from "./_materialise.ts";
 import type { BundleSource } from "./_records.ts";
 import type { AppRef, DeploymentsOptions } from "./_types.ts";
 import { keepUnpacked, sweepUnpacked, UNPACKED_KEPT_MS } from "./_unpacked.ts";
 
-/** Why the app's `[build] base_image` cannot be deployed here (its registry, this host's tools), or undefined. */
-function imageProblem(config: AppConfig, settings: DeploymentsOptions["settings"]): string | undefined {
-  const reference = config.build.baseImage;
+/**
+ * Why the app's image cannot be deployed here (its registry, this host's tools), or undefined: the image of
+ * `[build] base_image`, or the FROM of its `[runtime.custom] dockerfile` (read from the checked bundle in
+ * `dir`, whose Dockerfile must parse).
+ */
+async function imageProblem(
+  config: AppConfig,
+  options: { settings: DeploymentsOptions["settings"]; dir: string },
+): Promise<string | undefined> {
+  const dockerfile = config.custom?.kind === "process" ? config.custom.dockerfile : undefined;
+  let reference = config.build.baseImage;
+  let named = `[build] base_image ${JSON.stringify(reference)}`;
+  if (dockerfile !== undefined) {
+    try {
+      reference = await dockerfileBase(options.dir, dockerfile);
+    } catch (error) {
+      if (error instanceof DockerfileError) return `runtime.custom.dockerfile ${dockerfile}: ${error.message}`;
+      throw error;
+    }
+    named = `runtime.custom.dockerfile ${dockerfile}: FROM ${JSON.stringify(reference)}`;
+  }
   if (reference === undefined) return undefined;
-  const problem = settings.images
-    ? settings.images.admissionProblem(reference)
-    : "This server runs apps on its own system only: deploy without [build] base_image";
-  return problem === null ? undefined : `[build] base_image ${JSON.stringify(reference)}: ${problem}`;
+  const problem = options.settings.images
+    ? options.settings.images.admissionProblem(reference)
+    : `This server runs apps on its own system only: deploy without ${
+      dockerfile ? "a Dockerfile" : "[build] base_image"
+    }`;
+  return problem === null ? undefined : `${named}: ${problem}`;
 }
 
 /**
@@ -48,7 +70,8 @@ export async function checkBundle(
     let problem: string | undefined;
     try {
       const config = parseAppConfig(text, scratch, deployedAppRules(settings));
-      problem = imageProblem(config, settings) ?? options.runtime.admissionProblem(ref.projectId, ref.appId, config);
+      problem = await imageProblem(config, { settings, dir: scratch })
+        ?? options.runtime.admissionProblem(ref.projectId, ref.appId, config);
     } catch (error) {
       if (!(error instanceof AppConfigError)) throw error;
       problem = error.message;

@@ -17,6 +17,8 @@ export interface DeploymentImage {
   root: string;
   /** Its `ENV`: a replica's environment under the app's `[env]` and secrets. */
   env: Record<string, string>;
+  /** What an image built from a Dockerfile runs (`_dockerfile_image.ts`): its command, port and folder. */
+  process?: { command: string[]; port?: number; workingDir: string };
 }
 
 /** A failed pull or unpack; the message says which image and why. */
@@ -32,7 +34,10 @@ const SEARCH_PATH = /^\/[^:\0]*(:\/[^:\0]*)*$/;
  * passes through the processes that start the jail as root — an image's `LD_PRELOAD` would load its library
  * into them. Its `PATH` is kept when it is a list of absolute folders. Each variable left out is logged.
  */
-function allowedEnvironment(env: Record<string, string>, log: (line: BuildLogLine) => void): Record<string, string> {
+export function allowedEnvironment(
+  env: Record<string, string>,
+  log: (line: BuildLogLine) => void,
+): Record<string, string> {
   const allowed: Record<string, string> = {};
   for (const [name, value] of Object.entries(env)) {
     const problem = name === "PATH"

@@ -67,7 +67,15 @@ export class LocalBuilds {
         version: row.deployment_id,
         python: done.python,
         configToml: done.configToml,
-        ...(done.image ? { image: { root: done.image.root, env: done.image.env } } : {}),
+        ...(done.image
+          ? {
+            image: {
+              root: done.image.root,
+              env: done.image.env,
+              ...(done.image.process ? { process: done.image.process } : {}),
+            },
+          }
+          : {}),
       };
     } catch (error) {
       const buildFailed = error instanceof DeploymentBuildError;

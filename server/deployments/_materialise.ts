@@ -20,6 +20,8 @@ import { type BundleLimits, extractBundle } from "./_bundle_extract.ts";
 import { type DeploymentRow, selectBundle } from "./_records.ts";
 import { type DeploymentImage, ImageStepError, pullImage } from "./_image_step.ts";
 import { systemLayer, systemLayersDir } from "./_system_layer.ts";
+import { DockerfileError } from "./_dockerfile.ts";
+import { dockerfileImage } from "./_dockerfile_image.ts";
 import { takeUnpacked } from "./_unpacked.ts";
 
 /** How builds run on this host. */
@@ -137,6 +139,42 @@ async function imageOf(
   }
 }
 
+/** The image built from the app's Dockerfile (`_dockerfile_image.ts`); its errors are the build's. */
+async function dockerfileImageOf(
+  config: AppConfig,
+  options: BuildSettings & {
+    log(line: BuildLogLine): void;
+    signal?: AbortSignal;
+    deployment: DeploymentRow;
+    dir: string;
+  },
+): Promise<DeploymentImage> {
+  const { deployment, images } = options;
+  if (!images) {
+    throw new DeploymentBuildError("This server runs apps on its own system only: deploy without a Dockerfile");
+  }
+  try {
+    return await dockerfileImage(config, {
+      images,
+      dir: options.dir,
+      bundleDigest: deployment.bundle_digest,
+      layersDir: systemLayersDir(options.dataDir),
+      recorded: deployment.image_digest ?? undefined,
+      timeoutMs: options.timeoutMs,
+      log: options.log,
+      signal: options.signal,
+      sandbox: options.sandbox ?? unjailedSandbox(),
+      projectId: deployment.project_id,
+      egress: config.egress,
+    });
+  } catch (error) {
+    if (error instanceof ImageStepError || error instanceof DockerfileError) {
+      throw new DeploymentBuildError(error.message);
+    }
+    throw error;
+  }
+}
+
 function readConfig(configToml: string, dir: string, settings: BuildSettings): AppConfig {
   try {
     return parseAppConfig(configToml, dir, deployedAppRules(settings));
@@ -158,7 +196,8 @@ export function plannedPaths(
   const dir = deploymentDir(options.settings.dataDir, deployment.deployment_id);
   const config = readConfig(options.configToml, dir, options.settings);
   const plan = buildPlan(config);
-  const image = config.build.baseImage !== undefined;
+  const image = config.build.baseImage !== undefined
+    || (config.custom?.kind === "process" && !!config.custom.dockerfile);
   if (plan.pipRequirements.length === 0) return { dir, image };
   return { dir, image, python: layerOf(deployment, { plan, config, dataDir: options.settings.dataDir }).python };
 }
@@ -211,7 +250,9 @@ export async function materialise(
     const config = readConfig(configToml, dir, options);
     const plan = buildPlan(config);
     await options.onPlan?.({ digest: plan.digest, configToml });
-    const image = await imageOf(config, { ...options, recorded: deployment.image_digest });
+    const image = config.custom?.kind === "process" && config.custom.dockerfile
+      ? await dockerfileImageOf(config, { ...options, deployment, dir })
+      : await imageOf(config, { ...options, recorded: deployment.image_digest });
     if (image) await options.onImage?.(image);
     const system = image
       ? systemLayer(image.digest, { packages: plan.apt, layersDir: systemLayersDir(options.dataDir) })

@@ -12,7 +12,16 @@ export const MAX_GRACE_PERIOD_SECONDS = 43_200;
 
 /** How an app's custom runtime is reached. */
 export type CustomRuntime =
-  | { kind: "process"; entrypoint: string[]; port?: number; healthcheckEndpoint?: string; readycheckEndpoint?: string }
+  | {
+    kind: "process";
+    /** The command; undefined when `dockerfile` gives it (its ENTRYPOINT and CMD). */
+    entrypoint?: string[];
+    port?: number;
+    healthcheckEndpoint?: string;
+    readycheckEndpoint?: string;
+    /** The bundle's Dockerfile (a relative path) the app's image is built from; see docs/runplane-toml.md. */
+    dockerfile?: string;
+  }
   | { kind: "url"; url: string };
 
 /** `[hardware]`: what one replica of the app gets, and reserves of the host's budget. */
@@ -269,10 +278,15 @@ function customRuntime(runtime: Reader, options: AppConfigOptions): CustomRuntim
     "healthcheck_endpoint",
     "readycheck_endpoint",
     "url",
+    "dockerfile",
   ]);
   const entrypoint = custom.strings("entrypoint");
   const url = custom.string("url");
-  if ((entrypoint === undefined) === (url === undefined)) {
+  const dockerfile = dockerfilePath(custom);
+  if (dockerfile !== undefined && url !== undefined) {
+    throw new AppConfigError("runtime.custom.dockerfile builds an image to run: it does not go with url");
+  }
+  if (dockerfile === undefined && (entrypoint === undefined) === (url === undefined)) {
     throw new AppConfigError(
       "runtime.custom needs exactly one of entrypoint (a command to start) or url (an upstream to call)",
     );
@@ -293,16 +307,48 @@ function customRuntime(runtime: Reader, options: AppConfigOptions): CustomRuntim
     }
     return { kind: "url", url: url.replace(/\/+$/, "") };
   }
-  if (entrypoint!.length === 0) {
+  if (entrypoint?.length === 0) {
     throw new AppConfigError('runtime.custom.entrypoint must name a command, e.g. ["python3", "server.py"]');
   }
   return {
     kind: "process",
-    entrypoint: entrypoint!,
+    ...(entrypoint ? { entrypoint } : {}),
+    ...(dockerfile ? { dockerfile } : {}),
     port: custom.integer("port", undefined, 1, 65535),
     healthcheckEndpoint: endpointPath(custom, "healthcheck_endpoint"),
     readycheckEndpoint: endpointPath(custom, "readycheck_endpoint"),
   };
+}
+
+/** `[runtime.custom] dockerfile`: a file of the bundle, named by a relative path that stays inside it. */
+function dockerfilePath(custom: Reader): string | undefined {
+  const path = custom.string("dockerfile");
+  if (path === undefined) return undefined;
+  const parts = path.split("/");
+  if (path === "" || isAbsolute(path) || parts.some((part) => part === ".." || part === "") || path.includes("\0")) {
+    throw new AppConfigError(
+      `runtime.custom.dockerfile must be a relative path of a file in the bundle, such as "Dockerfile", got ${
+        JSON.stringify(path)
+      }`,
+    );
+  }
+  return path;
+}
+
+/**
+ * What a Dockerfile app may not also say: its image comes from its FROM (not `[build] base_image`), and its
+ * packages from its RUN steps (not `[dependencies]`, whose layers are keyed by a base image's digest).
+ */
+function dockerfileProblem(config: Pick<AppConfig, "build" | "dependencies">): string | undefined {
+  if (config.build.baseImage !== undefined) {
+    return "runtime.custom.dockerfile and [build] base_image both name the app's image; keep one (the Dockerfile's FROM names its base)";
+  }
+  for (const kind of ["pip", "apt", "conda"] as const) {
+    if (Object.keys(config.dependencies[kind]).length) {
+      return `runtime.custom.dockerfile builds the app's image: install [dependencies.${kind}] with a RUN step of the Dockerfile instead`;
+    }
+  }
+  return undefined;
 }
 
 /** `[runtime.custom]`'s `key`, a path the platform requests of the app's own server. */
@@ -362,7 +408,9 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
   }
   const custom = customRuntime(runtimeSection, options);
   if (runtime === "custom" && !custom) {
-    throw new AppConfigError('deployment.runtime = "custom" needs a [runtime.custom] table with entrypoint or url');
+    throw new AppConfigError(
+      'deployment.runtime = "custom" needs a [runtime.custom] table with entrypoint, dockerfile or url',
+    );
   }
   if (runtime === "python" && custom) throw new AppConfigError('[runtime.custom] needs deployment.runtime = "custom"');
   if (custom?.kind === "process" && custom.port !== undefined && maxReplicas > 1) {
@@ -370,7 +418,7 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
       "runtime.custom.port fixes one port, so scaling.max_replicas must be 1; remove port to get a free port per replica",
     );
   }
-  return {
+  const config: AppConfig = {
     name: deployment.string("name", ""),
     runtime,
     python: python.includes("/") && !isAbsolute(python) ? resolve(appDir, python) : python,
@@ -400,6 +448,9 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
     hardware: hardware(root),
     preload: preload(runtimeSection),
   };
+  const problem = custom?.kind === "process" && custom.dockerfile ? dockerfileProblem(config) : undefined;
+  if (problem) throw new AppConfigError(problem);
+  return config;
 }
 
 /** A dotted Python module name (`torch`, `numpy.linalg`). */

@@ -32,6 +32,18 @@ export interface AppImage {
   root: string;
   /** Its `ENV`: its replicas' environment under the app's `[env]` and secrets. */
   env: Record<string, string>;
+  /** What a Dockerfile's image says to run (`runtime.custom.dockerfile`); `[runtime.custom]` overrides it. */
+  process?: ImageProcess;
+}
+
+/** The process an image built from a Dockerfile runs: its ENTRYPOINT + CMD, first EXPOSE and WORKDIR. */
+export interface ImageProcess {
+  /** The argv (a shell form is `["/bin/sh", "-c", text]`); empty when the image names none. */
+  command: string[];
+  /** The first `EXPOSE`d TCP port, when one is. */
+  port?: number;
+  /** `WORKDIR` (absolute): the process's working directory. */
+  workingDir: string;
 }
 
 /** One loaded (or failed) version of an app. */

@@ -15,6 +15,7 @@ import { ProblemError } from "../problems/mod.ts";
 import { AppStartError } from "./_failures.ts";
 import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { freePort } from "./free_port.ts";
+import { hostPythonInImage } from "./_host_python.ts";
 import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import type { CallOutcome } from "./_outcome.ts";
 import { proxyReplicaCall } from "./_proxy.ts";
@@ -149,9 +150,11 @@ export class CustomProcessReplica implements CallableReplica {
     this.#socketDir = await sandbox.socketDir(this.#options.jail.projectId, `custom-${++replicaCount}`);
     this.dispatcher = new Agent({ connect: { socketPath: join(this.#socketDir, "http.sock") } });
     const parentPid = jailed ? 0 : process.pid;
+    // In an image the relay is the host's python3 (_host_python.ts): the image may have none.
+    const [python, ...pythonArgs] = this.#options.jail.image ? hostPythonInImage() : ["python3"];
     const { child, exited, lastOutput } = spawnInOwnGroup(
-      "python3",
-      [RELAY_PATH, this.#socketDir, String(port), String(parentPid), "--", ...this.#options.entrypoint],
+      python,
+      [...pythonArgs, RELAY_PATH, this.#socketDir, String(port), String(parentPid), "--", ...this.#options.entrypoint],
       {
         sandbox,
         jail: {

@@ -115,6 +115,28 @@ pre_build_commands = []
     );
   });
 
+  it("reads runtime.custom.dockerfile, and refuses it with base_image, [dependencies] or a path leaving the bundle", () => {
+    const custom = '[deployment]\nruntime = "custom"\n[runtime.custom]\ndockerfile = "docker/Dockerfile"\n';
+    const config = parseAppConfig(custom, "/a");
+    assert.deepEqual(config.custom, {
+      kind: "process",
+      dockerfile: "docker/Dockerfile",
+      port: undefined,
+      healthcheckEndpoint: undefined,
+      readycheckEndpoint: undefined,
+    });
+    assert.match(error(`${custom}[build]\nbase_image = "python:3.12"\n`), /dockerfile and \[build\] base_image/);
+    assert.match(error(`${custom}[dependencies.apt]\nffmpeg = "*"\n`), /\[dependencies\.apt\] with a RUN step/);
+    for (const path of ["../Dockerfile", "/etc/passwd", "a/../../b", ""]) {
+      const toml = `[deployment]\nruntime = "custom"\n[runtime.custom]\ndockerfile = ${JSON.stringify(path)}\n`;
+      assert.match(error(toml), /runtime\.custom\.dockerfile must be a (relative path|non-empty string)/);
+    }
+    assert.match(
+      error('[deployment]\nruntime = "custom"\n[runtime.custom]\ndockerfile = "Dockerfile"\nurl = "http://x"\n'),
+      /does not go with url/,
+    );
+  });
+
   it("refuses a runtime.custom.url unless external runtimes are allowed, naming the setting", () => {
     const toml = '[deployment]\nruntime = "custom"\n[runtime.custom]\nurl = "http://127.0.0.1:9/internal-admin"\n';
     assert.match(error(toml), /runtime\.custom\.url .*not allowed.*RUNPLANE_ALLOW_EXTERNAL_RUNTIMES/);
