@@ -15,7 +15,6 @@ import { type Dirent } from "node:fs";
 import { cp, lstat, mkdir, readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { copyImageRoot } from "../sandbox/mod.ts";
-import type { BuildLogLine } from "./_build_log.ts";
 import { BuildError, runStep, type StepOptions, withLock } from "./_build_step.ts";
 import type { DockerfilePlan, DockerfileStep } from "./_dockerfile.ts";
 
@@ -130,14 +129,7 @@ async function jailedStep(
   step: DockerfileStep,
   options: DockerfileBuildOptions & { root: string; entries: Map<string, "dir" | "file"> },
 ): Promise<void> {
-  const last: string[] = [];
-  const log = (line: BuildLogLine) => {
-    options.log(line);
-    if (line.stream === "build") return;
-    last.push(line.text.slice(0, 300));
-    if (last.length > 10) last.shift();
-  };
-  const jailOptions = { ...options, log, image: { root: options.root, writable: true } };
+  const jailOptions = { ...options, image: { root: options.root, writable: true } };
   const command = step.kind === "run"
     ? {
       file: step.argv[0],
@@ -158,9 +150,9 @@ async function jailedStep(
     await runStep("dockerfile", { ...command, shown: step.shown, egress: true }, jailOptions);
   } catch (error) {
     if (!(error instanceof BuildError) || error.message.includes("stopped")) throw error;
-    const why = error.message.replace(/^dockerfile failed: `[^]*` /, "");
-    const output = last.length ? `; its last output:\n${last.join("\n")}` : "";
-    throw new BuildError("dockerfile", `dockerfile failed: line ${step.line}: ${step.shown}: ${why}${output}`);
+    // runStep's message ends with the step's last lines of output.
+    const why = error.message.replace(`dockerfile failed: \`${step.shown}\` `, "");
+    throw new BuildError("dockerfile", `dockerfile failed: line ${step.line}: ${step.shown}: ${why}`);
   }
 }
 

@@ -157,7 +157,7 @@ describe("apps built from their Dockerfile", async () => {
     const { deployment, log } = await apps.deployed("dockerapp", dockerApp(failing));
     assert.equal(deployment.status, "failed", log);
     assert.match(deployment.error ?? "", /line 10: RUN echo about to fail >&2 && false: exited with code 1/);
-    assert.match(deployment.error ?? "", /about to fail/);
+    assert.match(deployment.error ?? "", /last output: "about to fail"/);
     const { status, body } = await call("dockerapp");
     assert.equal(status, 200, JSON.stringify(body));
     assert.equal(body.port, "8091");
