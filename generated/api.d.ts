@@ -138,7 +138,7 @@ export interface paths {
         /**
          * Hash base-image dependencies
          * @description The canonical, versioned SHA-256 digest of an app's build dependencies, and whether a build of them
-         *     will make its virtualenv (`new`) or reuse a ready one (`cached`).
+         *     will build or pull a layer (`new`) or reuse every one it needs (`cached`).
          */
         post: operations["createBaseImageHash"];
         delete?: never;
@@ -716,10 +716,12 @@ export interface components {
             shellCommands?: components["schemas"]["Base64Command"][];
         };
         /**
-         * @description What a build of these dependencies will do with its virtualenv on the server that answers: `new`, pip
-         *     will make one (no ready virtualenv of the digest is there, e.g. none was built, or its build failed);
-         *     `cached`, it reuses the ready one, or needs none (no pip requirements). In a cluster a build runs on the
-         *     process that claims it, whose host may hold other virtualenvs.
+         * @description What a build of these dependencies will do on the server that answers: `cached`, every layer it needs is
+         *     there — on the host's system, the ready virtualenv of the digest (or none is needed: no pip
+         *     requirements); with `baseImageUri`, also the image (pulled there before under that reference), its
+         *     system layer of the apt packages, and the virtualenv made in it. `new`, something is built or pulled
+         *     (e.g. none was built yet, or its build failed). In a cluster a build runs on the process that claims it,
+         *     whose host may hold other layers.
          * @enum {string}
          */
         BaseImageStatus: "new" | "cached";

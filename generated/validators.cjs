@@ -3560,7 +3560,7 @@ validate38.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 exports.schema_BaseImageHash = validate39;
 const schema56 = {"type":"object","required":["digest","status"],"properties":{"digest":{"type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"status":{"$ref":"runplane-openapi#/$defs/BaseImageStatus"}},"description":"The canonical digest of an app's build dependencies."};
-const schema57 = {"type":"string","enum":["new","cached"],"description":"What a build of these dependencies will do with its virtualenv on the server that answers: `new`, pip\nwill make one (no ready virtualenv of the digest is there, e.g. none was built, or its build failed);\n`cached`, it reuses the ready one, or needs none (no pip requirements). In a cluster a build runs on the\nprocess that claims it, whose host may hold other virtualenvs."};
+const schema57 = {"type":"string","enum":["new","cached"],"description":"What a build of these dependencies will do on the server that answers: `cached`, every layer it needs is\nthere — on the host's system, the ready virtualenv of the digest (or none is needed: no pip\nrequirements); with `baseImageUri`, also the image (pulled there before under that reference), its\nsystem layer of the apt packages, and the virtualenv made in it. `new`, something is built or pulled\n(e.g. none was built yet, or its build failed). In a cluster a build runs on the process that claims it,\nwhose host may hold other layers."};
 const pattern9 = new RegExp("^sha256:[0-9a-f]{64}$", "u");
 
 function validate39(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){

@@ -2,7 +2,7 @@
 import type { Kysely } from "kysely";
 import { ensureProject, isForeignKeyViolation } from "../store/mod.ts";
 import type { Database } from "../store/schema.ts";
-import { baseImageDigest, type BaseImageRequest, canonicalBaseImage } from "./base_image_hash.ts";
+import { baseImageDigest, type BaseImageRequest } from "./base_image_hash.ts";
 
 export {
   BASE_IMAGE_ALGORITHM,
@@ -15,22 +15,22 @@ export {
   normalizePipRequirement,
 } from "./base_image_hash.ts";
 
-/** The digest, and what a build of it will do with its virtualenv. */
+/** The digest, and what a build of it will do. */
 export interface BaseImageHashOutcome {
   digest: string;
-  /** `new`: pip will make the virtualenv; `cached`: a ready one is reused, or none is needed (no pip requirements). */
+  /** `new`: a layer will be built or pulled; `cached`: every layer it needs is ready here. */
   status: "new" | "cached";
 }
 
 /** What `hashBaseImage` asks of the builds. */
 export interface HashBaseImageOptions {
-  /** Whether a build of `digest` would reuse a ready virtualenv (rather than run pip). */
-  dependencyLayerReady(digest: string): Promise<boolean>;
+  /** Whether a build of `request` (whose digest is `digest`) would build nothing: every layer is ready here. */
+  layersReady(request: BaseImageRequest, options: { digest: string }): Promise<boolean>;
 }
 
 /**
  * Computes the digest of `request`, records it among the project's digests, and says what a build of it
- * will do: `new` when it has pip requirements and no ready virtualenv of the digest, `cached` otherwise.
+ * will do: `cached` when every layer it needs is ready here, `new` otherwise.
  * Throws a 400 problem for a bad Base64 command.
  */
 export async function hashBaseImage(
@@ -38,7 +38,6 @@ export async function hashBaseImage(
   input: { projectId: string; request: BaseImageRequest },
   options: HashBaseImageOptions,
 ): Promise<BaseImageHashOutcome> {
-  const canonical = canonicalBaseImage(input.request);
   const digest = baseImageDigest(input.request);
   const insert = () =>
     db.insertInto("base_image_digests")
@@ -58,6 +57,6 @@ export async function hashBaseImage(
     await ensureProject(db, input.projectId);
     await insert();
   }
-  const reused = canonical.pipRequirements.length === 0 || await options.dependencyLayerReady(digest);
+  const reused = await options.layersReady(input.request, { digest });
   return { digest, status: reused ? "cached" : "new" };
 }

@@ -54,8 +54,13 @@ function hex(...parts: string[]): string {
   return createHash("sha256").update(parts.join("\0")).digest("hex");
 }
 
+/** Where a host's builds keep their virtualenvs, one folder per dependency layer. */
+export function venvsDir(dataDir: string): string {
+  return join(dataDir, "venvs");
+}
+
 /** The layer of `plan`'s pip dependencies for `owner`'s deployment. */
-export function dependencyLayer(plan: BuildPlan, owner: LayerOwner): DependencyLayer {
+export function dependencyLayer(plan: Pick<BuildPlan, "digest" | "pipSeesBundle">, owner: LayerOwner): DependencyLayer {
   const digest = plan.digest.replace(/^sha256:/, "");
   const seesBundle = plan.pipSeesBundle || owner.python.startsWith(`${owner.deploymentDir}/`);
   let name: string;

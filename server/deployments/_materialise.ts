@@ -15,7 +15,7 @@ import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { type BuildLogLine, type BuildResult, runBuild } from "./_build.ts";
 import { type BuildPlan, buildPlan } from "./_build_plan.ts";
-import { type DependencyLayer, dependencyLayer, sharedLayerReady } from "./_dependency_layer.ts";
+import { type DependencyLayer, dependencyLayer, venvsDir } from "./_dependency_layer.ts";
 import { type BundleLimits, extractBundle } from "./_bundle_extract.ts";
 import { type DeploymentRow, selectBundle } from "./_records.ts";
 import { type DeploymentImage, ImageStepError, pullImage } from "./_image_step.ts";
@@ -70,19 +70,6 @@ export class DeploymentBuildError extends Error {
     super(message, options);
     this.name = "DeploymentBuildError";
   }
-}
-
-/** Where this host's builds keep their virtualenvs, one folder per dependency layer. */
-function venvsDir(dataDir: string): string {
-  return join(dataDir, "venvs");
-}
-
-/**
- * Whether a build on this host would reuse the virtualenv of base-image `digest` (its shared layer with the
- * default interpreter is ready here).
- */
-export function dependencyLayerReady(dataDir: string, digest: string): Promise<boolean> {
-  return sharedLayerReady(venvsDir(dataDir), digest);
 }
 
 /** The folder a deployment is built in on this host. */

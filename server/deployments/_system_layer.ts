@@ -43,7 +43,8 @@ export function systemLayer(
   options: { packages: readonly string[]; layersDir: string },
 ): SystemLayer | undefined {
   if (options.packages.length === 0) return undefined;
-  const packages = [...options.packages];
+  // apt installs a set: the order the entries were written in does not name another layer.
+  const packages = [...new Set(options.packages)].sort();
   const key = createHash("sha256").update(["apt", digest, ...packages].join("\0")).digest("hex");
   return { key, dir: join(options.layersDir, key), builder: layerBuilder(`sha256:${key}`), packages };
 }
@@ -60,6 +61,11 @@ async function readyRoot(layer: SystemLayer): Promise<string | null> {
   // from the image cache) is not ready.
   const named = isAbsolute(root) ? root : layer.dir;
   return (await lstat(named).then((stat) => stat.isDirectory(), () => false)) ? named : null;
+}
+
+/** Whether `layer` is ready on this host (built, or pulled from the cluster's registry). */
+export async function systemLayerReady(layer: SystemLayer): Promise<boolean> {
+  return (await readyRoot(layer)) !== null;
 }
 
 /** Marks `layer` ready at `root`; the marker is the server's, in a folder only the server writes. */

@@ -3,13 +3,14 @@
  * by digest, built by whichever process claims them, and served by every process once active. Free of
  * HTTP: handlers decode, call this, and map the views to responses.
  */
+import type { BaseImageRequest } from "../builds/mod.ts";
 import type { DeployedApp, UnservedApp } from "../runtime/mod.ts";
 import { activateDeployment, deleteApp } from "./_app_changes.ts";
 import { projectApps } from "./_app_views.ts";
 import { buildLogText, followBuildLog } from "./_build_log_reader.ts";
 import { deployBundle, deployRepository } from "./_deploy.ts";
 import { appNotFound, listDeployments, readDeployment } from "./_deployment_views.ts";
-import { dependencyLayerReady } from "./_materialise.ts";
+import { buildLayersReady } from "./_layers_ready.ts";
 import { Serving } from "./_serving.ts";
 import type {
   AppRef,
@@ -67,10 +68,10 @@ export interface Deployments {
   /** The deployed apps no deployment serves, their newest build failed (the runtime answers 503 for them). */
   unservedApps(): UnservedApp[];
   /**
-   * Whether a build here of base-image `digest` would reuse its virtualenv (a ready one is on this host)
-   * rather than run pip.
+   * Whether a build here of a base-image `request` (of `digest`) would build nothing: every layer it needs
+   * (the image, its system layer, the virtualenv) is on this host.
    */
-  dependencyLayerReady(digest: string): Promise<boolean>;
+  layersReady(request: BaseImageRequest, options: { digest: string }): Promise<boolean>;
   /** Starts the build worker and the follower of active deployments; resolves after the first read. */
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -120,8 +121,8 @@ export function createDeployments(options: DeploymentsOptions): Deployments {
     unservedApps() {
       return serving.unserved();
     },
-    dependencyLayerReady(digest) {
-      return dependencyLayerReady(options.settings.dataDir, digest);
+    layersReady(request, { digest }) {
+      return buildLayersReady(request, { digest, dataDir: options.settings.dataDir, images: options.settings.images });
     },
     start() {
       return serving.start();

@@ -9,7 +9,7 @@ export function buildHandlers(context: ServerContext): BuildHandlers {
   return {
     async createBaseImageHash({ path, body }) {
       const outcome = await hashBaseImage(context.store.db, { projectId: path.project_id, request: body ?? {} }, {
-        dependencyLayerReady: (digest) => context.deployments.dependencyLayerReady(digest),
+        layersReady: (request, options) => context.deployments.layersReady(request, options),
       });
       return { status: 200, contentType: "application/json", body: outcome };
     },

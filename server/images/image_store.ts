@@ -8,11 +8,11 @@
  * One process owns a store (the host's supervisor): pulls and unpacks are queued one at a time within it,
  * so the layout's index is never written by two tools at once.
  */
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { isAbsolute, join, resolve } from "node:path";
 import type { Logger } from "../log.ts";
 import { type ImageConfig, readImageConfig } from "./_image_config.ts";
-import { digestHex } from "./_oci_blobs.ts";
+import { digestHex, isSha256Digest } from "./_oci_blobs.ts";
 import { SerialQueue, SingleFlight } from "./_single_flight.ts";
 import { digestTag, referenceTag, skopeoPull } from "./_skopeo_pull.ts";
 import { rootExists, rootPath, umociUnpack } from "./_umoci_unpack.ts";
@@ -82,6 +82,11 @@ export interface ImageStore {
    * registry outside the allow-list, or a host without the tools. Null when it may be pulled.
    */
   admissionProblem(reference: string): string | null;
+  /**
+   * The digest `reference` was last pulled as on this host, read from the store without asking a registry;
+   * null when it was never pulled here (or the reference is malformed).
+   */
+  knownDigest(reference: string): Promise<string | null>;
   /** The cluster's registry where hosts share what they built (`RUNPLANE_REGISTRY`); null without one. */
   readonly sharedRegistry: string | null;
   /**
@@ -157,6 +162,24 @@ function evictUnused(
   })().finally(() => usage.evicting.delete(digest));
   usage.evicting.set(digest, evicted.catch(() => false));
   return evicted;
+}
+
+/** See `ImageStore.knownDigest`: the digest under the reference's tag in the layout's index. */
+async function knownDigest(layout: string, text: string): Promise<string | null> {
+  let tag: string;
+  try {
+    tag = referenceTag(parseImageReference(text));
+  } catch {
+    return null;
+  }
+  const index = await readFile(join(layout, "index.json"), "utf8").then(
+    (json) => JSON.parse(json) as { manifests?: { digest?: string; annotations?: Record<string, string> }[] },
+    () => ({ manifests: [] }),
+  );
+  const entry = (index.manifests ?? []).find((manifest) =>
+    manifest.annotations?.["org.opencontainers.image.ref.name"] === tag
+  );
+  return entry?.digest && isSha256Digest(entry.digest) ? entry.digest : null;
 }
 
 /** What a push to the cluster's registry needs of the store. */
@@ -261,6 +284,7 @@ export function createImageStore(dir: string, options: ImageStoreOptions): Image
     dir: root,
     tools: options.tools,
     sharedRegistry: shared,
+    knownDigest: (text) => knownDigest(paths.layout, text),
     pushShared: (path, where) => pushShared(path, { ...where, options, paths, policy, env, prepare }),
     async pullShared(where) {
       if (!shared) return null;

@@ -13,7 +13,9 @@ import { after, before, describe, it } from "node:test";
 import { debianReachable, hostHas, type ImageAppsServer, startImageAppsServer } from "../_helpers/image_apps.ts";
 import { imageToolsWork } from "../_helpers/images.ts";
 import { sandboxWorks } from "../_helpers/sandbox.ts";
+import { TEST_PROJECT } from "../_helpers/server.ts";
 import { writeWheel } from "../_helpers/wheels.ts";
+import { baseImageRequestFromToml } from "../../client/base_image_request.ts";
 
 /**
  * An app on the image with figlet (which the host lacks) and python3-venv from apt, and `rp_layerdep` at
@@ -52,6 +54,18 @@ describe("an image's layers are cached by their inputs", async () => {
     apps = await startImageAppsServer({ env: { RUNPLANE_PIP_FIND_LINKS: wheels } });
   });
 
+  /** What createBaseImageHash answers for the app's runplane.toml, as `runplane deploy` asks it. */
+  async function baseImageStatus(files: Record<string, string>): Promise<string> {
+    const response = await apps.request(`/v3/projects/${TEST_PROJECT}/apps/layered/base-image`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(baseImageRequestFromToml(files["runplane.toml"]!)),
+    });
+    const body = (await response.json()) as { status: string };
+    assert.equal(response.status, 200, JSON.stringify(body));
+    return body.status;
+  }
+
   after(async () => {
     await apps?.close();
     if (wheels) await rm(wheels, { recursive: true, force: true });
@@ -63,8 +77,11 @@ describe("an image's layers are cached by their inputs", async () => {
     assert.equal(await hostHas("figlet"), false, "the host lacks figlet: only the image's system layer can have it");
     const steps: string[][] = [];
     const cases = [{ pip: "1.0", code: "a" }, { pip: "2.0", code: "a" }, { pip: "2.0", code: "b" }];
+    assert.equal(await baseImageStatus(layeredApp(apps.reference, cases[0]!)), "new", "nothing of it is here yet");
     for (const version of cases) {
-      const { deployment, log } = await apps.deployed("layered", layeredApp(apps.reference, version));
+      const files = layeredApp(apps.reference, version);
+      const { deployment, log } = await apps.deployed("layered", files);
+      assert.equal(await baseImageStatus(files), "cached", "createBaseImageHash: every layer is here now");
       assert.equal(deployment.status, "ready", `${deployment.error}\n${log}`);
       steps.push(stepLines(log));
       const { status, body } = await apps.call("layered");

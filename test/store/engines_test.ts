@@ -120,7 +120,7 @@ for (const engine of await engines()) {
       assert.equal(isForeignKeyViolation(error), true, String(error));
       assert.equal(isForeignKeyViolation(new Error("FOREIGN KEY")), false);
       // A digest of a project that exists only in a token's claims: the project is made, then the digest kept.
-      const builds = { dependencyLayerReady: () => Promise.resolve(false) };
+      const builds = { layersReady: () => Promise.resolve(false) };
       const request = { pipRequirements: ["x==1"] };
       const first = await hashBaseImage(t.store.db, { projectId: "p-new", request }, builds);
       await hashBaseImage(t.store.db, { projectId: "p-new", request }, builds);
