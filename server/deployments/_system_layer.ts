@@ -16,7 +16,7 @@
 import { createHash } from "node:crypto";
 import { lstat, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { isAbsolute, join } from "node:path";
-import { type ImageStore, touchUsed } from "../images/mod.ts";
+import { type ImageStore, touchUsed, treeBytes } from "../images/mod.ts";
 import { copyImageRoot, layerBuilder } from "../sandbox/mod.ts";
 import { runStep, type StepOptions, withLock } from "./_build_step.ts";
 
@@ -161,7 +161,8 @@ export async function buildSystemLayer(
     await markReady(layer, layer.dir);
     await touchUsed(layer.dir);
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
-    options.log({ stream: "build", text: `==> apt: built ${shown} (${seconds} s)` });
+    const size = await treeBytes(layer.dir).then((bytes) => `, ${(bytes / 2 ** 20).toFixed(0)} MiB`, () => "");
+    options.log({ stream: "build", text: `==> apt: built ${shown} (${seconds} s${size})` });
     await pushLayer(layer, options);
     return { root: layer.dir, status: "new" as const };
   }).catch(async (error) => {
