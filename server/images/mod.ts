@@ -6,6 +6,7 @@
  */
 export { type ImageConfig, imageEnvironment } from "./_image_config.ts";
 export { ImageToolError } from "./_run_tool.ts";
+export { lastUsedMs, touchUsed, treeBytes, usedStamp } from "./_tree_usage.ts";
 export {
   assertRegistryAllowed,
   DEFAULT_IMAGE_REGISTRIES,
@@ -24,7 +25,6 @@ export {
   ImageToolsMissingError,
   type StoredRoot,
 } from "./image_store.ts";
-export { lastUsedMs, touchUsed, treeBytes, usedStamp } from "./_tree_usage.ts";
 export {
   findImageTools,
   type FindImageToolsOptions,
