@@ -34,7 +34,7 @@ function elfInterpreter(path: string): string {
     const size = Number(elf.readBigUInt64LE(header + 0x20));
     return elf.subarray(offset, offset + size).toString("latin1").replace(/\0+$/, "");
   }
-  throw new Error(`${path} names no dynamic loader (a static setpriv needs none: run it directly)`);
+  throw new Error(`${path} names no dynamic loader (a static program needs none: run it directly)`);
 }
 
 /** `path` (a host path) as the jail sees it under `HOST_USR`; only what lives under the host's `/usr` is there. */
@@ -42,30 +42,39 @@ function inHostUsr(path: string): string {
   const real = realpathSync(path);
   if (!real.startsWith("/usr/")) {
     throw new Error(
-      `${real} is outside the host's /usr: a jail whose / is an image needs a merged-/usr host (its setpriv, loader and libraries under /usr)`,
+      `${real} is outside the host's /usr: a jail whose / is an image needs a merged-/usr host (setpriv, python3, their loader and libraries under /usr)`,
     );
   }
   return `${HOST_USR}${real.slice("/usr".length)}`;
 }
 
-let made: string[] | undefined;
+/** The commands found so far, by the host path of their program. */
+const made = new Map<string, string[]>();
 
-/** `[loader, its options, setpriv]` as paths inside the jail; found once from the host's own setpriv. */
-function hostSetprivCommand(): string[] {
-  if (made) return made;
-  const loader = realpathSync(elfInterpreter(SETPRIV));
-  // `--list` is ldd: the loader resolves setpriv's libraries as it would for a run, without running it.
-  const listed = execFileSync(loader, ["--list", SETPRIV], { encoding: "utf8" });
-  const folders = new Set<string>();
+/**
+ * `[loader, its options, program]` as paths inside a jail whose `/` is an image: what runs the host's
+ * `program` (a host path under `/usr`) there with the host's loader and libraries only, never the image's
+ * (see the module's comment). Found once per program from the host's own files. The loader's own folder is
+ * searched too, for what a program opens itself (Python's ctypes and extension modules).
+ */
+export function hostProgramInImage(program: string): string[] {
+  const known = made.get(program);
+  if (known) return known;
+  const real = realpathSync(program);
+  const loader = realpathSync(elfInterpreter(real));
+  // `--list` is ldd: the loader resolves the program's libraries as it would for a run, without running it.
+  const listed = execFileSync(loader, ["--list", real], { encoding: "utf8" });
+  const folders = new Set<string>([dirname(inHostUsr(loader))]);
   for (const match of listed.matchAll(/=> (\/\S+) \(0x/g)) folders.add(dirname(inHostUsr(match[1])));
-  made = [inHostUsr(loader), "--inhibit-cache", "--library-path", [...folders].join(":"), inHostUsr(SETPRIV)];
-  return made;
+  const command = [inHostUsr(loader), "--inhibit-cache", "--library-path", [...folders].join(":"), inHostUsr(real)];
+  made.set(program, command);
+  return command;
 }
 
 /** The prefix that drops a root bubblewrap's child to `uid`/`gid` with no capability, using only host binaries. */
 export function hostDropPrivileges(identity: { uid: number; gid: number }): string[] {
   return [
-    ...hostSetprivCommand(),
+    ...hostProgramInImage(SETPRIV),
     `--reuid=${identity.uid}`,
     `--regid=${identity.gid}`,
     "--clear-groups",

@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { Logger } from "../log.ts";
 import { identityFor, serverIsRoot, SupportDir } from "./_identity.ts";
+export { hostProgramInImage } from "./_host_setpriv.ts";
 export { layerBuilder } from "./_identity.ts";
 export { copyImageRoot } from "./_image_copy.ts";
 import { joinCgroupArgs } from "./_cgroups.ts";
