@@ -202,3 +202,12 @@ export async function startTestRegistry(): Promise<TestRegistry> {
     },
   };
 }
+
+/** Unpacks the test base image into `root` (which must not exist) with umoci, as the image store does. */
+export async function unpackTestImage(root: string): Promise<void> {
+  await run(
+    "umoci",
+    ["raw", "unpack", "--rootless", "--image", `${await testBaseImage()}:${BASE_IMAGE_TAG}`, root],
+    10 * 60_000,
+  );
+}

@@ -3,12 +3,12 @@
  * network namespace of the test's own (a "public" and a private address behind a veth pair), so that
  * egress is proven against a real listener without sending anything off this machine.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { createLogger } from "../../server/log.ts";
-import { createSandbox, type SandboxStatus } from "../../server/sandbox/mod.ts";
+import { createSandbox, type JailSpec, type Sandbox, type SandboxStatus } from "../../server/sandbox/mod.ts";
 
 const REQUIRED = process.env.RUNPLANE_TEST_REQUIRE_SANDBOX === "1";
 
@@ -179,4 +179,36 @@ export async function withoutJail(what: string, options: { how: JailTakenAway; d
     wrap: (argv) => ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE_BWRAP, "sh", hide, ...argv],
     env: { PATH: path },
   };
+}
+
+/** What a jailed command did: its exit code and everything it printed. */
+export interface JailedOutcome {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Waits for `child` to end, collecting its output. */
+export function collectOutput(child: ChildProcess): Promise<JailedOutcome> {
+  let stdout = "";
+  let stderr = "";
+  child.stdout!.setEncoding("utf8").on("data", (text: string) => (stdout += text));
+  child.stderr!.setEncoding("utf8").on("data", (text: string) => (stderr += text));
+  return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+/**
+ * Runs `command` (argv) in `sandbox`'s jail: project `projectId`, working directory `/`, no egress and no
+ * environment of its own unless `spec` says otherwise.
+ */
+export function runJailed(
+  sandbox: Sandbox,
+  command: string[],
+  spec: Partial<JailSpec> & { projectId: string },
+): Promise<JailedOutcome> {
+  const child = sandbox.spawn(command[0]!, command.slice(1), {
+    jail: { cwd: "/", egress: false, env: {}, ...spec },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  return collectOutput(child);
 }

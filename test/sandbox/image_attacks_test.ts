@@ -32,8 +32,8 @@ import { after, before, describe, it } from "node:test";
 import { createLogger } from "../../server/log.ts";
 import { createSandbox, type JailSpec, type Sandbox } from "../../server/sandbox/mod.ts";
 import { identityFor } from "../../server/sandbox/_identity.ts";
-import { BASE_IMAGE_TAG, imageToolsWork, testBaseImage } from "../_helpers/images.ts";
-import { type PeerHost, sandboxWorks, startPeerHost } from "../_helpers/sandbox.ts";
+import { imageToolsWork, unpackTestImage } from "../_helpers/images.ts";
+import { collectOutput, type PeerHost, runJailed, sandboxWorks, startPeerHost } from "../_helpers/sandbox.ts";
 
 const run = promisify(execFile);
 const PROJECT = "p-image-attacker";
@@ -49,19 +49,7 @@ interface Outcome {
 
 /** Runs `command` jailed by `spec`; resolves with its exit code, stdout and stderr. */
 function jailed(sandbox: Sandbox, command: string[], spec: Partial<JailSpec>): Promise<Outcome> {
-  const child = sandbox.spawn(command[0], command.slice(1), {
-    jail: { projectId: PROJECT, cwd: "/", egress: false, env: {}, ...spec },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  return collect(child);
-}
-
-function collect(child: ChildProcess): Promise<Outcome> {
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.setEncoding("utf8").on("data", (text: string) => (stdout += text));
-  child.stderr!.setEncoding("utf8").on("data", (text: string) => (stderr += text));
-  return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+  return runJailed(sandbox, command, { projectId: PROJECT, ...spec });
 }
 
 /** Each line `name: outcome` of a probe's output, where the outcome is `ok`, a value, or the errno's name. */
@@ -185,14 +173,7 @@ if (
       dir = await mkdtemp(join(HOST_TMP, PREFIX));
       await chmod(dir, 0o755);
       root = join(dir, "root");
-      await run("umoci", [
-        "raw",
-        "unpack",
-        "--rootless",
-        "--image",
-        `${await testBaseImage()}:${BASE_IMAGE_TAG}`,
-        root,
-      ]);
+      await unpackTestImage(root);
       host = join(dir, "host");
       await mkdir(join(host, "keys"), { recursive: true, mode: 0o755 });
       await writeFile(join(host, "app.txt"), "app");
@@ -308,7 +289,7 @@ attempt("write-host-usr", lambda: open("/.runplane/host/usr/new", "w") and None)
     });
 
     it("cannot remount, unmount, make a namespace, nor make the calls the filter refuses (which the host allows)", async () => {
-      const control = await collect(
+      const control = await collectOutput(
         spawn(asPrincipal()[0] ?? "/usr/bin/python3", [...asPrincipal().slice(1), "/usr/bin/python3", "-c", SYSCALLS]),
       );
       assert.equal(control.code, 0, control.stderr);

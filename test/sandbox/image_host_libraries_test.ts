@@ -12,8 +12,8 @@ import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
 import { createLogger } from "../../server/log.ts";
 import { createSandbox, type JailSpec, type Sandbox } from "../../server/sandbox/mod.ts";
-import { BASE_IMAGE_TAG, imageToolsWork, testBaseImage } from "../_helpers/images.ts";
-import { sandboxWorks } from "../_helpers/sandbox.ts";
+import { imageToolsWork, unpackTestImage } from "../_helpers/images.ts";
+import { runJailed, sandboxWorks } from "../_helpers/sandbox.ts";
 
 const run = promisify(execFile);
 const HOST_TMP = "/var/tmp";
@@ -39,17 +39,7 @@ except OSError as e:
 `;
 
 function jailed(sandbox: Sandbox, command: string[], spec: Partial<JailSpec>) {
-  const child = sandbox.spawn(command[0], command.slice(1), {
-    jail: { projectId: "p-gpu-image", cwd: "/", egress: false, env: {}, ...spec },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.setEncoding("utf8").on("data", (text: string) => (stdout += text));
-  child.stderr!.setEncoding("utf8").on("data", (text: string) => (stderr += text));
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    child.once("close", (code) => resolve({ code, stdout, stderr }));
-  });
+  return runJailed(sandbox, command, { projectId: "p-gpu-image", ...spec });
 }
 
 if (await imageToolsWork("the host library tests") && await sandboxWorks("the host library tests")) {
@@ -63,14 +53,7 @@ if (await imageToolsWork("the host library tests") && await sandboxWorks("the ho
       dir = await mkdtemp(join(HOST_TMP, PREFIX));
       await chmod(dir, 0o755);
       root = join(dir, "root");
-      await run("umoci", [
-        "raw",
-        "unpack",
-        "--rootless",
-        "--image",
-        `${await testBaseImage()}:${BASE_IMAGE_TAG}`,
-        root,
-      ]);
+      await unpackTestImage(root);
       driver = join(dir, "driver");
       await mkdir(driver);
       await chmod(driver, 0o755);

@@ -12,24 +12,14 @@ import { after, before, describe, it } from "node:test";
 import { createLogger } from "../../server/log.ts";
 import { createSandbox, type JailSpec, type Sandbox } from "../../server/sandbox/mod.ts";
 import { identityFor } from "../../server/sandbox/_identity.ts";
-import { BASE_IMAGE_TAG, imageToolsWork, testBaseImage } from "../_helpers/images.ts";
-import { sandboxWorks } from "../_helpers/sandbox.ts";
+import { imageToolsWork, unpackTestImage } from "../_helpers/images.ts";
+import { runJailed, sandboxWorks } from "../_helpers/sandbox.ts";
 
 const run = promisify(execFile);
 
 /** Runs `command` jailed by `spec`; resolves with its exit code, stdout and stderr. */
 function jailed(sandbox: Sandbox, command: string[], spec: Partial<JailSpec>) {
-  const child = sandbox.spawn(command[0], command.slice(1), {
-    jail: { projectId: "p-image", cwd: "/", egress: false, env: {}, ...spec },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.setEncoding("utf8").on("data", (text: string) => (stdout += text));
-  child.stderr!.setEncoding("utf8").on("data", (text: string) => (stderr += text));
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    child.once("close", (code) => resolve({ code, stdout, stderr }));
-  });
+  return runJailed(sandbox, command, { projectId: "p-image", ...spec });
 }
 
 async function debianReachable(): Promise<boolean> {
@@ -75,8 +65,7 @@ if (await imageToolsWork("the image root jail tests") && await sandboxWorks("the
       dir = await mkdtemp(join(tmpdir(), "runplane-image-root-"));
       await chmod(dir, 0o755);
       root = join(dir, "root");
-      const layout = await testBaseImage();
-      await run("umoci", ["raw", "unpack", "--rootless", "--image", `${layout}:${BASE_IMAGE_TAG}`, root]);
+      await unpackTestImage(root);
       await mkdir(join(dir, "data", "rw"), { recursive: true, mode: 0o777 });
       await chmod(join(dir, "data", "rw"), 0o777);
       await writeFile(join(dir, "data", "app.txt"), "from the host");

@@ -9,21 +9,11 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { createLogger } from "../../server/log.ts";
 import { createSandbox, type JailSpec, type Sandbox } from "../../server/sandbox/mod.ts";
-import { sandboxWorks } from "../_helpers/sandbox.ts";
+import { runJailed, sandboxWorks } from "../_helpers/sandbox.ts";
 
 /** Runs Python `code` jailed by `spec`; resolves with its exit code, stdout and stderr. */
 function jailed(sandbox: Sandbox, code: string, spec: Partial<JailSpec> = {}) {
-  const child = sandbox.spawn("python3", ["-c", code], {
-    jail: { projectId: "p-jail", cwd: "/", egress: false, env: {}, ...spec },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.setEncoding("utf8").on("data", (text: string) => (stdout += text));
-  child.stderr!.setEncoding("utf8").on("data", (text: string) => (stderr += text));
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    child.once("close", (code) => resolve({ code, stdout, stderr }));
-  });
+  return runJailed(sandbox, ["python3", "-c", code], { projectId: "p-jail", ...spec });
 }
 
 /** Each line of `code`'s output as `name: outcome`, where the outcome is `ok` or the error's name. */
