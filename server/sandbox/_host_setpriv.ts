@@ -71,10 +71,12 @@ export function hostProgramInImage(program: string): string[] {
   return command;
 }
 
-/** The prefix that drops a root bubblewrap's child to `uid`/`gid` with no capability, using only host binaries. */
-export function hostDropPrivileges(identity: { uid: number; gid: number }): string[] {
+/**
+ * setpriv's options that make the process `uid`/`gid` with no supplementary group, no capability (inherited
+ * or in the bounding set) and no_new_privs, up to the `--` before the command.
+ */
+export function setprivOptions(identity: { uid: number; gid: number }): string[] {
   return [
-    ...hostProgramInImage(SETPRIV),
     `--reuid=${identity.uid}`,
     `--regid=${identity.gid}`,
     "--clear-groups",
@@ -83,4 +85,9 @@ export function hostDropPrivileges(identity: { uid: number; gid: number }): stri
     "--no-new-privs",
     "--",
   ];
+}
+
+/** The prefix that drops a root bubblewrap's child to `uid`/`gid` with no capability, using only host binaries. */
+export function hostDropPrivileges(identity: { uid: number; gid: number }): string[] {
+  return [...hostProgramInImage(SETPRIV), ...setprivOptions(identity)];
 }

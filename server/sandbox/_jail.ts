@@ -12,6 +12,7 @@ import type { Logger } from "../log.ts";
 import { joinCgroupArgs } from "./_cgroups.ts";
 import type { ReplicaCgroup } from "./_cgroup_tree.ts";
 import { checkImageRoot, checkWritableMountPoints, readOnlyImageRoot } from "./_image_root.ts";
+import { setprivOptions } from "./_host_setpriv.ts";
 import { attachNetwork } from "./_network.ts";
 import {
   bubblewrapArgs,
@@ -146,17 +147,7 @@ function starter(bwrap: string, options: { identity: Identity; stage?: WritableR
   const { identity, stage } = options;
   if (identity.kind !== "inside-root" || !identity.host) return [bwrap];
   const { uid, gid } = identity.host;
-  const drop = [
-    SETPRIV,
-    `--reuid=${uid}`,
-    `--regid=${gid}`,
-    "--clear-groups",
-    "--inh-caps=-all",
-    "--bounding-set=-all",
-    "--no-new-privs",
-    "--",
-    bwrap,
-  ];
+  const drop = [SETPRIV, ...setprivOptions({ uid, gid }), bwrap];
   if (!stage) return drop;
   return [
     UNSHARE,

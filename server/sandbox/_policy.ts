@@ -3,7 +3,7 @@
  * `flatpak-run.c`): the bubblewrap arguments that jail one process. Nothing here starts anything.
  */
 import { existsSync, lstatSync, readlinkSync } from "node:fs";
-import { hostDropPrivileges } from "./_host_setpriv.ts";
+import { hostDropPrivileges, setprivOptions } from "./_host_setpriv.ts";
 
 /** What a jail whose `/` is an image is: an unpacked root file system of the image store. */
 export interface ImageRoot {
@@ -321,14 +321,5 @@ export function bubblewrapArgs(
 export function dropPrivileges(identity: Identity, options: { image?: boolean } = {}): string[] {
   if (identity.kind !== "root") return [];
   if (options.image) return hostDropPrivileges(identity);
-  return [
-    "/usr/bin/setpriv",
-    `--reuid=${identity.uid}`,
-    `--regid=${identity.gid}`,
-    "--clear-groups",
-    "--inh-caps=-all",
-    "--bounding-set=-all",
-    "--no-new-privs",
-    "--",
-  ];
+  return ["/usr/bin/setpriv", ...setprivOptions(identity)];
 }
