@@ -134,8 +134,8 @@ async function checkConda(packages: string[], options: RunBuildOptions): Promise
 
 /**
  * `[dependencies.apt]` and `[dependencies.conda]`: on the host's system, checked there (not installed); on
- * a base image, apt installs into the system layer, whose root the later steps (and the replicas) run on —
- * the options answered say which root that is. conda is not installed into images yet.
+ * a base image, the image's apt and conda install them into the system layer, whose root the later steps
+ * (and the replicas) run on — the options answered say which root that is.
  */
 async function systemPackages(plan: BuildPlan, options: RunBuildOptions): Promise<RunBuildOptions> {
   if (!options.image) {
@@ -143,12 +143,10 @@ async function systemPackages(plan: BuildPlan, options: RunBuildOptions): Promis
     await checkConda(plan.conda, options);
     return options;
   }
-  if (plan.conda.length) {
-    throw new BuildError("conda", "conda failed: installing [dependencies.conda] into a base image is not built yet");
-  }
   if (!options.systemLayer) return options;
-  const { root } = await buildSystemLayer(options.systemLayer, { ...options, base: options.image.root });
-  return { ...options, image: { ...options.image, root } };
+  const image = options.image;
+  const { root } = await buildSystemLayer(options.systemLayer, { ...options, base: image.root, env: image.env });
+  return { ...options, image: { ...image, root } };
 }
 
 // A token pip reads as an option (`--index-url`, `-r`, `-e`, `--config-settings` after a name, …).

@@ -2,7 +2,7 @@
  * What `createBaseImageHash` answers: whether a build of a base-image request on this host would build
  * nothing — every layer it needs is here. On the host's system that is the shared virtualenv of the digest;
  * with a base image, also the image (pulled here before, under that reference), its system layer when the
- * request has apt packages, and the virtualenv made in it. Nothing is pulled or built to find out.
+ * request has apt or conda packages, and the virtualenv made in it. Nothing is pulled or built to find out.
  */
 import type { BaseImageRequest } from "../builds/mod.ts";
 import type { ImageStore } from "../images/mod.ts";
@@ -28,7 +28,8 @@ export async function buildLayersReady(request: BaseImageRequest, options: Layer
   const imageDigest = await options.images?.knownDigest(reference);
   if (!imageDigest) return false;
   const system = systemLayer(imageDigest, {
-    packages: request.aptPackages ?? [],
+    apt: request.aptPackages ?? [],
+    conda: request.condaPackages ?? [],
     layersDir: systemLayersDir(options.dataDir),
   });
   if (system && !(await systemLayerReady(system))) return false;

@@ -242,7 +242,7 @@ export async function materialise(
       : await imageOf(config, { ...options, recorded: deployment.image_digest });
     if (image) await options.onImage?.(image);
     const system = image
-      ? systemLayer(image.digest, { packages: plan.apt, layersDir: systemLayersDir(options.dataDir) })
+      ? systemLayer(image.digest, { apt: plan.apt, conda: plan.conda, layersDir: systemLayersDir(options.dataDir) })
       : undefined;
     // A virtualenv is made with the interpreter of the root it runs in: the system layer's, or the image's.
     const imageDigest = system ? `sha256:${system.key}` : image?.digest;

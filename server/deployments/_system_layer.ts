@@ -1,8 +1,9 @@
 /**
  * The system layer of an app with `[build] base_image`: its `[dependencies.apt]` installed by the image's
- * own apt into a copy of the image's root, in the jail (uid 0 of a user namespace of its own, with the
- * build's egress). A layer is named by the digest of its inputs — the image digest and the package list —
- * and shared by every deployment, of any project, with the same: its step sees no bundle (not mounted, the
+ * own apt, then its `[dependencies.conda]` by the image's own micromamba, mamba or conda, into a copy of the
+ * image's root, in the jail (uid 0 of a user namespace of its own, with the build's egress). A layer is
+ * named by the digest of its inputs — the image digest and the package lists — and shared by every
+ * deployment, of any project, with the same: its step sees no bundle (not mounted, the
  * working directory `/`), runs with an environment built from scratch as a uid of the layer's own, and
  * the layer is read-only to everyone once ready (docs/security.md, "What builds may share").
  *
@@ -28,8 +29,12 @@ export interface SystemLayer {
   dir: string;
   /** The `layerBuilder` its step runs as. */
   builder: string;
-  /** apt's `name` or `name=version` entries. */
-  packages: string[];
+  /** apt's `name` or `name=version` entries, sorted. */
+  apt: string[];
+  /** conda's `name` or `name=version` entries, sorted. */
+  conda: string[];
+  /** What the build log calls it: `apt`, `conda` or `apt+conda`. */
+  label: string;
 }
 
 /** The folder of this host's system layers. */
@@ -37,16 +42,19 @@ export function systemLayersDir(dataDir: string): string {
   return join(dataDir, "image-layers");
 }
 
-/** The system layer of `packages` on the image `digest`; undefined when there are none. */
+/** The system layer of the `apt` and `conda` packages on the image `digest`; undefined when there are none. */
 export function systemLayer(
   digest: string,
-  options: { packages: readonly string[]; layersDir: string },
+  options: { apt: readonly string[]; conda: readonly string[]; layersDir: string },
 ): SystemLayer | undefined {
-  if (options.packages.length === 0) return undefined;
-  // apt installs a set: the order the entries were written in does not name another layer.
-  const packages = [...new Set(options.packages)].sort();
-  const key = createHash("sha256").update(["apt", digest, ...packages].join("\0")).digest("hex");
-  return { key, dir: join(options.layersDir, key), builder: layerBuilder(`sha256:${key}`), packages };
+  // A package manager installs a set: the order the entries were written in does not name another layer.
+  const apt = [...new Set(options.apt)].sort();
+  const conda = [...new Set(options.conda)].sort();
+  if (apt.length + conda.length === 0) return undefined;
+  const inputs = ["apt", digest, ...apt, ...(conda.length ? ["conda", ...conda] : [])];
+  const key = createHash("sha256").update(inputs.join("\0")).digest("hex");
+  const label = [apt.length ? "apt" : "", conda.length ? "conda" : ""].filter(Boolean).join("+");
+  return { key, dir: join(options.layersDir, key), builder: layerBuilder(`sha256:${key}`), apt, conda, label };
 }
 
 /** The repository of system layers in the cluster's registry. */
@@ -89,11 +97,11 @@ async function pushLayer(layer: SystemLayer, options: StepOptions & { images?: I
   try {
     await images.pushShared(layer.dir, { name: SHARED_NAME, tag: layer.key });
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
-    options.log({ stream: "build", text: `==> apt: pushed to ${images.sharedRegistry} (${seconds} s)` });
+    options.log({ stream: "build", text: `==> ${layer.label}: pushed to ${images.sharedRegistry} (${seconds} s)` });
   } catch (error) {
     options.log({
       stream: "build",
-      text: `==> apt: not pushed to ${images.sharedRegistry} (other hosts build it themselves): ${
+      text: `==> ${layer.label}: not pushed to ${images.sharedRegistry} (other hosts build it themselves): ${
         (error as Error).message
       }`,
     });
@@ -114,55 +122,94 @@ const APT_SCRIPT = [
 ].join("\n");
 
 /**
+ * conda in the image: the first of micromamba, mamba and conda on its `PATH` installs into its base
+ * environment, with the channels the image's own configuration names; an image with none says so.
+ */
+const CONDA_SCRIPT = [
+  "set -e",
+  "for tool in micromamba mamba conda; do",
+  '  if command -v "$tool" >/dev/null 2>&1; then',
+  '    "$tool" install -y -n base "$@"',
+  '    "$tool" clean -a -y >/dev/null 2>&1 || true',
+  "    exit 0",
+  "  fi",
+  "done",
+  'echo "this image has no micromamba, mamba or conda on its PATH; [dependencies.conda] needs an image with one (mambaorg/micromamba, continuumio/miniconda3)" >&2',
+  "exit 3",
+].join("\n");
+
+/** Installs the layer's packages into its copy `partial`: apt's, then conda's, each a step of the build. */
+async function installPackages(
+  layer: SystemLayer,
+  options: StepOptions & { partial: string; env: Record<string, string> },
+): Promise<void> {
+  const step = { ...options, projectId: layer.builder, image: { root: options.partial, writable: true } };
+  if (layer.apt.length) {
+    await runStep("apt", {
+      file: "/bin/sh",
+      args: ["-c", APT_SCRIPT, "apt", ...layer.apt],
+      shown: `apt-get install ${layer.apt.join(" ")}`,
+      jail: { cwd: "/", env: { DEBIAN_FRONTEND: "noninteractive" } },
+      egress: true,
+    }, step);
+  }
+  if (layer.conda.length) {
+    // The image's ENV (its PATH to conda, MAMBA_ROOT_PREFIX), as filtered for its replicas: part of the image.
+    await runStep("conda", {
+      file: "/bin/sh",
+      args: ["-c", CONDA_SCRIPT, "conda", ...layer.conda],
+      shown: `conda install ${layer.conda.join(" ")}`,
+      jail: { cwd: "/", env: options.env },
+      egress: true,
+    }, step);
+  }
+}
+
+/**
  * Makes `layer` on `base` (the image's root) unless it is ready, and answers its root and whether this
- * build made it. Throws a BuildError of the apt step when apt fails (its output is in the log).
+ * build made it. Throws a BuildError of the apt or conda step when it fails (its output is in the log).
  */
 export async function buildSystemLayer(
   layer: SystemLayer,
-  options: StepOptions & { base: string; images?: ImageStore },
+  options: StepOptions & { base: string; env: Record<string, string>; images?: ImageStore },
 ): Promise<{ root: string; status: "new" | "cached" | "pulled" }> {
   const shown = `system layer sha256:${layer.key}`;
+  const label = layer.label;
   const known = await readyRoot(layer);
   if (known) {
     await touchUsed(known); // the image cache keeps a layer used within its minimum age (_image_cache.ts)
-    options.log({ stream: "build", text: `==> apt: cached ${shown}` });
+    options.log({ stream: "build", text: `==> ${label}: cached ${shown}` });
     return { root: known, status: "cached" };
   }
   await mkdir(join(layer.dir, ".."), { recursive: true, mode: 0o700 });
   return await withLock(`${layer.dir}.lock`, options, async () => {
     const meanwhile = await readyRoot(layer);
     if (meanwhile) {
-      options.log({ stream: "build", text: `==> apt: cached ${shown} (built meanwhile)` });
+      options.log({ stream: "build", text: `==> ${label}: cached ${shown} (built meanwhile)` });
       return { root: meanwhile, status: "cached" as const };
     }
     // A marker naming a root that is gone: the lock is ours, so it is made anew.
     await rm(`${layer.dir}.ready`, { force: true });
     const pulled = await pulledLayer(layer, options.images);
     if (pulled) {
-      options.log({ stream: "build", text: `==> apt: pulled ${shown} from ${options.images!.sharedRegistry}` });
+      options.log({ stream: "build", text: `==> ${label}: pulled ${shown} from ${options.images!.sharedRegistry}` });
       return { root: pulled, status: "pulled" as const };
     }
     const started = performance.now();
-    options.log({ stream: "build", text: `==> apt: new ${shown}: ${layer.packages.join(" ")}` });
+    options.log({ stream: "build", text: `==> ${label}: new ${shown}: ${[...layer.apt, ...layer.conda].join(" ")}` });
     // Left by a build that stopped (the lock is ours, and no process of its builder runs any more): rm
     // removes a link it meets, never what the link names.
     const partial = `${layer.dir}.partial`;
     await rm(partial, { recursive: true, force: true });
     await rm(layer.dir, { recursive: true, force: true });
     await copyImageRoot(options.base, partial, { principal: layer.builder });
-    await runStep("apt", {
-      file: "/bin/sh",
-      args: ["-c", APT_SCRIPT, "apt", ...layer.packages],
-      shown: `apt-get install ${layer.packages.join(" ")}`,
-      jail: { cwd: "/", env: { DEBIAN_FRONTEND: "noninteractive" } },
-      egress: true,
-    }, { ...options, projectId: layer.builder, image: { root: partial, writable: true } });
+    await installPackages(layer, { ...options, partial });
     await rename(partial, layer.dir);
     await markReady(layer, layer.dir);
     await touchUsed(layer.dir);
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
     const size = await treeBytes(layer.dir).then((bytes) => `, ${(bytes / 2 ** 20).toFixed(0)} MiB`, () => "");
-    options.log({ stream: "build", text: `==> apt: built ${shown} (${seconds} s${size})` });
+    options.log({ stream: "build", text: `==> ${label}: built ${shown} (${seconds} s${size})` });
     await pushLayer(layer, options);
     return { root: layer.dir, status: "new" as const };
   }).catch(async (error) => {
