@@ -163,6 +163,36 @@ function topLevel(root: string): Map<string, "dir" | "file" | "link"> {
   return entries;
 }
 
+/**
+ * The image folders on the way to `paths` (host paths bound at the same path) that others may not search,
+ * such as an image's `/root` (0700) above a checkout in `/root/…`: the replica's uid could not reach its
+ * bind through them. Each is covered in the jail by an empty tmpfs the binds' folders are made in — hiding
+ * nothing the replica could read, since it could not search the folder. A walk stops at a missing component
+ * (made by `ensureMountPoint`, searchable) and at a link (refused there); none is followed.
+ */
+function unsearchableFolders(root: string, paths: readonly string[]): string[] {
+  const found = new Set<string>();
+  for (const path of paths) {
+    const parts = path.split("/").filter(Boolean);
+    for (let i = 0; i < parts.length - 1; i++) {
+      const inside = `/${parts.slice(0, i + 1).join("/")}`;
+      if (REPLACED.has(parts[0]!)) break;
+      const stat = lstatSync(join(root, inside), { throwIfNoEntry: false });
+      if (!stat?.isDirectory()) break;
+      if ((stat.mode & 0o001) === 0) {
+        found.add(inside);
+        break;
+      }
+    }
+  }
+  return [...found];
+}
+
+/** Whether `path` is `folder` or below it. */
+function within(path: string, folder: string): boolean {
+  return path === folder || path.startsWith(`${folder}/`);
+}
+
 /** How a read-only image root is laid out: bubblewrap's arguments for it, and which paths lie in the image. */
 export interface ImageRootLayout {
   /** The arguments that replace the host system's (`/usr`, `/etc`…): the image's entries and the host's /usr. */
@@ -171,6 +201,8 @@ export interface ImageRootLayout {
   inImage(path: string): boolean;
   /** Always true: the tmpfs `/` is remounted read-only at the end. */
   readOnlyRoot: true;
+  /** Image folders others may not search, each covered by an empty tmpfs (remounted read-only at the end). */
+  covered: string[];
 }
 
 /**
@@ -181,9 +213,11 @@ export function readOnlyImageRoot(spec: JailSpec & { image: ImageRoot }): ImageR
   const root = spec.image.root;
   checkImageRoot(spec.image);
   const entries = topLevel(root);
+  const binds = [...spec.readOnly ?? [], ...spec.writable ?? []];
+  const covered = unsearchableFolders(root, binds);
   const inImage = (path: string) => {
     const top = path.split("/")[1];
-    return entries.get(top) !== undefined && !REPLACED.has(top);
+    return entries.get(top) !== undefined && !REPLACED.has(top) && !covered.some((folder) => within(path, folder));
   };
   const mountPoint = (path: string, kind: "dir" | "file") => {
     if (inImage(path)) ensureMountPoint(root, path, kind);
@@ -191,15 +225,14 @@ export function readOnlyImageRoot(spec: JailSpec & { image: ImageRoot }): ImageR
   const etc = ["/etc/passwd", "/etc/group", "/etc/hosts", ...(spec.egress ? ["/etc/resolv.conf"] : [])];
   for (const path of etc) mountPoint(path, "file");
   mountPoint(SANDBOX_HOME, "dir");
-  for (const path of [...spec.readOnly ?? [], ...spec.writable ?? []]) {
-    mountPoint(path, lstatSync(path).isDirectory() ? "dir" : "file");
-  }
+  for (const path of binds) mountPoint(path, lstatSync(path).isDirectory() ? "dir" : "file");
   const system = ["--perms", "0755", "--tmpfs", "/"];
   for (const [name, kind] of entries) {
     if (REPLACED.has(name)) continue;
     if (kind === "link") system.push("--symlink", readlinkSync(join(root, name)), `/${name}`);
     else system.push("--ro-bind", join(root, name), `/${name}`);
   }
+  for (const folder of covered) system.push("--perms", "0755", "--tmpfs", folder);
   if (!entries.has("etc")) system.push("--perms", "0755", "--dir", "/etc");
   // The host's loader reads /etc/ld.so.preload as the privilege drop starts: the image's must not be read.
   const preload = lstatSync(join(root, "etc", "ld.so.preload"), { throwIfNoEntry: false });
@@ -210,7 +243,7 @@ export function readOnlyImageRoot(spec: JailSpec & { image: ImageRoot }): ImageR
   system.push("--perms", "0755", "--dir", "/.runplane", "--perms", "0755", "--dir", "/.runplane/host");
   system.push("--ro-bind", "/usr", HOST_USR);
   system.push(...hostLibraryArgs(spec));
-  return { system, inImage, readOnlyRoot: true };
+  return { system, inImage, readOnlyRoot: true, covered };
 }
 
 /** Where `JailSpec.hostLibraries` are shown in an image jail: a folder of the jail's own, never the image's. */

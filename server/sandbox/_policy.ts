@@ -218,6 +218,8 @@ export interface RootLayout {
   inImage(path: string): boolean;
   /** Whether `/` (a tmpfs holding the image's entries) is remounted read-only once every mount point is on it. */
   readOnlyRoot: boolean;
+  /** Folders covered by a tmpfs of their own, remounted read-only with `/`. */
+  covered?: string[];
 }
 
 /** A private tmpfs at `path`, writable by everyone (sticky), of at most `bytes` when given. */
@@ -289,7 +291,10 @@ export function bubblewrapArgs(
   };
   for (const path of spec.readOnly ?? []) bind(path, "--ro-bind");
   for (const path of spec.writable ?? []) bind(path, "--bind");
-  if (layout?.readOnlyRoot) args.push("--remount-ro", "/");
+  if (layout?.readOnlyRoot) {
+    for (const folder of layout.covered ?? []) args.push("--remount-ro", folder);
+    args.push("--remount-ro", "/");
+  }
   args.push("--chdir", spec.cwd);
   if (identity.kind === "user") {
     // A user namespace of its own, as an ordinary uid, and no further namespaces inside it.

@@ -118,6 +118,29 @@ if (await imageToolsWork("the image root jail tests") && await sandboxWorks("the
       assert.doesNotMatch(out.stdout, /root:/);
     });
 
+    it("reaches a bind below an image folder others may not search, showing nothing of that folder", async () => {
+      // As a server checked out in /root/… binds its worker below an image's /root (0700).
+      const closed = join(dir, "closed-root");
+      await run("cp", ["-a", "--", root, closed]);
+      await writeFile(join(closed, "var", "tmp", "image-secret"), "the image's own");
+      await chmod(join(closed, "var", "tmp"), 0o700);
+      const host = await mkdtemp("/var/tmp/runplane-image-bind-");
+      try {
+        await chmod(host, 0o755);
+        await writeFile(join(host, "app.txt"), "from the host");
+        await chmod(join(host, "app.txt"), 0o644);
+        const out = await jailed(sandbox, ["sh", "-c", `cat ${host}/app.txt; echo; ls -A /var/tmp; touch /var/tmp/x`], {
+          image: { root: closed },
+          readOnly: [join(host, "app.txt")],
+        });
+        assert.match(out.stdout, /^from the host$/m, out.stderr);
+        assert.doesNotMatch(out.stdout, /image-secret/, "the folder is covered, not shown");
+        assert.match(out.stderr, /Read-only file system/, "the cover is read-only");
+      } finally {
+        await rm(host, { recursive: true, force: true });
+      }
+    });
+
     it("refuses an image whose /etc is a link to /, writing nothing outside it", async () => {
       const evil = join(dir, "evil");
       await mkdir(join(evil, "usr", "bin"), { recursive: true });
