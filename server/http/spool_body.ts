@@ -34,6 +34,9 @@ function tooLarge(limitBytes: number): ProblemError {
   return new ProblemError("content-too-large", `The body is larger than the limit of ${limitBytes} bytes`);
 }
 
+/** How much of a body past its limit is read and dropped before the request is ended anyway. */
+const DRAIN_BYTES = 16 * 1024 * 1024;
+
 /**
  * Writes `source` to a new file under `options.dir`, counting and hashing it; rejects with a 413 problem
  * past `options.limitBytes`. On any failure the file is removed.
@@ -46,9 +49,17 @@ export async function spoolBody(source: AsyncIterable<Uint8Array>, options: Spoo
   const meter = new Transform({
     transform(chunk: Buffer, _encoding, done) {
       size += chunk.length;
-      if (size > options.limitBytes) return done(tooLarge(options.limitBytes));
-      hash.update(chunk);
-      done(null, chunk);
+      if (size <= options.limitBytes) {
+        hash.update(chunk);
+        return done(null, chunk);
+      }
+      // Past the limit nothing more is written, but a little more is read (and dropped): a client still
+      // sending then reads the 413 instead of a reset connection, which ending the request here would give it.
+      if (size - options.limitBytes > DRAIN_BYTES) return done(tooLarge(options.limitBytes));
+      done();
+    },
+    flush(done) {
+      done(size > options.limitBytes ? tooLarge(options.limitBytes) : null);
     },
   });
   try {
