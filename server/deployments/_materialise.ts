@@ -14,6 +14,7 @@ import { type AppConfig, AppConfigError, type AppConfigOptions, parseAppConfig }
 import { type Sandbox, unjailedSandbox } from "../sandbox/mod.ts";
 import type { Database } from "../store/mod.ts";
 import { type BuildLogLine, type BuildResult, runBuild } from "./_build.ts";
+import type { StepOptions } from "./_build_step.ts";
 import { type BuildPlan, buildPlan } from "./_build_plan.ts";
 import { type DependencyLayer, dependencyLayer, venvsDir } from "./_dependency_layer.ts";
 import { type BundleLimits, extractBundle } from "./_bundle_extract.ts";
@@ -126,6 +127,25 @@ async function imageOf(
   }
 }
 
+/** What every step of `deployment`'s build runs with: its timeout, log, jail and network. */
+function stepOptions(
+  deployment: Pick<DeploymentRow, "project_id">,
+  options: {
+    config: AppConfig;
+    settings: BuildSettings & { log(line: BuildLogLine): void; signal?: AbortSignal };
+  },
+): Omit<StepOptions, "image"> {
+  const { settings } = options;
+  return {
+    timeoutMs: settings.timeoutMs,
+    log: settings.log,
+    signal: settings.signal,
+    sandbox: settings.sandbox ?? unjailedSandbox(),
+    projectId: deployment.project_id,
+    egress: options.config.egress,
+  };
+}
+
 /** The image built from the app's Dockerfile (`_dockerfile_image.ts`); its errors are the build's. */
 async function dockerfileImageOf(
   config: AppConfig,
@@ -147,12 +167,7 @@ async function dockerfileImageOf(
       bundleDigest: deployment.bundle_digest,
       layersDir: systemLayersDir(options.dataDir),
       recorded: deployment.image_digest ?? undefined,
-      timeoutMs: options.timeoutMs,
-      log: options.log,
-      signal: options.signal,
-      sandbox: options.sandbox ?? unjailedSandbox(),
-      projectId: deployment.project_id,
-      egress: config.egress,
+      ...stepOptions(deployment, { config, settings: options }),
     });
   } catch (error) {
     if (error instanceof ImageStepError || error instanceof DockerfileError) {
@@ -255,12 +270,7 @@ export async function materialise(
       pipIndexUrl: options.pipIndexUrl ?? undefined,
       pipFindLinks: options.pipFindLinks ?? undefined,
       pipAllowUnpinned: options.pipAllowUnpinned,
-      timeoutMs: options.timeoutMs,
-      log: options.log,
-      signal: options.signal,
-      sandbox: options.sandbox ?? unjailedSandbox(),
-      projectId: deployment.project_id,
-      egress: config.egress,
+      ...stepOptions(deployment, { config, settings: options }),
     });
     const done: Materialised = {
       dir,
