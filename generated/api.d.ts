@@ -341,8 +341,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
-        put?: never;
+        /**
+         * GET a custom runtime's route
+         * @description Call a custom runtime's route with GET.
+         */
+        get: operations["callAppGet"];
+        /**
+         * PUT a custom runtime's route
+         * @description Call a custom runtime's route with PUT.
+         */
+        put: operations["callAppPut"];
         /**
          * Run a function
          * @description Call a function of a deployed app with the body's members as its named parameters.
@@ -352,10 +360,26 @@ export interface paths {
          *     `webhookEndpoint` the result is also POSTed there after the run ends.
          */
         post: operations["runFunction"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
+        /**
+         * DELETE a custom runtime's route
+         * @description Call a custom runtime's route with DELETE.
+         */
+        delete: operations["callAppDelete"];
+        /**
+         * OPTIONS a custom runtime's route
+         * @description Call a custom runtime's route with OPTIONS.
+         */
+        options: operations["callAppOptions"];
+        /**
+         * HEAD a custom runtime's route
+         * @description Call a custom runtime's route with HEAD: the app's headers, no body.
+         */
+        head: operations["callAppHead"];
+        /**
+         * PATCH a custom runtime's route
+         * @description Call a custom runtime's route with PATCH.
+         */
+        patch: operations["callAppPatch"];
         trace?: never;
     };
     "/v4/projects/{project_id}/apps/{app_id}/runs": {
@@ -907,6 +931,11 @@ export interface components {
             /** @description Its model as nvidia-smi names it; null when unknown. */
             model: string | null;
         };
+        /**
+         * @description The HTTP methods a run is called with.
+         * @enum {string}
+         */
+        HttpMethodName: "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS";
         /** @description An Ed25519 public key as a JSON Web Key (RFC 8037). */
         JsonWebKey: {
             /** @enum {string} */
@@ -1011,6 +1040,11 @@ export interface components {
             /** @description The commit the tree belongs to. */
             sha: components["schemas"]["GitObjectId"];
         };
+        /**
+         * @description A custom runtime's route path after the app (one or more segments, percent-encoding kept): everything
+         *     after `/v4/{project_id}/{app_name}/`, passed to the app as its request path.
+         */
+        RoutePath: string;
         /** @description One call of an app's function, with its outcome. */
         Run: {
             app_id: components["schemas"]["AppName"];
@@ -1024,9 +1058,15 @@ export interface components {
              */
             deployment_id: components["schemas"]["DeploymentId"] | null;
             error: components["schemas"]["RunError"] | null;
-            function_name: components["schemas"]["FunctionName"];
+            /** @description The function called, or for a custom runtime's route called by another method, its path (`RunTarget`). */
+            function_name: components["schemas"]["RunTarget"];
             /** @description An async run's input (its JSON body), kept as long as its result; null for sync and stream runs. */
             input: unknown;
+            /**
+             * @description The HTTP method of the call: `POST` for a function call; `GET`, `PUT`, `PATCH`, `DELETE`, `HEAD` or
+             *     `OPTIONS` for a call of a custom runtime's route (`callApp…`).
+             */
+            method: components["schemas"]["HttpMethodName"];
             mode: components["schemas"]["RunMode"];
             project_id: components["schemas"]["ProjectId"];
             /** @description Time between acceptance and start. */
@@ -1067,7 +1107,7 @@ export interface components {
              * @description When the change happened.
              */
             at: string;
-            function_name: components["schemas"]["FunctionName"];
+            function_name: components["schemas"]["RunTarget"];
             mode: components["schemas"]["RunMode"];
             project_id: components["schemas"]["ProjectId"];
             run_id: components["schemas"]["RunId"];
@@ -1198,7 +1238,13 @@ export interface components {
              */
             deployment_id: components["schemas"]["DeploymentId"] | null;
             error: components["schemas"]["RunError"] | null;
-            function_name: components["schemas"]["FunctionName"];
+            /** @description The function called, or for a custom runtime's route called by another method, its path (`RunTarget`). */
+            function_name: components["schemas"]["RunTarget"];
+            /**
+             * @description The HTTP method of the call: `POST` for a function call; `GET`, `PUT`, `PATCH`, `DELETE`, `HEAD` or
+             *     `OPTIONS` for a call of a custom runtime's route (`callApp…`).
+             */
+            method: components["schemas"]["HttpMethodName"];
             mode: components["schemas"]["RunMode"];
             project_id: components["schemas"]["ProjectId"];
             /** @description Time between acceptance and start. */
@@ -1218,6 +1264,12 @@ export interface components {
             status: components["schemas"]["RunStatus"];
             webhook: components["schemas"]["RunWebhook"] | null;
         };
+        /**
+         * @description What a run called: a function's name (`FunctionName`), or for a call of a custom runtime's route by
+         *     another method than POST, the route's path after the app, as the caller sent it (percent-encoding kept,
+         *     no leading slash).
+         */
+        RunTarget: string;
         /** @description A run's webhook forwarding. The secret is never shown. */
         RunWebhook: {
             attempts: components["schemas"]["WebhookAttempt"][];
@@ -3726,6 +3778,424 @@ export interface operations {
             };
         };
     };
+    callAppGet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_name: components["schemas"]["AppName"];
+                /** @description The route's path after the app, one or more segments: the app is called at `/{function_name}`. */
+                function_name: components["schemas"]["RoutePath"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "*/*": unknown;
+            };
+        };
+        responses: {
+            /**
+             * @description A custom runtime's answer, passed through: the app's 2xx status, its headers (less hop-by-hop headers,
+             *     `Set-Cookie` and `Content-Length`, with `Content-Security-Policy: sandbox` and
+             *     `X-Content-Type-Options: nosniff` added: the app's page never runs as the API's origin) and its body in any media type, streamed
+             *     as the app writes it (chunked and server-sent-event bodies arrive as they are produced). A HEAD call's
+             *     answer has the headers and no body. An answer that is not 2xx is a 502 problem, as for `runFunction`.
+             */
+            "2XX": {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The method is not one this app takes: a Python function is called with POST only (see `Allow`). */
+            405: {
+                headers: {
+                    /** @description The methods the app takes: `POST`. */
+                    Allow: string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
+            415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
+            502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The function did not answer within its app's `response_grace_period`. */
+            504: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    callAppPut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_name: components["schemas"]["AppName"];
+                /** @description The route's path after the app, one or more segments: the app is called at `/{function_name}`. */
+                function_name: components["schemas"]["RoutePath"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "*/*": unknown;
+            };
+        };
+        responses: {
+            /**
+             * @description A custom runtime's answer, passed through: the app's 2xx status, its headers (less hop-by-hop headers,
+             *     `Set-Cookie` and `Content-Length`, with `Content-Security-Policy: sandbox` and
+             *     `X-Content-Type-Options: nosniff` added: the app's page never runs as the API's origin) and its body in any media type, streamed
+             *     as the app writes it (chunked and server-sent-event bodies arrive as they are produced). A HEAD call's
+             *     answer has the headers and no body. An answer that is not 2xx is a 502 problem, as for `runFunction`.
+             */
+            "2XX": {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The method is not one this app takes: a Python function is called with POST only (see `Allow`). */
+            405: {
+                headers: {
+                    /** @description The methods the app takes: `POST`. */
+                    Allow: string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
+            415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
+            502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The function did not answer within its app's `response_grace_period`. */
+            504: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     runFunction: {
         parameters: {
             query?: {
@@ -3875,6 +4345,830 @@ export interface operations {
             };
             /** @description The request is well-formed but cannot be processed as given. */
             422: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
+            502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The function did not answer within its app's `response_grace_period`. */
+            504: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    callAppDelete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_name: components["schemas"]["AppName"];
+                /** @description The route's path after the app, one or more segments: the app is called at `/{function_name}`. */
+                function_name: components["schemas"]["RoutePath"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "*/*": unknown;
+            };
+        };
+        responses: {
+            /**
+             * @description A custom runtime's answer, passed through: the app's 2xx status, its headers (less hop-by-hop headers,
+             *     `Set-Cookie` and `Content-Length`, with `Content-Security-Policy: sandbox` and
+             *     `X-Content-Type-Options: nosniff` added: the app's page never runs as the API's origin) and its body in any media type, streamed
+             *     as the app writes it (chunked and server-sent-event bodies arrive as they are produced). A HEAD call's
+             *     answer has the headers and no body. An answer that is not 2xx is a 502 problem, as for `runFunction`.
+             */
+            "2XX": {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The method is not one this app takes: a Python function is called with POST only (see `Allow`). */
+            405: {
+                headers: {
+                    /** @description The methods the app takes: `POST`. */
+                    Allow: string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
+            415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
+            502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The function did not answer within its app's `response_grace_period`. */
+            504: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    callAppOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_name: components["schemas"]["AppName"];
+                /** @description The route's path after the app, one or more segments: the app is called at `/{function_name}`. */
+                function_name: components["schemas"]["RoutePath"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "*/*": unknown;
+            };
+        };
+        responses: {
+            /**
+             * @description A custom runtime's answer, passed through: the app's 2xx status, its headers (less hop-by-hop headers,
+             *     `Set-Cookie` and `Content-Length`, with `Content-Security-Policy: sandbox` and
+             *     `X-Content-Type-Options: nosniff` added: the app's page never runs as the API's origin) and its body in any media type, streamed
+             *     as the app writes it (chunked and server-sent-event bodies arrive as they are produced). A HEAD call's
+             *     answer has the headers and no body. An answer that is not 2xx is a 502 problem, as for `runFunction`.
+             */
+            "2XX": {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The method is not one this app takes: a Python function is called with POST only (see `Allow`). */
+            405: {
+                headers: {
+                    /** @description The methods the app takes: `POST`. */
+                    Allow: string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
+            415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
+            502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The function did not answer within its app's `response_grace_period`. */
+            504: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    callAppHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_name: components["schemas"]["AppName"];
+                /** @description The route's path after the app, one or more segments: the app is called at `/{function_name}`. */
+                function_name: components["schemas"]["RoutePath"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A custom runtime's answer to HEAD: the app's 2xx status and headers (as `AppRouteResponse`), no body. */
+            "2XX": {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The method is not one this app takes: a Python function is called with POST only (see `Allow`). */
+            405: {
+                headers: {
+                    /** @description The methods the app takes: `POST`. */
+                    Allow: string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
+            415: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An upstream (a worker process, a custom runtime, GitHub) failed or went away. */
+            502: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The function did not answer within its app's `response_grace_period`. */
+            504: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    callAppPatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_name: components["schemas"]["AppName"];
+                /** @description The route's path after the app, one or more segments: the app is called at `/{function_name}`. */
+                function_name: components["schemas"]["RoutePath"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "*/*": unknown;
+            };
+        };
+        responses: {
+            /**
+             * @description A custom runtime's answer, passed through: the app's 2xx status, its headers (less hop-by-hop headers,
+             *     `Set-Cookie` and `Content-Length`, with `Content-Security-Policy: sandbox` and
+             *     `X-Content-Type-Options: nosniff` added: the app's page never runs as the API's origin) and its body in any media type, streamed
+             *     as the app writes it (chunked and server-sent-event bodies arrive as they are produced). A HEAD call's
+             *     answer has the headers and no body. An answer that is not 2xx is a 502 problem, as for `runFunction`.
+             */
+            "2XX": {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The method is not one this app takes: a Python function is called with POST only (see `Allow`). */
+            405: {
+                headers: {
+                    /** @description The methods the app takes: `POST`. */
+                    Allow: string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is larger than the server accepts. */
+            413: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body's media type is not one the operation takes (`application/json`, unless it says otherwise). */
+            415: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
@@ -4804,8 +6098,8 @@ export interface operations {
                 created_before?: string;
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string;
-                /** @description Only calls of this function. */
-                function_name?: components["schemas"]["FunctionName"];
+                /** @description Only calls of this function (or of this custom runtime route's path). */
+                function_name?: components["schemas"]["RunTarget"];
                 /** @description Page size. */
                 limit?: number;
                 /** @description Only runs called this way. */

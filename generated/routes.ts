@@ -7,6 +7,7 @@ export const routes = [
     "method": "GET",
     "path": "/.well-known/jwks.json",
     "koaPath": "/.well-known/jwks.json",
+    "restOfPath": null,
     "auth": "none",
     "scope": null,
     "params": [],
@@ -59,6 +60,7 @@ export const routes = [
     "method": "GET",
     "path": "/healthz",
     "koaPath": "/healthz",
+    "restOfPath": null,
     "auth": "none",
     "scope": null,
     "params": [],
@@ -105,6 +107,7 @@ export const routes = [
     "method": "GET",
     "path": "/metrics",
     "koaPath": "/metrics",
+    "restOfPath": null,
     "auth": "none",
     "scope": null,
     "params": [
@@ -170,6 +173,7 @@ export const routes = [
     "method": "GET",
     "path": "/readyz",
     "koaPath": "/readyz",
+    "restOfPath": null,
     "auth": "none",
     "scope": null,
     "params": [],
@@ -222,6 +226,7 @@ export const routes = [
     "method": "GET",
     "path": "/v3/projects/{project_id}/apps",
     "koaPath": "/v3/projects/:project_id/apps",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "rest",
     "params": [
@@ -293,6 +298,7 @@ export const routes = [
     "method": "GET",
     "path": "/v3/projects/{project_id}/apps/{app_id}",
     "koaPath": "/v3/projects/:project_id/apps/:app_id",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "rest",
     "params": [
@@ -376,6 +382,7 @@ export const routes = [
     "method": "DELETE",
     "path": "/v3/projects/{project_id}/apps/{app_id}",
     "koaPath": "/v3/projects/:project_id/apps/:app_id",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "deploy",
     "params": [
@@ -463,6 +470,7 @@ export const routes = [
     "method": "POST",
     "path": "/v3/projects/{project_id}/apps/{app_id}/base-image",
     "koaPath": "/v3/projects/:project_id/apps/:app_id/base-image",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "rest",
     "params": [
@@ -557,6 +565,7 @@ export const routes = [
     "method": "GET",
     "path": "/v3/projects/{project_id}/apps/{app_id}/deployments",
     "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "rest",
     "params": [
@@ -652,6 +661,7 @@ export const routes = [
     "method": "POST",
     "path": "/v3/projects/{project_id}/apps/{app_id}/deployments",
     "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "deploy",
     "params": [
@@ -783,6 +793,7 @@ export const routes = [
     "method": "GET",
     "path": "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}",
     "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments/:deployment_id",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "rest",
     "params": [
@@ -872,6 +883,7 @@ export const routes = [
     "method": "POST",
     "path": "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/activate",
     "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments/:deployment_id/activate",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "deploy",
     "params": [
@@ -967,6 +979,7 @@ export const routes = [
     "method": "GET",
     "path": "/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/logs",
     "koaPath": "/v3/projects/:project_id/apps/:app_id/deployments/:deployment_id/logs",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "rest",
     "params": [
@@ -1063,6 +1076,7 @@ export const routes = [
     "method": "GET",
     "path": "/v3/projects/{project_id}/secrets",
     "koaPath": "/v3/projects/:project_id/secrets",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "deploy",
     "params": [
@@ -1134,6 +1148,7 @@ export const routes = [
     "method": "PUT",
     "path": "/v3/projects/{project_id}/secrets/{name}",
     "koaPath": "/v3/projects/:project_id/secrets/:name",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "deploy",
     "params": [
@@ -1240,6 +1255,7 @@ export const routes = [
     "method": "DELETE",
     "path": "/v3/projects/{project_id}/secrets/{name}",
     "koaPath": "/v3/projects/:project_id/secrets/:name",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "deploy",
     "params": [
@@ -1321,6 +1337,7 @@ export const routes = [
     "method": "GET",
     "path": "/v3/projects/{project_id}/service-accounts",
     "koaPath": "/v3/projects/:project_id/service-accounts",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "admin",
     "params": [
@@ -1392,6 +1409,7 @@ export const routes = [
     "method": "POST",
     "path": "/v3/projects/{project_id}/service-accounts",
     "koaPath": "/v3/projects/:project_id/service-accounts",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "admin",
     "params": [
@@ -1480,6 +1498,7 @@ export const routes = [
     "method": "DELETE",
     "path": "/v3/projects/{project_id}/service-accounts/{service_account_id}",
     "koaPath": "/v3/projects/:project_id/service-accounts/:service_account_id",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "admin",
     "params": [
@@ -1561,6 +1580,7 @@ export const routes = [
     "method": "GET",
     "path": "/v4/projects/{project_id}/apps/{app_id}/runs",
     "koaPath": "/v4/projects/:project_id/apps/:app_id/runs",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "run",
     "params": [
@@ -1662,6 +1682,7 @@ export const routes = [
     "method": "GET",
     "path": "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}",
     "koaPath": "/v4/projects/:project_id/apps/:app_id/runs/:run_id",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "run",
     "params": [
@@ -1751,6 +1772,7 @@ export const routes = [
     "method": "DELETE",
     "path": "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}",
     "koaPath": "/v4/projects/:project_id/apps/:app_id/runs/:run_id",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "run",
     "params": [
@@ -1846,6 +1868,7 @@ export const routes = [
     "method": "GET",
     "path": "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/logs",
     "koaPath": "/v4/projects/:project_id/apps/:app_id/runs/:run_id/logs",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "run",
     "params": [
@@ -1942,6 +1965,7 @@ export const routes = [
     "method": "POST",
     "path": "/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}/webhook/redeliver",
     "koaPath": "/v4/projects/:project_id/apps/:app_id/runs/:run_id/webhook/redeliver",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "run",
     "params": [
@@ -2043,6 +2067,7 @@ export const routes = [
     "method": "GET",
     "path": "/v4/projects/{project_id}/integrations/github/repos/{owner}/{repo}/tree",
     "koaPath": "/v4/projects/:project_id/integrations/github/repos/:owner/:repo/tree",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "rest",
     "params": [
@@ -2154,6 +2179,7 @@ export const routes = [
     "method": "GET",
     "path": "/v4/projects/{project_id}/runs",
     "koaPath": "/v4/projects/:project_id/runs",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "run",
     "params": [
@@ -2273,6 +2299,7 @@ export const routes = [
     "method": "GET",
     "path": "/v4/projects/{project_id}/runs/events",
     "koaPath": "/v4/projects/:project_id/runs/events",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "rest",
     "params": [
@@ -2340,10 +2367,273 @@ export const routes = [
     }
   },
   {
+    "operationId": "callAppGet",
+    "method": "GET",
+    "path": "/v4/{project_id}/{app_name}/{function_name}",
+    "koaPath": "/v4/:project_id/:app_name/*",
+    "restOfPath": "function_name",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "function_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": false,
+      "contentTypes": [
+        "*/*"
+      ]
+    },
+    "validators": {
+      "params": "callAppGet_params",
+      "body": null,
+      "responses": {
+        "400": {
+          "headers": "callAppGet_400_headers",
+          "content": {
+            "application/problem+json": "callAppGet_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "callAppGet_401_headers",
+          "content": {
+            "application/problem+json": "callAppGet_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "callAppGet_403_headers",
+          "content": {
+            "application/problem+json": "callAppGet_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "callAppGet_404_headers",
+          "content": {
+            "application/problem+json": "callAppGet_404_application_problem_json"
+          }
+        },
+        "405": {
+          "headers": "callAppGet_405_headers",
+          "content": {
+            "application/problem+json": "callAppGet_405_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "callAppGet_408_headers",
+          "content": {
+            "application/problem+json": "callAppGet_408_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "callAppGet_413_headers",
+          "content": {
+            "application/problem+json": "callAppGet_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "callAppGet_415_headers",
+          "content": {
+            "application/problem+json": "callAppGet_415_application_problem_json"
+          }
+        },
+        "429": {
+          "headers": "callAppGet_429_headers",
+          "content": {
+            "application/problem+json": "callAppGet_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "callAppGet_431_headers",
+          "content": {
+            "application/problem+json": "callAppGet_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "callAppGet_500_headers",
+          "content": {
+            "application/problem+json": "callAppGet_500_application_problem_json"
+          }
+        },
+        "502": {
+          "headers": "callAppGet_502_headers",
+          "content": {
+            "application/problem+json": "callAppGet_502_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "callAppGet_503_headers",
+          "content": {
+            "application/problem+json": "callAppGet_503_application_problem_json"
+          }
+        },
+        "504": {
+          "headers": "callAppGet_504_headers",
+          "content": {
+            "application/problem+json": "callAppGet_504_application_problem_json"
+          }
+        },
+        "2XX": {
+          "headers": "callAppGet_2XX_headers",
+          "content": {
+            "*/*": "callAppGet_2XX_"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "callAppPut",
+    "method": "PUT",
+    "path": "/v4/{project_id}/{app_name}/{function_name}",
+    "koaPath": "/v4/:project_id/:app_name/*",
+    "restOfPath": "function_name",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "function_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": false,
+      "contentTypes": [
+        "*/*"
+      ]
+    },
+    "validators": {
+      "params": "callAppPut_params",
+      "body": null,
+      "responses": {
+        "400": {
+          "headers": "callAppPut_400_headers",
+          "content": {
+            "application/problem+json": "callAppPut_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "callAppPut_401_headers",
+          "content": {
+            "application/problem+json": "callAppPut_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "callAppPut_403_headers",
+          "content": {
+            "application/problem+json": "callAppPut_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "callAppPut_404_headers",
+          "content": {
+            "application/problem+json": "callAppPut_404_application_problem_json"
+          }
+        },
+        "405": {
+          "headers": "callAppPut_405_headers",
+          "content": {
+            "application/problem+json": "callAppPut_405_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "callAppPut_408_headers",
+          "content": {
+            "application/problem+json": "callAppPut_408_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "callAppPut_413_headers",
+          "content": {
+            "application/problem+json": "callAppPut_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "callAppPut_415_headers",
+          "content": {
+            "application/problem+json": "callAppPut_415_application_problem_json"
+          }
+        },
+        "429": {
+          "headers": "callAppPut_429_headers",
+          "content": {
+            "application/problem+json": "callAppPut_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "callAppPut_431_headers",
+          "content": {
+            "application/problem+json": "callAppPut_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "callAppPut_500_headers",
+          "content": {
+            "application/problem+json": "callAppPut_500_application_problem_json"
+          }
+        },
+        "502": {
+          "headers": "callAppPut_502_headers",
+          "content": {
+            "application/problem+json": "callAppPut_502_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "callAppPut_503_headers",
+          "content": {
+            "application/problem+json": "callAppPut_503_application_problem_json"
+          }
+        },
+        "504": {
+          "headers": "callAppPut_504_headers",
+          "content": {
+            "application/problem+json": "callAppPut_504_application_problem_json"
+          }
+        },
+        "2XX": {
+          "headers": "callAppPut_2XX_headers",
+          "content": {
+            "*/*": "callAppPut_2XX_"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "runFunction",
     "method": "POST",
     "path": "/v4/{project_id}/{app_name}/{function_name}",
     "koaPath": "/v4/:project_id/:app_name/:function_name",
+    "restOfPath": null,
     "auth": "bearer",
     "scope": "run",
     "params": [
@@ -2513,6 +2803,523 @@ export const routes = [
           "headers": "runFunction_504_headers",
           "content": {
             "application/problem+json": "runFunction_504_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "callAppDelete",
+    "method": "DELETE",
+    "path": "/v4/{project_id}/{app_name}/{function_name}",
+    "koaPath": "/v4/:project_id/:app_name/*",
+    "restOfPath": "function_name",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "function_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": false,
+      "contentTypes": [
+        "*/*"
+      ]
+    },
+    "validators": {
+      "params": "callAppDelete_params",
+      "body": null,
+      "responses": {
+        "400": {
+          "headers": "callAppDelete_400_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "callAppDelete_401_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "callAppDelete_403_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "callAppDelete_404_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_404_application_problem_json"
+          }
+        },
+        "405": {
+          "headers": "callAppDelete_405_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_405_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "callAppDelete_408_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_408_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "callAppDelete_413_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "callAppDelete_415_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_415_application_problem_json"
+          }
+        },
+        "429": {
+          "headers": "callAppDelete_429_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "callAppDelete_431_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "callAppDelete_500_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_500_application_problem_json"
+          }
+        },
+        "502": {
+          "headers": "callAppDelete_502_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_502_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "callAppDelete_503_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_503_application_problem_json"
+          }
+        },
+        "504": {
+          "headers": "callAppDelete_504_headers",
+          "content": {
+            "application/problem+json": "callAppDelete_504_application_problem_json"
+          }
+        },
+        "2XX": {
+          "headers": "callAppDelete_2XX_headers",
+          "content": {
+            "*/*": "callAppDelete_2XX_"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "callAppOptions",
+    "method": "OPTIONS",
+    "path": "/v4/{project_id}/{app_name}/{function_name}",
+    "koaPath": "/v4/:project_id/:app_name/*",
+    "restOfPath": "function_name",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "function_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": false,
+      "contentTypes": [
+        "*/*"
+      ]
+    },
+    "validators": {
+      "params": "callAppOptions_params",
+      "body": null,
+      "responses": {
+        "400": {
+          "headers": "callAppOptions_400_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "callAppOptions_401_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "callAppOptions_403_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "callAppOptions_404_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_404_application_problem_json"
+          }
+        },
+        "405": {
+          "headers": "callAppOptions_405_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_405_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "callAppOptions_408_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_408_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "callAppOptions_413_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "callAppOptions_415_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_415_application_problem_json"
+          }
+        },
+        "429": {
+          "headers": "callAppOptions_429_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "callAppOptions_431_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "callAppOptions_500_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_500_application_problem_json"
+          }
+        },
+        "502": {
+          "headers": "callAppOptions_502_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_502_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "callAppOptions_503_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_503_application_problem_json"
+          }
+        },
+        "504": {
+          "headers": "callAppOptions_504_headers",
+          "content": {
+            "application/problem+json": "callAppOptions_504_application_problem_json"
+          }
+        },
+        "2XX": {
+          "headers": "callAppOptions_2XX_headers",
+          "content": {
+            "*/*": "callAppOptions_2XX_"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "callAppHead",
+    "method": "HEAD",
+    "path": "/v4/{project_id}/{app_name}/{function_name}",
+    "koaPath": "/v4/:project_id/:app_name/*",
+    "restOfPath": "function_name",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "function_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "callAppHead_params",
+      "body": null,
+      "responses": {
+        "400": {
+          "headers": "callAppHead_400_headers",
+          "content": {
+            "application/problem+json": "callAppHead_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "callAppHead_401_headers",
+          "content": {
+            "application/problem+json": "callAppHead_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "callAppHead_403_headers",
+          "content": {
+            "application/problem+json": "callAppHead_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "callAppHead_404_headers",
+          "content": {
+            "application/problem+json": "callAppHead_404_application_problem_json"
+          }
+        },
+        "405": {
+          "headers": "callAppHead_405_headers",
+          "content": {
+            "application/problem+json": "callAppHead_405_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "callAppHead_408_headers",
+          "content": {
+            "application/problem+json": "callAppHead_408_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "callAppHead_413_headers",
+          "content": {
+            "application/problem+json": "callAppHead_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "callAppHead_415_headers",
+          "content": {
+            "application/problem+json": "callAppHead_415_application_problem_json"
+          }
+        },
+        "429": {
+          "headers": "callAppHead_429_headers",
+          "content": {
+            "application/problem+json": "callAppHead_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "callAppHead_431_headers",
+          "content": {
+            "application/problem+json": "callAppHead_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "callAppHead_500_headers",
+          "content": {
+            "application/problem+json": "callAppHead_500_application_problem_json"
+          }
+        },
+        "502": {
+          "headers": "callAppHead_502_headers",
+          "content": {
+            "application/problem+json": "callAppHead_502_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "callAppHead_503_headers",
+          "content": {
+            "application/problem+json": "callAppHead_503_application_problem_json"
+          }
+        },
+        "504": {
+          "headers": "callAppHead_504_headers",
+          "content": {
+            "application/problem+json": "callAppHead_504_application_problem_json"
+          }
+        },
+        "2XX": {
+          "headers": "callAppHead_2XX_headers",
+          "content": {}
+        }
+      }
+    }
+  },
+  {
+    "operationId": "callAppPatch",
+    "method": "PATCH",
+    "path": "/v4/{project_id}/{app_name}/{function_name}",
+    "koaPath": "/v4/:project_id/:app_name/*",
+    "restOfPath": "function_name",
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "function_name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": false,
+      "contentTypes": [
+        "*/*"
+      ]
+    },
+    "validators": {
+      "params": "callAppPatch_params",
+      "body": null,
+      "responses": {
+        "400": {
+          "headers": "callAppPatch_400_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "callAppPatch_401_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "callAppPatch_403_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "callAppPatch_404_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_404_application_problem_json"
+          }
+        },
+        "405": {
+          "headers": "callAppPatch_405_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_405_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "callAppPatch_408_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_408_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "callAppPatch_413_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "callAppPatch_415_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_415_application_problem_json"
+          }
+        },
+        "429": {
+          "headers": "callAppPatch_429_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "callAppPatch_431_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "callAppPatch_500_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_500_application_problem_json"
+          }
+        },
+        "502": {
+          "headers": "callAppPatch_502_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_502_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "callAppPatch_503_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_503_application_problem_json"
+          }
+        },
+        "504": {
+          "headers": "callAppPatch_504_headers",
+          "content": {
+            "application/problem+json": "callAppPatch_504_application_problem_json"
+          }
+        },
+        "2XX": {
+          "headers": "callAppPatch_2XX_headers",
+          "content": {
+            "*/*": "callAppPatch_2XX_"
           }
         }
       }

@@ -11,6 +11,8 @@ import ts from "typescript";
 import { compileSpec } from "./_generate/compile_spec.ts";
 import { describeEventStreams } from "./_generate/event_streams.ts";
 import { narrowMediaTypeBodies } from "./_generate/media_type_bodies.ts";
+import { moveOptionsOperations } from "./_generate/options_operations.ts";
+import { restoreHeadMediaTypes } from "./_generate/head_operations.ts";
 import { addWebhooks } from "./_generate/openapi_webhooks.ts";
 import { operationSchemas } from "./_generate/operation_schemas.ts";
 import { buildRouteTable } from "./_generate/route_table.ts";
@@ -39,7 +41,11 @@ export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
 /** Builds every generated file from the spec, as a map of file name → contents. */
 export async function generateArtifacts(specDir = join(ROOT, "spec")): Promise<Map<string, string>> {
-  const document = addWebhooks(describeEventStreams(narrowMediaTypeBodies(await compileSpec(specDir))));
+  const document = addWebhooks(
+    describeEventStreams(
+      narrowMediaTypeBodies(restoreHeadMediaTypes(moveOptionsOperations(await compileSpec(specDir)))),
+    ),
+  );
   const operations = operationSchemas(document);
   const validators = buildValidators(document, operations);
   const ast = await openapiTS(structuredClone(document) as never, { alphabetize: true, transform: schemaType });

@@ -2,9 +2,19 @@ import type { OpenApiDocument } from "./compile_spec.ts";
 import { type OperationSchemas, resolveSchema } from "./operation_schemas.ts";
 import type { OperationValidatorNames } from "./validators.ts";
 
-/** `/v4/{project_id}/{app}` → `/v4/:project_id/:app` (Koa's path syntax). */
-export function koaPath(openApiPath: string): string {
-  return openApiPath.replace(/\{([A-Za-z0-9_]+)\}/g, ":$1");
+/**
+ * `/v4/{project_id}/{app}` → `/v4/:project_id/:app` (the router's path syntax). `restOfPath` names a last
+ * parameter that takes the rest of the path, one or more segments (`x-runplane-rest-of-path`): it becomes
+ * the router's wildcard, `*`.
+ */
+export function koaPath(openApiPath: string, restOfPath?: string): string {
+  const path = restOfPath === undefined ? openApiPath : openApiPath.replace(new RegExp(`\\{${restOfPath}\\}$`), "*");
+  if (restOfPath !== undefined && !path.endsWith("*")) {
+    throw new Error(
+      `${openApiPath}: x-runplane-rest-of-path names ${restOfPath}, which must be the path's last parameter`,
+    );
+  }
+  return path.replace(/\{([A-Za-z0-9_]+)\}/g, ":$1");
 }
 
 /**
@@ -19,11 +29,15 @@ export function buildRouteTable(
   const routes = operations.map((op) => {
     const security = op.operation.security ?? document.security ?? [];
     const bearer = security.some((requirement) => Object.keys(requirement).length > 0);
+    const rest = op.operation["x-runplane-rest-of-path"];
+    const restOfPath = typeof rest === "string" ? rest : undefined;
     return {
       operationId: op.operationId,
       method: op.method.toUpperCase(),
       path: op.path,
-      koaPath: koaPath(op.path),
+      koaPath: koaPath(op.path, restOfPath),
+      /** The parameter the router's `*` fills with the rest of the path, as sent (percent-encoding kept). */
+      restOfPath: restOfPath ?? null,
       auth: bearer ? "bearer" : "none",
       scope: typeof op.operation["x-runplane-scope"] === "string" ? op.operation["x-runplane-scope"] : null,
       params: (op.operation.parameters ?? [])

@@ -6,6 +6,8 @@
  * {"deployment": id}                                   the replica's deployment, before the function runs
  * {"result": value, "runTimeMs": n}                    the function returned
  * {"stream": true} {"item": value, "event"?: name}… {"end": true}    the function streamed
+ * {"response": {"status", "headers"}} {"chunk": base64}… {"end": true}   a custom runtime's answer to
+ *                                                      a call by another method, its body as it comes
  * {"error": {"type", "message", "traceback"}}          the function failed (at any point)
  * {"problem": {"status", "type", "detail", "retryAfter"?}}   it could not run (no app, queue full, …)
  * ```
@@ -20,6 +22,8 @@ export interface ProblemFrame {
   detail: string;
   /** The problem's `Retry-After`, when it had one. */
   retryAfter?: string;
+  /** A 405's `Allow` (the methods the app takes). */
+  allow?: string;
 }
 
 /** One frame, as read. */
@@ -30,6 +34,10 @@ export interface Frame {
   stream?: true;
   item?: unknown;
   event?: string;
+  /** A custom runtime's answer passed through: its status and headers (name, value); its body follows. */
+  response?: { status: number; headers: Array<[string, string]> };
+  /** A piece of that answer's body, base64. */
+  chunk?: string;
   end?: true;
   error?: RunErrorInfo;
   problem?: ProblemFrame;

@@ -9,6 +9,7 @@ import type { ExecutedCall, ExecutedItem, ExecuteRequest } from "../runs/mod.ts"
 import { failureFromRunError, RunFailure } from "../runtime/mod.ts";
 import { type ForwardKey, signForward } from "./_forward_credential.ts";
 import { type Frame, FrameSplitter, type ProblemFrame } from "./_frames.ts";
+import { encodeHttpPart, FORWARD_HTTP_HEADER } from "./_http_part.ts";
 
 /** A call to forward: the same request a local executor takes. */
 export interface ForwardRequest extends ExecuteRequest {}
@@ -67,8 +68,14 @@ function describe(error: unknown): string {
 /** A problem frame (or document) as the `ProblemError` the remote raised; an unknown kind is a 502. */
 function problemOf(frame: ProblemFrame, peer: string): ProblemError {
   const kind = frame.type.startsWith(PROBLEM_BASE) ? frame.type.slice(PROBLEM_BASE.length) : frame.type;
-  const headers = frame.retryAfter === undefined ? undefined : { "Retry-After": frame.retryAfter };
-  if (kind in PROBLEM_KINDS) return new ProblemError(kind as ProblemKind, frame.detail, { headers });
+  const headers: Record<string, string> = {};
+  if (frame.retryAfter !== undefined) headers["Retry-After"] = frame.retryAfter;
+  if (frame.allow !== undefined) headers.Allow = frame.allow;
+  if (kind in PROBLEM_KINDS) {
+    return new ProblemError(kind as ProblemKind, frame.detail, {
+      headers: Object.keys(headers).length ? headers : undefined,
+    });
+  }
   return new ProblemError("bad-gateway", `${peer} answered a problem of unknown type ${kind}`);
 }
 
@@ -148,8 +155,26 @@ function brokeOff(call: OpenCall, error: unknown): RunFailure {
   return call.cutOff?.(error) ?? lost(call, error);
 }
 
-/** The items of a forwarded stream, each as its frame arrives; stopping early aborts the request. */
-async function* streamItems(frames: AsyncGenerator<Frame>, call: OpenCall): AsyncGenerator<ExecutedItem> {
+/** A stream's item of its frame, or undefined for a frame that is not one. */
+function itemOf(frame: Frame): ExecutedItem | undefined {
+  if (!("item" in frame)) return undefined;
+  return frame.event === undefined ? { value: frame.item } : { value: frame.item, event: frame.event };
+}
+
+/** A piece of an answer's body of its frame, or undefined for a frame that is not one. */
+function chunkOf(frame: Frame): Uint8Array | undefined {
+  return typeof frame.chunk === "string" ? Buffer.from(frame.chunk, "base64") : undefined;
+}
+
+/**
+ * The items of a forwarded stream (or the pieces of an answer's body: what `pick` finds in a frame), each
+ * as its frame arrives; stopping early aborts the request.
+ */
+async function* streamItems<T>(
+  frames: AsyncGenerator<Frame>,
+  call: OpenCall,
+  pick: (frame: Frame) => T | undefined,
+): AsyncGenerator<T> {
   let over = false;
   try {
     for (;;) {
@@ -161,8 +186,9 @@ async function* streamItems(frames: AsyncGenerator<Frame>, call: OpenCall): Asyn
       }
       if (next.done) throw brokeOff(call, new Error("the stream ended without its end"));
       const frame = next.value;
-      if ("item" in frame) {
-        yield frame.event === undefined ? { value: frame.item } : { value: frame.item, event: frame.event };
+      const item = pick(frame);
+      if (item !== undefined) {
+        yield item;
         continue;
       }
       over = true;
@@ -203,7 +229,11 @@ export async function readOutcome(
       drain(frames);
       return { kind: "result", result: frame.result, runTimeMs: frame.runTimeMs ?? 0 };
     }
-    if (frame.stream) return { kind: "stream", items: streamItems(frames, call) };
+    if (frame.stream) return { kind: "stream", items: streamItems(frames, call, itemOf) };
+    if (frame.response) {
+      const { status, headers } = frame.response;
+      return { kind: "response", status, headers, body: streamItems(frames, call, chunkOf) };
+    }
     if (frame.error) throw failureFromRunError(call.runId, frame.error);
     if (frame.problem) throw problemOf(frame.problem, call.peer);
     throw new RunFailure("protocol_violation", `${call.peer} sent an unknown frame`, {
@@ -240,10 +270,11 @@ export async function forwardCall(
     at: Math.round((options.now ?? Date.now)()),
   });
   const headers: Record<string, string> = {
-    "content-type": "application/json",
+    "content-type": request.http ? "application/octet-stream" : "application/json",
     "x-runplane-forwarded": credential,
     "x-request-id": runId,
   };
+  if (request.http) headers[FORWARD_HTTP_HEADER] = encodeHttpPart(request.http);
   if (options.deadlineMs !== undefined) {
     headers["x-runplane-deadline-ms"] = String(Math.max(0, Math.floor(options.deadlineMs)));
   }
@@ -264,7 +295,7 @@ export async function forwardCall(
       path,
       method: "POST",
       headers,
-      body: request.inputJson ?? JSON.stringify(request.input),
+      body: request.http ? request.http.body : request.inputJson ?? JSON.stringify(request.input),
       signal: controller.signal,
     });
   } catch (error) {

@@ -6,7 +6,7 @@
 import { type AbortSignalLike, LightAbortController } from "../abort/mod.ts";
 import { startLightDeadline } from "../deadline/mod.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
-import { type ExecutedItem, type RunExecutor, toRunError } from "../runs/mod.ts";
+import { type ExecutedItem, type HttpRequestPart, type RunExecutor, toRunError } from "../runs/mod.ts";
 import { storeUnavailableReason } from "../store/mod.ts";
 import { RunFailure } from "../runtime/mod.ts";
 import { type Frame, frameLine } from "./_frames.ts";
@@ -16,8 +16,10 @@ export interface ForwardedCallInput {
   projectId: string;
   appId: string;
   functionName: string;
-  /** The call's JSON body as the caller sent it: must be a JSON object. */
+  /** The call's JSON body as the caller sent it: must be a JSON object (unread for an `http` call). */
   inputJson: string;
+  /** A call of a custom runtime's route by another method than POST: what is passed to the app. */
+  http?: HttpRequestPart;
   runId: string;
   /** What is left of the run's time on the forwarding host; past it the call fails with `timeout`. */
   deadlineMs?: number;
@@ -28,12 +30,14 @@ export interface ForwardedCallInput {
 /** The frame of a problem: its kind (`not-found`), status, detail and `Retry-After`. */
 function problemFrame(problem: ProblemError): Frame {
   const retryAfter = problem.options.headers?.["Retry-After"];
+  const allow = problem.options.headers?.Allow;
   return {
     problem: {
       status: problem.status,
       type: problem.kind,
       detail: problem.message,
       ...(retryAfter === undefined ? {} : { retryAfter }),
+      ...(allow === undefined ? {} : { allow }),
     },
   };
 }
@@ -80,16 +84,32 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignalLike): Promise<
   });
 }
 
-/** The item frames of a stream, then its end; stops the stream when the reader or the signal stops. */
-async function* itemFrames(items: AsyncIterable<ExecutedItem>, signal: AbortSignalLike): AsyncGenerator<Frame> {
+/** A stream's item as its frame. */
+function itemFrame({ value, event }: ExecutedItem): Frame {
+  return event === undefined ? { item: value } : { item: value, event };
+}
+
+/** A piece of an answer's body as its frame. */
+function chunkFrame(chunk: Uint8Array): Frame {
+  return { chunk: Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).toString("base64") };
+}
+
+/**
+ * The frames of a stream's items (or an answer's body), then its end; stops the stream when the reader or
+ * the signal stops.
+ */
+async function* itemFrames<T>(
+  items: AsyncIterable<T>,
+  options: { signal: AbortSignalLike; frame(item: T): Frame },
+): AsyncGenerator<Frame> {
+  const { signal } = options;
   const iterator = items[Symbol.asyncIterator]();
   let ended = false;
   try {
     for (;;) {
       const next = await untilAborted(iterator.next(), signal);
       if (next.done) break;
-      const { value, event } = next.value;
-      yield event === undefined ? { item: value } : { item: value, event };
+      yield options.frame(next.value);
     }
     ended = true;
     yield { end: true };
@@ -107,7 +127,7 @@ async function* itemFrames(items: AsyncIterable<ExecutedItem>, signal: AbortSign
  * nothing more is yielded. Stopping the iteration early stops the function too.
  */
 export async function* serveForwardedCall(input: ForwardedCallInput, executor: RunExecutor): AsyncGenerator<string> {
-  const parsed = parseInput(input.inputJson);
+  const parsed = input.http ? {} : parseInput(input.inputJson);
   if (parsed instanceof ProblemError) {
     yield frameLine(problemFrame(parsed));
     return;
@@ -169,6 +189,7 @@ async function* callFrames(
     functionName: input.functionName,
     input: input.input,
     inputJson: input.inputJson,
+    http: input.http,
     runId: input.runId,
     signal,
     onDeployment(id) {
@@ -185,6 +206,11 @@ async function* callFrames(
     yield { result: outcome.result, runTimeMs: outcome.runTimeMs };
     return;
   }
+  if (outcome.kind === "response") {
+    yield { response: { status: outcome.status, headers: outcome.headers } };
+    yield* itemFrames(outcome.body, { signal, frame: chunkFrame });
+    return;
+  }
   yield { stream: true };
-  yield* itemFrames(outcome.items, signal);
+  yield* itemFrames(outcome.items, { signal, frame: itemFrame });
 }

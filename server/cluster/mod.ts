@@ -49,4 +49,5 @@ export {
 } from "./forward_client.ts";
 // The frames of an answer, for another wire that carries them (a host's workers and its supervisor).
 export { FrameSplitter, type Frame } from "./_frames.ts";
+export { decodeHttpPart, FORWARD_HTTP_HEADER } from "./_http_part.ts";
 export { type ForwardedCallInput, serveForwardedCall } from "./forward_endpoint.ts";

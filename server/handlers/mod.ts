@@ -1,6 +1,7 @@
 /** The handler of every operation, one map checked against the contract with `satisfies`. */
 import type { ServerContext } from "../context.ts";
 import type { Handlers } from "../http/mod.ts";
+import { appRouteHandlers } from "./app_routes.ts";
 import { buildHandlers } from "./builds.ts";
 import { deploymentHandlers } from "./deployments.ts";
 import { integrationHandlers } from "./integrations.ts";
@@ -14,6 +15,7 @@ import { systemHandlers } from "./system.ts";
 export function createHandlers(context: ServerContext): Handlers {
   return {
     ...runHandlers(context),
+    ...appRouteHandlers(context),
     ...runEventHandlers(context),
     ...buildHandlers(context),
     ...deploymentHandlers(context),

@@ -101,6 +101,8 @@ export function runHandlers(context: ServerContext): RunHandlers {
             contentType: "application/json",
             body: { run_id: execution.runId, run_time_ms: execution.runTimeMs, result: execution.result },
           };
+        case "response": // only a call by another method (`http`) is answered so, never a POST
+          throw new ProblemError("internal", `Run ${execution.runId} was answered as HTTP; call it by POST`);
         case "stream":
           return {
             status: 200,

@@ -6,10 +6,14 @@
  *
  * ```text
  * worker → supervisor   <token hex> <worker id>\n            first, once (its node:cluster id)
- *                       <id> {"p","a","f","r","n","d"?,"h"?}\n<n bytes>   a call: project, app, function,
- *                                                       run id, its body's length (the body follows),
- *                                                       deadline, and h: 1 for a call another host of
- *                                                       the cluster forwarded (run here, never forwarded)
+ *                       <id> {"p","a","f","r","n","d"?,"h"?,"m"?,"q"?,"hd"?}\n<n bytes>   a call:
+ *                                                       project, app, function, run id, its body's
+ *                                                       length (the body follows), deadline, h: 1 for a
+ *                                                       call another host of the cluster forwarded (run
+ *                                                       here, never forwarded); and for a call of a
+ *                                                       custom runtime's route by another method than
+ *                                                       POST its method, query string and headers (its
+ *                                                       body is the app's, as sent)
  *                       <id> x\n                           give the call up: its function is stopped
  *                       <id> p\n   <id> r\n                hold / resume the call's frames (its reader
  *                                                       fell behind / caught up)
@@ -52,6 +56,12 @@ export interface CallHeader {
   d?: number;
   /** 1: a call another host of the cluster forwarded here, run on this host's replicas only. */
   h?: 1;
+  /** A call of a custom runtime's route by another method than POST: the method. */
+  m?: string;
+  /** Its query string, as sent. */
+  q?: string;
+  /** Its headers that reach the app (name, value). */
+  hd?: Array<[string, string]>;
 }
 
 /** The longest line a header may be: its names are bounded well below it. */
@@ -62,7 +72,14 @@ export function isCallHeader(value: unknown): value is CallHeader {
   const h = value as CallHeader | null;
   return typeof h === "object" && h !== null && typeof h.p === "string" && typeof h.a === "string"
     && typeof h.f === "string" && typeof h.r === "string" && Number.isSafeInteger(h.n) && h.n >= 0
-    && (h.d === undefined || (Number.isSafeInteger(h.d) && h.d >= 0)) && (h.h === undefined || h.h === 1);
+    && (h.d === undefined || (Number.isSafeInteger(h.d) && h.d >= 0)) && (h.h === undefined || h.h === 1)
+    && (h.m === undefined || isHttpPart(h));
+}
+
+/** Whether a header's `m`, `q` and `hd` are well-formed. */
+function isHttpPart(h: CallHeader): boolean {
+  return typeof h.m === "string" && /^[A-Z]{1,16}$/.test(h.m) && typeof h.q === "string" && Array.isArray(h.hd)
+    && h.hd.every((pair) => Array.isArray(pair) && pair.length === 2 && pair.every((x) => typeof x === "string"));
 }
 
 /** Whether a frame is a call's last: a result, the end of a stream, a failure or a problem. */

@@ -214,7 +214,9 @@ export class SupervisorCalls {
     const id = this.#nextId++;
     const frames = new CallFrames();
     connection.calls.set(id, frames);
-    const body = request.inputJson ?? JSON.stringify(request.input);
+    const { http } = request;
+    const body = http ? Buffer.from(http.body.buffer, http.body.byteOffset, http.body.byteLength) : request.inputJson
+      ?? JSON.stringify(request.input);
     const header: CallHeader = {
       p: request.projectId,
       a: request.app,
@@ -224,7 +226,16 @@ export class SupervisorCalls {
     };
     if (options.deadlineMs !== undefined) header.d = Math.max(0, Math.floor(options.deadlineMs));
     if (options.here) header.h = 1;
-    writeInTurn(connection.socket, `${id} ${JSON.stringify(header)}\n${body}`);
+    if (http) {
+      header.m = http.method;
+      header.q = http.query;
+      header.hd = http.headers;
+    }
+    if (typeof body === "string") writeInTurn(connection.socket, `${id} ${JSON.stringify(header)}\n${body}`);
+    else {
+      writeInTurn(connection.socket, `${id} ${JSON.stringify(header)}\n`);
+      writeInTurn(connection.socket, body);
+    }
     const giveUp = () => {
       if (!connection.calls.delete(id)) return;
       frames.fail(interrupted(runId));

@@ -158,7 +158,7 @@ class WorkerConnection {
       if (this.#socket.destroyed) return;
       if (Buffer.isBuffer(item)) continue; // a line without a body: handled as it was split off
       const { id, header } = this.#awaitingBody.shift()!;
-      void this.#run(id, header, Buffer.concat(item.chunks).toString("utf8"));
+      void this.#run(id, header, Buffer.concat(item.chunks));
     }
   }
 
@@ -180,7 +180,7 @@ class WorkerConnection {
     const header = this.#control(parsed.id, parsed.rest);
     if (!header) return 0;
     if (header.n === 0) {
-      void this.#run(parsed.id, header, "");
+      void this.#run(parsed.id, header, Buffer.alloc(0));
       return 0;
     }
     this.#awaitingBody.push({ id: parsed.id, header });
@@ -261,7 +261,7 @@ class WorkerConnection {
   }
 
   /** Runs one call and writes its frames, waiting while the socket or the call's reader is behind. */
-  async #run(id: number, header: CallHeader, inputJson: string): Promise<void> {
+  async #run(id: number, header: CallHeader, body: Buffer): Promise<void> {
     const call = new HandedCall();
     this.#calls.set(id, call);
     const socket = this.#socket;
@@ -272,7 +272,9 @@ class WorkerConnection {
         appId: header.a,
         functionName: header.f,
         runId: header.r,
-        inputJson,
+        // A call by another method than POST: its body is the app's, as sent.
+        inputJson: header.m === undefined ? body.toString("utf8") : "",
+        http: header.m === undefined ? undefined : { method: header.m, query: header.q!, headers: header.hd!, body },
         deadlineMs: header.d,
         signal: call.signal,
       }, header.h ? this.#options.hereExecutor ?? this.#options.executor : this.#options.executor);

@@ -122,6 +122,8 @@ export class WorkerChannels {
     options: { here?: boolean } = {},
   ): Promise<ExecutedCall> {
     const app = `${request.projectId}/${request.app}`;
+    // A channel is a Python replica's: a call by another method than POST is the supervisor's to refuse.
+    if (request.http) return calls.execute(request, options);
     const slot = this.#idle.take(app)
       ?? (this.holding && this.callable(request.projectId, request.app)
         ? await calls.slot(request.projectId, request.app)

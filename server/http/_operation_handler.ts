@@ -11,6 +11,7 @@ import { authenticate } from "./authenticate.ts";
 import type { DashboardSessions } from "./dashboard.ts";
 import type { AnyHandlerResult, HandlerInput, Handlers, OperationId } from "./handler_types.ts";
 import type { BodyReader } from "./read_body.ts";
+import { passedRequestHeaders } from "./passed_headers.ts";
 import { decodeRequest } from "./request_decoding.ts";
 import { RequestInput } from "./request_input.ts";
 import { writeResult } from "./response_writer.ts";
@@ -79,7 +80,16 @@ export function operationHandler(
         header: (name) => headerValues(ctx.req, name.toLowerCase()),
         body: body?.value,
       });
-      const input = new RequestInput(decoded, { principal, ids: state, instance: ctx.path, bodyText: body?.text });
+      const passed = route.restOfPath === null
+        ? undefined
+        : { method: ctx.method, query: ctx.querystring, headers: passedRequestHeaders(ctx.req.headers) };
+      const input = new RequestInput(decoded, {
+        principal,
+        ids: state,
+        instance: ctx.path,
+        bodyText: body?.text,
+        passed,
+      });
       (ctx.res as ResponseWithInput)[INPUT] = input;
       ctx.res.on("close", onResponseClose);
       const result = await handler(input);

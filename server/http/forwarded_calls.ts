@@ -7,7 +7,14 @@
  */
 import { Readable } from "node:stream";
 import type { Context, Middleware, Next } from "koa";
-import { FORWARD_PATH, type ForwardKey, serveForwardedCall, verifyForward } from "../cluster/mod.ts";
+import {
+  decodeHttpPart,
+  FORWARD_HTTP_HEADER,
+  FORWARD_PATH,
+  type ForwardKey,
+  serveForwardedCall,
+  verifyForward,
+} from "../cluster/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import type { RunExecutor } from "../runs/mod.ts";
 
@@ -22,10 +29,10 @@ export interface ForwardedCallsOptions {
   now?(): number;
 }
 
-const CALL_PATH = new RegExp(`^${FORWARD_PATH}/([^/]+)/([^/]+)/([^/]+)$`);
+const CALL_PATH = new RegExp(`^${FORWARD_PATH}/([^/]+)/([^/]+)/([^/]*)$`);
 
-/** The body as text, refused past `limitBytes` (413). */
-async function readText(ctx: Context, limitBytes: number): Promise<string> {
+/** The body, refused past `limitBytes` (413). */
+async function readBody(ctx: Context, limitBytes: number): Promise<Buffer> {
   const declared = Number(ctx.get("Content-Length") || 0);
   const tooLarge = () =>
     new ProblemError("content-too-large", `The forwarded call's body is larger than ${limitBytes} bytes`);
@@ -37,7 +44,7 @@ async function readText(ctx: Context, limitBytes: number): Promise<string> {
     if (size > limitBytes) throw tooLarge();
     chunks.push(chunk);
   }
-  return Buffer.concat(chunks).toString("utf8");
+  return Buffer.concat(chunks);
 }
 
 /** `X-Runplane-Deadline-Ms`: milliseconds left, or undefined when absent or not a count. */
@@ -77,13 +84,26 @@ export function forwardedCalls(options: ForwardedCallsOptions): Middleware {
         "This endpoint takes calls forwarded by another Runplane process with the same master key only",
       );
     }
-    const inputJson = await readText(ctx, options.bodyLimitBytes);
+    const body = await readBody(ctx, options.bodyLimitBytes);
+    // A call of a custom runtime's route by another method: its body is the app's, as sent.
+    const httpHeader = ctx.get(FORWARD_HTTP_HEADER);
+    const http = httpHeader ? decodeHttpPart(httpHeader, body) : undefined;
+    const inputJson = http ? "" : body.toString("utf8");
     const controller = new AbortController();
     ctx.res.once("close", () => {
       if (!ctx.res.writableFinished) controller.abort();
     });
     const frames = serveForwardedCall(
-      { projectId, appId, functionName, inputJson, runId, deadlineMs: deadlineOf(ctx), signal: controller.signal },
+      {
+        projectId,
+        appId,
+        functionName,
+        inputJson,
+        http,
+        runId,
+        deadlineMs: deadlineOf(ctx),
+        signal: controller.signal,
+      },
       options.executor,
     );
     ctx.status = 200;

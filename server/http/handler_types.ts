@@ -15,8 +15,13 @@ type Part<P, F extends string> = F extends keyof P
   ? ([NonNullable<P[F]>] extends [never] ? Record<never, never> : NonNullable<P[F]>)
   : Record<never, never>;
 type JsonBodyOf<C> = C extends { "application/json": infer J } ? J : never;
-/** A body of any other media type (a bundle) arrives spooled to a temporary file. */
-type BytesBodyOf<C> = [Exclude<keyof C, "application/json">] extends [never] ? never : SpooledBody;
+/**
+ * A body of any other media type (a bundle) arrives spooled to a temporary file; a body an operation takes
+ * in any media type (`*\/*`: a custom runtime's route) arrives as its bytes.
+ */
+type BytesBodyOf<C> = "*/*" extends keyof C ? Uint8Array
+  : [Exclude<keyof C, "application/json">] extends [never] ? never
+  : SpooledBody;
 type RequestBodyOf<K extends OperationId> = operations[K] extends { requestBody?: infer B }
   ? [NonNullable<B>] extends [never] ? undefined
   : NonNullable<B> extends { content: infer C } ? JsonBodyOf<C> | BytesBodyOf<C> | undefined
@@ -42,6 +47,15 @@ export interface LoggedOutcome {
   readonly done: Promise<void>;
   /** The fields it adds to the request's log line. */
   logFields(): Record<string, unknown>;
+}
+
+/** A call of a custom runtime's route as it arrived, for what passes to the app (`passed_headers.ts`). */
+export interface PassedRequest {
+  method: string;
+  /** The query string as sent, without `?`; empty for none. */
+  query: string;
+  /** The headers that reach the app, as name and value. */
+  headers: Array<[string, string]>;
 }
 
 /** What a handler receives: decoded and validated parameters and body, and the caller. */
@@ -70,6 +84,8 @@ export interface HandlerInput<K extends OperationId> {
   abortOnDisconnect(target: Abortable): void;
   /** The request path, for problem documents' `instance`. */
   instance: string;
+  /** For an operation that takes the rest of the path (a custom runtime's route): what passes to the app. */
+  passed: PassedRequest | undefined;
   /** Adds fields to the request's one log line (e.g. the run it queued). */
   logFields(fields: Record<string, unknown>): void;
   /**
@@ -79,20 +95,31 @@ export interface HandlerInput<K extends OperationId> {
   logOutcome(outcome: LoggedOutcome): void;
 }
 
-/** Status codes a handler returns; errors are thrown as `ProblemError` instead. */
-type SuccessStatus = 200 | 201 | 202 | 204 | 304;
+/**
+ * Status codes a handler returns; errors are thrown as `ProblemError` instead. `2XX`: any 2xx status (a
+ * custom runtime's, passed through).
+ */
+type SuccessStatus = 200 | 201 | 202 | 204 | 304 | "2XX";
 
-type BodyOf<CT, T> = CT extends "text/event-stream" ? EventStreamBody : T;
+/**
+ * A body passed through in any media type (`*\/*`: a custom runtime's answer), written as it comes; its
+ * handler names the media type in `headers` (`Content-Type`), or none.
+ */
+export type PassedBody = AsyncIterable<Uint8Array>;
+
+type BodyOf<CT, T> = CT extends "text/event-stream" ? EventStreamBody : CT extends "*/*" ? PassedBody : T;
+
+type StatusOf<S> = S extends "2XX" ? number : S;
 
 type Variant<S, R> = R extends { content: infer C } ? {
     [CT in keyof C & string]: {
-      status: S;
+      status: StatusOf<S>;
       contentType: CT;
       body: BodyOf<CT, C[CT]>;
-      headers?: Record<string, string>;
+      headers?: Record<string, string | string[]>;
     };
   }[keyof C & string]
-  : { status: S; headers?: Record<string, string>; body?: undefined; contentType?: undefined };
+  : { status: StatusOf<S>; headers?: Record<string, string | string[]>; body?: undefined; contentType?: undefined };
 
 type Responses<K extends OperationId> = operations[K]["responses"];
 
@@ -112,5 +139,5 @@ export type AnyHandlerResult = {
   status: number;
   contentType?: string;
   body?: unknown;
-  headers?: Record<string, string>;
+  headers?: Record<string, string | string[]>;
 };

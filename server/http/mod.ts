@@ -25,7 +25,10 @@ export type {
   Handlers,
   LoggedOutcome,
   OperationId,
+  PassedBody,
+  PassedRequest,
 } from "./handler_types.ts";
+export { passedAnswerHeaders, passedRequestHeaders } from "./passed_headers.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
 export { SpooledBody } from "./spool_body.ts";
 export {

@@ -2,6 +2,7 @@ import coBody from "co-body";
 import type { Context } from "koa";
 import { ProblemError } from "../problems/mod.ts";
 import { MAX_JSON_DEPTH, nestsDeeperThan } from "./json_depth.ts";
+import { readBytes } from "./read_bytes.ts";
 import { spoolBody } from "./spool_body.ts";
 
 /**
@@ -45,7 +46,8 @@ function wellFormedScalar(error: { message?: string; body?: unknown }): { wellFo
 
 /**
  * Creates a body reader: undefined for a request without a body, the parsed JSON and its text for a JSON
- * body, a body of another media type the operation takes spooled to a file. 415 for a media type the
+ * body, a body of another media type the operation takes spooled to a file, and for an operation that
+ * takes any (`*\/*`) the bytes as sent (a `Uint8Array`, within the JSON limit). 415 for a media type the
  * operation does not take, 413 above the limit, 400 for malformed JSON or nesting deeper than
  * `MAX_JSON_DEPTH`.
  */
@@ -58,6 +60,14 @@ export function createBodyReader(limits: BodyLimits): BodyReader {
     // Koa parses the header anew at each read of `length`.
     const length = ctx.request.length;
     if (!(length !== undefined && length > 0) && ctx.get("Transfer-Encoding") === "") return undefined;
+    if (contentTypes.includes("*/*")) {
+      try {
+        return { value: await readBytes(ctx.req, { limitBytes, declared: length }), text: undefined };
+      } catch (error) {
+        if (error instanceof ProblemError) ctx.set("Connection", "close");
+        throw error;
+      }
+    }
     // The common case without type-is (~0.7 µs a call): a bare `application/json` the operation takes.
     const plainJson = ctx.get("Content-Type") === "application/json" && contentTypes.includes("application/json");
     if (!plainJson && !ctx.is(...contentTypes)) {

@@ -5,7 +5,7 @@
  * mark-compacts every second): half of /healthz's CPU went to the garbage collector.
  */
 import type { Principal } from "../auth/mod.ts";
-import type { Abortable, HandlerInput, LoggedOutcome, OperationId } from "./handler_types.ts";
+import type { Abortable, HandlerInput, LoggedOutcome, OperationId, PassedRequest } from "./handler_types.ts";
 import type { DecodedRequest } from "./request_decoding.ts";
 
 /**
@@ -26,6 +26,8 @@ export interface RequestInputOptions {
   instance: string;
   /** The JSON body's text as received, when the request had a body. */
   bodyText?: string;
+  /** For an operation that takes the rest of the path: what passes to the app. */
+  passed?: PassedRequest;
 }
 
 /**
@@ -42,6 +44,7 @@ export class RequestInput implements HandlerInput<OperationId> {
   bodyText: string | undefined;
   principal: Principal | null;
   instance: string;
+  passed: PassedRequest | undefined;
   #ids: RequestIdHolder;
   #abort: AbortController | undefined = undefined;
   #target: Abortable | undefined = undefined;
@@ -55,6 +58,7 @@ export class RequestInput implements HandlerInput<OperationId> {
     this.bodyText = options.bodyText;
     this.principal = options.principal;
     this.instance = options.instance;
+    this.passed = options.passed;
     this.#ids = options.ids;
   }
 

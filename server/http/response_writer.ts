@@ -1,7 +1,7 @@
 import { Readable } from "node:stream";
 import { setImmediate as nextTurn } from "node:timers/promises";
 import type { Context } from "koa";
-import type { AnyHandlerResult, EventStreamBody } from "./handler_types.ts";
+import type { AnyHandlerResult, EventStreamBody, PassedBody } from "./handler_types.ts";
 import { encodeIfSmall, jsonChunks } from "./json_stream.ts";
 
 const JSON_UTF8 = "application/json; charset=utf-8";
@@ -22,6 +22,16 @@ export function writeResult(ctx: Context, result: AnyHandlerResult): void {
   if (result.contentType === undefined || result.body === undefined) {
     ctx.body = null;
     if (result.status !== 304 && result.status !== 204) ctx.status = result.status;
+    // Koa dropped the body's headers with it: a HEAD answer keeps those it was given.
+    for (const [name, value] of Object.entries(result.headers ?? {})) ctx.set(name, value);
+    return;
+  }
+  if (result.contentType === "*/*") {
+    // Passed through as it comes (its `Content-Type`, if any, is among the headers); each piece leaves as
+    // soon as it is written, as a stream's events do.
+    ctx.req.socket.setNoDelay(true);
+    ctx.body = Readable.from(result.body as PassedBody, { objectMode: false });
+    if (!result.headers?.["Content-Type"]) ctx.remove("Content-Type");
     return;
   }
   if (result.contentType === "text/event-stream") {

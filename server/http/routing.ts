@@ -21,6 +21,13 @@ export interface OperationRouter<H> {
   allowedMethods(path: string): string[];
 }
 
+/** What follows the segments before `*` in `pattern`, of the raw `path` (empty for none). */
+function restOfPath(path: string, pattern: string): string {
+  const before = pattern.split("/").length - 1;
+  const query = path.indexOf("?");
+  return (query < 0 ? path : path.slice(0, query)).split("/").slice(before).join("/");
+}
+
 interface Stored<H> {
   route: RouteSpec;
   handle: H;
@@ -38,20 +45,28 @@ export function createOperationRouter<H>(
   const tree = FindMyWay({ caseSensitive: false, ignoreTrailingSlash: true, maxParamLength: Infinity });
   const methods = [...new Set(routes.map((route) => route.method))];
   const noop = () => {};
+  // A GET answers HEAD too, unless the contract declares a HEAD of its own there.
+  const heads = new Set<string>(routes.filter((route) => route.method === "HEAD").map((route) => route.koaPath));
   for (const route of routes) {
     const stored: Stored<H> = { route, handle: handlerOf(route) };
     tree.on(route.method as HTTPMethod, route.koaPath, noop, stored);
-    if (route.method === "GET") tree.on("HEAD", route.koaPath, noop, stored);
+    if (route.method === "GET" && !heads.has(route.koaPath)) tree.on("HEAD", route.koaPath, noop, stored);
   }
   return {
     find(method, path) {
       const found = tree.find(method as HTTPMethod, path);
       if (!found) return null;
       const { route, handle } = found.store as Stored<H>;
-      return { route, handle, params: found.params as Record<string, string> };
+      const params = found.params as Record<string, string>;
+      if (route.restOfPath !== null) {
+        // The rest of the path as it was sent: the app gets it with its percent-encoding (a `%2F` stays one).
+        delete params["*"];
+        params[route.restOfPath] = restOfPath(path, route.koaPath);
+      }
+      return { route, handle, params };
     },
     allowedMethods(path) {
-      return methods.filter((method) => tree.find(method as HTTPMethod, path) !== null);
+      return methods.filter((method) => method !== "HEAD" && tree.find(method as HTTPMethod, path) !== null);
     },
   };
 }

@@ -3,7 +3,8 @@
  * function through the `RunExecutor`, and reports to the run's recorder what happened — a result, each
  * streamed item and the stream's end, a failure, or a reader that went away.
  */
-import type { ExecuteRequest, ExecutedItem, RunExecutor } from "./executor.ts";
+import type { ExecuteRequest, ExecutedItem, HttpResponsePart, RunExecutor } from "./executor.ts";
+import { recordedBody } from "./_recorded_body.ts";
 import type { RunRecorder } from "./run_call.ts";
 
 /** What the function gave, once recorded (a stream is recorded as it is read). */
@@ -14,7 +15,13 @@ export type RunExecution =
    * A stream: read `items` to the end (each is recorded as it passes; the end records success) or stop
    * reading (the run ends `cancelled`). A failure is recorded, then thrown from `items`.
    */
-  | { kind: "stream"; runId: string; items: AsyncIterable<ExecutedItem> };
+  | { kind: "stream"; runId: string; items: AsyncIterable<ExecutedItem> }
+  /**
+   * A custom runtime's answer to a call by another method (`http`): read `body` to the end (the end
+   * records success, with the body as the result when it is JSON or text and small enough) or stop reading
+   * (the run ends `cancelled`). A failure is recorded, then thrown from `body`.
+   */
+  | ({ kind: "response"; runId: string } & HttpResponsePart);
 
 async function* recordedItems(items: AsyncIterable<ExecutedItem>, record: RunRecorder): AsyncGenerator<ExecutedItem> {
   let finished = false;
@@ -55,6 +62,7 @@ export async function executeRun(
       functionName: request.functionName,
       input: request.input,
       inputJson: request.inputJson,
+      http: request.http,
       runId,
       signal: record.signal,
       onDeployment: (deploymentId) => record.servedBy(deploymentId),
@@ -68,6 +76,10 @@ export async function executeRun(
     const runTimeMs = Math.round(outcome.runTimeMs * 1000) / 1000;
     await record.succeed(outcome.result, { runTimeMs });
     return { kind: "result", runId, result: outcome.result, runTimeMs };
+  }
+  if (outcome.kind === "response") {
+    const { status, headers } = outcome;
+    return { kind: "response", runId, status, headers, body: recordedBody(outcome, record) };
   }
   record.streaming();
   return { kind: "stream", runId, items: recordedItems(outcome.items, record) };

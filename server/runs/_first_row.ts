@@ -33,6 +33,7 @@ export function firstRow(call: RunCall, options: FirstRowOptions): Insertable<Ru
     project_id: call.projectId,
     app_id: call.app,
     function_name: call.functionName,
+    method: call.http?.method ?? "POST",
     mode: call.mode,
     created_at: now,
     webhook_endpoint: webhook?.endpoint ?? null,

@@ -15,7 +15,7 @@ import { endLiveRun, runEnd } from "./_run_end.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { StoredItems, storedResult } from "./_stored_result.ts";
 import type { WriteBehind } from "./_write_behind.ts";
-import type { LiveRun, RunCall, RunLogFields } from "./run_call.ts";
+import type { LiveRun, RunCall, RunLogFields, SucceedOptions } from "./run_call.ts";
 
 /** What a live run reports to. */
 export interface LiveRunDeps {
@@ -142,9 +142,11 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
   }
 
-  succeed(...args: [result?: unknown, options?: { runTimeMs?: number }]): Promise<void> {
+  succeed(...args: [result?: unknown, options?: SucceedOptions]): Promise<void> {
     const limit = this.#deps.resultLimitBytes;
-    const result = args.length
+    const result = args[1]?.truncated
+      ? { json: null, truncated: true }
+      : args.length
       ? storedResult(args[0], limit)
       : this.#stream
       ? (this.#items ?? new StoredItems(limit)).result()

@@ -61,6 +61,7 @@ const SUMMARY_COLUMNS = [
   "project_id",
   "app_id",
   "function_name",
+  "method",
   "mode",
   "status",
   "created_at",

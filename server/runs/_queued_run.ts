@@ -18,7 +18,7 @@ import type { RunOutcome } from "./_queries.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { endLeasedRun, runEnd } from "./_run_end.ts";
 import { StoredItems, storedResult } from "./_stored_result.ts";
-import type { RunRecorder } from "./run_call.ts";
+import type { RunRecorder, SucceedOptions } from "./run_call.ts";
 import type { RunRow } from "./_view.ts";
 
 /** What a queued run's record writes to. */
@@ -112,9 +112,13 @@ export class QueuedRunRecord implements RunRecorder {
   }
 
   /** Records success; a given run time is not used (the record's monotonic clock runs from claim to end here). */
-  succeed(...args: [result?: unknown, options?: { runTimeMs?: number }]): Promise<void> {
+  succeed(...args: [result?: unknown, options?: SucceedOptions]): Promise<void> {
     const limit = this.#deps.resultLimitBytes;
-    const result = args.length ? storedResult(args[0], limit) : (this.#items ?? new StoredItems(limit)).result();
+    const result = args[1]?.truncated
+      ? { json: null, truncated: true }
+      : args.length
+      ? storedResult(args[0], limit)
+      : (this.#items ?? new StoredItems(limit)).result();
     return this.#end({ status: "success", result });
   }
 

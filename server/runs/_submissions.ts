@@ -96,6 +96,7 @@ export class RunSubmissions {
       functionName: call.functionName,
       input: call.input,
       inputJson: call.inputJson,
+      http: call.http,
     }, submission.run);
   }
 

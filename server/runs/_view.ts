@@ -10,12 +10,18 @@ export type Run = components["schemas"]["Run"];
 export type RunSummary = components["schemas"]["RunSummary"];
 
 /** A run's stored columns (what `selectAll` gives). */
-export type RunRow = Omit<RunTable, "result_expired" | "result_truncated" | "cancel_requested" | "lease_generation"> & {
-  result_expired: number;
-  result_truncated: number;
-  cancel_requested: number;
-  lease_generation: number;
-};
+export type RunRow =
+  & Omit<
+    RunTable,
+    "result_expired" | "result_truncated" | "cancel_requested" | "lease_generation" | "method"
+  >
+  & {
+    method: string;
+    result_expired: number;
+    result_truncated: number;
+    cancel_requested: number;
+    lease_generation: number;
+  };
 
 /** The columns a listed run is read with (no result, input or secret). */
 export type RunSummaryRow = Omit<
@@ -70,6 +76,7 @@ export function toRunSummary(row: RunSummaryRow, options: RunViewOptions): RunSu
     project_id: row.project_id,
     app_id: row.app_id,
     function_name: row.function_name,
+    method: row.method as Run["method"],
     mode: row.mode as Run["mode"],
     status: row.status,
     created_at: iso(row.created_at)!,

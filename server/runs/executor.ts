@@ -13,6 +13,28 @@ export interface AppTarget {
   app: string;
 }
 
+/**
+ * A call of a custom runtime's route by another method than POST, passed to the app as HTTP: its method,
+ * query string and headers, and its body as sent (`functionName` is the route's path).
+ */
+export interface HttpRequestPart {
+  method: string;
+  /** The query string as sent, without `?`; empty for none. */
+  query: string;
+  /** The caller's headers that reach the app, as name and value. */
+  headers: Array<[string, string]>;
+  /** The body as sent; empty for none. */
+  body: Uint8Array;
+}
+
+/** A custom runtime's answer, passed through: its 2xx status, its headers, its body as the app writes it. */
+export interface HttpResponsePart {
+  status: number;
+  headers: Array<[string, string]>;
+  /** Read to the end (the app's slot is free then), or stop reading to stop the call. */
+  body: AsyncIterable<Uint8Array>;
+}
+
 /** One invocation of a function. */
 export interface ExecuteRequest extends AppTarget {
   functionName: string;
@@ -20,6 +42,8 @@ export interface ExecuteRequest extends AppTarget {
   input: Record<string, unknown>;
   /** `input` as the JSON text the caller sent, to forward as is. */
   inputJson?: string;
+  /** For a call of a custom runtime's route by another method than POST: what is passed to the app. */
+  http?: HttpRequestPart;
   runId: string;
   /** Aborted on timeout (`response_grace_period`), cancel or a caller gone: stop the worker. */
   signal: AbortSignalLike;
@@ -37,12 +61,13 @@ export interface ExecutedItem {
 }
 
 /**
- * What a function gave back: a result with the function's run time in milliseconds, or a stream of items
- * read as they are produced (stop reading to stop the function).
+ * What a function gave back: a result with the function's run time in milliseconds, a stream of items
+ * read as they are produced (stop reading to stop the function), or for an `http` call the app's answer.
  */
 export type ExecutedCall =
   | { kind: "result"; result: unknown; runTimeMs: number }
-  | { kind: "stream"; items: AsyncIterable<ExecutedItem> };
+  | { kind: "stream"; items: AsyncIterable<ExecutedItem> }
+  | ({ kind: "response" } & HttpResponsePart);
 
 /** Runs functions: sync and stream calls, and the async dispatcher's runs. */
 export interface RunExecutor {

@@ -15,6 +15,8 @@ export {
   type ExecutedCall,
   type ExecutedItem,
   type ExecuteRequest,
+  type HttpRequestPart,
+  type HttpResponsePart,
   type RunExecutor,
 } from "./executor.ts";
 export {

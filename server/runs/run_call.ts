@@ -3,9 +3,18 @@
  * and the step that executes a run, so none of them imports another for its types.
  */
 import type { AbortSignalLike } from "../abort/mod.ts";
+import type { HttpRequestPart } from "./executor.ts";
 import type { RunMode } from "../store/mod.ts";
 
 export type { RunMode };
+
+/** Options of `RunRecorder.succeed`. */
+export interface SucceedOptions {
+  /** The run time the caller is answered (see `LiveRun.succeed`). */
+  runTimeMs?: number;
+  /** The result was too large to keep (a passed-through body past what is held): stored as truncated. */
+  truncated?: boolean;
+}
 
 /** A call to submit. */
 export interface RunCall {
@@ -23,6 +32,11 @@ export interface RunCall {
   idempotencyKey?: string;
   /** The run of the same app this call runs again (`rerunOf`). */
   rerunOf?: string;
+  /**
+   * A call of a custom runtime's route by another method than POST (`functionName` is its path): passed
+   * to the app as HTTP, recorded with its method. Sync only: no webhook, no idempotency key.
+   */
+  http?: HttpRequestPart;
 }
 
 /**
@@ -40,7 +54,7 @@ export interface RunRecorder {
   /** Adds one streamed item; `succeed()` without a value then records the list. */
   item(value: unknown): void;
   /** Records success with `result` (for a stream, default: the items so far). */
-  succeed(result?: unknown, options?: { runTimeMs?: number }): Promise<void>;
+  succeed(result?: unknown, options?: SucceedOptions): Promise<void>;
   /** Records failure, or the reason the run's signal was aborted with. */
   fail(error: unknown): Promise<void>;
   /** Records the run `cancelled` (e.g. nobody reads its stream any more). */
@@ -69,7 +83,7 @@ export interface LiveRun extends RunRecorder {
    * 409 `interrupted` (or `conflict`) problem when another process ended the run first (a lease rescue
    * while this one was blocked): its outcome was dropped, answer the problem.
    */
-  succeed(result?: unknown, options?: { runTimeMs?: number }): Promise<void>;
+  succeed(result?: unknown, options?: SucceedOptions): Promise<void>;
   /**
    * Records the outcome `error` stands for (`classifyFailure`: a failure with its `errorType`, `message`
    * and `traceback`, or `cancelled` once `signal` was aborted: the caller went away, or `cancelRun`);

@@ -18,11 +18,22 @@ export class NoSeatError extends ProblemError {
   }
 }
 
+/**
+ * The answer to a call of a Python app by another method than POST: a function is called with POST only.
+ * A 405 with `Allow: POST`.
+ */
+export function postOnly(method: string, app: string): ProblemError {
+  return new ProblemError("method-not-allowed", `${app} is a Python app: call its functions with POST, not ${method}`, {
+    headers: { Allow: "POST" },
+  });
+}
+
 /** Runs `request` on a replica of its app in `apps` (see `Runtime.invoke`). */
 export async function invokeApp(apps: LiveApps, request: InvokeRequest): Promise<CallOutcome> {
   const { options } = apps;
   const app = await apps.liveOrLoad(request.projectId, request.app);
   const { config } = app.version;
+  if (request.http && config.runtime !== "custom") throw postOnly(request.http.method, label(app.version));
   if (options.seated && !request.lease && app.pool.limits.maxReplicas === 0) {
     throw new NoSeatError(label(app.version));
   }
@@ -51,6 +62,7 @@ export async function invokeApp(apps: LiveApps, request: InvokeRequest): Promise
     functionName: request.functionName,
     kwargs: request.input,
     kwargsJson: request.inputJson,
+    http: request.http,
     graceMs: config.responseGracePeriodMs,
     signal: request.signal,
     onSettled: () => lease.release(),

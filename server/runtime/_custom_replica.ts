@@ -18,7 +18,7 @@ import { freePort } from "./free_port.ts";
 import { hostPythonInImage } from "./_host_python.ts";
 import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import type { CallOutcome } from "./_outcome.ts";
-import { proxyReplicaCall } from "./_proxy.ts";
+import { proxyReplicaCall } from "./_replica_proxy.ts";
 import type { CallableReplica, ReplicaCall } from "./_replica.ts";
 
 const RELAY_PATH = fileURLToPath(new URL("./_relay.py", import.meta.url));

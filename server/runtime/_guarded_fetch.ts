@@ -10,8 +10,10 @@ import { type GuardOptions, pinnedLookup, resolveDestination } from "../webhooks
 
 /** What `guardedPost` sends. */
 export interface GuardedPost {
+  /** Default `POST`. */
+  method?: string;
   headers: Record<string, string>;
-  body: string;
+  body: string | Uint8Array;
   signal: AbortSignal;
   guard: GuardOptions;
 }
@@ -59,7 +61,7 @@ function toResponse(res: IncomingMessage): Response {
 }
 
 /**
- * POSTs `request.body` to `url` once its destination passed the guard; resolves with the answer as a
+ * POSTs `request.body` (or sends it with `request.method`) to `url` once its destination passed the guard; resolves with the answer as a
  * `Response` (its body streamed). Throws `DestinationRefusedError` when an address of the host is
  * refused, before anything is sent.
  */
@@ -69,7 +71,7 @@ export async function guardedPost(url: URL, request: GuardedPost): Promise<Respo
   const send = https ? httpsRequest : httpRequest;
   return await new Promise<Response>((resolve, reject) => {
     const req = send(url, {
-      method: "POST",
+      method: request.method ?? "POST",
       headers: { ...request.headers, "content-length": String(Buffer.byteLength(request.body)) },
       lookup: pinnedLookup(destination),
       agent: https ? httpsAgent : httpAgent,

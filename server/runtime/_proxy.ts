@@ -6,8 +6,7 @@ import { type Deadline, startDeadline } from "../deadline/mod.ts";
 import { DestinationRefusedError, type GuardOptions } from "../webhooks/mod.ts";
 import { outOfMemory, RunFailure } from "./_failures.ts";
 import { guardedPost } from "./_guarded_fetch.ts";
-import type { CallOutcome, StreamItem } from "./_outcome.ts";
-import type { ReplicaCall } from "./_replica.ts";
+import type { CallOutcome, HttpCall, StreamItem } from "./_outcome.ts";
 import { MAX_MESSAGE_BYTES } from "./_worker_protocol.ts";
 
 /** An answer from a custom runtime the server will not hold: a body or one event over the message limit. */
@@ -20,7 +19,7 @@ function tooLarge(runId: string, what: string): RunFailure {
 }
 
 /** The body as text, refusing to hold more than `MAX_MESSAGE_BYTES` of it. */
-async function boundedText(body: ReadableStream<Uint8Array> | null, runId: string): Promise<string> {
+export async function boundedText(body: ReadableStream<Uint8Array> | null, runId: string): Promise<string> {
   if (!body) return "";
   const parts: Uint8Array[] = [];
   let size = 0;
@@ -70,9 +69,12 @@ export interface ProxyCall {
   guard?: GuardOptions;
   /** The replica's memory limit when the kernel killed it at that limit (see `Upstream.oomLimit`). */
   oomLimit?(): number | undefined;
+  /** A call by another method than POST, passed through as HTTP (`proxyHttpCall`). */
+  http?: HttpCall;
 }
 
-function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFailure {
+/** The run's failure for what broke a forwarded call (a deadline, an abort, the app's server gone…). */
+export function failureFor(error: unknown, call: ProxyCall, deadline: Deadline): RunFailure {
   if (error instanceof RunFailure) return error;
   if (error instanceof DestinationRefusedError) {
     return new RunFailure(
@@ -202,29 +204,4 @@ export async function proxyCall(baseUrl: string, call: ProxyCall): Promise<CallO
     done();
     throw failureFor(error, call, deadline);
   }
-}
-
-/** Where a replica that forwards its calls over HTTP sends them (see `ProxyCall`'s fields of the same names). */
-export interface ProxyTarget {
-  /** The base URL, without a trailing slash. */
-  baseUrl: string;
-  dispatcher?: Dispatcher;
-  guard?: GuardOptions;
-  oomLimit?(): number | undefined;
-}
-
-/** Runs a replica's call by forwarding it to `target` (`proxyCall`): the function name is the path. */
-export function proxyReplicaCall(call: ReplicaCall, target: ProxyTarget): Promise<CallOutcome> {
-  return proxyCall(target.baseUrl, {
-    runId: call.runId,
-    path: call.functionName,
-    input: call.kwargs,
-    inputJson: call.kwargsJson,
-    graceMs: call.graceMs,
-    signal: call.signal,
-    onSettled: call.onSettled,
-    dispatcher: target.dispatcher,
-    guard: target.guard,
-    oomLimit: target.oomLimit,
-  });
 }

@@ -6,7 +6,7 @@
  * (`test/runtime/replica_contract_test.ts`) call each through this interface alone.
  */
 import type { AbortSignalLike } from "../abort/mod.ts";
-import type { CallOutcome } from "./_outcome.ts";
+import type { CallOutcome, HttpCall } from "./_outcome.ts";
 import type { Replica } from "./_replica_pool.ts";
 
 /** One call of an app's function on a replica. */
@@ -19,6 +19,8 @@ export interface ReplicaCall {
   kwargs: Record<string, unknown>;
   /** `kwargs` as the JSON text the caller sent, forwarded as is (so 2^60 and 1e400 arrive as sent). */
   kwargsJson?: string;
+  /** A custom runtime's route called by another method than POST: passed as HTTP (a Python replica refuses it). */
+  http?: HttpCall;
   /** How long the call may run (the app's `response_grace_period`): past it, it fails with `timeout`. */
   graceMs: number;
   /** Aborting interrupts the call: it fails with `interrupted`, and the replica stops it. */

@@ -6,7 +6,7 @@ import type { AppSource, DeployedApp, UnservedApp } from "./_app_registry.ts";
 import type { DriverFilesOptions, Gpu } from "../gpus/mod.ts";
 import type { HardwareNeed } from "./_host_budget.ts";
 import type { Logger } from "../log.ts";
-import type { CallOutcome } from "./_outcome.ts";
+import type { CallOutcome, HttpCall } from "./_outcome.ts";
 import type { OutputLine, PythonReplica } from "./_python_replica.ts";
 import type { CallableReplica } from "./_replica.ts";
 import type { Capacity, Lease, ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
@@ -36,6 +36,8 @@ export interface InvokeRequest {
    */
   inputJson?: string;
   /** The run's id (the runs module makes them: `newRunId()`); passed to a `run_id` parameter and sent as `X-Request-Id` upstream. */
+  /** A custom runtime's route called by another method than POST: passed to the app as HTTP. */
+  http?: HttpCall;
   runId: string;
   /** Aborting interrupts the call: it is cancelled in the worker, whose process is replaced if it cannot stop. */
   signal?: AbortSignalLike;

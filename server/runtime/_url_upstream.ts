@@ -1,7 +1,7 @@
 /** The custom runtime's `url` form: calls go to an upstream the platform does not start. */
 import type { GuardOptions } from "../webhooks/mod.ts";
 import type { CallOutcome } from "./_outcome.ts";
-import { proxyReplicaCall } from "./_proxy.ts";
+import { proxyReplicaCall } from "./_replica_proxy.ts";
 import type { CallableReplica, ReplicaCall } from "./_replica.ts";
 
 /** Options of `UrlUpstream`. */

@@ -29,7 +29,7 @@ export {
 } from "./_app_config.ts";
 export { envNameProblem, envValueProblem } from "./_app_env.ts";
 export type { AppSource, DeployedApp, UnservedApp } from "./_app_registry.ts";
-export { NoSeatError } from "./_call_placement.ts";
+export { NoSeatError, postOnly } from "./_call_placement.ts";
 export { pipEntryProblem } from "./_dependency_rules.ts";
 export {
   AppStartError,
@@ -39,7 +39,7 @@ export {
   type RunFailureOptions,
 } from "./_failures.ts";
 export type { HardwareNeed } from "./_host_budget.ts";
-export type { CallOutcome, StreamItem } from "./_outcome.ts";
+export type { CallOutcome, HttpCall, StreamItem } from "./_outcome.ts";
 export { type ProcessExit, signalGroup } from "./_process_group.ts";
 export { type OutputLine, PythonReplica, type ReplicaExit } from "./_python_replica.ts";
 export type { CallableReplica, ReplicaCall } from "./_replica.ts";

@@ -52,6 +52,8 @@ export interface RunTable {
   project_id: string;
   app_id: string;
   function_name: string;
+  /** The HTTP method it was called with: `POST`, or another for a custom runtime's route (default `POST`). */
+  method: Generated<string>;
   /** One of `RUN_MODES` (`run_states.ts`): `sync`, `async` or `stream`. */
   mode: RunMode;
   /** One of `RUN_STATUSES` (`run_states.ts`): `queued`, `running`, `success`, `failure` or `cancelled`. */

@@ -113,12 +113,16 @@ describe("each status the HTTP layer answers is one the operation declares, on a
   });
 
   it("415 for a media type it does not take and 413 over the limit, on every operation with a body", async () => {
-    const withBody = routes.filter((r) => r.body);
+    // fetch sends no body with GET: a custom runtime's GET takes one, but is left out here.
+    const withBody = routes.filter((r) => r.body && r.method !== "GET");
     assert.ok(withBody.some((r) => r.operationId === "createServiceAccount"));
     for (const route of withBody) {
       const auth: Record<string, string> = route.auth === "bearer" ? { Authorization: `Bearer ${allScopes}` } : {};
-      const text = await send(route, { headers: { ...auth, "Content-Type": "text/plain" }, body: "hello" });
-      assert.equal(text.status, 415, route.operationId);
+      // An operation that takes any media type (a custom runtime's route) has no 415 to answer.
+      if (!(route.body!.contentTypes as readonly string[]).includes("*/*")) {
+        const text = await send(route, { headers: { ...auth, "Content-Type": "text/plain" }, body: "hello" });
+        assert.equal(text.status, 415, route.operationId);
+      }
       const large = JSON.stringify({ padding: "x".repeat(4096) });
       const big = await send(route, { headers: { ...auth, "Content-Type": "application/json" }, body: large });
       assert.equal(big.status, 413, route.operationId);

@@ -10,6 +10,16 @@ import { createOperationRouter } from "../../server/http/routing.ts";
 
 const router = createOperationRouter(routes, (route) => route.operationId);
 
+/** The operations of a custom runtime's routes, by method. */
+const APP_ROUTES = {
+  GET: "callAppGet",
+  HEAD: "callAppHead",
+  PUT: "callAppPut",
+  PATCH: "callAppPatch",
+  DELETE: "callAppDelete",
+  OPTIONS: "callAppOptions",
+};
+
 function found(method: string, path: string) {
   const match = router.find(method, path);
   return match && { operation: match.handle, params: { ...match.params } };
@@ -56,12 +66,34 @@ describe("the operation router", () => {
     assert.equal(found("HEAD", "/readyz")?.operation, "getReadiness");
     assert.equal(found("PATCH", "/readyz"), null);
     assert.equal(found("GET", "/v9/nothing"), null);
-    assert.equal(found("GET", "/v4/p/a/f"), null);
+    assert.equal(found("GET", "/v4/p/a"), null);
+  });
+
+  it("finds a custom runtime's route by any other method, with the rest of the path as it was sent", () => {
+    for (const [method, operation] of Object.entries(APP_ROUTES)) {
+      assert.deepEqual(found(method, "/v4/p/a/items/a%2Fb/c?x=1"), {
+        operation,
+        params: { project_id: "p", app_name: "a", function_name: "items/a%2Fb/c" },
+      });
+    }
+    // The app's root is no route (the path has one segment at least).
+    assert.equal(found("GET", "/v4/p/a/"), null);
+    // A fixed path still wins, and a function's POST stays one segment.
+    assert.equal(found("GET", "/v4/projects/p-1/runs")?.operation, "listProjectRuns");
+    assert.equal(found("POST", "/v4/p/a/b/c"), null);
   });
 
   it("lists the methods a path has operations for, without HEAD", () => {
-    assert.deepEqual(router.allowedMethods("/v4/p/a/f"), ["POST"]);
-    assert.deepEqual(router.allowedMethods("/v4/projects/p/apps/a/runs/r").sort(), ["DELETE", "GET"]);
+    assert.deepEqual(router.allowedMethods("/v4/p/a/f").sort(), ["DELETE", "GET", "OPTIONS", "PATCH", "POST", "PUT"]);
+    assert.deepEqual(router.allowedMethods("/v4/p/a/b/c").sort(), ["DELETE", "GET", "OPTIONS", "PATCH", "PUT"]);
+    // A run's path is also a custom runtime's route of a project called `projects`.
+    assert.deepEqual(router.allowedMethods("/v4/projects/p/apps/a/runs/r").sort(), [
+      "DELETE",
+      "GET",
+      "OPTIONS",
+      "PATCH",
+      "PUT",
+    ]);
     assert.deepEqual(router.allowedMethods("/v9/nothing"), []);
   });
 });

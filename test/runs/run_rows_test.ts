@@ -316,6 +316,7 @@ describe("a run row with its end over it", () => {
       lease_owner: null,
       lease_expires_at: null,
       result_json: "1",
+      method: undefined,
       completed_at: undefined,
       run_time_ms: undefined,
       result_truncated: undefined,

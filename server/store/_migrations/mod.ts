@@ -26,6 +26,7 @@ import * as deploymentConfig from "./0025_deployment_config.ts";
 import * as partialRerunIndex from "./0026_partial_rerun_index.ts";
 import * as runLeaseGeneration from "./0027_run_lease_generation.ts";
 import * as deploymentImage from "./0028_deployment_image.ts";
+import * as runMethod from "./0029_run_method.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -56,4 +57,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0026_partial_rerun_index": partialRerunIndex,
   "0027_run_lease_generation": runLeaseGeneration,
   "0028_deployment_image": deploymentImage,
+  "0029_run_method": runMethod,
 };

@@ -13,6 +13,7 @@ const COLUMN_TYPES = {
   project_id: "text",
   app_id: "text",
   function_name: "text",
+  method: "text",
   mode: "text",
   status: "text",
   created_at: "bigint",
@@ -78,7 +79,11 @@ const UPSERT_CHUNK = 256;
 const upsertMany = new Map<number, ReturnType<typeof rawStatement<{ run_id: string }>>>();
 
 // Columns that are NOT NULL with a default: written as the default when the row leaves them out.
-const DEFAULTS: Partial<Record<(typeof COLUMNS)[number], unknown>> = { result_truncated: 0, lease_generation: 0 };
+const DEFAULTS: Partial<Record<(typeof COLUMNS)[number], unknown>> = {
+  result_truncated: 0,
+  lease_generation: 0,
+  method: "POST",
+};
 
 function parameters(row: Insertable<RunTable>): unknown[] {
   const values = new Array<unknown>(COLUMNS.length);
@@ -99,6 +104,7 @@ export function runRowWith(row: Insertable<RunTable>, over: Updateable<RunTable>
     app_id: value("app_id"),
     function_name: value("function_name"),
     mode: value("mode"),
+    method: value("method"),
     status: value("status"),
     created_at: value("created_at"),
     started_at: value("started_at"),

@@ -17,6 +17,7 @@ const RUN_COLUMNS = {
   project_id: true,
   app_id: true,
   function_name: true,
+  method: true,
   mode: true,
   status: true,
   created_at: true,
