@@ -35,6 +35,8 @@ import { localNotifier, type Notifier, postgresNotifier } from "./notifier.ts";
 import { relayedNotifier, type WakeUpPort } from "./notifier_relay.ts";
 import type { Database } from "./schema.ts";
 
+/** Every migration by name, in order (what `migrate` applies). */
+export { MIGRATIONS } from "./_migrations/mod.ts";
 export { isPostgresUrl, redactDatabaseUrl } from "./_postgres.ts";
 export { type BatchedLookup, type BatchedLookupOptions, createBatchedLookup } from "./batched_lookup.ts";
 export { type StoreClock } from "./clock.ts";

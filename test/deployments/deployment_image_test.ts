@@ -15,7 +15,7 @@ import {
   selectDeployment,
 } from "../../server/deployments/_records.ts";
 import { timeOrderedId } from "../../server/random/mod.ts";
-import { MIGRATIONS } from "../../server/store/_migrations/mod.ts";
+import { MIGRATIONS } from "../../server/store/mod.ts";
 import { runMain } from "../_helpers/cli.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { bundleOf, deployBundle } from "../_helpers/deployments.ts";
