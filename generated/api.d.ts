@@ -239,6 +239,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/projects/{project_id}/apps/{app_id}/websocket-tickets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mint a WebSocket ticket
+         * @description Mints a short-lived, single-use ticket that opens one WebSocket to a custom runtime of the app, for a
+         *     caller that cannot send an `Authorization` header (a browser): connect to
+         *     `/v4/{project_id}/{app_id}/{path}?ticket=<ticket>` within 60 s. A long-lived token is never accepted in
+         *     a URL. Only a custom runtime started from its `[runtime.custom] entrypoint` takes WebSockets: 400 for
+         *     another app.
+         */
+        post: operations["createWebSocketTicket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/projects/{project_id}/secrets": {
         parameters: {
             query?: never;
@@ -1094,6 +1118,8 @@ export interface components {
             started_at: string | null;
             status: components["schemas"]["RunStatus"];
             webhook: components["schemas"]["RunWebhook"] | null;
+            /** @description A WebSocket run's traffic and close, once it ended; null for any other run and while one is open. */
+            websocket: components["schemas"]["WebSocketCounters"] | null;
         };
         /** @description The body of an accepted asynchronous call. */
         RunAccepted: {
@@ -1195,7 +1221,7 @@ export interface components {
          * @description How a run was called.
          * @enum {string}
          */
-        RunMode: "sync" | "async" | "stream";
+        RunMode: "sync" | "async" | "stream" | "websocket";
         /** @description A page of runs, newest first, without their results (read one with `getRun`). */
         RunPage: {
             /** @description Pass as `cursor` for the next page; null on the last page. */
@@ -1263,6 +1289,8 @@ export interface components {
             started_at: string | null;
             status: components["schemas"]["RunStatus"];
             webhook: components["schemas"]["RunWebhook"] | null;
+            /** @description A WebSocket run's traffic and close, once it ended; null for any other run and while one is open. */
+            websocket: components["schemas"]["WebSocketCounters"] | null;
         };
         /**
          * @description What a run called: a function's name (`FunctionName`), or for a call of a custom runtime's route by
@@ -1428,6 +1456,52 @@ export interface components {
          * @enum {string}
          */
         WebhookStatus: "pending" | "delivered" | "failed";
+        /**
+         * @description Who closed a WebSocket run's connection first.
+         * @enum {string}
+         */
+        WebSocketCloser: "caller" | "app" | "server";
+        /** @description A WebSocket run's traffic and how its connection closed (mode `websocket`). */
+        WebSocketCounters: {
+            /**
+             * Format: int64
+             * @description Bytes of the caller's messages (payloads).
+             */
+            bytes_in: number;
+            /**
+             * Format: int64
+             * @description Bytes of the app's messages (payloads).
+             */
+            bytes_out: number;
+            /**
+             * @description The close code passed on (1000 normal, 1001 going away, 1009 message too big, 1011 the app's server
+             *     failed, or the code a side sent); null when the closing side sent a close frame without a code.
+             */
+            close_code: number | null;
+            /** @description The close frame's reason (at most 123 bytes); empty when it had none. */
+            close_reason: string;
+            closed_by: components["schemas"]["WebSocketCloser"];
+            /**
+             * Format: int64
+             * @description Messages (text and binary; pings and pongs are not counted) the caller sent to the app.
+             */
+            messages_in: number;
+            /**
+             * Format: int64
+             * @description Messages the app sent to the caller.
+             */
+            messages_out: number;
+        };
+        /** @description A WebSocket ticket: pass it as `?ticket=` once, within its lifetime, to open one connection to its app. */
+        WebSocketTicket: {
+            /**
+             * Format: date-time
+             * @description When it stops opening a connection (60 s after it was minted).
+             */
+            expires_at: string;
+            /** @description The ticket: random, single-use, for this one app. */
+            ticket: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -2955,6 +3029,146 @@ export interface operations {
              */
             408: {
                 headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createWebSocketTicket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                app_id: components["schemas"]["AppName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded and a new resource has been created as a result. */
+            201: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebSocketTicket"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The resource does not exist. */
+            404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too many requests: too many calls queued for the app, or too many redeliveries of a run's webhook;
+             *     try again after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": number;
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;
                     [name: string]: unknown;

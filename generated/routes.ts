@@ -1072,6 +1072,96 @@ export const routes = [
     }
   },
   {
+    "operationId": "createWebSocketTicket",
+    "method": "POST",
+    "path": "/v3/projects/{project_id}/apps/{app_id}/websocket-tickets",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id/websocket-tickets",
+    "restOfPath": null,
+    "auth": "bearer",
+    "scope": "run",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "createWebSocketTicket_params",
+      "body": null,
+      "responses": {
+        "201": {
+          "headers": "createWebSocketTicket_201_headers",
+          "content": {
+            "application/json": "createWebSocketTicket_201_application_json"
+          }
+        },
+        "400": {
+          "headers": "createWebSocketTicket_400_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "createWebSocketTicket_401_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "createWebSocketTicket_403_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "createWebSocketTicket_404_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "createWebSocketTicket_408_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_408_application_problem_json"
+          }
+        },
+        "429": {
+          "headers": "createWebSocketTicket_429_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_429_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "createWebSocketTicket_431_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "createWebSocketTicket_500_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "createWebSocketTicket_503_headers",
+          "content": {
+            "application/problem+json": "createWebSocketTicket_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "listProjectSecrets",
     "method": "GET",
     "path": "/v3/projects/{project_id}/secrets",

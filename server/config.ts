@@ -98,6 +98,12 @@ export interface Config {
   metricsToken: string | null;
   /** How long a graceful stop waits for in-flight calls and runs, in milliseconds. */
   drainTimeoutMs: number;
+  /** The largest WebSocket message either side may send through a WebSocket run, in bytes (1009 above it). */
+  wsMaxMessageBytes: number;
+  /** The most WebSocket runs open at once per project on this process (429 before the upgrade above it). */
+  wsMaxPerProject: number;
+  /** How often each side of a WebSocket run is pinged; a side that answered nothing since the last ping is gone. */
+  wsPingIntervalMs: number;
   /** The most repository-tree paths kept in memory, across every cached commit. */
   treeCacheEntries: number;
   /** Calls that may wait for a slot per app before new ones get 429. */
@@ -619,6 +625,36 @@ export const SETTINGS = [
     description:
       "On SIGTERM/SIGINT, how long in-flight calls, streams and async runs may finish before they are stopped",
     parse: duration(0, 3_600_000, "0s to 1h"),
+  },
+  {
+    key: "wsMaxMessageBytes",
+    env: "RUNPLANE_WS_MAX_MESSAGE",
+    flag: "--ws-max-message",
+    default: "16mb",
+    description:
+      "Largest WebSocket message (text or binary, reassembled) a caller or an app may send through a WebSocket run; above it the connection closes with 1009",
+    parse: (raw) => {
+      const bytes = parseSize(raw);
+      if (bytes < 1024 || bytes > 1024 ** 3) throw new Error("must be a size from 1kb to 1gb");
+      return bytes;
+    },
+  },
+  {
+    key: "wsMaxPerProject",
+    env: "RUNPLANE_WS_MAX_PER_PROJECT",
+    flag: "--ws-max-per-project",
+    default: "1000",
+    description: "Most WebSocket runs one project may have open at once on this process; above it a new one gets 429",
+    parse: integer(1, 1_000_000),
+  },
+  {
+    key: "wsPingIntervalMs",
+    env: "RUNPLANE_WS_PING_INTERVAL",
+    flag: "--ws-ping-interval",
+    default: "30s",
+    description:
+      "How often both sides of a WebSocket run are pinged; a side that sent nothing (not even a pong) since the previous ping is gone, and the connection closes",
+    parse: duration(100, 3_600_000, "100ms to 1h"),
   },
   {
     key: "treeCacheEntries",

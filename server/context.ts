@@ -1,5 +1,5 @@
 /** What the handlers share: the server's settings and its domain services. */
-import type { SigningKey, SigningKeys } from "./auth/mod.ts";
+import type { SigningKey, SigningKeys, WebSocketTickets } from "./auth/mod.ts";
 import type { ClusterView, ForwardKey } from "./cluster/mod.ts";
 import type { Config } from "./config.ts";
 import type { Deployments } from "./deployments/mod.ts";
@@ -45,6 +45,8 @@ export interface ServerContext {
   runtime: Runtime;
   /** Run records, submitting calls, the async dispatcher, cancel. */
   runs: RunService;
+  /** This process's WebSocket tickets (`createWebSocketTicket`; consumed by the upgrade). */
+  websocketTickets: WebSocketTickets;
   /** Each run's creation, start and end, from every process: the dashboard's live updates. */
   runChanges: RunChangeFeed;
   /** Deployments and deployed apps: bundles, builds, activation. */

@@ -6,6 +6,7 @@
  * `server/host/` are handed `createServer` by `server/main.ts`.
  */
 import { randomBytes } from "node:crypto";
+import { createWebSocketTickets } from "./auth/mod.ts";
 import { forwardKey } from "./cluster/mod.ts";
 import type { Config } from "./config.ts";
 import type { ServerContext } from "./context.ts";
@@ -25,6 +26,7 @@ import { wireGauges } from "./wiring/gauges.ts";
 import { createReadiness } from "./wiring/readiness.ts";
 import { wireRuns } from "./wiring/runs.ts";
 import { openServerStore } from "./wiring/store.ts";
+import { wireWebSockets } from "./wiring/websockets.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
 export { DataDirError } from "./data_dir.ts";
@@ -145,6 +147,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     trees,
     runtime: shown,
     runs,
+    websocketTickets: createWebSocketTickets(),
     runChanges,
     deployments: apps.deployments,
     sandbox: sandboxStatus,
@@ -160,7 +163,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
       : null,
   };
   const app = createServerApp(context, { signingKeys: keys.signing, gate, outage, executors });
-  const listener = createListener(config, { app, logger, role, executors, gate });
+  const websockets = wireWebSockets(context, { signingKeys: keys.signing, gate, role });
+  const listener = createListener(config, { app, logger, role, executors, gate, upgrades: websockets });
   const { close, drain } = createLifecycle({
     ...apps,
     logger,
@@ -174,6 +178,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     store,
     sandbox,
     outage,
+    websockets,
   });
   return {
     context,

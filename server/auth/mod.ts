@@ -21,3 +21,12 @@ export {
   singleSigningKey,
 } from "./signing_key.ts";
 export { createTokenVerifier, type Principal, type TokenVerifier } from "./token_verifier.ts";
+export {
+  createWebSocketTickets,
+  type MintedTicket,
+  TICKET_LIFETIME_MS,
+  type TicketRefusal,
+  type TicketTarget,
+  type WebSocketTickets,
+  type WebSocketTicketsOptions,
+} from "./websocket_tickets.ts";

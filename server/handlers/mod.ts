@@ -10,6 +10,7 @@ import { runEventHandlers } from "./run_events.ts";
 import { runHandlers } from "./runs.ts";
 import { serviceAccountHandlers } from "./service_accounts.ts";
 import { systemHandlers } from "./system.ts";
+import { webSocketHandlers } from "./websockets.ts";
 
 /** Creates the handlers; a missing or mistyped one is a compile error. */
 export function createHandlers(context: ServerContext): Handlers {
@@ -23,5 +24,6 @@ export function createHandlers(context: ServerContext): Handlers {
     ...serviceAccountHandlers(context),
     ...projectSecretHandlers(context),
     ...systemHandlers(context),
+    ...webSocketHandlers(context),
   } satisfies Handlers;
 }

@@ -41,6 +41,7 @@ export {
   wantsEventStream,
   withHeartbeat,
 } from "./sse.ts";
+export { createWebSocketUpgrades, type WebSocketUpgradeOptions, type WebSocketUpgrades } from "./websocket_upgrade.ts";
 
 /** Creates the Koa app serving every operation of the route table. */
 export function createHttpApp(options: HttpAppOptions): Koa {

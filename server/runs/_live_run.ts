@@ -15,7 +15,7 @@ import { endLiveRun, runEnd } from "./_run_end.ts";
 import type { RunEvents } from "./_run_events.ts";
 import { StoredItems, storedResult } from "./_stored_result.ts";
 import type { WriteBehind } from "./_write_behind.ts";
-import type { LiveRun, RunCall, RunLogFields, SucceedOptions } from "./run_call.ts";
+import type { LiveRun, RunCall, RunLogFields, SucceedOptions, WebSocketCounters } from "./run_call.ts";
 
 /** What a live run reports to. */
 export interface LiveRunDeps {
@@ -54,6 +54,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
   readonly #startedAt = performance.now();
   #done: Promise<void> | undefined = undefined;
   #resolveDone: (() => void) | undefined = undefined;
+  #webSocket: (() => WebSocketCounters) | undefined = undefined;
 
   constructor(deps: LiveRunDeps, call: RunCall, row: Insertable<RunTable>, webhook: CheckedWebhook | null) {
     this.runId = row.run_id;
@@ -138,6 +139,10 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     this.#row.deployment_id = deploymentId;
   }
 
+  countWebSocket(read: () => WebSocketCounters): void {
+    this.#webSocket = read;
+  }
+
   item(value: unknown): void {
     (this.#items ??= new StoredItems(this.#deps.resultLimitBytes)).add(value);
   }
@@ -167,6 +172,7 @@ export class LiveRunRecord implements LiveRun, LocalRun {
     // A stored list was read by `succeed` already; any other end drops it.
     this.#items?.close();
     const row = this.#row;
+    if (this.#webSocket) row.websocket_json = JSON.stringify(this.#webSocket());
     const { writer, local, events } = this.#deps;
     const end = runEnd(
       {

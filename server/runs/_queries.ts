@@ -76,6 +76,7 @@ const SUMMARY_COLUMNS = [
   "error_traceback",
   "webhook_endpoint",
   "deployment_id",
+  "websocket_json",
 ] as const satisfies ReadonlyArray<keyof RunSummaryRow>;
 
 /** Which runs `selectRunPage` reads: a project's, narrowed by each filter given. */

@@ -95,5 +95,6 @@ export function toRunSummary(row: RunSummaryRow, options: RunViewOptions): RunSu
       status: options.webhook?.status ?? "pending",
       attempts: options.webhook?.attempts ?? [],
     },
+    websocket: row.websocket_json === null ? null : JSON.parse(row.websocket_json),
   };
 }

@@ -26,7 +26,7 @@ export {
   type RunErrorInfo,
   toRunError,
 } from "./failure_outcome.ts";
-export type { LiveRun, RunCall, RunLogFields, RunMode, RunRecorder } from "./run_call.ts";
+export type { LiveRun, RunCall, RunLogFields, RunMode, RunRecorder, WebSocketCounters } from "./run_call.ts";
 export { isRunId, newRunId } from "./run_id.ts";
 export {
   createRunLogWriter,

@@ -92,6 +92,11 @@ export interface LiveRun extends RunRecorder {
   fail(error: unknown): Promise<void>;
   /** Records the run `cancelled` (e.g. its stream's client went away), as `cancelRun` does; settles like `succeed`. */
   cancelled(): Promise<void>;
+  /**
+   * For a WebSocket run: `read` gives its counters and close (the contract's `WebSocketCounters`), asked
+   * once when the run ends, whichever way it ends (a cancel included), and stored with that end.
+   */
+  countWebSocket(read: () => WebSocketCounters): void;
   /** Whether it has ended (`succeed`, `fail` or a cancel). */
   readonly ended: boolean;
   /** Settles once it has ended. */
@@ -102,6 +107,17 @@ export interface LiveRun extends RunRecorder {
    * `error_type`. Final once `ended`.
    */
   logFields(): RunLogFields;
+}
+
+/** A WebSocket run's traffic and close, as the contract's `WebSocketCounters` says. */
+export interface WebSocketCounters {
+  messages_in: number;
+  messages_out: number;
+  bytes_in: number;
+  bytes_out: number;
+  close_code: number | null;
+  close_reason: string;
+  closed_by: "caller" | "app" | "server";
 }
 
 /** What a sync or stream run adds to its caller's log line. */

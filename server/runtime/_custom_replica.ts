@@ -20,6 +20,7 @@ import { signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_gro
 import type { CallOutcome } from "./_outcome.ts";
 import { proxyReplicaCall } from "./_replica_proxy.ts";
 import type { CallableReplica, ReplicaCall } from "./_replica.ts";
+import { openUpstreamWebSocket, type UpstreamWebSocketOptions } from "./_websocket_upstream.ts";
 
 const RELAY_PATH = fileURLToPath(new URL("./_relay.py", import.meta.url));
 const START_TIMEOUT_MS = 30_000;
@@ -106,6 +107,17 @@ export class CustomProcessReplica implements CallableReplica {
       dispatcher: this.dispatcher,
       oomLimit: () => this.oomLimit(),
     });
+  }
+
+  /**
+   * Opens a WebSocket to the app's server at `/<path>` through the relay (issue 47): resolves once the app
+   * accepted the upgrade (see `openUpstreamWebSocket`).
+   */
+  openWebSocket(
+    path: string,
+    options: Omit<UpstreamWebSocketOptions, "socketPath">,
+  ): ReturnType<typeof openUpstreamWebSocket> {
+    return openUpstreamWebSocket(path, { ...options, socketPath: join(this.#socketDir, "http.sock") });
   }
 
   /** Whether `endpoint` answers 2xx (without one, whether the app's port accepts a connection). */

@@ -12,6 +12,42 @@ import type { CallableReplica } from "./_replica.ts";
 import type { Capacity, Lease, ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
 import type { Cgroups, Sandbox } from "../sandbox/mod.ts";
 import type { HeldSeat } from "./_seat_book.ts";
+import type WebSocket from "ws";
+
+/** One WebSocket connection to open to an app. */
+export interface WebSocketRequest {
+  projectId: string;
+  app: string;
+  /** The path after the app (percent-encoding kept, no leading slash) and the query string to pass (no `?`). */
+  path: string;
+  query: string;
+  /** The run's id, sent as `X-Request-Id`. */
+  runId: string;
+  /** The subprotocols the caller offered. */
+  protocols: string[];
+  /** Other headers of the caller's that reach the app. */
+  headers: Record<string, string>;
+  /** The largest message the app may send, in bytes. */
+  maxPayload: number;
+  /** Aborting stops waiting for a slot or for the handshake (the caller went away). */
+  signal?: AbortSignalLike;
+  /** Told the deployment whose replica takes the connection (never for an app of the apps folder). */
+  onDeployment?(deploymentId: string): void;
+}
+
+/** An open WebSocket to an app's replica, holding one of its slots until `release()`. */
+export interface AppWebSocket {
+  /** The `ws` client connected to the app's server. */
+  socket: WebSocket;
+  /** The app's `response_grace_period`: the longest the connection may stay open. */
+  graceMs: number;
+  /** Resolves when the replica's process is gone. */
+  replicaGone: Promise<void>;
+  /** The replica's memory limit when the kernel killed it there; undefined otherwise. */
+  oomLimit(): number | undefined;
+  /** Frees the slot (once; later calls are ignored). */
+  release(): void;
+}
 
 /** An app's seat on this host (issue 31): `project/app` and the seat's number. */
 export interface SeatRef {
@@ -35,9 +71,9 @@ export interface InvokeRequest {
    * Python as Python reads them); without it `input` is serialised.
    */
   inputJson?: string;
-  /** The run's id (the runs module makes them: `newRunId()`); passed to a `run_id` parameter and sent as `X-Request-Id` upstream. */
   /** A custom runtime's route called by another method than POST: passed to the app as HTTP. */
   http?: HttpCall;
+  /** The run's id (the runs module makes them: `newRunId()`); passed to a `run_id` parameter and sent as `X-Request-Id` upstream. */
   runId: string;
   /** Aborting interrupts the call: it is cancelled in the worker, whose process is replaced if it cannot stop. */
   signal?: AbortSignalLike;
@@ -197,6 +233,12 @@ export interface Runtime {
    * failed, or a `ProblemError` when it could not run (404, 429, 503).
    */
   invoke(request: InvokeRequest): Promise<CallOutcome>;
+  /**
+   * Opens a WebSocket to a custom runtime's replica (issue 47), holding one of its slots (as a call does)
+   * until the returned connection's `release()`. Rejects like `invoke` when it cannot (400 for an app
+   * without a server of its own, 404, 429, 503), or with a `RunFailure` when the app refused the upgrade.
+   */
+  connectWebSocket(request: WebSocketRequest): Promise<AppWebSocket>;
   /** Reserves a slot of the app without queueing; null when every slot is busy. */
   tryAcquireSlot(projectId: string, app: string): SlotLease | null;
   /**

@@ -7,6 +7,7 @@
 import { appInfos, appSettings, hostCapacity, replicaStates, waitingForCapacity } from "./_runtime_views.ts";
 import { addSeat, canPlace, dropSeats, heldSeats, spareSeats } from "./_app_seats.ts";
 import { invokeApp } from "./_call_placement.ts";
+import { connectAppWebSocket } from "./_websocket_placement.ts";
 import { tryChannelSlot } from "./_channel_slots.ts";
 import { HostBudget } from "./_host_budget.ts";
 import { LiveApps } from "./_live_apps.ts";
@@ -49,6 +50,7 @@ export type { HeldSeat } from "./_seat_book.ts";
 export type {
   AppInfo,
   AppSettings,
+  AppWebSocket,
   ChannelSlot,
   ExternalRuntimeOptions,
   InvokeRequest,
@@ -59,6 +61,7 @@ export type {
   SlotLease,
   StagedVersion,
   StageOptions,
+  WebSocketRequest,
 } from "./_types.ts";
 export type { WorkerProcess } from "./_worker_process.ts";
 
@@ -85,6 +88,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     reload,
     stage: (app, stageOptions) => stageApp(apps, app, stageOptions),
     invoke: (request) => invokeApp(apps, request),
+    connectWebSocket: (request) => connectAppWebSocket(apps, request),
     tryAcquireSlot(projectId, app) {
       return apps.live(projectId, app).pool.tryAcquire();
     },

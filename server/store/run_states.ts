@@ -6,9 +6,12 @@
  */
 
 /** How a run can be called; the contract's `RunMode`. */
-export const RUN_MODES = ["sync", "async", "stream"] as const;
+export const RUN_MODES = ["sync", "async", "stream", "websocket"] as const;
 
-/** How a run was called: `sync`, `async` or `stream` (an async run whose function streams stays `async`). */
+/**
+ * How a run was called: `sync`, `async`, `stream` (an async run whose function streams stays `async`) or
+ * `websocket` (one WebSocket connection to a custom runtime).
+ */
 export type RunMode = (typeof RUN_MODES)[number];
 
 /** Every status a run can have, in the order of its life; the contract's `RunStatus`. */

@@ -54,7 +54,7 @@ export interface RunTable {
   function_name: string;
   /** The HTTP method it was called with: `POST`, or another for a custom runtime's route (default `POST`). */
   method: Generated<string>;
-  /** One of `RUN_MODES` (`run_states.ts`): `sync`, `async` or `stream`. */
+  /** One of `RUN_MODES` (`run_states.ts`): `sync`, `async`, `stream` or `websocket`. */
   mode: RunMode;
   /** One of `RUN_STATUSES` (`run_states.ts`): `queued`, `running`, `success`, `failure` or `cancelled`. */
   status: RunStatus;
@@ -100,6 +100,11 @@ export interface RunTable {
    * with the status in the statement that writes the end (a run ends once).
    */
   lease_generation: Generated<number>;
+  /**
+   * A WebSocket run's counters and close, as JSON (messages and bytes each way, close code and reason),
+   * written with its end; null for every other run.
+   */
+  websocket_json: string | null;
 }
 
 /** The webhook outbox: one delivery per run, its exact body and (sealed) secret until it is settled. */

@@ -33,6 +33,8 @@ export interface LifecycleParts {
   store: Store;
   sandbox: Sandbox;
   outage: StoreOutage;
+  /** WebSocket runs: closed with 1001 when a drain's timeout ends, and before a close stops the replicas. */
+  websockets?: { goingAway(): Promise<void> };
 }
 
 /** A server's stops (see `RunplaneServer.close` and `drain`). */
@@ -49,6 +51,7 @@ export function createLifecycle(parts: LifecycleParts): Lifecycle {
   function close(): Promise<void> {
     closing ??= (async () => {
       await parts.loading;
+      await parts.websockets?.goingAway();
       const connectionsEnded = listener.stopListening();
       listener.closeIdleConnections();
       // Stopping the dispatcher first keeps it from starting runs on replicas that are going away;
@@ -106,6 +109,8 @@ export function createLifecycle(parts: LifecycleParts): Lifecycle {
     ]);
     const [requests, running] = [gate.active, await runs.settled(0)];
     if (requests > 0 || running > 0) {
+      // A WebSocket is told the server is going away (1001) and its run ends before what is left is abandoned.
+      await parts.websockets?.goingAway();
       const interrupted = await runs.abandon();
       logger.warn(
         { requests, runs: running, interrupted },

@@ -3,8 +3,9 @@
  * with `X-Runplane-Worker`), or, for a host's supervisor, a Unix socket only its own user may open, where
  * its workers hand it calls (`server/host/call_server.ts`).
  */
-import { createServer as createHttpServer, type RequestListener, type Server } from "node:http";
+import { createServer as createHttpServer, type IncomingMessage, type RequestListener, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import type { Config } from "../config.ts";
 import { type HostRole, listenForWorkerCalls, type SupervisorRole, type WorkerCallsServer } from "../host/mod.ts";
 import { answerClientErrors, type DrainGate } from "../http/mod.ts";
@@ -20,6 +21,8 @@ export interface ListenerOptions {
   /** From `placeExecutors`: a supervisor runs its workers' calls on them. */
   executors: Executors;
   gate: DrainGate;
+  /** WebSocket runs: the port's `upgrade` listener (none: upgrades are refused by Node, as before). */
+  upgrades?: { handle(request: IncomingMessage, socket: Duplex, head: Buffer): void };
 }
 
 /** This process's listener. */
@@ -64,6 +67,7 @@ export function createListener(config: Config, options: ListenerOptions): Server
       server = createHttpServer(role?.kind === "worker" ? withWorkerHeader(handle, role.id) : handle)
         .listen(config.port, config.host);
       answerClientErrors(server, { logger });
+      if (options.upgrades) server.on("upgrade", options.upgrades.handle);
       server.once("error", reject);
       server.once("listening", () => {
         const address = server!.address() as AddressInfo;

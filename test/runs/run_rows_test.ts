@@ -325,6 +325,7 @@ describe("a run row with its end over it", () => {
       webhook_secret: undefined,
       webhook_credentials: undefined,
       lease_generation: undefined,
+      websocket_json: undefined,
     });
   });
 });

@@ -27,6 +27,7 @@ import * as partialRerunIndex from "./0026_partial_rerun_index.ts";
 import * as runLeaseGeneration from "./0027_run_lease_generation.ts";
 import * as deploymentImage from "./0028_deployment_image.ts";
 import * as runMethod from "./0029_run_method.ts";
+import * as runWebSocket from "./0030_run_websocket.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -58,4 +59,5 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0027_run_lease_generation": runLeaseGeneration,
   "0028_deployment_image": deploymentImage,
   "0029_run_method": runMethod,
+  "0030_run_websocket": runWebSocket,
 };

@@ -35,6 +35,7 @@ const COLUMN_TYPES = {
   rerun_of: "text",
   deployment_id: "text",
   lease_generation: "integer",
+  websocket_json: "text",
 } as const satisfies Partial<Record<keyof RunTable, string>>;
 const COLUMNS = Object.keys(COLUMN_TYPES) as Array<keyof typeof COLUMN_TYPES>;
 
@@ -103,8 +104,8 @@ export function runRowWith(row: Insertable<RunTable>, over: Updateable<RunTable>
     project_id: value("project_id"),
     app_id: value("app_id"),
     function_name: value("function_name"),
-    mode: value("mode"),
     method: value("method"),
+    mode: value("mode"),
     status: value("status"),
     created_at: value("created_at"),
     started_at: value("started_at"),
@@ -125,6 +126,7 @@ export function runRowWith(row: Insertable<RunTable>, over: Updateable<RunTable>
     rerun_of: value("rerun_of"),
     deployment_id: value("deployment_id"),
     lease_generation: value("lease_generation"),
+    websocket_json: value("websocket_json"),
   } satisfies Record<(typeof COLUMNS)[number], unknown>;
   return merged as Insertable<RunTable>;
 }

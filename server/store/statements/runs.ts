@@ -42,6 +42,7 @@ const RUN_COLUMNS = {
   deployment_id: true,
   swept_owner: true,
   lease_generation: true,
+  websocket_json: true,
 } satisfies Record<keyof RunTable, true>;
 
 export const firstQueuedAppOfLaterProject = rawStatement<{ project_id: string; app_id: string }>(

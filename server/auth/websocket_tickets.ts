@@ -1,0 +1,103 @@
+/**
+ * WebSocket tickets (issue 47): a browser cannot send `Authorization` with a WebSocket, and a long-lived
+ * token must never be put in a URL (it lands in logs, histories and `Referer`s). A caller with the `run`
+ * scope mints a ticket for one app; it opens one connection to that app, once, within its lifetime.
+ *
+ * Tickets are kept in this process's memory, by their SHA-256 only (a heap dump shows no usable
+ * ticket), and swept once expired. One process serves its own tickets: a cluster (or a host's several
+ * HTTP processes) would keep them in the shared store instead, consumed with one conditional DELETE.
+ */
+import { createHash } from "node:crypto";
+import { randomBytesPooled } from "../random/mod.ts";
+
+/** How long a ticket opens a connection. */
+export const TICKET_LIFETIME_MS = 60_000;
+
+/** The most tickets one project may hold unused at once (a bound on memory). */
+const MAX_PER_PROJECT = 1_000;
+
+/** A minted ticket: pass `ticket` as `?ticket=` before `expiresAt`. */
+export interface MintedTicket {
+  ticket: string;
+  /** When it expires, in ms since the epoch. */
+  expiresAt: number;
+}
+
+/** What a ticket is for. */
+export interface TicketTarget {
+  projectId: string;
+  appId: string;
+}
+
+/** Why a ticket was refused: unknown (never minted, used or swept), expired, or for another app. */
+export type TicketRefusal = "unknown" | "expired" | "other-app";
+
+/** Options of `createWebSocketTickets`. */
+export interface WebSocketTicketsOptions {
+  /** The clock (default `Date.now`). */
+  now?(): number;
+  /** How long a ticket lives (default `TICKET_LIFETIME_MS`). */
+  lifetimeMs?: number;
+}
+
+/** The tickets of this process. */
+export interface WebSocketTickets {
+  /** Mints a ticket for `target`; null when its project holds too many unused ones. */
+  mint(target: TicketTarget): MintedTicket | null;
+  /**
+   * Consumes `ticket` for a connection to `target`: null when it opens it, else why not. A ticket is
+   * gone once presented, whatever the answer (a leaked one tried elsewhere is spent).
+   */
+  consume(ticket: string, target: TicketTarget): TicketRefusal | null;
+}
+
+interface Held extends TicketTarget {
+  expiresAt: number;
+}
+
+function digest(ticket: string): string {
+  return createHash("sha256").update(ticket).digest("base64url");
+}
+
+/** Makes this process's ticket book. */
+export function createWebSocketTickets(options: WebSocketTicketsOptions = {}): WebSocketTickets {
+  const now = options.now ?? Date.now;
+  const lifetimeMs = options.lifetimeMs ?? TICKET_LIFETIME_MS;
+  const held = new Map<string, Held>();
+  const perProject = new Map<string, number>();
+
+  function forget(key: string, entry: Held): void {
+    held.delete(key);
+    const left = (perProject.get(entry.projectId) ?? 1) - 1;
+    if (left > 0) perProject.set(entry.projectId, left);
+    else perProject.delete(entry.projectId);
+  }
+
+  function sweep(at: number): void {
+    for (const [key, entry] of held) if (entry.expiresAt <= at) forget(key, entry);
+  }
+
+  return {
+    mint(target) {
+      const at = now();
+      if ((perProject.get(target.projectId) ?? 0) >= MAX_PER_PROJECT) sweep(at);
+      if ((perProject.get(target.projectId) ?? 0) >= MAX_PER_PROJECT) return null;
+      // 32 random bytes: 256 bits, never guessed within a minute.
+      const ticket = Buffer.from(randomBytesPooled(32)).toString("base64url");
+      const expiresAt = at + lifetimeMs;
+      held.set(digest(ticket), { projectId: target.projectId, appId: target.appId, expiresAt });
+      perProject.set(target.projectId, (perProject.get(target.projectId) ?? 0) + 1);
+      if (held.size % 256 === 0) sweep(at);
+      return { ticket, expiresAt };
+    },
+    consume(ticket, target) {
+      const key = digest(ticket);
+      const entry = held.get(key);
+      if (!entry) return "unknown";
+      forget(key, entry);
+      if (entry.expiresAt <= now()) return "expired";
+      if (entry.projectId !== target.projectId || entry.appId !== target.appId) return "other-app";
+      return null;
+    },
+  };
+}
