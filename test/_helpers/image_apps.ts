@@ -23,13 +23,20 @@ export type ImageDeployment = {
 /** The name the base image is pushed as. */
 export const TEST_IMAGE_NAME = "runplane-test/trixie:python3";
 
-/** Whether Debian's archive answers: apt in an image needs it. */
+/**
+ * Whether Debian's archive answers: apt in an image needs it. Asked up to three times, 10 s each: on a
+ * loaded machine one slow answer skipped a whole suite in CI.
+ */
 export async function debianReachable(): Promise<boolean> {
-  try {
-    return (await fetch("http://deb.debian.org/debian/dists/trixie/Release", { signal: AbortSignal.timeout(5000) })).ok;
-  } catch {
-    return false;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      const url = "http://deb.debian.org/debian/dists/trixie/Release";
+      if ((await fetch(url, { signal: AbortSignal.timeout(10_000) })).ok) return true;
+    } catch {
+      // Asked again below.
+    }
   }
+  return false;
 }
 
 /** Whether `name` is a command on this host. */
