@@ -158,10 +158,23 @@ export function imagesMarkdown(report: BenchReport): string {
   ]);
 }
 
+/** The "WebSockets" section of docs/performance.md: `npm run bench -- --scenario websocket`. */
+export function websocketsMarkdown(report: BenchReport): string {
+  return sectionMarkdown(report, [
+    "by `npm run bench -- --scenario websocket`: built servers of its own (one process each,",
+    "`RUNPLANE_WORKERS=1`) serving a custom-runtime echo app (Python's standard library, one jailed replica",
+    "of `replica_concurrency = 1000`), the `ws` clients in the benchmark's process, all on loopback. Memory",
+    "is the server process's RSS with the idle connections open minus before, per connection, each round on",
+    "a fresh server. The baseline connects to the replica's relay socket, the jail's one way in (where",
+    "Runplane's own side connects), so \"added\" is Runplane's hop alone; round trips and messages per",
+    "second alternate the two paths round by round in the same run.",
+  ]);
+}
+
 /** Where `writeReadmeSection` writes: the section's marker name and its heading. */
 export interface ReadmeSectionOptions {
   /** Default `performance`. */
-  section?: "performance" | "growth" | "cluster" | "cores" | "images";
+  section?: "performance" | "growth" | "cluster" | "cores" | "images" | "websockets";
 }
 
 const SECTION_TITLES = {
@@ -170,6 +183,7 @@ const SECTION_TITLES = {
   cluster: "Across hosts",
   cores: "On every core",
   images: "In images",
+  websockets: "WebSockets",
 } as const;
 
 /** Replaces a section of docs/performance.md (up to the next `<!-- section:` marker or the end); default Performance. */

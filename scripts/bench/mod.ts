@@ -21,6 +21,10 @@
  * The images scenario (`images`: apps in `[build] base_image` against the host's system; needs skopeo,
  * umoci, docker-registry, mmdebstrap and root) runs only when named; its rows go to
  * scripts/bench/images_results.json and docs/performance.md's "In images" section.
+ *
+ * The WebSocket scenario (`websocket`: memory per open connection, round trip added over the replica's
+ * relay socket, messages per second through 1 and 100 connections; issue 47) runs only when named; its
+ * rows go to scripts/bench/websocket_results.json and docs/performance.md's "WebSockets" section.
  */
 import { execFileSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
@@ -38,6 +42,7 @@ import {
   imagesMarkdown,
   markdownReport,
   textReport,
+  websocketsMarkdown,
   writeReadmeSection,
 } from "./_report.ts";
 import { startRunplane } from "./_runplane.ts";
@@ -60,9 +65,14 @@ import { slowReceiversScenario } from "./scenarios/slow_receivers.ts";
 import { streamingScenario } from "./scenarios/streaming.ts";
 import { syncRunScenario } from "./scenarios/sync_run.ts";
 import { webhookDeliveryScenario } from "./scenarios/webhook_delivery.ts";
+import { websocketScenario } from "./scenarios/websockets.ts";
 
 /** Scenarios run only when named, each with a results file and a section of its own. */
-const ON_DEMAND: Array<[string, string, Scenario]> = [["18", "cores", coresScenario], ["19", "images", imagesScenario]];
+const ON_DEMAND: Array<[string, string, Scenario]> = [
+  ["18", "cores", coresScenario],
+  ["19", "images", imagesScenario],
+  ["20", "websocket", websocketScenario],
+];
 
 /** Scenarios by number and name, in the order they run (idle memory first, before any load). */
 const SCENARIOS: Array<[string, string, Scenario]> = [
@@ -163,6 +173,7 @@ const OWN_SECTIONS = [
   { ids: ["17"], file: "cluster_results.json", section: "cluster", markdown: clusterMarkdown },
   { ids: ["18"], file: "cores_results.json", section: "cores", markdown: coresMarkdown },
   { ids: ["19"], file: "images_results.json", section: "images", markdown: imagesMarkdown },
+  { ids: ["20"], file: "websocket_results.json", section: "websockets", markdown: websocketsMarkdown },
 ] as const;
 const scenarioId = (row: BenchRow) => row.scenario.split(".")[0];
 const ownSection = (row: BenchRow) =>
