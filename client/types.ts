@@ -137,7 +137,7 @@ export interface ListProjectRunsOptions extends ListRunsOptions {
   app?: string;
   /** Only calls of this function. */
   functionName?: string;
-  mode?: "sync" | "async" | "stream";
+  mode?: "sync" | "async" | "stream" | "websocket";
   /** Only runs created at or after this time (RFC 3339). */
   createdAfter?: string;
   /** Only runs created before this time (RFC 3339). */

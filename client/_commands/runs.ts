@@ -13,7 +13,7 @@ import { writeTable } from "../table_format.ts";
 export const RUNS_HELP = `Usage:
   runplane runs get <project>/<app> <run_id>
   runplane runs list <project>[/<app>] [--status queued|running|success|failure|cancelled] [--function F]
-                     [--mode sync|async|stream] [--after TIME] [--before TIME] [--limit N] [--cursor C]
+                     [--mode sync|async|stream|websocket] [--after TIME] [--before TIME] [--limit N] [--cursor C]
   runplane runs logs <project>/<app> <run_id> [--follow]
   runplane runs cancel <project>/<app> <run_id>
   runplane runs rerun <project>/<app> <run_id> [--data JSON | --data @file.json] [--wait]
@@ -46,7 +46,7 @@ interface ListOptions {
   json: boolean;
 }
 
-const MODES = ["sync", "async", "stream"] as const;
+const MODES = ["sync", "async", "stream", "websocket"] as const;
 
 function checkListOptions(options: ListOptions): void {
   if (options.status && !STATUSES.includes(options.status as RunStatus)) {

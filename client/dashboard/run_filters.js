@@ -14,7 +14,7 @@ import { go, link, rerender } from "./navigation.js";
 /** @type {RunStatus[]} */
 export const STATUSES = ["queued", "running", "success", "failure", "cancelled"];
 /** @type {RunMode[]} */
-export const MODES = ["sync", "async", "stream"];
+export const MODES = ["sync", "async", "stream", "websocket"];
 /** Runs per page. */
 export const PAGE_SIZE = 50;
 

@@ -9,7 +9,7 @@ import { curlCommand } from "./curl.js";
 import { duration, when } from "./format.js";
 import { followingRuns, followRuns } from "./live.js";
 import { go, link, rerender, runPath } from "./navigation.js";
-import { errorSection, logSection, unfinished, webhookSection } from "./run_sections.js";
+import { errorSection, logSection, unfinished, webhookSection, websocketSection } from "./run_sections.js";
 import { requireSession } from "./session.js";
 
 /** @typedef {import("./types.js").Run} Run */
@@ -79,6 +79,8 @@ function actions(run, path) {
       },
     }, "Cancel run"));
   }
+  // A WebSocket is not replayed by a curl command.
+  if (run.mode === "websocket") return [row];
   const curl = curlCommand(run, { baseUrl: location.origin });
   row.append(copyButton(curl, { label: "Copy as curl", caption: "Copy as curl", id: "copy-curl" }));
   return [
@@ -124,7 +126,7 @@ function outcome(run) {
         : jsonBlock(run.input, { id: "input" }),
     );
   }
-  if (run.status === "success") {
+  if (run.status === "success" && run.mode !== "websocket") {
     sections.push(h("h2", {}, "Result"));
     sections.push(
       run.result_expired
@@ -135,6 +137,7 @@ function outcome(run) {
       sections.push(h("p", { class: "muted" }, "The stored result was cut at the server's limit."));
     }
   }
+  if (run.websocket) sections.push(...websocketSection(run.websocket));
   if (run.error) sections.push(...errorSection(run.error));
   return sections;
 }

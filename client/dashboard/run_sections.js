@@ -54,6 +54,40 @@ export async function logSection(path, run) {
 }
 
 /**
+ * A WebSocket run's traffic each way and how its connection closed (every value shown as text).
+ *
+ * @param {NonNullable<Run["websocket"]>} websocket
+ */
+export function websocketSection(websocket) {
+  const close = websocket.close_code === null ? "no code" : String(websocket.close_code);
+  return [
+    h("h2", {}, "WebSocket"),
+    table(["", "Messages", "Bytes"], [
+      h(
+        "tr",
+        {},
+        h("th", { scope: "row" }, "Caller → app"),
+        h("td", {}, String(websocket.messages_in)),
+        h("td", {}, String(websocket.bytes_in)),
+      ),
+      h(
+        "tr",
+        {},
+        h("th", { scope: "row" }, "App → caller"),
+        h("td", {}, String(websocket.messages_out)),
+        h("td", {}, String(websocket.bytes_out)),
+      ),
+    ], { id: "websocket-traffic" }),
+    h(
+      "p",
+      { id: "websocket-close" },
+      `Closed by the ${websocket.closed_by} with ${close}`,
+      websocket.close_reason ? `: ${websocket.close_reason}` : "",
+    ),
+  ];
+}
+
+/**
  * A failed run's error, "Type: message", and its traceback (the app's own frames).
  *
  * @param {import("./types.js").RunError} error

@@ -8,7 +8,7 @@ import type { components } from "../../generated/api.d.ts";
 import { deployApp, hostPid, waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
-import { WEBSOCKET_ECHO_APP } from "./_websocket_echo_app.ts";
+import { WEBSOCKET_ECHO_APP } from "../_helpers/websocket_echo_app.ts";
 
 type Run = components["schemas"]["Run"];
 type Message = { data: Buffer; isBinary: boolean };
