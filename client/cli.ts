@@ -61,6 +61,12 @@ export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
     load: async () => (await import("./_commands/tree.ts")).treeCommand,
     scopes: () => ["rest"],
   },
+  ws: {
+    summary: "Open a WebSocket to a custom runtime's route: stdin lines out, messages to stdout",
+    help: async () => (await import("./_commands/ws.ts")).WS_HELP,
+    load: async () => (await import("./_commands/ws.ts")).wsCommand,
+    scopes: () => ["run"],
+  },
   webhook: {
     summary: "Verify a webhook delivery, or receive deliveries locally",
     help: async () => (await import("./_commands/webhook.ts")).WEBHOOK_HELP,

@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
 import type { IncomingMessage } from "node:http";
 import { join } from "node:path";
+import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import Database from "better-sqlite3";
 import WebSocket from "ws";
 import type { components } from "../../generated/api.d.ts";
 import { deployApp, hostPid, waitFor } from "../_helpers/apps.ts";
+import { runMain } from "../_helpers/cli.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { WEBSOCKET_ECHO_APP } from "../_helpers/websocket_echo_app.ts";
@@ -283,6 +285,25 @@ describe("WebSocket runs to a custom runtime", () => {
     assert.equal((await c.next()).data.toString(), "flood done");
     c.socket.close();
     await c.closed;
+  });
+
+  it("runplane ws sends stdin's lines as text messages and writes what comes back to stdout", async () => {
+    const env = { RUNPLANE_API_URL: t.url, RUNPLANE_TOKEN: t.token };
+    // Stdin stays open: the app closes once it has echoed the lines before its command.
+    const stdin = new PassThrough();
+    stdin.write("hello\né\ncmd:close:1000:done\n");
+    const piped = await runMain(["ws", `${TEST_PROJECT}/ws/echo`], { env, stdin });
+    stdin.end();
+    assert.equal(piped.code, 0, piped.stderr);
+    const [greeting, ...echoed] = piped.stdout.trimEnd().split("\n");
+    assert.equal(JSON.parse(greeting).path, "/echo");
+    assert.deepEqual(echoed, ["hello", "é"]);
+    const anonymous = await runMain(["ws", `${TEST_PROJECT}/ws/echo`], {
+      env: { RUNPLANE_API_URL: t.url },
+      stdin: new PassThrough(),
+    });
+    assert.equal(anonymous.code, 1);
+    assert.match(anonymous.stderr, /refused the WebSocket \(401\)/);
   });
 
   it("closes with 1011 when the app's process is killed", async () => {
