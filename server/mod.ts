@@ -6,12 +6,11 @@
  * `server/host/` are handed `createServer` by `server/main.ts`.
  */
 import { randomBytes } from "node:crypto";
-import { createWebSocketTickets } from "./auth/mod.ts";
 import { forwardKey } from "./cluster/mod.ts";
 import type { Config } from "./config.ts";
 import type { ServerContext } from "./context.ts";
 import type { HostRole } from "./host/mod.ts";
-import { createDrainGate } from "./http/mod.ts";
+import { createDrainGate, type WebSocketUpgrades } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { createMetrics } from "./metrics/mod.ts";
@@ -26,7 +25,7 @@ import { wireGauges } from "./wiring/gauges.ts";
 import { createReadiness } from "./wiring/readiness.ts";
 import { wireRuns } from "./wiring/runs.ts";
 import { openServerStore } from "./wiring/store.ts";
-import { wireWebSockets } from "./wiring/websockets.ts";
+import { webSocketTickets, wireWebSockets } from "./wiring/websockets.ts";
 
 export { type Config, ConfigError, loadConfig, SETTINGS } from "./config.ts";
 export { DataDirError } from "./data_dir.ts";
@@ -50,6 +49,8 @@ export interface RunplaneServer {
   drain(timeoutMs?: number): Promise<void>;
   /** Stops accepting connections, stops every app replica, ends open connections, and closes the store. */
   close(): Promise<void>;
+  /** WebSocket runs: a host's supervisor handles here the upgrades its workers hand it. */
+  readonly upgrades: WebSocketUpgrades;
 }
 
 /** Options of `createServer`. */
@@ -84,13 +85,11 @@ export async function createServer(config: Config, options: CreateServerOptions 
     localNow: options.testHooks?.clockOffsetMs ? offsetClock(options.testHooks.clockOffsetMs) : undefined,
   });
   const secrets = keys.secrets;
-  let parts: HostParts;
-  try {
-    parts = await hostParts(config, { logger, role, gpuPaths: options.gpuPaths, owner });
-  } catch (error) {
-    await store.close();
-    throw error;
-  }
+  const parts: HostParts = await hostParts(config, { logger, role, gpuPaths: options.gpuPaths, owner })
+    .catch(async (error: unknown) => {
+      await store.close();
+      throw error;
+    });
   const { sandbox, cgroups, gpus } = parts;
   const worker = role?.kind === "worker" ? role : undefined;
   // A worker runs nothing itself: the host's jail is the one its supervisor found.
@@ -147,7 +146,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     trees,
     runtime: shown,
     runs,
-    websocketTickets: createWebSocketTickets(),
+    websocketTickets: webSocketTickets(role),
     runChanges,
     deployments: apps.deployments,
     sandbox: sandboxStatus,
@@ -187,6 +186,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       return listener.url;
     },
     listen: () => listener.listen(),
+    upgrades: websockets,
     drain: (timeoutMs = config.drainTimeoutMs) => drain(timeoutMs),
     close,
   };

@@ -4,8 +4,9 @@
  * scope mints a ticket for one app; it opens one connection to that app, once, within its lifetime.
  *
  * Tickets are kept in this process's memory, by their SHA-256 only (a heap dump shows no usable
- * ticket), and swept once expired. One process serves its own tickets: a cluster (or a host's several
- * HTTP processes) would keep them in the shared store instead, consumed with one conditional DELETE.
+ * ticket), and swept once expired. On a host with workers the supervisor holds the book, where the
+ * upgrades are handled, and the workers ask it to mint (`server/host/ticket_relay.ts`); a cluster's hosts
+ * would keep them in the shared store instead, consumed with one conditional DELETE.
  */
 import { createHash } from "node:crypto";
 import { randomBytesPooled } from "../random/mod.ts";
@@ -42,8 +43,11 @@ export interface WebSocketTicketsOptions {
 
 /** The tickets of this process. */
 export interface WebSocketTickets {
-  /** Mints a ticket for `target`; null when its project holds too many unused ones. */
-  mint(target: TicketTarget): MintedTicket | null;
+  /**
+   * Mints a ticket for `target`; null when its project holds too many unused ones. Asynchronous: a host's
+   * worker asks its supervisor, which holds the host's book.
+   */
+  mint(target: TicketTarget): Promise<MintedTicket | null>;
   /**
    * Consumes `ticket` for a connection to `target`: null when it opens it, else why not. A ticket is
    * gone once presented, whatever the answer (a leaked one tried elsewhere is spent).
@@ -81,14 +85,14 @@ export function createWebSocketTickets(options: WebSocketTicketsOptions = {}): W
     mint(target) {
       const at = now();
       if ((perProject.get(target.projectId) ?? 0) >= MAX_PER_PROJECT) sweep(at);
-      if ((perProject.get(target.projectId) ?? 0) >= MAX_PER_PROJECT) return null;
+      if ((perProject.get(target.projectId) ?? 0) >= MAX_PER_PROJECT) return Promise.resolve(null);
       // 32 random bytes: 256 bits, never guessed within a minute.
       const ticket = Buffer.from(randomBytesPooled(32)).toString("base64url");
       const expiresAt = at + lifetimeMs;
       held.set(digest(ticket), { projectId: target.projectId, appId: target.appId, expiresAt });
       perProject.set(target.projectId, (perProject.get(target.projectId) ?? 0) + 1);
       if (held.size % 256 === 0) sweep(at);
-      return { ticket, expiresAt };
+      return Promise.resolve({ ticket, expiresAt });
     },
     consume(ticket, target) {
       const key = digest(ticket);

@@ -15,7 +15,7 @@ export function webSocketHandlers(context: ServerContext): WebSocketHandlers {
           `${path.project_id}/${path.app_id} is a Python app, which has no WebSockets; they reach a custom runtime`,
         );
       }
-      const minted = context.websocketTickets.mint({ projectId: path.project_id, appId: path.app_id });
+      const minted = await context.websocketTickets.mint({ projectId: path.project_id, appId: path.app_id });
       if (!minted) {
         throw new ProblemError(
           "too-many-requests",

@@ -78,3 +78,65 @@ export function isReplicaKill(message: unknown): message is ReplicaKill {
   const m = message as ReplicaKill | null;
   return m?.runplane === "replica-kill" && Number.isSafeInteger(m.replica);
 }
+
+/**
+ * A worker hands the supervisor a WebSocket upgrade it took on the port: the socket travels with the
+ * message (`websocket_handoff.ts`), and this is the request as the worker read it.
+ */
+export interface WebSocketHandoff {
+  runplane: "websocket-handoff";
+  method: string;
+  url: string;
+  /** Node's `rawHeaders`: names and values in turn, as received. */
+  rawHeaders: string[];
+  remoteAddress: string;
+  /** The bytes after the request's head that the worker had read (the `upgrade` event's `head`), base64. */
+  headBase64: string;
+}
+
+/** A worker asks the supervisor, which holds the host's tickets, to mint one (`ticket_relay.ts`). */
+export interface TicketMint {
+  runplane: "ticket-mint";
+  id: number;
+  projectId: string;
+  appId: string;
+}
+
+/** The supervisor's answer to `TicketMint` `id`: the ticket, or null (its project holds too many). */
+export interface TicketMinted {
+  runplane: "ticket-minted";
+  id: number;
+  minted: { ticket: string; expiresAt: number } | null;
+}
+
+/** The most characters of a handoff's URL, its headers together, and its head bytes (base64). */
+const HANDOFF_LIMITS = { url: 16_384, headers: 65_536, head: 87_384 };
+
+export function isWebSocketHandoff(message: unknown): message is WebSocketHandoff {
+  const m = message as WebSocketHandoff | null;
+  if (m?.runplane !== "websocket-handoff") return false;
+  if (typeof m.method !== "string" || m.method.length > 16) return false;
+  if (typeof m.url !== "string" || m.url.length > HANDOFF_LIMITS.url) return false;
+  if (typeof m.remoteAddress !== "string" || m.remoteAddress.length > 64) return false;
+  if (typeof m.headBase64 !== "string" || m.headBase64.length > HANDOFF_LIMITS.head) return false;
+  const headers = m.rawHeaders;
+  if (!Array.isArray(headers) || headers.length % 2 !== 0 || headers.length > 400) return false;
+  let total = 0;
+  for (const part of headers) {
+    if (typeof part !== "string") return false;
+    total += part.length;
+  }
+  return total <= HANDOFF_LIMITS.headers;
+}
+
+export function isTicketMint(message: unknown): message is TicketMint {
+  const m = message as TicketMint | null;
+  return m?.runplane === "ticket-mint" && Number.isSafeInteger(m.id) && typeof m.projectId === "string"
+    && m.projectId.length <= 64 && typeof m.appId === "string" && m.appId.length <= 64;
+}
+
+export function isTicketMinted(message: unknown): message is TicketMinted {
+  const m = message as TicketMinted | null;
+  if (m?.runplane !== "ticket-minted" || !Number.isSafeInteger(m.id)) return false;
+  return m.minted === null || (typeof m.minted?.ticket === "string" && typeof m.minted.expiresAt === "number");
+}

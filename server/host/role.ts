@@ -13,6 +13,8 @@ import type { OutputLine, PythonReplica, Runtime } from "../runtime/mod.ts";
 import type { CgroupStatus, SandboxStatus } from "../sandbox/mod.ts";
 import type { WakeUpPort } from "../store/mod.ts";
 import type { ChannelSlots } from "./call_server.ts";
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
 
 /**
  * A process of a host with workers. The supervisor is today's whole server, listening on a Unix socket
@@ -54,7 +56,26 @@ export type HostRole =
     forward(request: ExecuteRequest, options?: { here?: boolean }): Promise<ExecutedCall>;
     /** Given where the output of the calls it makes on replicas' channels goes (the run log). */
     useRunLogs?(add: (line: OutputLine) => void): void;
+    /** Its `upgrade` listener: hands each WebSocket to the supervisor, which handles it (`websocket_handoff.ts`). */
+    handOffUpgrade: UpgradeListener;
+    /** Mints a WebSocket ticket in the supervisor's book, where the upgrades are handled (`ticket_relay.ts`). */
+    mintTicket(target: RelayedTicketTarget): Promise<RelayedTicket | null>;
   };
+
+/** An upgrade listener (`WebSocketUpgrades.handle`); it settles once the upgrade is accepted or refused. */
+export type UpgradeListener = (request: IncomingMessage, socket: Duplex, head: Buffer) => void | Promise<void>;
+
+/** A WebSocket ticket minted (`ticket_relay.ts`): pass `ticket` as `?ticket=` before `expiresAt`. */
+export interface RelayedTicket {
+  ticket: string;
+  expiresAt: number;
+}
+
+/** What a WebSocket ticket is for. */
+export interface RelayedTicketTarget {
+  projectId: string;
+  appId: string;
+}
 
 /** A supervisor's replicas' channels (`server/host/replica_channels.ts`), as the server wires them. */
 export interface HostChannels extends ChannelSlots {
@@ -90,7 +111,11 @@ export interface HostServer {
     metrics: Metrics;
     runtime: Runtime;
     cluster: { view(): ClusterView } | null;
+    /** The WebSocket tickets it holds: the supervisor's are the host's (`ticket_relay.ts`). */
+    websocketTickets: { mint(target: RelayedTicketTarget): Promise<RelayedTicket | null> };
   };
+  /** Its WebSocket runs' upgrade listener: a supervisor handles there the upgrades its workers hand it. */
+  upgrades: { handle: UpgradeListener };
   /** Starts listening (a supervisor: on its Unix socket); resolves with its URL. */
   listen(): Promise<string>;
   /** Drains (see `RunplaneServer.drain`); `timeoutMs` 0 stops what still runs at once. */

@@ -16,6 +16,8 @@ import { ReplicaChannels } from "./replica_channels.ts";
 import { serveHostMetrics } from "./host_metrics.ts";
 import type { HostServer, SupervisorRole } from "./role.ts";
 import { sendSnapshots } from "./runtime_view.ts";
+import { answerTicketMint } from "./ticket_relay.ts";
+import { takeHandoffs } from "./websocket_handoff.ts";
 
 /** A worker that dies sooner than this after its start waits this long before it is started again. */
 const RESPAWN_PAUSE_MS = 1_000;
@@ -97,6 +99,12 @@ export async function startSupervisor<S extends HostServer>(options: SupervisorO
   const snapshots = sendSnapshots(context.runtime, (snapshot) => {
     for (const worker of liveWorkers()) if (worker.isConnected()) worker.send(snapshot);
   }, { clusterView: context.cluster?.view });
+  // The WebSockets the workers take are handled here, where the replicas are (websocket_handoff.ts).
+  const handoffs = takeHandoffs({
+    upgrade: server.upgrades.handle,
+    onDropped: (worker, why) => logger.warn({ worker_pid: worker.process.pid, why }, "a WebSocket handoff was dropped"),
+  });
+  const mintTicket = context.websocketTickets.mint.bind(context.websocketTickets);
 
   function fork(): Worker {
     const worker = cluster.fork();
@@ -106,7 +114,8 @@ export async function startSupervisor<S extends HostServer>(options: SupervisorO
       "error",
       (error: Error) => logger.warn({ err: error, worker_pid: worker.process.pid }, "a message to a worker failed"),
     );
-    worker.on("message", (message: unknown) => {
+    worker.on("message", (message: unknown, handle: unknown) => {
+      if (handoffs.receive(worker, message, handle) || answerTicketMint(worker, message, mintTicket)) return;
       if (isRelayedWakeUp(message)) port.fromWorker(worker, message);
       else if (isReplicaKill(message)) channels.kill(message);
       else if (isWorkerAsks(message)) {
@@ -159,7 +168,9 @@ export async function startSupervisor<S extends HostServer>(options: SupervisorO
     // The supervisor drains beside them: its seats (on a host of a cluster) and its async dispatch stop
     // at once, and it stops its replicas only once every worker's connection to it has closed (a worker
     // closes it as it exits, its calls answered) and its own runs have settled.
-    await Promise.all([server.drain(), ...exited]);
+    // A worker stops once the sockets it handed over have closed (Node's own bookkeeping of handed
+    // sockets): the WebSockets were told 1001 when the drain's timeout ended, and what is left goes now.
+    await Promise.all([server.drain().finally(() => handoffs.destroyAll()), ...exited]);
   }
 
   return {

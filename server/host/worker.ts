@@ -14,6 +14,8 @@ import { workerMetrics } from "./host_metrics.ts";
 import { isWorkerSetup, type WorkerAsks, type WorkerSetup } from "./_messages.ts";
 import type { HostServer, WorkerRole } from "./role.ts";
 import { isRuntimeSnapshot, type RuntimeSnapshot, viewedRuntime } from "./runtime_view.ts";
+import { askSupervisorForTickets } from "./ticket_relay.ts";
+import { handOffToSupervisor } from "./websocket_handoff.ts";
 
 /** The supervisor's setup message, asked for once this process listens for it. */
 function setupMessage(): Promise<WorkerSetup> {
@@ -83,6 +85,11 @@ export async function serveAsWorker<S extends HostServer>(
     viewRuntime: (local) => viewedRuntime(local, () => latest),
     forward: (request, options) => channels.execute(request, supervisor, options),
     useRunLogs: (add) => (channels.onOutput = add),
+    handOffUpgrade: handOffToSupervisor(
+      (message, socket, callback) => process.send?.(message, socket, { keepOpen: false }, callback) ?? false,
+      { connected: () => process.connected === true },
+    ),
+    mintTicket: askSupervisorForTickets(),
   });
   // `/metrics` here answers the host's: every process's, summed by the supervisor.
   const { hostText } = workerMetrics(server.context.metrics.registry);

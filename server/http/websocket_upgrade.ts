@@ -60,16 +60,19 @@ export interface WebSocketUpgradeOptions {
   /** `RUNPLANE_WS_MAX_MESSAGE`, `RUNPLANE_WS_MAX_PER_PROJECT`, `RUNPLANE_WS_PING_INTERVAL`. */
   limits: { maxMessageBytes: number; maxPerProject: number; pingIntervalMs: number };
   /**
-   * Why this process cannot serve WebSockets (a host's worker: its runtime runs nothing); every upgrade
-   * is then answered 503 with `Retry-After`. Undefined when it can.
+   * Writes the run's record before the 101 (a host's supervisor): the caller may read or cancel it at
+   * once through any worker, which reads the store, not this process's write-behind buffer.
    */
-  unservedBecause?: string;
+  recordBeforeOpen?: boolean;
 }
 
 /** This process's WebSocket runs. */
 export interface WebSocketUpgrades {
-  /** The `upgrade` listener of the HTTP server. */
-  handle(request: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /**
+   * The `upgrade` listener of the HTTP server (and, on a host's supervisor, of the upgrades its workers
+   * hand it); settles once the upgrade is accepted or refused.
+   */
+  handle(request: IncomingMessage, socket: Duplex, head: Buffer): Promise<void>;
   /** Connections open now. */
   readonly open: number;
   /** Bytes the open connections hold for slow readers now (each bounded; see `HIGH_WATER`). */
@@ -180,10 +183,10 @@ class WebSocketRuns implements WebSocketUpgrades {
     this.#server.on("headers", (headers, request) => headers.push(`X-Request-Id: ${this.#runIds.get(request)}`));
   }
 
-  readonly handle = (request: IncomingMessage, socket: Duplex, head: Buffer): void => {
+  readonly handle = (request: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> => {
     socket.on("error", () => undefined);
     const requestId = newRequestId();
-    this.#upgrade(request, socket, head).catch((error: unknown) => {
+    return this.#upgrade(request, socket, head).catch((error: unknown) => {
       if (socket.destroyed) return;
       const problem = isProblemError(error) ? error : new ProblemError("internal", "The WebSocket could not be opened");
       if (!isProblemError(error)) {
@@ -232,9 +235,10 @@ class WebSocketRuns implements WebSocketUpgrades {
     if (request.method !== "GET" || request.headers.upgrade?.toLowerCase() !== "websocket" || !match) {
       throw new ProblemError("not-found", "WebSockets open at /v4/{project_id}/{app_name}/{path} with GET");
     }
-    if (options.gate.draining || options.unservedBecause) {
-      const detail = options.unservedBecause ?? "The server is draining; connect again";
-      throw new ProblemError("service-unavailable", detail, { headers: { "Retry-After": "1" } });
+    if (options.gate.draining) {
+      throw new ProblemError("service-unavailable", "The server is draining; connect again", {
+        headers: { "Retry-After": "1" },
+      });
     }
     const key = request.headers["sec-websocket-key"];
     if (!key || !/^[+/0-9A-Za-z]{22}==$/.test(key) || request.headers["sec-websocket-version"] !== "13") {
@@ -279,6 +283,7 @@ class WebSocketRuns implements WebSocketUpgrades {
         await run.fail(error).catch(() => undefined);
         throw error;
       }
+      if (this.#options.recordBeforeOpen) await this.#options.runs.flush();
       if (socket.destroyed) {
         app.socket.terminate();
         app.release();

@@ -1,6 +1,10 @@
-/** WebSocket runs wired (issue 47): the upgrade listener over the server's parts, and its two gauges. */
+/**
+ * WebSocket runs wired (issue 47): the upgrade listener over the server's parts, and its two gauges. On
+ * a host with workers, a worker hands each upgrade to its supervisor (`server/host/websocket_handoff.ts`),
+ * whose WebSocket runs are the host's: only the supervisor counts them.
+ */
 import { Gauge } from "prom-client";
-import { createTokenVerifier, type SigningKeys } from "../auth/mod.ts";
+import { createTokenVerifier, createWebSocketTickets, type SigningKeys, type WebSocketTickets } from "../auth/mod.ts";
 import type { ServerContext } from "../context.ts";
 import type { HostRole } from "../host/mod.ts";
 import { createWebSocketUpgrades, type DrainGate, type WebSocketUpgrades } from "../http/mod.ts";
@@ -12,9 +16,28 @@ export interface WebSocketParts {
   role?: HostRole;
 }
 
+/**
+ * This process's WebSocket tickets: its own book, or (a host's worker) the supervisor's, asked to mint,
+ * since the supervisor handles every upgrade and consumes them there. A worker consumes none.
+ */
+export function webSocketTickets(role?: HostRole): WebSocketTickets {
+  if (role?.kind !== "worker") return createWebSocketTickets();
+  return { mint: (target) => role.mintTicket(target), consume: () => "unknown" };
+}
+
 /** Makes this process's WebSocket runs and registers `runplane_websocket_connections` and `…_buffered_bytes`. */
 export function wireWebSockets(context: ServerContext, parts: WebSocketParts): WebSocketUpgrades {
   const { config } = context;
+  if (parts.role?.kind === "worker") {
+    const handOff = parts.role.handOffUpgrade;
+    return {
+      handle: async (request, socket, head) => await handOff(request, socket, head),
+      open: 0,
+      bufferedBytes: () => 0,
+      // Its WebSockets are the supervisor's, which closes them when the host drains.
+      goingAway: () => Promise.resolve(),
+    };
+  }
   const upgrades = createWebSocketUpgrades({
     verifier: createTokenVerifier({ db: context.store.db, keys: parts.signingKeys }),
     tickets: context.websocketTickets,
@@ -27,15 +50,13 @@ export function wireWebSockets(context: ServerContext, parts: WebSocketParts): W
       maxPerProject: config.wsMaxPerProject,
       pingIntervalMs: config.wsPingIntervalMs,
     },
-    // A host's worker runs no replica: a WebSocket that lands on it is not forwarded (yet), so it says so at once.
-    unservedBecause: parts.role?.kind === "worker"
-      ? "This server's HTTP workers (RUNPLANE_WORKERS > 1) do not open WebSockets yet; retry, or run it with one process"
-      : undefined,
+    // Its workers read the store: the run is there before the caller learns its id.
+    recordBeforeOpen: parts.role?.kind === "supervisor",
   });
   const registry = context.metrics.registry;
   new Gauge({
     name: "runplane_websocket_connections",
-    help: "WebSocket runs open on this process",
+    help: "WebSocket runs open on this process (a host's supervisor: the host's)",
     registers: [registry],
     collect() {
       this.set(upgrades.open);
