@@ -22,6 +22,7 @@ import { RunLogs } from "./_run_logs.ts";
 import { Runs } from "./_runs.ts";
 import { ServerInfo } from "./_server_info.ts";
 import { ServiceAccounts } from "./_service_accounts.ts";
+import { type ConnectOptions, type WebSocketLike, WebSockets } from "./_websockets.ts";
 import type { AppRef } from "./app_ref.ts";
 import type {
   App,
@@ -55,6 +56,7 @@ import type {
 } from "./types.ts";
 
 export type { components, paths } from "../generated/api.d.ts";
+export type { ConnectOptions, WebSocketClass, WebSocketLike } from "./_websockets.ts";
 export { type AppLocation, type AppRef, DEFAULT_FUNCTION, resolveAppRef } from "./app_ref.ts";
 export { parseStreamItem, readEventStream } from "./event_stream.ts";
 export { errorFromResponse, isRunplaneError, type Problem, RunplaneError } from "./runplane_error.ts";
@@ -146,6 +148,12 @@ export interface RunplaneClient {
   waitForRun(app: AppRef, runId: string, options?: WaitForRunOptions): Promise<Run>;
   /** A page of an app's runs, newest first. */
   listRuns(app: AppRef, options?: ListRunsOptions): Promise<RunPage>;
+  /**
+   * Opens a WebSocket to a custom runtime's route `path` (query string included) with a single-use ticket
+   * (`createWebSocketTicket`): resolves with the socket as constructed (wait for `open`). Node 20 has no
+   * WebSocket class: pass one as `options.WebSocket` (the `ws` package's).
+   */
+  connect<S = WebSocketLike>(app: AppRef, path: string, options?: ConnectOptions<S>): Promise<S>;
   /** A page of a project's runs across all its apps, newest first, filtered (`listProjectRuns`). */
   listProjectRuns(project: string, options?: ListProjectRunsOptions): Promise<RunPage>;
   /** Cancels a queued or running run; resolves with its record. Takes the run id alone like `getRun`. */
@@ -254,6 +262,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
   const accounts = new ServiceAccounts(client);
   const secrets = new ProjectSecrets(client);
   const server = new ServerInfo(client);
+  const sockets = new WebSockets(client, options.apiUrl ?? options.baseUrl ?? "");
   return {
     api: client.api,
     runApi: client.runApi,
@@ -263,6 +272,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     getRun: runs.getRun.bind(runs),
     waitForRun: runs.waitForRun.bind(runs),
     listRuns: runs.listRuns.bind(runs),
+    connect: sockets.connect.bind(sockets),
     listProjectRuns: runs.listProjectRuns.bind(runs),
     cancelRun: runs.cancelRun.bind(runs),
     runLogs: logs.runLogs.bind(logs),

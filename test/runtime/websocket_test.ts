@@ -6,6 +6,7 @@ import { after, before, describe, it } from "node:test";
 import Database from "better-sqlite3";
 import WebSocket from "ws";
 import type { components } from "../../generated/api.d.ts";
+import { createRunplaneClient } from "../../client/mod.ts";
 import { deployApp, hostPid, waitFor } from "../_helpers/apps.ts";
 import { runMain } from "../_helpers/cli.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
@@ -304,6 +305,17 @@ describe("WebSocket runs to a custom runtime", () => {
     });
     assert.equal(anonymous.code, 1);
     assert.match(anonymous.stderr, /refused the WebSocket \(401\)/);
+  });
+
+  it("the client's connect() opens a WebSocket with a ticket, and refuses a Python app", async () => {
+    const client = createRunplaneClient({ baseUrl: t.url, token: t.token });
+    const socket = await client.connect(`${TEST_PROJECT}/ws`, "echo?x=1", { WebSocket });
+    const greeting = await new Promise<Buffer>((resolve) => socket.once("message", resolve));
+    assert.equal(JSON.parse(greeting.toString()).path, "/echo?x=1");
+    const closed = new Promise((resolve) => socket.once("close", resolve));
+    socket.close();
+    await closed;
+    await assert.rejects(client.connect(`${TEST_PROJECT}/py`, "f", { WebSocket }), { status: 400 });
   });
 
   it("closes with 1011 when the app's process is killed", async () => {
