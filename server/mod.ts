@@ -146,7 +146,8 @@ export async function createServer(config: Config, options: CreateServerOptions 
     trees,
     runtime: shown,
     runs,
-    websocketTickets: webSocketTickets(role),
+    // A cluster's hosts share the tickets in the store: one minted through a host opens on another.
+    websocketTickets: webSocketTickets(role, cluster ? { db: store.db, now: store.clock.now } : undefined),
     runChanges,
     deployments: apps.deployments,
     sandbox: sandboxStatus,
@@ -162,7 +163,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       : null,
   };
   const app = createServerApp(context, { signingKeys: keys.signing, gate, outage, executors });
-  const websockets = wireWebSockets(context, { signingKeys: keys.signing, gate, role });
+  const websockets = wireWebSockets(context, { signingKeys: keys.signing, gate, role, cluster });
   const listener = createListener(config, { app, logger, role, executors, gate, upgrades: websockets });
   const { close, drain } = createLifecycle({
     ...apps,

@@ -20,6 +20,7 @@ export {
   type SigningKeys,
   singleSigningKey,
 } from "./signing_key.ts";
+export { createStoredWebSocketTickets, type StoredWebSocketTicketsOptions } from "./stored_websocket_tickets.ts";
 export { createTokenVerifier, type Principal, type TokenVerifier } from "./token_verifier.ts";
 export {
   createWebSocketTickets,

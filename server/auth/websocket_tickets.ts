@@ -5,8 +5,9 @@
  *
  * Tickets are kept in this process's memory, by their SHA-256 only (a heap dump shows no usable
  * ticket), and swept once expired. On a host with workers the supervisor holds the book, where the
- * upgrades are handled, and the workers ask it to mint (`server/host/ticket_relay.ts`); a cluster's hosts
- * would keep them in the shared store instead, consumed with one conditional DELETE.
+ * upgrades are handled, and the workers ask it to mint (`server/host/ticket_relay.ts`). A cluster's hosts
+ * keep them in the shared store instead (`stored_websocket_tickets.ts`), so a ticket minted through one
+ * host opens a connection through another.
  */
 import { createHash } from "node:crypto";
 import { randomBytesPooled } from "../random/mod.ts";
@@ -52,15 +53,35 @@ export interface WebSocketTickets {
    * Consumes `ticket` for a connection to `target`: null when it opens it, else why not. A ticket is
    * gone once presented, whatever the answer (a leaked one tried elsewhere is spent).
    */
-  consume(ticket: string, target: TicketTarget): TicketRefusal | null;
+  consume(ticket: string, target: TicketTarget): Promise<TicketRefusal | null>;
 }
 
 interface Held extends TicketTarget {
   expiresAt: number;
 }
 
-function digest(ticket: string): string {
+/** The key a ticket is held by: its SHA-256, base64url. */
+export function ticketDigest(ticket: string): string {
   return createHash("sha256").update(ticket).digest("base64url");
+}
+
+/** A new ticket: 32 random bytes, base64url (256 bits, never guessed within a minute). */
+export function newTicket(): string {
+  return Buffer.from(randomBytesPooled(32)).toString("base64url");
+}
+
+/** The most tickets one project may hold unused at once (a bound on memory, or on the store's table). */
+export const MAX_TICKETS_PER_PROJECT = MAX_PER_PROJECT;
+
+/** Why `entry` does not open a connection to `target` at `at`, or null when it does. */
+export function ticketRefusal(
+  entry: TicketTarget & { expiresAt: number },
+  target: TicketTarget,
+  at: number,
+): TicketRefusal | null {
+  if (entry.expiresAt <= at) return "expired";
+  if (entry.projectId !== target.projectId || entry.appId !== target.appId) return "other-app";
+  return null;
 }
 
 /** Makes this process's ticket book. */
@@ -86,22 +107,19 @@ export function createWebSocketTickets(options: WebSocketTicketsOptions = {}): W
       const at = now();
       if ((perProject.get(target.projectId) ?? 0) >= MAX_PER_PROJECT) sweep(at);
       if ((perProject.get(target.projectId) ?? 0) >= MAX_PER_PROJECT) return Promise.resolve(null);
-      // 32 random bytes: 256 bits, never guessed within a minute.
-      const ticket = Buffer.from(randomBytesPooled(32)).toString("base64url");
+      const ticket = newTicket();
       const expiresAt = at + lifetimeMs;
-      held.set(digest(ticket), { projectId: target.projectId, appId: target.appId, expiresAt });
+      held.set(ticketDigest(ticket), { projectId: target.projectId, appId: target.appId, expiresAt });
       perProject.set(target.projectId, (perProject.get(target.projectId) ?? 0) + 1);
       if (held.size % 256 === 0) sweep(at);
       return Promise.resolve({ ticket, expiresAt });
     },
     consume(ticket, target) {
-      const key = digest(ticket);
+      const key = ticketDigest(ticket);
       const entry = held.get(key);
-      if (!entry) return "unknown";
+      if (!entry) return Promise.resolve("unknown");
       forget(key, entry);
-      if (entry.expiresAt <= now()) return "expired";
-      if (entry.projectId !== target.projectId || entry.appId !== target.appId) return "other-app";
-      return null;
+      return Promise.resolve(ticketRefusal(entry, target, now()));
     },
   };
 }

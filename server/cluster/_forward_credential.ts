@@ -42,6 +42,11 @@ export interface ForwardFields {
   functionName: string;
   /** When it was signed, in epoch milliseconds. */
   at: number;
+  /**
+   * `websocket` for a WebSocket opened on another host (its `functionName` is the path): signed too, so a
+   * call's credential never opens a WebSocket, nor the reverse.
+   */
+  kind?: "websocket";
 }
 
 /** Derives the forwarding key from the master key (HKDF-SHA256, empty salt, info `runplane forwarded call v1`). */
@@ -51,7 +56,8 @@ export function forwardKey(masterKey: MasterKey): ForwardKey {
 
 /** The signed text: a JSON array, so no field's content can be read as another's boundary. */
 function signedText(fields: ForwardFields): string {
-  return JSON.stringify(["v1", fields.at, fields.runId, fields.projectId, fields.appId, fields.functionName]);
+  const fixed = ["v1", fields.at, fields.runId, fields.projectId, fields.appId, fields.functionName];
+  return JSON.stringify(fields.kind === undefined ? fixed : [...fixed, fields.kind]);
 }
 
 /** The `X-Runplane-Forwarded` header value for a call: `v1,<at ms>,<hex HMAC>`. */

@@ -51,3 +51,13 @@ export {
 export { FrameSplitter, type Frame } from "./_frames.ts";
 export { decodeHttpPart, FORWARD_HTTP_HEADER } from "./_http_part.ts";
 export { type ForwardedCallInput, serveForwardedCall } from "./forward_endpoint.ts";
+// A WebSocket opened on another host's replica (the landing host keeps the run's record).
+export {
+  decodeWebSocketHeaders,
+  FORWARD_DEPLOYMENT_HEADER,
+  FORWARD_GRACE_HEADER,
+  FORWARD_WEBSOCKET_HEADERS,
+  FORWARD_WEBSOCKET_PATH,
+  forwardWebSocket,
+  type ForwardWebSocketOptions,
+} from "./websocket_forward.ts";

@@ -29,6 +29,12 @@ type Outcome =
   | { status: "cancelled" }
   | { status: "failure"; type: string; message: string };
 
+/**
+ * What the bridge needs of its run: the run itself on the host that records it, or a stand-in that records
+ * nothing on a host that only opened the replica for another host's run (`websocket_forwarded.ts`).
+ */
+export type BridgedRun = Pick<LiveRun, "runId" | "signal" | "countWebSocket" | "succeed" | "cancelled" | "fail">;
+
 /** Options of `WebSocketBridge`. */
 export interface BridgeOptions {
   /** The largest message either side may send (enforced by `ws` as each side's `maxPayload`). */
@@ -61,7 +67,7 @@ function codeOf(error: { code?: string }): number {
 export class WebSocketBridge {
   readonly #caller: WebSocket;
   readonly #app: AppWebSocket;
-  readonly #run: LiveRun;
+  readonly #run: BridgedRun;
   readonly #options: BridgeOptions;
   readonly #counters: WebSocketCounters = {
     messages_in: 0,
@@ -82,7 +88,7 @@ export class WebSocketBridge {
   #deadline: ReturnType<typeof setTimeout> | undefined;
   #ended = false;
 
-  constructor(caller: WebSocket, app: AppWebSocket, options: BridgeOptions & { run: LiveRun }) {
+  constructor(caller: WebSocket, app: AppWebSocket, options: BridgeOptions & { run: BridgedRun }) {
     this.#caller = caller;
     this.#app = app;
     this.#run = options.run;
@@ -186,7 +192,20 @@ export class WebSocketBridge {
     }
     const { code, reason, to } = close;
     if (code !== 1006) {
-      this.#endWith(side, code === 1005 ? null : code, reason, { status: "success" });
+      // Another host's 1011 is its replica failing there (or its app's error): the run failed.
+      const failed = side === "app" && code === 1011 && this.#app.remote === true;
+      this.#endWith(
+        side,
+        code === 1005 ? null : code,
+        reason,
+        failed
+          ? {
+            status: "failure",
+            type: "upstream_error",
+            message: `The app's server on the host holding its replica failed: ${reason || "1011"}`,
+          }
+          : { status: "success" },
+      );
       if (code === 1005 || !sendable(code)) this.#closeSocket(to, undefined, "");
       else this.#closeSocket(to, code, reason);
       return;

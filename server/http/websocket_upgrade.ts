@@ -19,11 +19,13 @@ import type { TokenVerifier, WebSocketTickets } from "../auth/mod.ts";
 import type { Logger } from "../log.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
 import type { LiveRun, RunService } from "../runs/mod.ts";
-import type { AppWebSocket, Runtime } from "../runtime/mod.ts";
+import type { AppWebSocket, Runtime, WebSocketRequest } from "../runtime/mod.ts";
 import { authenticate } from "./authenticate.ts";
 import type { DrainGate } from "./drain_gate.ts";
 import { newRequestId } from "./_request_state.ts";
-import { WebSocketBridge } from "./websocket_bridge.ts";
+import { type BridgedRun, WebSocketBridge } from "./websocket_bridge.ts";
+import { forwardedTarget, type ForwardedWebSocketOptions, isForwardedWebSocket } from "./websocket_forwarded.ts";
+import { FORWARD_DEPLOYMENT_HEADER, FORWARD_GRACE_HEADER } from "../cluster/mod.ts";
 
 const RUN_ROUTE = routes.find((route) => route.operationId === "runFunction") as RouteSpec;
 const PATH = /^\/v4\/([a-z0-9][a-z0-9-]{0,62})\/([A-Za-z0-9][A-Za-z0-9_-]{0,62})\/([^?]*)$/;
@@ -64,6 +66,13 @@ export interface WebSocketUpgradeOptions {
    * once through any worker, which reads the store, not this process's write-behind buffer.
    */
   recordBeforeOpen?: boolean;
+  /**
+   * Where a connection opens (a host of a cluster: a replica here, else on another host that holds one,
+   * over the internal endpoint); default `runtime.connectWebSocket`.
+   */
+  connect?(request: WebSocketRequest): Promise<AppWebSocket>;
+  /** A host of a cluster: the internal endpoint other hosts open their callers' WebSockets on. */
+  forwarded?: ForwardedWebSocketOptions;
 }
 
 /** This process's WebSocket runs. */
@@ -122,7 +131,7 @@ async function admit(
     });
     return;
   }
-  const refusal = options.tickets.consume(ticket, { projectId: options.projectId, appId: options.appId });
+  const refusal = await options.tickets.consume(ticket, { projectId: options.projectId, appId: options.appId });
   if (refusal === "other-app") {
     throw new ProblemError(
       "forbidden",
@@ -152,6 +161,34 @@ function passedHeaders(request: IncomingMessage): { headers: Record<string, stri
   return { headers, protocols };
 }
 
+/** A 400 unless the request is a WebSocket handshake `ws` can accept. */
+function checkHandshake(request: IncomingMessage): void {
+  const key = request.headers["sec-websocket-key"];
+  if (!key || !/^[+/0-9A-Za-z]{22}==$/.test(key) || request.headers["sec-websocket-version"] !== "13") {
+    throw new ProblemError(
+      "bad-request",
+      "A WebSocket handshake needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13",
+    );
+  }
+}
+
+/**
+ * The stand-in run of a connection opened here for another host's run: that host records it (counters,
+ * close, end); here nothing is written, and the connection ends when that host's socket or the app's
+ * closes, or this host drains.
+ */
+function unrecorded(runId: string): BridgedRun {
+  const ended = () => Promise.resolve();
+  return {
+    runId,
+    signal: new AbortController().signal,
+    countWebSocket: () => undefined,
+    succeed: ended,
+    cancelled: ended,
+    fail: ended,
+  };
+}
+
 /** A WebSocket run's target: the app, the path after it, the query, and the run. */
 interface Target {
   projectId: string;
@@ -166,7 +203,7 @@ class WebSocketRuns implements WebSocketUpgrades {
   readonly #bridges = new Set<WebSocketBridge>();
   readonly #perProject = new Map<string, number>();
   readonly #server: WebSocketServer;
-  readonly #runIds = new WeakMap<IncomingMessage, string>();
+  readonly #answered = new WeakMap<IncomingMessage, string[]>();
   #chosenProtocol: string | false = false;
 
   constructor(options: WebSocketUpgradeOptions) {
@@ -180,13 +217,15 @@ class WebSocketRuns implements WebSocketUpgrades {
       // The app's choice among the caller's offers: set just before each (synchronous) `handleUpgrade`.
       handleProtocols: () => this.#chosenProtocol,
     });
-    this.#server.on("headers", (headers, request) => headers.push(`X-Request-Id: ${this.#runIds.get(request)}`));
+    this.#server.on("headers", (headers, request) => headers.push(...(this.#answered.get(request) ?? [])));
   }
 
   readonly handle = (request: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> => {
     socket.on("error", () => undefined);
     const requestId = newRequestId();
-    return this.#upgrade(request, socket, head).catch((error: unknown) => {
+    const forwarded = this.#options.forwarded !== undefined && isForwardedWebSocket(request.url ?? "");
+    const upgrade = forwarded ? this.#forwardedUpgrade(request, socket, head) : this.#upgrade(request, socket, head);
+    return upgrade.catch((error: unknown) => {
       if (socket.destroyed) return;
       const problem = isProblemError(error) ? error : new ProblemError("internal", "The WebSocket could not be opened");
       if (!isProblemError(error)) {
@@ -240,13 +279,7 @@ class WebSocketRuns implements WebSocketUpgrades {
         headers: { "Retry-After": "1" },
       });
     }
-    const key = request.headers["sec-websocket-key"];
-    if (!key || !/^[+/0-9A-Za-z]{22}==$/.test(key) || request.headers["sec-websocket-version"] !== "13") {
-      throw new ProblemError(
-        "bad-request",
-        "A WebSocket handshake needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13",
-      );
-    }
+    checkHandshake(request);
     const [, projectId, appId, path] = match;
     const query = new URLSearchParams(url.includes("?") ? url.slice(url.indexOf("?") + 1) : "");
     await admit(request, { verifier: options.verifier, tickets: options.tickets, projectId, appId, query });
@@ -297,13 +330,63 @@ class WebSocketRuns implements WebSocketUpgrades {
     }
   }
 
+  /**
+   * An upgrade another host of the cluster forwarded (`websocket_forwarded.ts`): its credential checked,
+   * the connection opened on a replica here and joined to that host's socket, unrecorded here (that host
+   * keeps the run's record). Its 101 says the app's grace period and the deployment that took it.
+   */
+  async #forwardedUpgrade(request: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const forwarded = this.#options.forwarded!;
+    const target = forwardedTarget(request, forwarded);
+    if (this.#options.gate.draining) {
+      throw new ProblemError("service-unavailable", "This host is draining; open the WebSocket on another", {
+        headers: { "Retry-After": "1" },
+      });
+    }
+    checkHandshake(request);
+    const controller = new AbortController();
+    const gone = () => controller.abort(new Error("The forwarding host went away before the WebSocket opened"));
+    socket.once("close", gone);
+    let deployment: string | undefined;
+    let app: AppWebSocket;
+    try {
+      app = await forwarded.connect({
+        projectId: target.projectId,
+        app: target.appId,
+        path: target.path,
+        query: target.query,
+        runId: target.runId,
+        protocols: target.protocols,
+        headers: target.headers,
+        maxPayload: this.#options.limits.maxMessageBytes,
+        signal: controller.signal,
+        onDeployment: (id) => (deployment = id),
+      });
+    } finally {
+      socket.off("close", gone);
+    }
+    if (socket.destroyed) {
+      app.socket.terminate();
+      app.release();
+      return;
+    }
+    this.#count(target.projectId, 1);
+    this.#accept({ request, socket, head }, {
+      projectId: target.projectId,
+      run: unrecorded(target.runId),
+      app,
+      headers: forwardedHeaders(app, deployment),
+    });
+  }
+
   /** Opens the app's side; the caller's socket closing meanwhile stops waiting. */
   async #connect(request: IncomingMessage, socket: Duplex, target: Target & { run: LiveRun }): Promise<AppWebSocket> {
     const { run } = target;
     const gone = () => run.abort(new Error("The caller went away before the WebSocket opened"));
     socket.once("close", gone);
+    const connect = this.#options.connect ?? ((request) => this.#options.runtime.connectWebSocket(request));
     try {
-      return await this.#options.runtime.connectWebSocket({
+      return await connect({
         projectId: target.projectId,
         app: target.appId,
         path: target.path,
@@ -322,11 +405,11 @@ class WebSocketRuns implements WebSocketUpgrades {
   /** Completes the caller's upgrade (101, with the app's subprotocol) and joins the two connections. */
   #accept(
     upgrade: { request: IncomingMessage; socket: Duplex; head: Buffer },
-    joined: { projectId: string; run: LiveRun; app: AppWebSocket },
+    joined: { projectId: string; run: BridgedRun; app: AppWebSocket; headers?: string[] },
   ): void {
     const { run, app, projectId } = joined;
     this.#chosenProtocol = app.socket.protocol || false;
-    this.#runIds.set(upgrade.request, run.runId);
+    this.#answered.set(upgrade.request, [`X-Request-Id: ${run.runId}`, ...(joined.headers ?? [])]);
     let accepted = false;
     this.#server.handleUpgrade(upgrade.request, upgrade.socket, upgrade.head, (caller) => {
       accepted = true;
@@ -350,6 +433,15 @@ class WebSocketRuns implements WebSocketUpgrades {
     run.fail({ type: "invalid_arguments", message: "The caller's WebSocket handshake was refused", traceback: null })
       .catch(() => undefined);
   }
+}
+
+/** What the 101 of a forwarded WebSocket tells the landing host: the grace period, the deployment. */
+function forwardedHeaders(app: AppWebSocket, deployment: string | undefined): string[] {
+  const headers = [`${FORWARD_GRACE_HEADER}: ${app.graceMs}`];
+  if (deployment !== undefined && /^[\x21-\x7e]+$/.test(deployment)) {
+    headers.push(`${FORWARD_DEPLOYMENT_HEADER}: ${deployment}`);
+  }
+  return headers;
 }
 
 /** Makes this process's WebSocket runs: the `upgrade` listener and the drain's way to close them. */

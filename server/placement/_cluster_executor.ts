@@ -160,7 +160,7 @@ export function clusterExecutor(options: ClusterExecutorOptions): ClusterExecuto
 }
 
 /** Of two candidates drawn at random, the one with fewer calls in flight (the power of two choices). */
-function twoChoices(seats: LiveSeat[], random: () => number): LiveSeat | undefined {
+export function twoChoices(seats: LiveSeat[], random: () => number): LiveSeat | undefined {
   if (seats.length <= 1) return seats[0];
   const a = seats[Math.floor(random() * seats.length)];
   const b = seats[Math.floor(random() * seats.length)];
@@ -168,14 +168,14 @@ function twoChoices(seats: LiveSeat[], random: () => number): LiveSeat | undefin
 }
 
 /** The least busy host of `seats` (its seats' free slots summed), for a call that queues there. */
-function leastBusyHost(seats: LiveSeat[]): LiveSeat | undefined {
+export function leastBusyHost(seats: LiveSeat[]): LiveSeat | undefined {
   const load = new Map<string, number>();
   for (const seat of seats) load.set(seat.hostId, (load.get(seat.hostId) ?? 0) + seat.busy - seat.slots);
   return [...seats].sort((a, b) => load.get(a.hostId)! - load.get(b.hostId)!)[0];
 }
 
 /** What `placementHost` weighs: the app, this host, the hosts that refused the call already. */
-interface PlacementRequest {
+export interface PlacementRequest {
   projectId: string;
   app: string;
   selfId: string;
@@ -196,7 +196,10 @@ function seatsOf(view: ClusterView, hostId: string): number {
  * fits a replica (GPUs included), holding the fewest seats of any app (and fewer than `fewerSeatsThan`). Its own budget decides when the
  * call arrives (a 503 sends the call on to the next).
  */
-function placementHost(view: ClusterView, request: PlacementRequest): { hostId: string; url: string } | undefined {
+export function placementHost(
+  view: ClusterView,
+  request: PlacementRequest,
+): { hostId: string; url: string } | undefined {
   const held = view.seats.filter((s) => s.projectId === request.projectId && s.appId === request.app).length;
   if (held >= request.maxReplicas) return undefined;
   const { hardware, fewerSeatsThan = Infinity } = request;
@@ -239,12 +242,12 @@ interface AppOf {
 }
 
 /** The seats of the app this host holds. */
-function heldHere(runtime: Runtime, target: AppOf): number {
+export function heldHere(runtime: Runtime, target: AppOf): number {
   return runtime.heldSeats().filter((s) => s.projectId === target.projectId && s.appId === target.app).length;
 }
 
 /** A new replica of the app here: claims a seat when the host has room; false when it cannot. */
-async function placeHere(runtime: Runtime, registry: ClusterRegistry, target: AppOf): Promise<boolean> {
+export async function placeHere(runtime: Runtime, registry: ClusterRegistry, target: AppOf): Promise<boolean> {
   const { projectId, app: appId } = target;
   if (!runtime.canPlace(projectId, appId)) return false;
   const { maxReplicas, replicaConcurrency } = runtime.appSettings(projectId, appId);

@@ -3,8 +3,15 @@
  * (host row, seats, the cached view), the executor that routes calls to warm capacity, and the upkeep
  * that keeps the seats true: the warm ones claimed, the spare ones given back, the lost ones dropped.
  */
-import { type ClusterRegistry, createClusterRegistry, type ForwardKey, forwardCall } from "../cluster/mod.ts";
+import {
+  type ClusterRegistry,
+  createClusterRegistry,
+  type ForwardKey,
+  forwardCall,
+  forwardWebSocket,
+} from "../cluster/mod.ts";
 import { type ClusterExecutor, clusterExecutor } from "./_cluster_executor.ts";
+import { type ClusterWebSockets, clusterWebSockets } from "./_cluster_websockets.ts";
 import type { Logger } from "../log.ts";
 import type { Runtime } from "../runtime/mod.ts";
 import type { Store } from "../store/mod.ts";
@@ -31,6 +38,10 @@ export interface ClusterHostOptions {
 export interface ClusterHost {
   registry: ClusterRegistry;
   executor: ClusterExecutor;
+  /** Where its WebSockets open: here, or on another host's replica (issue 47). */
+  webSockets: ClusterWebSockets;
+  /** Signs and checks the hop to other hosts; `now` is the store's clock the credentials' time is read from. */
+  hop: { key: ForwardKey; now(): number };
   /** Registers the host and starts its upkeep. */
   start(): Promise<void>;
   /** Stops the upkeep and removes the host and its seats from the store (once; later calls share it). */
@@ -64,6 +75,12 @@ export function createClusterHost(options: ClusterHostOptions): ClusterHost {
     logger,
     forward: (url, request) => forwardCall(url, request, { key: options.forwardKey, now: store.clock.now }),
   });
+  const webSockets = clusterWebSockets({
+    runtime,
+    registry,
+    logger,
+    forward: (url, request) => forwardWebSocket(url, request, { key: options.forwardKey, now: store.clock.now }),
+  });
   let timer: ReturnType<typeof setInterval> | undefined;
   let stopped: Promise<void> | undefined;
   let upkeep: Promise<void> | undefined;
@@ -77,6 +94,8 @@ export function createClusterHost(options: ClusterHostOptions): ClusterHost {
   return {
     registry,
     executor,
+    webSockets,
+    hop: { key: options.forwardKey, now: store.clock.now },
     async start() {
       await registry.start();
       stopView = registry.onViewChange(runUpkeep);

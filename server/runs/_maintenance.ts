@@ -109,6 +109,8 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
     await forgetDeliverySecrets(db, { before: now - options.resultTtlMs });
     await expireRunLogs(db, { before: now - options.resultTtlMs });
     await db.deleteFrom("idempotency_keys").where("created_at", "<=", now - IDEMPOTENCY_WINDOW_MS).execute();
+    // A cluster's WebSocket tickets past their minute (the table is empty on a server of one host).
+    await db.deleteFrom("websocket_tickets").where("expires_at", "<=", now).execute();
   }
   return startTicker(upkeep, {
     intervalMs: Math.max(200, Math.floor(options.leaseMs / 3)),

@@ -47,6 +47,11 @@ export interface AppWebSocket {
   oomLimit(): number | undefined;
   /** Frees the slot (once; later calls are ignored). */
   release(): void;
+  /**
+   * Opened on another host of the cluster (issue 47): a 1011 close from it is its replica failing there,
+   * recorded here as the run's `upstream_error`.
+   */
+  remote?: boolean;
 }
 
 /** An app's seat on this host (issue 31): `project/app` and the seat's number. */

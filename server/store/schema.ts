@@ -258,6 +258,14 @@ export interface DashboardSessionTable {
   expires_at: number;
 }
 
+/** A WebSocket ticket of a cluster: its SHA-256 only (base64url), its app and expiry (issue 47). */
+export interface WebSocketTicketTable {
+  digest: string;
+  project_id: string;
+  app_id: string;
+  expires_at: number;
+}
+
 /** A project's secret: an environment variable of its replicas, the value sealed by the SecretBox. */
 export interface ProjectSecretTable {
   project_id: string;
@@ -358,6 +366,7 @@ export interface Database {
   deployment_logs: DeploymentLogTable;
   run_logs: RunLogTable;
   dashboard_sessions: DashboardSessionTable;
+  websocket_tickets: WebSocketTicketTable;
   project_secrets: ProjectSecretTable;
   project_secret_versions: ProjectSecretVersionTable;
   served_deployments: ServedDeploymentTable;

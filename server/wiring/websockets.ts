@@ -4,25 +4,62 @@
  * whose WebSocket runs are the host's: only the supervisor counts them.
  */
 import { Gauge } from "prom-client";
-import { createTokenVerifier, createWebSocketTickets, type SigningKeys, type WebSocketTickets } from "../auth/mod.ts";
+import type { Kysely } from "kysely";
+import {
+  createStoredWebSocketTickets,
+  createTokenVerifier,
+  createWebSocketTickets,
+  type SigningKeys,
+  type WebSocketTickets,
+} from "../auth/mod.ts";
 import type { ServerContext } from "../context.ts";
+import type { Database } from "../store/mod.ts";
 import type { HostRole } from "../host/mod.ts";
-import { createWebSocketUpgrades, type DrainGate, type WebSocketUpgrades } from "../http/mod.ts";
+import type { ClusterHost } from "../placement/mod.ts";
+import {
+  createWebSocketUpgrades,
+  type DrainGate,
+  type WebSocketUpgradeOptions,
+  type WebSocketUpgrades,
+} from "../http/mod.ts";
 
 /** What `wireWebSockets` joins besides the server's context. */
 export interface WebSocketParts {
   signingKeys: SigningKeys;
   gate: DrainGate;
   role?: HostRole;
+  /** This process as a host of a cluster: its WebSockets open on any host's replicas (issue 47). */
+  cluster?: ClusterHost;
 }
 
 /**
- * This process's WebSocket tickets: its own book, or (a host's worker) the supervisor's, asked to mint,
- * since the supervisor handles every upgrade and consumes them there. A worker consumes none.
+ * This process's WebSocket tickets: on a host of a cluster (`shared`) the cluster's book in the store, so
+ * a ticket minted through one host opens a connection through another; else its own book in memory; or
+ * (a host's worker) the supervisor's, asked to mint, since the supervisor handles every upgrade and
+ * consumes them there. A worker consumes none.
  */
-export function webSocketTickets(role?: HostRole): WebSocketTickets {
-  if (role?.kind !== "worker") return createWebSocketTickets();
-  return { mint: (target) => role.mintTicket(target), consume: () => "unknown" };
+export function webSocketTickets(
+  role: HostRole | undefined,
+  shared?: { db: Kysely<Database>; now(): number },
+): WebSocketTickets {
+  if (role?.kind !== "worker") {
+    return shared
+      ? createStoredWebSocketTickets(shared.db, shared)
+      : createWebSocketTickets();
+  }
+  return { mint: (target) => role.mintTicket(target), consume: () => Promise.resolve("unknown") };
+}
+
+/**
+ * On a host of a cluster: connections open here or on another host's replica, and other hosts open theirs
+ * here, on the internal endpoint.
+ */
+function clusterParts(cluster: ClusterHost | undefined): Partial<WebSocketUpgradeOptions> {
+  if (!cluster) return {};
+  return {
+    connect: (request) => cluster.webSockets.connect(request),
+    forwarded: { ...cluster.hop, connect: (request) => cluster.webSockets.placing(request) },
+  };
 }
 
 /** Makes this process's WebSocket runs and registers `runplane_websocket_connections` and `…_buffered_bytes`. */
@@ -52,6 +89,7 @@ export function wireWebSockets(context: ServerContext, parts: WebSocketParts): W
     },
     // Its workers read the store: the run is there before the caller learns its id.
     recordBeforeOpen: parts.role?.kind === "supervisor",
+    ...clusterParts(parts.cluster),
   });
   const registry = context.metrics.registry;
   new Gauge({
