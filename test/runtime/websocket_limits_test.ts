@@ -12,41 +12,22 @@ import { deployApp, waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { WEBSOCKET_ECHO_APP } from "../_helpers/websocket_echo_app.ts";
+import { openWebSocket, type OpenedWebSocket } from "../_helpers/websockets.ts";
 
 type Run = components["schemas"]["Run"];
 
 const TOML = '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n'
   + "[scaling]\nreplica_concurrency = 10\n";
 
-/** An open connection: its socket, its run id, and its close once it comes. */
-interface Opened {
-  socket: WebSocket;
-  runId: string;
-  closed: Promise<{ code: number; reason: string }>;
-}
+type Opened = OpenedWebSocket;
 
 describe("the limits of WebSocket runs", () => {
   let t: TestServer;
 
   function open(options: { autoPong?: boolean } = {}): Promise<Opened> {
-    const socket = new WebSocket(`${t.url.replace("http", "ws")}/v4/${TEST_PROJECT}/ws/echo`, {
+    return openWebSocket(`${t.url.replace("http", "ws")}/v4/${TEST_PROJECT}/ws/echo`, {
       headers: { Authorization: `Bearer ${t.token}` },
-      autoPong: options.autoPong ?? true,
-    });
-    const closed = new Promise<{ code: number; reason: string }>((resolve) =>
-      socket.once("close", (code, reason) => resolve({ code, reason: reason.toString() }))
-    );
-    return new Promise((resolve, reject) => {
-      socket.once(
-        "upgrade",
-        (response: IncomingMessage) => resolve({ socket, runId: String(response.headers["x-request-id"]), closed }),
-      );
-      socket.once("unexpected-response", (_request, response: IncomingMessage) => {
-        let body = "";
-        response.on("data", (chunk: Buffer) => (body += chunk));
-        response.on("end", () => reject(Object.assign(new Error(body), { status: response.statusCode, response })));
-      });
-      socket.once("error", reject);
+      autoPong: options.autoPong,
     });
   }
 

@@ -12,17 +12,11 @@ import { runMain } from "../_helpers/cli.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { WEBSOCKET_ECHO_APP } from "../_helpers/websocket_echo_app.ts";
+import { openWebSocket, type OpenedWebSocket } from "../_helpers/websockets.ts";
 
 type Run = components["schemas"]["Run"];
-type Message = { data: Buffer; isBinary: boolean };
 
-/** A caller's connection, its run id and its messages in order. */
-interface Opened {
-  socket: WebSocket;
-  runId: string;
-  next(): Promise<Message>;
-  closed: Promise<{ code: number; reason: string }>;
-}
+type Opened = OpenedWebSocket;
 
 const MAX_MESSAGE = 2 * 1024 * 1024;
 const TOML = '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n'
@@ -36,35 +30,7 @@ describe("WebSocket runs to a custom runtime", () => {
   function open(path: string, options: { app?: string; token?: string | null } = {}): Promise<Opened> {
     const token = options.token === undefined ? t.token : options.token;
     const url = `${t.url.replace("http", "ws")}/v4/${TEST_PROJECT}/${options.app ?? "ws"}/${path}`;
-    const socket = new WebSocket(url, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
-    const queue: Message[] = [];
-    const waiting: Array<(message: Message) => void> = [];
-    socket.on("message", (data: Buffer, isBinary: boolean) => {
-      const message = { data, isBinary };
-      const waiter = waiting.shift();
-      if (waiter) waiter(message);
-      else queue.push(message);
-    });
-    const closed = new Promise<{ code: number; reason: string }>((resolve) =>
-      socket.once("close", (code, reason) => resolve({ code, reason: reason.toString() }))
-    );
-    return new Promise((resolve, reject) => {
-      socket.once("upgrade", (response: IncomingMessage) => {
-        const runId = String(response.headers["x-request-id"]);
-        resolve({
-          socket,
-          runId,
-          closed,
-          next: () => queue.length ? Promise.resolve(queue.shift()!) : new Promise((r) => waiting.push(r)),
-        });
-      });
-      socket.once("unexpected-response", (_request, response) => {
-        let body = "";
-        response.on("data", (chunk: Buffer) => (body += chunk));
-        response.on("end", () => reject(Object.assign(new Error(body), { status: response.statusCode, response })));
-      });
-      socket.once("error", reject);
-    });
+    return openWebSocket(url, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
   }
 
   /** The refusal of an upgrade: its status and problem document. */

@@ -6,26 +6,18 @@
  * host's round robin gives to the next worker.
  */
 import assert from "node:assert/strict";
-import type { IncomingMessage } from "node:http";
 import { after, before, describe, it } from "node:test";
-import WebSocket from "ws";
 import type { components } from "../../generated/api.d.ts";
 import { waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { connection } from "../_helpers/host_calls.ts";
 import { makeServerDirs, type ServerDirs, type ServerProcess, startServerProcess } from "../_helpers/server_process.ts";
 import { WEBSOCKET_ECHO_APP } from "../_helpers/websocket_echo_app.ts";
+import { openWebSocket, type OpenedWebSocket } from "../_helpers/websockets.ts";
 
 type Run = components["schemas"]["Run"];
-type Message = { data: Buffer; isBinary: boolean };
 
-/** A caller's connection, its run id and its messages in order. */
-interface Opened {
-  socket: WebSocket;
-  runId: string;
-  next(): Promise<Message>;
-  closed: Promise<{ code: number; reason: string }>;
-}
+type Opened = OpenedWebSocket;
 
 const PROJECT = "p-demo";
 const TOML = '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n'
@@ -40,33 +32,7 @@ describe("WebSocket runs through a host's two workers", () => {
     const query = options.ticket ? `${path.includes("?") ? "&" : "?"}ticket=${options.ticket}` : "";
     const url = `${server.url.replace("http", "ws")}/v4/${PROJECT}/ws/${path}${query}`;
     const headers: Record<string, string> = options.ticket ? {} : { Authorization: `Bearer ${server.token}` };
-    const socket = new WebSocket(url, { headers });
-    const queue: Message[] = [];
-    const waiting: Array<(message: Message) => void> = [];
-    socket.on("message", (data: Buffer, isBinary: boolean) => {
-      const waiter = waiting.shift();
-      if (waiter) waiter({ data, isBinary });
-      else queue.push({ data, isBinary });
-    });
-    const closed = new Promise<{ code: number; reason: string }>((resolve) =>
-      socket.once("close", (code, reason) => resolve({ code, reason: reason.toString() }))
-    );
-    return new Promise((resolve, reject) => {
-      socket.once("upgrade", (response: IncomingMessage) => {
-        resolve({
-          socket,
-          runId: String(response.headers["x-request-id"]),
-          closed,
-          next: () => queue.length ? Promise.resolve(queue.shift()!) : new Promise((r) => waiting.push(r)),
-        });
-      });
-      socket.once("unexpected-response", (_request, response) => {
-        let body = "";
-        response.on("data", (chunk: Buffer) => (body += chunk));
-        response.on("end", () => reject(Object.assign(new Error(body), { status: response.statusCode })));
-      });
-      socket.once("error", reject);
-    });
+    return openWebSocket(url, { headers });
   }
 
   /** A ticket for the app, minted over REST on a connection of its own (so through the next worker). */

@@ -5,9 +5,7 @@
  * internal endpoint, signed like a forwarded call; tickets are the cluster's, in the store.
  */
 import assert from "node:assert/strict";
-import type { IncomingMessage } from "node:http";
 import { after, before, describe, it } from "node:test";
-import WebSocket from "ws";
 import type { components } from "../../generated/api.d.ts";
 import { hostPid } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
@@ -20,53 +18,20 @@ import {
   startClusterHost,
 } from "../_helpers/server_process.ts";
 import { WEBSOCKET_ECHO_APP } from "../_helpers/websocket_echo_app.ts";
+import { openWebSocket, type OpenedWebSocket } from "../_helpers/websockets.ts";
 import { eventually } from "../_helpers/webhook_receiver.ts";
 
 type Run = components["schemas"]["Run"];
-type Message = { data: Buffer; isBinary: boolean };
 
 const POSTGRES = (await engines()).includes("postgres");
 const TOML = '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n'
   + "[scaling]\nmin_replicas = 1\nmax_replicas = 1\nreplica_concurrency = 20\ncooldown = 300\n";
 
-/** A caller's connection, its run id and its messages in order. */
-interface Opened {
-  socket: WebSocket;
-  runId: string;
-  next(): Promise<Message>;
-  closed: Promise<{ code: number; reason: string }>;
-}
+type Opened = OpenedWebSocket;
 
 /** Opens `url` and resolves at its 101; rejects with the refusal's status and body. */
 function openSocket(url: string, headers: Record<string, string>): Promise<Opened> {
-  const socket = new WebSocket(url, { headers });
-  const queue: Message[] = [];
-  const waiting: Array<(message: Message) => void> = [];
-  socket.on("message", (data: Buffer, isBinary: boolean) => {
-    const message = { data, isBinary };
-    const waiter = waiting.shift();
-    if (waiter) waiter(message);
-    else queue.push(message);
-  });
-  const closed = new Promise<{ code: number; reason: string }>((resolve) =>
-    socket.once("close", (code, reason) => resolve({ code, reason: reason.toString() }))
-  );
-  return new Promise((resolve, reject) => {
-    socket.once("upgrade", (response: IncomingMessage) => {
-      resolve({
-        socket,
-        runId: String(response.headers["x-request-id"]),
-        closed,
-        next: () => queue.length ? Promise.resolve(queue.shift()!) : new Promise((r) => waiting.push(r)),
-      });
-    });
-    socket.once("unexpected-response", (_request, response) => {
-      let body = "";
-      response.on("data", (chunk: Buffer) => (body += chunk));
-      response.on("end", () => reject(Object.assign(new Error(body), { status: response.statusCode })));
-    });
-    socket.once("error", reject);
-  });
+  return openWebSocket(url, { headers });
 }
 
 describe("WebSockets across two hosts of a cluster", { skip: !POSTGRES }, () => {
