@@ -3,7 +3,7 @@
  * `{ "<path relative to the checkout>": seconds }`, to the file `RUNPLANE_TEST_DURATIONS` names, for
  * `npm test -- --store-durations` (`scripts/run_tests.ts`). A file's time is the sum of its top-level
  * tests' durations; imports shared with other files of its shard are not counted. The file is rewritten
- * as each top-level test ends, not once at the end: `--test-force-exit` ends the process before a
+ * as each top-level test ends, not once at the end: a shard's process may be made to exit before a
  * reporter's last output. Plain JavaScript: node:test loads reporters before tsx's loader is registered.
  */
 import { writeFileSync } from "node:fs";

@@ -2,9 +2,9 @@
  * A node:test reporter that notes each failed test as it fails: its file, its suites and the first lines
  * of its error, appended to the file `RUNPLANE_TEST_FAILURES` names. `npm test` prints them once the run
  * has ended, after the TAP stream, so that the end of a long log (all that a CI page may keep of it) still
- * says which test failed and why. Appended at once, not yielded at the end: `--test-force-exit` ends the
- * process before a reporter's last output. Plain JavaScript: node:test loads reporters before tsx's loader
- * is registered.
+ * says which test failed and why. Appended at once, not yielded at the end: a shard's process may be made
+ * to exit (run_tests.ts) before a reporter's last output. Plain JavaScript: node:test loads reporters
+ * before tsx's loader is registered.
  */
 import { appendFileSync } from "node:fs";
 import { join, relative } from "node:path";
