@@ -2,7 +2,7 @@
  * `runplane.toml`: parsed with a real TOML parser and checked key by key, so an unknown key or an
  * out-of-range value is a load error that names the key.
  */
-import { isAbsolute, resolve } from "node:path";
+import { isAbsolute, posix, resolve } from "node:path";
 import { parse } from "smol-toml";
 import { envNameProblem, envValueProblem, MAX_ENV_TOTAL_BYTES, MAX_ENV_VARIABLES } from "./_app_env.ts";
 import { aptEntryProblem, condaEntryProblem, pipEntryProblem } from "./_dependency_rules.ts";
@@ -59,7 +59,8 @@ export interface AppConfig {
   cooldownMs: number;
   responseGracePeriodMs: number;
   dependencies: { pip: Record<string, string>; apt: Record<string, string>; conda: Record<string, string> };
-  build: { baseImage?: string; shellCommands: string[]; preBuildCommands: string[] };
+  /** `[build]`; `volumes`: whether the app's `[volumes]` are bound into its build steps too (default false). */
+  build: { baseImage?: string; shellCommands: string[]; preBuildCommands: string[]; volumes: boolean };
   custom?: CustomRuntime;
   /** `[env]`: variables for the app's replicas (names checked against the platform's own, see `_app_env.ts`). */
   env: Record<string, string>;
@@ -69,7 +70,49 @@ export interface AppConfig {
   hardware: Hardware;
   /** `[runtime] preload`: modules a Python replica (and its template) imports before main.py. */
   preload: string[];
+  /** `[volumes]`: the project's volumes bound into every replica (and its template), in the file's order. */
+  volumes: VolumeMount[];
 }
+
+/** One entry of `[volumes]`: project volume `volume` shown at `path` inside the replica. */
+export interface VolumeMount {
+  /** The entry's key in `[volumes]`. */
+  name: string;
+  /** The project's volume (the key when the entry names none). */
+  volume: string;
+  /** An absolute, normalised path inside the replica. */
+  path: string;
+  readOnly: boolean;
+}
+
+/** The most entries `[volumes]` may have. */
+export const MAX_VOLUME_MOUNTS = 8;
+
+/** A volume's name, as the volumes API takes it (a folder name on every host: no dot, no slash). */
+export const VOLUME_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+/**
+ * Folders a volume may not be shown at, nor under, nor above: the system the jail shows read-only, its
+ * own `/proc`, `/dev`, `/tmp` and HOME, the image driver's folder. The app's own folder is checked where
+ * it is known (`volumeTargetProblem`).
+ */
+export const RESERVED_VOLUME_PATHS = [
+  "/usr",
+  "/bin",
+  "/sbin",
+  "/lib",
+  "/lib32",
+  "/lib64",
+  "/libx32",
+  "/etc",
+  "/proc",
+  "/dev",
+  "/sys",
+  "/tmp",
+  "/run",
+  "/home/runplane",
+  "/.runplane",
+];
 
 /**
  * What a `runplane.toml` may ask for beyond the defaults, decided by who wrote it: the operator's apps
@@ -382,6 +425,7 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
     "env",
     "network",
     "hardware",
+    "volumes",
   ]);
   const deployment = root.section("deployment", ["name", "runtime", "python", "exclude"]);
   // `exclude` is read by `runplane deploy` when it packs the folder; checked here, unused by the server.
@@ -394,7 +438,7 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
     "response_grace_period",
   ]);
   const dependencies = root.section("dependencies", ["pip", "apt", "conda"]);
-  const build = root.section("build", ["base_image", "shell_commands", "pre_build_commands"]);
+  const build = root.section("build", ["base_image", "shell_commands", "pre_build_commands", "volumes"]);
   const runtimeSection = root.section("runtime", ["custom", "preload"]);
   const network = root.section("network", ["egress"]);
   const runtime = deployment.oneOf("runtime", ["python", "custom"] as const, "python");
@@ -441,12 +485,14 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
       baseImage: build.string("base_image"),
       shellCommands: build.strings("shell_commands") ?? [],
       preBuildCommands: build.strings("pre_build_commands") ?? [],
+      volumes: build.boolean("volumes", false),
     },
     custom,
     env: environment(root),
     egress: network.boolean("egress", true),
     hardware: hardware(root),
     preload: preload(runtimeSection),
+    volumes: volumeMounts(root),
   };
   const problem = custom?.kind === "process" && custom.dockerfile ? dockerfileProblem(config) : undefined;
   if (problem) throw new AppConfigError(problem);
@@ -469,4 +515,84 @@ function preload(runtime: Reader): string[] {
     }
   }
   return names;
+}
+
+/** Whether `path` is `folder`, below it or above it (either would hide the other in the jail). */
+function overlaps(path: string, folder: string): boolean {
+  const below = (a: string, b: string) => a === b || a.startsWith(b === "/" ? b : `${b}/`);
+  return below(path, folder) || below(folder, path);
+}
+
+/**
+ * Why a volume may not be shown at `path` in a jail that also shows `folders` (the app's folder, its
+ * virtualenv), or undefined when it may. `path` is absolute and normalised (`parseAppConfig` checked it).
+ */
+export function volumeTargetProblem(path: string, folders: readonly string[] = []): string | undefined {
+  const hit = [...RESERVED_VOLUME_PATHS, ...folders].find((folder) => overlaps(path, folder));
+  return hit === undefined ? undefined : `${JSON.stringify(path)} overlaps ${hit}, which the jail shows itself`;
+}
+
+/** `[volumes]`: `key = "/path"` or `key = { volume = "name", path = "/path", read_only = true }`. */
+function volumeMounts(root: Reader): VolumeMount[] {
+  const value = root.table.volumes ?? {};
+  if (!isTable(value)) throw new AppConfigError('volumes must be a table of name = "/path" ([volumes])');
+  const entries = Object.entries(value);
+  if (entries.length > MAX_VOLUME_MOUNTS) {
+    throw new AppConfigError(`volumes has ${entries.length} entries; at most ${MAX_VOLUME_MOUNTS} are allowed`);
+  }
+  const mounts: VolumeMount[] = [];
+  for (const [name, entry] of entries) {
+    const key = `volumes.${tomlKey(name)}`;
+    const table = isTable(entry) ? new Reader(entry, key, ["volume", "path", "read_only"]) : undefined;
+    if (!table && typeof entry !== "string") {
+      throw new AppConfigError(`${key} must be a path such as "/models" or a table { volume, path, read_only }`);
+    }
+    const volume = table?.string("volume") ?? name;
+    if (!VOLUME_NAME.test(volume)) {
+      throw new AppConfigError(
+        `${table?.table.volume !== undefined ? `${key}.volume` : key} names volume ${
+          JSON.stringify(volume)
+        }: a volume's name is lowercase letters, digits and -, at most 63`,
+      );
+    }
+    const path = table ? table.string("path") : entry as string;
+    const pathKey = table ? `${key}.path` : key;
+    if (path === undefined) {
+      throw new AppConfigError(`${pathKey} is missing: the path inside the replica, e.g. "/models"`);
+    }
+    mounts.push({
+      name,
+      volume,
+      path: mountPath(path, pathKey),
+      readOnly: table?.boolean("read_only", false) ?? false,
+    });
+  }
+  for (const [i, mount] of mounts.entries()) {
+    const other = mounts.slice(0, i).find((earlier) => overlaps(mount.path, earlier.path));
+    if (other) {
+      throw new AppConfigError(
+        `volumes.${tomlKey(mount.name)} is shown at ${mount.path}, which overlaps volumes.${
+          tomlKey(other.name)
+        } (${other.path}); give each its own folder`,
+      );
+    }
+  }
+  return mounts;
+}
+
+/** A mount's path inside the replica: absolute, normalised, at most 255 bytes, no system folder. */
+function mountPath(path: string, key: string): string {
+  if (
+    !path.startsWith("/") || posix.normalize(path).replace(/(.)\/$/, "$1") !== path || path === "/"
+    || Buffer.byteLength(path) > 255 || /[\0-\x1f\x7f\\:,]/.test(path)
+  ) {
+    throw new AppConfigError(
+      `${key} must be an absolute, normalised folder path other than / (no .., //, trailing /, control characters, \\, : or ,), such as "/models", got ${
+        JSON.stringify(path)
+      }`,
+    );
+  }
+  const problem = volumeTargetProblem(path);
+  if (problem) throw new AppConfigError(`${key}: ${problem}; pick a folder of its own, such as "/models"`);
+  return path;
 }
