@@ -1,6 +1,8 @@
 /** `npm start` / `runplane serve`: validated settings, a demo project on a fresh data dir, and a clean stop. */
 import cluster from "node:cluster";
-import { createServiceAccount } from "./auth/mod.ts";
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import { anyServiceAccount, createServiceAccount } from "./auth/mod.ts";
 import { type Config, ConfigError, loadConfig, type SettingOverrides, settingProblem } from "./config.ts";
 import { DataDirError } from "./data_dir.ts";
 import { isWorkerDrain, serveAsWorker, startSupervisor } from "./host/mod.ts";
@@ -53,7 +55,59 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
     return;
   }
   printUnjailedNotice(started.server);
-  if (started.server.freshDataDir) await printWelcome(started.server, started.url);
+  warnOfMissingAppsDir(started.server.context.config);
+  if (await welcomeDue(started.server)) await printWelcome(started.server, started.url);
+  else printTokenHint(started.server, started.url);
+}
+
+/**
+ * Whether this start shows the demo project's token: on a fresh data dir, and on one where no token was
+ * ever minted (a first start that made the data dir but could not listen printed none). With a shared
+ * store (PostgreSQL), only the start that created the schema does, so hosts starting together print one.
+ */
+async function welcomeDue(server: RunplaneServer): Promise<boolean> {
+  if (server.freshDataDir) return true;
+  const { store } = server.context;
+  return !store.shared && !(await anyServiceAccount(store.db));
+}
+
+/** The command that mints a token for this server's store, as a newcomer would type it. */
+export function tokenCreateCommand(config: Pick<Config, "dataDir" | "databaseUrl">): string {
+  const store = config.databaseUrl
+    ? "--database-url <url> (with RUNPLANE_MASTER_KEY set)"
+    : `--data-dir ${shellWord(resolve(config.dataDir))}`;
+  return `runplane token create ${store} --project ${DEMO_PROJECT}`;
+}
+
+function shellWord(text: string): string {
+  return /^[\w@%+=:,./-]+$/.test(text) ? text : `'${text.replaceAll("'", `'\\''`)}'`;
+}
+
+/** At a start without the welcome: where it serves, and how to get a token (one lost, or never seen). */
+function printTokenHint(server: RunplaneServer, url: string): void {
+  const config = server.context.config;
+  process.stdout.write(
+    [
+      "",
+      `Runplane is serving ${resolve(config.appsDir)} at ${url} (dashboard: ${url}/dashboard)`,
+      `No token at hand? Mint one: ${tokenCreateCommand(config)}`,
+      "",
+      "",
+    ].join("\n"),
+  );
+}
+
+/**
+ * A warning on stderr when the apps folder does not exist: it is relative to the working directory, so a
+ * server started from another folder serves an empty one.
+ */
+function warnOfMissingAppsDir(config: Config): void {
+  if (existsSync(config.appsDir)) return;
+  process.stderr.write(
+    `runplane: warning: the apps folder ${
+      resolve(config.appsDir)
+    } does not exist, so no app is served from it. It is relative to the working directory (${process.cwd()}): start the server from the folder that holds it, or set RUNPLANE_APPS_DIR (--apps-dir) to its absolute path.\n`,
+  );
 }
 
 /** Starts this process's part: the lone server, the supervisor and its workers, or (a cluster child) a worker. */
@@ -190,8 +244,9 @@ async function printWelcome(server: RunplaneServer, url: string): Promise<void> 
   process.stdout.write(
     [
       "",
-      `Runplane is serving ${config.appsDir} at ${url}`,
-      `Fresh data dir ${config.dataDir}: created project ${DEMO_PROJECT} and a 30-day demo token:`,
+      `Runplane is serving ${resolve(config.appsDir)} at ${url}`,
+      `Data dir ${resolve(config.dataDir)}: created project ${DEMO_PROJECT} and a 30-day demo token (shown once;`,
+      `lost, mint another with ${tokenCreateCommand(config)}):`,
       "",
       `  export RUNPLANE_TOKEN=${token}`,
       "",

@@ -4,6 +4,7 @@ export { parseExpiry } from "./expiry.ts";
 export { DEFAULT_TOKEN_LIFETIME_MS, mintingGrant } from "./minting.ts";
 export { parseScopes, type Scope, SCOPES } from "./scopes.ts";
 export {
+  anyServiceAccount,
   createServiceAccount,
   type CreateServiceAccountOptions,
   listServiceAccounts,

@@ -105,6 +105,11 @@ export async function listServiceAccounts(db: Kysely<Database>, projectId: strin
   }));
 }
 
+/** Whether the store holds any service account (of any project, revoked or not): a token was ever minted. */
+export async function anyServiceAccount(db: Kysely<Database>): Promise<boolean> {
+  return (await db.selectFrom("service_accounts").select("id").limit(1).executeTakeFirst()) !== undefined;
+}
+
 /** Records that the account's token was used at `now` (Unix ms). */
 export async function touchServiceAccount(db: Kysely<Database>, input: { id: string; now: number }): Promise<void> {
   await db.updateTable("service_accounts").set({ last_used_at: input.now }).where("id", "=", input.id).execute();

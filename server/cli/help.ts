@@ -15,6 +15,21 @@ export function serveHelp(): string {
   }`;
 }
 
+/** Help of `runplane token`. */
+export const TOKEN_HELP = `Usage:
+  runplane token create [--data-dir <dir>] [--project p-demo] [--name <name>] [--expires 30d]
+                        [--scope admin,deploy,rest,run] [--database-url <postgres://…>] [--json]
+
+Mints a service-account token from the data dir (--data-dir, or RUNPLANE_DATA_DIR, default ./.runplane:
+the folder the server was started with), whether the server runs or not: the way to a first token, and to
+a new one when the token npm start printed is lost. Defaults: project p-demo (the demo project npm start
+makes), every scope, 30 days. Prints only the token on stdout, so
+
+  export RUNPLANE_TOKEN=$(runplane token create --data-dir /path/to/.runplane)
+
+sets it. A shorthand of runplane service-account create (see its help for PostgreSQL stores, which need
+RUNPLANE_MASTER_KEY too); runplane service-account revoke <id> revokes a token.`;
+
 /** Help of `runplane service-account`. */
 export const SERVICE_ACCOUNT_HELP = `Usage:
   runplane service-account create --project <id> --name <name> [--expires <ISO date | 30d>] [--scope rest,run]

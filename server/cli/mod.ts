@@ -1,6 +1,6 @@
 /**
  * The whole `runplane` CLI: the client's dispatcher (`client/cli.ts`) with the commands that work on a
- * data dir or its database added — serve, service-account, repo, integration. They live here, beside the
+ * data dir or its database added — serve, token, service-account, repo, integration. They live here, beside the
  * server they load; this module loads none of them (nor their help) until one is invoked, so the
  * commands that talk to a server start without loading the server. `client/runplane.mjs` runs `main`.
  */
@@ -13,6 +13,11 @@ export const SERVER_COMMANDS: Record<string, CommandEntry> = {
     summary: "Run the server",
     help: async () => (await import("./help.ts")).serveHelp(),
     load: async () => (await import("./serve.ts")).serveCommand,
+  },
+  token: {
+    summary: "Mint a token from the data dir (default: project p-demo, every scope, 30 days)",
+    help: async () => (await import("./help.ts")).TOKEN_HELP,
+    load: async () => (await import("./token.ts")).tokenCommand,
   },
   "service-account": {
     summary: "Create, list and revoke service-account tokens",

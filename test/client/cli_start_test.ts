@@ -17,7 +17,8 @@ async function modulesLoadedBy(args: string[], file: string): Promise<string[]> 
     execFile(
       process.execPath,
       ["--import", "tsx", "--import", RECORDER, join(ROOT, "client", "runplane.mjs"), ...args],
-      { env: { ...process.env, RECORD_IMPORTS_TO: file }, timeout: 60_000 },
+      // The sources, not the checkout's compiled CLI (dist/cli/), so the records name source modules.
+      { env: { ...process.env, RECORD_IMPORTS_TO: file, RUNPLANE_CLI_SOURCES: "1" }, timeout: 60_000 },
       () => resolve(),
     );
   });
@@ -56,6 +57,21 @@ describe("runplane start-up", { timeout: 120_000 }, () => {
       ),
       [],
     );
+  });
+
+  it("a checkout runs its compiled CLI (dist/cli/), no TypeScript and no tsx", async () => {
+    const file = join(dir, "compiled.txt");
+    await new Promise<void>((resolve) => {
+      execFile(
+        process.execPath,
+        ["--import", RECORDER, join(ROOT, "client", "runplane.mjs"), "run", "p/a", "--base-url", "http://127.0.0.1:9"],
+        { env: { ...process.env, RECORD_IMPORTS_TO: file }, timeout: 60_000 },
+        () => resolve(),
+      );
+    });
+    const urls = (await readFile(file, "utf8")).split("\n").filter(Boolean);
+    assert.ok(urls.some((url) => url.includes("/dist/cli/")), urls.join(", "));
+    assert.deepEqual(urls.filter((url) => url.endsWith(".ts") || url.includes("/node_modules/tsx/")), []);
   });
 
   it("serve --help loads the settings, not the server", async () => {
