@@ -4,6 +4,7 @@ import type { Metrics } from "./_types.ts";
 import { PerCallCounter, PerCallHistogram } from "./per_call.ts";
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 const RUN_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 43200];
 
 /** The recording instruments of `Metrics`. */
@@ -17,6 +18,8 @@ export type Instruments = Pick<
   | "runQueueTime"
   | "webhookAttempts"
   | "webhookDeliveryLatency"
+  | "batchSize"
+  | "batchWait"
 >;
 
 /** Creates every recording instrument in `registry`, in this order. */
@@ -72,6 +75,20 @@ export function createInstruments(registry: Registry): Instruments {
       name: "runplane_webhook_delivery_latency_seconds",
       help: "Time from a run's end to its webhook's final outcome",
       labelNames: ["outcome"],
+      buckets: LATENCY_BUCKETS,
+      registers: [registry],
+    }),
+    batchSize: new PerCallHistogram({
+      name: "runplane_batch_size",
+      help: "Calls per batch of a batched function ([functions.<name>] batch), by app and function",
+      labelNames: ["app", "function"],
+      buckets: BATCH_SIZE_BUCKETS,
+      registers: [registry],
+    }),
+    batchWait: new PerCallHistogram({
+      name: "runplane_batch_wait_seconds",
+      help: "Time from a batch's first call reaching its replica to the batch's start, by app and function",
+      labelNames: ["app", "function"],
       buckets: LATENCY_BUCKETS,
       registers: [registry],
     }),

@@ -21,6 +21,10 @@ export interface Metrics {
   runQueueTime: PerCallHistogram<"app" | "mode">;
   webhookAttempts: Counter<"outcome">;
   webhookDeliveryLatency: Histogram<"outcome">;
+  /** Calls per batch of a batched function (recorded where the replica is). */
+  batchSize: PerCallHistogram<"app" | "function">;
+  /** How long a batch waited for calls before it started, in seconds. */
+  batchWait: PerCallHistogram<"app" | "function">;
   /** Sets where the `runplane_runs_queued` gauge reads its values from. */
   setQueuedRunsSource(source: () => GaugeReading[] | Promise<GaugeReading[]>): void;
   /** Sets where the `runplane_replicas` gauge reads its values from. */

@@ -226,7 +226,7 @@ async function claimWarmSeats(runtime: Runtime, registry: ClusterRegistry): Prom
         projectId: app.projectId,
         appId: app.name,
         limit: min,
-        slots: app.config!.replicaConcurrency,
+        slots: runtime.appSettings(app.projectId, app.name).replicaConcurrency,
       });
       if (seat === null) break;
       runtime.addSeat({ projectId: app.projectId, appId: app.name, seat });

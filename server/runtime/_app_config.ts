@@ -6,6 +6,7 @@ import { isAbsolute, posix, resolve } from "node:path";
 import { parse } from "smol-toml";
 import { envNameProblem, envValueProblem, MAX_ENV_TOTAL_BYTES, MAX_ENV_VARIABLES } from "./_app_env.ts";
 import { aptEntryProblem, condaEntryProblem, pipEntryProblem } from "./_dependency_rules.ts";
+import { type FunctionSettings, parseFunctions } from "./_batch_config.ts";
 
 /** The largest `response_grace_period`: 12 hours. */
 export const MAX_GRACE_PERIOD_SECONDS = 43_200;
@@ -68,6 +69,8 @@ export interface AppConfig {
   egress: boolean;
   /** `[hardware]`: each replica's cores, memory and GPUs. */
   hardware: Hardware;
+  /** `[functions.<name>]`: settings of main.py's functions by name (`batch`, see `_batch_config.ts`). */
+  functions: Record<string, FunctionSettings>;
   /** `[runtime] preload`: modules a Python replica (and its template) imports before main.py. */
   preload: string[];
   /** `[volumes]`: the project's volumes bound into every replica (and its template), in the file's order. */
@@ -422,6 +425,7 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
     "dependencies",
     "build",
     "runtime",
+    "functions",
     "env",
     "network",
     "hardware",
@@ -491,6 +495,7 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
     env: environment(root),
     egress: network.boolean("egress", true),
     hardware: hardware(root),
+    functions: parseFunctions(raw.functions, runtime),
     preload: preload(runtimeSection),
     volumes: volumeMounts(root),
   };

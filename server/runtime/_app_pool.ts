@@ -1,6 +1,7 @@
 /** The replica pool of one app version: how its replicas start (Python, custom process, url), jailed and limited. */
 import type { AppConfig } from "./_app_config.ts";
 import type { AppVersion } from "./_app_registry.ts";
+import { batchSpecs, slotsPerReplica } from "./_batch_config.ts";
 import { CustomProcessReplica } from "./_custom_replica.ts";
 import { FailedReplica } from "./_failed_replica.ts";
 import type { HostBudget } from "./_host_budget.ts";
@@ -75,6 +76,7 @@ export function createPool(
   };
   // An app with GPUs cold-starts: a fork shares its template's jail, and a jail binds only the device
   // nodes of the GPUs its own replica holds (issue 29), which a template made before the grant cannot.
+    batch: batchSpecs(config.functions),
   const keeper = config.runtime === "python" && options.forkReplicas !== false && config.hardware.gpuCount === 0
     ? new TemplateKeeper({
       ...worker,
@@ -120,6 +122,7 @@ export function createPool(
       start: keeper ? () => keeper.start({ cgroup, channels }, cold) : async () => cold(),
       onChannels: options.replicaChannels?.onChannels,
     });
+      onBatch: options.onBatch && ((batch) => options.onBatch!(name, batch)),
     options.pythonReplicas.set(replica, replica);
     return replica;
   }
@@ -152,7 +155,8 @@ export function createPool(
     budget: config.custom?.kind === "url" ? undefined : { host: options.budget, need },
     minReplicas: limits.minReplicas,
     maxReplicas: limits.maxReplicas,
-    slotsPerReplica: config.replicaConcurrency,
+    // A batch is one slot of replica_concurrency; the replica admits enough calls to fill its batches.
+    slotsPerReplica: slotsPerReplica(config),
     cooldownMs: config.cooldownMs,
     queueLimit: options.queueLimit,
     spawn,

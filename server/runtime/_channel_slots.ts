@@ -2,6 +2,7 @@
  * Channel slots (`Runtime.tryChannelSlot`): a free slot on a ready Python replica, held for a call another
  * process of the host makes directly on one of the replica's channels.
  */
+import { slotsPerReplica } from "./_batch_config.ts";
 import type { LiveApps } from "./_live_apps.ts";
 import type { ChannelSlot } from "./_types.ts";
 
@@ -18,6 +19,7 @@ export function tryChannelSlot(apps: LiveApps, ref: { projectId: string; app: st
     return null;
   }
   const { deploymentId } = found.version;
-  const { responseGracePeriodMs: graceMs, replicaConcurrency: concurrency } = found.version.config;
+  const { responseGracePeriodMs: graceMs } = found.version.config;
+  const concurrency = slotsPerReplica(found.version.config);
   return { replica, deploymentId, graceMs, concurrency, release: lease.release };
 }

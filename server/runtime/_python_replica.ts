@@ -68,6 +68,8 @@ export interface ReplicaOptions {
   logger: Logger;
   /** Told every line a call's function writes (stdout, stderr, `logging`), as it is written. */
   onOutput?(line: OutputLine): void;
+  /** Told each batch of a batched function that left for the function (its size, how long it waited). */
+  onBatch?(batch: BatchReport): void;
   /** The replica's cgroup: its limits, and whether the kernel killed it at its memory limit. */
   cgroup?: ReplicaCgroup;
   /**
@@ -97,6 +99,16 @@ export interface ReplicaExit {
   memoryBytes?: number;
   /** Stopped by the server (its calls were interrupted), not crashed. */
   stopped: boolean;
+}
+
+/** A batch of a batched function, as its worker reported it when the batch left. */
+export interface BatchReport {
+  /** The function's name. */
+  fn: string;
+  /** Calls in the batch. */
+  size: number;
+  /** Milliseconds from its first call's arrival in the worker to its start. */
+  waitMs: number;
 }
 
 /** One line of a call's output. */
@@ -501,6 +513,9 @@ export class PythonReplica implements CallableReplica {
     // Messages already in the pipe when the worker was killed are moot.
     if (!this.usable) return;
     if (message.op === "ready") return this.#onReady();
+    if (message.op === "batch") {
+      return this.#options.onBatch?.({ fn: message.fn, size: message.size, waitMs: message.wait_ms });
+    }
     if (message.op === "load_error") {
       this.#loadError = new AppStartError(
         `${this.#options.label}: main.py failed to load: ${message.type}: ${message.message}`,

@@ -138,6 +138,7 @@ export class ReplicaTemplate {
       workerArgs(options.appDir, {
         concurrency: options.concurrency,
         preload: options.preload,
+        batch: options.batch,
         template: true,
         unjailed: !options.sandbox.status.jailed,
       }),

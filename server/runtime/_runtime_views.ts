@@ -3,6 +3,7 @@
  * replicas by state, replicas waiting for room, the host's budget.
  */
 import { label } from "./_app_pool.ts";
+import { slotsPerReplica } from "./_batch_config.ts";
 import type { HardwareNeed } from "./_host_budget.ts";
 import type { LiveApps } from "./_live_apps.ts";
 import type { ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
@@ -15,7 +16,7 @@ export function appSettings(apps: LiveApps, ref: { projectId: string; app: strin
     runtime: config.runtime,
     responseGracePeriodMs: config.responseGracePeriodMs,
     maxReplicas: config.maxReplicas,
-    replicaConcurrency: config.replicaConcurrency,
+    replicaConcurrency: slotsPerReplica(config),
   };
 }
 

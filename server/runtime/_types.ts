@@ -7,7 +7,7 @@ import type { DriverFilesOptions, Gpu } from "../gpus/mod.ts";
 import type { HardwareNeed } from "./_host_budget.ts";
 import type { Logger } from "../log.ts";
 import type { CallOutcome, HttpCall } from "./_outcome.ts";
-import type { OutputLine, PythonReplica } from "./_python_replica.ts";
+import type { BatchReport, OutputLine, PythonReplica } from "./_python_replica.ts";
 import type { CallableReplica } from "./_replica.ts";
 import type { Capacity, Lease, ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
 import type { Cgroups, Sandbox } from "../sandbox/mod.ts";
@@ -98,6 +98,10 @@ export interface AppSettings {
   responseGracePeriodMs: number;
   maxReplicas: number;
   replicaConcurrency: number;
+  /**
+   * Calls one replica takes at once: `replica_concurrency`, times twice the largest batch `max_size` when
+   * the app has batched functions (a batch is one slot; see `_batch_config.ts`).
+   */
 }
 
 /** What the runtime knows of one app on this process. */
@@ -134,6 +138,8 @@ export interface RuntimeOptions {
   /** Told every line a Python function writes during a call (the run's log). */
   onOutput?(line: OutputLine): void;
   /** Jails the replicas; without it they run unjailed (with an environment built from scratch all the same). */
+  /** Told each batch of a batched function that left for the function (`app` is `project/app`). */
+  onBatch?(app: string, batch: BatchReport): void;
   sandbox?: Sandbox;
   /** Limits each replica to its `[hardware]` (memory, CPU) and the pids limit; without it, nothing is limited. */
   cgroups?: Cgroups;
@@ -302,3 +308,8 @@ export interface Runtime {
   /** Stops watching and stops every replica. */
   close(): Promise<void>;
 }
+  /**
+   * Tells `listener` each batch of a batched function that leaves for one of this process's replicas
+   * (issue 49); absent where the runtime runs no replica itself (a worker's view of its supervisor's).
+   */
+  listenBatches?(listener: (app: string, batch: BatchReport) => void): void;

@@ -15,7 +15,12 @@ random cost tens of milliseconds together and are imported where they are first 
 (docs/performance.md, "Cold start: what Runplane adds").
 
 Usage: python3 _worker.py <app_dir> <max_concurrency> [--preload=mod1,mod2] [--channels=5,6,...]
-       [--template [--unjailed]]
+       [--batch={"fn":[max_size,wait_ms],...}] [--template [--unjailed]]
+
+Batched functions (--batch, from runplane.toml's [functions.<name>] batch): calls of such a function are
+grouped here, in front of the function, whatever channel they came on (see Batcher); the function gets
+a list per parameter and returns a list, whose elements answer the calls one each. `import runplane`
+gives the `batched` decorator, which must agree with the toml (checked at load, a load error if not).
 
 Extra channels (`--channels`, or a fork request's `channels`: that many more connections to its socket,
 named c0, c1, ...): on a host with several front-door processes, each holds one of its replicas'
@@ -58,13 +63,15 @@ is one JSON object with an "op":
     worker -> server end          id                                            the iterator is exhausted (final)
     worker -> server cancelled    id                                            stopped after a cancel (final)
     worker -> server fail         id, kind, type, message, traceback?           the call failed (final)
+    worker -> server batch        fn, size, wait_ms                             a batch of fn left (on the server's channel)
 
 A result whose JSON text is RAW_RESULT_BYTES or longer is sent as the header line
 {"op":"result","id":...,"bytes":N} followed by exactly N bytes of that JSON text (ASCII: the encoder
 keeps ensure_ascii) and no newline; the server checks the text without parsing it and hands it through.
 
 fail kinds: not_found, invalid_arguments, bad_request (the call line could not be read), not_serializable,
-too_large (a result or item over MAX_MESSAGE_BYTES), exception. Every call gets exactly one final message.
+too_large (a result or item over MAX_MESSAGE_BYTES), bad_batch_result (a batched function's result is not a
+list with one element per call), exception. Every call gets exactly one final message.
 A message is at most MAX_MESSAGE_BYTES including its newline; the server ends a worker that sends a longer
 line, an unknown op, a malformed line or a message for a call it was not given. A stream may have
 STREAM_WINDOW_ITEMS items and STREAM_WINDOW_BYTES bytes of item lines sent and not yet credited back (and
@@ -174,6 +181,9 @@ class RunOutput:
         current = _current_call.get()
         if current is None:
             return self.fallback.write(text)
+        if isinstance(current, BatchOutput):
+            current.write(self.name, text)
+            return len(text)
         if text:
             call_id, channel = current
             send({"op": "log", "id": call_id, "stream": self.name, "text": text}, channel)
@@ -437,6 +447,9 @@ class Worker:
         self.windows = {}
         self.tasks = {}
         self.functions = {}
+        # Batched functions' batchers, by name, and the calls in their batches, by id.
+        self.batchers = {}
+        self.batch_members = {}
         # The pool of threads for `def` functions, started as calls need them (never more than the
         # replica's concurrency, which the server already enforces).
         self.jobs = queue.SimpleQueue()
@@ -458,12 +471,16 @@ class Worker:
         if op == "call":
             if channel is not OWNER:
                 _call_channels[message["id"]] = channel
-            self.start_call(message)
+            self.start_call(message, channel)
         elif op == "credit":
             window = self.windows.get(message["id"])
             if window is not None:
                 window.credit(int(message["items"]), int(message["bytes"]))
         elif op == "cancel":
+            batched_call = self.batch_members.get(message["id"])
+            if batched_call is not None:
+                batched_call[0].cancel(batched_call[1])
+                return
             self.cancelled.add(message["id"])
             window = self.windows.get(message["id"])
             if window is not None:
@@ -471,7 +488,7 @@ class Worker:
             # No loop yet means no task to cancel (a task is asked for before its cancel is read).
             self.loop.call_if_started(self.cancel_task, message["id"])
 
-    def start_call(self, message):
+    def start_call(self, message, channel=OWNER):
         call_id = message["id"]
         name = message["fn"]
         function = self.function(name)
@@ -485,6 +502,12 @@ class Worker:
         problem = function.arguments_error(kwargs)
         if problem is not None:
             send_fail(call_id, "invalid_arguments", "TypeError", problem)
+            return
+        if name in _batch_specs:
+            batcher = self.batchers.get(name)
+            if batcher is None:
+                batcher = self.batchers.setdefault(name, Batcher(self, function, _batch_specs[name]))
+            batcher.add(call_id, kwargs, channel)
             return
         if function.is_async:
             self.loop.call_soon_threadsafe(self.start_task, call_id, self.call_async(call_id, function, kwargs))
@@ -507,7 +530,10 @@ class Worker:
 
     def serve_jobs(self, job):
         while True:
-            self.call_in_thread(*job)
+            if isinstance(job, BatchJob):
+                self.run_batch(job.batcher, job.members)
+            else:
+                self.call_in_thread(*job)
             with self.pool_lock:
                 self.idle += 1
             job = self.jobs.get()
@@ -534,6 +560,43 @@ class Worker:
         finally:
             _current_call.reset(token)
             self.cancelled.discard(call_id)
+
+    def run_batch(self, batcher, members):
+        """Runs one batch on this pool thread: the function gets a list per parameter."""
+        output = BatchOutput(members)
+        token = _current_call.set(output)
+        results, error = None, None
+        try:
+            results = batcher.function.fn(**batcher.arguments(members))
+        except BaseException as failure:  # noqa: BLE001 - the function's failure is every call's failure
+            error = describe(failure)
+        finally:
+            _current_call.reset(token)
+        try:
+            output.flush_partial()
+            batcher.answer(members, results, error)
+        finally:
+            batcher.finished()
+
+    def start_batch_task(self, batcher, members):
+        import asyncio  # imported already: this runs on the loop
+
+        asyncio.get_running_loop().create_task(self.batch_async(batcher, members))
+
+    async def batch_async(self, batcher, members):
+        """Runs one batch of an `async def` batched function on the loop."""
+        output = BatchOutput(members)
+        _current_call.set(output)
+        results, error = None, None
+        try:
+            results = await batcher.function.fn(**batcher.arguments(members))
+        except BaseException as failure:  # noqa: BLE001 - the function's failure is every call's failure
+            error = describe(failure)
+        try:
+            output.flush_partial()
+            batcher.answer(members, results, error)
+        finally:
+            batcher.finished()
 
     def open_window(self, call_id):
         window = StreamWindow(self.loop)
@@ -680,6 +743,219 @@ class Worker:
         return channel_of(call_id).write(line)
 
 
+# --- batched functions ([functions.<name>] batch in runplane.toml) ---------------------------------
+
+# The batched functions, by name: (max_size, wait_ms), from --batch (the toml is the source of truth).
+_batch_specs = {}
+
+
+def batched(max_size=32, wait_ms=10):
+    """`from runplane import batched`: marks a function as batched with these settings. The app's
+    runplane.toml must say the same (`[functions.<name>] batch = { max_size = .., wait_ms = .. }`); a
+    difference is a load error. The function is returned as it is."""
+
+    def mark(fn):
+        fn.__runplane_batch__ = (max_size, wait_ms)
+        return fn
+
+    return mark
+
+
+def install_runplane_module():
+    """Makes `import runplane` work in every replica: a tiny module with `batched`."""
+    import types
+
+    module = types.ModuleType("runplane", "Runplane's helpers for an app's main.py (batched).")
+    module.batched = batched
+    sys.modules.setdefault("runplane", module)
+
+
+class BatchConfigError(Exception):
+    """main.py does not fit its runplane.toml's [functions.<name>] batch."""
+
+
+def check_batches(module):
+    """Checks main.py against the batched functions the toml declares; raises BatchConfigError."""
+    import inspect
+
+    for name, (max_size, wait_ms) in _batch_specs.items():
+        fn = None if name.startswith("_") else getattr(module, name, None)
+        if fn is None or not callable(fn) or isinstance(fn, type):
+            raise BatchConfigError(f"runplane.toml's [functions.{name}] batch names no public function of main.py")
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise BatchConfigError(f"{name}() is a generator; a generator cannot be batched ([functions.{name}] batch)")
+        kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
+        if kinds - {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}:
+            raise BatchConfigError(f"{name}() takes *args, **kwargs or positional-only parameters; a batched "
+                                   "function takes named parameters only")
+    for name in dir(module):
+        mark = getattr(getattr(module, name, None), "__runplane_batch__", None)
+        if mark is None or name.startswith("_"):
+            continue
+        declared = _batch_specs.get(name)
+        if declared is None:
+            raise BatchConfigError(f"{name}() is @batched but runplane.toml has no [functions.{name}] batch; the "
+                                   "toml is the source of truth: add it there")
+        if tuple(mark) != tuple(declared):
+            raise BatchConfigError(
+                f"{name}() is @batched(max_size={mark[0]}, wait_ms={mark[1]}) but runplane.toml says "
+                f"max_size = {declared[0]}, wait_ms = {declared[1]}")
+
+
+class Member:
+    """One call waiting in (or running in) a batch."""
+
+    __slots__ = ("call_id", "kwargs", "channel", "arrived", "answered")
+
+    def __init__(self, call_id, kwargs, channel, arrived):
+        self.call_id = call_id
+        self.kwargs = kwargs
+        self.channel = channel
+        self.arrived = arrived
+        # Set once its final message is decided (a result, a failure, or `cancelled`).
+        self.answered = False
+
+
+class BatchOutput:
+    """What a batch's function prints: each whole line goes to every call of the batch still waiting for
+    its answer, marked with the batch's size."""
+
+    def __init__(self, members):
+        self.members = members
+        self.partial = {}
+        self.lock = threading.Lock()
+
+    def write(self, stream, text):
+        with self.lock:
+            lines = (self.partial.get(stream, "") + text).split("\n")
+            self.partial[stream] = lines.pop()
+        for line in lines:
+            self.send(stream, line + "\n")
+
+    def flush_partial(self):
+        with self.lock:
+            partial, self.partial = self.partial, {}
+        for stream, text in partial.items():
+            if text:
+                self.send(stream, text + "\n")
+
+    def send(self, stream, line):
+        marked = f"[batch of {len(self.members)}] {line}"
+        for member in self.members:
+            if not member.answered:
+                send({"op": "log", "id": member.call_id, "stream": stream, "text": marked}, member.channel)
+
+
+class Batcher:
+    """Groups the calls of one batched function: a batch leaves when it holds max_size calls, or wait_ms
+    after its first call arrived, and only while fewer batches than the replica's concurrency run (a
+    batch is one slot); until then it keeps filling. Calls beyond max_size wait for the next batch."""
+
+    def __init__(self, worker, function, spec):
+        import inspect
+        import time
+
+        self.worker = worker
+        self.function = function
+        self.max_size, self.wait_ms = spec
+        self.clock = time.monotonic
+        self.lock = threading.Lock()
+        self.waiting = []
+        self.running = 0
+        self.timer = None
+        self.parameters = [(p.name, p.default) for p in inspect.signature(function.fn).parameters.values()]
+
+    def add(self, call_id, kwargs, channel):
+        member = Member(call_id, kwargs, channel, self.clock())
+        with self.lock:
+            self.worker.batch_members[call_id] = (self, member)
+            self.waiting.append(member)
+            self.dispatch_locked()
+
+    def cancel(self, member):
+        """A cancelled call leaves a batch that has not started; once started, its answer is dropped."""
+        with self.lock:
+            if member.answered:
+                return
+            member.answered = True
+            if member in self.waiting:
+                self.waiting.remove(member)
+            self.worker.batch_members.pop(member.call_id, None)
+        send({"op": "cancelled", "id": member.call_id})
+
+    def due(self):
+        with self.lock:
+            self.timer = None
+            self.dispatch_locked()
+
+    def dispatch_locked(self):
+        while self.waiting and self.running < self.worker.concurrency:
+            waited = (self.clock() - self.waiting[0].arrived) * 1000
+            if len(self.waiting) < self.max_size and waited < self.wait_ms:
+                if self.timer is None:
+                    self.timer = threading.Timer((self.wait_ms - waited) / 1000, self.due)
+                    self.timer.daemon = True
+                    self.timer.start()
+                return
+            members, self.waiting = self.waiting[:self.max_size], self.waiting[self.max_size:]
+            self.running += 1
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            send({"op": "batch", "fn": self.function.name, "size": len(members),
+                  "wait_ms": round((self.clock() - members[0].arrived) * 1000, 3)}, OWNER)
+            if self.function.is_async:
+                self.worker.loop.call_soon_threadsafe(self.worker.start_batch_task, self, members)
+            else:
+                self.worker.submit(BatchJob(self, members))
+
+    def finished(self):
+        with self.lock:
+            self.running -= 1
+            self.dispatch_locked()
+
+    def arguments(self, members):
+        """One list per parameter, element i for call i, its default where call i left it out."""
+        return {name: [m.kwargs.get(name, default) for m in members] for name, default in self.parameters}
+
+    def answer(self, members, results, error):
+        """Sends each call of a finished batch its element, or the batch's failure."""
+        if error is None:
+            count = len(results) if isinstance(results, (list, tuple)) else None
+            if count != len(members):
+                what = f"a list of {count}" if count is not None else f"a {type(results).__name__}"
+                error = ("bad_batch_result", "TypeError",
+                         f"{self.function.name}() is batched: it must return a list with one result per call "
+                         f"({len(members)}), but returned {what}")
+        for index, member in enumerate(members):
+            with self.lock:
+                if member.answered:
+                    continue
+                member.answered = True
+                self.worker.batch_members.pop(member.call_id, None)
+            call_id = member.call_id
+            try:
+                if error is None:
+                    self.worker.send_result(call_id, self.function, results[index])
+                elif isinstance(error, tuple):
+                    send_fail(call_id, *error)
+                else:
+                    send({"op": "fail", "id": call_id, "kind": "exception", **error})
+            except TooLarge as too_large:
+                send_fail(call_id, "too_large", "ValueError",
+                          f"{self.function.name}() produced a value too large to send: {too_large}")
+
+
+class BatchJob:
+    """A batch to run on a pool thread."""
+
+    __slots__ = ("batcher", "members")
+
+    def __init__(self, batcher, members):
+        self.batcher = batcher
+        self.members = members
+
+
 def close_iterator(iterator):
     close = getattr(iterator, "close", None)
     if close is not None:
@@ -762,6 +1038,8 @@ def parse_args(argv):
             template = True
         elif arg == "--unjailed":
             unjailed = True
+        elif arg.startswith("--batch="):
+            _batch_specs.update({name: tuple(spec) for name, spec in json.loads(arg[len("--batch="):]).items()})
         elif arg.startswith("--preload="):
             preload = [name for name in arg[len("--preload="):].split(",") if name]
     return app_dir, concurrency, preload, template, unjailed, channels
@@ -773,7 +1051,10 @@ def load_or_exit(app_dir, preload):
     sys.stdout = RunOutput("stdout", _real_stdout)
     sys.stderr = RunOutput("stderr", _real_stderr)
     try:
-        return load_module(app_dir, preload)
+        install_runplane_module()
+        module = load_module(app_dir, preload)
+        check_batches(module)
+        return module
     except BaseException as error:  # noqa: BLE001 - reported to the server as the app's load error
         send({"op": "load_error", **describe(error)})
         _real_stderr.flush()

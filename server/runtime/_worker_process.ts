@@ -8,6 +8,7 @@ import type { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import type { Logger } from "../log.ts";
 import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
+import type { BatchSpecs } from "./_batch_config.ts";
 import { type ProcessExit, signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 
 /** The worker harness, bound read-only into every Python replica's and template's jail. */
@@ -49,8 +50,16 @@ export interface WorkerProcess {
  */
 export function workerArgs(
   appDir: string,
-  options: { concurrency: number; preload: string[]; template?: boolean; unjailed?: boolean; channelFds?: number[] },
+  options: {
+    concurrency: number;
+    preload: string[];
+    batch?: BatchSpecs;
+    template?: boolean;
+    unjailed?: boolean;
+    channelFds?: number[];
+  },
 ) {
+  const batch = options.batch && Object.keys(options.batch).length ? [`--batch=${JSON.stringify(options.batch)}`] : [];
   return [
     "-u",
     WORKER_PATH,
@@ -58,6 +67,7 @@ export function workerArgs(
     String(options.concurrency),
     ...(options.preload.length ? [`--preload=${options.preload.join(",")}`] : []),
     ...(options.channelFds?.length ? [`--channels=${options.channelFds.join(",")}`] : []),
+    ...batch,
     ...(options.template ? ["--template"] : []),
     ...(options.template && options.unjailed ? ["--unjailed"] : []),
   ];
@@ -80,6 +90,8 @@ export interface WorkerSpec {
   concurrency: number;
   /** `[runtime] preload`: imported before main.py. */
   preload: string[];
+  /** `[functions.<name>] batch`: the batched functions, grouped in the worker. */
+  batch?: BatchSpecs;
   sandbox: Sandbox;
   jail: JailSpec;
   logger: Logger;
@@ -100,7 +112,12 @@ export function startColdWorker(options: ColdWorkerOptions): WorkerProcess {
   const channelFds = Array.from({ length: options.channels ?? 0 }, (_, i) => FIRST_CHANNEL_FD + i);
   const { child, exited } = spawnInOwnGroup(
     options.python,
-    workerArgs(options.appDir, { concurrency: options.concurrency, preload: options.preload, channelFds }),
+    workerArgs(options.appDir, {
+      concurrency: options.concurrency,
+      preload: options.preload,
+      batch: options.batch,
+      channelFds,
+    }),
     {
       sandbox: options.sandbox,
       jail: workerJail(options.jail),

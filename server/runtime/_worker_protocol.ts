@@ -16,6 +16,7 @@
  * | worker → server | `end`        | `id`                                               | the iterator is exhausted (final)               |
  * | worker → server | `cancelled`  | `id`                                               | the call stopped after a `cancel` (final)       |
  * | worker → server | `fail`       | `id`, `kind`, `type`, `message`, `traceback`?      | the call failed (final); `kind` says how        |
+ * | worker → server | `batch`      | `fn`, `size`, `wait_ms`                            | a batch of a batched function left (metrics)    |
  *
  * A result whose JSON text is `RAW_RESULT_BYTES` (1 MiB) or longer travels as a header line
  * `{"op":"result","id":…,"bytes":N}` followed by exactly N bytes of its JSON text (ASCII, no newline
@@ -58,6 +59,8 @@ export type FailKind =
   | "not_serializable"
   /** The result or an item is larger than `MAX_MESSAGE_BYTES`. */
   | "too_large"
+  /** A batched function's result is not a list with one element per call of its batch. */
+  | "bad_batch_result"
   /** The function raised. */
   | "exception";
 
@@ -78,9 +81,10 @@ export type WorkerMessage =
   | { op: "item"; id: string; value: unknown }
   | { op: "end"; id: string }
   | { op: "cancelled"; id: string }
-  | { op: "fail"; id: string; kind: FailKind; type: string; message: string; traceback?: string };
+  | { op: "fail"; id: string; kind: FailKind; type: string; message: string; traceback?: string }
+  | { op: "batch"; fn: string; size: number; wait_ms: number };
 
-/** A message about one call: every op but `ready` and `load_error`. */
+/** A message about one call: every op but `ready`, `load_error` and `batch`. */
 export type CallMessage = Extract<WorkerMessage, { id: string }>;
 
 /** Something a worker sent that the protocol does not allow; the worker that sent it is ended. */
@@ -104,8 +108,11 @@ const FAIL_KINDS = new Set<string>([
   "bad_request",
   "not_serializable",
   "too_large",
+  "bad_batch_result",
   "exception",
 ]);
+const isBatchSize: Check = (value) => Number.isSafeInteger(value) && (value as number) > 0 && (value as number) <= 1024;
+const isWait: Check = (value) => typeof value === "number" && Number.isFinite(value) && value >= 0;
 const isFailKind: Check = (value) => typeof value === "string" && FAIL_KINDS.has(value);
 
 /** The fields each op must carry, and what each must hold. */
@@ -119,6 +126,7 @@ const FIELDS: Record<WorkerMessage["op"], Record<string, Check>> = {
   end: { id: isString },
   cancelled: { id: isString },
   fail: { id: isString, kind: isFailKind, type: isString, message: isString, traceback: isOptionalString },
+  batch: { fn: isString, size: isBatchSize, wait_ms: isWait },
 };
 
 /** A short, printable excerpt of untrusted text for an error message. */

@@ -11,7 +11,7 @@ import { connectAppWebSocket } from "./_websocket_placement.ts";
 import { tryChannelSlot } from "./_channel_slots.ts";
 import { HostBudget } from "./_host_budget.ts";
 import { LiveApps } from "./_live_apps.ts";
-import type { PythonReplica } from "./_python_replica.ts";
+import type { BatchReport, PythonReplica } from "./_python_replica.ts";
 import type { CallableReplica } from "./_replica.ts";
 import { disabledCgroups, unjailedSandbox } from "../sandbox/mod.ts";
 import { SeatBook } from "./_seat_book.ts";
@@ -71,8 +71,13 @@ export type { WorkerProcess } from "./_worker_process.ts";
  */
 export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): Runtime {
   const options = {
+  const batchListeners: Array<(app: string, batch: BatchReport) => void> = [];
     ...runtimeOptions,
     sandbox: runtimeOptions.sandbox ?? unjailedSandbox(),
+    onBatch(app: string, batch: BatchReport) {
+      runtimeOptions.onBatch?.(app, batch);
+      for (const listener of batchListeners) listener(app, batch);
+    },
     cgroups: runtimeOptions.cgroups ?? disabledCgroups(),
     budget: new HostBudget(runtimeOptions.host ?? { cpu: Infinity, memoryBytes: Infinity }, {
       gpus: runtimeOptions.gpus,
@@ -90,6 +95,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     invoke: (request) => invokeApp(apps, request),
     connectWebSocket: (request) => connectAppWebSocket(apps, request),
     tryAcquireSlot(projectId, app) {
+    listenBatches: (listener) => void batchListeners.push(listener),
       return apps.live(projectId, app).pool.tryAcquire();
     },
     tryChannelSlot(projectId, app) {

@@ -14,9 +14,15 @@ export interface GaugeSources {
   cluster?: ClusterHost;
 }
 
-/** Sets the gauges' sources: queued runs, this host's capacity and replicas, and (on a cluster host) the cluster's view. */
+/** Sets the gauges' sources (and where batches are counted): queued runs, this host's capacity and replicas, and (on a cluster host) the cluster's view. */
 export function wireGauges(metrics: Metrics, sources: GaugeSources): void {
   const { runs, runtime, cluster } = sources;
+  // Batches of batched functions are counted where their replica is (a worker's shown runtime has none).
+  runtime.listenBatches?.((app, batch) => {
+    const labels = { app, function: batch.fn };
+    metrics.batchSize.observe(labels, batch.size);
+    metrics.batchWait.observe(labels, batch.waitMs / 1000);
+  });
   metrics.setQueuedRunsSource(async () =>
     (await runs.queuedByApp()).map((q) => ({ labels: { app: `${q.projectId}/${q.appId}` }, value: q.count }))
   );
