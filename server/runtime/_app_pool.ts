@@ -9,7 +9,7 @@ import type { Logger } from "../log.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { PythonReplica } from "./_python_replica.ts";
 import type { CallableReplica } from "./_replica.ts";
-import { replicaGpuJail, replicaJail } from "./_replica_jail.ts";
+import { prepareVolumes, replicaGpuJail, replicaJail } from "./_replica_jail.ts";
 import { type ReplicaGrant, type ReplicaLimits, ReplicaPool } from "./_replica_pool.ts";
 import type { Cgroups, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import type { SeatBook } from "./_seat_book.ts";
@@ -62,13 +62,21 @@ export function createPool(
   if (!config) return undefined;
   const name = label(version);
   const { logger, sandbox } = options;
-  const versionJail = replicaJail({ ...version, config }, secrets.env);
+  const jailed = { ...version, config, volumes: options.volumes };
+  const versionJail = replicaJail(jailed, secrets.env);
+  // A deployment this host has not built yet is built, then its volumes are made sure of, before any of
+  // its processes (the template's too) starts.
+  const prepare = config.volumes.length
+    ? () =>
+      (version.prepare?.() ?? Promise.resolve()).then(() => prepareVolumes(jailed, { jailed: sandbox.status.jailed }))
+    : version.prepare;
   const worker = {
     appDir: version.dir,
     label: name,
     python: config.python,
     concurrency: config.replicaConcurrency,
     preload: config.preload,
+    batch: batchSpecs(config.functions),
     logger,
     sandbox,
     // A replica without GPUs (a template's forks among them) sees none: CUDA_VISIBLE_DEVICES is empty.
@@ -76,7 +84,6 @@ export function createPool(
   };
   // An app with GPUs cold-starts: a fork shares its template's jail, and a jail binds only the device
   // nodes of the GPUs its own replica holds (issue 29), which a template made before the grant cannot.
-    batch: batchSpecs(config.functions),
   const keeper = config.runtime === "python" && options.forkReplicas !== false && config.hardware.gpuCount === 0
     ? new TemplateKeeper({
       ...worker,
@@ -94,7 +101,6 @@ export function createPool(
     });
     const custom = config!.custom;
     if (custom?.kind === "process") {
-      const { prepare } = version;
       // A Dockerfile's image gives the command and port that runplane.toml leaves out (docs/runplane-toml.md).
       const image = version.image?.process;
       return new CustomProcessReplica({
@@ -116,13 +122,12 @@ export function createPool(
       ...worker,
       jail,
       onOutput: options.onOutput,
+      onBatch: options.onBatch && ((batch) => options.onBatch!(name, batch)),
       cgroup,
-      // A deployment this host has not built yet is built before the replica's process starts.
-      prepare: version.prepare,
+      prepare,
       start: keeper ? () => keeper.start({ cgroup, channels }, cold) : async () => cold(),
       onChannels: options.replicaChannels?.onChannels,
     });
-      onBatch: options.onBatch && ((batch) => options.onBatch!(name, batch)),
     options.pythonReplicas.set(replica, replica);
     return replica;
   }

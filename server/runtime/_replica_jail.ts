@@ -4,8 +4,8 @@
  */
 import { dirname, isAbsolute, relative } from "node:path";
 import { type DriverFilesOptions, findDriverFiles, type Gpu, gpuDeviceNodes } from "../gpus/mod.ts";
-import type { JailSpec } from "../sandbox/mod.ts";
-import type { AppConfig } from "./_app_config.ts";
+import type { JailMount, JailSpec } from "../sandbox/mod.ts";
+import { type AppConfig, volumeTargetProblem } from "./_app_config.ts";
 import type { AppImage, AppSource } from "./_app_registry.ts";
 
 /** System folders every jail already shows read-only. */
@@ -44,11 +44,67 @@ export function tmpBytesFor(memoryBytes: number): number {
   return Math.min(Math.floor(memoryBytes / 4), 1024 ** 3);
 }
 
-/** The jail of one app version's replicas. */
-export function replicaJail(
-  app: { projectId: string; dir: string; source: AppSource; config: AppConfig; venv?: string; image?: AppImage },
-  secrets: Record<string, string>,
-): JailSpec {
+/** What the runtime needs of this host's project volumes (the volumes module's `HostVolumes`). */
+export interface ReplicaVolumes {
+  /** The host folder shown for `volume` of `projectId` (its `files/`). */
+  source(projectId: string, volume: string): string;
+  /** Makes sure the volume is here and mounted; throws an error naming it when it is not. */
+  ready(projectId: string, volume: string, options?: { app?: string }): Promise<void>;
+}
+
+/** An app version as its jail is made of it. */
+export interface JailedApp {
+  projectId: string;
+  name?: string;
+  dir: string;
+  source: AppSource;
+  config: AppConfig;
+  venv?: string;
+  image?: AppImage;
+  /** This host's volumes; without them an app with `[volumes]` gets none in its jail (and `prepareVolumes` refuses it). */
+  volumes?: ReplicaVolumes;
+}
+
+/**
+ * The app's `[volumes]` as jail mounts: each volume of the app's own project only (the name resolves within
+ * it), at its path, read-only when the file says so.
+ */
+function volumeMounts(app: JailedApp): JailMount[] {
+  const { volumes } = app;
+  if (!volumes) return [];
+  return app.config.volumes.map((mount) => ({
+    source: volumes.source(app.projectId, mount.volume),
+    target: mount.path,
+    readOnly: mount.readOnly,
+  }));
+}
+
+/**
+ * Before an app version's replica (or template) starts: every volume of its `[volumes]` is here and mounted,
+ * and each is shown where nothing of the app's own jail is. Throws an error naming the volume otherwise.
+ */
+export async function prepareVolumes(app: JailedApp, options: { jailed: boolean }): Promise<void> {
+  const mounts = app.config.volumes;
+  if (!mounts.length) return;
+  if (!options.jailed) {
+    throw new Error("its [volumes] are shown only in a jail, and the sandbox is off here (RUNPLANE_SANDBOX)");
+  }
+  if (!app.volumes) throw new Error("this server serves no project volumes (RUNPLANE_VOLUMES_DIR)");
+  const home = interpreterHome(app.config.python, { appDir: app.dir, source: app.source, venv: app.venv });
+  const own = [
+    app.dir,
+    ...(home ? [home] : []),
+    ...(app.image?.process?.workingDir ? [app.image.process.workingDir] : []),
+  ];
+  for (const mount of mounts) {
+    const problem = volumeTargetProblem(mount.path, own);
+    if (problem) throw new Error(`volumes.${mount.name}: ${problem}`);
+    await app.volumes.ready(app.projectId, mount.volume, { app: app.name });
+  }
+}
+
+/** The jail of one app version's replicas (with its `[volumes]` when `app.volumes` is given). */
+export function replicaJail(app: JailedApp, secrets: Record<string, string>): JailSpec {
   const home = interpreterHome(app.config.python, { appDir: app.dir, source: app.source, venv: app.venv });
   const { env, egress, hardware } = app.config;
   // A pool sized for the host's cores would run many threads on a quota of a few: they follow `cpu`
@@ -69,6 +125,7 @@ export function replicaJail(
       ...secrets,
     },
     tmpBytes: tmpBytesFor(hardware.memoryBytes),
+    ...(app.config.volumes.length && app.volumes ? { mounts: volumeMounts(app) } : {}),
     ...(app.image ? { image: { root: app.image.root } } : {}),
   };
 }

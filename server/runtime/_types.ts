@@ -11,6 +11,7 @@ import type { BatchReport, OutputLine, PythonReplica } from "./_python_replica.t
 import type { CallableReplica } from "./_replica.ts";
 import type { Capacity, Lease, ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
 import type { Cgroups, Sandbox } from "../sandbox/mod.ts";
+import type { ReplicaVolumes } from "./_replica_jail.ts";
 import type { HeldSeat } from "./_seat_book.ts";
 import type WebSocket from "ws";
 
@@ -160,6 +161,8 @@ export interface RuntimeOptions {
   gpuDriver?: DriverFilesOptions;
   /** Fork Python replicas from a template per app version (RUNPLANE_FORK_REPLICAS); default true. */
   forkReplicas?: boolean;
+  /** This host's project volumes (issue 48); without them an app with `[volumes]` does not start here. */
+  volumes?: ReplicaVolumes;
   /** The most replicas one project's apps may ask for, `max_replicas` summed (RUNPLANE_PROJECT_REPLICA_LIMIT). */
   projectReplicaLimit?: number;
   /**

@@ -214,7 +214,8 @@ export function readOnlyImageRoot(spec: JailSpec & { image: ImageRoot }): ImageR
   checkImageRoot(spec.image);
   const entries = topLevel(root);
   const binds = [...spec.readOnly ?? [], ...spec.writable ?? []];
-  const covered = unsearchableFolders(root, binds);
+  const targets = (spec.mounts ?? []).map((mount) => mount.target);
+  const covered = unsearchableFolders(root, [...binds, ...targets]);
   const inImage = (path: string) => {
     const top = path.split("/")[1];
     return entries.get(top) !== undefined && !REPLACED.has(top) && !covered.some((folder) => within(path, folder));
@@ -226,6 +227,7 @@ export function readOnlyImageRoot(spec: JailSpec & { image: ImageRoot }): ImageR
   for (const path of etc) mountPoint(path, "file");
   mountPoint(SANDBOX_HOME, "dir");
   for (const path of binds) mountPoint(path, lstatSync(path).isDirectory() ? "dir" : "file");
+  for (const path of targets) mountPoint(path, "dir");
   const system = ["--perms", "0755", "--tmpfs", "/"];
   for (const [name, kind] of entries) {
     if (REPLACED.has(name)) continue;

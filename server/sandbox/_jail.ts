@@ -5,7 +5,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { closeSync, mkdirSync, openSync, rmdirSync } from "node:fs";
+import { closeSync, constants, fstatSync, mkdirSync, openSync, rmdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import type { Logger } from "../log.ts";
@@ -129,6 +129,33 @@ function imageLayout(
 }
 
 /**
+ * Opens each of `spec.mounts`' sources (a project volume's files folder) for bubblewrap to bind by
+ * descriptor: without following a link at the last step (`O_NOFOLLOW` with `O_DIRECTORY`: a link is
+ * ENOTDIR) and checked to be a folder, so what is bound is the folder the server looked at. The
+ * descriptors are numbered from `first`, after the image's own.
+ */
+function openMountSources(
+  spec: JailSpec,
+  options: { first: number },
+): { bindFds: Map<string, number>; opened: number[] } {
+  const bindFds = new Map<string, number>();
+  const opened: number[] = [];
+  try {
+    for (const mount of spec.mounts ?? []) {
+      if (bindFds.has(mount.source)) continue;
+      const fd = openSync(mount.source, O_PATH | constants.O_NOFOLLOW | constants.O_DIRECTORY);
+      opened.push(fd);
+      if (!fstatSync(fd).isDirectory()) throw new Error(`${mount.source} is not a folder`);
+      bindFds.set(mount.source, options.first + opened.length - 1);
+    }
+  } catch (error) {
+    for (const fd of opened) closeSync(fd);
+    throw error;
+  }
+  return { bindFds, opened };
+}
+
+/**
  * An empty folder where a build step's writable root is bound for its bubblewrap: in the sandbox's support
  * folder (0711, the server's), searchable by every uid, unlike the data dir.
  */
@@ -190,19 +217,27 @@ export function spawnJailed(
     stage: () =>
       options.identity.kind === "inside-root" && options.identity.host ? makeStage(options.files) : undefined,
   });
+  let mounts: ReturnType<typeof openMountSources>;
+  try {
+    mounts = openMountSources(options.spec, { first: base + 3 + (image?.opened.length ?? 0) });
+  } catch (error) {
+    for (const fd of image?.opened ?? []) closeSync(fd);
+    if (image?.stage) rmdirSync(image.stage.at);
+    throw error;
+  }
   const policy = bubblewrapArgs(options.spec, {
     identity: options.identity,
     files: options.files,
     fds,
     layout: image?.layout,
-    bindFds: image?.bindFds,
+    bindFds: new Map([...image?.bindFds ?? [], ...mounts.bindFds]),
   });
   const drop = dropPrivileges(options.identity, { image: options.spec.image !== undefined });
   const begin = starter(support.bwrap, { identity: options.identity, stage: image?.stage });
   const [first, ...rest] = [...begin, ...policy, ...drop, command, ...args];
   const started = options.cgroup ? joinCgroupArgs(options.cgroup, first, rest) : { command: first, args: rest };
   // The image's descriptors follow seccomp, info and block (placeholders where those are unused).
-  const opened = image?.opened ?? [];
+  const opened = [...image?.opened ?? [], ...mounts.opened];
   const held = network ? ["pipe", "pipe"] as const : opened.length ? ["ignore", "ignore"] as const : [];
   let child: ChildProcess;
   try {
@@ -213,7 +248,7 @@ export function spawnJailed(
       stdio: [...options.stdio, support.seccomp ? "pipe" : "ignore", ...held, ...opened],
     });
   } finally {
-    for (const fd of image?.opened ?? []) closeSync(fd);
+    for (const fd of opened) closeSync(fd);
   }
   const staged = image?.stage?.at;
   if (staged) {

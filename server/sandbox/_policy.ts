@@ -32,6 +32,12 @@ export interface JailSpec {
   readOnly?: string[];
   /** Host paths bound writable at the same path inside (a build's deployment folder or virtualenv). */
   writable?: string[];
+  /**
+   * Host folders shown at a path of their own inside, read-only or writable: a project's volumes. The
+   * spawner opens each `source` without following a link at its last step (`bindFds`), so a folder replaced
+   * by a link is refused, not followed; the folders above it must be the server's.
+   */
+  mounts?: JailMount[];
   /** The working directory inside. */
   cwd: string;
   /** Whether the process reaches public addresses (through slirp4netns); never the host's or private ones. */
@@ -67,6 +73,13 @@ export interface JailSpec {
    * added at the end of `PATH`: the image's own commands come first. Plain files, as `hostLibraries`.
    */
   hostPrograms?: HostFile[];
+}
+
+/** A host folder shown inside a jail at `target` (an absolute path), writable unless `readOnly`. */
+export interface JailMount {
+  source: string;
+  target: string;
+  readOnly: boolean;
 }
 
 /** A host file shown in an image jail under `name` (a plain file name), not its own. */
@@ -289,6 +302,13 @@ export function bubblewrapArgs(
     const fd = options.bindFds?.get(path);
     args.push(...parents, ...(fd === undefined ? [how, path, path] : [`${how}-fd`, String(fd), path]));
   };
+  // Before the binds at host paths, so that none of those can be hidden by a folder the tenant writes.
+  for (const mount of spec.mounts ?? []) {
+    const how = mount.readOnly ? "--ro-bind" : "--bind";
+    const parents = layout?.inImage(mount.target) ? [] : parentDirs(mount.target, made);
+    const fd = options.bindFds?.get(mount.source);
+    args.push(...parents, ...(fd === undefined ? [how, mount.source] : [`${how}-fd`, String(fd)]), mount.target);
+  }
   for (const path of spec.readOnly ?? []) bind(path, "--ro-bind");
   for (const path of spec.writable ?? []) bind(path, "--bind");
   if (layout?.readOnlyRoot) {

@@ -14,6 +14,17 @@ import type { Logger } from "../log.ts";
 import { identityFor, serverIsRoot, SupportDir } from "./_identity.ts";
 export { hostProgramInImage } from "./_host_setpriv.ts";
 export { layerBuilder } from "./_identity.ts";
+
+/**
+ * Who owns on the host the files `projectId`'s jailed processes write (a project volume's folder): the
+ * project's own uid on a root server, the server's uid otherwise (its jails map theirs to it).
+ */
+export function projectOwner(projectId: string): { uid: number; gid: number } {
+  const identity = identityFor(projectId);
+  return identity.kind === "root"
+    ? { uid: identity.uid, gid: identity.gid }
+    : { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+}
 export { copyImageRoot } from "./_image_copy.ts";
 import { joinCgroupArgs } from "./_cgroups.ts";
 import type { ReplicaCgroup } from "./_cgroup_tree.ts";
@@ -32,7 +43,7 @@ export {
 } from "./_cgroups.ts";
 export { forgetImageRoot, type ImageRoot } from "./_image_root.ts";
 export { BLOCKED_RANGES } from "./_network.ts";
-export type { HostFile, JailSpec } from "./_policy.ts";
+export type { HostFile, JailMount, JailSpec } from "./_policy.ts";
 
 const execFileAsync = promisify(execFile);
 const SECCOMP_SCRIPT = fileURLToPath(new URL("./_seccomp.py", import.meta.url));
@@ -111,6 +122,11 @@ async function giveTree(path: string, uid: number, gid: number): Promise<void> {
  * tenant's image (its loader, its libraries) would run with every privilege of the server's.
  */
 function plainSpawn(command: string, args: string[], options: SandboxSpawnOptions): ChildProcess {
+  if (options.jail.mounts?.length) {
+    throw new Error(
+      "a project volume is shown only in a jail, and the sandbox is off here (RUNPLANE_SANDBOX, bubblewrap)",
+    );
+  }
   if (options.jail.image) {
     throw new Error(
       `${options.jail.image.root}: an image's root file system runs only jailed, and the sandbox is off here (RUNPLANE_SANDBOX, bubblewrap)`,
