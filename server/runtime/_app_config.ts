@@ -92,7 +92,7 @@ export interface VolumeMount {
 export const MAX_VOLUME_MOUNTS = 8;
 
 /** A volume's name, as the volumes API takes it (a folder name on every host: no dot, no slash). */
-export const VOLUME_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
+export const VOLUME_NAME = /^[a-z][a-z0-9_-]{0,62}$/;
 
 /**
  * Folders a volume may not be shown at, nor under, nor above: the system the jail shows read-only, its
@@ -557,7 +557,7 @@ function volumeMounts(root: Reader): VolumeMount[] {
       throw new AppConfigError(
         `${table?.table.volume !== undefined ? `${key}.volume` : key} names volume ${
           JSON.stringify(volume)
-        }: a volume's name is lowercase letters, digits and -, at most 63`,
+        }: a volume's name is 1 to 63 lowercase letters, digits, - or _, starting with a letter`,
       );
     }
     const path = table ? table.string("path") : entry as string;
