@@ -98,11 +98,11 @@ export interface AppSettings {
   /** How long one call may run before it fails with `timeout` (the app's `response_grace_period`). */
   responseGracePeriodMs: number;
   maxReplicas: number;
-  replicaConcurrency: number;
   /**
    * Calls one replica takes at once: `replica_concurrency`, times twice the largest batch `max_size` when
    * the app has batched functions (a batch is one slot; see `_batch_config.ts`).
    */
+  replicaConcurrency: number;
 }
 
 /** What the runtime knows of one app on this process. */
@@ -138,9 +138,9 @@ export interface RuntimeOptions {
   unservedApps?(): UnservedApp[];
   /** Told every line a Python function writes during a call (the run's log). */
   onOutput?(line: OutputLine): void;
-  /** Jails the replicas; without it they run unjailed (with an environment built from scratch all the same). */
   /** Told each batch of a batched function that left for the function (`app` is `project/app`). */
   onBatch?(app: string, batch: BatchReport): void;
+  /** Jails the replicas; without it they run unjailed (with an environment built from scratch all the same). */
   sandbox?: Sandbox;
   /** Limits each replica to its `[hardware]` (memory, CPU) and the pids limit; without it, nothing is limited. */
   cgroups?: Cgroups;
@@ -308,11 +308,11 @@ export interface Runtime {
    * cooldown, failed, or the app is gone); the caller releases them in the store.
    */
   spareSeats(): SeatRef[];
-  /** Stops watching and stops every replica. */
-  close(): Promise<void>;
-}
   /**
    * Tells `listener` each batch of a batched function that leaves for one of this process's replicas
    * (issue 49); absent where the runtime runs no replica itself (a worker's view of its supervisor's).
    */
   listenBatches?(listener: (app: string, batch: BatchReport) => void): void;
+  /** Stops watching and stops every replica. */
+  close(): Promise<void>;
+}

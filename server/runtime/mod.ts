@@ -70,14 +70,14 @@ export type { WorkerProcess } from "./_worker_process.ts";
  * (`LiveApps`: loading, reloading, admission, the pools) with placing calls, channel slots, seats and views.
  */
 export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): Runtime {
-  const options = {
   const batchListeners: Array<(app: string, batch: BatchReport) => void> = [];
+  const options = {
     ...runtimeOptions,
-    sandbox: runtimeOptions.sandbox ?? unjailedSandbox(),
     onBatch(app: string, batch: BatchReport) {
       runtimeOptions.onBatch?.(app, batch);
       for (const listener of batchListeners) listener(app, batch);
     },
+    sandbox: runtimeOptions.sandbox ?? unjailedSandbox(),
     cgroups: runtimeOptions.cgroups ?? disabledCgroups(),
     budget: new HostBudget(runtimeOptions.host ?? { cpu: Infinity, memoryBytes: Infinity }, {
       gpus: runtimeOptions.gpus,
@@ -94,8 +94,8 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     stage: (app, stageOptions) => stageApp(apps, app, stageOptions),
     invoke: (request) => invokeApp(apps, request),
     connectWebSocket: (request) => connectAppWebSocket(apps, request),
-    tryAcquireSlot(projectId, app) {
     listenBatches: (listener) => void batchListeners.push(listener),
+    tryAcquireSlot(projectId, app) {
       return apps.live(projectId, app).pool.tryAcquire();
     },
     tryChannelSlot(projectId, app) {
