@@ -15,6 +15,7 @@ import type { BuildPlan } from "./_build_plan.ts";
 import { BuildError, runStep, type StepCommand, type StepOptions, withLock } from "./_build_step.ts";
 import { type DependencyLayer, layerReady, readyMarker } from "./_dependency_layer.ts";
 import type { ImageStore } from "../images/mod.ts";
+import type { JailMount } from "../sandbox/mod.ts";
 import type { DeploymentImage } from "./_image_step.ts";
 import { buildSystemLayer, type SystemLayer } from "./_system_layer.ts";
 
@@ -47,6 +48,8 @@ export interface RunBuildOptions extends StepOptions {
   systemLayer?: SystemLayer;
   /** The image store: a system layer is pulled from, and pushed to, the cluster's registry when it has one. */
   images?: ImageStore;
+  /** `[build] volumes = true`: the project's volumes, shown to its own commands (pre-build, shell) alone. */
+  volumeMounts?: JailMount[];
 }
 
 /**
@@ -62,7 +65,8 @@ async function shellCommands(
   const env: Record<string, string> = venv
     ? { VIRTUAL_ENV: venv, PATH: `${join(venv, "bin")}:/usr/local/bin:/usr/bin:/bin` }
     : {};
-  const jail = { cwd: dir, writable: [dir], readOnly: venv ? [venv] : [], env };
+  const mounts = options.volumeMounts?.length ? { mounts: options.volumeMounts } : {};
+  const jail = { cwd: dir, writable: [dir], readOnly: venv ? [venv] : [], env, ...mounts };
   for (const shown of commands) {
     options.log({ stream: "build", text: `$ ${shown}` });
     await runStep(step, { file: "/bin/sh", args: ["-c", shown], shown, jail }, options);

@@ -24,6 +24,7 @@ import { systemLayer, systemLayersDir } from "./_system_layer.ts";
 import { DockerfileError } from "./_dockerfile.ts";
 import { dockerfileImage } from "./_dockerfile_image.ts";
 import { takeUnpacked } from "./_unpacked.ts";
+import { type BuildVolumes, buildVolumeMounts, VolumeBuildError } from "./_build_volumes.ts";
 
 /** How builds run on this host. */
 export interface BuildSettings {
@@ -42,6 +43,8 @@ export interface BuildSettings {
   bundleDir?: string;
   /** Images of `[build] base_image`; without it an app that names one is refused. */
   images?: ImageStore;
+  /** The project volumes service: `[volumes]` must name the project's volumes; without it, none may be named. */
+  volumes?: BuildVolumes;
 }
 
 /** What a deployed app's `runplane.toml` may ask for on this server. */
@@ -251,6 +254,10 @@ export async function materialise(
     if (configToml === undefined) throw new DeploymentBuildError("runplane.toml: it cannot be read");
     const config = readConfig(configToml, dir, options);
     const plan = buildPlan(config);
+    const volumeMounts = await buildVolumeMounts(config, {
+      projectId: deployment.project_id,
+      volumes: options.volumes,
+    });
     await options.onPlan?.({ digest: plan.digest, configToml });
     const image = config.custom?.kind === "process" && config.custom.dockerfile
       ? await dockerfileImageOf(config, { ...options, deployment, dir })
@@ -270,6 +277,7 @@ export async function materialise(
       pipIndexUrl: options.pipIndexUrl ?? undefined,
       pipFindLinks: options.pipFindLinks ?? undefined,
       pipAllowUnpinned: options.pipAllowUnpinned,
+      volumeMounts,
       ...stepOptions(deployment, { config, settings: options }),
     });
     const done: Materialised = {
@@ -286,7 +294,9 @@ export async function materialise(
     await rm(dir, { recursive: true, force: true });
     if (error instanceof DeploymentBuildError) throw error;
     if (error instanceof ProblemError) throw new DeploymentBuildError(error.message, { cause: error });
-    if (error instanceof Error && error.name === "BuildError") throw new DeploymentBuildError(error.message);
+    if (error instanceof Error && (error.name === "BuildError" || error instanceof VolumeBuildError)) {
+      throw new DeploymentBuildError(error.message);
+    }
     throw error;
   }
 }
