@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import type { App } from "../mod.ts";
-import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { appTarget, CONNECTION_HELP, CONNECTION_OPTIONS, connect, projectFor } from "./connection.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
 import { confirm, YES_OPTION } from "./confirm.ts";
 import { writeJson } from "./output.ts";
@@ -9,10 +9,11 @@ import { writeTable } from "../table_format.ts";
 
 /** Help of `runplane apps`. */
 export const APPS_HELP = `Usage:
-  runplane apps list <project>
-  runplane apps get <project>/<app>
-  runplane apps delete <project>/<app> [--yes]   (a deployed app: new calls answer 404, calls in flight finish)
+  runplane apps list [<project>]
+  runplane apps get [<project>/]<app>
+  runplane apps delete [<project>/]<app> [--yes]   (a deployed app: new calls answer 404, calls in flight finish)
 
+The project defaults to the token's (list alone lists its apps; <app> alone is an app of it).
 delete asks for a confirmation on a terminal; --yes (-y) skips it, and is needed where there is no terminal.
 
 ${CONNECTION_HELP}`;
@@ -74,10 +75,11 @@ export async function appsCommand(io: CommandIo): Promise<number> {
       sub ? `Unknown subcommand "${sub}": use list, get or delete` : "Name a subcommand: list, get or delete",
     );
   }
-  const [target] = positionals;
+  const [written] = positionals;
   const client = connect(values, io.env);
   if (sub === "list") {
-    if (!target || target.includes("/") || positionals.length > 1) throw new UsageError("apps list needs <project>");
+    if (written?.includes("/") || positionals.length > 1) throw new UsageError("apps list takes [<project>]");
+    const target = projectFor(written, { flags: values, env: io.env, command: "apps list" });
     const apps = await client.listApps(target, { signal: io.signal });
     if (values.json) return (writeJson(io, { apps }), 0);
     if (apps.length === 0) {
@@ -91,9 +93,8 @@ export async function appsCommand(io: CommandIo): Promise<number> {
     }
     return 0;
   }
-  if (!target || !/^[^/]+\/[^/]+$/.test(target) || positionals.length > 1) {
-    throw new UsageError(`apps ${sub} needs <project>/<app>`);
-  }
+  if (positionals.length > 1) throw new UsageError(`apps ${sub} takes one [<project>/]<app>`);
+  const target = appTarget(written, { flags: values, env: io.env, usage: `apps ${sub} needs [<project>/]<app>` });
   if (sub === "get") {
     const app = await client.getApp(target, { signal: io.signal });
     if (values.json) writeJson(io, app);

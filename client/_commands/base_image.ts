@@ -2,12 +2,13 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { baseImageRequestFromToml } from "../base_image_request.ts";
-import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { CONNECTION_HELP, CONNECTION_OPTIONS, connect, projectFor } from "./connection.ts";
 import { writeJson } from "./output.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane base-image`. */
-export const BASE_IMAGE_HELP = `Usage: runplane base-image --project <id> --app <name> [--config path/to/runplane.toml]
+export const BASE_IMAGE_HELP =
+  `Usage: runplane base-image [--project <id>] --app <name> [--config path/to/runplane.toml]
 
 Hashes the app's build dependencies ([dependencies.pip|apt|conda] and [build] base_image,
 shell_commands, pre_build_commands of its runplane.toml) and prints the digest and what a build of them
@@ -28,9 +29,10 @@ export async function baseImageCommand(io: CommandIo): Promise<number> {
       config: { type: "string" },
     },
   });
-  if (!values.project || !values.app) throw new UsageError("base-image needs --project and --app");
+  if (!values.app) throw new UsageError("base-image needs --app");
+  const project = projectFor(values.project, { flags: values, env: io.env, command: "base-image" });
   const path = values.config
-    ?? join(io.env.RUNPLANE_APPS_DIR ?? "examples/apps", values.project, values.app, "runplane.toml");
+    ?? join(io.env.RUNPLANE_APPS_DIR ?? "examples/apps", project, values.app, "runplane.toml");
   let text: string;
   try {
     text = await readFile(path, "utf8");
@@ -45,7 +47,7 @@ export async function baseImageCommand(io: CommandIo): Promise<number> {
   } catch (error) {
     throw new Error(`${path}: ${(error as Error).message}`);
   }
-  const outcome = await connect(values, io.env).baseImageHash({ project: values.project, app: values.app }, request);
+  const outcome = await connect(values, io.env).baseImageHash({ project, app: values.app }, request);
   if (values.json) writeJson(io, outcome);
   else io.stdout.write(`${outcome.digest} ${outcome.status}\n`);
   return 0;

@@ -13,7 +13,7 @@ import {
   type RunplaneClient,
 } from "../mod.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
-import { CONNECTION_HELP, CONNECTION_OPTIONS, connect, serverUrls } from "./connection.ts";
+import { CONNECTION_HELP, CONNECTION_OPTIONS, connect, projectFor, serverUrls } from "./connection.ts";
 import { clearProgress, isTerminal, showProgress, writeJson } from "./output.ts";
 import { callInstructions } from "../call_instructions.ts";
 import { type PythonParameter, pythonParameters } from "../python_signature.ts";
@@ -21,8 +21,10 @@ import { commitLabel, workTreeCommit } from "./work_tree.ts";
 
 /** Help of `runplane deploy`. */
 export const DEPLOY_HELP = `Usage:
-  runplane deploy [dir] --project <id> [--app <name>] [--function <name>] [--message <text>]
-  runplane deploy --repo <owner>/<repo> [--ref <ref>] [--path <folder>] --project <id> --app <name> [--message <text>]
+  runplane deploy [dir] [--project <id>] [--app <name>] [--function <name>] [--message <text>]
+  runplane deploy --repo <owner>/<repo> [--ref <ref>] [--path <folder>] [--project <id>] --app <name> [--message <text>]
+
+The project defaults to the token's (a token belongs to one project; another --project is refused, 403).
 
 Deploys an app folder (default: the current folder) or a folder of a repository the project's git
 integration reaches, follows the build log, and ends with the app's run URL and a curl to call it (its
@@ -125,7 +127,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
       "no-follow": { type: "boolean", default: false },
     },
   });
-  if (!values.project) throw new UsageError("deploy needs --project");
+  const project = projectFor(values.project, { flags: values, env: io.env, command: "deploy" });
   if (positionals.length > 1) throw new UsageError("deploy takes at most one folder");
   const client = connect(values, io.env);
   const say = (line: string) => values.json || io.stdout.write(`${line}\n`);
@@ -138,7 +140,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
     const [owner, repo, ...rest] = values.repo.split("/");
     if (!owner || !repo || rest.length) throw new UsageError("--repo must be <owner>/<repo>");
     if (!values.app) throw new UsageError("deploy --repo needs --app");
-    app = `${values.project}/${values.app}`;
+    app = `${project}/${values.app}`;
     accepted = await client.createDeployment(app, {
       source: {
         owner,
@@ -159,7 +161,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
     });
     const settings = deploySettings(text, tomlPath);
     parameters = await functionParameters(dir, settings, functionName);
-    app = `${values.project}/${values.app ?? settings.name ?? basename(dir)}`;
+    app = `${project}/${values.app ?? settings.name ?? basename(dir)}`;
     let request;
     try {
       request = baseImageRequestFromToml(text);
@@ -207,7 +209,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
     }
     return 1;
   }
-  const [project, name] = app.split("/");
+  const name = app.split("/")[1];
   say(`Ready: ${app} serves deployment ${deployment.deployment_id}`);
   const image = deployment.image;
   if (image) say(stripTerminalControls(`It runs in the image ${image.reference} (${image.digest})`));

@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import type { Deployment } from "../mod.ts";
-import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { appTarget, CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
 import { writeJson } from "./output.ts";
 import { writeTable } from "../table_format.ts";
@@ -9,10 +9,12 @@ import { commitLabel } from "./work_tree.ts";
 
 /** Help of `runplane deployments`. */
 export const DEPLOYMENTS_HELP = `Usage:
-  runplane deployments list <project>/<app> [--limit N] [--cursor C]
-  runplane deployments get <project>/<app> <deployment_id>   (its build, source and the image it runs in)
-  runplane deployments logs <project>/<app> <deployment_id> [--follow]
-  runplane deployments activate <project>/<app> <deployment_id>   (roll back, or forward, to a ready one)
+  runplane deployments list [<project>/]<app> [--limit N] [--cursor C]
+  runplane deployments get [<project>/]<app> <deployment_id>   (its build, source and the image it runs in)
+  runplane deployments logs [<project>/]<app> <deployment_id> [--follow]
+  runplane deployments activate [<project>/]<app> <deployment_id>   (roll back, or forward, to a ready one)
+
+<app> alone is an app of the token's project.
 
 ${CONNECTION_HELP}`;
 
@@ -84,8 +86,8 @@ export async function deploymentsCommand(io: CommandIo): Promise<number> {
         : "Name a subcommand: list, get, logs or activate",
     );
   }
-  const [app, deploymentId] = positionals;
-  if (!app || !/^[^/]+\/[^/]+$/.test(app)) throw new UsageError(`deployments ${sub} needs <project>/<app>`);
+  const [written, deploymentId] = positionals;
+  const app = appTarget(written, { flags: values, env: io.env, usage: `deployments ${sub} needs [<project>/]<app>` });
   const client = connect(values, io.env);
   if (sub === "list") {
     if (values.limit && !/^\d+$/.test(values.limit)) {
@@ -106,7 +108,7 @@ export async function deploymentsCommand(io: CommandIo): Promise<number> {
     return 0;
   }
   if (!deploymentId || positionals.length > 2) {
-    throw new UsageError(`deployments ${sub} needs <project>/<app> <deployment_id>`);
+    throw new UsageError(`deployments ${sub} needs [<project>/]<app> <deployment_id>`);
   }
   if (sub === "get") {
     const d = await client.getDeployment(app, deploymentId, { signal: io.signal });

@@ -3,6 +3,7 @@ import { access, mkdir, writeFile } from "node:fs/promises";
 import { basename, join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../cli_command.ts";
+import { tokenProject } from "./connection.ts";
 
 /** Help of `runplane init`. */
 export const INIT_HELP = `Usage: runplane init [dir] [--name <app>]
@@ -10,7 +11,8 @@ export const INIT_HELP = `Usage: runplane init [dir] [--name <app>]
 Writes a new app into dir (default: the current folder, created if missing): runplane.toml, a main.py
 with a function that answers once (run) and one that streams (count), and a README.md. The app's name is
 --name, else the folder's name. Refuses, writing nothing, when any of the three files exists already.
-Then: runplane deploy <dir> --project <id>`;
+Then: runplane deploy <dir>, into the token's project (p-demo for the demo token npm start prints;
+--project <id> names the project a token of another belongs to).`;
 
 /** An app's name as the API takes it. */
 const APP_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
@@ -53,8 +55,9 @@ def count(to: int = 3):
 function readme(name: string): string {
   return `# ${name}
 
-A Runplane app: \`runplane deploy . --project <id>\` deploys it; \`runplane run <id>/${name} --data '{"name": "Ada"}'\`
-calls \`run\`, and \`runplane run <id>/${name}/count --stream\` follows \`count\`.
+A Runplane app: \`runplane deploy .\` deploys it into your token's project (p-demo for the demo token);
+\`runplane run ${name} --data '{"name": "Ada"}'\` calls \`run\`, and
+\`runplane run p-demo/${name}/count --stream\` follows \`count\` (name your project instead of p-demo).
 `;
 }
 
@@ -87,8 +90,12 @@ export async function initCommand(io: CommandIo): Promise<number> {
   // `wx`: a file made meanwhile is not overwritten either.
   for (const [file, text] of Object.entries(files)) await writeFile(join(dir, file), text, { flag: "wx" });
   const shown = relative(process.cwd(), dir) || ".";
+  const project = tokenProject({}, io.env);
+  const into = project
+    ? `into project ${project}, your token's`
+    : `into your token's project: p-demo for the demo token npm start printed`;
   io.stdout.write(
-    `Created app ${name} in ${shown}: runplane.toml, main.py, README.md\nDeploy it: runplane deploy ${shown} --project <id>\n`,
+    `Created app ${name} in ${shown}: runplane.toml, main.py, README.md\nDeploy it ${into}:\n  runplane deploy ${shown}\n`,
   );
   return 0;
 }

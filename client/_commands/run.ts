@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import type { RunOptions } from "../mod.ts";
-import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { appTarget, CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
 import { readInput } from "./run_input.ts";
 import { waitAndReport } from "./run_wait.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
@@ -8,7 +8,7 @@ import { jsonText, writeJson } from "./output.ts";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 
 /** Help of `runplane run`. */
-export const RUN_HELP = `Usage: runplane run <project>/<app>[/<function>] [--data JSON | --data @file.json]
+export const RUN_HELP = `Usage: runplane run <project>/<app>[/<function>] | <app> [--data JSON | --data @file.json]
                     [--async [--wait]] [--stream] [--webhook URL [--webhook-secret S]] [--idempotency-key K]
 
 Calls a function (default: run) with the JSON object's members as its arguments and prints the result.
@@ -38,10 +38,14 @@ export async function runCommand(io: CommandIo): Promise<number> {
       "idempotency-key": { type: "string" },
     },
   });
-  const target = positionals[0];
-  if (!target || positionals.length > 1 || !/^[^/]+\/[^/]+(\/[^/]+)?$/.test(target)) {
-    throw new UsageError("run needs one <project>/<app>[/<function>]");
+  const written = positionals[0];
+  if (!written || positionals.length > 1 || !/^[^/]+(\/[^/]+){0,2}$/.test(written)) {
+    throw new UsageError("run needs one <project>/<app>[/<function>] (or <app> alone: an app of the token's project)");
   }
+  // `<app>` alone is an app of the token's project (two parts stay <project>/<app>).
+  const target = written.includes("/")
+    ? written
+    : appTarget(written, { flags: values, env: io.env, usage: "run needs one <project>/<app>[/<function>]" });
   if (values.stream && values.async) {
     throw new UsageError("--stream and --async do not go together: a stream answers as the run goes");
   }

@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import type { RunplaneClient, RunStatus } from "../mod.ts";
-import { CONNECTION_HELP, CONNECTION_OPTIONS, connect } from "./connection.ts";
+import { appTarget, CONNECTION_HELP, CONNECTION_OPTIONS, connect, projectFor } from "./connection.ts";
 import { writeJson } from "./output.ts";
 import { formatRun, milliseconds } from "./run_format.ts";
 import { readInput } from "./run_input.ts";
@@ -11,13 +11,15 @@ import { writeTable } from "../table_format.ts";
 
 /** Help of `runplane runs`. */
 export const RUNS_HELP = `Usage:
-  runplane runs get <project>/<app> <run_id>
-  runplane runs list <project>[/<app>] [--status queued|running|success|failure|cancelled] [--function F]
+  runplane runs get [<project>/]<app> <run_id>
+  runplane runs list [<project>[/<app>]] [--status queued|running|success|failure|cancelled] [--function F]
                      [--mode sync|async|stream|websocket] [--after TIME] [--before TIME] [--limit N] [--cursor C]
-  runplane runs logs <project>/<app> <run_id> [--follow]
-  runplane runs cancel <project>/<app> <run_id>
-  runplane runs rerun <project>/<app> <run_id> [--data JSON | --data @file.json] [--wait]
-  runplane runs redeliver <project>/<app> <run_id>
+  runplane runs logs [<project>/]<app> <run_id> [--follow]
+  runplane runs cancel [<project>/]<app> <run_id>
+  runplane runs rerun [<project>/]<app> <run_id> [--data JSON | --data @file.json] [--wait]
+  runplane runs redeliver [<project>/]<app> <run_id>
+
+The project defaults to the token's: list alone lists its runs, and <app> alone is an app of it.
 
 list with a project alone lists the runs of all its apps (with each run's app and error); --function,
 --mode and the creation-time range (--after inclusive, --before exclusive, RFC 3339 times) filter it.
@@ -152,17 +154,19 @@ export async function runsCommand(io: CommandIo): Promise<number> {
       wait: { type: "boolean", default: false },
     },
   });
-  const [app, runId] = positionals;
+  const [written, runId] = positionals;
   if (!sub || !SUBCOMMANDS.includes(sub)) {
     const choices = `${SUBCOMMANDS.slice(0, -1).join(", ")} or ${SUBCOMMANDS.at(-1)}`;
     throw new UsageError(sub ? `Unknown subcommand "${sub}": use ${choices}` : `Name a subcommand: ${choices}`);
   }
-  if (sub === "list" && app && /^[^/]+(\/[^/]+)?$/.test(app)) {
-    return await listRuns(io, connect(values, io.env), { target: app, ...values });
+  if (sub === "list") {
+    if (positionals.length > 1 || (written && !/^[^/]+(\/[^/]+)?$/.test(written))) {
+      throw new UsageError("runs list takes [<project>[/<app>]]");
+    }
+    const target = written ?? projectFor(undefined, { flags: values, env: io.env, command: "runs list" });
+    return await listRuns(io, connect(values, io.env), { target, ...values });
   }
-  if (!app || !/^[^/]+\/[^/]+$/.test(app)) {
-    throw new UsageError(`runs ${sub} needs ${sub === "list" ? "<project>[/<app>]" : "<project>/<app>"}`);
-  }
+  const app = appTarget(written, { flags: values, env: io.env, usage: `runs ${sub} needs [<project>/]<app>` });
   const onlyList = ["function", "mode", "after", "before"] as const;
   const misplaced = onlyList.filter((name) => values[name] !== undefined);
   if (misplaced.length) throw new UsageError(`--${misplaced.join(", --")} go with runs list`);
@@ -171,7 +175,7 @@ export async function runsCommand(io: CommandIo): Promise<number> {
     throw new UsageError("--data and --wait go with runs rerun");
   }
   const client = connect(values, io.env);
-  if (!runId || positionals.length > 2) throw new UsageError(`runs ${sub} needs <project>/<app> <run_id>`);
+  if (!runId || positionals.length > 2) throw new UsageError(`runs ${sub} needs [<project>/]<app> <run_id>`);
   if (sub === "logs") return await printRunLogs(io, client, { app, runId, follow: values.follow, json: values.json });
   if (sub === "rerun") return await rerun(io, client, { app, runId, ...values });
   const signal = { signal: io.signal };

@@ -25,8 +25,13 @@ describe("runplane init", { timeout: 300_000 }, () => {
     assert.equal(outcome.code, 0, outcome.stderr);
     assert.equal(
       outcome.stdout,
-      "Created app greeter in greeter: runplane.toml, main.py, README.md\nDeploy it: runplane deploy greeter --project <id>\n",
+      "Created app greeter in greeter: runplane.toml, main.py, README.md\n"
+        + "Deploy it into your token's project: p-demo for the demo token npm start printed:\n  runplane deploy greeter\n",
     );
+    // With a token at hand, its project by name.
+    const claims = Buffer.from(JSON.stringify({ project_id: "p-team" })).toString("base64url");
+    const named = await runMain(["init", "named"], { cwd: root, env: { RUNPLANE_TOKEN: `e30.${claims}.sig` } });
+    assert.match(named.stdout, /Deploy it into project p-team, your token's:\n {2}runplane deploy named\n/);
     const dir = join(root, "greeter");
     assert.deepEqual((await readdir(dir)).sort(), ["README.md", "main.py", "runplane.toml"]);
     assert.match(await readFile(join(dir, "runplane.toml"), "utf8"), /^\[deployment\]\nname = "greeter"$/m);
@@ -106,6 +111,46 @@ describe("runplane init", { timeout: 300_000 }, () => {
       );
       assert.equal(redeployed.code, 0, redeployed.stderr);
       assert.match(redeployed.stdout, /\/greeter\/count \\\n.* -d '\{\}'  # optional: to\n$/);
+    });
+
+    it("takes the token's project where --project (or the target's project) is left out", async () => {
+      const deployed = await runMain(["deploy", join(root, "greeter"), "--message", "no project named"], { env });
+      assert.equal(deployed.code, 0, deployed.stderr + deployed.stdout);
+      assert.match(deployed.stdout, new RegExp(`Ready: ${TEST_PROJECT}/greeter serves deployment`));
+      const apps = await runMain(["apps", "list"], { env });
+      assert.equal(apps.code, 0, apps.stderr);
+      assert.match(apps.stdout, /^greeter +ready /m);
+      const app = await runMain(["apps", "get", "greeter"], { env });
+      assert.match(app.stdout, new RegExp(`^${TEST_PROJECT}/greeter ready`));
+      const deployments = await runMain(["deployments", "list", "greeter", "--json"], { env });
+      assert.equal(deployments.code, 0, deployments.stderr);
+      const page = JSON.parse(deployments.stdout) as { deployments: Array<{ message: string | null }> };
+      assert.equal(page.deployments[0].message, "no project named");
+      const ran = await runMain(["run", "greeter", "--data", '{"name": "Bo"}'], { env });
+      assert.deepEqual(JSON.parse(ran.stdout), { message: "Hello, Bo!" });
+      const queued = await runMain(["run", "greeter", "--async", "--wait", "--json", "--data", '{"name": "Cy"}'], {
+        env,
+      });
+      assert.equal(queued.code, 0, queued.stderr);
+      const runId = (JSON.parse(queued.stdout) as { run_id: string }).run_id;
+      const runs = await runMain(["runs", "list", "--json"], { env });
+      assert.equal(runs.code, 0, runs.stderr);
+      assert.ok(
+        (JSON.parse(runs.stdout) as { runs: Array<{ run_id: string }> }).runs.some((run) => run.run_id === runId),
+        runs.stdout,
+      );
+      const got = await runMain(["runs", "get", "greeter", runId], { env });
+      assert.equal(got.code, 0, got.stderr);
+      assert.match(got.stdout, new RegExp(runId));
+      // A project the token does not belong to, named: the server's 403, whatever the CLI defaults.
+      for (const args of [["deploy", join(root, "greeter"), "--project", "p-other"], ["apps", "list", "p-other"]]) {
+        const refused = await runMain(args, { env });
+        assert.equal(refused.code, 1, args.join(" "));
+        assert.match(refused.stderr, /Forbidden/, args.join(" "));
+      }
+      const tokenless = await runMain(["deploy", join(root, "greeter")], { env: { RUNPLANE_BASE_URL: proxy.url } });
+      assert.equal(tokenless.code, 2);
+      assert.match(tokenless.stderr, /deploy needs a project \(--project <id>, or in its target\), or a token/);
     });
 
     it("got only answers that match the contract", async () => {

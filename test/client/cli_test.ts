@@ -137,9 +137,9 @@ describe("runplane CLI against a server", { timeout: 300_000 }, () => {
   });
 
   it("a usage error exits 2 with the command's help", async () => {
-    const outcome = await runMain(["base-image", "--app", "demo"], { env });
+    const outcome = await runMain(["base-image", "--project", "demo"], { env });
     assert.equal(outcome.code, 2);
-    assert.match(outcome.stderr, /base-image needs --project and --app/);
+    assert.match(outcome.stderr, /base-image needs --app/);
     assert.match(outcome.stderr, /Usage: runplane base-image/);
     const unknownFlag = await runMain(["run", "p/a", "--bogus"], { env });
     assert.equal(unknownFlag.code, 2);

@@ -70,7 +70,7 @@ describe("runplane secrets against a server", { timeout: 120_000 }, () => {
     assert.match(flag.stderr, /never a flag/);
     const missing = await runMain(["secrets", "set", TEST_PROJECT], { env });
     assert.equal(missing.code, 2);
-    assert.match(missing.stderr, /needs <project> NAME/);
+    assert.match(missing.stderr, /needs \[<project>\] NAME/);
     const badName = await runMain(["secrets", "set", TEST_PROJECT, "RUNPLANE_X"], { env, stdin: Readable.from(["v"]) });
     assert.equal(badName.code, 1);
     assert.match(badName.stderr, /RUNPLANE_, which the platform's own variables use/);
@@ -78,6 +78,36 @@ describe("runplane secrets against a server", { timeout: 120_000 }, () => {
     const denied = await runMain(["secrets", "list", TEST_PROJECT, "--token", token], { env });
     assert.equal(denied.code, 1);
     assert.match(denied.stderr, /lacks the "deploy" scope/);
+  });
+
+  it("refuses an empty value (empty stdin, or only a newline), and sets nothing", async () => {
+    for (const piped of [[], ["\n"], [""]]) {
+      const outcome = await runMain(["secrets", "set", TEST_PROJECT, "EMPTY_ONE"], {
+        env,
+        stdin: Readable.from(piped),
+      });
+      assert.equal(outcome.code, 1, JSON.stringify(piped));
+      assert.match(outcome.stderr, /The value of EMPTY_ONE on stdin is empty: nothing was set/);
+    }
+    assert.ok(!("EMPTY_ONE" in (await t.server.context.projectSecrets.environment(TEST_PROJECT))));
+  });
+
+  it("defaults the project to the token's; another project named is refused (403)", async () => {
+    const set = await runMain(["secrets", "set", "FROM_TOKEN"], { env, stdin: Readable.from(["v1"]) });
+    assert.equal(set.code, 0, set.stderr);
+    assert.equal(set.stdout, `Created FROM_TOKEN of ${TEST_PROJECT}: its replicas are replaced to see it\n`);
+    assert.equal((await t.server.context.projectSecrets.environment(TEST_PROJECT)).FROM_TOKEN, "v1");
+    const listed = await runMain(["secrets", "list"], { env });
+    assert.equal(listed.code, 0, listed.stderr);
+    assert.match(listed.stdout, /^FROM_TOKEN /m);
+    const deleted = await runMain(["secrets", "delete", "FROM_TOKEN", "--yes"], { env });
+    assert.equal(deleted.code, 0, deleted.stderr);
+    const other = await runMain(["secrets", "list", "p-other"], { env });
+    assert.equal(other.code, 1);
+    assert.match(other.stderr, /403|another project|not .*p-other|belongs to/i);
+    const tokenless = await runMain(["secrets", "list"], { env: { RUNPLANE_BASE_URL: t.url } });
+    assert.equal(tokenless.code, 2);
+    assert.match(tokenless.stderr, /needs a project .*, or a token/);
   });
 
   it("asks for the value on a terminal without echoing it", {

@@ -224,9 +224,10 @@ describe("runplane deploy, deployments and apps against a running server", () =>
   });
 
   it("refuses usage errors with the command's help", async () => {
-    const none = await runMain(["deploy", root], { env });
+    // No --project and no token to take it from.
+    const none = await runMain(["deploy", root], { env: { ...env, RUNPLANE_TOKEN: "" } });
     assert.equal(none.code, 2);
-    assert.match(none.stderr, /deploy needs --project/);
+    assert.match(none.stderr, /deploy needs a project/);
     const both = await runMain(["deploy", root, "--repo", "a/b", "--project", "p"], { env });
     assert.equal(both.code, 2);
     const missing = await runMain(["deploy", join(root, "nope"), "--project", TEST_PROJECT], { env });
