@@ -239,6 +239,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/projects/{project_id}/apps/{app_id}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an app's logs
+         * @description Every run's output of an app, interleaved (each line with its run id), from `since` (one hour ago by
+         *     default) on, oldest first, a page at a time. With `Accept: text/event-stream` the lines are followed
+         *     as they are written, by any process, until the caller leaves; `cursor` and `limit` are then ignored.
+         *     Lines are kept as long as their runs' results (`RUNPLANE_RESULT_TTL`).
+         */
+        get: operations["getAppLogs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/projects/{project_id}/apps/{app_id}/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an app's activity over time
+         * @description An app's calls, run times, cold starts and replicas over the last hour or day, in buckets counted by
+         *     the store: runs by outcome (by the time they ended), nearest-rank p50 and p95 run time, replicas
+         *     started, and the most replicas at once.
+         */
+        get: operations["getAppStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/projects/{project_id}/apps/{app_id}/websocket-tickets": {
         parameters: {
             query?: never;
@@ -679,6 +724,31 @@ export interface components {
         AppList: {
             apps: components["schemas"]["App"][];
         };
+        /** @description One line of an app's output: a line one of its runs wrote, with that run's id. */
+        AppLogLine: {
+            /** Format: date-time */
+            at: string;
+            run_id: components["schemas"]["RunId"];
+            /** @enum {string} */
+            stream: "stdout" | "stderr";
+            text: string;
+        };
+        /** @description A followed app log's event: one line of output. */
+        AppLogLineEvent: {
+            /** @description The line, as JSON. */
+            data: string;
+        };
+        /**
+         * @description A page of an app's output, every run's lines interleaved in the order they were written (by `at`,
+         *     then run id, then the line's place in its run), oldest first.
+         */
+        AppLogPage: {
+            /** @description More lines were there when this page was read: ask again with `next_cursor` now. */
+            has_more: boolean;
+            lines: components["schemas"]["AppLogLine"][];
+            /** @description Pass as `cursor` to read the lines after this page (also when it is the last one, to poll for more). */
+            next_cursor: string;
+        };
         /** @description An app's name within its project: letters, digits, `_` and `-`. */
         AppName: string;
         /**
@@ -740,6 +810,58 @@ export interface components {
          * @enum {string}
          */
         AppState: "building" | "ready" | "failed";
+        /** @description An app's activity over a window, bucketed, oldest bucket first; the last bucket is the current one. */
+        AppStats: {
+            /** Format: int32 */
+            bucket_seconds: number;
+            buckets: components["schemas"]["AppStatsBucket"][];
+            window: components["schemas"]["AppStatsWindow"];
+        };
+        /** @description One bucket of an app's activity. */
+        AppStatsBucket: {
+            /**
+             * Format: int32
+             * @description Runs that ended in this bucket cancelled.
+             */
+            cancelled: number;
+            /**
+             * Format: int32
+             * @description Replicas started in this bucket (a new process for the app: cold-started or forked from its template).
+             */
+            cold_starts: number;
+            /**
+             * Format: int32
+             * @description Runs that ended in this bucket failed (raised, timed out, out of memory, interrupted, upstream error).
+             */
+            failure: number;
+            /**
+             * @description The median run time (ms) of the runs that ended in this bucket with a run time: nearest rank, the
+             *     `ceil(0.5 × n)`-th shortest. Null when none did.
+             */
+            p50_ms: number | null;
+            /** @description The 95th percentile run time (ms), nearest rank (`ceil(0.95 × n)`-th shortest); null when no run ended. */
+            p95_ms: number | null;
+            /**
+             * @description The most replicas the app had at once in this bucket, over every host (sampled every few seconds by
+             *     each host); null when no host sampled the app in this bucket (no replica, or no server running).
+             */
+            replicas: number | null;
+            /**
+             * Format: date-time
+             * @description When the bucket starts; it spans `bucket_seconds`.
+             */
+            start: string;
+            /**
+             * Format: int32
+             * @description Runs that ended in this bucket with success.
+             */
+            success: number;
+        };
+        /**
+         * @description The span `getAppStats` covers: the last hour (60 one-minute buckets) or day (96 fifteen-minute buckets).
+         * @enum {string}
+         */
+        AppStatsWindow: "1h" | "24h";
         /** @description A shell command, Base64-encoded (RFC 4648, standard alphabet, padded). */
         Base64Command: string;
         /** @description The canonical digest of an app's build dependencies. */
@@ -3014,6 +3136,247 @@ export interface operations {
             };
             /** @description The resource does not exist. */
             404: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getAppLogs: {
+        parameters: {
+            query?: {
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string;
+                /** @description Page size. */
+                limit?: number;
+                /** @description Only lines written at or after this time (default: one hour ago). */
+                since?: string;
+            };
+            header?: {
+                accept?: string;
+            };
+            path: {
+                app_id: components["schemas"]["AppName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppLogPage"];
+                    "text/event-stream": components["schemas"]["AppLogLineEvent"][];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request did not arrive in time (Node's request timeout): answered by the HTTP server before any
+             *     handler runs, with the same problem document, and the connection closed.
+             */
+            408: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request line and headers exceed 16 KiB: answered by the HTTP parser before any handler runs, with
+             *     the same problem document, and the connection closed.
+             */
+            431: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The server or the function failed. */
+            500: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The server, the app or an upstream cannot take the call now (draining, app failed to load, rate
+             *     limited), or the server cannot jail tenants' code and so refuses a deployment (`sandbox-unavailable`).
+             */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getAppStats: {
+        parameters: {
+            query?: {
+                /** @description The span: the last hour or the last day. */
+                window?: components["schemas"]["AppStatsWindow"];
+            };
+            header?: never;
+            path: {
+                app_id: components["schemas"]["AppName"];
+                project_id: components["schemas"]["ProjectId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppStats"];
+                };
+            };
+            /** @description The request is malformed or failed validation (see `errors`). */
+            400: {
+                headers: {
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid bearer token: missing, malformed, forged, expired or revoked. */
+            401: {
+                headers: {
+                    /** @description Always `Bearer`, with the error code when a token was sent. */
+                    "WWW-Authenticate": string;
+                    /** @description Identifies this request; for a run call it is the run id. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token is valid but belongs to another project or lacks the scope this operation needs. */
+            403: {
                 headers: {
                     /** @description Identifies this request; for a run call it is the run id. */
                     "X-Request-Id": string;

@@ -1072,6 +1072,193 @@ export const routes = [
     }
   },
   {
+    "operationId": "getAppLogs",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/apps/{app_id}/logs",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id/logs",
+    "restOfPath": null,
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "since",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "cursor",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "limit",
+        "in": "query",
+        "type": "integer",
+        "required": false
+      },
+      {
+        "name": "accept",
+        "in": "header",
+        "type": "string",
+        "required": false
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "getAppLogs_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "getAppLogs_200_headers",
+          "content": {
+            "application/json": "getAppLogs_200_application_json",
+            "text/event-stream": "getAppLogs_200_text_event_stream"
+          }
+        },
+        "400": {
+          "headers": "getAppLogs_400_headers",
+          "content": {
+            "application/problem+json": "getAppLogs_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "getAppLogs_401_headers",
+          "content": {
+            "application/problem+json": "getAppLogs_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "getAppLogs_403_headers",
+          "content": {
+            "application/problem+json": "getAppLogs_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getAppLogs_408_headers",
+          "content": {
+            "application/problem+json": "getAppLogs_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getAppLogs_431_headers",
+          "content": {
+            "application/problem+json": "getAppLogs_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getAppLogs_500_headers",
+          "content": {
+            "application/problem+json": "getAppLogs_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getAppLogs_503_headers",
+          "content": {
+            "application/problem+json": "getAppLogs_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "getAppStats",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/apps/{app_id}/stats",
+    "koaPath": "/v3/projects/:project_id/apps/:app_id/stats",
+    "restOfPath": null,
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "app_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "window",
+        "in": "query",
+        "type": "string",
+        "required": false
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "getAppStats_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "getAppStats_200_headers",
+          "content": {
+            "application/json": "getAppStats_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "getAppStats_400_headers",
+          "content": {
+            "application/problem+json": "getAppStats_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "getAppStats_401_headers",
+          "content": {
+            "application/problem+json": "getAppStats_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "getAppStats_403_headers",
+          "content": {
+            "application/problem+json": "getAppStats_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getAppStats_408_headers",
+          "content": {
+            "application/problem+json": "getAppStats_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getAppStats_431_headers",
+          "content": {
+            "application/problem+json": "getAppStats_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getAppStats_500_headers",
+          "content": {
+            "application/problem+json": "getAppStats_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getAppStats_503_headers",
+          "content": {
+            "application/problem+json": "getAppStats_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "createWebSocketTicket",
     "method": "POST",
     "path": "/v3/projects/{project_id}/apps/{app_id}/websocket-tickets",

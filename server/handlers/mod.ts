@@ -1,6 +1,7 @@
 /** The handler of every operation, one map checked against the contract with `satisfies`. */
 import type { ServerContext } from "../context.ts";
 import type { Handlers } from "../http/mod.ts";
+import { appInsightHandlers } from "./app_insights.ts";
 import { appRouteHandlers } from "./app_routes.ts";
 import { buildHandlers } from "./builds.ts";
 import { deploymentHandlers } from "./deployments.ts";
@@ -17,6 +18,7 @@ export function createHandlers(context: ServerContext): Handlers {
   return {
     ...runHandlers(context),
     ...appRouteHandlers(context),
+    ...appInsightHandlers(context),
     ...runEventHandlers(context),
     ...buildHandlers(context),
     ...deploymentHandlers(context),

@@ -22,6 +22,7 @@ import { deadOwners, forgetOwner, ownerState } from "./_owners.ts";
 import { endStoredRun, runEnd } from "./_run_end.ts";
 import { expireResults, renewLeases, selectRunsOf, selectStaleRuns } from "./_queries.ts";
 import { expireRunLogs } from "./run_logs.ts";
+import { expireAppSamples } from "../store/statements/app_insights.ts";
 import type { RunRow } from "./_view.ts";
 
 /** What upkeep needs. */
@@ -108,6 +109,8 @@ export function startMaintenance(options: MaintenanceOptions): Ticker {
     await expireResults(db, { resultTtlMs: options.resultTtlMs, now });
     await forgetDeliverySecrets(db, { before: now - options.resultTtlMs });
     await expireRunLogs(db, { before: now - options.resultTtlMs });
+    // The charts' samples cover a day at least, whatever the results' TTL.
+    await expireAppSamples(db, now - Math.max(options.resultTtlMs, 25 * 3_600_000));
     await db.deleteFrom("idempotency_keys").where("created_at", "<=", now - IDEMPOTENCY_WINDOW_MS).execute();
     // A cluster's WebSocket tickets past their minute (the table is empty on a server of one host).
     await db.deleteFrom("websocket_tickets").where("expires_at", "<=", now).execute();

@@ -2,6 +2,7 @@
  * The run service's public types: what it does (`RunService`), what it needs (`RunServiceOptions`,
  * `RunSettings`) and what its calls take and answer. `service.ts` re-exports them.
  */
+import type { AppLogLine, AppLogOptions, AppLogPage, AppRef, AppStats, AppStatsWindow } from "./app_insights.ts";
 import type { Kysely } from "kysely";
 import type { components } from "../../generated/api.d.ts";
 import type { Logger } from "../log.ts";
@@ -112,6 +113,12 @@ export interface RunService {
    * status once it has ended; stops early when `signal` aborts.
    */
   followRunLog(ref: RunRef, signal: AbortSignal): Promise<AsyncIterable<RunLogLine | { end: string }>>;
+  /** A page of every run's lines of an app, interleaved, from `since` (default an hour ago) or after `cursor`. */
+  getAppLog(app: AppRef, options?: AppLogOptions): Promise<AppLogPage>;
+  /** The app's lines from `since` on, then each line any process writes, until `options.signal` aborts. */
+  followAppLog(app: AppRef, options: AppLogOptions & { signal: AbortSignal }): AsyncIterable<AppLogLine>;
+  /** The app's runs by outcome, p50/p95 run time, replicas and starts, per bucket of the last hour or day. */
+  getAppStats(app: AppRef, window: AppStatsWindow): Promise<AppStats>;
   /** Queued runs per app, from the store (for the `runplane_runs_queued` gauge). */
   queuedByApp(): Promise<Array<{ projectId: string; appId: string; count: number }>>;
   /** Writes buffered sync records now. */

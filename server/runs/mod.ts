@@ -9,6 +9,16 @@ export type { RunExecution } from "./_execute_run.ts";
 export { runOwnersDir } from "./_owners.ts";
 export { queuedRunsByApp } from "./_queries.ts";
 export type { Run } from "./_view.ts";
+export type {
+  AppLogLine,
+  AppLogOptions,
+  AppLogPage,
+  AppRef,
+  AppStats,
+  AppStatsBucket,
+  AppStatsWindow,
+} from "./app_insights.ts";
+export { type AppSamplerOptions, type SampledReplicas, startAppSampler } from "./app_samples.ts";
 export { createRunChangeFeed, type RunChange, type RunChangeFeed, type RunChangeListener } from "./change_feed.ts";
 export {
   type AppTarget,

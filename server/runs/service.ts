@@ -9,6 +9,7 @@
 import { randomBytes } from "node:crypto";
 import type { LocalRuns } from "./_local_runs.ts";
 import { registerOwner } from "./_owners.ts";
+import { followAppLog, getAppLog, getAppStats } from "./app_insights.ts";
 import { RunControls } from "./_run_controls.ts";
 import { createRunEvents } from "./_run_events.ts";
 import { startRunLoops } from "./_run_loops.ts";
@@ -50,6 +51,7 @@ export function createRunService(options: RunServiceOptions): RunService {
   const resultLimitBytes = config.resultLimitBytes ?? DEFAULT_RESULT_LIMIT_BYTES;
   const loops = startRunLoops(options, { owner, local, events, resultLimitBytes, clock, onDeliveries });
   const reads = new RunReads({ db, writer, config, clock, logs: options.logs });
+  const insights = { db, clock, logs: options.logs, flushRuns: () => writer.flush() };
   const submissions = new RunSubmissions(options, {
     owner,
     writer,
@@ -69,6 +71,9 @@ export function createRunService(options: RunServiceOptions): RunService {
     redeliverWebhook: (ref) => controls.redeliverWebhook(ref),
     getRunLog: (ref) => reads.getRunLog(ref),
     followRunLog: (ref, signal) => reads.followRunLog(ref, signal),
+    getAppLog: (app, logOptions) => getAppLog(insights, app, logOptions),
+    followAppLog: (app, logOptions) => followAppLog(insights, app, logOptions),
+    getAppStats: (app, window) => getAppStats(insights, app, window),
     getRun: (ref) => reads.getRun(ref),
     async listRuns(app, listOptions = {}) {
       return await reads.listPage({ ...listOptions, projectId: app.projectId, appId: app.appId });

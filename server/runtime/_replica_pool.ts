@@ -123,12 +123,19 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
   #draining = false;
   /** Set when a replica could not start for want of host capacity, until one could. */
   #blocked = false;
+  /** Replicas started since the pool was made (each a cold start or a fork of its template). */
+  #starts = 0;
 
   constructor(options: ReplicaPoolOptions<R>) {
     this.#options = options;
     this.#limits = { minReplicas: options.minReplicas, maxReplicas: options.maxReplicas };
     options.budget?.host.join(this);
     this.#keepWarm();
+  }
+
+  /** Replicas this pool has started, ever: the app's charts count cold starts from it. */
+  starts(): number {
+    return this.#starts;
   }
 
   /** The pool's current load. */
@@ -393,6 +400,7 @@ export class ReplicaPool<R extends Replica> implements BudgetClient {
     }
     this.#unblock();
     const replica = this.#options.spawn({ gpus: reservation?.gpus ?? [] });
+    this.#starts++;
     const entry: Entry<R> = { replica, active: 0, stopping: false, startedAt: Date.now(), reservation };
     this.#entries.push(entry);
     this.#options.logger.info({ app: this.#options.label, pid: replica.pid, reason }, "replica starting");

@@ -270,6 +270,8 @@ export interface Runtime {
   warm(): Promise<void>;
   /** Replicas per app (`project/app`) by state, retired versions still finishing calls included. */
   replicaStates(): Array<{ app: string } & ReplicaStates>;
+  /** Replicas each app's live pools have started (a count that grows; a retired version's leaves with it). */
+  replicaStarts(): Array<{ app: string; starts: number }>;
   /**
    * Re-reads the apps folder and the deployed apps (it is also polled); resolves once a reload that
    * began after this call has ended. Reloads run one at a time, so an older read never replaces a newer one.

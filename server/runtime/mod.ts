@@ -4,6 +4,7 @@
  * `ProblemError` for a missing app or function, a full queue, an app that failed to load). Free of HTTP,
  * so the synchronous handler and a durable async dispatcher call it the same way.
  */
+import { replicaStarts } from "./_replica_starts.ts";
 import { appInfos, appSettings, hostCapacity, replicaStates, waitingForCapacity } from "./_runtime_views.ts";
 import { addSeat, canPlace, dropSeats, heldSeats, spareSeats } from "./_app_seats.ts";
 import { invokeApp } from "./_call_placement.ts";
@@ -128,6 +129,7 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
     hostCapacity: () => hostCapacity(apps),
     waitingForCapacity: () => waitingForCapacity(apps),
     replicaStates: () => replicaStates(apps),
+    replicaStarts: () => replicaStarts(apps),
     close: () => apps.close(),
   };
 }

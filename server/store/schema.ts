@@ -341,6 +341,19 @@ export interface ReplicaSeatTable {
   seen_at: number;
 }
 
+/** What one host saw of an app in one minute (`app_samples`, migration 0034): for its charts. */
+export interface AppSampleTable {
+  project_id: string;
+  app_id: string;
+  host_id: string;
+  /** The minute's start, Unix ms. */
+  minute: number;
+  /** The most replicas of the app the host ran at once in that minute. */
+  replicas: number;
+  /** Replicas of the app the host started in that minute. */
+  starts: number;
+}
+
 /** A process's probe of whether the store can write (see `outage.ts`). */
 export interface StoreProbeTable {
   owner: string;
@@ -372,4 +385,5 @@ export interface Database {
   served_deployments: ServedDeploymentTable;
   hosts: HostTable;
   replica_seats: ReplicaSeatTable;
+  app_samples: AppSampleTable;
 }

@@ -1,6 +1,7 @@
 /**
  * How a server stops: `close()` (stops listening, then every part in the order that lets each finish) and
- * `drain()` (new calls get 503, what is in flight may finish within a timeout, then `close()`).
+ * `drain()` (new calls get 503, what is in flight may finish within a timeout, then `close()`). It starts
+ * the apps' sampler (their charts' replicas), which a close stops before the store.
  */
 import type { DeliveryWorker } from "../webhooks/mod.ts";
 import type { Deployments } from "../deployments/mod.ts";
@@ -12,6 +13,7 @@ import type { RunChangeFeed, RunLogWriter, RunService } from "../runs/mod.ts";
 import type { Runtime } from "../runtime/mod.ts";
 import type { Cgroups, Sandbox } from "../sandbox/mod.ts";
 import type { Store, StoreOutage } from "../store/mod.ts";
+import { sampleApps } from "./app_samples.ts";
 import type { ServerListener } from "./listener.ts";
 
 /** What `createLifecycle` stops, in its order. */
@@ -46,6 +48,8 @@ export interface Lifecycle {
 /** Makes `close()` (once; later calls share it) and `drain()` over the server's parts. */
 export function createLifecycle(parts: LifecycleParts): Lifecycle {
   const { logger, gate, listener, runs, cluster } = parts;
+  // The apps' charts: this process's replicas sampled into the store (a worker runs none: it writes none).
+  const appSampler = sampleApps(parts);
   let closing: Promise<void> | undefined;
 
   function close(): Promise<void> {
@@ -72,6 +76,7 @@ export function createLifecycle(parts: LifecycleParts): Lifecycle {
       const sweep = setInterval(() => listener.closeIdleConnections(), 100);
       await connectionsEnded.finally(() => clearInterval(sweep));
       await parts.deliveries?.stop();
+      await appSampler.stop();
       await parts.store.close();
       parts.sandbox.close();
       parts.outage.close();
