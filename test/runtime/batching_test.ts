@@ -3,6 +3,7 @@
  * invocation in front of its replica. Real server, real jailed workers; no timing upper bounds.
  */
 import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { callFunction, deployApp } from "../_helpers/apps.ts";
 import { cancelRun, getRun, type Run, submitAsync, waitForStatus } from "../_helpers/runs.ts";
@@ -222,6 +223,36 @@ describe("batched functions ([functions.<name>] batch)", () => {
     const text = await (await fetch(`${t.url}/metrics`)).text();
     assert.match(text, /runplane_batch_size_count\{app="p-test\/batch",function="decorated"\} 1/);
     assert.match(text, /runplane_batch_wait_seconds_count\{app="p-test\/batch",function="square"\}/);
+  });
+});
+
+describe("the example batched NumPy model (examples/apps/p-demo/embed)", () => {
+  let t: TestServer;
+  before(async () => {
+    t = await startTestServer();
+    const example = new URL("../../examples/apps/p-demo/embed/", import.meta.url);
+    const files = Object.fromEntries(
+      await Promise.all(
+        ["main.py", "runplane.toml"].map(async (name) => [name, await readFile(new URL(name, example), "utf8")]),
+      ),
+    );
+    await deployApp(t, "embed", { toml: files["runplane.toml"], files: { "main.py": files["main.py"] } });
+  });
+  after(() => t.close());
+
+  it("answers concurrent callers each with the row the unbatched model gives for its input", async () => {
+    const inputs = Array.from({ length: 24 }, (_, i) => Array.from({ length: 64 }, (_, j) => Math.sin(i * 64 + j)));
+    const batched = await Promise.all(
+      inputs.map((features, i) =>
+        callFunction(t, "embed", "embed", i % 2 ? { features } : { features, normalize: false })
+      ),
+    );
+    for (const [i, features] of inputs.entries()) {
+      const { data } = await callFunction(t, "embed", "embed_one", { features, normalize: i % 2 === 1 });
+      assert.equal(batched[i].response.status, 200, JSON.stringify(batched[i].error));
+      assert.deepEqual(batched[i].data?.result, data?.result, `caller ${i}`);
+      assert.equal((data?.result as number[]).length, 16);
+    }
   });
 });
 
