@@ -96,9 +96,9 @@ export class HostVolumes {
     const paths = volumePaths(dir, { projectId, name: volume });
     // Never followed: the volume is the server's own file (or folder) under the volumes dir, or it is not here.
     const found = lstatSync(mode === "loop" ? paths.image : paths.root, { throwIfNoEntry: false });
-    if (!found) throw new Error(`it is not in ${dir} (create it with runplane volumes create, or share the folder)`);
+    if (!found) throw new Error("it is not in this host's volumes folder (RUNPLANE_VOLUMES_DIR): on a cluster, share that folder between hosts");
     if (mode === "loop" ? !found.isFile() : !found.isDirectory()) {
-      throw new Error(`${mode === "loop" ? paths.image : paths.root} is not a volume (${mode} mode)`);
+      throw new Error(`what is there is not a volume of ${mode} mode (RUNPLANE_VOLUMES_MODE)`);
     }
     // Found, never made here: a host that does not see a volume must not answer with an empty new one.
     await this.#options.mount(projectId, volume);
