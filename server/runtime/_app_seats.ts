@@ -7,9 +7,14 @@ import type { LiveApps } from "./_live_apps.ts";
 import { type HeldSeat, splitKey } from "./_seat_book.ts";
 import type { SeatRef } from "./_types.ts";
 
-/** Whether one more replica of the app would fit this host's budget now. */
+/**
+ * Whether one more replica of the app would fit this host's budget now, and it sees every volume the app
+ * mounts (a host that cannot see one leaves the app to the hosts that can).
+ */
 export function canPlace(apps: LiveApps, ref: { projectId: string; app: string }): boolean {
   const { config } = apps.live(ref.projectId, ref.app).version;
+  const { volumes } = apps.options;
+  if (config.volumes.some((mount) => volumes?.missing(ref.projectId, mount.volume))) return false;
   return config.custom?.kind === "url" || apps.options.budget.fits(config.hardware);
 }
 

@@ -50,6 +50,8 @@ export interface ReplicaVolumes {
   source(projectId: string, volume: string): string;
   /** Makes sure the volume is here and mounted; throws an error naming it when it is not. */
   ready(projectId: string, volume: string, options?: { app?: string }): Promise<void>;
+  /** Whether the volume was found missing here (and not seen since): no replica that mounts it is placed here. */
+  missing(projectId: string, volume: string): boolean;
 }
 
 /** An app version as its jail is made of it. */

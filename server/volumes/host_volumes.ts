@@ -7,6 +7,9 @@ import { lstatSync } from "node:fs";
 import type { Logger } from "../log.ts";
 import { volumePaths, type VolumesMode } from "./_volume_disk.ts";
 
+/** How often `missing` looks again for a volume found missing. */
+const RECHECK_MS = 10_000;
+
 /** Options of `HostVolumes`. */
 export interface HostVolumesOptions {
   /** RUNPLANE_VOLUMES_DIR (resolved: `<data dir>/volumes` when unset). */
@@ -40,6 +43,8 @@ export interface VolumeUser {
 export class HostVolumes {
   readonly #options: HostVolumesOptions;
   readonly #unavailable = new Map<string, UnavailableVolume>();
+  /** When `missing` last looked again for each. */
+  readonly #checked = new Map<string, number>();
 
   constructor(options: HostVolumesOptions) {
     this.#options = options;
@@ -86,6 +91,22 @@ export class HostVolumes {
     }
   }
 
+  /**
+   * Whether `volume` of `projectId` was found missing and not seen since: a host of a cluster places no
+   * replica of an app that mounts it. Looked for again (in the background) at most every `RECHECK_MS`, so a
+   * volume that appears (its shared folder mounted by the operator) is placed again.
+   */
+  missing(projectId: string, volume: string): boolean {
+    const found = this.#unavailable.get(`${projectId}/${volume}`);
+    if (!found) return false;
+    const now = Date.now();
+    if (now - (this.#checked.get(`${projectId}/${volume}`) ?? 0) >= RECHECK_MS) {
+      this.#checked.set(`${projectId}/${volume}`, now);
+      this.ready(projectId, volume).catch(() => undefined);
+    }
+    return true;
+  }
+
   /** The volumes found missing (or unmountable) and not seen since, for `/readyz`. */
   unavailable(): UnavailableVolume[] {
     return [...this.#unavailable.values()];
@@ -96,7 +117,11 @@ export class HostVolumes {
     const paths = volumePaths(dir, { projectId, name: volume });
     // Never followed: the volume is the server's own file (or folder) under the volumes dir, or it is not here.
     const found = lstatSync(mode === "loop" ? paths.image : paths.root, { throwIfNoEntry: false });
-    if (!found) throw new Error("it is not in this host's volumes folder (RUNPLANE_VOLUMES_DIR): on a cluster, share that folder between hosts");
+    if (!found) {
+      throw new Error(
+        "it is not in this host's volumes folder (RUNPLANE_VOLUMES_DIR): on a cluster, share that folder between hosts",
+      );
+    }
     if (mode === "loop" ? !found.isFile() : !found.isDirectory()) {
       throw new Error(`what is there is not a volume of ${mode} mode (RUNPLANE_VOLUMES_MODE)`);
     }
