@@ -5,6 +5,7 @@ import { appTarget, CONNECTION_HELP, CONNECTION_OPTIONS, connect, projectFor } f
 import { stripTerminalControls } from "../terminal_text.ts";
 import { confirm, YES_OPTION } from "./confirm.ts";
 import { writeJson } from "./output.ts";
+import { plural } from "../plural.ts";
 import { writeTable } from "../table_format.ts";
 
 /** Help of `runplane apps`. */
@@ -29,7 +30,7 @@ function hardware(app: App): string | null {
   if (!h) return null;
   const gpus = h.gpu_count === 0 ? "" : `, ${h.gpu_count} GPU${h.gpu_count === 1 ? "" : "s"}`;
   const compute = h.compute === null ? "" : ` (${stripTerminalControls(h.compute)})`;
-  return `hardware: ${h.cpu} cores, ${h.memory} GiB${gpus}${compute}`;
+  return `hardware: ${plural(h.cpu, "core")}, ${h.memory} GiB${gpus}${compute}`;
 }
 
 /** Which replica holds which GPUs: one line each, `  pid 4182: GPU-3a7b… (NVIDIA H100 80GB HBM3)`. */
@@ -52,7 +53,9 @@ export function formatApp(app: App): string {
   if (app.scaling) {
     const s = app.scaling;
     lines.push(
-      `scaling: ${s.min_replicas}..${s.max_replicas} replicas, ${s.replica_concurrency} calls each, cooldown ${s.cooldown} s`,
+      `scaling: ${s.min_replicas}..${plural(s.max_replicas, "replica")}, ${
+        plural(s.replica_concurrency, "call")
+      } each, cooldown ${s.cooldown} s`,
     );
   }
   const hw = hardware(app);

@@ -16,6 +16,7 @@ import { stripTerminalControls } from "../terminal_text.ts";
 import { CONNECTION_HELP, CONNECTION_OPTIONS, connect, projectFor, serverUrls } from "./connection.ts";
 import { clearProgress, isTerminal, showProgress, writeJson } from "./output.ts";
 import { callInstructions } from "../call_instructions.ts";
+import { plural } from "../plural.ts";
 import { type PythonParameter, pythonParameters } from "../python_signature.ts";
 import { commitLabel, workTreeCommit } from "./work_tree.ts";
 
@@ -173,7 +174,7 @@ export async function deployCommand(io: CommandIo): Promise<number> {
     const bundle = await packBundle(dir, { exclude: settings.exclude });
     const source = await workTreeCommit(dir, bundleExcluder(settings.exclude));
     say(
-      `Packed ${bundle.files} files (${kib(bundle.bytes.length)})${source ? ` at commit ${commitLabel(source)}` : ""}`,
+      `Packed ${plural(bundle.files, "file")} (${kib(bundle.bytes.length)})${source ? ` at commit ${commitLabel(source)}` : ""}`,
     );
     try {
       accepted = await client.createDeployment(app, bundle.bytes, {

@@ -1,4 +1,5 @@
 import type { Run } from "../mod.ts";
+import { plural } from "../plural.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
 
 /** Milliseconds for people, or `-` when not known (yet). */
@@ -30,7 +31,7 @@ export function formatRun(run: Run): string {
   if (run.rerun_of) lines.push(`rerun of: ${run.rerun_of}`);
   if (run.reruns.length) lines.push(`rerun as: ${run.reruns.join(", ")}`);
   if (run.webhook) {
-    lines.push(`webhook: ${run.webhook.status} (${run.webhook.attempts.length} attempts) ${run.webhook.endpoint}`);
+    lines.push(`webhook: ${run.webhook.status} (${plural(run.webhook.attempts.length, "attempt")}) ${run.webhook.endpoint}`);
   }
   return stripTerminalControls(lines.join("\n"));
 }

@@ -6,7 +6,7 @@
 import { api, call } from "./api.js";
 import { badge, cell, errorBox, h, replace, table } from "./dom.js";
 import { callForm } from "./call_form.js";
-import { duration, errorText, when } from "./format.js";
+import { duration, errorText, plural, when } from "./format.js";
 import { link, rerender, runPath } from "./navigation.js";
 import { deploymentsRefusedNote } from "./sandbox_status.js";
 import { requireSession } from "./session.js";
@@ -34,7 +34,7 @@ function hardwareFacts(app) {
   );
   return [
     h("dt", {}, "Hardware"),
-    h("dd", {}, `${hw.cpu} cores, ${hw.memory} GiB${gpus}${hw.compute ? ` (${hw.compute})` : ""}`),
+    h("dd", {}, `${plural(hw.cpu, "core")}, ${hw.memory} GiB${gpus}${hw.compute ? ` (${hw.compute})` : ""}`),
     held.length ? [h("dt", {}, "GPUs held"), h("dd", { id: "gpus" }, held)] : null,
   ];
 }
@@ -62,7 +62,9 @@ function appFacts(app) {
         h(
           "dd",
           {},
-          `${app.scaling.min_replicas}–${app.scaling.max_replicas} replicas, ${app.scaling.replica_concurrency} calls each, cooldown ${app.scaling.cooldown} s`,
+          `${app.scaling.min_replicas}–${plural(app.scaling.max_replicas, "replica")}, ${
+            plural(app.scaling.replica_concurrency, "call")
+          } each, cooldown ${app.scaling.cooldown} s`,
         ),
       ]
       : null,
@@ -172,6 +174,9 @@ function deploymentRow(path, d, logs) {
         ? h("button", {
           type: "button",
           onclick: async () => {
+            const question = `Activate ${d.deployment_id}? New calls to ${d.app_id} run it from now on (a rollback,`
+              + " or a roll forward); calls in flight finish on the one they started on.";
+            if (!confirm(question)) return;
             try {
               await call(
                 api.POST("/v3/projects/{project_id}/apps/{app_id}/deployments/{deployment_id}/activate", {
@@ -200,18 +205,14 @@ async function deploymentsSection(path) {
     deploymentsRefusedNote(),
   ]);
   const logs = h("div");
+  const columns = ["Deployment", "Status", "Created", "Image", "Dependencies", ""];
+  const rows = page.deployments.map((d) => deploymentRow(path, d, logs));
+  // Each cell names its column: on a phone the table is one card per deployment (style.css).
+  for (const row of rows) [...row.children].forEach((cell, i) => cell.setAttribute("data-label", columns[i]));
   return [
     h("h2", {}, "Deployments"),
     refused,
-    h(
-      "div",
-      { class: "scroll" },
-      table(
-        ["Deployment", "Status", "Created", "Image", "Dependencies", ""],
-        page.deployments.map((d) => deploymentRow(path, d, logs)),
-        { bodyId: "deployments" },
-      ),
-    ),
+    h("div", { class: "scroll" }, table(columns, rows, { bodyId: "deployments", className: "deployments" })),
     logs,
   ];
 }

@@ -116,7 +116,12 @@ export function jsonBlock(value, options = {}) {
   const text = JSON.stringify(value, null, 2) ?? "null";
   const pre = h("pre", { class: "mono", id: options.id }, text);
   if (text.length < 2000) return pre;
-  return h("details", {}, h("summary", {}, `Show ${text.length.toLocaleString()} characters`), pre);
+  return h(
+    "details",
+    {},
+    h("summary", {}, `Show ${text.length.toLocaleString()} character${text.length === 1 ? "" : "s"}`),
+    pre,
+  );
 }
 
 /**

@@ -52,18 +52,31 @@ export function absoluteTime(at) {
  * @param {number} now
  */
 export function relativeTime(at, now) {
+  const days = (/** @type {number} */ n) => plural(Math.round(n / 86400), "day");
   const seconds = Math.round((now - at.getTime()) / 1000);
   if (seconds < -5) {
     const ahead = -seconds;
     if (ahead < 3600) return `in ${Math.round(ahead / 60)} min`;
     if (ahead < 86400) return `in ${Math.round(ahead / 3600)} h`;
-    return `in ${Math.round(ahead / 86400)} days`;
+    return `in ${days(ahead)}`;
   }
   if (seconds < 5) return "just now";
   if (seconds < 60) return `${seconds} s ago`;
   if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
   if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
-  return `${Math.round(seconds / 86400)} days ago`;
+  return `${days(seconds)} ago`;
+}
+
+/**
+ * `count` and `word`, the word in its plural (`many`, default `word + "s"`) unless `count` is exactly 1:
+ * `1 attempt`, `2 attempts`, `0.5 cores`.
+ *
+ * @param {number} count
+ * @param {string} word
+ * @param {string} [many]
+ */
+export function plural(count, word, many = `${word}s`) {
+  return `${count} ${count === 1 ? word : many}`;
 }
 
 /**

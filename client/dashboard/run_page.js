@@ -70,6 +70,7 @@ function actions(run, path) {
       type: "button",
       class: "danger",
       onclick: async () => {
+        if (!confirm(`Cancel ${run.run_id}? Its function is stopped and the run ends cancelled.`)) return;
         try {
           await call(api.DELETE("/v4/projects/{project_id}/apps/{app_id}/runs/{run_id}", { params: { path } }));
           void rerender();

@@ -132,5 +132,6 @@ export async function runsPage(params) {
       reread: async () => replace(area, listing(filters, await read(), { anyApp: apps.length > 0 })),
     });
   }
-  return [h("h1", {}, "Runs"), filterForm(filters, { apps }), statusLinks(filters), area, lookupForm(projectId, apps)];
+  // The lookup above the listing (50 rows a page), where it is seen without scrolling.
+  return [h("h1", {}, "Runs"), lookupForm(projectId, apps), filterForm(filters, { apps }), statusLinks(filters), area];
 }

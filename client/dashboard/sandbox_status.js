@@ -27,14 +27,27 @@ export async function sandboxReport() {
   return report;
 }
 
-/** The shell's warning when tenants' code runs unjailed, or null when it is jailed. */
+/** A warning's own "…: tenants' code runs unjailed", which the banner's lead says once for all of them. */
+const SAID_BY_THE_LEAD = /:\s*tenants' code runs unjailed\.?$/i;
+
+/** The server's warning that deployments are refused (`…: <what to do>`), which the lead says too. */
+const REFUSAL = /^Deployments are refused\b[^:]*:\s*/;
+
+/**
+ * The shell's warning when tenants' code runs unjailed, or null when it is jailed: each thing said once
+ * (the server's warnings each end "tenants' code runs unjailed", and a refusal repeats that it refuses).
+ */
 export async function unjailedWarning() {
   const sandbox = await sandboxReport();
   if (!sandbox || sandbox.jailed) return null;
-  const lead = sandbox.deployments === "refused"
-    ? "This server refuses deployments: tenants' code would run unjailed here."
-    : "Tenants' code runs unjailed on this server:";
-  return `${lead} ${sandbox.warnings.join("; ")}`;
+  const refusal = sandbox.warnings.find((warning) => REFUSAL.test(warning));
+  const details = sandbox.warnings.filter((warning) => warning !== refusal)
+    .map((warning) => warning.replace(SAID_BY_THE_LEAD, "")).filter(Boolean).join("; ");
+  if (sandbox.deployments !== "refused") return `Tenants' code runs unjailed on this server: ${details}.`;
+  const remedy = refusal
+    ? ` Deployments in its store are neither built nor served: ${refusal.replace(REFUSAL, "")}.`
+    : "";
+  return `This server refuses deployments: tenants' code would run unjailed here (${details}).${remedy}`;
 }
 
 /** A note for the pages that show deployments when the server refuses them; null otherwise. */

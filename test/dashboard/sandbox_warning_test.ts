@@ -63,6 +63,8 @@ describe("the dashboard's sandbox warning", { skip: browser === null ? "Chromium
     assert.equal(banner.hidden, false);
     assert.match(banner.text, /unjailed/);
     assert.match(banner.text, /RUNPLANE_SANDBOX=off/);
+    // Said once: the lead says the code runs unjailed, the reasons do not say it again.
+    assert.equal(banner.text.match(/tenants' code runs unjailed/gi)?.length, 1, banner.text);
   });
 
   it("says on every page, and where deployments are shown, that they are refused where no jail works under auto", async (t) => {
@@ -88,6 +90,10 @@ describe("the dashboard's sandbox warning", { skip: browser === null ? "Chromium
         /^This server refuses deployments: tenants' code would run unjailed/,
       );
       assert.match((await banner.textContent()) ?? "", /bubblewrap is missing \(apt-get install bubblewrap\)/);
+      const text = (await banner.textContent()) ?? "";
+      // Each thing said once: that it refuses, that the code would run unjailed.
+      assert.equal(text.match(/refuse/gi)?.length, 1, text);
+      assert.equal(text.match(/tenants' code (would run|runs) unjailed/gi)?.length, 1, text);
       await page.getByRole("link", { name: "Apps" }).click();
       const note = page.locator("[data-note=deployments-refused]");
       await note.waitFor({ timeout: LOADED_MACHINE_MS });
