@@ -3,7 +3,8 @@
 // The `runplane` executable. tsx's loader costs ~200 ms of CPU per start and compiling the sources ~1 s
 // more, above the CLI itself, so no command but `serve` runs through it:
 // - an installed package (under node_modules) runs the JavaScript that `npm pack` built into dist/;
-// - a checkout (or `npm link` of one) runs its compiled CLI, dist/cli/<sources>/ (scripts/build_cli.mjs),
+// - a checkout (or `npm link` of one) runs its compiled CLI, node_modules/.cache/runplane-cli/<sources>/
+//   (scripts/build_cli.mjs),
 //   built by `npm ci` and again by the first command after an edit, so an edit takes effect at once;
 //   where esbuild is missing (an install without devDependencies) it runs the sources through tsx;
 // - `runplane serve` in a checkout runs the sources through tsx, as `npm start` does (the server finds

@@ -1,7 +1,8 @@
 /**
  * The checkout's compiled CLI: `server/cli/mod.ts` and what it loads, bundled by esbuild into
- * `dist/cli/<sources>/` (one chunk per command, loaded as that command runs; packages stay in
- * `node_modules`). `<sources>` names the state of the sources it was built from (the newest change time
+ * `node_modules/.cache/runplane-cli/<sources>/` (one chunk per command, loaded as that command runs;
+ * packages are imported from `node_modules` as the sources import them). Not in `dist/`, which `npm run
+ * build` empties and `npm pack` packs. `<sources>` names the state of the sources it was built from (the newest change time
  * and the number of the TypeScript files under client/, server/ and generated/), so `client/runplane.mjs`
  * finds a current build with one scan of those folders (~10 ms) and an edit makes a new one. Plain
  * JavaScript: the bin loads it without tsx. `npm ci` builds it (`prepare`), so does `node
@@ -31,14 +32,19 @@ export function sourcesKey(root) {
   return `${Math.floor(newest)}-${count}`;
 }
 
-/** The entry of the current build under `root` (`dist/cli/<key>/mod.js`), or undefined if none is built. */
+/** Where the builds of the checkout at `root` go. */
+function buildsFolder(root) {
+  return join(root, "node_modules", ".cache", "runplane-cli");
+}
+
+/** The entry of the current build under `root` (`<builds>/<key>/mod.js`), or undefined if none is built. */
 export function currentCliBuild(root) {
-  const entry = join(root, "dist", "cli", sourcesKey(root), "mod.js");
+  const entry = join(buildsFolder(root), sourcesKey(root), "mod.js");
   return existsSync(entry) ? entry : undefined;
 }
 
 /**
- * Builds the CLI of the checkout at `root` into `dist/cli/<key>/` (in a scratch folder renamed into place,
+ * Builds the CLI of the checkout at `root` into `<builds>/<key>/` (in a scratch folder renamed into place,
  * so a CLI starting meanwhile never loads half of it) and returns its entry. Throws when esbuild is not
  * installed (`npm ci --omit=dev`) or the sources do not build; `options.quiet` keeps esbuild's messages off
  * stderr (the bin's, where a command's output is its own).
@@ -46,7 +52,7 @@ export function currentCliBuild(root) {
 export async function buildCli(root, options = {}) {
   const { build } = await import("esbuild");
   const key = sourcesKey(root);
-  const folder = join(root, "dist", "cli");
+  const folder = buildsFolder(root);
   const target = join(folder, key);
   const scratch = `${target}.${process.pid}.tmp`;
   rmSync(scratch, { recursive: true, force: true });

@@ -17,7 +17,7 @@ async function modulesLoadedBy(args: string[], file: string): Promise<string[]> 
     execFile(
       process.execPath,
       ["--import", "tsx", "--import", RECORDER, join(ROOT, "client", "runplane.mjs"), ...args],
-      // The sources, not the checkout's compiled CLI (dist/cli/), so the records name source modules.
+      // The sources, not the checkout's compiled CLI (scripts/build_cli.mjs), so the records name source modules.
       { env: { ...process.env, RECORD_IMPORTS_TO: file, RUNPLANE_CLI_SOURCES: "1" }, timeout: 60_000 },
       () => resolve(),
     );
@@ -59,7 +59,7 @@ describe("runplane start-up", { timeout: 120_000 }, () => {
     );
   });
 
-  it("a checkout runs its compiled CLI (dist/cli/), no TypeScript and no tsx", async () => {
+  it("a checkout runs its compiled CLI (node_modules/.cache/runplane-cli/), no TypeScript and no tsx", async () => {
     const file = join(dir, "compiled.txt");
     await new Promise<void>((resolve) => {
       execFile(
@@ -70,7 +70,7 @@ describe("runplane start-up", { timeout: 120_000 }, () => {
       );
     });
     const urls = (await readFile(file, "utf8")).split("\n").filter(Boolean);
-    assert.ok(urls.some((url) => url.includes("/dist/cli/")), urls.join(", "));
+    assert.ok(urls.some((url) => url.includes("/node_modules/.cache/runplane-cli/")), urls.join(", "));
     assert.deepEqual(urls.filter((url) => url.endsWith(".ts") || url.includes("/node_modules/tsx/")), []);
   });
 

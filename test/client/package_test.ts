@@ -33,13 +33,19 @@ const CONSUMER_TSCONFIG = {
  * as given, in this process (test/_helpers/typescript.ts). `check.ts` is written to the folder and also
  * handed to the compiler, whose host keeps the first text it read of every path.
  */
-function typecheckConsumer(dir: string, host: CachingCompilerHost, check: string): { ok: boolean; output: string } {
-  writeFileSync(join(dir, "check.ts"), check);
-  const config = ts.parseJsonConfigFileContent(CONSUMER_TSCONFIG, ts.sys, dir);
+function typecheckConsumer(
+  dir: string,
+  host: CachingCompilerHost,
+  check: string,
+  options: { file?: string } = {},
+): { ok: boolean; output: string } {
+  const file = options.file ?? "check.ts";
+  writeFileSync(join(dir, file), check);
+  const config = ts.parseJsonConfigFileContent({ ...CONSUMER_TSCONFIG, files: [file] }, ts.sys, dir);
   const program = ts.createProgram({
     rootNames: config.fileNames,
     options: config.options,
-    host: host.withOverrides(new Map([[join(dir, "check.ts"), check]])),
+    host: host.withOverrides(new Map([[join(dir, file), check]])),
   });
   // Every file but TypeScript's own standard library: checking lib.dom.d.ts and its kin took most of the
   // time, and finds nothing about this package.
@@ -206,7 +212,7 @@ describe("the @runplane/client package", { timeout: 240_000 }, () => {
     }
     assert.ok(packed.files.includes("dist/generated/api.d.ts"), "the API types its declarations import");
     const stray = packed.files.filter((file) =>
-      !/^(dist\/(client|generated)\/|package\.json$|LICENSE$|README\.md$)/.test(file)
+      !/^(dist\/(cjs\/)?(client|generated)\/|dist\/cjs\/package\.json$|package\.json$|LICENSE$|README\.md$)/.test(file)
     );
     assert.deepEqual(stray, []);
   });
@@ -248,5 +254,31 @@ describe("the @runplane/client package", { timeout: 240_000 }, () => {
     );
     assert.equal(passed.ok, true, passed.output);
     assertMisuseFails(dir, host, "@runplane/client");
+  });
+
+  it("loads from CommonJS: require() in plain Node, and a CommonJS TypeScript file type-checks (no TS1479)", async () => {
+    const script = `
+      const { createRunplaneClient, resolveAppRef, RunplaneError } = require("@runplane/client");
+      const client = createRunplaneClient({ apiUrl: "http://127.0.0.1:9" });
+      console.log(JSON.stringify({ ref: resolveAppRef("p/a"), stream: typeof client.stream, error: typeof RunplaneError }));
+    `;
+    const { stdout } = await run(process.execPath, ["-e", script], { cwd: dir });
+    assert.deepEqual(JSON.parse(stdout), {
+      ref: { project: "p", app: "a", function: "run" },
+      stream: "function",
+      error: "function",
+    });
+    const host = cachingCompilerHost(ts.parseJsonConfigFileContent(CONSUMER_TSCONFIG, ts.sys, dir).options);
+    const cjs = `
+      import { createRunplaneClient, type Run } from "@runplane/client";
+      const client = createRunplaneClient({ baseUrl: "http://127.0.0.1:9", token: "t" });
+      export const waited: Promise<Run> = client.waitForRun("run_0123456789abcdefghijklmnop", { timeoutMs: 1000 });
+    `;
+    const passed = typecheckConsumer(dir, host, cjs, { file: "check.cts" });
+    assert.equal(passed.ok, true, passed.output);
+    const misuse = typecheckConsumer(dir, host, `${cjs}\nexport const wrong: number = client.run;\n`, {
+      file: "check.cts",
+    });
+    assert.equal(misuse.ok, false, "the CommonJS declarations are typed, not any");
   });
 });
