@@ -171,10 +171,21 @@ export function websocketsMarkdown(report: BenchReport): string {
   ]);
 }
 
+/** The "Batching" section of docs/performance.md: `npm run bench -- --scenario batching`. */
+export function batchingMarkdown(report: BenchReport): string {
+  return sectionMarkdown(report, [
+    "by `npm run bench -- --scenario batching`: a built server of its own (one process, `RUNPLANE_WORKERS=1`),",
+    "one jailed replica of `replica_concurrency = 1` per app, autocannon at 64 concurrent callers on",
+    "loopback, the unbatched and batched functions in alternating rounds after a warm-up. The work",
+    "function sleeps 20 ms per invocation plus 0.1 ms per item; the NumPy model is the example",
+    "examples/apps/p-demo/embed. The mean batch size is the server's `runplane_batch_size` histogram's.",
+  ]);
+}
+
 /** Where `writeReadmeSection` writes: the section's marker name and its heading. */
 export interface ReadmeSectionOptions {
   /** Default `performance`. */
-  section?: "performance" | "growth" | "cluster" | "cores" | "images" | "websockets";
+  section?: "performance" | "growth" | "cluster" | "cores" | "images" | "websockets" | "batching";
 }
 
 const SECTION_TITLES = {
@@ -184,6 +195,7 @@ const SECTION_TITLES = {
   cores: "On every core",
   images: "In images",
   websockets: "WebSockets",
+  batching: "Batching",
 } as const;
 
 /** Replaces a section of docs/performance.md (up to the next `<!-- section:` marker or the end); default Performance. */

@@ -25,6 +25,10 @@
  * The WebSocket scenario (`websocket`: memory per open connection, round trip added over the replica's
  * relay socket, messages per second through 1 and 100 connections; issue 47) runs only when named; its
  * rows go to scripts/bench/websocket_results.json and docs/performance.md's "WebSockets" section.
+ *
+ * The batching scenario (`batching`: a batched function against the same unbatched, and the example NumPy
+ * model; issue 49) runs only when named; its rows go to scripts/bench/batching_results.json and
+ * docs/performance.md's "Batching" section.
  */
 import { execFileSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
@@ -36,6 +40,7 @@ import { startProcess } from "./_processes.ts";
 import {
   type BenchReport,
   type BenchRow,
+  batchingMarkdown,
   clusterMarkdown,
   coresMarkdown,
   growthMarkdown,
@@ -49,6 +54,7 @@ import { startRunplane } from "./_runplane.ts";
 import { asyncAcceptScenario } from "./scenarios/async_accept.ts";
 import { asyncBacklogScenario } from "./scenarios/async_backlog.ts";
 import { baseImageScenario } from "./scenarios/base_image.ts";
+import { batchingScenario } from "./scenarios/batching.ts";
 import { bundleUploadsScenario } from "./scenarios/bundle_uploads.ts";
 import { cgroupCostScenario } from "./scenarios/cgroup_cost.ts";
 import { clusterScenario } from "./scenarios/cluster.ts";
@@ -72,6 +78,7 @@ const ON_DEMAND: Array<[string, string, Scenario]> = [
   ["18", "cores", coresScenario],
   ["19", "images", imagesScenario],
   ["20", "websocket", websocketScenario],
+  ["21", "batching", batchingScenario],
 ];
 
 /** Scenarios by number and name, in the order they run (idle memory first, before any load). */
@@ -174,6 +181,7 @@ const OWN_SECTIONS = [
   { ids: ["18"], file: "cores_results.json", section: "cores", markdown: coresMarkdown },
   { ids: ["19"], file: "images_results.json", section: "images", markdown: imagesMarkdown },
   { ids: ["20"], file: "websocket_results.json", section: "websockets", markdown: websocketsMarkdown },
+  { ids: ["21"], file: "batching_results.json", section: "batching", markdown: batchingMarkdown },
 ] as const;
 const scenarioId = (row: BenchRow) => row.scenario.split(".")[0];
 const ownSection = (row: BenchRow) =>

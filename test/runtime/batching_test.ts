@@ -63,6 +63,12 @@ def decorated(x):
 
 def seen(name):
     return SEEN.get(name, [])
+
+def forge(x):
+    # A hostile app writes a batch report the protocol does not allow, on the server's own pipe.
+    import os
+    os.write(4, b'{"op":"batch","fn":"forge","size":0,"wait_ms":-1}\\n')
+    return x
 `;
 
 const TOML = `[deployment]
@@ -102,6 +108,9 @@ batch = { max_size = 2, wait_ms = 10000 }
 
 [functions.decorated]
 batch = { max_size = 4, wait_ms = 20 }
+
+[functions.forge]
+batch = { max_size = 1, wait_ms = 0 }
 `;
 
 describe("batched functions ([functions.<name>] batch)", () => {
@@ -128,8 +137,8 @@ describe("batched functions ([functions.<name>] batch)", () => {
         const run = await waitForStatus(ref(), runId, ["success", "failure", "cancelled"]);
         return { result: run.result, runId };
       }
-      const { data, response } = await callFunction(t, "batch", fn, body);
-      assert.equal(response.status, 200, JSON.stringify(data));
+      const { data, response, error } = await callFunction(t, "batch", fn, body);
+      assert.equal(response.status, 200, JSON.stringify(error));
       return { result: data!.result, runId: data!.run_id };
     });
     const answers = await Promise.all(calls);
@@ -215,6 +224,24 @@ describe("batched functions ([functions.<name>] batch)", () => {
       });
       assert.deepEqual(lines.map((line) => line.text), ["[batch of 2] shared line"]);
     }
+  });
+
+  it("fails a call with arguments the function does not take alone, before it joins a batch", async () => {
+    const [bad, good] = await Promise.all([
+      callFunction(t, "batch", "square", { x: 1, bogus: 2 }),
+      callFunction(t, "batch", "square", { x: 3 }),
+    ]);
+    assert.equal(bad.response.status, 422);
+    assert.match((bad.error as { detail?: string }).detail ?? "", /bogus/);
+    assert.equal(good.data?.result, 3);
+  });
+
+  it("ends a worker that sends a batch report the protocol does not allow (502), and serves on", async () => {
+    const { response, error } = await callFunction(t, "batch", "forge", { x: 1 });
+    assert.equal(response.status, 502);
+    assert.match((error as { detail?: string }).detail ?? "", /batch message with a missing or invalid size/);
+    const { data } = await callFunction(t, "batch", "square", { x: 4 });
+    assert.equal(data?.result, 4);
   });
 
   it("accepts @batched that agrees with runplane.toml, and counts batches in /metrics", async () => {
