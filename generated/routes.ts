@@ -1853,6 +1853,774 @@ export const routes = [
     }
   },
   {
+    "operationId": "listVolumes",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/volumes",
+    "koaPath": "/v3/projects/:project_id/volumes",
+    "restOfPath": null,
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "listVolumes_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "listVolumes_200_headers",
+          "content": {
+            "application/json": "listVolumes_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "listVolumes_400_headers",
+          "content": {
+            "application/problem+json": "listVolumes_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "listVolumes_401_headers",
+          "content": {
+            "application/problem+json": "listVolumes_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "listVolumes_403_headers",
+          "content": {
+            "application/problem+json": "listVolumes_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "listVolumes_408_headers",
+          "content": {
+            "application/problem+json": "listVolumes_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "listVolumes_431_headers",
+          "content": {
+            "application/problem+json": "listVolumes_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "listVolumes_500_headers",
+          "content": {
+            "application/problem+json": "listVolumes_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "listVolumes_503_headers",
+          "content": {
+            "application/problem+json": "listVolumes_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "getVolume",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/volumes/{name}",
+    "koaPath": "/v3/projects/:project_id/volumes/:name",
+    "restOfPath": null,
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "getVolume_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "getVolume_200_headers",
+          "content": {
+            "application/json": "getVolume_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "getVolume_400_headers",
+          "content": {
+            "application/problem+json": "getVolume_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "getVolume_401_headers",
+          "content": {
+            "application/problem+json": "getVolume_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "getVolume_403_headers",
+          "content": {
+            "application/problem+json": "getVolume_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "getVolume_404_headers",
+          "content": {
+            "application/problem+json": "getVolume_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getVolume_408_headers",
+          "content": {
+            "application/problem+json": "getVolume_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getVolume_431_headers",
+          "content": {
+            "application/problem+json": "getVolume_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getVolume_500_headers",
+          "content": {
+            "application/problem+json": "getVolume_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getVolume_503_headers",
+          "content": {
+            "application/problem+json": "getVolume_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "putVolume",
+    "method": "PUT",
+    "path": "/v3/projects/{project_id}/volumes/{name}",
+    "koaPath": "/v3/projects/:project_id/volumes/:name",
+    "restOfPath": null,
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": true,
+      "contentTypes": [
+        "application/json"
+      ]
+    },
+    "validators": {
+      "params": "putVolume_params",
+      "body": "putVolume_body",
+      "responses": {
+        "200": {
+          "headers": "putVolume_200_headers",
+          "content": {
+            "application/json": "putVolume_200_application_json"
+          }
+        },
+        "201": {
+          "headers": "putVolume_201_headers",
+          "content": {
+            "application/json": "putVolume_201_application_json"
+          }
+        },
+        "400": {
+          "headers": "putVolume_400_headers",
+          "content": {
+            "application/problem+json": "putVolume_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "putVolume_401_headers",
+          "content": {
+            "application/problem+json": "putVolume_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "putVolume_403_headers",
+          "content": {
+            "application/problem+json": "putVolume_403_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "putVolume_408_headers",
+          "content": {
+            "application/problem+json": "putVolume_408_application_problem_json"
+          }
+        },
+        "409": {
+          "headers": "putVolume_409_headers",
+          "content": {
+            "application/problem+json": "putVolume_409_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "putVolume_413_headers",
+          "content": {
+            "application/problem+json": "putVolume_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "putVolume_415_headers",
+          "content": {
+            "application/problem+json": "putVolume_415_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "putVolume_431_headers",
+          "content": {
+            "application/problem+json": "putVolume_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "putVolume_500_headers",
+          "content": {
+            "application/problem+json": "putVolume_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "putVolume_503_headers",
+          "content": {
+            "application/problem+json": "putVolume_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "deleteVolume",
+    "method": "DELETE",
+    "path": "/v3/projects/{project_id}/volumes/{name}",
+    "koaPath": "/v3/projects/:project_id/volumes/:name",
+    "restOfPath": null,
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "deleteVolume_params",
+      "body": null,
+      "responses": {
+        "204": {
+          "headers": "deleteVolume_204_headers",
+          "content": {}
+        },
+        "400": {
+          "headers": "deleteVolume_400_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "deleteVolume_401_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "deleteVolume_403_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "deleteVolume_404_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "deleteVolume_408_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_408_application_problem_json"
+          }
+        },
+        "409": {
+          "headers": "deleteVolume_409_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_409_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "deleteVolume_431_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "deleteVolume_500_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "deleteVolume_503_headers",
+          "content": {
+            "application/problem+json": "deleteVolume_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "listVolumeFiles",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/volumes/{name}/files",
+    "koaPath": "/v3/projects/:project_id/volumes/:name/files",
+    "restOfPath": null,
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "prefix",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "cursor",
+        "in": "query",
+        "type": "string",
+        "required": false
+      },
+      {
+        "name": "limit",
+        "in": "query",
+        "type": "integer",
+        "required": false
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "listVolumeFiles_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "listVolumeFiles_200_headers",
+          "content": {
+            "application/json": "listVolumeFiles_200_application_json"
+          }
+        },
+        "400": {
+          "headers": "listVolumeFiles_400_headers",
+          "content": {
+            "application/problem+json": "listVolumeFiles_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "listVolumeFiles_401_headers",
+          "content": {
+            "application/problem+json": "listVolumeFiles_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "listVolumeFiles_403_headers",
+          "content": {
+            "application/problem+json": "listVolumeFiles_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "listVolumeFiles_404_headers",
+          "content": {
+            "application/problem+json": "listVolumeFiles_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "listVolumeFiles_408_headers",
+          "content": {
+            "application/problem+json": "listVolumeFiles_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "listVolumeFiles_431_headers",
+          "content": {
+            "application/problem+json": "listVolumeFiles_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "listVolumeFiles_500_headers",
+          "content": {
+            "application/problem+json": "listVolumeFiles_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "listVolumeFiles_503_headers",
+          "content": {
+            "application/problem+json": "listVolumeFiles_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "getVolumeFile",
+    "method": "GET",
+    "path": "/v3/projects/{project_id}/volumes/{name}/files/{path}",
+    "koaPath": "/v3/projects/:project_id/volumes/:name/files/*",
+    "restOfPath": "path",
+    "auth": "bearer",
+    "scope": "rest",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "path",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "Range",
+        "in": "header",
+        "type": "string",
+        "required": false
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "getVolumeFile_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "getVolumeFile_200_headers",
+          "content": {
+            "application/octet-stream": "getVolumeFile_200_application_octet_stream"
+          }
+        },
+        "206": {
+          "headers": "getVolumeFile_206_headers",
+          "content": {
+            "application/octet-stream": "getVolumeFile_206_application_octet_stream"
+          }
+        },
+        "400": {
+          "headers": "getVolumeFile_400_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "getVolumeFile_401_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "getVolumeFile_403_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "getVolumeFile_404_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "getVolumeFile_408_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_408_application_problem_json"
+          }
+        },
+        "416": {
+          "headers": "getVolumeFile_416_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_416_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "getVolumeFile_431_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "getVolumeFile_500_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "getVolumeFile_503_headers",
+          "content": {
+            "application/problem+json": "getVolumeFile_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "putVolumeFile",
+    "method": "PUT",
+    "path": "/v3/projects/{project_id}/volumes/{name}/files/{path}",
+    "koaPath": "/v3/projects/:project_id/volumes/:name/files/*",
+    "restOfPath": "path",
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "path",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": {
+      "required": true,
+      "contentTypes": [
+        "application/octet-stream"
+      ]
+    },
+    "validators": {
+      "params": "putVolumeFile_params",
+      "body": null,
+      "responses": {
+        "200": {
+          "headers": "putVolumeFile_200_headers",
+          "content": {
+            "application/json": "putVolumeFile_200_application_json"
+          }
+        },
+        "201": {
+          "headers": "putVolumeFile_201_headers",
+          "content": {
+            "application/json": "putVolumeFile_201_application_json"
+          }
+        },
+        "400": {
+          "headers": "putVolumeFile_400_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "putVolumeFile_401_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "putVolumeFile_403_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "putVolumeFile_404_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "putVolumeFile_408_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_408_application_problem_json"
+          }
+        },
+        "409": {
+          "headers": "putVolumeFile_409_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_409_application_problem_json"
+          }
+        },
+        "413": {
+          "headers": "putVolumeFile_413_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_413_application_problem_json"
+          }
+        },
+        "415": {
+          "headers": "putVolumeFile_415_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_415_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "putVolumeFile_431_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "putVolumeFile_500_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "putVolumeFile_503_headers",
+          "content": {
+            "application/problem+json": "putVolumeFile_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "deleteVolumeFile",
+    "method": "DELETE",
+    "path": "/v3/projects/{project_id}/volumes/{name}/files/{path}",
+    "koaPath": "/v3/projects/:project_id/volumes/:name/files/*",
+    "restOfPath": "path",
+    "auth": "bearer",
+    "scope": "deploy",
+    "params": [
+      {
+        "name": "project_id",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "name",
+        "in": "path",
+        "type": "string",
+        "required": true
+      },
+      {
+        "name": "path",
+        "in": "path",
+        "type": "string",
+        "required": true
+      }
+    ],
+    "body": null,
+    "validators": {
+      "params": "deleteVolumeFile_params",
+      "body": null,
+      "responses": {
+        "204": {
+          "headers": "deleteVolumeFile_204_headers",
+          "content": {}
+        },
+        "400": {
+          "headers": "deleteVolumeFile_400_headers",
+          "content": {
+            "application/problem+json": "deleteVolumeFile_400_application_problem_json"
+          }
+        },
+        "401": {
+          "headers": "deleteVolumeFile_401_headers",
+          "content": {
+            "application/problem+json": "deleteVolumeFile_401_application_problem_json"
+          }
+        },
+        "403": {
+          "headers": "deleteVolumeFile_403_headers",
+          "content": {
+            "application/problem+json": "deleteVolumeFile_403_application_problem_json"
+          }
+        },
+        "404": {
+          "headers": "deleteVolumeFile_404_headers",
+          "content": {
+            "application/problem+json": "deleteVolumeFile_404_application_problem_json"
+          }
+        },
+        "408": {
+          "headers": "deleteVolumeFile_408_headers",
+          "content": {
+            "application/problem+json": "deleteVolumeFile_408_application_problem_json"
+          }
+        },
+        "431": {
+          "headers": "deleteVolumeFile_431_headers",
+          "content": {
+            "application/problem+json": "deleteVolumeFile_431_application_problem_json"
+          }
+        },
+        "500": {
+          "headers": "deleteVolumeFile_500_headers",
+          "content": {
+            "application/problem+json": "deleteVolumeFile_500_application_problem_json"
+          }
+        },
+        "503": {
+          "headers": "deleteVolumeFile_503_headers",
+          "content": {
+            "application/problem+json": "deleteVolumeFile_503_application_problem_json"
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "listRuns",
     "method": "GET",
     "path": "/v4/projects/{project_id}/apps/{app_id}/runs",

@@ -120,6 +120,14 @@ export interface Config {
   resultLimitBytes: number;
   /** How long a run's claim lasts without renewal before another process may end it, in milliseconds. */
   runLeaseMs: number;
+  /** Where project volumes live (`RUNPLANE_VOLUMES_DIR`); null: `<data dir>/volumes`. */
+  volumesDir: string | null;
+  /**
+   * How a volume's size is held (`RUNPLANE_VOLUMES_MODE`): `loop` (an ext4 image per volume, loop-mounted;
+   * needs root), `directory` (plain folders, the file system under them holds the limit); null: `loop` when
+   * the server runs as root, else `directory` with a warning at start.
+   */
+  volumesMode: "loop" | "directory" | null;
   /** The vendor word in the webhook signature header names (`X-<vendor>-Webhook-Signature`). */
   webhookHeaderVendor: string;
   /** Lets webhooks reach loopback, private and link-local addresses (local development only). */
@@ -775,6 +783,28 @@ export const SETTINGS = [
     default: "2s",
     description: "Pause between webhook delivery attempts",
     parse: duration(0, 5000, "0s to 5s"),
+  },
+  {
+    key: "volumesDir",
+    env: "RUNPLANE_VOLUMES_DIR",
+    flag: "--volumes-dir",
+    default: "",
+    description:
+      "Folder of project volumes (unset: <data dir>/volumes). A cluster points every host at one shared file system here (NFS, say) with RUNPLANE_VOLUMES_MODE=directory",
+    parse: (raw) => (raw.trim() ? resolve(raw) : null),
+  },
+  {
+    key: "volumesMode",
+    env: "RUNPLANE_VOLUMES_MODE",
+    flag: "--volumes-mode",
+    default: "",
+    description:
+      "How a volume's size is a hard limit: loop (an ext4 image per volume, loop-mounted: a write past it is ENOSPC; needs root) or directory (plain folders: the file system under RUNPLANE_VOLUMES_DIR must hold the limit, e.g. a quota per project folder; the files API still refuses uploads past it). Unset: loop when the server runs as root, else directory with a warning at start",
+    parse: (raw) => {
+      if (raw.trim() === "") return null;
+      if (raw !== "loop" && raw !== "directory") throw new Error("must be loop or directory");
+      return raw;
+    },
   },
 ] satisfies AnySetting[];
 

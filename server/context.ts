@@ -13,6 +13,7 @@ import type { RunChangeFeed, RunService } from "./runs/mod.ts";
 import type { CgroupStatus, SandboxStatus } from "./sandbox/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
+import type { Volumes } from "./volumes/mod.ts";
 
 /** Why the server is not ready, if it is not. */
 export interface Readiness {
@@ -53,6 +54,8 @@ export interface ServerContext {
   deployments: Deployments;
   /** Each project's secrets: sealed at rest, its replicas' environment variables. */
   projectSecrets: ProjectSecrets;
+  /** Each project's volumes: records in the store, files on this host's volumes folder. */
+  volumes: Volumes;
   /**
    * Signs calls forwarded to another host (`forwardCall`) and verifies the ones forwarded here; derived
    * from the master key, so null without one (a single process on SQLite forwards nothing).

@@ -153,7 +153,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
     sandbox: sandboxStatus,
     cgroups: cgroups.status,
     gpus,
-    projectSecrets: apps.projectSecrets,
+    ...{ projectSecrets: apps.projectSecrets, volumes: apps.volumes },
     forwardKey: clusterKey ?? (config.masterKey ? forwardKey(config.masterKey) : null),
     host: { id: worker?.hostId ?? owner, url: config.advertiseUrl ?? null },
     cluster: cluster

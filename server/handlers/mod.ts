@@ -11,6 +11,7 @@ import { runEventHandlers } from "./run_events.ts";
 import { runHandlers } from "./runs.ts";
 import { serviceAccountHandlers } from "./service_accounts.ts";
 import { systemHandlers } from "./system.ts";
+import { volumeHandlers } from "./volumes.ts";
 import { webSocketHandlers } from "./websockets.ts";
 
 /** Creates the handlers; a missing or mistyped one is a compile error. */
@@ -25,6 +26,7 @@ export function createHandlers(context: ServerContext): Handlers {
     ...integrationHandlers(context),
     ...serviceAccountHandlers(context),
     ...projectSecretHandlers(context),
+    ...volumeHandlers(context),
     ...systemHandlers(context),
     ...webSocketHandlers(context),
   } satisfies Handlers;

@@ -16,6 +16,7 @@ import { decodeRequest } from "./request_decoding.ts";
 import { RequestInput } from "./request_input.ts";
 import { writeResult } from "./response_writer.ts";
 import { SpooledBody } from "./spool_body.ts";
+import { StreamedBody } from "./streamed_body.ts";
 
 const INPUT = Symbol("runplane.requestInput");
 type ResponseWithInput = ServerResponse & { [INPUT]?: RequestInput };
@@ -97,6 +98,8 @@ export function operationHandler(
     } finally {
       // A spooled body (a bundle) lives as long as its request: the handler has read it or failed.
       if (body?.value instanceof SpooledBody) await body.value.remove();
+      // A streamed body the handler did not read whole (refused first, or midway): the rest is never uploaded.
+      if (body?.value instanceof StreamedBody && !body.value.complete) ctx.set("Connection", "close");
     }
   };
 }

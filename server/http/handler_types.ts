@@ -6,6 +6,7 @@ import type { operations } from "../../generated/api.d.ts";
 import type { OperationId as RoutedOperationId } from "../../generated/routes.ts";
 import type { Principal } from "../auth/mod.ts";
 import type { SpooledBody } from "./spool_body.ts";
+import type { StreamedBody } from "./streamed_body.ts";
 
 /** An operation id of the contract's paths (webhooks are sent, not served). */
 export type OperationId = RoutedOperationId & keyof operations;
@@ -17,9 +18,11 @@ type Part<P, F extends string> = F extends keyof P
 type JsonBodyOf<C> = C extends { "application/json": infer J } ? J : never;
 /**
  * A body of any other media type (a bundle) arrives spooled to a temporary file; a body an operation takes
- * in any media type (`*\/*`: a custom runtime's route) arrives as its bytes.
+ * in any media type (`*\/*`: a custom runtime's route) arrives as its bytes; an `application/octet-stream`
+ * body (a volume's file) arrives as the request's stream.
  */
 type BytesBodyOf<C> = "*/*" extends keyof C ? Uint8Array
+  : "application/octet-stream" extends keyof C ? StreamedBody
   : [Exclude<keyof C, "application/json">] extends [never] ? never
   : SpooledBody;
 type RequestBodyOf<K extends OperationId> = operations[K] extends { requestBody?: infer B }
@@ -99,7 +102,7 @@ export interface HandlerInput<K extends OperationId> {
  * Status codes a handler returns; errors are thrown as `ProblemError` instead. `2XX`: any 2xx status (a
  * custom runtime's, passed through).
  */
-type SuccessStatus = 200 | 201 | 202 | 204 | 304 | "2XX";
+type SuccessStatus = 200 | 201 | 202 | 204 | 206 | 304 | "2XX";
 
 /**
  * A body passed through in any media type (`*\/*`: a custom runtime's answer), written as it comes; its
@@ -107,7 +110,9 @@ type SuccessStatus = 200 | 201 | 202 | 204 | 304 | "2XX";
  */
 export type PassedBody = AsyncIterable<Uint8Array>;
 
-type BodyOf<CT, T> = CT extends "text/event-stream" ? EventStreamBody : CT extends "*/*" ? PassedBody : T;
+type BodyOf<CT, T> = CT extends "text/event-stream" ? EventStreamBody
+  : CT extends "*/*" | "application/octet-stream" ? PassedBody
+  : T;
 
 type StatusOf<S> = S extends "2XX" ? number : S;
 

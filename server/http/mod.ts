@@ -31,6 +31,8 @@ export type {
 export { passedAnswerHeaders, passedRequestHeaders } from "./passed_headers.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
 export { SpooledBody } from "./spool_body.ts";
+export { StreamedBody } from "./streamed_body.ts";
+export { type ByteRange, parseByteRange } from "./byte_range.ts";
 export {
   type FrameOptions,
   formatServerSentEvent,

@@ -4,6 +4,7 @@ import { ProblemError } from "../problems/mod.ts";
 import { MAX_JSON_DEPTH, nestsDeeperThan } from "./json_depth.ts";
 import { readBytes } from "./read_bytes.ts";
 import { spoolBody } from "./spool_body.ts";
+import { StreamedBody } from "./streamed_body.ts";
 
 /**
  * A body: a JSON body's value and its text as received (handed on as is where the value must not
@@ -67,6 +68,16 @@ export function createBodyReader(limits: BodyLimits): BodyReader {
         if (error instanceof ProblemError) ctx.set("Connection", "close");
         throw error;
       }
+    }
+    if (contentTypes.length === 1 && contentTypes[0] === "application/octet-stream") {
+      if (!ctx.is("application/octet-stream")) {
+        throw new ProblemError(
+          "unsupported-media-type",
+          `Send the body as application/octet-stream, not ${ctx.get("Content-Type") || "no content type"}`,
+        );
+      }
+      // Read by the handler as it arrives, never held or spooled here.
+      return { value: new StreamedBody(ctx.req, length), text: undefined };
     }
     // The common case without type-is (~0.7 µs a call): a bare `application/json` the operation takes.
     const plainJson = ctx.get("Content-Type") === "application/json" && contentTypes.includes("application/json");

@@ -5,6 +5,7 @@
 import type { RouteSpec } from "../../generated/routes.ts";
 import { type FieldError, ProblemError } from "../problems/mod.ts";
 import { SpooledBody } from "./spool_body.ts";
+import { StreamedBody } from "./streamed_body.ts";
 import { fieldErrors, validator } from "./validators.ts";
 
 /** A request's raw parts, as the HTTP layer read them. */
@@ -56,7 +57,7 @@ export function decodeRequest(route: RouteSpec, raw: RawRequest): DecodedRequest
   if (route.body) {
     if (raw.body === undefined) {
       if (route.body.required) errors.push({ path: "body", message: "is required: send a JSON object" });
-    } else if (route.validators.body && !(raw.body instanceof SpooledBody)) {
+    } else if (route.validators.body && !(raw.body instanceof SpooledBody) && !(raw.body instanceof StreamedBody)) {
       // A spooled body (a bundle) is checked by whoever reads them; the validator describes the JSON body.
       const bodyValid = validator(route.validators.body);
       if (!bodyValid(raw.body)) errors.push(...fieldErrors(bodyValid.errors, "body"));

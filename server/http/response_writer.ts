@@ -34,6 +34,14 @@ export function writeResult(ctx: Context, result: AnyHandlerResult): void {
     if (!result.headers?.["Content-Type"]) ctx.remove("Content-Type");
     return;
   }
+  if (result.contentType === "application/octet-stream") {
+    // A file, streamed (its handler sets Content-Length among the headers).
+    const length = result.headers?.["Content-Length"];
+    ctx.body = Readable.from(result.body as PassedBody, { objectMode: false });
+    ctx.type = "application/octet-stream";
+    if (typeof length === "string") ctx.length = Number(length);
+    return;
+  }
   if (result.contentType === "text/event-stream") {
     ctx.set("Cache-Control", "no-cache");
     ctx.set("X-Accel-Buffering", "no");

@@ -51,6 +51,7 @@ export const PROBLEM_KINDS = {
   "interrupted": { status: 409, title: "The run was interrupted" },
   "content-too-large": { status: 413, title: "Request body too large" },
   "unsupported-media-type": { status: 415, title: "Unsupported media type" },
+  "range-not-satisfiable": { status: 416, title: "Range not satisfiable" },
   "request-header-fields-too-large": { status: 431, title: "Request header fields too large" },
   "unprocessable": { status: 422, title: "Unprocessable request" },
   "too-many-requests": { status: 429, title: "Too many requests" },

@@ -266,6 +266,16 @@ export interface WebSocketTicketTable {
   expires_at: number;
 }
 
+/** A project volume's record (its files are on disk under `RUNPLANE_VOLUMES_DIR`). */
+export interface VolumeTable {
+  project_id: string;
+  /** Lowercase letters, digits, `-` and `_`, starting with a letter (a folder's name). */
+  name: string;
+  /** Its hard limit in bytes. */
+  size_bytes: number;
+  created_at: number;
+}
+
 /** A project's secret: an environment variable of its replicas, the value sealed by the SecretBox. */
 export interface ProjectSecretTable {
   project_id: string;
@@ -382,6 +392,7 @@ export interface Database {
   websocket_tickets: WebSocketTicketTable;
   project_secrets: ProjectSecretTable;
   project_secret_versions: ProjectSecretVersionTable;
+  volumes: VolumeTable;
   served_deployments: ServedDeploymentTable;
   hosts: HostTable;
   replica_seats: ReplicaSeatTable;

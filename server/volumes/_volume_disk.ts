@@ -16,7 +16,7 @@
  *   files API still refuses an upload past the size.
  */
 import { execFile } from "node:child_process";
-import { chownSync, existsSync, mkdirSync, readFileSync, rmSync, statfsSync } from "node:fs";
+import { chownSync, existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 
@@ -107,8 +107,12 @@ export async function removeVolumeDisk(paths: VolumePaths, options: { mode: Volu
   rmSync(paths.image, { force: true });
 }
 
-/** Bytes used and held by a mounted (or `directory`) volume, as its file system reports them. */
-export function volumeUsage(paths: VolumePaths): { usedBytes: number; totalBytes: number } {
-  const stats = statfsSync(paths.root);
-  return { usedBytes: (stats.blocks - stats.bfree) * stats.bsize, totalBytes: stats.blocks * stats.bsize };
+/** Unmounts every volume mounted under `dir` in this mount namespace (tests' cleanup, an operator's stop). */
+export async function unmountUnder(dir: string): Promise<string[]> {
+  const prefix = `${dir.replace(/\/+$/, "")}/`;
+  const mounted = readFileSync("/proc/self/mountinfo", "utf8").split("\n")
+    .map((line) => line.split(" ")[4]?.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))))
+    .filter((point): point is string => point !== undefined && point.startsWith(prefix));
+  for (const point of mounted.reverse()) await run("umount", ["-l", point]);
+  return mounted;
 }

@@ -23,6 +23,7 @@ import { createRuntime, type DeployedApp, type Runtime, type UnservedApp } from 
 import type { SandboxStatus } from "../sandbox/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
 import type { Store } from "../store/mod.ts";
+import { createVolumes, type Volumes, volumesModeOf } from "../volumes/mod.ts";
 
 /** Options of `wireApps`. */
 export interface AppsOptions {
@@ -47,6 +48,8 @@ export interface AppsOptions {
 /** What `wireApps` made. */
 export interface ServerApps {
   projectSecrets: ProjectSecrets;
+  /** Each project's volumes on this host (`mountedFiles` for a replica's mounts). */
+  volumes: Volumes;
   replicaEnvironments: ReplicaEnvironments;
   runLogs: RunLogWriter;
   /** This process's own runtime: a worker's knows the apps and runs nothing. */
@@ -71,6 +74,7 @@ export function wireApps(config: Config, options: AppsOptions): ServerApps {
     now: store.clock.now,
     onError: (error) => logger.warn({ err: error }, "telling of a project secrets change failed"),
   });
+  const volumes = wireVolumes(config, { store, logger });
   // A change of a project's secrets replaces its replicas (the runtime's reload sees a new fingerprint).
   let reloadApps = () => {};
   const replicaEnvironments = cacheReplicaEnvironments(projectSecrets, { changed: () => reloadApps() });
@@ -116,7 +120,7 @@ export function wireApps(config: Config, options: AppsOptions): ServerApps {
     imageCache: { boundBytes: config.imageCacheBytes, minAgeMs: config.imageCacheMinAgeMs },
     testDelayLocalSyncMs: options.testDelayLocalSyncMs,
   });
-  return { projectSecrets, replicaEnvironments, runLogs, runtime, shown, cluster, deployments };
+  return { projectSecrets, volumes, replicaEnvironments, runLogs, runtime, shown, cluster, deployments };
 }
 
 /** Options of `loadApps`. */
@@ -196,4 +200,16 @@ function wireRuntime(
     });
   }
   return { runtime, cluster };
+}
+
+/** The project volumes service of this host (issue 48), warning loudly when sizes are not enforced here. */
+function wireVolumes(config: Config, options: { store: Store; logger: Logger }): Volumes {
+  const { mode, warning } = volumesModeOf(config.volumesMode);
+  if (warning) options.logger.warn({ volumes_mode: mode }, warning);
+  return createVolumes({
+    db: options.store.db,
+    now: options.store.clock.now,
+    dir: config.volumesDir ?? join(config.dataDir, "volumes"),
+    mode,
+  });
 }

@@ -30,6 +30,7 @@ import * as runMethod from "./0029_run_method.ts";
 import * as runWebSocket from "./0030_run_websocket.ts";
 import * as websocketTickets from "./0031_websocket_tickets.ts";
 import * as appSamples from "./0034_app_samples.ts";
+import * as volumes from "./0032_volumes.ts";
 
 /** Every migration, by name; names sort in the order they apply. Append, never edit an applied one. */
 export const MIGRATIONS: Record<string, Migration> = {
@@ -63,5 +64,6 @@ export const MIGRATIONS: Record<string, Migration> = {
   "0029_run_method": runMethod,
   "0030_run_websocket": runWebSocket,
   "0031_websocket_tickets": websocketTickets,
+  "0032_volumes": volumes,
   "0034_app_samples": appSamples,
 };
