@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import { type CommandIo, UsageError } from "../cli_command.ts";
 import type { App } from "../mod.ts";
-import { appTarget, CONNECTION_HELP, CONNECTION_OPTIONS, connect, projectFor } from "./connection.ts";
+import { appTarget, CONNECTION_HELP, CONNECTION_OPTIONS, connect, projectFor, tokenProject } from "./connection.ts";
 import { stripTerminalControls } from "../terminal_text.ts";
 import { confirm, YES_OPTION } from "./confirm.ts";
 import { writeJson } from "./output.ts";
@@ -86,7 +86,8 @@ export async function appsCommand(io: CommandIo): Promise<number> {
     const apps = await client.listApps(target, { signal: io.signal });
     if (values.json) return (writeJson(io, { apps }), 0);
     if (apps.length === 0) {
-      io.stderr.write(`Project ${target} has no apps yet: runplane deploy <dir> --project ${target}\n`);
+      const flag = target === tokenProject(values, io.env) ? "" : ` --project ${target}`;
+      io.stderr.write(`Project ${target} has no apps yet: runplane deploy <dir>${flag}\n`);
     } else {
       writeTable(
         io,
