@@ -61,6 +61,12 @@ export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
     load: async () => (await import("./_commands/tree.ts")).treeCommand,
     scopes: () => ["rest"],
   },
+  logs: {
+    summary: "Print every run's log lines of an app, interleaved with run ids; --follow for new ones",
+    help: async () => (await import("./_commands/logs.ts")).LOGS_HELP,
+    load: async () => (await import("./_commands/logs.ts")).logsCommand,
+    scopes: () => ["rest"],
+  },
   ws: {
     summary: "Open a WebSocket to a custom runtime's route: stdin lines out, messages to stdout",
     help: async () => (await import("./_commands/ws.ts")).WS_HELP,

@@ -12,6 +12,7 @@
  */
 import type { Client } from "openapi-fetch";
 import type { components, paths } from "../generated/api.d.ts";
+import { AppInsights } from "./_app_insights.ts";
 import { Apps } from "./_apps.ts";
 import { BuildSupport } from "./_build_support.ts";
 import { createClientContext } from "./_client_context.ts";
@@ -26,6 +27,11 @@ import { type ConnectOptions, type WebSocketLike, WebSockets } from "./_websocke
 import type { AppRef } from "./app_ref.ts";
 import type {
   App,
+  AppLogLine,
+  AppLogOptions,
+  AppLogPage,
+  AppStats,
+  AppStatsOptions,
   BaseImageHash,
   BaseImageRequest,
   BuildLogEvent,
@@ -78,6 +84,11 @@ export {
 export { TERMINAL_STATUSES } from "./_runs.ts";
 export type {
   App,
+  AppLogLine,
+  AppLogOptions,
+  AppLogPage,
+  AppStats,
+  AppStatsOptions,
   BaseImageHash,
   BaseImageRequest,
   BuildLogEvent,
@@ -163,6 +174,12 @@ export interface RunplaneClient {
   runLogs(app: AppRef, runId: string, options?: RunCallOptions): Promise<RunLog>;
   /** Follows a run's output line by line until the run ends, then yields its final status. */
   followRunLogs(app: AppRef, runId: string, options?: RunCallOptions): AsyncIterable<RunLogEvent>;
+  /** A page of an app's output: every run's lines interleaved, each with its run id (`getAppLogs`). */
+  appLogs(app: AppRef, options?: AppLogOptions): Promise<AppLogPage>;
+  /** An app's lines from `since` on, then each line any of its runs writes, until `signal` aborts. */
+  followAppLogs(app: AppRef, options?: Pick<AppLogOptions, "since" | "signal">): AsyncIterable<AppLogLine>;
+  /** An app's runs by outcome, p50/p95 run time, cold starts and replicas over the last hour or day (`getAppStats`). */
+  appStats(app: AppRef, options?: AppStatsOptions): Promise<AppStats>;
   /**
    * Follows the project's runs (every app, every server process) until `signal` aborts or the server
    * ends the stream: each change as it happens, and `resync` when some may have been missed.
@@ -256,6 +273,7 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
   const calls = new FunctionCalls(client);
   const runs = new Runs(client);
   const logs = new RunLogs(client);
+  const insights = new AppInsights(client);
   const build = new BuildSupport(client);
   const deployments = new Deployments(client);
   const apps = new Apps(client);
@@ -277,6 +295,9 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
     cancelRun: runs.cancelRun.bind(runs),
     runLogs: logs.runLogs.bind(logs),
     followRunLogs: logs.followRunLogs.bind(logs),
+    appLogs: insights.appLogs.bind(insights),
+    followAppLogs: insights.followAppLogs.bind(insights),
+    appStats: insights.appStats.bind(insights),
     watchRuns: runs.watchRuns.bind(runs),
     redeliverWebhook: runs.redeliverWebhook.bind(runs),
     baseImageHash: build.baseImageHash.bind(build),

@@ -22,6 +22,12 @@ export type RunLogLine = Schemas["RunLogLine"];
 export type RunLogEnd = Schemas["RunLogEnd"];
 /** What following a run's log yields: each line, then the run's final status once it has ended. */
 export type RunLogEvent = { line: RunLogLine } | { end: RunLogEnd };
+/** One line of an app's output: a line one of its runs wrote, with that run's id. */
+export type AppLogLine = Schemas["AppLogLine"];
+/** A page of an app's output, every run's lines interleaved, oldest first. */
+export type AppLogPage = Schemas["AppLogPage"];
+/** An app's activity over the last hour or day, in buckets. */
+export type AppStats = Schemas["AppStats"];
 /** One change of a project's runs: created, started or ended. */
 export type RunChange = Schemas["RunChange"];
 /**
@@ -119,6 +125,22 @@ export interface WaitForRunOptions {
 /** Options of `getRun` and `cancelRun`. */
 export interface RunCallOptions {
   signal?: AbortSignal;
+}
+
+/** Options of `appLogs`. */
+export interface AppLogOptions extends RunCallOptions {
+  /** Only lines written at or after this time (a `Date` or Unix ms; default: an hour ago). */
+  since?: Date | number;
+  /** `next_cursor` of the previous page. */
+  cursor?: string;
+  /** Page size (1 to 1000, default 200). */
+  limit?: number;
+}
+
+/** Options of `appStats`. */
+export interface AppStatsOptions extends RunCallOptions {
+  /** The last hour (60 one-minute buckets, the default) or the last day (96 fifteen-minute buckets). */
+  window?: "1h" | "24h";
 }
 
 /** Options of `listRuns`. */

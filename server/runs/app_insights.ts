@@ -43,6 +43,8 @@ export interface AppInsightsDeps {
   logs?: RunLogWriter;
   /** Writes buffered run records, so a run written behind is found. */
   flushRuns: () => Promise<void>;
+  /** Aborts when the service stops: every follow ends then. */
+  stopping?: AbortSignal;
 }
 
 /** An app. */
@@ -165,8 +167,32 @@ export function followAppLog(
   app: AppRef,
   options: AppLogOptions & { signal: AbortSignal },
 ): AsyncIterable<AppLogLine> {
-  const { signal } = options;
   const pollMs = options.pollMs ?? 250;
+  return (async function*(): AsyncGenerator<AppLogLine> {
+    // The caller's signal or the service's stop, whichever comes first (listeners let go at the end: a
+    // service's signal outlives many follows).
+    const ends = new AbortController();
+    const end = () => ends.abort();
+    const sources = [options.signal, deps.stopping].filter((s): s is AbortSignal => s !== undefined);
+    for (const source of sources) {
+      if (source.aborted) end();
+      else source.addEventListener("abort", end, { once: true });
+    }
+    try {
+      yield* followLines(deps, app, { ...options, signal: ends.signal, pollMs });
+    } finally {
+      for (const source of sources) source.removeEventListener("abort", end);
+    }
+  })();
+}
+
+/** The lines of `followAppLog`, until `options.signal` aborts. */
+function followLines(
+  deps: AppInsightsDeps,
+  app: AppRef,
+  options: AppLogOptions & { signal: AbortSignal; pollMs: number },
+): AsyncIterable<AppLogLine> {
+  const { signal, pollMs } = options;
   return (async function*(): AsyncGenerator<AppLogLine> {
     const since = options.since ?? deps.clock() - HOUR_MS;
     // A run's lines reach the store in the order of their seq (one process writes them, batch after

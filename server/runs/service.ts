@@ -51,7 +51,9 @@ export function createRunService(options: RunServiceOptions): RunService {
   const resultLimitBytes = config.resultLimitBytes ?? DEFAULT_RESULT_LIMIT_BYTES;
   const loops = startRunLoops(options, { owner, local, events, resultLimitBytes, clock, onDeliveries });
   const reads = new RunReads({ db, writer, config, clock, logs: options.logs });
-  const insights = { db, clock, logs: options.logs, flushRuns: () => writer.flush() };
+  // A stop ends the app-log follows (their connections would hold a closing server open).
+  const stopping = new AbortController();
+  const insights = { db, clock, logs: options.logs, flushRuns: () => writer.flush(), stopping: stopping.signal };
   const submissions = new RunSubmissions(options, {
     owner,
     writer,
@@ -87,6 +89,9 @@ export function createRunService(options: RunServiceOptions): RunService {
     stopDispatching: () => shutdown.stopDispatching(),
     settled: (timeoutMs) => shutdown.settled(timeoutMs),
     abandon: () => shutdown.abandon(),
-    stop: () => shutdown.stop(),
+    stop() {
+      stopping.abort();
+      return shutdown.stop();
+    },
   };
 }
