@@ -495,7 +495,7 @@ export function parseAppConfig(text: string, appDir: string, options: AppConfigO
     env: environment(root),
     egress: network.boolean("egress", true),
     hardware: hardware(root),
-    functions: parseFunctions(raw.functions, runtime),
+    functions: parseFunctions(raw.functions, { runtime, error: AppConfigError }),
     preload: preload(runtimeSection),
     volumes: volumeMounts(root),
   };

@@ -3,7 +3,8 @@
  * key, `batch = { max_size, wait_ms }` (issue 49): the function's calls are grouped into batches in
  * front of its replica (`_worker.py`'s Batcher). Checked key by key like the rest of the file.
  */
-import { AppConfigError } from "./_app_config.ts";
+/** The error a problem is thrown as (the caller's `AppConfigError`: this module imports nothing of it). */
+type ConfigError = new(message: string) => Error;
 
 /** `batch`: how a batched function's calls are grouped. */
 export interface BatchSettings {
@@ -37,7 +38,12 @@ function isTable(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date);
 }
 
-function wholeNumber(table: Record<string, unknown>, key: string, path: string, bounds: { min: number; max: number }) {
+function wholeNumber(
+  table: Record<string, unknown>,
+  key: string,
+  where: { path: string; bounds: { min: number; max: number }; AppConfigError: ConfigError },
+) {
+  const { path, bounds, AppConfigError } = where;
   const value = table[key];
   if (value === undefined) throw new AppConfigError(`${path}.${key} is missing; give a whole number`);
   if (typeof value !== "number" || !Number.isInteger(value) || value < bounds.min || value > bounds.max) {
@@ -48,7 +54,7 @@ function wholeNumber(table: Record<string, unknown>, key: string, path: string, 
   return value;
 }
 
-function batchSettings(value: unknown, path: string): BatchSettings {
+function batchSettings(value: unknown, path: string, AppConfigError: ConfigError): BatchSettings {
   if (!isTable(value)) throw new AppConfigError(`${path} must be a table such as { max_size = 32, wait_ms = 10 }`);
   for (const key of Object.keys(value)) {
     if (key !== "max_size" && key !== "wait_ms") {
@@ -56,17 +62,25 @@ function batchSettings(value: unknown, path: string): BatchSettings {
     }
   }
   return {
-    maxSize: wholeNumber(value, "max_size", path, BATCH_BOUNDS.maxSize),
-    waitMs: wholeNumber(value, "wait_ms", path, BATCH_BOUNDS.waitMs),
+    maxSize: wholeNumber(value, "max_size", { path, bounds: BATCH_BOUNDS.maxSize, AppConfigError }),
+    waitMs: wholeNumber(value, "wait_ms", { path, bounds: BATCH_BOUNDS.waitMs, AppConfigError }),
   };
 }
 
+/** Options of `parseFunctions`. */
+export interface ParseFunctionsOptions {
+  /** The app's `deployment.runtime`: `[functions]` is for Python apps. */
+  runtime: "python" | "custom";
+  /** What a problem is thrown as: `_app_config.ts`'s `AppConfigError`. */
+  error: ConfigError;
+}
+
 /**
- * Reads `[functions]` (the raw TOML value, undefined when absent) of an app whose runtime is `runtime`.
- * Throws `AppConfigError` naming the key. Whether each name is a function of main.py, and not a
+ * Reads `[functions]` (the raw TOML value, undefined when absent). Throws `options.error` naming the key. Whether each name is a function of main.py, and not a
  * generator, is checked where main.py is imported (the worker's load error).
  */
-export function parseFunctions(raw: unknown, runtime: "python" | "custom"): Record<string, FunctionSettings> {
+export function parseFunctions(raw: unknown, options: ParseFunctionsOptions): Record<string, FunctionSettings> {
+  const { runtime, error: AppConfigError } = options;
   if (raw === undefined) return {};
   if (!isTable(raw)) throw new AppConfigError("functions must be a table of [functions.<name>] tables");
   const entries = Object.entries(raw);
@@ -88,7 +102,9 @@ export function parseFunctions(raw: unknown, runtime: "python" | "custom"): Reco
     for (const key of Object.keys(value)) {
       if (key !== "batch") throw new AppConfigError(`unknown key ${path}.${key}; remove it or use batch`);
     }
-    functions[name] = value.batch === undefined ? {} : { batch: batchSettings(value.batch, `${path}.batch`) };
+    functions[name] = value.batch === undefined
+      ? {}
+      : { batch: batchSettings(value.batch, `${path}.batch`, AppConfigError) };
   }
   return functions;
 }
