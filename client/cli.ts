@@ -49,6 +49,19 @@ export const CLIENT_COMMANDS: Record<string, CommandEntry> = {
     load: async () => (await import("./_commands/secrets.ts")).secretsCommand,
     scopes: () => ["deploy"],
   },
+  volumes: {
+    summary: "Make, list and delete a project's volumes; copy files in and out (cp, ls)",
+    help: async () => (await import("./_commands/volumes.ts")).VOLUMES_HELP,
+    load: async () => (await import("./_commands/volumes.ts")).volumesCommand,
+    scopes: (args) => {
+      if (args[0] === "create" || args[0] === "delete") return ["deploy"];
+      // An upload names the volume last: `cp <local> <project>:<name>/<path>`.
+      if (args[0] === "cp" && /^[a-z0-9][a-z0-9-]*:[a-z]/.test(args.filter((a) => !a.startsWith("-")).at(-1) ?? "")) {
+        return ["deploy"];
+      }
+      return ["rest"];
+    },
+  },
   "base-image": {
     summary: "Hash an app's build dependencies",
     help: async () => (await import("./_commands/base_image.ts")).BASE_IMAGE_HELP,
