@@ -18,6 +18,7 @@ import { unjailedWarning } from "./sandbox_status.js";
 import { secretsPage } from "./secrets_page.js";
 import { loadSession, signOut } from "./session.js";
 import { signInPage } from "./signin_page.js";
+import { volumesPage } from "./volumes_page.js";
 
 /**
  * The nodes of the page `route` names (the path below `/dashboard`, split at `/`).
@@ -31,6 +32,7 @@ async function pageOf(route, params) {
   if (section === "apps") return id ? await appPage(id) : await appsPage();
   if (section === "keys") return await keysPage();
   if (section === "secrets") return await secretsPage();
+  if (section === "volumes") return await volumesPage();
   if (section === "runs" && id) return await runPage(id, params);
   return await runsPage(params);
 }
