@@ -5,6 +5,7 @@
  */
 import { api, call } from "./api.js";
 import { badge, cell, errorBox, h, replace, table } from "./dom.js";
+import { insightsSection } from "./app_insights.js";
 import { callForm } from "./call_form.js";
 import { duration, errorText, plural, when } from "./format.js";
 import { link, rerender, runPath } from "./navigation.js";
@@ -268,6 +269,7 @@ export async function appPage(appId) {
     appFacts(app),
     hostsSection(app),
     app.source === "deployment" ? await deploymentsSection(path) : null,
+    insightsSection(path),
     await recentRuns(path),
     callForm(appId),
   ];

@@ -39,6 +39,9 @@ const VENDOR_FILES: Record<string, string> = {
   "eventsource-parser/stream.js": fileURLToPath(import.meta.resolve("eventsource-parser/stream")),
   // `stream.js` imports `./index.js`.
   "eventsource-parser/index.js": fileURLToPath(import.meta.resolve("eventsource-parser")),
+  // An app's charts (app_insights.js): uPlot's ES module and its stylesheet.
+  "uplot.mjs": fileURLToPath(import.meta.resolve("uplot/dist/uPlot.esm.js")),
+  "uplot.css": fileURLToPath(import.meta.resolve("uplot/dist/uPlot.min.css")),
 };
 
 const TYPES: Record<string, string> = {
