@@ -174,7 +174,9 @@ export async function deployCommand(io: CommandIo): Promise<number> {
     const bundle = await packBundle(dir, { exclude: settings.exclude });
     const source = await workTreeCommit(dir, bundleExcluder(settings.exclude));
     say(
-      `Packed ${plural(bundle.files, "file")} (${kib(bundle.bytes.length)})${source ? ` at commit ${commitLabel(source)}` : ""}`,
+      `Packed ${plural(bundle.files, "file")} (${kib(bundle.bytes.length)})${
+        source ? ` at commit ${commitLabel(source)}` : ""
+      }`,
     );
     try {
       accepted = await client.createDeployment(app, bundle.bytes, {

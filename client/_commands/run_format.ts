@@ -31,7 +31,9 @@ export function formatRun(run: Run): string {
   if (run.rerun_of) lines.push(`rerun of: ${run.rerun_of}`);
   if (run.reruns.length) lines.push(`rerun as: ${run.reruns.join(", ")}`);
   if (run.webhook) {
-    lines.push(`webhook: ${run.webhook.status} (${plural(run.webhook.attempts.length, "attempt")}) ${run.webhook.endpoint}`);
+    lines.push(
+      `webhook: ${run.webhook.status} (${plural(run.webhook.attempts.length, "attempt")}) ${run.webhook.endpoint}`,
+    );
   }
   return stripTerminalControls(lines.join("\n"));
 }
