@@ -75,9 +75,16 @@ export function volumeHandlers(context: ServerContext): VolumeHandlers {
         body: { path: written.path, size: written.size, sha256: written.sha256 },
       };
     },
-    async getVolumeFile({ path, header }) {
+    async getVolumeFile({ path, header, passed }) {
       const file = await volumes.openFile(path.project_id, path.name, path.path);
       try {
+        if (passed?.method === "HEAD") {
+          // No body is sent: the file is not read, and closed now.
+          await file.handle.close();
+          const headers: Record<string, string> = { "Accept-Ranges": "bytes", "Content-Length": String(file.size) };
+          if (file.sha256) headers.ETag = `"${file.sha256}"`;
+          return { status: 200, contentType: "application/octet-stream", headers, body: (async function*() {})() };
+        }
         const range = parseByteRange(header.Range, file.size);
         const headers: Record<string, string> = { "Accept-Ranges": "bytes" };
         if (file.sha256) headers.ETag = `"${file.sha256}"`;
