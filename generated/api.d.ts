@@ -1268,6 +1268,7 @@ export interface components {
             sandbox: components["schemas"]["SandboxReport"];
             /** @enum {string} */
             status: "ready";
+            volumes: components["schemas"]["VolumesReport"];
         };
         /** @description The GPUs one replica holds. */
         ReplicaGpus: {
@@ -1634,6 +1635,15 @@ export interface components {
          * @enum {string}
          */
         TreeEntryType: "file" | "directory" | "symlink" | "submodule";
+        /** @description A volume an app served here mounts, which this process cannot see. */
+        UnavailableVolume: {
+            /** @description The apps of the project that mount it, as far as this process knows. */
+            apps: string[];
+            project_id: string;
+            /** @description Why, with what to do. */
+            reason: string;
+            volume: string;
+        };
         /** @description A project volume: a folder of files with a hard size limit, mounted into the project's replicas. */
         Volume: {
             /** Format: date-time */
@@ -1709,6 +1719,20 @@ export interface components {
              * @description Its hard limit in GiB: at least 0.0625 (64 MiB), at most 1024 (1 TiB).
              */
             size_gb: number;
+        };
+        /** @description Project volumes on this process (issue 48): how their sizes are held, and those it cannot see. */
+        VolumesReport: {
+            /**
+             * @description `RUNPLANE_VOLUMES_MODE` in effect: `loop` (an ext4 image per volume) or `directory` (plain folders).
+             * @enum {string}
+             */
+            mode: "loop" | "directory";
+            /**
+             * @description Volumes that apps served here mount and this process cannot see (not in its volumes folder, or not
+             *     mountable), found at start or when a replica was to start: those apps' replicas are not placed here,
+             *     and their calls get a problem naming the volume. Empty when every volume is here.
+             */
+            unavailable: components["schemas"]["UnavailableVolume"][];
         };
         /** @description How a webhook delivery attempt ended. */
         WebhookAttempt: {

@@ -14,6 +14,7 @@ import type { CgroupStatus, SandboxStatus } from "./sandbox/mod.ts";
 import type { SecretBox } from "./secrets/mod.ts";
 import type { Store } from "./store/mod.ts";
 import type { Volumes } from "./volumes/mod.ts";
+import type { HostVolumes } from "./volumes/host_volumes.ts";
 
 /** Why the server is not ready, if it is not. */
 export interface Readiness {
@@ -56,6 +57,8 @@ export interface ServerContext {
   projectSecrets: ProjectSecrets;
   /** Each project's volumes: records in the store, files on this host's volumes folder. */
   volumes: Volumes;
+  /** What this host's replicas are shown of them, and the volumes it cannot see (shown by `/readyz`). */
+  hostVolumes: HostVolumes;
   /**
    * Signs calls forwarded to another host (`forwardCall`) and verifies the ones forwarded here; derived
    * from the master key, so null without one (a single process on SQLite forwards nothing).

@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { forwardKey } from "./cluster/mod.ts";
 import type { Config } from "./config.ts";
 import type { ServerContext } from "./context.ts";
-import type { HostRole } from "./host/mod.ts";
+import type { HostRole, WorkerRole } from "./host/mod.ts";
 import { createDrainGate, type WebSocketUpgrades } from "./http/mod.ts";
 import { createRepositoryTrees } from "./integrations/mod.ts";
 import { createLogger, type Logger } from "./log.ts";
@@ -66,6 +66,16 @@ export interface CreateServerOptions {
   role?: HostRole;
   /** Test only (server/test_hooks): a slow follower, a host clock that is off. None by default. */
   testHooks?: TestHooks;
+}
+
+/** The cluster a handler sees: this host's view of it, a worker's (through its supervisor), or none. */
+function clusterContext(
+  config: Config,
+  parts: { cluster?: { registry: { view: NonNullable<ServerContext["cluster"]>["view"] } }; worker?: WorkerRole },
+): ServerContext["cluster"] {
+  const { cluster, worker } = parts;
+  if (cluster) return { view: cluster.registry.view };
+  return worker && config.advertiseUrl ? { view: () => worker.clusterView() ?? { hosts: [], seats: [] } } : null;
 }
 
 /**
@@ -154,13 +164,10 @@ export async function createServer(config: Config, options: CreateServerOptions 
     cgroups: cgroups.status,
     gpus,
     ...{ projectSecrets: apps.projectSecrets, volumes: apps.volumes },
+    hostVolumes: apps.hostVolumes,
     forwardKey: clusterKey ?? (config.masterKey ? forwardKey(config.masterKey) : null),
     host: { id: worker?.hostId ?? owner, url: config.advertiseUrl ?? null },
-    cluster: cluster
-      ? { view: cluster.registry.view }
-      : worker && config.advertiseUrl
-      ? { view: () => worker.clusterView() ?? { hosts: [], seats: [] } }
-      : null,
+    cluster: clusterContext(config, { cluster, worker }),
   };
   const app = createServerApp(context, { signingKeys: keys.signing, gate, outage, executors });
   const websockets = wireWebSockets(context, { signingKeys: keys.signing, gate, role, cluster });

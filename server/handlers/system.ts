@@ -62,6 +62,15 @@ export function systemHandlers(context: ServerContext): SystemHandlers {
             held: context.runtime.hostCapacity().gpus.held,
             warnings: gpus.problems,
           },
+          volumes: {
+            mode: context.volumes.mode,
+            unavailable: context.hostVolumes.unavailable().map((volume) => ({
+              project_id: volume.projectId,
+              volume: volume.volume,
+              apps: volume.apps,
+              reason: volume.reason,
+            })),
+          },
         },
       };
     },

@@ -20,10 +20,12 @@ import {
 } from "../project_secrets/mod.ts";
 import { createRunLogWriter, type RunLogWriter } from "../runs/mod.ts";
 import { createRuntime, type DeployedApp, type Runtime, type UnservedApp } from "../runtime/mod.ts";
-import type { SandboxStatus } from "../sandbox/mod.ts";
+import { projectOwner, type SandboxStatus } from "../sandbox/mod.ts";
 import type { SecretBox } from "../secrets/mod.ts";
 import type { Store } from "../store/mod.ts";
 import { createVolumes, type Volumes, volumesModeOf } from "../volumes/mod.ts";
+import type { HostVolumes } from "../volumes/host_volumes.ts";
+import { appMounting, hostVolumesOf, volumeUsers } from "./volumes.ts";
 
 /** Options of `wireApps`. */
 export interface AppsOptions {
@@ -50,6 +52,8 @@ export interface ServerApps {
   projectSecrets: ProjectSecrets;
   /** Each project's volumes on this host (`mountedFiles` for a replica's mounts). */
   volumes: Volumes;
+  /** What replicas are shown of them, and what this host cannot see (`/readyz`). */
+  hostVolumes: HostVolumes;
   replicaEnvironments: ReplicaEnvironments;
   runLogs: RunLogWriter;
   /** This process's own runtime: a worker's knows the apps and runs nothing. */
@@ -74,12 +78,17 @@ export function wireApps(config: Config, options: AppsOptions): ServerApps {
     now: store.clock.now,
     onError: (error) => logger.warn({ err: error }, "telling of a project secrets change failed"),
   });
-  const volumes = wireVolumes(config, { store, logger });
+  // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
+  let deployments: Deployments | undefined;
+  const volumes = wireVolumes(config, {
+    store,
+    logger,
+    inUse: (projectId, name) => appMounting(deployments?.deployedApps() ?? [], { projectId, name }),
+  });
+  const hostVolumes = hostVolumesOf(volumes, logger);
   // A change of a project's secrets replaces its replicas (the runtime's reload sees a new fingerprint).
   let reloadApps = () => {};
   const replicaEnvironments = cacheReplicaEnvironments(projectSecrets, { changed: () => reloadApps() });
-  // The runtime serves the deployments this process has ready; they are made after it (each needs the other).
-  let deployments: Deployments | undefined;
   const runLogs = createRunLogWriter(store.db, { limitBytes: config.runLogLimitBytes, logger });
   worker?.useRunLogs?.((line) => runLogs.add(line));
   const { runtime, cluster } = wireRuntime(config, {
@@ -88,6 +97,7 @@ export function wireApps(config: Config, options: AppsOptions): ServerApps {
     replicaEnvironments,
     deployedApps: () => deployments?.deployedApps() ?? [],
     unservedApps: () => deployments?.unservedApps() ?? [],
+    hostVolumes,
   });
   // What handlers, deployments and gauges read of replicas: a worker's are the supervisor's.
   const shown = worker ? worker.viewRuntime(runtime) : runtime;
@@ -110,6 +120,8 @@ export function wireApps(config: Config, options: AppsOptions): ServerApps {
       bundleLimitBytes: config.bundleLimitBytes,
       sandbox: options.parts.sandbox,
       images: options.parts.images,
+      // A deployment's [volumes] must name its project's volumes; `[build] volumes` shows them to its commands.
+      volumes,
       // SQLite's bundles are files in the data dir; PostgreSQL's are rows every host reads.
       bundleDir: store.shared ? undefined : join(config.dataDir, "bundles"),
     },
@@ -120,7 +132,7 @@ export function wireApps(config: Config, options: AppsOptions): ServerApps {
     imageCache: { boundBytes: config.imageCacheBytes, minAgeMs: config.imageCacheMinAgeMs },
     testDelayLocalSyncMs: options.testDelayLocalSyncMs,
   });
-  return { projectSecrets, volumes, replicaEnvironments, runLogs, runtime, shown, cluster, deployments };
+  return { projectSecrets, volumes, hostVolumes, replicaEnvironments, runLogs, runtime, shown, cluster, deployments };
 }
 
 /** Options of `loadApps`. */
@@ -142,7 +154,9 @@ export function loadApps(apps: ServerApps, options: LoadAppsOptions): Promise<vo
   // Without a jail under `auto`, the store's deployments (an earlier, jailed run's) are neither built nor
   // served here: their code would run unjailed. They stay as they are for a process that can jail them.
   const servesDeployments = !deploymentsRefused(options.sandbox);
-  return runtime.start().then(() => servesDeployments ? deployments.start() : undefined).then(() => cluster?.start())
+  return runtime.start().then(() => servesDeployments ? deployments.start() : undefined)
+    // A volume a served app mounts and this host cannot see is said at start (and in /readyz).
+    .then(() => apps.hostVolumes.check(volumeUsers(deployments.deployedApps()))).then(() => cluster?.start())
     .then(() => runtime.warm()).then(
       () => options.loaded(),
       (error) => options.logger.error({ err: error }, "loading apps failed"),
@@ -157,6 +171,7 @@ function wireRuntime(
     replicaEnvironments: ReplicaEnvironments;
     deployedApps(): DeployedApp[];
     unservedApps(): UnservedApp[];
+    hostVolumes: HostVolumes;
   },
 ): { runtime: Runtime; cluster?: ClusterHost } {
   const { store, logger, role, clusterKey, parts } = options;
@@ -178,6 +193,7 @@ function wireRuntime(
     gpuDriver: options.gpuDriver,
     projectReplicaLimit: config.projectReplicaLimit,
     forkReplicas: config.forkReplicas,
+    volumes: options.hostVolumes,
     queueLimit: config.appQueueLimit,
     deployedApps: options.deployedApps,
     unservedApps: options.unservedApps,
@@ -203,7 +219,10 @@ function wireRuntime(
 }
 
 /** The project volumes service of this host (issue 48), warning loudly when sizes are not enforced here. */
-function wireVolumes(config: Config, options: { store: Store; logger: Logger }): Volumes {
+function wireVolumes(
+  config: Config,
+  options: { store: Store; logger: Logger; inUse(projectId: string, name: string): string | undefined },
+): Volumes {
   const { mode, warning } = volumesModeOf(config.volumesMode);
   if (warning) options.logger.warn({ volumes_mode: mode }, warning);
   return createVolumes({
@@ -211,5 +230,8 @@ function wireVolumes(config: Config, options: { store: Store; logger: Logger }):
     now: options.store.clock.now,
     dir: config.volumesDir ?? join(config.dataDir, "volumes"),
     mode,
+    // A replica writes its project's volume as the project's uid (a root server's jails drop to it).
+    ownerOf: projectOwner,
+    inUse: options.inUse,
   });
 }
