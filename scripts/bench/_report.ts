@@ -182,10 +182,20 @@ export function batchingMarkdown(report: BenchReport): string {
   ]);
 }
 
+/** The "CLI start" section of docs/performance.md: `npm run bench -- --scenario cli`. */
+export function cliMarkdown(report: BenchReport): string {
+  return sectionMarkdown(report, [
+    "by `npm run bench -- --scenario cli` (or `npx tsx scripts/bench/scenarios/cli_start.ts`): each command a",
+    "new process from the checkout's bin (the CLI compiled into node_modules/.cache/runplane-cli/), rounds",
+    "interleaving `node -e 0`, `runplane --help`, `runplane apps list` against the bench server and the same",
+    "through tsx, wall time per process and its CPU (user + system, GNU time) in the notes, medians.",
+  ]);
+}
+
 /** Where `writeReadmeSection` writes: the section's marker name and its heading. */
 export interface ReadmeSectionOptions {
   /** Default `performance`. */
-  section?: "performance" | "growth" | "cluster" | "cores" | "images" | "websockets" | "batching";
+  section?: "performance" | "growth" | "cluster" | "cores" | "images" | "websockets" | "batching" | "cli";
 }
 
 const SECTION_TITLES = {
@@ -196,6 +206,7 @@ const SECTION_TITLES = {
   images: "In images",
   websockets: "WebSockets",
   batching: "Batching",
+  cli: "CLI start",
 } as const;
 
 /** Replaces a section of docs/performance.md (up to the next `<!-- section:` marker or the end); default Performance. */

@@ -29,6 +29,11 @@
  * The batching scenario (`batching`: a batched function against the same unbatched, and the example NumPy
  * model; issue 49) runs only when named; its rows go to scripts/bench/batching_results.json and
  * docs/performance.md's "Batching" section.
+ *
+ * The CLI scenario (`cli`: `runplane --help` and a real command from the checkout against `node -e 0`,
+ * interleaved, wall and CPU time; issue 51) runs only when named, or alone with
+ * `npx tsx scripts/bench/scenarios/cli_start.ts`; its rows go to scripts/bench/cli_results.json and
+ * docs/performance.md's "CLI start" section.
  */
 import { execFileSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
@@ -41,6 +46,7 @@ import {
   type BenchReport,
   type BenchRow,
   batchingMarkdown,
+  cliMarkdown,
   clusterMarkdown,
   coresMarkdown,
   growthMarkdown,
@@ -57,6 +63,7 @@ import { baseImageScenario } from "./scenarios/base_image.ts";
 import { batchingScenario } from "./scenarios/batching.ts";
 import { bundleUploadsScenario } from "./scenarios/bundle_uploads.ts";
 import { cgroupCostScenario } from "./scenarios/cgroup_cost.ts";
+import { cliStartScenario } from "./scenarios/cli_start.ts";
 import { clusterScenario } from "./scenarios/cluster.ts";
 import { coldStartScenario } from "./scenarios/cold_start.ts";
 import { coresScenario } from "./scenarios/cores.ts";
@@ -79,6 +86,7 @@ const ON_DEMAND: Array<[string, string, Scenario]> = [
   ["19", "images", imagesScenario],
   ["20", "websocket", websocketScenario],
   ["21", "batching", batchingScenario],
+  ["23", "cli", cliStartScenario],
 ];
 
 /** Scenarios by number and name, in the order they run (idle memory first, before any load). */
@@ -182,6 +190,7 @@ const OWN_SECTIONS = [
   { ids: ["19"], file: "images_results.json", section: "images", markdown: imagesMarkdown },
   { ids: ["20"], file: "websocket_results.json", section: "websockets", markdown: websocketsMarkdown },
   { ids: ["21"], file: "batching_results.json", section: "batching", markdown: batchingMarkdown },
+  { ids: ["23"], file: "cli_results.json", section: "cli", markdown: cliMarkdown },
 ] as const;
 const scenarioId = (row: BenchRow) => row.scenario.split(".")[0];
 const ownSection = (row: BenchRow) =>
