@@ -14,6 +14,7 @@ import { createOperationRouter } from "./routing.ts";
 
 export { type FinishedRequest, type HttpAppOptions } from "./_http_options.ts";
 export { newRequestId } from "./_request_state.ts";
+export { type ByteRange, parseByteRange } from "./byte_range.ts";
 export { answerClientErrors, CLIENT_ERROR_STATUSES, MAX_HEADER_BYTES } from "./client_error.ts";
 export { createDrainGate, type DrainGate } from "./drain_gate.ts";
 export type { ForwardedCallsOptions } from "./forwarded_calls.ts";
@@ -31,8 +32,6 @@ export type {
 export { passedAnswerHeaders, passedRequestHeaders } from "./passed_headers.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
 export { SpooledBody } from "./spool_body.ts";
-export { StreamedBody } from "./streamed_body.ts";
-export { type ByteRange, parseByteRange } from "./byte_range.ts";
 export {
   type FrameOptions,
   formatServerSentEvent,
@@ -43,6 +42,7 @@ export {
   wantsEventStream,
   withHeartbeat,
 } from "./sse.ts";
+export { StreamedBody } from "./streamed_body.ts";
 export { createWebSocketUpgrades, type WebSocketUpgradeOptions, type WebSocketUpgrades } from "./websocket_upgrade.ts";
 
 /** Creates the Koa app serving every operation of the route table. */
