@@ -182,6 +182,20 @@ export function batchingMarkdown(report: BenchReport): string {
   ]);
 }
 
+/** The "Volumes" section of docs/performance.md: `npm run bench -- --scenario volumes`. */
+export function volumesMarkdown(report: BenchReport): string {
+  return sectionMarkdown(report, [
+    "by `npm run bench -- --scenario volumes`: a built server of its own (one process, `RUNPLANE_WORKERS=1`,",
+    "`RUNPLANE_VOLUMES_MODE=loop` as root: the volume an ext4 image on the same disk, loop-mounted), one",
+    "random file of 500 MiB. Upload streams it from a file through `PUT …/files/{path}` (curl); download",
+    "streams `GET …/files/{path}` into a file (curl); each against `cp` of the same file on this disk (page",
+    "cache warm for both), rounds interleaved, throughput from the medians; an upload answers once its data",
+    "is synced to disk, so `cp` + `sync` is shown beside it. The cold start is a new app each round (its",
+    "template, the `[runtime] preload` module reading the whole file from its read-only volume, the fork,",
+    "the first call, from the first request) against `cat file > /dev/null` of the same file.",
+  ]);
+}
+
 /** The "CLI start" section of docs/performance.md: `npm run bench -- --scenario cli`. */
 export function cliMarkdown(report: BenchReport): string {
   return sectionMarkdown(report, [
@@ -195,7 +209,7 @@ export function cliMarkdown(report: BenchReport): string {
 /** Where `writeReadmeSection` writes: the section's marker name and its heading. */
 export interface ReadmeSectionOptions {
   /** Default `performance`. */
-  section?: "performance" | "growth" | "cluster" | "cores" | "images" | "websockets" | "batching" | "cli";
+  section?: "performance" | "growth" | "cluster" | "cores" | "images" | "websockets" | "batching" | "cli" | "volumes";
 }
 
 const SECTION_TITLES = {
@@ -207,6 +221,7 @@ const SECTION_TITLES = {
   websockets: "WebSockets",
   batching: "Batching",
   cli: "CLI start",
+  volumes: "Volumes",
 } as const;
 
 /** Replaces a section of docs/performance.md (up to the next `<!-- section:` marker or the end); default Performance. */

@@ -34,6 +34,10 @@
  * interleaved, wall and CPU time; issue 51) runs only when named, or alone with
  * `npx tsx scripts/bench/scenarios/cli_start.ts`; its rows go to scripts/bench/cli_results.json and
  * docs/performance.md's "CLI start" section.
+ *
+ * The volumes scenario (`volumes`: upload and download through the files API against `cp`, and the cold
+ * start of an app whose preload reads a 500 MiB file from its volume against `cat`; issue 48) runs only
+ * when named; its rows go to scripts/bench/volumes_results.json and docs/performance.md's "Volumes" section.
  */
 import { execFileSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
@@ -51,6 +55,7 @@ import {
   coresMarkdown,
   growthMarkdown,
   imagesMarkdown,
+  volumesMarkdown,
   markdownReport,
   textReport,
   websocketsMarkdown,
@@ -78,6 +83,7 @@ import { slowReceiversScenario } from "./scenarios/slow_receivers.ts";
 import { streamingScenario } from "./scenarios/streaming.ts";
 import { syncRunScenario } from "./scenarios/sync_run.ts";
 import { webhookDeliveryScenario } from "./scenarios/webhook_delivery.ts";
+import { volumesScenario } from "./scenarios/volumes.ts";
 import { websocketScenario } from "./scenarios/websockets.ts";
 
 /** Scenarios run only when named, each with a results file and a section of its own. */
@@ -87,6 +93,7 @@ const ON_DEMAND: Array<[string, string, Scenario]> = [
   ["20", "websocket", websocketScenario],
   ["21", "batching", batchingScenario],
   ["23", "cli", cliStartScenario],
+  ["22", "volumes", volumesScenario],
 ];
 
 /** Scenarios by number and name, in the order they run (idle memory first, before any load). */
@@ -191,6 +198,7 @@ const OWN_SECTIONS = [
   { ids: ["20"], file: "websocket_results.json", section: "websockets", markdown: websocketsMarkdown },
   { ids: ["21"], file: "batching_results.json", section: "batching", markdown: batchingMarkdown },
   { ids: ["23"], file: "cli_results.json", section: "cli", markdown: cliMarkdown },
+  { ids: ["22"], file: "volumes_results.json", section: "volumes", markdown: volumesMarkdown },
 ] as const;
 const scenarioId = (row: BenchRow) => row.scenario.split(".")[0];
 const ownSection = (row: BenchRow) =>
