@@ -1,7 +1,8 @@
 /**
  * The dashboard's app page draws the app's activity (uPlot canvases with the buckets `getAppStats` gave)
  * and tails every run's log live: a run made while the page is open shows its lines, with its run id,
- * and the charts count it without a reload. A screenshot is saved (RUNPLANE_TEST_SCREENSHOTS=dir).
+ * and the charts count it without a reload. The page's screenshot is saved in test-results/screenshots/
+ * (in docs/ with RUNPLANE_UPDATE_SCREENSHOTS=1), as the other dashboard tests do.
  */
 import assert from "node:assert/strict";
 import { mkdir } from "node:fs/promises";
@@ -106,11 +107,10 @@ describe("the dashboard's app page: charts and log tail", {
     for (const [id, hex] of [["chart-replicas", "#0969da"], ["chart-cold-starts", "#bc4c00"]]) {
       while (!(await drawsColour(id, hex))) await page.waitForTimeout(500);
     }
-    const dir = process.env.RUNPLANE_TEST_SCREENSHOTS;
-    if (dir) {
-      await mkdir(dir, { recursive: true });
-      await page.screenshot({ path: join(dir, "dashboard-app.png"), fullPage: true });
-    }
+    const shots = process.env.RUNPLANE_UPDATE_SCREENSHOTS === "1" ? "docs" : join("test-results", "screenshots");
+    const dir = join(import.meta.dirname, "..", "..", shots);
+    await mkdir(dir, { recursive: true });
+    await page.screenshot({ path: join(dir, "dashboard-app-activity.png"), fullPage: true });
   });
 
   it("switches to the last day's 15-minute buckets", async () => {
