@@ -35,6 +35,15 @@ import {
   releaseDeliveryLeases,
   webhookViews,
 } from "../../server/webhooks/outbox.ts";
+import {
+  expireAppSamples,
+  selectAppLogPage,
+  selectRunBuckets,
+  selectRunLinesAfter,
+  selectSampleBuckets,
+  selectWatchedRuns,
+  upsertAppSample,
+} from "../../server/store/statements/app_insights.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
 
 /** The project-wide listings (`listProjectRuns`), unfiltered and with each filter. */
@@ -46,7 +55,7 @@ const PROJECT_PAGES = [
 ];
 
 /** Tables that grow with the work: a whole read of one costs more every day. */
-const GROWING = ["runs", "webhook_deliveries", "webhook_attempts", "run_logs", "idempotency_keys"];
+const GROWING = ["runs", "webhook_deliveries", "webhook_attempts", "run_logs", "idempotency_keys", "app_samples"];
 
 interface Statement {
   sql: string;
@@ -153,6 +162,17 @@ for (const engine of await engines()) {
       await restoreDue(db, { endpoints: ["https://x/"], postponedTo: now + 10_000, now });
       await releaseDeliveryLeases(db, "o");
       await webhookViews(db, [ref.runId]);
+      // An app's log tail and activity (getAppLogs, getAppStats) and the hosts' samples.
+      const app = { projectId: "p", appId: "a" };
+      const hour = { from: now - 3_600_000, to: now, bucketMs: 60_000 };
+      const position = { since: hour.from, at: hour.from - 1, runId: "", seq: 0 };
+      await selectAppLogPage(db, { ...app, position, limit: 201 });
+      await selectWatchedRuns(db, { ...app, endedSince: now - 30_000, limit: 200 });
+      await selectRunLinesAfter(db, { runId: ref.runId, afterSeq: 0, since: hour.from, limit: 1000 });
+      await selectRunBuckets(db, { ...app, ...hour });
+      await selectSampleBuckets(db, { ...app, ...hour });
+      await upsertAppSample(db, { ...app, hostId: "h", minute: now - (now % 60_000), replicas: 1, starts: 1 });
+      await expireAppSamples(db, now - 86_400_000);
       await db.deleteFrom("idempotency_keys").where("created_at", "<=", now - IDEMPOTENCY_WINDOW_MS).execute();
 
       // Transaction control (`begin`, `commit`) has no plan.
