@@ -52,7 +52,8 @@ const PATH_VALUES: Record<string, string> = {
   run_id: `run_${"0".repeat(26)}`,
   deployment_id: `dep_${"0".repeat(26)}`,
   service_account_id: "sa_AAAAAAAAAAAAAAAA",
-  name: "SOME_SECRET",
+  name: "some_name",
+  path: "models/a.bin",
   owner: "octo",
   repo: "repo",
 };
@@ -123,6 +124,9 @@ describe("each status the HTTP layer answers is one the operation declares, on a
         const text = await send(route, { headers: { ...auth, "Content-Type": "text/plain" }, body: "hello" });
         assert.equal(text.status, 415, route.operationId);
       }
+      // A streamed body (a volume's file: application/octet-stream only) has no body limit of its own: its
+      // 413 is the volume's room, provoked in test/volumes/.
+      if (!(route.body!.contentTypes as readonly string[]).includes("application/json")) continue;
       const large = JSON.stringify({ padding: "x".repeat(4096) });
       const big = await send(route, { headers: { ...auth, "Content-Type": "application/json" }, body: large });
       assert.equal(big.status, 413, route.operationId);
