@@ -11,7 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, before, describe, it } from "node:test";
-import { runMain } from "../_helpers/cli.ts";
+import { HAS_SCRIPT, runCliOnTerminal, runMain } from "../_helpers/cli.ts";
+import { startFaultProxy } from "./_fault_proxy.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 describe("runplane volumes against a server", { timeout: 180_000 }, () => {
@@ -100,6 +101,58 @@ describe("runplane volumes against a server", { timeout: 180_000 }, () => {
     const json = await runMain(["volumes", "cp", model, `${TEST_PROJECT}:weights/models/model.bin`, "--json"], { env });
     assert.equal((JSON.parse(json.stdout) as { files: Array<{ skipped: boolean }> }).files[0].skipped, true);
   });
+
+  it("tries a whole file again after a reset connection and a 503 (3 tries), then gives up", async () => {
+    const model = join(dir, "retried.bin");
+    writeFileSync(model, randomBytes(256 * 1024));
+    let puts = 0;
+    const proxy = await startFaultProxy(t.url, {
+      fault: (request) => {
+        if (request.method !== "PUT") return undefined;
+        puts += 1;
+        return puts === 1 ? "reset" : puts === 2 ? { status: 503, retryAfter: 1 } : undefined;
+      },
+    });
+    try {
+      const through = { ...env, RUNPLANE_BASE_URL: proxy.url };
+      const copied = await runMain(["volumes", "cp", model, `${TEST_PROJECT}:weights/retried.bin`], { env: through });
+      assert.equal(copied.code, 0, copied.stderr);
+      assert.match(copied.stderr, /trying again \(2 of 3\)[\s\S]*trying again \(3 of 3\)/);
+      assert.match(copied.stdout, /^uploaded /);
+      assert.equal(puts, 3);
+      assert.deepEqual(await proxy.contractErrors(), []);
+    } finally {
+      await proxy.close();
+    }
+    const failing = await startFaultProxy(t.url, {
+      fault: (request) => (request.method === "PUT" ? "reset" : undefined),
+    });
+    try {
+      const refused = await runMain(["volumes", "cp", model, `${TEST_PROJECT}:weights/failing.bin`], {
+        env: { ...env, RUNPLANE_BASE_URL: failing.url },
+      });
+      assert.equal(refused.code, 1);
+      assert.equal(failing.seen.filter((r) => r.method === "PUT").length, 3, "three tries, then no more");
+    } finally {
+      await failing.close();
+    }
+  });
+
+  it(
+    "shows a progress bar of bytes on a terminal",
+    { skip: HAS_SCRIPT ? false : "util-linux script is not installed" },
+    async () => {
+      const model = join(dir, "shown.bin");
+      writeFileSync(model, randomBytes(2 * 1024 * 1024));
+      const { code, output } = await runCliOnTerminal(
+        ["volumes", "cp", model, `${TEST_PROJECT}:weights/shown.bin`],
+        env,
+      );
+      assert.equal(code, 0, output);
+      assert.match(output, /p-test:weights\/shown\.bin \[#+ *\] \d+\.\d MiB\/2\.0 MiB/);
+      assert.match(output, /uploaded .*shown\.bin/);
+    },
+  );
 
   it("refuses a copy between two local paths, and a folder without -r", async () => {
     const local = await runMain(["volumes", "cp", "a", "b"], { env });
