@@ -43,8 +43,15 @@ describe("the production build's dashboard", { timeout: 600_000 }, () => {
   it("serves every module of the dashboard and the packages they import as JavaScript", async () => {
     const modules = (await readdir(join(ROOT, "client", "dashboard"))).filter((name) => name.endsWith(".js"));
     assert.ok(modules.includes("app.js") && modules.length > 5, modules.join(", "));
-    const vendor = ["openapi-fetch.mjs", "eventsource-parser/stream.js", "eventsource-parser/index.js"];
-    for (const path of [...modules, "style.css", ...vendor.map((file) => `vendor/${file}`)]) {
+    const vendor = [
+      "openapi-fetch.mjs",
+      "eventsource-parser/stream.js",
+      "eventsource-parser/index.js",
+      "uplot.mjs",
+      "uplot.css",
+    ];
+    const styles = ["style.css", "app_insights.css"];
+    for (const path of [...modules, ...styles, ...vendor.map((file) => `vendor/${file}`)]) {
       const response = await fetch(`${server.url}/dashboard/assets/${path}`);
       assert.equal(response.status, 200, path);
       const type = response.headers.get("content-type") ?? "";
