@@ -226,6 +226,12 @@ function followTail(path, tail) {
   const source = new EventSource(
     `/v3/projects/${encodeURIComponent(path.project_id)}/apps/${encodeURIComponent(path.app_id)}/logs`,
   );
+  // A reconnect (the browser's, after a dropped connection) replays the last hour: start the view again.
+  let opened = false;
+  source.addEventListener("open", () => {
+    if (opened) tail.replaceChildren();
+    opened = true;
+  });
   source.addEventListener("message", (event) => {
     const empty = tail.querySelector(".empty");
     if (empty) empty.remove();
