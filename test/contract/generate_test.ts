@@ -77,7 +77,9 @@ describe("npm run generate", () => {
           if (!body) continue;
           streams.push(operation.operationId);
           assert.equal(body.type, "array", operation.operationId);
-          const events = (body.items as { anyOf: Array<{ $ref: string }> }).anyOf;
+          // A stream of one kind of event names it alone; of several, any of them.
+          const items = body.items as { anyOf?: Array<{ $ref: string }>; $ref?: string };
+          const events = items.anyOf ?? [{ $ref: items.$ref! }];
           for (const { $ref } of events) {
             const data = document.components.schemas[$ref.split("/").pop()!].properties!.data;
             assert.equal(data.type, "string", $ref);
@@ -85,7 +87,7 @@ describe("npm run generate", () => {
         }
       }
     }
-    assert.deepEqual(streams.sort(), ["getDeploymentLogs", "getRunLogs", "runFunction", "watchRuns"]);
+    assert.deepEqual(streams.sort(), ["getAppLogs", "getDeploymentLogs", "getRunLogs", "runFunction", "watchRuns"]);
     const json = (name: string) => {
       const { description: _, ...data } = document.components.schemas[name].properties!.data;
       return data;
@@ -98,6 +100,7 @@ describe("npm run generate", () => {
     assert.deepEqual(json("RunChangeEvent"), payload("RunChange"));
     assert.deepEqual(json("RunLogLineEvent"), payload("RunLogLine"));
     assert.deepEqual(json("RunLogEndEvent"), payload("RunLogEnd"));
+    assert.deepEqual(json("AppLogLineEvent"), payload("AppLogLine"));
     assert.deepEqual(json("BuildLogEndEvent"), payload("Deployment"));
     assert.deepEqual(json("RunErrorEvent"), payload("Problem"));
     assert.deepEqual(json("BuildLogLineEvent"), { type: "string" }, "a build log line is text as it is");
