@@ -5,6 +5,7 @@
  * volume; `directory`: the file system under the folder); how files are reached without following a link
  * is `_volume_files.ts`'s. Free of HTTP, so handlers, the runtime and tests share it.
  */
+import { existsSync } from "node:fs";
 import type { Kysely } from "kysely";
 import { ProblemError } from "../problems/mod.ts";
 import type { Database } from "../store/mod.ts";
@@ -27,6 +28,7 @@ import {
 } from "./_volume_checks.ts";
 import {
   createVolumeDisk,
+  mountVolumeDisk,
   removeVolumeDisk,
   type VolumeOwner,
   type VolumePaths,
@@ -220,6 +222,19 @@ async function upload(
   return { path, ...written };
 }
 
+/**
+ * Throws a 503 when volume `paths` is not on this host: its disk is mounted or checked, never made anew
+ * outside `put`, since a host that does not see a volume (a shared folder not mounted on it, an image
+ * gone) must not serve an empty new one in its place.
+ */
+function checkOnHost(paths: VolumePaths, volume: { mode: VolumesMode; projectId: string; name: string }): void {
+  if (existsSync(paths.root) && (volume.mode !== "loop" || existsSync(paths.image))) return;
+  throw new ProblemError(
+    "service-unavailable",
+    `Volume ${volume.name} of project ${volume.projectId} is not in this host's volumes folder (RUNPLANE_VOLUMES_DIR): its shared file system may not be mounted here`,
+  );
+}
+
 /** Creates the volumes service over the store and this host's volumes folder. */
 export function createVolumes(options: VolumesOptions): Volumes {
   const { db, dir, mode } = options;
@@ -237,10 +252,8 @@ export function createVolumes(options: VolumesOptions): Volumes {
     const row = await selectVolume(db, { projectId, name });
     if (!row) throw noVolume(projectId, name);
     const paths = pathsOf(projectId, name);
-    await serially(
-      `${projectId}/${name}`,
-      () => createVolumeDisk(paths, { mode, sizeBytes: row.size_bytes, owner: ownerOf(projectId) }),
-    );
+    checkOnHost(paths, { mode, projectId, name });
+    await serially(`${projectId}/${name}`, () => mountVolumeDisk(paths, { mode, owner: ownerOf(projectId) }));
     return { row, paths };
   }
 
@@ -259,6 +272,12 @@ export function createVolumes(options: VolumesOptions): Volumes {
       const sizeBytes = sizeBytesOf(sizeGb);
       const created = await insertChecked(options, { projectId, name, sizeBytes });
       try {
+        // Made here (again, when a PUT of the same size finds it missing: asked for explicitly).
+        const owner = ownerOf(projectId);
+        await serially(
+          `${projectId}/${name}`,
+          () => createVolumeDisk(pathsOf(projectId, name), { mode, sizeBytes, owner }),
+        );
         const row = (await selectVolume(db, { projectId, name }))!;
         return { created, volume: await info(projectId, row) };
       } catch (error) {

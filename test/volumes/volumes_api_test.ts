@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { mkdir, readFile, symlink, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
@@ -358,6 +358,22 @@ for (const engine of await engines()) {
         413,
       );
       assert.equal((await request("DELETE", `${base}/tiny`)).status, 204);
+    });
+
+    it("answers 503 for a volume whose folder this host does not see, never serving an empty new one", async () => {
+      assert.equal((await request("PUT", `${base}/gone`, { json: { size_gb: 0.0625 } })).status, 201);
+      const root = join(filesDir("gone"), "..");
+      rmSync(root, { recursive: true });
+      for (const url of [`${base}/gone`, `${base}/gone/files`, `${base}/gone/files/a.bin`]) {
+        const answer = await request("GET", url);
+        assert.equal(answer.status, 503, url);
+      }
+      assert.equal((await request("PUT", `${base}/gone/files/a.bin`, { bytes: Buffer.from("x") })).status, 503);
+      assert.ok(!existsSync(root), "nothing made in its place");
+      // Asked for again with its size, it is made here.
+      assert.equal((await request("PUT", `${base}/gone`, { json: { size_gb: 0.0625 } })).status, 200);
+      assert.ok(existsSync(filesDir("gone")));
+      assert.equal((await request("DELETE", `${base}/gone`)).status, 204);
     });
 
     it("never lists a half-uploaded file, and removes its temporary when the client goes away", async () => {
