@@ -126,7 +126,28 @@ function tooLarge(freeBytes: number): ProblemError {
  */
 const DRAIN_BYTES = 16 * 1024 * 1024;
 
-/** Writes `source` into `handle` as it arrives, hashing it; refuses it past `limitBytes` or at `ENOSPC`. */
+/** How many bytes of a body are gathered into one write (a `writev` of its chunks). */
+const WRITE_BATCH_BYTES = 1024 * 1024;
+
+/** Writes all of `chunks` at the file's position (a short write continues where it stopped). */
+async function writeAll(handle: FileHandle, chunks: Uint8Array[]): Promise<void> {
+  let rest = chunks;
+  while (rest.length > 0) {
+    let { bytesWritten } = await handle.writev(rest);
+    while (rest.length > 0 && bytesWritten >= rest[0].length) {
+      bytesWritten -= rest[0].length;
+      rest = rest.slice(1);
+    }
+    if (bytesWritten > 0) rest = [rest[0].subarray(bytesWritten), ...rest.slice(1)];
+  }
+}
+
+/**
+ * Writes `source` into `handle` as it arrives, hashing it; refuses it past `limitBytes` or at `ENOSPC`.
+ * One write is in flight while the next batch gathers (at most ~2 × `WRITE_BATCH_BYTES` held): the request
+ * is read no faster than the disk takes it (its socket pushes back on the client), and the disk is never
+ * idle waiting for a socket chunk of 64 KiB to be written alone.
+ */
 async function copyInto(
   handle: FileHandle,
   source: AsyncIterable<Uint8Array>,
@@ -136,6 +157,27 @@ async function copyInto(
   let size = 0;
   let refusal: ProblemError | undefined;
   let dropped = 0;
+  let batch: Uint8Array[] = [];
+  let batchBytes = 0;
+  let inFlight: Promise<unknown> = Promise.resolve();
+  let written = 0; // bytes of the batches already written
+  // Waits for the write in flight; at ENOSPC the upload is refused (the rest of the body drained).
+  async function settle(): Promise<void> {
+    const error = await inFlight.then(() => undefined, (error: unknown) => error);
+    inFlight = Promise.resolve();
+    if (error === undefined) return;
+    if ((error as NodeJS.ErrnoException).code !== "ENOSPC") throw error;
+    refusal ??= tooLarge(written);
+  }
+  async function flush(): Promise<void> {
+    await settle();
+    if (refusal || batch.length === 0) return;
+    const chunks = batch;
+    const bytes = batchBytes;
+    batch = [];
+    batchBytes = 0;
+    inFlight = writeAll(handle, chunks).then(() => (written += bytes));
+  }
   for await (const chunk of source) {
     size += chunk.length;
     if (!refusal && size > limitBytes) refusal = tooLarge(limitBytes);
@@ -145,17 +187,12 @@ async function copyInto(
       continue;
     }
     hash.update(chunk);
-    try {
-      // Awaited: the request is read no faster than the disk takes it (its socket pushes back on the client).
-      for (let offset = 0; offset < chunk.length;) {
-        const { bytesWritten } = await handle.write(chunk, offset, chunk.length - offset);
-        offset += bytesWritten;
-      }
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "ENOSPC") throw error;
-      refusal = tooLarge(size - chunk.length);
-    }
+    batch.push(chunk);
+    batchBytes += chunk.length;
+    if (batchBytes >= WRITE_BATCH_BYTES) await flush();
   }
+  await flush();
+  await settle();
   if (refusal) throw refusal;
   return { size, sha256: hash.digest("hex") };
 }

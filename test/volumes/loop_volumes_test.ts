@@ -97,6 +97,9 @@ for (const engine of await engines()) {
       assert.ok(statSync(p.image).blocks * 512 < 32 * MIB, "sparse: takes disk as it fills");
       const fsType = execFileSync("findmnt", ["-n", "-o", "FSTYPE", p.root], { encoding: "utf8" }).trim();
       assert.equal(fsType, "ext4");
+      const device = execFileSync("findmnt", ["-n", "-o", "SOURCE", p.root], { encoding: "utf8" }).trim();
+      const dio = readFileSync(`/sys/block/${device.replace("/dev/", "")}/loop/dio`, "utf8").trim();
+      assert.equal(dio, "1", "its loop device does direct I/O: the image's writes are not cached twice");
     });
 
     it("answers 413 at ENOSPC (no Content-Length to refuse up front), removes the temporary, and stays usable", async () => {
