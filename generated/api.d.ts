@@ -1385,6 +1385,7 @@ export interface components {
              * @description The kind of failure: the exception's type name (e.g. `ValueError`) for a raised exception, or one of
              *     `timeout`, `interrupted`, `worker_crashed`, `invalid_arguments`, `not_serializable`, `upstream_error`,
              *     `protocol_violation` (the app's worker sent something the worker protocol does not allow), `too_large`,
+             *     `bad_batch_result` (a batched function's result was not a list of one element per call of its batch),
              *     `out-of-memory` (the kernel killed the replica at its `[hardware] memory` limit). A run that could not
              *     start has the type of what stopped it: `not_found` (no such app or function), `app_unavailable` (the
              *     app cannot load), `service_unavailable` (no replica or host could take it in time), `too_many_requests`
