@@ -776,8 +776,8 @@ class BatchConfigError(Exception):
 
 def check_batches(module):
     """Checks main.py against the batched functions the toml declares; raises BatchConfigError."""
-    import inspect
-
+    if _batch_specs:
+        import inspect  # only for an app that batches: a plain call's replica never imports it
     for name, (max_size, wait_ms) in _batch_specs.items():
         fn = None if name.startswith("_") else getattr(module, name, None)
         if fn is None or not callable(fn) or isinstance(fn, type):

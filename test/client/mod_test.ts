@@ -301,13 +301,15 @@ describe("createRunplaneClient against a real server", { timeout: 180_000 }, () 
     const jwks = await client.jwks();
     assert.equal(jwks.keys[0].kty, "OKP");
     assert.deepEqual(await client.health(), { status: "ok" });
-    // Readiness reports the sandbox this server runs with (off here, see `before`), its cgroups and GPUs.
-    const { cgroups, gpus } = t.server.context;
+    // Readiness reports the sandbox this server runs with (off here, see `before`), its cgroups, GPUs and
+    // volumes (none missing: no deployment mounts one).
+    const { cgroups, gpus, volumes } = t.server.context;
     assert.deepEqual(await client.readiness(), {
       status: "ready",
       sandbox: { setting: "off", jailed: false, deployments: "accepted", warnings: t.server.context.sandbox.problems },
       cgroups: { setting: cgroups.setting, version: cgroups.version, warnings: cgroups.problems },
       gpus: { source: gpus.source, count: gpus.gpus.length, held: 0, warnings: gpus.problems },
+      volumes: { mode: volumes.mode, unavailable: [] },
     });
     assert.match(await client.metrics(), /# TYPE /);
   });

@@ -134,7 +134,7 @@ describe("GPUs from a fake inventory of two", () => {
     const cli = await runMain(["apps", "get", `${TEST_PROJECT}/gpu`], {
       env: { RUNPLANE_BASE_URL: t.url, RUNPLANE_TOKEN: t.token },
     });
-    assert.match(cli.stdout, /^hardware: 1 cores, 2 GiB, 1 GPU \(HOPPER_H100\)$/m);
+    assert.match(cli.stdout, /^hardware: 1 core, 2 GiB, 1 GPU \(HOPPER_H100\)$/m);
     for (const replica of app.replicas.gpus) {
       const line = `  replica pid ${replica.pid}: ${replica.gpus[0].id} (${H100})`;
       assert.ok(cli.stdout.split("\n").includes(line), `${JSON.stringify(line)} in:\n${cli.stdout}`);
