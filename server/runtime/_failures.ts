@@ -19,6 +19,7 @@ const KIND_OF: Record<RunFailureType, ProblemKind> = {
   upstream_error: "bad-gateway",
   protocol_violation: "bad-gateway",
   too_large: "function-error",
+  bad_batch_result: "function-error",
 };
 
 /** Options of `RunFailure`. */

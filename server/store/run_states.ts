@@ -71,6 +71,7 @@ export const RUN_FAILURE_TYPES = [
   "upstream_error",
   "protocol_violation",
   "too_large",
+  "bad_batch_result",
   "out-of-memory",
 ] as const;
 
