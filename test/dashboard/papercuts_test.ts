@@ -137,9 +137,16 @@ describe("the dashboard's papercuts", { skip: browser === null ? "Chromium is no
 
   it("puts Find a run by id above the runs table", async () => {
     await page.goto(`${t.url}/dashboard/runs`);
-    await page.locator("#runs-table").waitFor();
-    const lookup = (await page.getByLabel("Find a run by id").boundingBox())!;
-    const runs = (await page.locator("#runs-table").boundingBox())!;
+    // The runs page re-renders as it re-reads (live), so an element read between two renders has no box:
+    // read both boxes again until both are on the page.
+    const boxes = async () => {
+      await page.getByLabel("Find a run by id").waitFor();
+      await page.locator("#runs-table").waitFor();
+      return [await page.getByLabel("Find a run by id").boundingBox(), await page.locator("#runs-table").boundingBox()];
+    };
+    let [lookup, runs] = await boxes();
+    for (let tries = 1; (!lookup || !runs) && tries < 20; tries++) [lookup, runs] = await boxes();
+    assert.ok(lookup && runs, "the lookup and the runs table are on the page");
     assert.ok(lookup.y + lookup.height <= runs.y, `lookup at ${lookup.y}, table at ${runs.y}`);
   });
 
