@@ -3,29 +3,25 @@
  * as streams (never held whole), listed by prefix. JSON calls and file streams both go through `fetch`
  * with the token; a refusal is a `RunplaneError` carrying the problem document.
  */
+import type { components } from "../generated/api.d.ts";
 import { errorFromResponse } from "./runplane_error.ts";
+import type { RunplaneFetch } from "./safe_retry.ts";
 
-/** A volume as the server answers it. */
-export interface VolumeInfo {
-  name: string;
-  size_gb: number;
-  size_bytes: number;
-  used_bytes: number;
-  created_at: string;
-}
+/** A volume as the server answers it (the contract's `Volume`). */
+export type VolumeInfo = components["schemas"]["Volume"];
 
-/** A file of a volume as listed. */
-export interface VolumeFileInfo {
-  path: string;
-  size: number;
-  modified: string;
-  sha256?: string;
-}
+/** A file of a volume as listed (the contract's `VolumeFile`). */
+export type VolumeFileInfo = components["schemas"]["VolumeFile"];
+
+/** An uploaded file: its path, size and SHA-256 (the contract's `VolumeFileWritten`). */
+export type VolumeFileWritten = components["schemas"]["VolumeFileWritten"];
 
 /** Where the volumes calls go. */
 export interface VolumesClientOptions {
   baseUrl: string;
   token?: string;
+  /** Replaces `globalThis.fetch`, as the client's own option does. */
+  fetch?: RunplaneFetch;
 }
 
 function encodePath(path: string): string {
@@ -36,16 +32,18 @@ function encodePath(path: string): string {
 export class VolumesClient {
   readonly #base: string;
   readonly #token: string | undefined;
+  readonly #fetch: RunplaneFetch;
 
   constructor(options: VolumesClientOptions) {
     this.#base = options.baseUrl.replace(/\/+$/, "");
     this.#token = options.token;
+    this.#fetch = options.fetch ?? ((request) => fetch(request));
   }
 
   async #call(method: string, path: string, init: RequestInit = {}): Promise<Response> {
     const headers = new Headers(init.headers);
     if (this.#token) headers.set("Authorization", `Bearer ${this.#token}`);
-    const response = await fetch(`${this.#base}${path}`, { ...init, method, headers });
+    const response = await this.#fetch(new Request(`${this.#base}${path}`, { ...init, method, headers }));
     if (!response.ok) throw await errorFromResponse(response);
     return response;
   }
@@ -98,14 +96,14 @@ export class VolumesClient {
     project: string,
     name: string,
     file: { path: string; size: number; body: AsyncIterable<Uint8Array>; signal?: AbortSignal },
-  ): Promise<{ path: string; size: number; sha256: string }> {
+  ): Promise<VolumeFileWritten> {
     const response = await this.#call("PUT", `${this.#volume(project, name)}/files/${encodePath(file.path)}`, {
       headers: { "Content-Type": "application/octet-stream", "Content-Length": String(file.size) },
       body: file.body as unknown as BodyInit,
       duplex: "half",
       signal: file.signal,
     } as RequestInit);
-    return (await response.json()) as { path: string; size: number; sha256: string };
+    return (await response.json()) as VolumeFileWritten;
   }
 
   /** Opens the file at `path` as a stream of bytes, with its size and sha256 (ETag) when known. */

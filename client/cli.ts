@@ -132,7 +132,7 @@ export async function dispatch(
     const run = await command.load();
     return await run({ ...io, args });
   } catch (error) {
-    if (error instanceof UsageError || (error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")) {
+    if (error instanceof UsageError || isParseArgsError(error)) {
       io.stderr.write(`runplane ${name}: ${(error as Error).message}\n\n${await command.help()}\n`);
       return 2;
     }
@@ -143,6 +143,13 @@ export async function dispatch(
     io.stderr.write(`runplane ${name}: ${describeError(error, context)}\n`);
     return 1;
   }
+}
+
+/** `util.parseArgs`'s errors (an unknown flag, a missing value): the command's usage, not a failure. */
+function isParseArgsError(error: unknown): boolean {
+  // Thrown values are anything: a DOMException's `code` is a number (an AbortError's is 20), or no object.
+  const code = typeof error === "object" && error !== null ? (error as { code?: unknown }).code : undefined;
+  return typeof code === "string" && code.startsWith("ERR_PARSE_ARGS");
 }
 
 /** The token a command sent, and from where: `--token`, else `RUNPLANE_TOKEN` (as `connect` reads them). */

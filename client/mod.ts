@@ -23,6 +23,7 @@ import { RunLogs } from "./_run_logs.ts";
 import { Runs } from "./_runs.ts";
 import { ServerInfo } from "./_server_info.ts";
 import { ServiceAccounts } from "./_service_accounts.ts";
+import { VolumesClient } from "./_volumes.ts";
 import { type ConnectOptions, type WebSocketLike, WebSockets } from "./_websockets.ts";
 import type { AppRef } from "./app_ref.ts";
 import type {
@@ -62,6 +63,13 @@ import type {
 } from "./types.ts";
 
 export type { components, paths } from "../generated/api.d.ts";
+export {
+  type VolumeFileInfo,
+  type VolumeFileWritten,
+  type VolumeInfo,
+  VolumesClient,
+  type VolumesClientOptions,
+} from "./_volumes.ts";
 export type { ConnectOptions, WebSocketClass, WebSocketLike } from "./_websockets.ts";
 export { type AppLocation, type AppRef, DEFAULT_FUNCTION, resolveAppRef } from "./app_ref.ts";
 export { parseStreamItem, readEventStream } from "./event_stream.ts";
@@ -135,6 +143,11 @@ export interface RunplaneClient {
   readonly api: Client<paths>;
   /** openapi-fetch on the run API. */
   readonly runApi: Client<paths>;
+  /**
+   * The project's volumes on the REST API: `create`, `list`, `delete`; their files `upload`ed and
+   * `download`ed as streams (never held whole), listed (`files`, page after page), `stat`, `deleteFile`.
+   */
+  readonly volumes: VolumesClient;
   /** Calls a function and resolves with its result (a streaming function's items are collected). */
   run(app: AppRef, input?: Record<string, unknown>, options?: RunOptions): Promise<RunResult>;
   /**
@@ -281,9 +294,15 @@ export function createRunplaneClient(options: RunplaneClientOptions): RunplaneCl
   const secrets = new ProjectSecrets(client);
   const server = new ServerInfo(client);
   const sockets = new WebSockets(client, options.apiUrl ?? options.baseUrl ?? "");
+  const volumes = new VolumesClient({
+    baseUrl: options.baseUrl ?? options.apiUrl ?? "",
+    token: options.token,
+    fetch: options.fetch,
+  });
   return {
     api: client.api,
     runApi: client.runApi,
+    volumes,
     run: calls.run.bind(calls),
     runAsync: calls.runAsync.bind(calls),
     stream: calls.stream.bind(calls),

@@ -3299,7 +3299,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": (components["schemas"]["BuildLogLineEvent"] | components["schemas"]["BuildLogEndEvent"])[];
+                    "text/event-stream": components["schemas"]["BuildLogLineEvent"] | components["schemas"]["BuildLogEndEvent"];
                     "text/plain": string;
                 };
             };
@@ -3435,7 +3435,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AppLogPage"];
-                    "text/event-stream": components["schemas"]["AppLogLineEvent"][];
+                    "text/event-stream": components["schemas"]["AppLogLineEvent"];
                 };
             };
             /** @description The request is malformed or failed validation (see `errors`). */
@@ -6141,7 +6141,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunResult"];
-                    "text/event-stream": (components["schemas"]["RunItemEvent"] | components["schemas"]["RunErrorEvent"])[];
+                    "text/event-stream": components["schemas"]["RunItemEvent"] | components["schemas"]["RunErrorEvent"];
                 };
             };
             /** @description The run was accepted and will run; poll `getRun` or wait for the webhook. */
@@ -7581,7 +7581,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunLog"];
-                    "text/event-stream": (components["schemas"]["RunLogLineEvent"] | components["schemas"]["RunLogEndEvent"])[];
+                    "text/event-stream": components["schemas"]["RunLogLineEvent"] | components["schemas"]["RunLogEndEvent"];
                 };
             };
             /** @description The request is malformed or failed validation (see `errors`). */
@@ -8147,7 +8147,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": (components["schemas"]["RunChangeEvent"] | components["schemas"]["RunResyncEvent"])[];
+                    "text/event-stream": components["schemas"]["RunChangeEvent"] | components["schemas"]["RunResyncEvent"];
                 };
             };
             /** @description The request is malformed or failed validation (see `errors`). */

@@ -31664,7 +31664,7 @@ return errors === 0;
 validate471.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getDeploymentLogs_200_text_event_stream = validate472;
-const schema499 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/BuildLogLineEvent"},{"$ref":"runplane-openapi#/$defs/BuildLogEndEvent"}]}};
+const schema499 = {"anyOf":[{"$ref":"runplane-openapi#/$defs/BuildLogLineEvent"},{"$ref":"runplane-openapi#/$defs/BuildLogEndEvent"}]};
 
 function validate472(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -31676,16 +31676,12 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(Array.isArray(data)){
-const len0 = data.length;
-for(let i0=0; i0<len0; i0++){
-let data0 = data[i0];
-const _errs2 = errors;
-let valid2 = false;
-const _errs3 = errors;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.data === undefined){
-const err0 = {instancePath:instancePath+"/" + i0,schemaPath:"runplane-openapi#/$defs/BuildLogLineEvent/required",keyword:"required",params:{missingProperty: "data"},message:"must have required property '"+"data"+"'"};
+const _errs0 = errors;
+let valid0 = false;
+const _errs1 = errors;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.data === undefined){
+const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/BuildLogLineEvent/required",keyword:"required",params:{missingProperty: "data"},message:"must have required property '"+"data"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -31694,9 +31690,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data0.data !== undefined){
-if(typeof data0.data !== "string"){
-const err1 = {instancePath:instancePath+"/" + i0+"/data",schemaPath:"runplane-openapi#/$defs/BuildLogLineEvent/properties/data/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.data !== undefined){
+if(typeof data.data !== "string"){
+const err1 = {instancePath:instancePath+"/data",schemaPath:"runplane-openapi#/$defs/BuildLogLineEvent/properties/data/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -31708,7 +31704,7 @@ errors++;
 }
 }
 else {
-const err2 = {instancePath:instancePath+"/" + i0,schemaPath:"runplane-openapi#/$defs/BuildLogLineEvent/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err2 = {instancePath,schemaPath:"runplane-openapi#/$defs/BuildLogLineEvent/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -31717,19 +31713,19 @@ vErrors.push(err2);
 }
 errors++;
 }
-var _valid0 = _errs3 === errors;
-valid2 = valid2 || _valid0;
+var _valid0 = _errs1 === errors;
+valid0 = valid0 || _valid0;
 if(_valid0){
 var props0 = {};
 props0.data = true;
 }
-const _errs8 = errors;
-if(!(validate49(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+const _errs6 = errors;
+if(!(validate49(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate49.errors : vErrors.concat(validate49.errors);
 errors = vErrors.length;
 }
-var _valid0 = _errs8 === errors;
-valid2 = valid2 || _valid0;
+var _valid0 = _errs6 === errors;
+valid0 = valid0 || _valid0;
 if(_valid0){
 if(props0 !== true){
 props0 = props0 || {};
@@ -31737,8 +31733,8 @@ props0.event = true;
 props0.data = true;
 }
 }
-if(!valid2){
-const err3 = {instancePath:instancePath+"/" + i0,schemaPath:"#/items/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(!valid0){
+const err3 = {instancePath,schemaPath:"#/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -31748,32 +31744,21 @@ vErrors.push(err3);
 errors++;
 }
 else {
-errors = _errs2;
+errors = _errs0;
 if(vErrors !== null){
-if(_errs2){
-vErrors.length = _errs2;
+if(_errs0){
+vErrors.length = _errs0;
 }
 else {
 vErrors = null;
 }
 }
 }
-}
-}
-else {
-const err4 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "array"},message:"must be array"};
-if(vErrors === null){
-vErrors = [err4];
-}
-else {
-vErrors.push(err4);
-}
-errors++;
-}
 validate472.errors = vErrors;
+evaluated0.props = props0;
 return errors === 0;
 }
-validate472.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
+validate472.evaluated = {"dynamicProps":true,"dynamicItems":false};
 
 exports.getDeploymentLogs_200_text_plain = validate474;
 const schema501 = {"type":"string"};
@@ -32799,7 +32784,7 @@ return errors === 0;
 validate501.evaluated = {"props":{"lines":true,"next_cursor":true,"has_more":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getAppLogs_200_text_event_stream = validate503;
-const schema523 = {"type":"array","items":{"$ref":"runplane-openapi#/$defs/AppLogLineEvent"}};
+const schema523 = {"$ref":"runplane-openapi#/$defs/AppLogLineEvent"};
 
 function validate503(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -32811,29 +32796,14 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(Array.isArray(data)){
-const len0 = data.length;
-for(let i0=0; i0<len0; i0++){
-if(!(validate33(data[i0], {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+if(!(validate33(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate33.errors : vErrors.concat(validate33.errors);
 errors = vErrors.length;
-}
-}
-}
-else {
-const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "array"},message:"must be array"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
 }
 validate503.errors = vErrors;
 return errors === 0;
 }
-validate503.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
+validate503.evaluated = {"props":{"data":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getAppLogs_200_headers = validate505;
 const schema524 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
@@ -52388,7 +52358,7 @@ return errors === 0;
 validate1085.evaluated = {"props":{"lines":true,"truncated":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.getRunLogs_200_text_event_stream = validate1087;
-const schema976 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunLogLineEvent"},{"$ref":"runplane-openapi#/$defs/RunLogEndEvent"}]}};
+const schema976 = {"anyOf":[{"$ref":"runplane-openapi#/$defs/RunLogLineEvent"},{"$ref":"runplane-openapi#/$defs/RunLogEndEvent"}]};
 
 function validate1087(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -52400,30 +52370,26 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(Array.isArray(data)){
-const len0 = data.length;
-for(let i0=0; i0<len0; i0++){
-let data0 = data[i0];
-const _errs2 = errors;
-let valid2 = false;
-const _errs3 = errors;
-if(!(validate109(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+const _errs0 = errors;
+let valid0 = false;
+const _errs1 = errors;
+if(!(validate109(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate109.errors : vErrors.concat(validate109.errors);
 errors = vErrors.length;
 }
-var _valid0 = _errs3 === errors;
-valid2 = valid2 || _valid0;
+var _valid0 = _errs1 === errors;
+valid0 = valid0 || _valid0;
 if(_valid0){
 var props0 = {};
 props0.data = true;
 }
-const _errs4 = errors;
-if(!(validate107(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+const _errs2 = errors;
+if(!(validate107(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate107.errors : vErrors.concat(validate107.errors);
 errors = vErrors.length;
 }
-var _valid0 = _errs4 === errors;
-valid2 = valid2 || _valid0;
+var _valid0 = _errs2 === errors;
+valid0 = valid0 || _valid0;
 if(_valid0){
 if(props0 !== true){
 props0 = props0 || {};
@@ -52431,8 +52397,8 @@ props0.event = true;
 props0.data = true;
 }
 }
-if(!valid2){
-const err0 = {instancePath:instancePath+"/" + i0,schemaPath:"#/items/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(!valid0){
+const err0 = {instancePath,schemaPath:"#/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -52442,32 +52408,21 @@ vErrors.push(err0);
 errors++;
 }
 else {
-errors = _errs2;
+errors = _errs0;
 if(vErrors !== null){
-if(_errs2){
-vErrors.length = _errs2;
+if(_errs0){
+vErrors.length = _errs0;
 }
 else {
 vErrors = null;
 }
 }
 }
-}
-}
-else {
-const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "array"},message:"must be array"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
 validate1087.errors = vErrors;
+evaluated0.props = props0;
 return errors === 0;
 }
-validate1087.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
+validate1087.evaluated = {"dynamicProps":true,"dynamicItems":false};
 
 exports.getRunLogs_200_headers = validate1090;
 const schema977 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
@@ -56555,7 +56510,7 @@ return errors === 0;
 validate1206.evaluated = {"props":{"path":true,"query":true,"header":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.watchRuns_200_text_event_stream = validate1207;
-const schema1069 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunChangeEvent"},{"$ref":"runplane-openapi#/$defs/RunResyncEvent"}]}};
+const schema1069 = {"anyOf":[{"$ref":"runplane-openapi#/$defs/RunChangeEvent"},{"$ref":"runplane-openapi#/$defs/RunResyncEvent"}]};
 
 function validate1207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -56567,27 +56522,23 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(Array.isArray(data)){
-const len0 = data.length;
-for(let i0=0; i0<len0; i0++){
-let data0 = data[i0];
-const _errs2 = errors;
-let valid2 = false;
-const _errs3 = errors;
-if(!(validate99(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+const _errs0 = errors;
+let valid0 = false;
+const _errs1 = errors;
+if(!(validate99(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate99.errors : vErrors.concat(validate99.errors);
 errors = vErrors.length;
 }
-var _valid0 = _errs3 === errors;
-valid2 = valid2 || _valid0;
+var _valid0 = _errs1 === errors;
+valid0 = valid0 || _valid0;
 if(_valid0){
 var props0 = {};
 props0.data = true;
 }
-const _errs4 = errors;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.event === undefined){
-const err0 = {instancePath:instancePath+"/" + i0,schemaPath:"runplane-openapi#/$defs/RunResyncEvent/required",keyword:"required",params:{missingProperty: "event"},message:"must have required property '"+"event"+"'"};
+const _errs2 = errors;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.event === undefined){
+const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/RunResyncEvent/required",keyword:"required",params:{missingProperty: "event"},message:"must have required property '"+"event"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -56596,8 +56547,8 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data0.data === undefined){
-const err1 = {instancePath:instancePath+"/" + i0,schemaPath:"runplane-openapi#/$defs/RunResyncEvent/required",keyword:"required",params:{missingProperty: "data"},message:"must have required property '"+"data"+"'"};
+if(data.data === undefined){
+const err1 = {instancePath,schemaPath:"runplane-openapi#/$defs/RunResyncEvent/required",keyword:"required",params:{missingProperty: "data"},message:"must have required property '"+"data"+"'"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -56606,10 +56557,10 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data0.event !== undefined){
-let data1 = data0.event;
-if(typeof data1 !== "string"){
-const err2 = {instancePath:instancePath+"/" + i0+"/event",schemaPath:"runplane-openapi#/$defs/RunResyncEvent/properties/event/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.event !== undefined){
+let data0 = data.event;
+if(typeof data0 !== "string"){
+const err2 = {instancePath:instancePath+"/event",schemaPath:"runplane-openapi#/$defs/RunResyncEvent/properties/event/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -56618,8 +56569,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(!(data1 === "resync")){
-const err3 = {instancePath:instancePath+"/" + i0+"/event",schemaPath:"runplane-openapi#/$defs/RunResyncEvent/properties/event/enum",keyword:"enum",params:{allowedValues: schema201.properties.event.enum},message:"must be equal to one of the allowed values"};
+if(!(data0 === "resync")){
+const err3 = {instancePath:instancePath+"/event",schemaPath:"runplane-openapi#/$defs/RunResyncEvent/properties/event/enum",keyword:"enum",params:{allowedValues: schema201.properties.event.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -56629,9 +56580,9 @@ vErrors.push(err3);
 errors++;
 }
 }
-if(data0.data !== undefined){
-if(typeof data0.data !== "string"){
-const err4 = {instancePath:instancePath+"/" + i0+"/data",schemaPath:"runplane-openapi#/$defs/RunResyncEvent/properties/data/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.data !== undefined){
+if(typeof data.data !== "string"){
+const err4 = {instancePath:instancePath+"/data",schemaPath:"runplane-openapi#/$defs/RunResyncEvent/properties/data/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -56643,7 +56594,7 @@ errors++;
 }
 }
 else {
-const err5 = {instancePath:instancePath+"/" + i0,schemaPath:"runplane-openapi#/$defs/RunResyncEvent/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err5 = {instancePath,schemaPath:"runplane-openapi#/$defs/RunResyncEvent/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -56652,8 +56603,8 @@ vErrors.push(err5);
 }
 errors++;
 }
-var _valid0 = _errs4 === errors;
-valid2 = valid2 || _valid0;
+var _valid0 = _errs2 === errors;
+valid0 = valid0 || _valid0;
 if(_valid0){
 if(props0 !== true){
 props0 = props0 || {};
@@ -56661,8 +56612,8 @@ props0.event = true;
 props0.data = true;
 }
 }
-if(!valid2){
-const err6 = {instancePath:instancePath+"/" + i0,schemaPath:"#/items/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(!valid0){
+const err6 = {instancePath,schemaPath:"#/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -56672,32 +56623,21 @@ vErrors.push(err6);
 errors++;
 }
 else {
-errors = _errs2;
+errors = _errs0;
 if(vErrors !== null){
-if(_errs2){
-vErrors.length = _errs2;
+if(_errs0){
+vErrors.length = _errs0;
 }
 else {
 vErrors = null;
 }
 }
 }
-}
-}
-else {
-const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "array"},message:"must be array"};
-if(vErrors === null){
-vErrors = [err7];
-}
-else {
-vErrors.push(err7);
-}
-errors++;
-}
 validate1207.errors = vErrors;
+evaluated0.props = props0;
 return errors === 0;
 }
-validate1207.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
+validate1207.evaluated = {"dynamicProps":true,"dynamicItems":false};
 
 exports.watchRuns_200_headers = validate1209;
 const schema1071 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};
@@ -60537,7 +60477,7 @@ return errors === 0;
 validate1323.evaluated = {"props":{"run_id":true,"run_time_ms":true,"result":true},"dynamicProps":false,"dynamicItems":false};
 
 exports.runFunction_200_text_event_stream = validate1325;
-const schema1162 = {"type":"array","items":{"anyOf":[{"$ref":"runplane-openapi#/$defs/RunItemEvent"},{"$ref":"runplane-openapi#/$defs/RunErrorEvent"}]}};
+const schema1162 = {"anyOf":[{"$ref":"runplane-openapi#/$defs/RunItemEvent"},{"$ref":"runplane-openapi#/$defs/RunErrorEvent"}]};
 
 function validate1325(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -60549,16 +60489,12 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(Array.isArray(data)){
-const len0 = data.length;
-for(let i0=0; i0<len0; i0++){
-let data0 = data[i0];
-const _errs2 = errors;
-let valid2 = false;
-const _errs3 = errors;
-if(data0 && typeof data0 == "object" && !Array.isArray(data0)){
-if(data0.data === undefined){
-const err0 = {instancePath:instancePath+"/" + i0,schemaPath:"runplane-openapi#/$defs/RunItemEvent/required",keyword:"required",params:{missingProperty: "data"},message:"must have required property '"+"data"+"'"};
+const _errs0 = errors;
+let valid0 = false;
+const _errs1 = errors;
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.data === undefined){
+const err0 = {instancePath,schemaPath:"runplane-openapi#/$defs/RunItemEvent/required",keyword:"required",params:{missingProperty: "data"},message:"must have required property '"+"data"+"'"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -60567,9 +60503,9 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data0.event !== undefined){
-if(typeof data0.event !== "string"){
-const err1 = {instancePath:instancePath+"/" + i0+"/event",schemaPath:"runplane-openapi#/$defs/RunItemEvent/properties/event/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.event !== undefined){
+if(typeof data.event !== "string"){
+const err1 = {instancePath:instancePath+"/event",schemaPath:"runplane-openapi#/$defs/RunItemEvent/properties/event/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -60579,9 +60515,9 @@ vErrors.push(err1);
 errors++;
 }
 }
-if(data0.data !== undefined){
-if(typeof data0.data !== "string"){
-const err2 = {instancePath:instancePath+"/" + i0+"/data",schemaPath:"runplane-openapi#/$defs/RunItemEvent/properties/data/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.data !== undefined){
+if(typeof data.data !== "string"){
+const err2 = {instancePath:instancePath+"/data",schemaPath:"runplane-openapi#/$defs/RunItemEvent/properties/data/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -60593,7 +60529,7 @@ errors++;
 }
 }
 else {
-const err3 = {instancePath:instancePath+"/" + i0,schemaPath:"runplane-openapi#/$defs/RunItemEvent/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err3 = {instancePath,schemaPath:"runplane-openapi#/$defs/RunItemEvent/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -60602,20 +60538,20 @@ vErrors.push(err3);
 }
 errors++;
 }
-var _valid0 = _errs3 === errors;
-valid2 = valid2 || _valid0;
+var _valid0 = _errs1 === errors;
+valid0 = valid0 || _valid0;
 if(_valid0){
 var props0 = {};
 props0.event = true;
 props0.data = true;
 }
-const _errs10 = errors;
-if(!(validate101(data0, {instancePath:instancePath+"/" + i0,parentData:data,parentDataProperty:i0,rootData,dynamicAnchors}))){
+const _errs8 = errors;
+if(!(validate101(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate101.errors : vErrors.concat(validate101.errors);
 errors = vErrors.length;
 }
-var _valid0 = _errs10 === errors;
-valid2 = valid2 || _valid0;
+var _valid0 = _errs8 === errors;
+valid0 = valid0 || _valid0;
 if(_valid0){
 if(props0 !== true){
 props0 = props0 || {};
@@ -60623,8 +60559,8 @@ props0.event = true;
 props0.data = true;
 }
 }
-if(!valid2){
-const err4 = {instancePath:instancePath+"/" + i0,schemaPath:"#/items/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
+if(!valid0){
+const err4 = {instancePath,schemaPath:"#/anyOf",keyword:"anyOf",params:{},message:"must match a schema in anyOf"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -60634,32 +60570,21 @@ vErrors.push(err4);
 errors++;
 }
 else {
-errors = _errs2;
+errors = _errs0;
 if(vErrors !== null){
-if(_errs2){
-vErrors.length = _errs2;
+if(_errs0){
+vErrors.length = _errs0;
 }
 else {
 vErrors = null;
 }
 }
 }
-}
-}
-else {
-const err5 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "array"},message:"must be array"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
 validate1325.errors = vErrors;
+evaluated0.props = props0;
 return errors === 0;
 }
-validate1325.evaluated = {"items":true,"dynamicProps":false,"dynamicItems":false};
+validate1325.evaluated = {"dynamicProps":true,"dynamicItems":false};
 
 exports.runFunction_200_headers = validate1327;
 const schema1164 = {"type":"object","properties":{"x-request-id":{"type":"string"}},"required":["x-request-id"]};

@@ -4,8 +4,9 @@
  * Deterministic: the same spec always yields the same bytes.
  */
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { ROOT as CHECKOUT_ROOT } from "./_root.ts";
 import openapiTS, { astToString } from "openapi-typescript";
 import ts from "typescript";
 import { compileSpec } from "./_generate/compile_spec.ts";
@@ -37,7 +38,7 @@ function schemaType(schemaObject: object): ts.TypeNode | undefined {
 }
 
 /** The project's root folder. */
-export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+export const ROOT = CHECKOUT_ROOT;
 
 /** Builds every generated file from the spec, as a map of file name → contents. */
 export async function generateArtifacts(specDir = join(ROOT, "spec")): Promise<Map<string, string>> {

@@ -5,25 +5,38 @@
  * says which test failed and why. Appended at once, not yielded at the end: a shard's process may be made
  * to exit (run_tests.ts) before a reporter's last output. Plain JavaScript: node:test loads reporters
  * before tsx's loader is registered.
+ *
+ * It notes the runner's own error diagnostics too (an error that outlived its test, "generated
+ * asynchronous activity after the test ended"): they are what explains a shard that fails with every
+ * test passed, and the TAP stream alone shows them somewhere in the middle of a long log.
  */
 import { appendFileSync } from "node:fs";
 import { join, relative } from "node:path";
 
 const ROOT = join(import.meta.dirname, "..");
 const ERROR_LINES = 12;
+/** A diagnostic of the runner's that explains a failure no test reported. */
+const RUNNER_ERROR = /asynchronous activity after the test ended|^Error|uncaught|unhandled/i;
 
 /**
  * @typedef {{ name: string, nesting: number, file?: string,
  *   details?: { error?: { failureType?: string, message?: string, cause?: unknown } } }} TestEventData
  */
 
-/** The first lines of a failure's message (an assertion's diff, or the error's cause). */
+/**
+ * The first lines of a failure's message (an assertion's diff, or the error's cause), followed by the
+ * causes under it ("fetch failed" names no reason; its cause does: ECONNRESET, a connect timeout).
+ */
 function describeError(error) {
-  const cause = /** @type {{ message?: string } | undefined} */ (error?.cause);
+  const cause = /** @type {{ message?: string, cause?: unknown } | undefined} */ (error?.cause);
   const text = String(cause?.message ?? error?.message ?? error ?? "");
   const lines = text.split("\n");
   const more = lines.length > ERROR_LINES ? [`… (${lines.length - ERROR_LINES} more lines above in the log)`] : [];
-  return [...lines.slice(0, ERROR_LINES), ...more].map((line) => `      ${line}`).join("\n");
+  const causes = [];
+  for (let under = cause?.cause, depth = 0; under && depth < 3; under = under.cause, depth++) {
+    causes.push(`(caused by: ${under.code ? `${under.code} ` : ""}${String(under.message ?? under).split("\n")[0]})`);
+  }
+  return [...lines.slice(0, ERROR_LINES), ...more, ...causes].map((line) => `      ${line}`).join("\n");
 }
 
 /**
@@ -43,6 +56,10 @@ export default async function* testFailures(source) {
       names.length = nesting;
       names.push(name);
       open.set(key, names);
+    }
+    if (event.type === "test:diagnostic" && RUNNER_ERROR.test(event.data?.message ?? "")) {
+      const where = file ? relative(ROOT, file) : "(no file)";
+      if (out) appendFileSync(out, `  ! ${where}: the runner said\n${describeError(event.data)}\n`);
     }
     if (event.type !== "test:fail") continue;
     // A suite that failed because a test in it did is named by that test's entry.

@@ -455,7 +455,7 @@ export const SETTINGS = [
     flag: "--workers",
     default: "auto",
     description:
-      "HTTP processes serving the port together (auth, validation, run records, the REST API); with more than 1, a supervisor process alone runs the replicas, builds, webhook deliveries and the store's upkeep, and the workers hand it calls over a Unix socket in the data dir. auto: one per core (at most 16) on a host of 4 cores or more, else 1 (on 2 cores the hop costs more than a second worker gives)",
+      "HTTP processes serving the port together (auth, validation, run records, the REST API); with more than 1, a supervisor process alone runs the replicas, builds, webhook deliveries and the store's upkeep, and the workers hand it calls over a Unix socket in the data dir. auto: one per two cores (at most 16) on a host of 4 cores or more, else 1 (on 2 cores the hop costs more than a second worker gives; on 16 cores half as many workers as replicas served the most)",
     parse: (raw) => raw.trim() === "auto" ? autoWorkers(cpus().length) : integer(1, 64)(raw),
   },
   {
@@ -852,12 +852,14 @@ function shownValue(setting: AnySetting, raw: string): string {
 }
 
 /**
- * What `RUNPLANE_WORKERS=auto` means on a host of `cores` cores: one worker per core, at most 16, from 4
- * cores up; below, one process (measured on 2 cores: two workers served 0.82–0.89× of one process's sync
- * calls, the hop to the supervisor costing ~70 µs of CPU per call).
+ * What `RUNPLANE_WORKERS=auto` means on a host of `cores` cores: one worker per two cores, at most 16, from
+ * 4 cores up; below, one process (measured on 2 cores: two workers served 0.82–0.89× of one process's sync
+ * calls, the hop to the supervisor costing ~70 µs of CPU per call). Half, not all: on a 16-core machine
+ * (2026-11-29, 14 replicas, the `cores` bench) 7 workers served 2.6× one front door's sync calls against
+ * 2.2× for 14 workers, and a CPU-bound function 0.98× against 0.96× (the replicas need the cores).
  */
 export function autoWorkers(cores: number): number {
-  return cores >= 4 ? Math.min(16, cores) : 1;
+  return cores >= 4 ? Math.min(16, Math.floor(cores / 2)) : 1;
 }
 
 /** Parses one setting into `out`; generic so that its key and value stay paired. */

@@ -56,13 +56,14 @@ function describeFailure(error: unknown, context: AuthContext | undefined): stri
     const key = error.idempotencyKey;
     return `Lost the connection to the server (${error.code}) before its answer, after one retry; the run may exist: repeat the command with --idempotency-key ${key} to get its id (it never runs twice), or see runplane runs list`;
   }
+  if (!(error instanceof Error)) return String(error); // a thrown string, undefined, …
   const cause = (error as { cause?: { code?: string; message?: string } }).cause;
   if (error instanceof TypeError && error.message === "fetch failed") {
     return `Cannot reach the server (${
       cause?.code ?? cause?.message ?? "network error"
     }): check --base-url/--api-url or RUNPLANE_BASE_URL/RUNPLANE_API_URL`;
   }
-  return (error as Error).message ?? String(error);
+  return error.message || error.name;
 }
 
 /** The JSON form of a failure for `--json`: the problem document, or `{ title, detail }`. */

@@ -39,7 +39,8 @@ export interface OpenApiParameter {
 export interface OpenApiResponse {
   description?: string;
   headers?: Record<string, { required?: boolean; schema: JsonSchema }>;
-  content?: Record<string, { schema?: JsonSchema }>;
+  /** Per media type: its schema, and extensions (`x-runplane-sequence`: see event_streams.ts). */
+  content?: Record<string, { schema?: JsonSchema; [extension: `x-${string}`]: unknown }>;
 }
 
 /**

@@ -142,7 +142,10 @@ export function coresMarkdown(report: BenchReport): string {
     "many processes; its CPU per call is its Node processes' (the front door: one process, or the workers",
     "and their supervisor), from /proc, also as a multiple of bare `node:http`'s CPU per request in the",
     "same rounds (steadier than microseconds: this host's speed drifts); a workers row also says its",
-    "throughput over the one front door's in the same rounds.",
+    "throughput over the one front door's in the same rounds. On a lent many-core machine",
+    "(`scripts/device/cores_bench.sh`: no bubblewrap there, so Runplane runs unjailed) autocannon has the",
+    "last two cores and two threads to itself (`BENCH_LOAD_CPUS`, `BENCH_LOAD_WORKERS`), everything else",
+    "the other cores; `BENCH_CORES_WORKERS` adds worker counts other than n.",
   ]);
 }
 
@@ -202,7 +205,8 @@ export function cliMarkdown(report: BenchReport): string {
     "by `npm run bench -- --scenario cli` (or `npx tsx scripts/bench/scenarios/cli_start.ts`): each command a",
     "new process from the checkout's bin (the CLI compiled into node_modules/.cache/runplane-cli/), rounds",
     "interleaving `node -e 0`, `runplane --help`, `runplane apps list` against the bench server and the same",
-    "through tsx, wall time per process and its CPU (user + system, GNU time) in the notes, medians.",
+    "through tsx, wall time per process and its CPU (user + system, GNU time) in the notes, medians. On a",
+    "machine without Node (the device tool's), `scripts/device/cli_bench.sh` runs it from a kit.",
   ]);
 }
 

@@ -5,7 +5,7 @@ import { createServiceAccount } from "../../server/auth/mod.ts";
 import { keysBootstrap, loadKeys, parseMasterKey } from "../../server/keys/mod.ts";
 import { SERVER_NODE_FLAGS } from "../../server/node_flags.ts";
 import { openStore, type Store } from "../../server/store/mod.ts";
-import { ROOT } from "../generate.ts";
+import { ROOT } from "../_root.ts";
 import { BENCH_MASTER_KEY, createBenchDatabase } from "./_postgres.ts";
 import { type BenchProcess, startProcess } from "./_processes.ts";
 

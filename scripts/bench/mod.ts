@@ -42,7 +42,7 @@
 import { execFileSync } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { ROOT } from "../generate.ts";
+import { ROOT } from "../_root.ts";
 import type { BenchContext, Scenario } from "./_context.ts";
 import { machineInfo } from "./_machine.ts";
 import { startProcess } from "./_processes.ts";
@@ -150,11 +150,14 @@ const selected = known.filter(([id, name]) =>
 const started = Date.now();
 const log = (message: string) =>
   process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${message}\n`);
-log("building the server (npm run build)");
-execFileSync(process.execPath, [
-  join(ROOT, "node_modules", "tsx", "dist", "cli.mjs"),
-  join(ROOT, "scripts", "build.ts"),
-], { cwd: ROOT, stdio: "inherit" });
+// `BENCH_SKIP_BUILD=1` runs the dist/ already there: a machine without the build's tools, lent a built kit.
+if (process.env.BENCH_SKIP_BUILD !== "1") {
+  log("building the server (npm run build)");
+  execFileSync(process.execPath, [
+    join(ROOT, "node_modules", "tsx", "dist", "cli.mjs"),
+    join(ROOT, "scripts", "build.ts"),
+  ], { cwd: ROOT, stdio: "inherit" });
+}
 const runplane = await startRunplane({ RUNPLANE_WEBHOOK_ALLOW_PRIVATE: "1" });
 const bareKoa = await startProcess(process.execPath, {
   args: ["--import", "tsx", join(ROOT, "scripts", "bench", "peers", "bare_koa.ts")],

@@ -1,5 +1,13 @@
 import type { ServerContext } from "../context.ts";
-import { frameEvent, type Handlers, wantsEventStream, withHeartbeat } from "../http/mod.ts";
+import {
+  eventStream,
+  frameEvent,
+  frameEventBytes,
+  type Handlers,
+  wantsEventStream,
+  withHeartbeat,
+} from "../http/mod.ts";
+import { RawJson } from "../json/mod.ts";
 import { isProblemError, ProblemError } from "../problems/mod.ts";
 import type { ExecutedItem, Run } from "../runs/mod.ts";
 import { failureFromRunError } from "../runtime/mod.ts";
@@ -9,28 +17,35 @@ type RunHandlers = Pick<
   "runFunction" | "getRun" | "cancelRun" | "listRuns" | "listProjectRuns" | "redeliverWebhook" | "getRunLogs"
 >;
 
-/** Options of `frames`. */
-interface FrameOptions {
-  runId: string;
-  instance: string;
+/** An item as its server-sent event; a big item comes as its JSON text's bytes (`RawJson`), framed as they are. */
+function itemEvent({ value, event }: ExecutedItem): string | Uint8Array {
+  if (value instanceof RawJson) return frameEventBytes(value.chunks(), { event });
+  return frameEvent(typeof value === "string" ? value : JSON.stringify(value), { event });
+}
+
+/** A stream's failure as its last event, a problem document: the status line is gone already. */
+function failureEvent(error: unknown, options: { runId: string; instance: string }): string {
+  const problem = isProblemError(error)
+    ? error
+    : new ProblemError("internal", `The stream failed; quote run id ${options.runId} when reporting it`, {
+      runId: options.runId,
+    });
+  return frameEvent(JSON.stringify(problem.toDocument(options.instance)), { event: "error" });
 }
 
 /**
- * Frames each item as one server-sent event as it arrives (the run service records it). A failure
- * becomes the stream's last event, as a problem document: the status line is gone already.
+ * A stream's items as its events, each as it arrives (the run service records it as it passes), a
+ * failure as the last event, a ping after each `intervalMs` of silence.
  */
-async function* frames(items: AsyncIterable<ExecutedItem>, options: FrameOptions): AsyncGenerator<string> {
-  const { runId } = options;
-  try {
-    for await (const item of items) {
-      yield frameEvent(typeof item.value === "string" ? item.value : JSON.stringify(item.value), { event: item.event });
-    }
-  } catch (error) {
-    const problem = isProblemError(error)
-      ? error
-      : new ProblemError("internal", `The stream failed; quote run id ${runId} when reporting it`, { runId });
-    yield frameEvent(JSON.stringify(problem.toDocument(options.instance)), { event: "error" });
-  }
+function itemEvents(
+  items: AsyncIterable<ExecutedItem>,
+  options: { runId: string; instance: string; intervalMs: number },
+) {
+  return eventStream(items, {
+    frame: itemEvent,
+    failure: (error) => failureEvent(error, options),
+    intervalMs: options.intervalMs,
+  });
 }
 
 /** The answer a finished run gave, for an idempotent replay of a sync call. */
@@ -107,9 +122,7 @@ export function runHandlers(context: ServerContext): RunHandlers {
           return {
             status: 200,
             contentType: "text/event-stream",
-            body: withHeartbeat(frames(execution.items, { runId: execution.runId, instance }), {
-              intervalMs: config.sseHeartbeatMs,
-            }),
+            body: itemEvents(execution.items, { runId: execution.runId, instance, intervalMs: config.sseHeartbeatMs }),
           };
       }
     },

@@ -11,7 +11,7 @@ import type { HttpAppOptions } from "./_http_options.ts";
 import { asProblem, renderProblem } from "./_problem_answers.ts";
 import { logRequest } from "./_request_log.ts";
 import { newRequestId, type RequestState } from "./_request_state.ts";
-import type { WrittenJson } from "./response_writer.ts";
+import { startEventWriter, type WrittenJson } from "./response_writer.ts";
 import { checkResponse } from "./response_check.ts";
 import type { OperationRouter } from "./routing.ts";
 
@@ -100,6 +100,7 @@ export function requestEnvelope(options: HttpAppOptions, router: OperationRouter
     if (!ctx.headerSent && ctx.body instanceof Stream && ctx.response.type === "text/event-stream") {
       ctx.flushHeaders();
     }
+    startEventWriter(ctx);
     const routeId = state.route?.operationId ?? null;
     // "close", not "finish": a call whose client went away is logged too (its run ended `cancelled`);
     // it may have closed already, while the handler ran.

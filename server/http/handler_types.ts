@@ -6,6 +6,7 @@ import type { operations } from "../../generated/api.d.ts";
 import type { OperationId as RoutedOperationId } from "../../generated/routes.ts";
 import type { Principal } from "../auth/mod.ts";
 import type { SpooledBody } from "./spool_body.ts";
+import type { EventWriter } from "./sse.ts";
 import type { StreamedBody } from "./streamed_body.ts";
 
 /** An operation id of the contract's paths (webhooks are sent, not served). */
@@ -31,8 +32,11 @@ type RequestBodyOf<K extends OperationId> = operations[K] extends { requestBody?
   : undefined
   : undefined;
 
-/** A server-sent-event stream body: chunks of already-framed SSE text, written as they come. */
-export type EventStreamBody = AsyncIterable<string | Uint8Array>;
+/**
+ * A server-sent-event stream body: chunks of already-framed SSE text, written as they come, or an
+ * `EventWriter` (`eventStream`) that writes itself.
+ */
+export type EventStreamBody = AsyncIterable<string | Uint8Array> | EventWriter;
 
 /** Something `abortOnDisconnect` can abort: an `AbortController`, a run. */
 export interface Abortable {

@@ -33,9 +33,13 @@ export { passedAnswerHeaders, passedRequestHeaders } from "./passed_headers.ts";
 export { checkResponse, type ResponseSnapshot } from "./response_check.ts";
 export { SpooledBody } from "./spool_body.ts";
 export {
+  eventStream,
+  type EventWriter,
+  type EventStreamOptions,
   type FrameOptions,
   formatServerSentEvent,
   frameEvent,
+  frameEventBytes,
   type HeartbeatOptions,
   type ServerSentEventMessage,
   SSE_PING,

@@ -1,7 +1,8 @@
 import { Readable } from "node:stream";
 import { setImmediate as nextTurn } from "node:timers/promises";
 import type { Context } from "koa";
-import type { AnyHandlerResult, EventStreamBody, PassedBody } from "./handler_types.ts";
+import type { AnyHandlerResult, PassedBody } from "./handler_types.ts";
+import { type EventWriter, isEventWriter } from "./sse.ts";
 import { encodeIfSmall, jsonChunks } from "./json_stream.ts";
 
 const JSON_UTF8 = "application/json; charset=utf-8";
@@ -9,6 +10,29 @@ const JSON_UTF8 = "application/json; charset=utf-8";
 /** Where `writeResult` leaves a JSON body's value, so the contract check can validate a streamed body. */
 export interface WrittenJson {
   jsonValue?: unknown;
+}
+
+/** Where `writeResult` leaves an event stream that writes itself (`eventStream`), for `startEventWriter`. */
+export interface PendingEvents {
+  eventWriter?: EventWriter;
+}
+
+/**
+ * Starts the event stream `writeResult` left in `ctx` (its headers leave now), or cancels it when the
+ * answer became another one since (a problem: Koa sends that).
+ */
+export function startEventWriter(ctx: Context): void {
+  const state = ctx.state as PendingEvents;
+  const writer = state.eventWriter;
+  if (!writer) return;
+  state.eventWriter = undefined;
+  if (ctx.body !== undefined || ctx.headerSent) {
+    ctx.respond = true;
+    writer.cancel();
+    return;
+  }
+  ctx.flushHeaders();
+  writer.writeTo(ctx.res);
 }
 
 /**
@@ -48,7 +72,14 @@ export function writeResult(ctx: Context, result: AnyHandlerResult): void {
     ctx.type = "text/event-stream; charset=utf-8";
     // Each event must leave as soon as it is written.
     ctx.req.socket.setNoDelay(true);
-    ctx.body = Readable.from(result.body as EventStreamBody, { objectMode: false });
+    if (isEventWriter(result.body)) {
+      // It writes itself once the request's middleware is done (`startEventWriter`); Koa leaves the
+      // response alone.
+      ctx.respond = false;
+      (ctx.state as PendingEvents).eventWriter = result.body;
+      return;
+    }
+    ctx.body = Readable.from(result.body as AsyncIterable<string | Uint8Array>, { objectMode: false });
     return;
   }
   if (result.contentType.endsWith("json")) {

@@ -23,6 +23,11 @@ export class RawJson {
     }
   }
 
+  /** The text's bytes, in order, as they arrived (not copied: do not change them). */
+  chunks(): readonly Uint8Array[] {
+    return this.#chunks;
+  }
+
   /** The whole text as one string (for a small value; a big one is written with `pieces`). */
   text(): string {
     return [...this.pieces()].join("");

@@ -23,22 +23,64 @@ export type RunExecution =
    */
   | ({ kind: "response"; runId: string } & HttpResponsePart);
 
-async function* recordedItems(items: AsyncIterable<ExecutedItem>, record: RunRecorder): AsyncGenerator<ExecutedItem> {
-  let finished = false;
-  try {
-    for await (const item of items) {
-      record.item(item.value);
-      yield item;
+/**
+ * `items` as they pass, each recorded, the end recorded as success, a failure recorded then thrown, a
+ * reader that stops early recorded as `cancelled`. An iterator over `items`' own, not an async
+ * generator: a waiting stream holds one promise, not a generator's (1,000 open streams).
+ */
+class RecordedItems implements AsyncIterableIterator<ExecutedItem> {
+  readonly #items: AsyncIterator<ExecutedItem>;
+  readonly #record: RunRecorder;
+  #finished = false;
+
+  constructor(items: AsyncIterable<ExecutedItem>, record: RunRecorder) {
+    this.#items = items[Symbol.asyncIterator]();
+    this.#record = record;
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<ExecutedItem>> {
+    return this.#items.next().then((result) => {
+      if (result.done || this.#finished) return this.#ended(result);
+      this.#record.item(result.value.value);
+      return result;
+    }, (error: unknown) => this.#failed(error));
+  }
+
+  async return(): Promise<IteratorResult<ExecutedItem>> {
+    const finished = this.#finished;
+    this.#finished = true;
+    try {
+      await this.#items.return?.();
+    } finally {
+      // Nobody reads the items any more; a record the store refused is logged by whoever stores it.
+      if (!finished) this.#record.cancelled().catch(() => {});
     }
-    finished = true;
-    await record.succeed();
-  } catch (error) {
-    finished = true;
-    await record.fail(error);
+    return { done: true, value: undefined };
+  }
+
+  /** The items ended: success is recorded (once), or the failure to record it. */
+  async #ended(result: IteratorResult<ExecutedItem>): Promise<IteratorResult<ExecutedItem>> {
+    if (this.#finished) return { done: true, value: undefined };
+    this.#finished = true;
+    try {
+      await this.#record.succeed();
+    } catch (error) {
+      await this.#record.fail(error);
+      throw error;
+    }
+    return result;
+  }
+
+  async #failed(error: unknown): Promise<never> {
+    if (!this.#finished) {
+      this.#finished = true;
+      await this.#record.fail(error);
+    }
     throw error;
-  } finally {
-    // Nobody reads the items any more; a record the store refused is logged by whoever stores it.
-    if (!finished) record.cancelled().catch(() => {});
   }
 }
 
@@ -82,5 +124,5 @@ export async function executeRun(
     return { kind: "response", runId, status, headers, body: recordedBody(outcome, record) };
   }
   record.streaming();
-  return { kind: "stream", runId, items: recordedItems(outcome.items, record) };
+  return { kind: "stream", runId, items: new RecordedItems(outcome.items, record) };
 }

@@ -14,7 +14,7 @@
 import type { Insertable, Kysely } from "kysely";
 import { type Database, isTerminal } from "../store/mod.ts";
 import type { RunTable } from "../store/schema.ts";
-import { insertNewRuns, upsertRuns } from "../store/statements/run_rows.ts";
+import { insertAllNewRuns, insertNewRuns, upsertRuns } from "../store/statements/run_rows.ts";
 import { type ClaimedDelivery, type DeliveryHandOff, type NewDelivery, putEndDelivery } from "../webhooks/mod.ts";
 import { selectStoredEnds, type StoredEnd } from "./_queries.ts";
 
@@ -118,6 +118,9 @@ async function droppedEnds(
   return dropped;
 }
 
+/** A run written for the first time was stored already: its batch's transaction is rolled back and runs again. */
+class StoredBefore extends Error {}
+
 /** Writes batches one after the other, in the order they are handed over. */
 export class RecordCommits {
   readonly #db: Kysely<Database>;
@@ -175,13 +178,27 @@ export class RecordCommits {
     this.#kept.clear();
   }
 
-  /** Writes `entries` in one transaction; resolves with the final states it dropped (ended elsewhere first). */
+  /**
+   * Writes `entries` in one transaction; resolves with the final states it dropped (ended elsewhere
+   * first). The runs written for the first time are inserted without reading back which were (the rare
+   * run stored already, by a try whose answer was lost, rolls the transaction back and it runs again,
+   * reading them back).
+   */
   async #write(entries: RecordEntry[]): Promise<Map<string, DroppedEnd>> {
+    try {
+      return await this.#writeOnce(entries, { firstAllNew: true });
+    } catch (error) {
+      if (!(error instanceof StoredBefore)) throw error;
+      return await this.#writeOnce(entries, { firstAllNew: false });
+    }
+  }
+
+  async #writeOnce(entries: RecordEntry[], options: { firstAllNew: boolean }): Promise<Map<string, DroppedEnd>> {
     const { handOff } = this.#options;
     const handed: ClaimedDelivery[] = [];
     let stored = 0;
     const dropped = await this.#db.transaction().execute(async (trx) => {
-      const written = await this.#writeRows(trx, entries);
+      const written = await this.#writeRows(trx, entries, options);
       const now = (this.#options.now ?? Date.now)();
       for (const { delivery } of entries) {
         // A run that had ended otherwise keeps that end's delivery: this write's twin after an unsure
@@ -209,12 +226,22 @@ export class RecordCommits {
     return dropped;
   }
 
-  /** Inserts the runs written for the first time and upserts the others; the ids of the runs written. */
-  async #writeRows(trx: Kysely<Database>, entries: RecordEntry[]): Promise<Set<string>> {
+  /**
+   * Inserts the runs written for the first time and upserts the others; the ids of the runs written.
+   * With `firstAllNew`, throws `StoredBefore` when a first write's run was stored already.
+   */
+  async #writeRows(
+    trx: Kysely<Database>,
+    entries: RecordEntry[],
+    options: { firstAllNew: boolean },
+  ): Promise<Set<string>> {
     const first: Array<Insertable<RunTable>> = [];
     const others: Array<Insertable<RunTable>> = [];
     for (const entry of entries) (entry.first ? first : others).push(entry.row);
-    const written = await insertNewRuns(trx, first);
+    let written: Set<string>;
+    if (!options.firstAllNew) written = await insertNewRuns(trx, first);
+    else if (await insertAllNewRuns(trx, first)) written = new Set(first.map((row) => row.run_id));
+    else throw new StoredBefore();
     for (const runId of await upsertRuns(trx, others, this.#options.owner)) written.add(runId);
     return written;
   }

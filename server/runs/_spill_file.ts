@@ -19,13 +19,28 @@ export class SpillFile {
   #fd: number | undefined;
   #bytes = 0;
 
-  /** Appends `text` (UTF-8). */
-  append(text: string): void {
+  /** Appends text (as UTF-8), or `parts` in order: text or bytes. */
+  append(parts: string | ReadonlyArray<string | Uint8Array>): void {
     if (this.#fd === undefined) this.#fd = openUnlinked();
-    const data = Buffer.from(text, "utf8");
+    if (typeof parts === "string") return this.#write(Buffer.from(parts, "utf8"));
+    // Consecutive text is encoded once; bytes are written as they are.
+    let text = "";
+    for (const part of parts) {
+      if (typeof part === "string") {
+        text += part;
+        continue;
+      }
+      if (text) this.#write(Buffer.from(text, "utf8"));
+      text = "";
+      this.#write(part);
+    }
+    if (text) this.#write(Buffer.from(text, "utf8"));
+  }
+
+  #write(data: Uint8Array): void {
     let written = 0;
     while (written < data.length) {
-      written += writeSync(this.#fd, data, written, data.length - written, this.#bytes + written);
+      written += writeSync(this.#fd!, data, written, data.length - written, this.#bytes + written);
     }
     this.#bytes += data.length;
   }

@@ -60,6 +60,8 @@ export function storedResult(value: unknown, limitBytes: number): StoredResult {
   return overLimit(json, limitBytes) ? { json: null, truncated: true } : { json, truncated: false };
 }
 
+const COMMA = Buffer.from(",");
+
 /** Stored items kept in memory before they are set aside on disk (see `_spill_file.ts`). */
 const IN_MEMORY_BYTES = 64 * 1024;
 
@@ -72,7 +74,8 @@ const IN_MEMORY_BYTES = 64 * 1024;
  */
 export class StoredItems {
   readonly #limit: number;
-  #parts: string[] = [];
+  /** Text, or a `RawJson` item's bytes (with its comma). */
+  #parts: Array<string | Uint8Array[]> = [];
   #partBytes = 0;
   #spill: SpillFile | undefined = undefined;
   // The list's brackets.
@@ -84,22 +87,29 @@ export class StoredItems {
     this.#limit = limitBytes;
   }
 
-  /** Adds one item. */
+  /** Adds one item (a `RawJson` as its bytes: never decoded). */
   add(value: unknown): void {
     if (this.#truncated) return;
-    const text = (this.#count ? "," : "") + JSON.stringify(value ?? null);
-    if (overLimit(text, this.#limit - this.#bytes)) {
-      this.#truncated = true;
-      return;
+    const comma = this.#count ? 1 : 0;
+    let part: string | Uint8Array[];
+    let bytes: number;
+    if (value instanceof RawJson) {
+      bytes = comma + value.bytes;
+      if (bytes > this.#limit - this.#bytes) return void (this.#truncated = true);
+      part = comma ? [COMMA, ...value.chunks()] : [...value.chunks()];
+    } else {
+      const text = (comma ? "," : "") + JSON.stringify(value ?? null);
+      if (overLimit(text, this.#limit - this.#bytes)) return void (this.#truncated = true);
+      part = text;
+      bytes = Buffer.byteLength(text);
     }
-    const bytes = Buffer.byteLength(text);
     this.#bytes += bytes;
     this.#count++;
-    this.#parts.push(text);
+    this.#parts.push(part);
     this.#partBytes += bytes;
     if (this.#partBytes > IN_MEMORY_BYTES) {
       try {
-        (this.#spill ??= new SpillFile()).append(this.#parts.join(""));
+        (this.#spill ??= new SpillFile()).append(this.#parts.flat());
       } catch {
         // No room on disk for the record's copy: the stream goes on, and its stored list ends here.
         this.#bytes -= bytes;
@@ -122,7 +132,8 @@ export class StoredItems {
       this.close();
       return { json: "[]", truncated: true };
     }
-    return { json: `[${spilled}${this.#parts.join("")}]`, truncated: this.#truncated };
+    const kept = this.#parts.flat().map((part) => typeof part === "string" ? part : Buffer.from(part).toString("utf8"));
+    return { json: `[${spilled}${kept.join("")}]`, truncated: this.#truncated };
   }
 
   /** Drops the kept items; later items are not kept (idempotent). */

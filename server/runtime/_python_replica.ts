@@ -11,6 +11,7 @@ import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import { ProblemError } from "../problems/mod.ts";
 import { AppStartError, outOfMemory, RunFailure } from "./_failures.ts";
 import { ItemQueue } from "./_item_queue.ts";
+import { harnessPrepared } from "./_harness_bytecode.ts";
 import { startColdWorker, type WorkerProcess } from "./_worker_process.ts";
 import type { CallableReplica, ReplicaCall } from "./_replica.ts";
 import type { CallOutcome, StreamItem } from "./_outcome.ts";
@@ -23,8 +24,10 @@ import {
   encodeControl,
   isFinal,
   MAX_MESSAGE_BYTES,
+  parseRawItem,
   parseWorkerMessage,
   payloadBytes,
+  RAW_ITEM_BYTES,
   ProtocolViolation,
   type ServerMessage,
   STREAM_WINDOW_BYTES,
@@ -218,11 +221,14 @@ export class PythonReplica implements CallableReplica {
 
   #onReady: () => void = () => undefined;
 
-  /** Runs the `prepare` option; its failure becomes the replica's load error. */
+  /**
+   * Runs the `prepare` option (its failure becomes the replica's load error), and waits for the harness's
+   * bytecode while the server is still making it (`_harness_bytecode.ts`).
+   */
   #prepare(): Promise<void> {
     const prepare = this.#options.prepare;
-    if (!prepare) return Promise.resolve();
-    return prepare().catch((error: Error) => {
+    if (!prepare) return harnessPrepared();
+    return Promise.all([prepare(), harnessPrepared()]).then(() => undefined, (error: Error) => {
       this.#loadError = new ProblemError("app-unavailable", `${this.#options.label}: ${error.message}`);
       throw error;
     });
@@ -417,7 +423,10 @@ export class PythonReplica implements CallableReplica {
           }
           if (line.length === 0) continue;
           if (line.length < BIG_MESSAGE_BYTES) {
-            this.#onMessage(parseWorkerMessage(line.toString("utf8")), line.length + 1);
+            // A big item's value goes on as the bytes it came in: never decoded, parsed or encoded again.
+            const item = line.length >= RAW_ITEM_BYTES ? parseRawItem(line) : undefined;
+            if (item) this.#onMessage({ op: "item", id: item.id, value: item.value }, line.length + 1);
+            else this.#onMessage(parseWorkerMessage(line.toString("utf8")), line.length + 1);
             continue;
           }
           // A big message (a 50 MB result) is decoded and parsed in separate turns of the event loop,

@@ -14,6 +14,7 @@ import type { ReplicaCgroup } from "../sandbox/mod.ts";
 import { type ProcessExit, signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
 import { memoryText } from "./_failures.ts";
 import { hostPidOf, moveIntoCgroup } from "./_process_tree.ts";
+import { currentHarness } from "./_harness_bytecode.ts";
 import { type WorkerProcess, workerArgs, workerJail, type WorkerSpec } from "./_worker_process.ts";
 
 /** How long a fork may take to connect back before it is killed and its replica fails to start. */
@@ -132,10 +133,12 @@ export class ReplicaTemplate {
     await chmod(this.#socketPath, 0o666);
     // Closed while it was getting ready (a replica stopped as it started): no process to stop later.
     if (this.#gone) return { reason: "closed before its process started", outOfMemory: false };
-    const jail = workerJail({ ...options.jail, writable: [...(options.jail.writable ?? []), dir] });
+    const harness = currentHarness();
+    const jail = workerJail({ ...options.jail, writable: [...(options.jail.writable ?? []), dir] }, harness);
     const { child, exited } = spawnInOwnGroup(
       options.python,
       workerArgs(options.appDir, {
+        harness,
         concurrency: options.concurrency,
         preload: options.preload,
         batch: options.batch,

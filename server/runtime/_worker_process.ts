@@ -5,14 +5,11 @@
  */
 import type { Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
-import { fileURLToPath } from "node:url";
 import type { Logger } from "../log.ts";
 import type { JailSpec, ReplicaCgroup, Sandbox } from "../sandbox/mod.ts";
 import type { BatchSpecs } from "./_batch_config.ts";
+import { BOOTSTRAP, currentHarness, type Harness } from "./_harness_bytecode.ts";
 import { type ProcessExit, signalGroup, spawnInOwnGroup, stopReplicaProcess } from "./_process_group.ts";
-
-/** The worker harness, bound read-only into every Python replica's and template's jail. */
-export const WORKER_PATH = fileURLToPath(new URL("./_worker.py", import.meta.url));
 
 /** A Python worker's process as its replica sees it. */
 export interface WorkerProcess {
@@ -46,11 +43,13 @@ export interface WorkerProcess {
 
 /**
  * What `_worker.py` is told on its command line: the app, its concurrency, its preload, its mode. An
- * `unjailed` template makes its forks die with it itself (jailed, its pid namespace does).
+ * `unjailed` template makes its forks die with it itself (jailed, its pid namespace does). The harness is
+ * started through `BOOTSTRAP` (its bytecode is then cached: `_harness_bytecode.ts`).
  */
 export function workerArgs(
   appDir: string,
   options: {
+    harness: Harness;
     concurrency: number;
     preload: string[];
     batch?: BatchSpecs;
@@ -62,7 +61,9 @@ export function workerArgs(
   const batch = options.batch && Object.keys(options.batch).length ? [`--batch=${JSON.stringify(options.batch)}`] : [];
   return [
     "-u",
-    WORKER_PATH,
+    "-c",
+    BOOTSTRAP,
+    options.harness.file,
     appDir,
     String(options.concurrency),
     ...(options.preload.length ? [`--preload=${options.preload.join(",")}`] : []),
@@ -74,10 +75,10 @@ export function workerArgs(
 }
 
 /** The jail of a worker or template: the replica's, plus the harness itself and unbuffered output. */
-export function workerJail(jail: JailSpec): JailSpec {
+export function workerJail(jail: JailSpec, harness: Harness): JailSpec {
   return {
     ...jail,
-    readOnly: [...(jail.readOnly ?? []), WORKER_PATH],
+    readOnly: [...(jail.readOnly ?? []), harness.bind],
     env: { ...jail.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONUNBUFFERED: "1" },
   };
 }
@@ -110,9 +111,11 @@ const FIRST_CHANNEL_FD = 5;
 /** Starts `_worker.py` in a jail of its own: the whole import is paid again (a cold start). */
 export function startColdWorker(options: ColdWorkerOptions): WorkerProcess {
   const channelFds = Array.from({ length: options.channels ?? 0 }, (_, i) => FIRST_CHANNEL_FD + i);
+  const harness = currentHarness();
   const { child, exited } = spawnInOwnGroup(
     options.python,
     workerArgs(options.appDir, {
+      harness,
       concurrency: options.concurrency,
       preload: options.preload,
       batch: options.batch,
@@ -120,7 +123,7 @@ export function startColdWorker(options: ColdWorkerOptions): WorkerProcess {
     }),
     {
       sandbox: options.sandbox,
-      jail: workerJail(options.jail),
+      jail: workerJail(options.jail, harness),
       // Each a socket pair (libuv's pipes are), so one descriptor carries a channel both ways.
       extraPipes: 2 + channelFds.length,
       logger: options.logger,

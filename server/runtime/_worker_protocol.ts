@@ -34,9 +34,16 @@
  *   least one item. The server returns credit with `credit` as the stream's reader takes items, so a
  *   reader that stops reading stops the generator.
  *
+ * An `item` line of `RAW_ITEM_BYTES` or more whose value is an object or array is read without parsing
+ * it (`parseRawItem`): its value's bytes are checked to be the JSON text of one value and handed on as
+ * they are (`RawJson`), so a stream of 64 KiB items is not decoded, parsed and encoded again per item.
+ *
  * Everything a worker sends is untrusted: `parseWorkerMessage` turns a line into a `WorkerMessage` or
  * throws `ProtocolViolation`, and a violation ends that worker alone.
  */
+
+import { RawJson } from "../json/mod.ts";
+import { InvalidJson, JsonValidator } from "./_json_validator.ts";
 
 /** The longest message either side may send, newline included. */
 export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
@@ -46,6 +53,12 @@ export const RAW_RESULT_BYTES = 1024 * 1024;
 export const STREAM_WINDOW_ITEMS = 64;
 /** Bytes of `item` lines a stream may have sent and not yet consumed (one item may exceed it alone). */
 export const STREAM_WINDOW_BYTES = 128 * 1024;
+
+/**
+ * From this line length on, an `item` is handed through as its value's JSON text (`parseRawItem`); up to
+ * `BIG_MESSAGE_BYTES` of the replica (longer lines are parsed in turns of their own, as before).
+ */
+export const RAW_ITEM_BYTES = 16 * 1024;
 
 /** How a call failed in the worker (`fail.kind`). */
 export type FailKind =
@@ -182,6 +195,41 @@ export function payloadBytes(line: Buffer): number {
   } catch {
     return 0;
   }
+}
+
+const ITEM_HEAD = Buffer.from('{"op":"item","id":"');
+const VALUE_FIELD = Buffer.from('","value":');
+
+/**
+ * An `item` line written as the worker writes it, `{"op":"item","id":"<id>","value":<value>}` with a
+ * plain ASCII id and an object or array value, as that id and the value's bytes (`RawJson`, on `line`'s
+ * memory), once the value is checked to be the JSON text of one value (ASCII, no line break, as
+ * `ensure_ascii` writes it). Undefined for any other line: parse it with `parseWorkerMessage`, which
+ * decides what it is (a value this refuses may still be valid JSON, e.g. UTF-8 text).
+ */
+export function parseRawItem(line: Buffer): { id: string; value: RawJson } | undefined {
+  if (line.length < ITEM_HEAD.length + VALUE_FIELD.length + 3 || line[line.length - 1] !== 0x7d) return undefined;
+  if (line.compare(ITEM_HEAD, 0, ITEM_HEAD.length, 0, ITEM_HEAD.length) !== 0) return undefined;
+  const idEnd = line.indexOf(0x22, ITEM_HEAD.length);
+  if (idEnd < 0 || line.compare(VALUE_FIELD, 0, VALUE_FIELD.length, idEnd, idEnd + VALUE_FIELD.length) !== 0) {
+    return undefined;
+  }
+  for (let i = ITEM_HEAD.length; i < idEnd; i++) {
+    // An escape, a control character or UTF-8 in the id: the parser reads it.
+    if (line[i] === 0x5c || line[i] < 0x20 || line[i] >= 0x80) return undefined;
+  }
+  const value = line.subarray(idEnd + VALUE_FIELD.length, line.length - 1);
+  // A string is decoded for its events; a carriage return (JSON whitespace) would break an event's line.
+  if ((value[0] !== 0x7b && value[0] !== 0x5b) || value.includes(0x0d)) return undefined;
+  try {
+    const validator = new JsonValidator();
+    validator.push(value);
+    validator.end();
+  } catch (error) {
+    if (error instanceof InvalidJson) return undefined;
+    throw error;
+  }
+  return { id: line.toString("latin1", ITEM_HEAD.length, idEnd), value: new RawJson([value], value.length) };
 }
 
 /** Whether a message ends its call: after it, no other message for the same id may follow but logs. */

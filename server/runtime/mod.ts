@@ -10,6 +10,7 @@ import { addSeat, canPlace, dropSeats, heldSeats, spareSeats } from "./_app_seat
 import { invokeApp } from "./_call_placement.ts";
 import { connectAppWebSocket } from "./_websocket_placement.ts";
 import { tryChannelSlot } from "./_channel_slots.ts";
+import { prepareHarness } from "./_harness_bytecode.ts";
 import { HostBudget } from "./_host_budget.ts";
 import { LiveApps } from "./_live_apps.ts";
 import type { BatchReport, PythonReplica } from "./_python_replica.ts";
@@ -40,6 +41,7 @@ export {
   type RunErrorType,
   type RunFailureOptions,
 } from "./_failures.ts";
+export { BOOTSTRAP, currentHarness, type Harness, prepareHarness, WORKER_PATH } from "./_harness_bytecode.ts";
 export type { HardwareNeed } from "./_host_budget.ts";
 export type { CallOutcome, HttpCall, StreamItem } from "./_outcome.ts";
 export { type ProcessExit, signalGroup } from "./_process_group.ts";
@@ -90,7 +92,12 @@ export function createRuntime(appsDir: string, runtimeOptions: RuntimeOptions): 
   const reload = () => apps.reload();
 
   return {
-    start: () => apps.start(),
+    async start() {
+      // The harness's bytecode is made while the apps load; a replica started meanwhile waits for it.
+      const harness = prepareHarness({ logger: options.logger });
+      await apps.start();
+      await harness;
+    },
     reload,
     stage: (app, stageOptions) => stageApp(apps, app, stageOptions),
     invoke: (request) => invokeApp(apps, request),

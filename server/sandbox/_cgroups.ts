@@ -8,6 +8,7 @@ import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, readlinkSync, statfsSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "../log.ts";
+import { isAlive } from "./_identity.ts";
 import { type CgroupLayout, cgroupLayout, type Controller, CONTROLLERS } from "./_cgroup_layout.ts";
 import {
   type CgroupBase,
@@ -123,17 +124,6 @@ function serverFolderName(owner: string): string {
   return `${namespace}-${process.pid}-${started.startTime}-${owner}`;
 }
 
-/** Whether a process with id `pid` exists in this pid namespace, by a signal 0 (unlike `/proc`, never hidden). */
-function processExists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    // EPERM: it exists, and is another user's.
-    return (error as NodeJS.ErrnoException).code !== "ESRCH";
-  }
-}
-
 /** Options of `judgeServerFolder`. */
 export interface JudgeOptions {
   /** Stands for `/proc` (tests). */
@@ -175,7 +165,7 @@ export function judgeServerFolder(name: string, options: JudgeOptions = {}): Fol
   if (now.code !== "ENOENT" && now.code !== "ESRCH") {
     return { state: "unknown", why: `${join(proc, pid, "stat")} could not be read (${now.code})` };
   }
-  return processExists(Number(pid))
+  return isAlive(Number(pid))
     ? {
       state: "unknown",
       why: `${join(proc, pid)} is missing, but process ${pid} exists (is ${proc} mounted with hidepid?)`,

@@ -52,7 +52,8 @@ function insideUid(identity: Identity): number {
   return identity.kind === "root" ? identity.uid : INSIDE_UID;
 }
 
-function isAlive(pid: number): boolean {
+/** Whether process `pid` exists (EPERM: another user's, alive); what a leftover folder's pid is checked with. */
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

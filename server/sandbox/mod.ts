@@ -13,7 +13,7 @@ import { promisify } from "node:util";
 import type { Logger } from "../log.ts";
 import { identityFor, serverIsRoot, SupportDir } from "./_identity.ts";
 export { hostProgramInImage } from "./_host_setpriv.ts";
-export { layerBuilder } from "./_identity.ts";
+export { isAlive, layerBuilder } from "./_identity.ts";
 
 /**
  * Who owns on the host the files `projectId`'s jailed processes write (a project volume's folder): the

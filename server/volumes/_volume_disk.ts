@@ -96,16 +96,22 @@ async function directIo(image: string): Promise<void> {
   }
 }
 
-/** Mounts volume `paths` (`loop` mode) unless it is mounted already; then makes sure `files/` exists and is `owner`'s. */
+/**
+ * Mounts volume `paths` (`loop` mode) unless it is mounted already; then makes sure `files/` exists and is
+ * `owner`'s. True when this call mounted it: no process of this machine had it (and, by `mmp`, no other
+ * machine has it), so nothing can be writing in it yet.
+ */
 export async function mountVolumeDisk(
   paths: VolumePaths,
   options: { mode: VolumesMode; owner: VolumeOwner },
-): Promise<void> {
+): Promise<boolean> {
+  let mounted = false;
   if (options.mode === "loop" && !isMountPoint(paths.root)) {
     mkdirSync(paths.root, { recursive: true, mode: 0o711 });
     try {
       await run("mount", ["-t", "ext4", "-o", "loop,nosuid,nodev", paths.image, paths.root]);
       await directIo(paths.image);
+      mounted = true;
     } catch (error) {
       // Another process of this machine mounted it between our look and our mount: theirs is ours.
       if (!isMountPoint(paths.root)) throw error;
@@ -113,6 +119,7 @@ export async function mountVolumeDisk(
   }
   mkdirSync(paths.files, { recursive: true, mode: 0o755 });
   chownSync(paths.files, options.owner.uid, options.owner.gid);
+  return mounted;
 }
 
 /** Unmounts (`loop` mode) and removes volume `paths` with all its files. */

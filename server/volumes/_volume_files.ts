@@ -343,6 +343,86 @@ async function walk(dir: FileHandle, folder: string, prefix: string, out: Array<
   }
 }
 
+/**
+ * Removes the uploads a dead server left in volume `paths` (`.rp-upload-…` files, which count against the
+ * volume's size) last modified before `before` (Unix ms), walking it as `walk` does (never through a link);
+ * resolves with how many it removed. An upload under way writes its temporary as its body arrives, so only
+ * one that stopped long ago, or any where nothing can be writing (a volume just mounted), is old enough.
+ */
+export async function sweepUploads(paths: VolumePaths, options: { before: number }): Promise<number> {
+  let removed = 0;
+  async function sweep(dir: FileHandle): Promise<void> {
+    for (const entry of await readdir(`/proc/self/fd/${dir.fd}`, { withFileTypes: true })) {
+      if (entry.isFile() && entry.name.startsWith(UPLOAD_PREFIX)) {
+        const stats = await lstat(at(dir, entry.name)).catch(() => undefined);
+        if (!stats?.isFile() || stats.mtimeMs >= options.before) continue;
+        await unlink(at(dir, entry.name)).then(() => removed++, () => {});
+      } else if (entry.isDirectory()) {
+        const sub = await open(at(dir, entry.name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW).catch(() => undefined);
+        if (!sub) continue;
+        try {
+          await sweep(sub);
+        } finally {
+          await sub.close();
+        }
+      }
+    }
+  }
+  const root = await open(paths.files, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  try {
+    await sweep(root);
+  } finally {
+    await root.close();
+  }
+  return removed;
+}
+
+/** What one page of a listing looks for: paths starting `prefix`, past `after`, until `wanted` are found. */
+interface PageQuery {
+  prefix: string;
+  after: string | undefined;
+  wanted: number;
+}
+
+/**
+ * The files under `dir` (held open, at path `folder`) that `query` wants, appended to `out` in path order,
+ * stopping once it has `wanted`. Each folder's entries are visited in the order of their paths (a folder's
+ * name compared as `name/`, so `a/x` comes after `a-c` as the strings do), and a folder whose paths all
+ * come before `after`, or none of which can start with `prefix`, is never opened: a page reads the part
+ * of the volume it shows, not all of it.
+ */
+async function walkPage(
+  dir: FileHandle,
+  options: { folder: string; query: PageQuery; out: Array<{ path: string; stats: Stats }> },
+) {
+  const { folder, query, out } = options;
+  const entries = (await readdir(`/proc/self/fd/${dir.fd}`, { withFileTypes: true }))
+    .filter((entry) => entry.isFile() || entry.isDirectory())
+    .map((entry) => ({ entry, key: entry.isDirectory() ? `${entry.name}/` : entry.name }))
+    .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  for (const { entry, key } of entries) {
+    if (out.length >= query.wanted) return;
+    const path = `${folder}${key}`;
+    const { after, prefix } = query;
+    if (entry.isFile()) {
+      if (entry.name.startsWith(UPLOAD_PREFIX) || !path.startsWith(prefix)) continue;
+      if (after !== undefined && path <= after) continue;
+      const stats = await lstat(at(dir, entry.name)).catch(() => undefined);
+      if (stats?.isFile()) out.push({ path, stats });
+      continue;
+    }
+    if (!mayHold(path, prefix)) continue;
+    if (after !== undefined && path < after && !after.startsWith(path)) continue; // all of it is before `after`
+    const sub = await open(at(dir, entry.name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW).catch(() => undefined);
+    if (!sub) continue;
+    try {
+      await walkPage(sub, { folder: path, query, out });
+    } finally {
+      await sub.close();
+    }
+  }
+}
+
 /** A page of volume `paths`'s files starting with `prefix`, after path `after`, in path order. */
 export async function listVolumeFiles(
   paths: VolumePaths,
@@ -351,19 +431,18 @@ export async function listVolumeFiles(
   const root = await open(paths.files, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
   const found: Array<{ path: string; stats: Stats }> = [];
   try {
-    await walk(root, "", query.prefix, found);
+    // One more than the page: whether there is more.
+    const wanted = query.limit + 1;
+    await walkPage(root, { folder: "", query: { prefix: query.prefix, after: query.after, wanted }, out: found });
   } finally {
     await root.close();
   }
-  const after = query.after;
-  const sorted = found.filter((f) => after === undefined || f.path > after)
-    .sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
-  const page = sorted.slice(0, query.limit);
+  const page = found.slice(0, query.limit);
   const files = await Promise.all(page.map(async ({ path, stats }) => {
     const sha256 = await recordedSha256(paths, path, stats);
     return { path, size: stats.size, modified: stats.mtime, ...(sha256 ? { sha256 } : {}) };
   }));
-  return { files, more: sorted.length > query.limit };
+  return { files, more: found.length > query.limit };
 }
 
 /** The bytes of every regular file under `files` (links never followed): a `directory` volume's use. */

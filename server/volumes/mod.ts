@@ -41,6 +41,7 @@ import {
   listVolumeFiles,
   type OpenedFile,
   openVolumeFile,
+  sweepUploads,
   volumeUsage,
   writeVolumeFile,
 } from "./_volume_files.ts";
@@ -131,6 +132,8 @@ export interface VolumesOptions {
 }
 
 const GIB = 1024 ** 3;
+/** How long an upload's temporary must have been untouched before a shared folder's sweep removes it. */
+const STALE_UPLOAD_MS = 60 * 60 * 1000;
 
 function iso(ms: number): string {
   return new Date(ms).toISOString();
@@ -235,16 +238,29 @@ function checkOnHost(paths: VolumePaths, volume: { mode: VolumesMode; projectId:
   );
 }
 
+/**
+ * A dead server's unfinished uploads removed from a volume being readied: all of them whenever this
+ * process has just mounted it (nothing else can be writing there), else, the first time this process
+ * readies it, those untouched for an hour (a shared folder, where another host may be uploading now).
+ */
+function uploadSweeper(): (key: string, volume: { paths: VolumePaths; mounted: boolean }) => Promise<void> {
+  const swept = new Set<string>();
+  return async function sweptOnce(key, volume) {
+    if (swept.has(key) && !volume.mounted) return;
+    const before = volume.mounted ? Number.POSITIVE_INFINITY : Date.now() - STALE_UPLOAD_MS;
+    await sweepUploads(volume.paths, { before });
+    swept.add(key);
+  };
+}
+
 /** Creates the volumes service over the store and this host's volumes folder. */
 export function createVolumes(options: VolumesOptions): Volumes {
   const { db, dir, mode } = options;
   const ownerOf = options.ownerOf ?? (() => ({ uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 }));
   // One disk operation per volume at a time in this process (two first requests must not both mkfs it).
   const serially = oneAtATime();
-
-  function pathsOf(projectId: string, name: string): VolumePaths {
-    return volumePaths(dir, { projectId, name });
-  }
+  const sweptOnce = uploadSweeper();
+  const pathsOf = (projectId: string, name: string) => volumePaths(dir, { projectId, name });
 
   /** The volume's record, its disk ready on this host (made again if it is missing). */
   async function ready(projectId: string, name: string): Promise<{ row: VolumeRow; paths: VolumePaths }> {
@@ -253,7 +269,10 @@ export function createVolumes(options: VolumesOptions): Volumes {
     if (!row) throw noVolume(projectId, name);
     const paths = pathsOf(projectId, name);
     checkOnHost(paths, { mode, projectId, name });
-    await serially(`${projectId}/${name}`, () => mountVolumeDisk(paths, { mode, owner: ownerOf(projectId) }));
+    await serially(`${projectId}/${name}`, async () => {
+      const mounted = await mountVolumeDisk(paths, { mode, owner: ownerOf(projectId) });
+      await sweptOnce(`${projectId}/${name}`, { paths, mounted });
+    });
     return { row, paths };
   }
 

@@ -209,16 +209,25 @@ export interface ClusterHostOptions {
  * marker files, which a jailed replica cannot; test/sandbox/ covers the jail).
  */
 export async function startClusterHost(dirs: ServerDirs, options: ClusterHostOptions): Promise<ServerProcess> {
-  const port = await freePort();
-  return await startServerProcess({
-    ...dirs.env,
-    PORT: String(port),
-    RUNPLANE_ADVERTISE_URL: `http://127.0.0.1:${port}`,
-    RUNPLANE_DATABASE_URL: options.databaseUrl,
-    RUNPLANE_MASTER_KEY: TEST_MASTER_KEY,
-    RUNPLANE_DATABASE_POOL: "4",
-    RUNPLANE_RUN_LEASE: "3s",
-    RUNPLANE_SANDBOX: "off",
-    ...options.env,
-  }, { token: options.token });
+  // A host advertises its URL, so its port is chosen before it starts, and another process may take that
+  // port in between (seen in CI: EADDRINUSE). The server then refuses to start, as it should; the test
+  // picks another port.
+  for (let attempt = 1;; attempt++) {
+    const port = await freePort();
+    try {
+      return await startServerProcess({
+        ...dirs.env,
+        PORT: String(port),
+        RUNPLANE_ADVERTISE_URL: `http://127.0.0.1:${port}`,
+        RUNPLANE_DATABASE_URL: options.databaseUrl,
+        RUNPLANE_MASTER_KEY: TEST_MASTER_KEY,
+        RUNPLANE_DATABASE_POOL: "4",
+        RUNPLANE_RUN_LEASE: "3s",
+        RUNPLANE_SANDBOX: "off",
+        ...options.env,
+      }, { token: options.token });
+    } catch (error) {
+      if (attempt >= 3 || !/cannot listen on .*EADDRINUSE/.test(String(error))) throw error;
+    }
+  }
 }

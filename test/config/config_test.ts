@@ -82,8 +82,8 @@ describe("loadConfig", () => {
     assert.equal(config.port, 2);
   });
 
-  it("runs one worker per core by default from 4 cores up (at most 16), one process below", () => {
-    assert.deepEqual([1, 2, 3, 4, 8, 16, 64].map(autoWorkers), [1, 1, 1, 4, 8, 16, 16]);
+  it("runs one worker per two cores by default from 4 cores up (at most 16), one process below", () => {
+    assert.deepEqual([1, 2, 3, 4, 8, 16, 64].map(autoWorkers), [1, 1, 1, 2, 4, 8, 16]);
     const dataDir = join(tmpdir(), "runplane-config-default");
     assert.equal(loadConfig({ RUNPLANE_DATA_DIR: dataDir }).workers, autoWorkers(cpus().length));
     assert.equal(loadConfig({ RUNPLANE_DATA_DIR: dataDir, RUNPLANE_WORKERS: "3" }).workers, 3);

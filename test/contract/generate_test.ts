@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { before, describe, it } from "node:test";
 import { staleGenerated } from "../../scripts/check.ts";
 import { generateArtifacts } from "../../scripts/generate.ts";
+import * as validators from "../../generated/validators.cjs";
 
 describe("npm run generate", () => {
   // Two runs of the generator (each compiles the whole spec), shared by the tests below.
@@ -65,7 +66,7 @@ describe("npm run generate", () => {
     };
   }
 
-  it("writes every event stream as an array of its events, each JSON data field naming its schema", () => {
+  it("writes every event stream's schema as one event's, marked as a sequence, each JSON data field naming its schema", () => {
     const document = openapi();
     const streams: string[] = [];
     for (const item of Object.values(document.paths)) {
@@ -73,13 +74,15 @@ describe("npm run generate", () => {
         const responses = (operation as unknown as { responses: Record<string, { content?: Record<string, Schema> }> })
           .responses;
         for (const response of Object.values(responses)) {
-          const body = response.content?.["text/event-stream"]?.schema as Schema | undefined;
-          if (!body) continue;
+          const media = response.content?.["text/event-stream"];
+          if (!media) continue;
           streams.push(operation.operationId);
-          assert.equal(body.type, "array", operation.operationId);
+          // The schema is that of each event (OpenAPI 3.2's itemSchema), not of an array of them.
+          assert.equal(media["x-runplane-sequence"], true, operation.operationId);
+          const event = media.schema as { anyOf?: Array<{ $ref: string }>; $ref?: string; type?: unknown };
+          assert.equal(event.type, undefined, operation.operationId);
           // A stream of one kind of event names it alone; of several, any of them.
-          const items = body.items as { anyOf?: Array<{ $ref: string }>; $ref?: string };
-          const events = items.anyOf ?? [{ $ref: items.$ref! }];
+          const events = event.anyOf ?? [{ $ref: event.$ref! }];
           for (const { $ref } of events) {
             const data = document.components.schemas[$ref.split("/").pop()!].properties!.data;
             assert.equal(data.type, "string", $ref);
@@ -108,8 +111,12 @@ describe("npm run generate", () => {
     const types = first.get("api.d.ts")!;
     assert.match(
       types,
-      /"text\/event-stream": \(components\["schemas"\]\["RunChangeEvent"\] \| components\["schemas"\]\["RunResyncEvent"\]\)\[\];/,
+      /"text\/event-stream": components\["schemas"\]\["RunChangeEvent"\] \| components\["schemas"\]\["RunResyncEvent"\];/,
     );
+    // A stream's validator checks one event.
+    const event = validators.watchRuns_200_text_event_stream;
+    assert.equal(event({ event: "resync", data: "{}" }), true);
+    assert.equal(event([{ event: "resync", data: "{}" }]), false, "an array of events is not an event");
   });
 
   it("declares a bundle (createDeployment's gzip body) as binary", () => {

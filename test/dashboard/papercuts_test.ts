@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
-import { launchBrowser } from "../_helpers/browser.ts";
+import { launchBrowser, newContext } from "../_helpers/browser.ts";
 import { runMain } from "../_helpers/cli.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
@@ -45,7 +45,7 @@ describe("the dashboard's papercuts", { skip: browser === null ? "Chromium is no
 
   async function newPage(viewport: { width: number; height: number }): Promise<void> {
     await context?.close();
-    context = await browser!.newContext({ viewport });
+    context = await newContext(browser!, { viewport });
     page = await context.newPage();
     page.on("dialog", (dialog) => {
       dialogs.push(`${dialog.type()}: ${dialog.message()}`);

@@ -21,7 +21,7 @@ describe("the production build's dashboard", { timeout: 600_000 }, () => {
   let server: ServerProcess;
 
   before(async () => {
-    buildDist(out);
+    await buildDist(out);
     dirs = await makeServerDirs("runplane-prod-dashboard-");
     server = await startServerProcess(dirs.env, { entry: join(out, "server", "main.js") });
   });

@@ -15,7 +15,7 @@ import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import type { BrowserContext, Page } from "playwright-core";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
-import { launchBrowser, openPage } from "../_helpers/browser.ts";
+import { launchBrowser, newContext, openPage, shown } from "../_helpers/browser.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const run = promisify(execFile);
@@ -301,7 +301,7 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
 
   it("fits a phone's width (390 px) with no sideways scrolling", async () => {
     const failed = await call("alpha", "long_fail");
-    const phone = await browser!.newContext({
+    const phone = await newContext(browser!, {
       viewport: { width: 390, height: 844 },
       storageState: await context.storageState(),
     });
@@ -309,8 +309,8 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
       const small = await phone.newPage();
       for (const path of ["/dashboard/runs", `/dashboard/runs/${failed}?app=alpha`, "/dashboard/apps/alpha"]) {
         await small.goto(`${t.url}${path}`);
-        await small.locator("h1").first().waitFor();
-        await small.locator("#runs tr, #run-id, #recent-runs").first().waitFor();
+        await shown(small.locator("h1").first());
+        await shown(small.locator("#runs tr, #run-id, #recent-runs").first());
         const widths = await small.evaluate(() => ({
           page: document.documentElement.scrollWidth,
           view: document.documentElement.clientWidth,
@@ -319,7 +319,7 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
         assert.equal(await small.locator("#nav").isVisible(), true);
       }
       await small.goto(`${t.url}/dashboard/runs`);
-      await small.locator("#runs tr").first().waitFor();
+      await shown(small.locator("#runs tr").first());
       await small.screenshot({ path: join(SHOTS, "dashboard-runs-phone.png"), fullPage: false });
     } finally {
       await phone.close();

@@ -280,7 +280,10 @@ describe("the server process", () => {
       try {
         const outcome = await run(process.execPath, ["--import", "tsx", MAIN], {
           env: { ...process.env, RUNPLANE_DATA_DIR: dataDir, ...env, PORT: "PORT" in env ? env.PORT : "0" },
-          timeout: 30_000,
+          // A kill for a start that hangs, not a bound on how long it takes: the server's modules load
+          // through tsx first (~4 s at load 14 here), and in CI's loaded run the three refusals took 25-30 s,
+          // one killed at 30 s. A minute, as the suite's other waits.
+          timeout: 60_000,
         }).then(() => ({ code: 0, stderr: "" }), (error: { code: number; stderr: string }) => error);
         assert.equal(outcome.code, 2);
         assert.match(outcome.stderr, /^runplane: Invalid configuration:\n/);

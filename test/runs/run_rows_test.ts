@@ -14,7 +14,13 @@ import { createSecretBox } from "../../server/secrets/mod.ts";
 import { finishLeasedRuns, finishRun, type RunOutcome } from "../../server/runs/_queries.ts";
 import { runEnd } from "../../server/runs/_run_end.ts";
 import { createWriteBehind } from "../../server/runs/_write_behind.ts";
-import { insertNewRuns, insertRuns, runRowWith, upsertRuns } from "../../server/store/statements/run_rows.ts";
+import {
+  insertAllNewRuns,
+  insertNewRuns,
+  insertRuns,
+  runRowWith,
+  upsertRuns,
+} from "../../server/store/statements/run_rows.ts";
 import type { RunTable } from "../../server/store/schema.ts";
 import { engines, openTestStore, type TestStore } from "../_helpers/postgres.ts";
 
@@ -140,6 +146,66 @@ for (const engine of await engines()) {
         assert.equal(got.status, "success");
       }
       assert.deepEqual(await insertNewRuns(t.store.db, []), new Set());
+    });
+
+    it("inserts runs never written before without reading them back, and says when one was stored already", async () => {
+      const id = (i: number) => `all_${String(i).padStart(3, "0")}`;
+      const fresh = (i: number): Insertable<RunTable> => ({
+        ...row(i, AWKWARD[i % AWKWARD.length]),
+        run_id: id(i),
+        mode: "sync",
+        status: "success",
+        result_json: JSON.stringify(i),
+      });
+      // 37 rows: chunks of 32, 4 and 1.
+      assert.equal(await insertAllNewRuns(t.store.db, Array.from({ length: 37 }, (_, i) => fresh(i))), true);
+      const stored = await t.store.db.selectFrom("runs").selectAll().where("run_id", "like", "all_%")
+        .orderBy("run_id").execute();
+      assert.equal(stored.length, 37);
+      for (const [i, got] of stored.entries()) {
+        assert.equal(got.webhook_endpoint, AWKWARD[i % AWKWARD.length], got.run_id);
+        assert.equal(got.result_json, String(i));
+        assert.equal(got.method, "POST", "a column left out is written as its default");
+        assert.equal(got.lease_generation, 0);
+      }
+      // Run 40 of the next batch is stored already (a try whose answer was lost).
+      const again = Array.from({ length: 5 }, (_, i) => fresh(37 + i));
+      await insertRuns(t.store.db, [{ ...again[3], webhook_endpoint: "first try" }]);
+      assert.equal(await insertAllNewRuns(t.store.db, again), false);
+      assert.equal(await insertAllNewRuns(t.store.db, []), true);
+    });
+
+    it("writes a batch whose run written for the first time was stored already: the others are written, that one keeps its row", async () => {
+      const told: string[] = [];
+      const writer = createWriteBehind(t.store.db, {
+        owner: "host-a",
+        delayMs: 60_000,
+        onDeliveries() {},
+        onError: (_error, runId) => told.push(`error ${runId}`),
+        onLost: (_error, runId) => told.push(`lost ${runId}`),
+        onDropped: (runId) => told.push(`dropped ${runId}`),
+      });
+      const ended = (i: number): Insertable<RunTable> => ({
+        ...row(i, "twin"),
+        run_id: `twin_${i}`,
+        mode: "sync",
+        status: "success",
+        completed_at: 1_764_000_009_000 + i,
+        result_json: JSON.stringify(i),
+        lease_owner: "host-a",
+      });
+      // The earlier try of this batch committed run 1 (its answer lost).
+      await insertRuns(t.store.db, [ended(1)]);
+      for (const i of [0, 1, 2]) writer.create(ended(i));
+      await writer.flush();
+      await writer.close();
+      assert.deepEqual(told, []);
+      const stored = await t.store.db.selectFrom("runs").select(["run_id", "status", "result_json"])
+        .where("run_id", "like", "twin_%").orderBy("run_id").execute();
+      assert.deepEqual(
+        stored,
+        [0, 1, 2].map((i) => ({ run_id: `twin_${i}`, status: "success", result_json: String(i) })),
+      );
     });
   });
 }

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { callFunction, deployApp, waitFor } from "../_helpers/apps.ts";
 import { checkedFetch } from "../_helpers/contract.ts";
+import { waitForStatus } from "../_helpers/runs.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const MAIN = `
@@ -51,6 +52,12 @@ def quiet():
 
 def quick():
     return "quick"
+
+def big(n, size):
+    for i in range(n):
+        yield {"i": i, "pad": "x" * size, "word": "caf\\u00e9", "small": 1e-07, "line": "a\\r\\nb"}
+        if i % 10 == 0:
+            yield "s%d" % i + "\\n" + "s" * size
 `;
 
 describe("streaming calls", () => {
@@ -97,6 +104,34 @@ describe("streaming calls", () => {
       'data: line one\ndata: line two\ndata: line three\n\ndata: {"k":[1,2],"s":"x"}\n\ndata: 3\n\n',
     );
     assert.equal(existsSync(marker), true);
+  });
+
+  it("hands big items through in order, events and run record alike", async () => {
+    // 20 KB items: their JSON text goes from the worker's line to the event and the record undecoded;
+    // the strings among them are decoded (a string's event is its text, one data line per line).
+    const n = 30;
+    const size = 20_000;
+    const response = await open("big", { n, size });
+    assert.equal(response.status, 200);
+    const events = (await readAll(response)).split("\n\n").filter((event) => event.startsWith("data: "));
+    const expected: unknown[] = [];
+    for (let i = 0; i < n; i++) {
+      expected.push({ i, pad: "x".repeat(size), word: "café", small: 1e-7, line: "a\r\nb" });
+      if (i % 10 === 0) expected.push(`s${i}\n${"s".repeat(size)}`);
+    }
+    assert.equal(events.length, expected.length);
+    events.forEach((event, index) => {
+      const data = event.split("\n").map((line) => line.slice("data: ".length)).join("\n");
+      assert.deepEqual(
+        typeof expected[index] === "string" ? data : JSON.parse(data),
+        expected[index],
+        `event ${index}`,
+      );
+    });
+    const runId = response.headers.get("x-request-id")!;
+    const run = await waitForStatus({ client: t.client, project: TEST_PROJECT, app: "gen" }, runId, ["success"]);
+    assert.equal(run.result_truncated, false);
+    assert.deepEqual(run.result, expected);
   });
 
   it("streams an async generator", async () => {

@@ -9,6 +9,7 @@ import { describe, it } from "node:test";
 import { LineSplitter, LineTooLong, type Payload } from "../../server/lines/mod.ts";
 import {
   encodeCall,
+  parseRawItem,
   parseWorkerMessage,
   payloadBytes,
   ProtocolViolation,
@@ -60,6 +61,43 @@ describe("worker protocol", () => {
       line,
       '{"op":"call","id":"r1","run_id":"r1","fn":"f","kwargs":{ "a": 1e400,  "b": 1152921504606846976}}\n',
     );
+  });
+});
+
+describe("a big item handed through as its JSON text", () => {
+  it("takes an object's or array's checked bytes from the line as the worker writes it", () => {
+    const value = `{"pad":"${"x".repeat(100)}","word":"caf\\u00e9","n":[1,2.5e-7]}`;
+    const item = parseRawItem(Buffer.from(`{"op":"item","id":"run_1","value":${value}}`));
+    assert.equal(item?.id, "run_1");
+    assert.equal(item?.value.text(), value);
+    assert.deepEqual(item?.value.toJSON(), JSON.parse(value));
+    assert.equal(
+      parseRawItem(Buffer.from('{"op":"item","id":"r","value":[1,{"a":null}]}'))?.value.text(),
+      '[1,{"a":null}]',
+    );
+  });
+
+  it("leaves every other line to the parser, which decides what it is", () => {
+    for (
+      const line of [
+        // Strings are decoded for their events; numbers and literals are small.
+        '{"op":"item","id":"r","value":"text"}',
+        '{"op":"item","id":"r","value":12}',
+        // Not the worker's own layout: another order, an escaped id, other fields.
+        '{"id":"r","op":"item","value":{}}',
+        '{"op":"item","id":"r\\"x","value":{}}',
+        '{"op":"item","id":"r","value":{},"op":"log"}',
+        '{"op":"log","id":"r","value":{}}',
+        // A carriage return between tokens would break the event's line; UTF-8 and broken JSON.
+        '{"op":"item","id":"r","value":{"a":1,\r"b":2}}',
+        '{"op":"item","id":"r","value":{"word":"café"}}',
+        '{"op":"item","id":"r","value":{"a":}}',
+        '{"op":"item","id":"r","value":{"a":1}}}',
+        '{"op":"item","id":"r","value":{"a":NaN}}',
+      ]
+    ) {
+      assert.equal(parseRawItem(Buffer.from(line)), undefined, line);
+    }
   });
 });
 

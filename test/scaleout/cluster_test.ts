@@ -123,8 +123,8 @@ describe("three processes as one cluster: replicas counted, placed and reached c
 
   it("serves calls landing on all three hosts with one replica when max_replicas = 1", async () => {
     const answers = await Promise.all(Array.from({ length: 12 }, async (_, i) => {
-      const { data, response } = await callRun(on(hosts[i % 3], "one"), "slow", { body: { seconds: 0.2 } });
-      assert.equal(response.status, 200, JSON.stringify(data));
+      const { data, error, response } = await callRun(on(hosts[i % 3], "one"), "slow", { body: { seconds: 0.2 } });
+      assert.equal(response.status, 200, `call ${i} on host ${i % 3}: ${JSON.stringify(error ?? data)}`);
       return (data as { result: Who }).result;
     }));
     const workers = new Set(answers.map((a) => `${a.server}/${a.worker}`));

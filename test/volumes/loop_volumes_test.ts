@@ -8,7 +8,16 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -142,6 +151,21 @@ for (const engine of await engines()) {
         assert.equal(answer.status, 400, method);
       }
       assert.equal(readFileSync(join(paths("private", "p-other").files, "secret.txt"), "utf8"), "theirs");
+    });
+
+    it("removes the uploads a dead server left when it mounts the volume again, and nothing else", async () => {
+      const p = paths("weights");
+      // What a server killed mid-upload leaves: temporaries, which count against the volume's size.
+      mkdirSync(join(p.files, "deep"), { recursive: true });
+      writeFileSync(join(p.files, ".rp-upload-0123456789abcdef01234567"), Buffer.alloc(2 * MIB));
+      writeFileSync(join(p.files, "deep", ".rp-upload-76543210fedcba9876543210"), Buffer.alloc(MIB));
+      writeFileSync(join(p.files, "deep", "kept.bin"), "mine");
+      execFileSync("umount", [p.root]); // the host restarted: the volume is not mounted any more
+      const listed = await request("GET", `${base}/weights/files?prefix=deep/`);
+      assert.equal(listed.status, 200);
+      assert.ok(isMountPoint(p.root));
+      assert.deepEqual(readdirSync(p.files).filter((name) => name.startsWith(".rp-upload-")), []);
+      assert.deepEqual(readdirSync(join(p.files, "deep")), ["kept.bin"]);
     });
 
     it("unmounts a deleted volume and removes its image", async () => {

@@ -58,8 +58,10 @@ def meet(tag, wait_s=120):
     """Writes tag-<pid> and waits for another replica's file: two of these calls run on two replicas."""
     import time
     mine = f"{tag}-{os.getpid()}"
-    with open(os.path.join(ROOT, mine), "w") as f:
+    # Written whole under another name, then renamed: the other replica never reads a file half made.
+    with open(os.path.join(ROOT, f".{mine}"), "w") as f:
         f.write(mine)
+    os.rename(os.path.join(ROOT, f".{mine}"), os.path.join(ROOT, mine))
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         others = [n for n in os.listdir(ROOT) if n.startswith(tag + "-") and n != mine]

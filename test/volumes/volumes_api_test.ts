@@ -8,14 +8,14 @@
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { mkdir, readFile, symlink, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, symlink, utimes, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { checkedFetch } from "../_helpers/contract.ts";
 import { engines } from "../_helpers/postgres.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
-import { volumePaths } from "../../server/volumes/mod.ts";
+import { createVolumes, volumePaths } from "../../server/volumes/mod.ts";
 
 type Volume = { name: string; size_gb: number; size_bytes: number; used_bytes: number; created_at: string };
 type Problem = { type: string; status: number; detail?: string; errors?: Array<{ path: string }> };
@@ -403,6 +403,29 @@ for (const engine of await engines()) {
       const listed = await request("GET", `${base}/weights/files?prefix=half`);
       assert.deepEqual(((await listed.json()) as { files: Listed[] }).files, []);
       assert.ok(statSync(filesDir("weights")).isDirectory());
+    });
+
+    it("removes a dead server's uploads untouched for an hour when another process first readies the volume, never a live one", async () => {
+      // A shared folder (directory mode): another host may be uploading into it now, so only stale ones go.
+      const dir = filesDir("weights");
+      await mkdir(join(dir, "deep"), { recursive: true });
+      const stale = [
+        join(dir, ".rp-upload-aaaaaaaaaaaaaaaaaaaaaaaa"),
+        join(dir, "deep", ".rp-upload-bbbbbbbbbbbbbbbbbbbbbbbb"),
+      ];
+      const live = join(dir, "deep", ".rp-upload-cccccccccccccccccccccccc");
+      for (const path of [...stale, live]) await writeFile(path, randomBytes(1024));
+      const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60 * 1000);
+      for (const path of stale) await utimes(path, twoHoursAgo, twoHoursAgo);
+      // This process swept when it first readied the volume: it leaves them to the next process's start.
+      assert.equal((await request("GET", `${base}/weights`)).status, 200);
+      assert.ok(stale.every((path) => existsSync(path)));
+      const { store, volumes } = t.server.context;
+      const another = createVolumes({ db: store.db, now: () => Date.now(), dir: volumes.dir, mode: "directory" });
+      assert.equal((await another.get(TEST_PROJECT, "weights"))?.name, "weights");
+      assert.deepEqual(stale.filter((path) => existsSync(path)), []);
+      assert.ok(existsSync(live), "an upload written within the hour is someone's, under way");
+      await rm(live);
     });
   });
 }

@@ -1,7 +1,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ROOT } from "../../generate.ts";
+import { ROOT } from "../../_root.ts";
 import type { Store } from "../../../server/store/mod.ts";
 import { addRuns } from "../_bulk_runs.ts";
 import { type BenchContext, row } from "../_context.ts";

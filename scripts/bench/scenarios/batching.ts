@@ -12,7 +12,7 @@ import { loadavg, tmpdir } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
 import { copyFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { ROOT } from "../../generate.ts";
+import { ROOT } from "../../_root.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { type LoadResult, loadTest } from "../_load.ts";
 import type { BenchRow } from "../_report.ts";

@@ -12,7 +12,7 @@ import { existsSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { ROOT } from "../../generate.ts";
+import { ROOT } from "../../_root.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { machineInfo } from "../_machine.ts";
 import type { BenchRow } from "../_report.ts";

@@ -10,15 +10,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { createLogger } from "../../../server/log.ts";
+import { BOOTSTRAP, currentHarness, prepareHarness, WORKER_PATH } from "../../../server/runtime/mod.ts";
 import { createCgroups, createSandbox, unjailedSandbox } from "../../../server/sandbox/mod.ts";
-import { ROOT } from "../../generate.ts";
 import { type BenchContext, row } from "../_context.ts";
 import type { BenchRow } from "../_report.ts";
 import { coldStart, median } from "./sandbox_cost.ts";
 
 const SCENARIO = "10. Cold start";
 const ROUNDS = 11;
-const WORKER = join(ROOT, "server", "runtime", "_worker.py");
 /** The PATH a jailed replica resolves `python3` on (the sandbox's base environment). */
 const JAIL_PATH = ["/usr/local/bin", "/usr/bin", "/bin"];
 const TRIVIAL_MAIN = "def hello():\n    return {}\n";
@@ -57,9 +56,11 @@ function processMs(python: string, args: string[], cwd: string): Promise<number>
 interface Parts {
   floor: number[];
   harness: number[];
+  script: number[];
   unjailed: number[];
   jailed: number[];
   cgroup: number[];
+  egress: number[];
 }
 
 async function measureParts(context: BenchContext, python: string, appDir: string): Promise<Parts> {
@@ -67,18 +68,24 @@ async function measureParts(context: BenchContext, python: string, appDir: strin
   const jail = await createSandbox("required", { logger });
   const cgroups = await createCgroups("auto", { logger, owner: "bench-parts", pids: 512 });
   const plain = unjailedSandbox();
-  const parts: Parts = { floor: [], harness: [], unjailed: [], jailed: [], cgroup: [] };
+  const parts: Parts = { floor: [], harness: [], script: [], unjailed: [], jailed: [], cgroup: [], egress: [] };
+  // As a server does at its start: replicas then import the harness's bytecode, compiled once.
+  await prepareHarness();
+  const harness = currentHarness().file;
   const cgroupsOrNone = cgroups.status.version ? cgroups : undefined;
   try {
     for (let round = -1; round < ROUNDS; round++) {
       if (round % 5 === 0) context.log(`${SCENARIO}: Runplane's part, round ${round + 1} of ${ROUNDS}`);
       const sample = {
         floor: await processMs(python, ["-c", "pass"], appDir),
-        // The harness loads main.py, says ready and exits at once: its fd 3 (requests) is /dev/null.
-        harness: await processMs(python, ["-u", WORKER, appDir, "1"], appDir),
+        // The harness loads main.py, says ready and exits at once: its fd 3 (requests) is /dev/null. As a
+        // replica runs it (imported, its bytecode compiled once), and as a script (compiled at every start).
+        harness: await processMs(python, ["-u", "-c", BOOTSTRAP, harness, appDir, "1"], appDir),
+        script: await processMs(python, ["-u", WORKER_PATH, appDir, "1"], appDir),
         unjailed: await coldStart(plain, appDir, { python, egress: false }),
         jailed: await coldStart(jail, appDir, { python, egress: false }),
         cgroup: await coldStart(jail, appDir, { python, egress: false, cgroups: cgroupsOrNone }),
+        egress: await coldStart(jail, appDir, { python, egress: true, cgroups: cgroupsOrNone }),
       };
       // Round -1 warms the page cache and is not counted.
       if (round < 0) continue;
@@ -132,7 +139,12 @@ export async function coldStartPartRows(
     part("harness", {
       what: "worker harness: imports, main.py, ready",
       base: floor,
-      baseName: "the floor (what _worker.py imports before it says ready)",
+      baseName: "the floor (what _worker.py imports before it says ready; its bytecode compiled once per server)",
+    }),
+    part("script", {
+      what: "worker harness run as a script (compiled at every start)",
+      base: m("harness"),
+      baseName: "the harness's bytecode (what compiling _worker.py costs each start)",
     }),
     part("unjailed", {
       what: "cold replica to first call, unjailed",
@@ -152,6 +164,16 @@ export async function coldStartPartRows(
       target: "report",
       note: `${over(m("cgroup"), m("jailed"), "jailed alone (cgroup made, joined, removed)")}; Runplane adds ${
         (m("cgroup") - floor).toFixed(1)
+      } ms over ${python} -c pass`,
+    }),
+    row({
+      scenario: SCENARIO,
+      subject: subject("cold replica to first call, jailed with egress, in its cgroup"),
+      p50Ms: m("egress"),
+      ratio: m("egress") / floor,
+      target: "report",
+      note: `${over(m("egress"), m("cgroup"), "without egress (slirp4netns and its routes)")}; Runplane adds ${
+        (m("egress") - floor).toFixed(1)
       } ms over ${python} -c pass`,
     }),
     row({

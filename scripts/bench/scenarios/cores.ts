@@ -13,7 +13,7 @@ import { execFileSync } from "node:child_process";
 import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { ROOT } from "../../generate.ts";
+import { ROOT } from "../../_root.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { type LoadResult, loadTest } from "../_load.ts";
 import { type BenchProcess, cpuSeconds, descendantsOf, startProcess } from "../_processes.ts";
@@ -25,8 +25,23 @@ const CONCURRENCY = 64;
 /** Each workload's request body. */
 const BODIES = { echo: JSON.stringify({ name: "bench" }), spin: JSON.stringify({ ms: 2 }) } as const;
 const CORES_MAIN = join(ROOT, "scripts", "bench", "apps_cores", "cores_main.py");
-/** Debian's interpreter, where `apt-get install python3-aiohttp` puts aiohttp (as the FastAPI peer's). */
-const PEER_PYTHON = "/usr/bin/python3";
+/**
+ * The worker counts Runplane runs with beside its one front door for n replicas: n (n > 1), or
+ * `BENCH_CORES_WORKERS` (`n,n/2`: fractions of n, rounded up; a lent machine's question of the default).
+ */
+function workerCounts(n: number): number[] {
+  const named = process.env.BENCH_CORES_WORKERS?.split(",").map((part) => {
+    const [numerator, denominator] = part.replace(/n/g, String(n)).split("/").map(Number);
+    return Math.ceil(numerator / (denominator || 1));
+  });
+  return [...new Set(named ?? [n])].filter((count) => count > 1);
+}
+
+/**
+ * Debian's interpreter, where `apt-get install python3-aiohttp` puts aiohttp (as the FastAPI peer's);
+ * `BENCH_PEER_PYTHON` names another (a machine whose aiohttp lives in a virtualenv).
+ */
+const PEER_PYTHON = process.env.BENCH_PEER_PYTHON ?? "/usr/bin/python3";
 
 /** The two workloads: the echo call, and a function that burns 2 ms of CPU. */
 type Workload = "echo" | "spin";
@@ -41,8 +56,13 @@ interface Running {
   stop(): Promise<void>;
 }
 
-/** The counts measured: powers of two up to the cores, the cores less two past 8 (the issue's 14), the cores. */
+/**
+ * The counts measured: powers of two up to the cores, the cores less two past 8 (the issue's 14), the
+ * cores; `BENCH_CORES_COUNTS=1,4,8,14` names them instead (a machine lent for minutes).
+ */
 export function processCounts(cores: number): number[] {
+  const named = process.env.BENCH_CORES_COUNTS?.split(",").map(Number).filter((n) => n > 0);
+  if (named?.length) return named;
   const counts = new Set<number>();
   for (let n = 1; n <= cores; n *= 2) counts.add(n);
   if (cores > 8) counts.add(cores - 2);
@@ -166,7 +186,7 @@ function targetOf(options: { workload: Workload; n: number; runplane: boolean })
 /** Measures every subject with n processes, in alternating rounds, and returns their rows. */
 async function measureCount(context: BenchContext, n: number): Promise<BenchRow[]> {
   const subjects = [await startFloor(n), await startAiohttp(n), await startRunplaneWith(n)];
-  if (n > 1) subjects.push(await startRunplaneWith(n, { workers: n }));
+  for (const workers of workerCounts(n)) subjects.push(await startRunplaneWith(n, { workers }));
   try {
     const seconds = Math.max(2, Math.round(context.durationSeconds / 2));
     const runs = new Map<string, Array<LoadResult & { cpuUsPerCall: number | null }>>();
@@ -195,7 +215,7 @@ async function measureCount(context: BenchContext, n: number): Promise<BenchRow[
         const figures = merged(found);
         const runplane = subjects.indexOf(subject) >= 2;
         // The workers' row beside the one front door with as many replicas, from the same rounds.
-        const single = subjects.indexOf(subject) === 3
+        const single = subjects.indexOf(subject) >= 3
           ? merged(runs.get(`${workload}\u0000${subjects[2].name}`)!)
           : null;
         const target = targetOf({ workload, n, runplane });

@@ -1,6 +1,6 @@
 import { cpus } from "node:os";
 import { join } from "node:path";
-import { ROOT } from "../../generate.ts";
+import { ROOT } from "../../_root.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { loadTest } from "../_load.ts";
 import { busyCoresSince, cpuTimes } from "../_machine.ts";

@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { join } from "node:path";
-import { ROOT } from "../../generate.ts";
+import { ROOT } from "../../_root.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { postgresVersusSqlite } from "../_engines.ts";
 import { type LoadOptions, type LoadResult, loadTest } from "../_load.ts";

@@ -11,7 +11,7 @@
 import { loadavg } from "node:os";
 import { join } from "node:path";
 import type WebSocket from "ws";
-import { ROOT } from "../../generate.ts";
+import { ROOT } from "../../_root.ts";
 import { type BenchContext, row } from "../_context.ts";
 import { descendantsRssMiB, memoryOf } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";

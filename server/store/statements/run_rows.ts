@@ -79,54 +79,83 @@ const UPSERT_TAIL = (owner: string) =>
 const UPSERT_CHUNK = 256;
 const upsertMany = new Map<number, ReturnType<typeof rawStatement<{ run_id: string }>>>();
 
-// Columns that are NOT NULL with a default: written as the default when the row leaves them out.
-const DEFAULTS: Partial<Record<(typeof COLUMNS)[number], unknown>> = {
-  result_truncated: 0,
-  lease_generation: 0,
-  method: "POST",
-};
-
+/**
+ * A row's values in the order of `COLUMNS`, a column it leaves out as NULL or, where the column is NOT
+ * NULL with a default, as that default. Written out, not a loop over the column names: each value is a
+ * named property read (a keyed read by a variable name is ~20× slower on V8, and a batch makes 27 a row).
+ */
 function parameters(row: Insertable<RunTable>): unknown[] {
-  const values = new Array<unknown>(COLUMNS.length);
-  for (let i = 0; i < COLUMNS.length; i++) values[i] = row[COLUMNS[i]] ?? DEFAULTS[COLUMNS[i]] ?? null;
-  return values;
+  return [
+    row.run_id,
+    row.project_id,
+    row.app_id,
+    row.function_name,
+    row.method ?? "POST",
+    row.mode,
+    row.status,
+    row.created_at,
+    row.started_at ?? null,
+    row.completed_at ?? null,
+    row.queue_time_ms ?? null,
+    row.run_time_ms ?? null,
+    row.input_json ?? null,
+    row.result_json ?? null,
+    row.result_truncated ?? 0,
+    row.error_type ?? null,
+    row.error_message ?? null,
+    row.error_traceback ?? null,
+    row.webhook_endpoint ?? null,
+    row.webhook_secret ?? null,
+    row.webhook_credentials ?? null,
+    row.lease_owner ?? null,
+    row.lease_expires_at ?? null,
+    row.rerun_of ?? null,
+    row.deployment_id ?? null,
+    row.lease_generation ?? 0,
+    row.websocket_json ?? null,
+  ];
+}
+
+// `parameters` and `COLUMNS` must list the columns in one order: checked once, as the module loads.
+if (parameters(Object.fromEntries(COLUMNS.map((c) => [c, c])) as never).join() !== COLUMNS.join()) {
+  throw new Error("run_rows.ts: parameters() must list the columns in the order of COLUMN_TYPES");
 }
 
 /**
  * `row` with the columns `over` sets (those not undefined) over it, as one literal of every column
- * written here. On Node 20 `Object.assign({}, row, over)` makes a dictionary-mode object (~1 µs, and
- * slow to read) and `{ ...row, ...over }` takes ~10 µs; this takes ~0.4 µs.
+ * written here, each a named property read. On Node 20 `Object.assign({}, row, over)` makes a
+ * dictionary-mode object (~1 µs, and slow to read), `{ ...row, ...over }` takes ~10 µs, and a loop
+ * over the column names reads each property by a variable name (~0.4 µs); this takes a fraction of that.
  */
 export function runRowWith(row: Insertable<RunTable>, over: Updateable<RunTable>): Insertable<RunTable> {
-  const value = (column: (typeof COLUMNS)[number]) => over[column] !== undefined ? over[column] : row[column];
   const merged = {
-    run_id: value("run_id"),
-    project_id: value("project_id"),
-    app_id: value("app_id"),
-    function_name: value("function_name"),
-    method: value("method"),
-    mode: value("mode"),
-    status: value("status"),
-    created_at: value("created_at"),
-    started_at: value("started_at"),
-    completed_at: value("completed_at"),
-    queue_time_ms: value("queue_time_ms"),
-    run_time_ms: value("run_time_ms"),
-    input_json: value("input_json"),
-    result_json: value("result_json"),
-    result_truncated: value("result_truncated"),
-    error_type: value("error_type"),
-    error_message: value("error_message"),
-    error_traceback: value("error_traceback"),
-    webhook_endpoint: value("webhook_endpoint"),
-    webhook_secret: value("webhook_secret"),
-    webhook_credentials: value("webhook_credentials"),
-    lease_owner: value("lease_owner"),
-    lease_expires_at: value("lease_expires_at"),
-    rerun_of: value("rerun_of"),
-    deployment_id: value("deployment_id"),
-    lease_generation: value("lease_generation"),
-    websocket_json: value("websocket_json"),
+    run_id: over.run_id !== undefined ? over.run_id : row.run_id,
+    project_id: over.project_id !== undefined ? over.project_id : row.project_id,
+    app_id: over.app_id !== undefined ? over.app_id : row.app_id,
+    function_name: over.function_name !== undefined ? over.function_name : row.function_name,
+    method: over.method !== undefined ? over.method : row.method,
+    mode: over.mode !== undefined ? over.mode : row.mode,
+    status: over.status !== undefined ? over.status : row.status,
+    created_at: over.created_at !== undefined ? over.created_at : row.created_at,
+    started_at: over.started_at !== undefined ? over.started_at : row.started_at,
+    completed_at: over.completed_at !== undefined ? over.completed_at : row.completed_at,
+    queue_time_ms: over.queue_time_ms !== undefined ? over.queue_time_ms : row.queue_time_ms,
+    run_time_ms: over.run_time_ms !== undefined ? over.run_time_ms : row.run_time_ms,
+    input_json: over.input_json !== undefined ? over.input_json : row.input_json,
+    result_json: over.result_json !== undefined ? over.result_json : row.result_json,
+    result_truncated: over.result_truncated !== undefined ? over.result_truncated : row.result_truncated,
+    error_type: over.error_type !== undefined ? over.error_type : row.error_type,
+    error_message: over.error_message !== undefined ? over.error_message : row.error_message,
+    error_traceback: over.error_traceback !== undefined ? over.error_traceback : row.error_traceback,
+    webhook_endpoint: over.webhook_endpoint !== undefined ? over.webhook_endpoint : row.webhook_endpoint,
+    webhook_secret: over.webhook_secret !== undefined ? over.webhook_secret : row.webhook_secret,
+    webhook_credentials: over.webhook_credentials !== undefined ? over.webhook_credentials : row.webhook_credentials,
+    lease_owner: over.lease_owner !== undefined ? over.lease_owner : row.lease_owner,
+    lease_expires_at: over.lease_expires_at !== undefined ? over.lease_expires_at : row.lease_expires_at,
+    rerun_of: over.rerun_of !== undefined ? over.rerun_of : row.rerun_of,
+    deployment_id: over.deployment_id !== undefined ? over.deployment_id : row.deployment_id,
+    lease_generation: over.lease_generation !== undefined ? over.lease_generation : row.lease_generation,
+    websocket_json: over.websocket_json !== undefined ? over.websocket_json : row.websocket_json,
   } satisfies Record<(typeof COLUMNS)[number], unknown>;
   return merged as Insertable<RunTable>;
 }
@@ -220,14 +249,54 @@ async function inChunks(
       );
       statements.set(count, statement);
     }
-    const values: unknown[] = [];
-    for (let i = at; i < at + count; i++) values.push(...parameters(rows[i]));
+    const values = chunkParameters(rows, { at, count });
     if (owner !== undefined) values.push(owner);
     for (const { run_id } of (await statement(db, values)).rows) written.add(run_id);
     at += count;
   }
   return written;
 }
+
+/** The parameters of `count` rows from `at`, row after row. */
+function chunkParameters(rows: ReadonlyArray<Insertable<RunTable>>, chunk: { at: number; count: number }): unknown[] {
+  const values: unknown[] = [];
+  for (let i = chunk.at; i < chunk.at + chunk.count; i++) {
+    const row = parameters(rows[i]);
+    for (let j = 0; j < row.length; j++) values.push(row[j]);
+  }
+  return values;
+}
+
+const insertAllNewMany = new Map<number, ReturnType<typeof rawStatement>>();
+
+/**
+ * `insertNewRuns` without learning which rows were written: resolves true when every row was inserted
+ * (each statement's count of rows written is its count of rows), false when some run was stored already.
+ * False leaves the other rows inserted: the caller rolls its transaction back and writes the batch again
+ * with `insertNewRuns`. The ids `RETURNING` reads back cost SQLite ~15 % of the insert, and a run
+ * never written before is stored already only after a try whose commit's answer was lost.
+ */
+export async function insertAllNewRuns(db: Queryable, rows: ReadonlyArray<Insertable<RunTable>>): Promise<boolean> {
+  for (let at = 0; at < rows.length;) {
+    let count = UPSERT_CHUNK;
+    while (count > rows.length - at) count /= 2;
+    let statement = insertAllNewMany.get(count);
+    if (!statement) {
+      statement = rawStatement({
+        sqlite: INSERT_INTO + new Array(count).fill(VALUES).join(", ") + INSERT_ALL_NEW_TAIL,
+        postgres: INSERT_UNNEST + INSERT_ALL_NEW_TAIL,
+        postgresParameters: (flat) => byColumn(flat, COLUMNS.length),
+      });
+      insertAllNewMany.set(count, statement);
+    }
+    const result = await statement(db, chunkParameters(rows, { at, count }));
+    if (Number(result.numAffectedRows ?? -1) !== count) return false;
+    at += count;
+  }
+  return true;
+}
+
+const INSERT_ALL_NEW_TAIL = ` on conflict ("run_id") do nothing`;
 
 /** The final state of a run this process ran under its lease (see `endLeasedRuns`). */
 export interface LeasedRunEnd {
