@@ -12,6 +12,7 @@ import {
   chromium,
   type Locator,
   type Page,
+  type Request,
 } from "playwright-core";
 
 /** Where Chromium is looked for. */
@@ -67,6 +68,8 @@ export async function newContext(
 
 /** The last troubles each page met (console errors, page errors, failed requests, 5xx answers). */
 const troubles = new WeakMap<Page, string[]>();
+/** The requests each page made that have not ended, with when they began. */
+const pending = new WeakMap<Page, Map<Request, number>>();
 
 /** Keeps `page`'s last 20 troubles, for `shown` to tell when a wait fails. */
 function recordTroubles(page: Page): void {
@@ -82,6 +85,7 @@ function recordTroubles(page: Page): void {
     }
   });
   page.on("pageerror", (error) => note(`page error: ${error.message}`));
+  page.on("crash", () => note("the page crashed"));
   page.on(
     "requestfailed",
     (request) => note(`failed: ${request.method()} ${request.url()} (${request.failure()?.errorText})`),
@@ -89,13 +93,27 @@ function recordTroubles(page: Page): void {
   page.on("response", (response) => {
     if (response.status() >= 500) note(`${response.status()}: ${response.request().method()} ${response.url()}`);
   });
+  const open = new Map<Request, number>();
+  pending.set(page, open);
+  page.on("request", (request) => open.set(request, Date.now()));
+  page.on("requestfinished", (request) => open.delete(request));
+  page.on("requestfailed", (request) => open.delete(request));
+}
+
+/** `page`'s requests that have not ended, each with its age. */
+function unfinished(page: Page): string[] {
+  const now = Date.now();
+  return [...(pending.get(page) ?? new Map<Request, number>())].map(([request, began]) =>
+    `${request.method()} ${request.url()} (${((now - began) / 1000).toFixed(1)} s)`
+  );
 }
 
 /**
  * Waits for `locator` to be visible; when it never is, the error says what the page showed instead (its
- * address and main text) and the troubles it met, so that a wait that times out in CI can be explained.
+ * address and main text), the troubles it met and its requests not ended, and what `also` adds (the
+ * server's side), so that a wait that times out in CI can be explained.
  */
-export async function shown(locator: Locator): Promise<void> {
+export async function shown(locator: Locator, options: { also?: () => string } = {}): Promise<void> {
   try {
     await locator.waitFor();
   } catch (error) {
@@ -104,9 +122,12 @@ export async function shown(locator: Locator): Promise<void> {
       `(unreadable: ${e.message})`
     );
     const met = troubles.get(page) ?? [];
+    const open = unfinished(page);
     throw new Error(
       `${(error as Error).message}\nthe page at ${page.url()} shows: ${JSON.stringify(main.slice(0, 600))}`
-        + `\nits troubles: ${met.length ? met.join("\n  ") : "none"}`,
+        + `\nits troubles: ${met.length ? met.join("\n  ") : "none"}`
+        + `\nits requests not ended: ${open.length ? open.join("\n  ") : "none"}`
+        + (options.also ? `\n${options.also()}` : ""),
       { cause: error },
     );
   }

@@ -17,6 +17,12 @@ export interface CliOutcome {
   stderr: string;
 }
 
+/**
+ * How long `runCli` lets the CLI run before it kills it: a guard against a hung CLI, not a bound on how
+ * long a command may take (CI's first deploy, a virtualenv made on a loaded machine, once took past 60 s).
+ */
+const CLI_KILL_MS = 180_000;
+
 /** Runs `runplane ...args` to completion with `env` over a clean environment (no inherited RUNPLANE_*). */
 export function runCli(
   args: string[],
@@ -27,9 +33,14 @@ export function runCli(
     execFile(
       process.execPath,
       [CLI, ...args],
-      { env: { ...env, ...options.env }, cwd: options.cwd, timeout: 60_000 },
+      { env: { ...env, ...options.env }, cwd: options.cwd, timeout: CLI_KILL_MS },
       (error, stdout, stderr) => {
-        resolve({ code: error ? (typeof error.code === "number" ? error.code : null) : 0, stdout, stderr });
+        const killed = error?.killed ? `\n[the test killed the CLI after ${CLI_KILL_MS / 1000} s]\n` : "";
+        resolve({
+          code: error ? (typeof error.code === "number" ? error.code : null) : 0,
+          stdout,
+          stderr: stderr + killed,
+        });
       },
     );
   });

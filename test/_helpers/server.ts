@@ -32,6 +32,8 @@ export interface TestServer {
   client: TestClient;
   /** Every log line so far, parsed. */
   logs: Array<Record<string, unknown>>;
+  /** The requests it answered (but assets) and the warnings it logged since `sinceMs`, for a failure to tell. */
+  recentLogs(sinceMs: number): string;
   /** Every log line so far, as written. */
   rawLogs(): string;
   /** Mints another token. */
@@ -112,6 +114,20 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     return { token, id: account.id };
   }
   const { token } = await mintToken();
+  function recentLogs(sinceMs: number): string {
+    const seen = logs.filter((line) =>
+      Date.parse(String(line.time)) >= sinceMs
+      && (Number(line.level) >= 40 || (line.msg === "request" && !String(line.path).startsWith("/dashboard/assets")))
+    );
+    return `the server's requests and warnings since then (${seen.length}):\n  `
+      + seen.slice(-40).map((line) =>
+        line.msg === "request"
+          ? `${line.method} ${line.path} ${line.status} in ${line.duration_ms} ms${
+            line.client_gone ? " (client gone)" : ""
+          }`
+          : `level ${line.level}: ${line.msg} ${JSON.stringify(line.err ?? "").slice(0, 200)}`
+      ).join("\n  ");
+  }
   return {
     url,
     dataDir,
@@ -121,6 +137,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     client: createTestClient(url, token),
     logs,
     rawLogs: () => lines.join("\n"),
+    recentLogs,
     mintToken,
     async close() {
       await server.close();

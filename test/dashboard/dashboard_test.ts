@@ -252,8 +252,9 @@ describe("the dashboard in a real browser", { skip: browser === null ? "Chromium
     await page.locator("#error").waitFor();
     assert.match(await page.locator("#error").innerText(), /<img src=x onerror=alert\(1\)>/);
     assert.equal(await page.locator("main img").count(), 0);
+    const began = Date.now();
     await page.goto(`${t.url}/dashboard/runs?app=xss`);
-    await shown(page.locator("#runs"));
+    await shown(page.locator("#runs"), { also: () => t.recentLogs(began) });
     // The only dialogs are the Cancel buttons' own confirmations (asked and accepted above): nothing alerts.
     assert.deepEqual(dialogs.filter((d) => !d.startsWith("confirm: Cancel run_")), []);
   });

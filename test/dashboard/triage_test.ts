@@ -113,8 +113,9 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
 
   /** Opens the runs view at `query` and waits for its list (or its word that nothing matches). */
   async function openRuns(query = ""): Promise<void> {
+    const began = Date.now();
     await page.goto(`${t.url}/dashboard/runs${query}`);
-    await page.locator("#runs, #no-runs").first().waitFor();
+    await shown(page.locator("#runs, #no-runs").first(), { also: () => t.recentLogs(began) });
   }
 
   it("hides the navigation while signed out, and shows it once signed in", async () => {
@@ -308,9 +309,10 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
     try {
       const small = await phone.newPage();
       for (const path of ["/dashboard/runs", `/dashboard/runs/${failed}?app=alpha`, "/dashboard/apps/alpha"]) {
+        const began = Date.now();
         await small.goto(`${t.url}${path}`);
-        await shown(small.locator("h1").first());
-        await shown(small.locator("#runs tr, #run-id, #recent-runs").first());
+        await shown(small.locator("h1").first(), { also: () => t.recentLogs(began) });
+        await shown(small.locator("#runs tr, #run-id, #recent-runs").first(), { also: () => t.recentLogs(began) });
         const widths = await small.evaluate(() => ({
           page: document.documentElement.scrollWidth,
           view: document.documentElement.clientWidth,
@@ -318,8 +320,9 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
         assert.ok(widths.page <= widths.view, `${path} is ${widths.page} px wide in ${widths.view} px`);
         assert.equal(await small.locator("#nav").isVisible(), true);
       }
+      const began = Date.now();
       await small.goto(`${t.url}/dashboard/runs`);
-      await shown(small.locator("#runs tr").first());
+      await shown(small.locator("#runs tr").first(), { also: () => t.recentLogs(began) });
       await small.screenshot({ path: join(SHOTS, "dashboard-runs-phone.png"), fullPage: false });
     } finally {
       await phone.close();

@@ -178,15 +178,18 @@ describe("runBuild", () => {
 
   it("fails in seconds, naming both settings, with no index configured on a host that cannot reach PyPI", {
     skip: PYPI_RESOLVES && "this host resolves pypi.org: the unreachable default index cannot be had here",
-  }, async () => {
+  }, async (t) => {
     const started = Date.now();
     const { error, text } = await build(`[dependencies.pip]\nrp_offline = "1.0"\n`, { pip: {} });
-    const seconds = (Date.now() - started) / 1000;
     assert.ok(error instanceof BuildError, text);
     assert.match(error.message, /could not reach the package index: .*RUNPLANE_PIP_INDEX_URL.*RUNPLANE_PIP_FIND_LINKS/);
-    // pip's default is five retries with a growing backoff (7.5 s of sleeping alone, ~28 s seen): one is left.
+    // pip's default is five retries with a growing backoff (7.5 s of sleeping alone, ~28 s seen): one is
+    // left, with no backoff (its 5 s socket timeout: pipInstallArgs above). The seconds are the host's
+    // (a resolver that never answers, a loaded machine making the virtualenv: CI once took 67 s), so they
+    // are printed, not bounded.
+    assert.match(text, /Retry\(total=0/, "pip retried once");
     assert.doesNotMatch(text, /Retry\(total=[1-9]/, "pip retried more than once");
-    assert.ok(seconds < 60, `the build took ${seconds} s`);
+    t.diagnostic(`the build failed after ${(Date.now() - started) / 1000} s`);
   });
 
   it("keeps the server's RUNPLANE_ settings from build commands", async () => {
