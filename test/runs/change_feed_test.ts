@@ -66,6 +66,14 @@ function lateListening(notifier: Notifier): { notifier: Notifier; open(): void }
   };
 }
 
+/** As `until`, for a check that waits. */
+async function untilAsync(check: () => Promise<boolean>, what: string, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+  }
+}
+
 /** Waits until `check` holds, or fails after `timeoutMs`. */
 async function until(check: () => boolean, what: string, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -134,7 +142,16 @@ for (const engine of await engines()) {
 
       stop();
       // The word is not renewed any more: after its time, the sender stops sending the project's changes.
-      await sleep(TIMINGS.watchTtlMs + 100);
+      // Its time counts from when the last renewal arrived, which a loaded machine can deliver late (CI
+      // once sent a change 100 ms past it): so the sender is probed until it stops, and then stays stopped.
+      await sleep(TIMINGS.watchTtlMs);
+      let probes = 0;
+      await untilAsync(async () => {
+        const sentBefore = sent.get("p-followed") ?? 0;
+        sender.publish(change("p-followed", `run_gone_${probes++}`));
+        await sleep(TIMINGS.flushMs * 5);
+        return (sent.get("p-followed") ?? 0) === sentBefore;
+      }, "the sender to stop sending the project nobody follows");
       const before = sent.get("p-followed") ?? 0;
       sender.publish(change("p-followed", "run_5"));
       await sleep(TIMINGS.flushMs * 5);
