@@ -5,15 +5,8 @@
  * which makes them fail instead.
  */
 import { existsSync } from "node:fs";
-import {
-  type Browser,
-  type BrowserContext,
-  type BrowserContextOptions,
-  chromium,
-  type Locator,
-  type Page,
-  type Request,
-} from "playwright-core";
+import { type Browser, type BrowserContext, type BrowserContextOptions, chromium, type Page } from "playwright-core";
+import { type ServerLog, watchContext } from "./page_diagnostics.ts";
 
 /** Where Chromium is looked for. */
 export const CHROMIUM_PATH = process.env.RUNPLANE_TEST_CHROMIUM ?? "/usr/bin/chromium";
@@ -53,84 +46,19 @@ export async function launchBrowser(): Promise<Browser | null> {
  * A new context of `browser` (1280×860 unless `viewport`, as the screenshots are taken; `storageState` to
  * carry a session over) whose every page waits up to a minute: six shards on two cores slow Chromium and
  * the server alike, and a page opened without it waited Playwright's default 30 s (a phone-sized runs
- * page once took longer than that in CI).
+ * page once took longer than that in CI). A wait that times out says what its page met (`watchContext`),
+ * the server's side too when `server` is given.
  */
 export async function newContext(
   browser: Browser,
-  options: Pick<BrowserContextOptions, "viewport" | "storageState"> = {},
+  options: Pick<BrowserContextOptions, "viewport" | "storageState"> & { server?: ServerLog } = {},
 ): Promise<BrowserContext> {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, ...options });
+  const { server, ...contextOptions } = options;
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, ...contextOptions });
   // Waits (not assertions) get a minute, in every page of the context.
   context.setDefaultTimeout(60_000);
-  context.on("page", recordTroubles);
+  watchContext(context, server);
   return context;
-}
-
-/** The last troubles each page met (console errors, page errors, failed requests, 5xx answers). */
-const troubles = new WeakMap<Page, string[]>();
-/** The requests each page made that have not ended, with when they began. */
-const pending = new WeakMap<Page, Map<Request, number>>();
-
-/** Keeps `page`'s last 20 troubles, for `shown` to tell when a wait fails. */
-function recordTroubles(page: Page): void {
-  const lines: string[] = [];
-  troubles.set(page, lines);
-  const note = (line: string) => {
-    lines.push(line.slice(0, 300));
-    if (lines.length > 20) lines.shift();
-  };
-  page.on("console", (message) => {
-    if (message.type() === "error" || message.type() === "warning") {
-      note(`console ${message.type()}: ${message.text()}`);
-    }
-  });
-  page.on("pageerror", (error) => note(`page error: ${error.message}`));
-  page.on("crash", () => note("the page crashed"));
-  page.on(
-    "requestfailed",
-    (request) => note(`failed: ${request.method()} ${request.url()} (${request.failure()?.errorText})`),
-  );
-  page.on("response", (response) => {
-    if (response.status() >= 500) note(`${response.status()}: ${response.request().method()} ${response.url()}`);
-  });
-  const open = new Map<Request, number>();
-  pending.set(page, open);
-  page.on("request", (request) => open.set(request, Date.now()));
-  page.on("requestfinished", (request) => open.delete(request));
-  page.on("requestfailed", (request) => open.delete(request));
-}
-
-/** `page`'s requests that have not ended, each with its age. */
-function unfinished(page: Page): string[] {
-  const now = Date.now();
-  return [...(pending.get(page) ?? new Map<Request, number>())].map(([request, began]) =>
-    `${request.method()} ${request.url()} (${((now - began) / 1000).toFixed(1)} s)`
-  );
-}
-
-/**
- * Waits for `locator` to be visible; when it never is, the error says what the page showed instead (its
- * address and main text), the troubles it met and its requests not ended, and what `also` adds (the
- * server's side), so that a wait that times out in CI can be explained.
- */
-export async function shown(locator: Locator, options: { also?: () => string } = {}): Promise<void> {
-  try {
-    await locator.waitFor();
-  } catch (error) {
-    const page = locator.page();
-    const main = await page.locator("main").innerText({ timeout: 5_000 }).catch((e: Error) =>
-      `(unreadable: ${e.message})`
-    );
-    const met = troubles.get(page) ?? [];
-    const open = unfinished(page);
-    throw new Error(
-      `${(error as Error).message}\nthe page at ${page.url()} shows: ${JSON.stringify(main.slice(0, 600))}`
-        + `\nits troubles: ${met.length ? met.join("\n  ") : "none"}`
-        + `\nits requests not ended: ${open.length ? open.join("\n  ") : "none"}`
-        + (options.also ? `\n${options.also()}` : ""),
-      { cause: error },
-    );
-  }
 }
 
 /**
@@ -138,8 +66,12 @@ export async function shown(locator: Locator, options: { also?: () => string } =
  * `type: message`: a confirm() is accepted (the dashboard asks before revoking or deleting), anything
  * else dismissed (an alert is an XSS, which the tests look for).
  */
-export async function openPage(browser: Browser, dialogs: string[]): Promise<{ context: BrowserContext; page: Page }> {
-  const context = await newContext(browser);
+export async function openPage(
+  browser: Browser,
+  dialogs: string[],
+  options: { server?: ServerLog } = {},
+): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await newContext(browser, options);
   const page = await context.newPage();
   page.on("dialog", (dialog) => {
     dialogs.push(`${dialog.type()}: ${dialog.message()}`);

@@ -28,7 +28,7 @@ describe("the dashboard's app page with GPUs", { skip: browser === null ? "Chrom
       files: { "main.py": "def run():\n    return 1\n" },
     });
     await t.server.context.runtime.warm();
-    ({ context, page } = await openPage(browser!, dialogs));
+    ({ context, page } = await openPage(browser!, dialogs, { server: t }));
   });
   after(async () => {
     await context?.close();

@@ -42,7 +42,7 @@ describe("the dashboard's app page: charts and log tail", {
     await deployApp(t, "talk", { toml: "", files: { "main.py": MAIN } });
     for (let i = 0; i < 4; i++) await callRun(ref(), "say", { body: { word: `w${i}`, pause: i * 0.05 } });
     await callRun(ref(), "fail", { body: {} });
-    ({ context, page } = await openPage(browser!, dialogs));
+    ({ context, page } = await openPage(browser!, dialogs, { server: t }));
     await page.setViewportSize({ width: 1280, height: 1000 });
     await page.goto(`${t.url}/dashboard/signin`);
     await page.getByLabel("Service-account token").fill(t.token);

@@ -35,7 +35,7 @@ describe("the dashboard's deployments with their image", {
     // As the build records an image it pulled.
     await t.server.context.store.db.updateTable("deployments").set({ image_reference: REFERENCE, image_digest: DIGEST })
       .where("deployment_id", "=", ids[1]).execute();
-    ({ context, page } = await openPage(browser!, dialogs));
+    ({ context, page } = await openPage(browser!, dialogs, { server: t }));
   });
   after(async () => {
     await context?.close();

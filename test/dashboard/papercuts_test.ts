@@ -45,7 +45,7 @@ describe("the dashboard's papercuts", { skip: browser === null ? "Chromium is no
 
   async function newPage(viewport: { width: number; height: number }): Promise<void> {
     await context?.close();
-    context = await newContext(browser!, { viewport });
+    context = await newContext(browser!, { viewport, server: t });
     page = await context.newPage();
     page.on("dialog", (dialog) => {
       dialogs.push(`${dialog.type()}: ${dialog.message()}`);

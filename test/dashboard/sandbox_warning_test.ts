@@ -28,7 +28,7 @@ describe("the dashboard's sandbox warning", { skip: browser === null ? "Chromium
   async function bannerOf(env: Record<string, string>): Promise<{ hidden: boolean; text: string }> {
     const t = await startTestServer({ env });
     servers.push(t);
-    const { context, page } = await openPage(browser!, []);
+    const { context, page } = await openPage(browser!, [], { server: t });
     // What became of the page's one /readyz fetch, recorded as it happens: a listener, not a pending
     // waitForResponse, so a slow page load on a loaded machine fails below with what was seen (CI once
     // timed out a waitForResponse armed before the load, as an unhandled rejection that said nothing).

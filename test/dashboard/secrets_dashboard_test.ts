@@ -34,7 +34,7 @@ describe("the dashboard's secrets page", { skip: browser === null ? "Chromium is
     await mkdir(SHOTS, { recursive: true });
     t = await startTestServer();
     await t.server.context.projectSecrets.put(TEST_PROJECT, "FROM_THE_API", "api value");
-    ({ context, page } = await openPage(browser!, dialogs));
+    ({ context, page } = await openPage(browser!, dialogs, { server: t }));
   });
   after(async () => {
     await context?.close();

@@ -15,7 +15,7 @@ import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import type { BrowserContext, Page } from "playwright-core";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
-import { launchBrowser, newContext, openPage, shown } from "../_helpers/browser.ts";
+import { launchBrowser, newContext, openPage } from "../_helpers/browser.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const run = promisify(execFile);
@@ -72,7 +72,7 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
     admin = (await t.mintToken({ scopes: ["admin", "deploy", "rest", "run"] })).token;
     await deployApp(t, "alpha", { toml: "[scaling]\nmax_replicas = 2\n", files: { "main.py": MAIN } });
     await deployApp(t, "beta", { toml: "", files: { "main.py": MAIN } });
-    ({ context, page } = await openPage(browser!, dialogs));
+    ({ context, page } = await openPage(browser!, dialogs, { server: t }));
     page.on("request", (request) => requests.push(new URL(request.url()).pathname));
   });
   after(async () => {
@@ -113,9 +113,8 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
 
   /** Opens the runs view at `query` and waits for its list (or its word that nothing matches). */
   async function openRuns(query = ""): Promise<void> {
-    const began = Date.now();
     await page.goto(`${t.url}/dashboard/runs${query}`);
-    await shown(page.locator("#runs, #no-runs").first(), { also: () => t.recentLogs(began) });
+    await page.locator("#runs, #no-runs").first().waitFor();
   }
 
   it("hides the navigation while signed out, and shows it once signed in", async () => {
@@ -305,14 +304,14 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
     const phone = await newContext(browser!, {
       viewport: { width: 390, height: 844 },
       storageState: await context.storageState(),
+      server: t,
     });
     try {
       const small = await phone.newPage();
       for (const path of ["/dashboard/runs", `/dashboard/runs/${failed}?app=alpha`, "/dashboard/apps/alpha"]) {
-        const began = Date.now();
         await small.goto(`${t.url}${path}`);
-        await shown(small.locator("h1").first(), { also: () => t.recentLogs(began) });
-        await shown(small.locator("#runs tr, #run-id, #recent-runs").first(), { also: () => t.recentLogs(began) });
+        await small.locator("h1").first().waitFor();
+        await small.locator("#runs tr, #run-id, #recent-runs").first().waitFor();
         const widths = await small.evaluate(() => ({
           page: document.documentElement.scrollWidth,
           view: document.documentElement.clientWidth,
@@ -320,9 +319,8 @@ describe("the dashboard's triage view", { skip: browser === null ? "Chromium is 
         assert.ok(widths.page <= widths.view, `${path} is ${widths.page} px wide in ${widths.view} px`);
         assert.equal(await small.locator("#nav").isVisible(), true);
       }
-      const began = Date.now();
       await small.goto(`${t.url}/dashboard/runs`);
-      await shown(small.locator("#runs tr").first(), { also: () => t.recentLogs(began) });
+      await small.locator("#runs tr").first().waitFor();
       await small.screenshot({ path: join(SHOTS, "dashboard-runs-phone.png"), fullPage: false });
     } finally {
       await phone.close();

@@ -23,7 +23,7 @@ describe("the dashboard's volumes page", { skip: browser === null ? "Chromium is
   before(async () => {
     await mkdir(SHOTS, { recursive: true });
     t = await startTestServer({ env: { RUNPLANE_VOLUMES_MODE: "directory" } });
-    ({ context, page } = await openPage(browser!, dialogs));
+    ({ context, page } = await openPage(browser!, dialogs, { server: t }));
     await page.goto(`${t.url}/dashboard/signin`);
     await page.getByLabel("Service-account token").fill(t.token);
     await page.getByRole("button", { name: "Sign in" }).click();

@@ -29,7 +29,7 @@ describe(
         toml: '[deployment]\nruntime = "custom"\n[runtime.custom]\nentrypoint = ["python3", "server.py"]\n',
         files: { "server.py": WEBSOCKET_ECHO_APP },
       });
-      ({ context, page } = await openPage(browser!, dialogs));
+      ({ context, page } = await openPage(browser!, dialogs, { server: t }));
     });
     after(async () => {
       await context?.close();
