@@ -7,6 +7,7 @@
 import createClient from "openapi-fetch";
 import { go } from "./navigation.js";
 import { forgetSession } from "./session.js";
+import { fetchWithRetry } from "./transport.js";
 
 /** @typedef {import("./types.js").Paths} Paths */
 /** @typedef {import("./types.js").Problem} Problem */
@@ -15,6 +16,7 @@ import { forgetSession } from "./session.js";
 export const api = /** @type {typeof createClient<Paths>} */ (createClient)({
   baseUrl: location.origin,
   credentials: "same-origin",
+  fetch: fetchWithRetry,
 });
 
 /** Thrown when the server said the session is over: the page has already gone to sign-in. */

@@ -53,6 +53,20 @@ function showNavigation(session, section) {
   }
 }
 
+/**
+ * The page shown instead of one that could not be read: what went wrong, and a button that reads it again.
+ *
+ * @param {string} title
+ * @param {unknown} error
+ */
+function failedPage(title, error) {
+  return [
+    h("h1", {}, title),
+    errorBox(error),
+    h("p", {}, h("button", { type: "button", id: "try-again", onclick: () => void render() }, "Try again")),
+  ];
+}
+
 /** How many renders began: the latest one's page is shown. */
 let renders = 0;
 
@@ -67,7 +81,14 @@ async function render(options = {}) {
   const main = byId("main");
   const url = new URL(location.href);
   const route = url.pathname.replace(/^\/dashboard\/?/, "").split("/").map(decodeURIComponent);
-  const session = await loadSession();
+  /** @type {import("./types.js").Session | null} */
+  let session;
+  try {
+    session = await loadSession();
+  } catch (error) {
+    if (mine === renders) replace(main, ...failedPage("The server cannot be reached", error));
+    return;
+  }
   if (!session) {
     byId("nav").hidden = true;
     if (route[0] !== "signin") history.replaceState(null, "", "/dashboard/signin");
@@ -85,9 +106,7 @@ async function render(options = {}) {
     replace(main, nodes);
     document.title = `${main.querySelector("h1")?.textContent ?? "Runplane"} · Runplane`;
   } catch (error) {
-    if (mine === renders && !(error instanceof SignedOut)) {
-      replace(main, h("h1", {}, "Something went wrong"), errorBox(error));
-    }
+    if (mine === renders && !(error instanceof SignedOut)) replace(main, ...failedPage("Something went wrong", error));
   }
 }
 

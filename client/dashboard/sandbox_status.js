@@ -5,6 +5,7 @@
  * run unjailed and deployments are refused.
  */
 import { h } from "./dom.js";
+import { fetchWithRetry } from "./transport.js";
 
 /** @typedef {import("./types.js").Schemas["SandboxReport"]} SandboxReport */
 
@@ -18,7 +19,7 @@ let read;
  * @returns {Promise<SandboxReport | null>}
  */
 export async function sandboxReport() {
-  read ??= fetch("/readyz").then(async (response) => {
+  read ??= fetchWithRetry("/readyz").then(async (response) => {
     if (!response.ok) return null;
     return /** @type {import("./types.js").Schemas["Readiness"]} */ (await response.json()).sandbox;
   }).catch(() => null);

@@ -3,6 +3,7 @@
  * The signed-in session, as the server tells it (`/dashboard/session`). The token itself never reaches
  * the page: the server keeps it sealed in an HttpOnly cookie.
  */
+import { fetchWithRetry } from "./transport.js";
 
 /** @typedef {import("./types.js").Session} Session */
 
@@ -24,10 +25,13 @@ export function requireSession() {
   return current;
 }
 
-/** Asks the server who is signed in, once; resolves with the session or null. */
+/**
+ * Asks the server who is signed in, once; resolves with the session or null. Rejects when the server
+ * could not be reached (after `fetchWithRetry`'s tries), and asks again at the next call.
+ */
 export async function loadSession() {
   if (current !== undefined) return current;
-  const response = await fetch("/dashboard/session");
+  const response = await fetchWithRetry("/dashboard/session");
   current = response.ok ? /** @type {Session} */ (await response.json()) : null;
   return current;
 }
