@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { after, it } from "node:test";
@@ -37,6 +37,23 @@ async function setUp(app: string, options: { slots: number }) {
     },
     markOf,
   };
+}
+
+/** `pid`'s state and parent (from /proc/<pid>/stat), its command line, and each thread's kernel wait. */
+function describeProcess(pid: number): string {
+  const read = (path: string) => {
+    try {
+      return readFileSync(path, "utf8").trim();
+    } catch (error) {
+      return `(${(error as NodeJS.ErrnoException).code})`;
+    }
+  };
+  const stat = read(`/proc/${pid}/stat`);
+  const [state, parent] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const threads = existsSync(`/proc/${pid}/task`) ? readdirSync(`/proc/${pid}/task`) : [];
+  const waits = threads.map((tid) => `${tid}:${read(`/proc/${pid}/task/${tid}/wchan`)}`).join(" ");
+  return `state ${state}, parent ${parent} (${read(`/proc/${parent}/cmdline`).replaceAll("\0", " ")}), `
+    + `command ${read(`/proc/${pid}/cmdline`).replaceAll("\0", " ")}, threads waiting in ${waits || "-"}`;
 }
 
 function track(server: ServerProcess): ServerProcess {
@@ -132,7 +149,14 @@ it("kill -9 while a run is running: after a restart it ends failure/interrupted 
   await first.kill();
   const killedAt = Date.now();
   const syncRunId = (sync.data as { run_id: string }).run_id;
-  await waitFor(() => !alive(workerPid), "the Python worker to exit after the server was killed", 5_000);
+  // An orphan would sleep its hour; 15 s leaves the restart below 20 s before the lease path could end
+  // the run (40 s after the kill). A local .ci/run once saw the worker outlive a 5 s wait on a loaded host.
+  await waitFor(() => !alive(workerPid), "the Python worker to exit after the server was killed", 15_000).catch(
+    (error: Error) => {
+      // What the worker was doing instead: its state, parent and threads.
+      throw new Error(`${error.message}: ${describeProcess(workerPid)}`, { cause: error });
+    },
+  );
 
   const second = track(await startServerProcess(env, { token: first.token }));
   ref = { client: second.client, project: PROJECT, app: "r" };
