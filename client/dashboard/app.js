@@ -110,12 +110,20 @@ async function render(options = {}) {
   }
 }
 
+/** How long the shell waits before it asks a server that is not ready again (then twice as long, to a minute). */
+const NOT_READY_RETRY_MS = 1_000;
+
 /**
  * Says loudly when this server runs tenants' code unjailed, or refuses deployments because it would (its
- * /readyz tells; a server not ready says later).
+ * /readyz tells). A server not ready yet (503: its store or its apps folder still starting) is asked
+ * again until it is, so the warning shows on the page already open, not only after a reload.
  */
 async function warnWhenUnjailed() {
-  const warning = await unjailedWarning();
+  let warning = await unjailedWarning();
+  for (let wait = NOT_READY_RETRY_MS; warning === undefined; wait = Math.min(wait * 2, 60_000)) {
+    await new Promise((resolve) => setTimeout(resolve, wait));
+    warning = await unjailedWarning();
+  }
   if (!warning) return;
   const banner = byId("sandbox-warning");
   banner.textContent = warning;

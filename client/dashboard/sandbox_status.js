@@ -37,10 +37,13 @@ const REFUSAL = /^Deployments are refused\b[^:]*:\s*/;
 /**
  * The shell's warning when tenants' code runs unjailed, or null when it is jailed: each thing said once
  * (the server's warnings each end "tenants' code runs unjailed", and a refusal repeats that it refuses).
+ *
+ * @returns {Promise<string | null | undefined>} undefined while the server is not ready (ask again later)
  */
 export async function unjailedWarning() {
   const sandbox = await sandboxReport();
-  if (!sandbox || sandbox.jailed) return null;
+  if (!sandbox) return undefined;
+  if (sandbox.jailed) return null;
   const refusal = sandbox.warnings.find((warning) => REFUSAL.test(warning));
   const details = sandbox.warnings.filter((warning) => warning !== refusal)
     .map((warning) => warning.replace(SAID_BY_THE_LEAD, "")).filter(Boolean).join("; ");

@@ -104,6 +104,31 @@ describe("the dashboard's sandbox warning", { skip: browser === null ? "Chromium
     }
   });
 
+  it("shows the warning on the page already open once a server that was not ready is", async () => {
+    const t = await startTestServer({ env: { RUNPLANE_SANDBOX: "off" } });
+    servers.push(t);
+    const { context, page } = await openPage(browser!, [], { server: t });
+    // The first two reads of /readyz answer as a server still starting does (CI met one: its apps folder
+    // was loading); the page must ask again, not wait for a reload.
+    let notReady = 2;
+    await page.route("**/readyz", async (route) => {
+      if (notReady-- <= 0) return await route.fallback();
+      await route.fulfill({
+        status: 503,
+        contentType: "application/problem+json",
+        body: JSON.stringify({ type: "about:blank", title: "Service Unavailable", status: 503 }),
+      });
+    });
+    try {
+      await page.goto(`${t.url}/dashboard/signin`, { timeout: LOADED_MACHINE_MS });
+      await page.locator("#sandbox-warning").waitFor({ timeout: LOADED_MACHINE_MS });
+      assert.match((await page.locator("#sandbox-warning").textContent()) ?? "", /RUNPLANE_SANDBOX=off/);
+      assert.ok(notReady < 0, "the page read /readyz a third time");
+    } finally {
+      await context.close();
+    }
+  });
+
   it("shows nothing when tenants' code runs jailed", async (t) => {
     if (!(await sandboxWorks("the dashboard's jailed case"))) return t.skip("the sandbox cannot run here");
     const banner = await bannerOf({ RUNPLANE_SANDBOX: "required" });
