@@ -60,9 +60,10 @@ export async function sweepUnpacked(dataDir: string, options: { olderThanMs: num
   const names = await readdir(root).catch(() => [] as string[]);
   await Promise.all(names.map(async (name) => {
     const path = join(root, name);
-    const modified = await stat(path).then((s) => s.mtimeMs, () => undefined);
-    if (modified !== undefined && options.now - modified >= options.olderThanMs) {
-      await rm(path, { recursive: true, force: true });
-    }
+    // 0 is every folder whatever the clock says: a clock stepped back (or a folder's time set ahead of
+    // `now`) must not keep a previous process's folders at a start.
+    const old = options.olderThanMs <= 0
+      || await stat(path).then((s) => options.now - s.mtimeMs >= options.olderThanMs, () => false);
+    if (old) await rm(path, { recursive: true, force: true });
   }));
 }

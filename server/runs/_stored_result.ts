@@ -65,18 +65,23 @@ const COMMA = Buffer.from(",");
 /** Stored items kept in memory before they are set aside on disk (see `_spill_file.ts`). */
 const IN_MEMORY_BYTES = 64 * 1024;
 
+/** The first size of the buffer that holds a stream's items in memory; it doubles as they come. */
+const FIRST_BUFFER_BYTES = 512;
+
 /**
  * A stream's items as they arrive, serialised once each and kept while the JSON list stays within the
  * limit; after the first item that does not fit, later ones are counted out too (the stored list is a
  * prefix of the stream). At most `IN_MEMORY_BYTES` of it is held in memory: the rest waits in a spill
  * file until `result()`, so a long stream, or one whose reader stalls, holds a few KiB, not the limit.
- * `close()` drops what was kept when the run ends without a stored list.
+ * What is held is UTF-8 in one buffer of its own, not a string per item: a string, the comma joined to
+ * it and the list's slot cost twice the item's bytes on V8's heap, and a thousand open streams keep them
+ * all alive across collections. `close()` drops what was kept when the run ends without a stored list.
  */
 export class StoredItems {
   readonly #limit: number;
-  /** Text, or a `RawJson` item's bytes (with its comma). */
-  #parts: Array<string | Uint8Array[]> = [];
-  #partBytes = 0;
+  /** The items held in memory as UTF-8, commas included: `#held` bytes of `#buffer`. */
+  #buffer: Buffer | undefined = undefined;
+  #held = 0;
   #spill: SpillFile | undefined = undefined;
   // The list's brackets.
   #bytes = 2;
@@ -91,35 +96,58 @@ export class StoredItems {
   add(value: unknown): void {
     if (this.#truncated) return;
     const comma = this.#count ? 1 : 0;
-    let part: string | Uint8Array[];
-    let bytes: number;
+    const held = this.#held;
     if (value instanceof RawJson) {
-      bytes = comma + value.bytes;
+      const bytes = comma + value.bytes;
       if (bytes > this.#limit - this.#bytes) return void (this.#truncated = true);
-      part = comma ? [COMMA, ...value.chunks()] : [...value.chunks()];
-    } else {
-      const text = (comma ? "," : "") + JSON.stringify(value ?? null);
-      if (overLimit(text, this.#limit - this.#bytes)) return void (this.#truncated = true);
-      part = text;
-      bytes = Buffer.byteLength(text);
-    }
-    this.#bytes += bytes;
-    this.#count++;
-    this.#parts.push(part);
-    this.#partBytes += bytes;
-    if (this.#partBytes > IN_MEMORY_BYTES) {
-      try {
-        (this.#spill ??= new SpillFile()).append(this.#parts.flat());
-      } catch {
-        // No room on disk for the record's copy: the stream goes on, and its stored list ends here.
-        this.#bytes -= bytes;
-        this.#parts.pop();
-        this.#truncated = true;
-        return;
+      const buffer = this.#room(bytes);
+      let at = held;
+      if (comma) at += COMMA.copy(buffer, at);
+      for (const chunk of value.chunks()) {
+        buffer.set(chunk, at);
+        at += chunk.length;
       }
-      this.#parts = [];
-      this.#partBytes = 0;
+      this.#held = at;
+    } else {
+      const text = JSON.stringify(value ?? null);
+      if (overLimit(text, this.#limit - this.#bytes - comma)) return void (this.#truncated = true);
+      const bytes = comma + Buffer.byteLength(text);
+      const buffer = this.#room(bytes);
+      if (comma) COMMA.copy(buffer, held);
+      this.#held = held + comma + buffer.write(text, held + comma, "utf8");
     }
+    this.#bytes += this.#held - held;
+    this.#count++;
+    if (this.#held > IN_MEMORY_BYTES) this.#setAside(held);
+  }
+
+  /** The buffer, with room for `bytes` more (grown by doubling, its held bytes copied). */
+  #room(bytes: number): Buffer {
+    const needed = this.#held + bytes;
+    if (this.#buffer && this.#buffer.length >= needed) return this.#buffer;
+    let size = Math.max(FIRST_BUFFER_BYTES, this.#buffer?.length ?? 0);
+    while (size < needed) size *= 2;
+    // Not from Node's shared pool: a pooled slice would keep a whole 8 KiB slab alive for each stream.
+    const grown = Buffer.allocUnsafeSlow(size);
+    this.#buffer?.copy(grown, 0, 0, this.#held);
+    this.#buffer = grown;
+    return grown;
+  }
+
+  /** Appends what is held to the spill file and frees it; `before`: the held bytes before the last item. */
+  #setAside(before: number): void {
+    try {
+      (this.#spill ??= new SpillFile()).append([this.#buffer!.subarray(0, this.#held)]);
+    } catch {
+      // No room on disk for the record's copy: the stream goes on, and its stored list ends here.
+      this.#bytes -= this.#held - before;
+      this.#count--;
+      this.#held = before;
+      this.#truncated = true;
+      return;
+    }
+    this.#buffer = undefined;
+    this.#held = 0;
   }
 
   /** The stored list (read once: the spilled part is freed). */
@@ -132,14 +160,15 @@ export class StoredItems {
       this.close();
       return { json: "[]", truncated: true };
     }
-    const kept = this.#parts.flat().map((part) => typeof part === "string" ? part : Buffer.from(part).toString("utf8"));
-    return { json: `[${spilled}${kept.join("")}]`, truncated: this.#truncated };
+    const kept = this.#buffer?.toString("utf8", 0, this.#held) ?? "";
+    return { json: `[${spilled}${kept}]`, truncated: this.#truncated };
   }
 
   /** Drops the kept items; later items are not kept (idempotent). */
   close(): void {
     this.#spill?.close();
-    this.#parts = [];
+    this.#buffer = undefined;
+    this.#held = 0;
     this.#truncated = true;
   }
 }

@@ -39,6 +39,8 @@ export interface ReplicaSpawnOptions {
   label: string;
   /** The replica's cgroup (its limits), joined before the command runs; read for OOM kills when it ends. */
   cgroup?: ReplicaCgroup;
+  /** The descriptor, one of the extra pipes, that the command reads for its network (`SandboxSpawnOptions.networkGate`). */
+  networkGate?: number;
 }
 
 /** How a replica's process ended. */
@@ -75,6 +77,7 @@ export function spawnInOwnGroup(command: string, args: string[], options: Replic
     jail: options.jail,
     stdio: ["ignore", "pipe", "pipe", ...Array<"pipe">(options.extraPipes ?? 0).fill("pipe")],
     cgroup: options.cgroup,
+    networkGate: options.networkGate,
   });
   let spawnError: string | undefined;
   child.once("error", (error) => (spawnError = error.message));

@@ -3,7 +3,8 @@
  * pid as its pid namespace numbers it; the server finds the host's pid among the template's descendants
  * by the last entry of their `NSpid` (the same number unjailed).
  */
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
 
 /** The pids `pid`'s threads started (`/proc/<pid>/task/<tid>/children`). */
 function childrenOf(pid: number): number[] {
@@ -37,10 +38,13 @@ export function hostPidOf(rootPid: number, innerPid: number): number | undefined
   return undefined;
 }
 
-/** Writes `pid` into each `cgroup.procs` file; returns what went wrong, or undefined. */
-export function moveIntoCgroup(pid: number, procsFiles: string[]): string | undefined {
+/**
+ * Writes `pid` into each `cgroup.procs` file; resolves to what went wrong, or undefined. Off the event
+ * loop: a move may wait for an RCU grace period (see `CgroupMovePrimer`), which would stall every call.
+ */
+export async function moveIntoCgroup(pid: number, procsFiles: string[]): Promise<string | undefined> {
   try {
-    for (const file of procsFiles) writeFileSync(file, String(pid));
+    for (const file of procsFiles) await writeFile(file, String(pid));
     return undefined;
   } catch (error) {
     return (error as Error).message;

@@ -15,7 +15,7 @@ import { type ProcessExit, signalGroup, spawnInOwnGroup, stopReplicaProcess } fr
 import { memoryText } from "./_failures.ts";
 import { hostPidOf, moveIntoCgroup } from "./_process_tree.ts";
 import { currentHarness } from "./_harness_bytecode.ts";
-import { type WorkerProcess, workerArgs, workerJail, type WorkerSpec } from "./_worker_process.ts";
+import { type WorkerProcess, workerArgs, workerDescriptors, workerJail, type WorkerSpec } from "./_worker_process.ts";
 
 /** How long a fork may take to connect back before it is killed and its replica fails to start. */
 const FORK_TIMEOUT_MS = 30_000;
@@ -135,6 +135,7 @@ export class ReplicaTemplate {
     if (this.#gone) return { reason: "closed before its process started", outOfMemory: false };
     const harness = currentHarness();
     const jail = workerJail({ ...options.jail, writable: [...(options.jail.writable ?? []), dir] }, harness);
+    const { networkFd, extraPipes } = workerDescriptors(0);
     const { child, exited } = spawnInOwnGroup(
       options.python,
       workerArgs(options.appDir, {
@@ -144,14 +145,16 @@ export class ReplicaTemplate {
         batch: options.batch,
         template: true,
         unjailed: !options.sandbox.status.jailed,
+        networkFd,
       }),
       {
         sandbox: options.sandbox,
         jail,
-        extraPipes: 2,
+        extraPipes,
         logger: options.logger,
         label: `${options.label} template`,
         cgroup: options.cgroup,
+        networkGate: networkFd,
       },
     );
     this.#rootPid = child.pid;
@@ -235,6 +238,9 @@ export class ReplicaTemplate {
         this.#afterForkEnded();
       }, FORK_TIMEOUT_MS);
       const channels = options.channels ?? 0;
+      // The fork connects back a few milliseconds later (15–25 ms on a slow hour), then is moved into its
+      // cgroup: that move's wait starts now.
+      options.cgroup?.primeJoin?.();
       this.#pending.set(id, {
         options,
         sockets: {},
@@ -302,15 +308,6 @@ export class ReplicaTemplate {
     const innerPid = hello.pid;
     const hostPid = this.#rootPid === undefined ? undefined : hostPidOf(this.#rootPid, innerPid);
     const { cgroup } = pending.options;
-    if (cgroup) {
-      const problem = hostPid === undefined ? "its host pid was not found" : moveIntoCgroup(hostPid, cgroup.procsFiles);
-      if (problem) {
-        this.#options.logger.warn(
-          { app: this.#options.label, pid: innerPid, problem },
-          "a forked replica stays in its template's cgroup",
-        );
-      }
-    }
     const onOutOfMemory = () =>
       this.#options.logger.warn({ app: this.#options.label, pid: hostPid }, "replica killed at its memory limit");
     const channels = pending.channels as Socket[];
@@ -324,7 +321,19 @@ export class ReplicaTemplate {
       cgroup,
       onOutOfMemory,
     });
+    // Known to the template before the move is awaited: an exit meanwhile reaches the worker.
     this.#forks.set(innerPid, worker);
+    if (cgroup) {
+      const problem = hostPid === undefined
+        ? "its host pid was not found"
+        : await moveIntoCgroup(hostPid, cgroup.procsFiles);
+      if (problem) {
+        this.#options.logger.warn(
+          { app: this.#options.label, pid: innerPid, problem },
+          "a forked replica stays in its template's cgroup",
+        );
+      }
+    }
     requests.write("start\n");
     // Nothing comes on the requests socket; read it so that its end (the process's exit) is seen.
     requests.resume();

@@ -1031,9 +1031,12 @@ def parse_args(argv):
     channels = []
     template = False
     unjailed = False
+    network_fd = None
     for arg in argv[3:]:
         if arg.startswith("--channels="):
             channels = [int(fd) for fd in arg[len("--channels="):].split(",") if fd]
+        elif arg.startswith("--network-fd="):
+            network_fd = int(arg[len("--network-fd="):])
         elif arg == "--template":
             template = True
         elif arg == "--unjailed":
@@ -1042,7 +1045,19 @@ def parse_args(argv):
             _batch_specs.update({name: tuple(spec) for name, spec in json.loads(arg[len("--batch="):]).items()})
         elif arg.startswith("--preload="):
             preload = [name for name in arg[len("--preload="):].split(",") if name]
-    return app_dir, concurrency, preload, template, unjailed, channels
+    return app_dir, concurrency, preload, template, unjailed, channels, network_fd
+
+
+def wait_for_network(fd):
+    """Waits for the server's word that the jail's network is in (`x` on this pipe, then its end): the
+    interpreter and these imports ran while it was attached; the preload and main.py may need it. Without
+    the word the server could not set the network up, and stops this process's group itself."""
+    try:
+        word = os.read(fd, 1)
+    finally:
+        os.close(fd)
+    if word != b"x":
+        os._exit(3)
 
 
 def load_or_exit(app_dir, preload):
@@ -1304,7 +1319,9 @@ def reap(children):
 
 
 def main():
-    app_dir, concurrency, preload, template, unjailed, channels = parse_args(sys.argv)
+    app_dir, concurrency, preload, template, unjailed, channels, network_fd = parse_args(sys.argv)
+    if network_fd is not None:
+        wait_for_network(network_fd)
     module = load_or_exit(app_dir, preload)
     if template:
         template_main(module, concurrency, unjailed)

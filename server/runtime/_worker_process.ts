@@ -56,6 +56,8 @@ export function workerArgs(
     template?: boolean;
     unjailed?: boolean;
     channelFds?: number[];
+    /** The descriptor of its network gate, read before the preload and main.py (`SandboxSpawnOptions.networkGate`). */
+    networkFd?: number;
   },
 ) {
   const batch = options.batch && Object.keys(options.batch).length ? [`--batch=${JSON.stringify(options.batch)}`] : [];
@@ -68,6 +70,7 @@ export function workerArgs(
     String(options.concurrency),
     ...(options.preload.length ? [`--preload=${options.preload.join(",")}`] : []),
     ...(options.channelFds?.length ? [`--channels=${options.channelFds.join(",")}`] : []),
+    ...(options.networkFd !== undefined ? [`--network-fd=${options.networkFd}`] : []),
     ...batch,
     ...(options.template ? ["--template"] : []),
     ...(options.template && options.unjailed ? ["--unjailed"] : []),
@@ -108,9 +111,19 @@ export interface ColdWorkerOptions extends WorkerSpec {
 /** The first descriptor of a cold worker's extra channels: after fd 3 (requests) and fd 4 (messages). */
 const FIRST_CHANNEL_FD = 5;
 
+/**
+ * A worker's or template's protocol pipes (fd 3 and 4), its `channels` (fd 5 on) and its network gate,
+ * the last: the interpreter and the harness's imports run while the jail's network is attached, and the
+ * harness waits on the gate only before the preload and main.py, which may need the network.
+ */
+export function workerDescriptors(channels: number): { channelFds: number[]; networkFd: number; extraPipes: number } {
+  const channelFds = Array.from({ length: channels }, (_, i) => FIRST_CHANNEL_FD + i);
+  return { channelFds, networkFd: FIRST_CHANNEL_FD + channels, extraPipes: 3 + channels };
+}
+
 /** Starts `_worker.py` in a jail of its own: the whole import is paid again (a cold start). */
 export function startColdWorker(options: ColdWorkerOptions): WorkerProcess {
-  const channelFds = Array.from({ length: options.channels ?? 0 }, (_, i) => FIRST_CHANNEL_FD + i);
+  const { channelFds, networkFd, extraPipes } = workerDescriptors(options.channels ?? 0);
   const harness = currentHarness();
   const { child, exited } = spawnInOwnGroup(
     options.python,
@@ -120,15 +133,17 @@ export function startColdWorker(options: ColdWorkerOptions): WorkerProcess {
       preload: options.preload,
       batch: options.batch,
       channelFds,
+      networkFd,
     }),
     {
       sandbox: options.sandbox,
       jail: workerJail(options.jail, harness),
       // Each a socket pair (libuv's pipes are), so one descriptor carries a channel both ways.
-      extraPipes: 2 + channelFds.length,
+      extraPipes,
       logger: options.logger,
       label: options.label,
       cgroup: options.cgroup,
+      networkGate: networkFd,
     },
   );
   let ended = false;

@@ -49,6 +49,7 @@ export { type OutputLine, PythonReplica, type ReplicaExit } from "./_python_repl
 export type { CallableReplica, ReplicaCall } from "./_replica.ts";
 export { interpreterHome } from "./_replica_jail.ts";
 export type { Capacity, ReplicaGpus, ReplicaStates } from "./_replica_pool.ts";
+export { ReplicaTemplate } from "./_replica_template.ts";
 export type { HeldSeat } from "./_seat_book.ts";
 export type {
   AppInfo,

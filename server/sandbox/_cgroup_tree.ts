@@ -27,6 +27,11 @@ export interface ReplicaCgroup {
   /** Whether the kernel's OOM killer killed a process of it: its memory limit was reached. */
   oomKilled(): boolean;
   /**
+   * Begins, ahead of a move into this cgroup, the kernel's wait that the move would begin with
+   * (`CgroupMovePrimer`); the server's cgroups make one at `create`, and a template before it forks.
+   */
+  primeJoin?(): void;
+  /**
    * Kills whatever is left in it and removes it (retried while the kernel still counts exiting processes);
    * false when processes outlived ~5 s of that.
    */

@@ -8,6 +8,7 @@ import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, readlinkSync, statfsSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "../log.ts";
+import { CgroupMovePrimer } from "./_cgroup_move_primer.ts";
 import { isAlive } from "./_identity.ts";
 import { type CgroupLayout, cgroupLayout, type Controller, CONTROLLERS } from "./_cgroup_layout.ts";
 import {
@@ -314,6 +315,11 @@ export interface CgroupsOptions {
   pids: number;
   /** Where the server's cgroups are (tests); read from `/proc/self` otherwise. */
   layout?: CgroupLayout;
+  /**
+   * Whether a replica's move into its cgroup is primed (`CgroupMovePrimer`); default true. False measures
+   * what priming saves (`npm run bench -- --scenario cgroups`).
+   */
+  primeMoves?: boolean;
 }
 
 /**
@@ -345,7 +351,8 @@ export async function createCgroups(setting: CgroupStatus["setting"], options: C
       await tree.removeAll();
       throw error;
     }
-    return liveCgroups(tree, { setting, pids });
+    const primer = options.primeMoves === false ? undefined : movePrimer(chosen, options.layout);
+    return liveCgroups(tree, { setting, pids, primer });
   } catch (error) {
     const message = (error as Error).message.split("\n")[0];
     reason =
@@ -364,7 +371,31 @@ function cgroupName(sequence: number, label: string): string {
   return `${sequence}-${label.replace(/[^A-Za-z0-9._-]+/g, ".").slice(0, 80)}`;
 }
 
-function liveCgroups(tree: CgroupTree, options: { setting: CgroupStatus["setting"]; pids: number }): Cgroups {
+/**
+ * The primer of this server's moves: its own folder's `cgroup.procs` in the first hierarchy (v1: the
+ * base, where the server is; v2: where `leaveV2Base` put it). None when that folder is not known (a
+ * layout given by a test) or not a cgroup file system.
+ */
+function movePrimer(
+  chosen: { version: "v1" | "v2"; bases: CgroupBase[] },
+  layout: CgroupLayout | undefined,
+): CgroupMovePrimer | undefined {
+  if (layout) return undefined;
+  const own = chosen.version === "v1" ? chosen.bases[0].dir : readLayout().v2;
+  if (own === undefined) return undefined;
+  try {
+    checkCgroupFs(own, chosen.version);
+    return new CgroupMovePrimer(join(own, "cgroup.procs"));
+  } catch {
+    return undefined;
+  }
+}
+
+function liveCgroups(
+  tree: CgroupTree,
+  options: { setting: CgroupStatus["setting"]; pids: number; primer?: CgroupMovePrimer },
+): Cgroups {
+  const { primer } = options;
   let made = 0;
   return {
     status: {
@@ -375,9 +406,14 @@ function liveCgroups(tree: CgroupTree, options: { setting: CgroupStatus["setting
       pids: options.pids,
     },
     create(label, limits) {
-      return tree.create(cgroupName(++made, label), { ...limits, pids: options.pids });
+      const cgroup = tree.create(cgroupName(++made, label), { ...limits, pids: options.pids });
+      if (!primer) return cgroup;
+      // The replica's first process joins it next: the wait that join begins with starts now.
+      void primer.prime();
+      return { ...cgroup, primeJoin: () => void primer.prime() };
     },
     async close() {
+      primer?.close();
       await tree.removeAll();
     },
   };

@@ -1,7 +1,8 @@
 /**
  * Starts one process in its jail: bubblewrap with the policy's arguments, the seccomp filter on a pipe,
- * and, before the command runs, its network (bubblewrap holds the child on `--block-fd` until the server
- * has attached slirp4netns and the routes).
+ * and its network: bubblewrap holds the child on `--block-fd` until the server has attached slirp4netns
+ * and the routes, or, for a command that waits for it itself (a network gate), the command starts at
+ * once and is told on its gate.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -14,6 +15,7 @@ import type { ReplicaCgroup } from "./_cgroup_tree.ts";
 import { checkImageRoot, checkWritableMountPoints, readOnlyImageRoot } from "./_image_root.ts";
 import { setprivOptions } from "./_host_setpriv.ts";
 import { attachNetwork } from "./_network.ts";
+import { openNetworkGate } from "./_network_gate.ts";
 import {
   bubblewrapArgs,
   dropPrivileges,
@@ -65,6 +67,8 @@ export interface SpawnJailedOptions {
   env: Record<string, string>;
   /** The cgroup bubblewrap joins before it starts (so the whole jail is in it from its first process). */
   cgroup?: ReplicaCgroup;
+  /** The stdio index of the command's network gate (`SandboxSpawnOptions.networkGate`), if it has one. */
+  networkGate?: number;
 }
 
 /** Linux's O_PATH (Node's `fs.constants` leaves it out): a descriptor that names a file without opening it. */
@@ -203,13 +207,15 @@ export function spawnJailed(
   options: SpawnJailedOptions,
 ): ChildProcess {
   const base = options.stdio.length;
-  // Held on --block-fd only while its network is attached: a jail without one starts at once, never
-  // waiting for a turn of the server's event loop (a busy server's turn is part of a cold start).
+  // Held on --block-fd only while its network is attached, and only when it has no gate of its own: a
+  // jail without network starts at once, never waiting for a turn of the server's event loop (a busy
+  // server's turn is part of a cold start), and a gated one runs up to its gate while the network attaches.
   const network = options.spec.egress && support.slirp;
+  const gate = options.networkGate;
   const fds = {
     seccomp: support.seccomp ? base : undefined,
     info: network ? base + 1 : undefined,
-    block: network ? base + 2 : undefined,
+    block: network && gate === undefined ? base + 2 : undefined,
   };
   const image = imageLayout(options.spec, {
     identity: options.identity,
@@ -238,7 +244,11 @@ export function spawnJailed(
   const started = options.cgroup ? joinCgroupArgs(options.cgroup, first, rest) : { command: first, args: rest };
   // The image's descriptors follow seccomp, info and block (placeholders where those are unused).
   const opened = [...image?.opened ?? [], ...mounts.opened];
-  const held = network ? ["pipe", "pipe"] as const : opened.length ? ["ignore", "ignore"] as const : [];
+  const held = network
+    ? ["pipe", gate === undefined ? "pipe" : "ignore"] as const
+    : opened.length
+    ? ["ignore", "ignore"] as const
+    : [];
   let child: ChildProcess;
   try {
     child = spawn(started.command, started.args, {
@@ -264,13 +274,21 @@ export function spawnJailed(
     else child.once("exit", unstage);
   }
   if (child.pid === undefined) return child;
-  // bubblewrap closes each of these once read; what it leaves unread must not crash the server.
-  for (const fd of [fds.seccomp, fds.info, fds.block]) {
+  // bubblewrap (or the command, its gate) closes each of these once read; what is left unread must not
+  // crash the server.
+  for (const fd of [fds.seccomp, fds.info, fds.block, gate]) {
     if (fd !== undefined) (child.stdio[fd] as Readable | null)?.on("error", () => undefined);
   }
   if (support.seccomp) (child.stdio[fds.seccomp!] as Writable).end(support.seccomp);
-  if (!network) return child;
-  const block = child.stdio[fds.block!] as Writable;
+  if (!network) {
+    if (gate !== undefined) openNetworkGate(child, gate);
+    return child;
+  }
+  // What lets the command go on once its network is in: bubblewrap's block, or the command's own gate.
+  const release = () => {
+    if (gate === undefined) (child.stdio[fds.block!] as Writable).end("x");
+    else openNetworkGate(child, gate);
+  };
   void (async () => {
     const pid = await childPid(child.stdio[fds.info!] as Readable);
     // A root server's build step: its network namespace belongs to the user namespace it made, which the
@@ -280,7 +298,7 @@ export function spawnJailed(
     const attached = await attachNetwork(pid, { asRoot, inChildUserns, blocked: support.blocked });
     child.once("exit", () => attached.detach());
     if (child.exitCode !== null || child.signalCode !== null) attached.detach();
-    block.end("x");
+    release();
   })().catch((error: Error) => {
     support.logger.error({ err: error, command }, "the sandbox could not be set up; the process was stopped");
     try {

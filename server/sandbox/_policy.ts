@@ -331,10 +331,10 @@ export function bubblewrapArgs(
     args.push("--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP");
   }
   if (fds.seccomp !== undefined) args.push("--seccomp", String(fds.seccomp));
-  // The spawner reads the child's pid from info, sets up its network, then unblocks it.
-  if (fds.info !== undefined && fds.block !== undefined) {
-    args.push("--info-fd", String(fds.info), "--block-fd", String(fds.block));
-  }
+  // The spawner reads the child's pid from info and sets up its network; bubblewrap holds the command on
+  // block until then, unless the command waits for it itself (`SandboxSpawnOptions.networkGate`).
+  if (fds.info !== undefined) args.push("--info-fd", String(fds.info));
+  if (fds.block !== undefined) args.push("--block-fd", String(fds.block));
   args.push("--");
   return args;
 }

@@ -30,6 +30,7 @@ import { joinCgroupArgs } from "./_cgroups.ts";
 import type { ReplicaCgroup } from "./_cgroup_tree.ts";
 import { type JailSupport, spawnJailed } from "./_jail.ts";
 import { BLOCKED_RANGES, hostAddresses } from "./_network.ts";
+import { openNetworkGate } from "./_network_gate.ts";
 import { baseEnvironment, type Identity, type JailSpec, SANDBOX_HOME } from "./_policy.ts";
 
 export type { ReplicaCgroup, ResourceLimits } from "./_cgroup_tree.ts";
@@ -69,6 +70,14 @@ export interface SandboxSpawnOptions {
   stdio: Array<"pipe" | "ignore">;
   /** The cgroup the process (and all it starts) is in from its first instruction, jailed or not. */
   cgroup?: ReplicaCgroup;
+  /**
+   * The index in `stdio` of a pipe (`"pipe"`) that the command reads once before it needs its network (a
+   * Python worker, before main.py). The command then starts at once instead of being held while its
+   * network is attached, and the sandbox writes `x` on this pipe and closes it once the network is in:
+   * at once where there is none. When the network cannot be set up the process group is killed, as
+   * without a gate. Without one, the command starts once its network is in.
+   */
+  networkGate?: number;
 }
 
 /** Gives jailed processes; `spawn` starts each in its own process group. */
@@ -137,7 +146,15 @@ function plainSpawn(command: string, args: string[], options: SandboxSpawnOption
     ...options.jail.env,
   };
   const started = options.cgroup ? joinCgroupArgs(options.cgroup, command, args) : { command, args };
-  return spawn(started.command, started.args, { cwd: options.jail.cwd, env, detached: true, stdio: options.stdio });
+  const child = spawn(started.command, started.args, {
+    cwd: options.jail.cwd,
+    env,
+    detached: true,
+    stdio: options.stdio,
+  });
+  // Unjailed, the process has the host's network from its start: its gate opens at once.
+  if (options.networkGate !== undefined) openNetworkGate(child, options.networkGate);
+  return child;
 }
 
 /** A sandbox that jails nothing (RUNPLANE_SANDBOX=off, or tests of other parts): plain processes, clean environment. */
@@ -315,6 +332,7 @@ function jailedSandbox(support: JailSupport, files: SupportDir, status: Omit<San
         stdio: options.stdio,
         env: { ...baseEnvironment({ home: SANDBOX_HOME }), ...options.jail.env },
         cgroup: options.cgroup,
+        networkGate: options.networkGate,
       });
     },
     async handOver(path, principal) {

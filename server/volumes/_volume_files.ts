@@ -146,9 +146,10 @@ async function writeAll(handle: FileHandle, chunks: Uint8Array[]): Promise<void>
  * Writes `source` into `handle` as it arrives, hashing it; refuses it past `limitBytes` or at `ENOSPC`.
  * One write is in flight while the next batch gathers (at most ~2 × `WRITE_BATCH_BYTES` held): the request
  * is read no faster than the disk takes it (its socket pushes back on the client), and the disk is never
- * idle waiting for a socket chunk of 64 KiB to be written alone.
+ * idle waiting for a socket chunk of 64 KiB to be written alone. It settles only once no write is in
+ * flight, however it ends: the caller closes `handle` next. Exported for its tests.
  */
-async function copyInto(
+export async function copyInto(
   handle: FileHandle,
   source: AsyncIterable<Uint8Array>,
   limitBytes: number,
@@ -159,12 +160,15 @@ async function copyInto(
   let dropped = 0;
   let batch: Uint8Array[] = [];
   let batchBytes = 0;
-  let inFlight: Promise<unknown> = Promise.resolve();
+  // The write in flight, as its failure (undefined when it succeeded): its promise is observed the moment
+  // it is made, since the loop may wait for the body's next chunk longer than the disk takes to fail, and
+  // a rejection unobserved meanwhile is an unhandled rejection.
+  let inFlight: Promise<unknown> = Promise.resolve(undefined);
   let written = 0; // bytes of the batches already written
   // Waits for the write in flight; at ENOSPC the upload is refused (the rest of the body drained).
   async function settle(): Promise<void> {
-    const error = await inFlight.then(() => undefined, (error: unknown) => error);
-    inFlight = Promise.resolve();
+    const error = await inFlight;
+    inFlight = Promise.resolve(undefined);
     if (error === undefined) return;
     if ((error as NodeJS.ErrnoException).code !== "ENOSPC") throw error;
     refusal ??= tooLarge(written);
@@ -176,23 +180,33 @@ async function copyInto(
     const bytes = batchBytes;
     batch = [];
     batchBytes = 0;
-    inFlight = writeAll(handle, chunks).then(() => (written += bytes));
+    inFlight = writeAll(handle, chunks).then(() => {
+      written += bytes;
+      return undefined;
+    }, (error: unknown) => error ?? new Error("a write failed"));
   }
-  for await (const chunk of source) {
-    size += chunk.length;
-    if (!refusal && size > limitBytes) refusal = tooLarge(limitBytes);
-    if (refusal) {
-      dropped += chunk.length;
-      if (dropped > DRAIN_BYTES) throw refusal;
-      continue;
+  try {
+    for await (const chunk of source) {
+      size += chunk.length;
+      if (!refusal && size > limitBytes) refusal = tooLarge(limitBytes);
+      if (refusal) {
+        dropped += chunk.length;
+        if (dropped > DRAIN_BYTES) throw refusal;
+        continue;
+      }
+      hash.update(chunk);
+      batch.push(chunk);
+      batchBytes += chunk.length;
+      if (batchBytes >= WRITE_BATCH_BYTES) await flush();
     }
-    hash.update(chunk);
-    batch.push(chunk);
-    batchBytes += chunk.length;
-    if (batchBytes >= WRITE_BATCH_BYTES) await flush();
+    await flush();
+    await settle();
+  } catch (error) {
+    // A refusal past the drain, or a body that broke off, may leave a write in flight: wait for it, or the
+    // caller would close the handle under it.
+    await inFlight;
+    throw error;
   }
-  await flush();
-  await settle();
   if (refusal) throw refusal;
   return { size, sha256: hash.digest("hex") };
 }

@@ -79,3 +79,14 @@ export async function openPage(
   });
   return { context, page };
 }
+
+/**
+ * Signs `page` in to the dashboard of the server at `url` with `token` (its sign-in form), and waits for
+ * the runs page it lands on.
+ */
+export async function signIn(page: Page, options: { url: string; token: string }): Promise<void> {
+  await page.goto(`${options.url}/dashboard/signin`);
+  await page.getByLabel("Service-account token").fill(options.token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Runs" }).waitFor();
+}

@@ -91,7 +91,8 @@ const WAITING = {
 const patched = new WeakSet<object>();
 
 /**
- * Makes every waiting method of Playwright's pages and locators add `describePage` to its TimeoutError.
+ * Makes every waiting method of Playwright's pages and locators add `describePage` to its TimeoutError
+ * (and a navigation dropped for a network change go once more: `navigatedAgainIfNetworkChanged`).
  * A patch of their prototypes (once, from the first watched page): Playwright has no hook for a wait that
  * times out, and wrapping each of the suite's ~200 waits would bury what they test.
  */
@@ -108,7 +109,7 @@ function explainTimeouts(page: Page): void {
       const original = methods[name];
       methods[name] = async function(this: never, ...args: unknown[]) {
         try {
-          return await original.apply(this, args);
+          return await navigatedAgainIfNetworkChanged(name, () => original.apply(this, args));
         } catch (error) {
           if (describing > 0 || (error as Error).name !== "TimeoutError") throw error;
           const described = await describePage(pageOf(this)).catch((e: Error) => `(not described: ${e.message})`);
@@ -117,6 +118,25 @@ function explainTimeouts(page: Page): void {
         }
       };
     }
+  }
+}
+
+/**
+ * Runs `wait` (the method `name`) and, when it is a navigation that Chromium abandoned with
+ * net::ERR_NETWORK_CHANGED, runs it once more. Chromium drops a navigation in flight when the host's
+ * network interfaces or addresses change, and CI's machine changed them under a dashboard test (the
+ * sandbox tests' peer hosts add veth pairs beside it, and CI's own network may change): a navigation
+ * repeated, not an assertion eased. Any other failure, and a second one, is thrown as it came.
+ */
+async function navigatedAgainIfNetworkChanged(name: string, wait: () => Promise<unknown>): Promise<unknown> {
+  try {
+    return await wait();
+  } catch (error) {
+    if ((name !== "goto" && name !== "reload") || !String((error as Error).message).includes("ERR_NETWORK_CHANGED")) {
+      throw error;
+    }
+    process.stderr.write(`(${name} met net::ERR_NETWORK_CHANGED; navigating once more)\n`);
+    return await wait();
   }
 }
 

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
-import { launchBrowser, openPage } from "../_helpers/browser.ts";
+import { launchBrowser, openPage, signIn } from "../_helpers/browser.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const MODEL = "<img src=x onerror=alert(1)>";
@@ -53,10 +53,7 @@ describe("the dashboard's app page with GPUs", { skip: browser === null ? "Chrom
       "the warm replica to hold its GPU",
     );
     const [{ pid }] = t.server.context.runtime.apps(TEST_PROJECT).find((a) => a.name === "gpu")!.gpus;
-    await page.goto(`${t.url}/dashboard/signin`);
-    await page.getByLabel("Service-account token").fill(t.token);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.waitForURL((url) => !url.pathname.endsWith("/signin"));
+    await signIn(page, { url: t.url, token: t.token });
     await page.goto(`${t.url}/dashboard/apps/gpu`);
     await page.locator("#gpus").waitFor();
     assert.equal(await page.locator("#gpus").textContent(), `pid ${pid}: GPU-aaa (${MODEL})`);

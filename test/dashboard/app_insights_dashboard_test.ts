@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
 import { deployApp } from "../_helpers/apps.ts";
-import { launchBrowser, openPage } from "../_helpers/browser.ts";
+import { launchBrowser, openPage, signIn } from "../_helpers/browser.ts";
 import { callRun, submitAsync, waitForStatus } from "../_helpers/runs.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
@@ -44,10 +44,7 @@ describe("the dashboard's app page: charts and log tail", {
     await callRun(ref(), "fail", { body: {} });
     ({ context, page } = await openPage(browser!, dialogs, { server: t }));
     await page.setViewportSize({ width: 1280, height: 1000 });
-    await page.goto(`${t.url}/dashboard/signin`);
-    await page.getByLabel("Service-account token").fill(t.token);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.waitForURL((url) => !url.pathname.endsWith("/signin"));
+    await signIn(page, { url: t.url, token: t.token });
   });
   after(async () => {
     await context?.close();

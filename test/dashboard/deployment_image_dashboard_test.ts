@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchBrowser, openPage } from "../_helpers/browser.ts";
+import { launchBrowser, openPage, signIn } from "../_helpers/browser.ts";
 import { bundleOf, deployBundle } from "../_helpers/deployments.ts";
 import { startTestServer, type TestServer } from "../_helpers/server.ts";
 
@@ -44,10 +44,7 @@ describe("the dashboard's deployments with their image", {
   });
 
   it("shows the image's reference and digest as text, and `host system` for a deployment without one", async () => {
-    await page.goto(`${t.url}/dashboard/signin`);
-    await page.getByLabel("Service-account token").fill(t.token);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.waitForURL((url) => !url.pathname.endsWith("/signin"));
+    await signIn(page, { url: t.url, token: t.token });
     await page.goto(`${t.url}/dashboard/apps/imaged`);
     const imaged = page.locator(`#deployments tr[data-deployment="${ids[1]}"]`);
     await imaged.waitFor();

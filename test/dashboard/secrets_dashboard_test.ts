@@ -8,7 +8,7 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchBrowser, openPage } from "../_helpers/browser.ts";
+import { launchBrowser, openPage, signIn as signInAs } from "../_helpers/browser.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "screenshots");
@@ -24,10 +24,7 @@ describe("the dashboard's secrets page", { skip: browser === null ? "Chromium is
 
   async function signIn(token: string): Promise<void> {
     await context.clearCookies();
-    await page.goto(`${t.url}/dashboard/signin`);
-    await page.getByLabel("Service-account token").fill(token);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("heading", { name: "Runs" }).waitFor();
+    await signInAs(page, { url: t.url, token });
   }
 
   before(async () => {

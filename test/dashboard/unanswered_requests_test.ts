@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page, Route } from "playwright-core";
-import { launchBrowser, openPage } from "../_helpers/browser.ts";
+import { launchBrowser, openPage, signIn } from "../_helpers/browser.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const browser = await launchBrowser();
@@ -22,10 +22,7 @@ describe("the dashboard when a request gets no answer", {
   before(async () => {
     t = await startTestServer();
     ({ context, page } = await openPage(browser!, [], { server: t }));
-    await page.goto(`${t.url}/dashboard/signin`);
-    await page.getByLabel("Service-account token").fill(t.token);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("heading", { name: "Runs" }).waitFor();
+    await signIn(page, { url: t.url, token: t.token });
   });
   after(async () => {
     await context?.close();

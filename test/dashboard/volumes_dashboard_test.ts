@@ -7,7 +7,7 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchBrowser, openPage } from "../_helpers/browser.ts";
+import { launchBrowser, openPage, signIn } from "../_helpers/browser.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 
 const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "screenshots");
@@ -24,10 +24,7 @@ describe("the dashboard's volumes page", { skip: browser === null ? "Chromium is
     await mkdir(SHOTS, { recursive: true });
     t = await startTestServer({ env: { RUNPLANE_VOLUMES_MODE: "directory" } });
     ({ context, page } = await openPage(browser!, dialogs, { server: t }));
-    await page.goto(`${t.url}/dashboard/signin`);
-    await page.getByLabel("Service-account token").fill(t.token);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("heading", { name: "Runs" }).waitFor();
+    await signIn(page, { url: t.url, token: t.token });
   });
   after(async () => {
     await context?.close();

@@ -7,7 +7,7 @@ import { after, before, describe, it } from "node:test";
 import type { BrowserContext, Page } from "playwright-core";
 import WebSocket from "ws";
 import { deployApp, waitFor } from "../_helpers/apps.ts";
-import { launchBrowser, openPage } from "../_helpers/browser.ts";
+import { launchBrowser, openPage, signIn } from "../_helpers/browser.ts";
 import { startTestServer, TEST_PROJECT, type TestServer } from "../_helpers/server.ts";
 import { WEBSOCKET_ECHO_APP } from "../_helpers/websocket_echo_app.ts";
 
@@ -56,10 +56,7 @@ describe(
           (await t.server.context.runs.getRun({ projectId: TEST_PROJECT, appId: "ws", runId })).status === "success",
         "the run to end",
       );
-      await page.goto(`${t.url}/dashboard/signin`);
-      await page.getByLabel("Service-account token").fill(t.token);
-      await page.getByRole("button", { name: "Sign in" }).click();
-      await page.waitForURL((url) => !url.pathname.endsWith("/signin"));
+      await signIn(page, { url: t.url, token: t.token });
       await page.goto(`${t.url}/dashboard/runs/${runId}?app=ws`);
       await page.locator("#websocket-close").waitFor();
       assert.equal(await page.locator("#websocket-close").textContent(), `Closed by the app with 4000: ${REASON}`);

@@ -57,4 +57,11 @@ describe("kept unpackings", () => {
     assert.deepEqual(readdirSync(join(dataDir, "unpacked")), []);
     assert.equal(existsSync(join(dataDir, "uploads", "new")), false);
   });
+
+  it("sweeps every kept folder with 0 even when the clock reads earlier than their time", async () => {
+    // CI once kept a folder made a moment before a sweep with 0: its time was later than the sweep's now.
+    await keepUnpacked(dataDir, { scratch: scratch("ahead", "x"), digest: `sha256:${"d".repeat(64)}` });
+    await sweepUnpacked(dataDir, { olderThanMs: 0, now: Date.now() - 60_000 });
+    assert.deepEqual(readdirSync(join(dataDir, "unpacked")), []);
+  });
 });

@@ -200,6 +200,34 @@ describe("a stream's stored items", () => {
     assert.equal(openSpillFiles(), 0, "reading the result frees the file");
   });
 
+  it("keeps a worker's raw items and encoded ones byte for byte, in order, across a spill", () => {
+    const stored = new StoredItems(1024 * 1024);
+    const expected: unknown[] = [];
+    const texts: string[] = [];
+    for (let i = 0; i < 200; i++) {
+      const value = { i, text: "é€𝄞".repeat(100 + i) };
+      if (i % 3 === 0) {
+        // A worker's raw JSON is ASCII: its other characters escaped.
+        const text = JSON.stringify(value).replace(
+          /[^\x00-\x7f]/g,
+          (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+        );
+        const bytes = Buffer.from(text);
+        stored.add(new RawJson([bytes.subarray(0, 7), bytes.subarray(7)], bytes.length));
+        texts.push(text);
+      } else {
+        stored.add(value);
+        texts.push(JSON.stringify(value));
+      }
+      expected.push(value);
+    }
+    assert.equal(openSpillFiles(), 1, "past the 64 KiB held in memory");
+    const { json, truncated } = stored.result();
+    assert.equal(truncated, false);
+    assert.deepEqual(JSON.parse(json!), expected);
+    assert.equal(json, `[${texts.join(",")}]`);
+  });
+
   it("stores a prefix of the stream when the limit is reached after a spill", () => {
     const stored = new StoredItems(200_000);
     for (let i = 0; i < 300; i++) stored.add(item(i));

@@ -35,3 +35,19 @@ describe("the policy's device nodes", () => {
     assert.equal(args.includes("--dev-bind"), false);
   });
 });
+
+describe("the policy's descriptors", () => {
+  const spec = { projectId: "p", cwd: "/", egress: true, env: {} };
+  const after = (args: string[], flag: string) => (args.includes(flag) ? args[args.indexOf(flag) + 1] : undefined);
+
+  it("holds the command on its block until the network is in", () => {
+    const args = bubblewrapArgs(spec, OPTIONS);
+    assert.deepEqual([after(args, "--info-fd"), after(args, "--block-fd")], ["5", "6"]);
+  });
+
+  it("names the child on info alone when the command waits on a gate of its own", () => {
+    const args = bubblewrapArgs(spec, { ...OPTIONS, fds: { info: 5 } });
+    assert.equal(after(args, "--info-fd"), "5");
+    assert.equal(args.includes("--block-fd"), false);
+  });
+});

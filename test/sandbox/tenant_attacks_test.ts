@@ -202,12 +202,17 @@ if (await sandboxWorks("the tenant attack tests")) {
           `${app} lists ${path}`,
         );
       }
-      for (const [target, attempt] of Object.entries(result.connects)) {
+      assertEgress(result.connects, app);
+      if (process.getuid?.() === 0) assert.notEqual(result.uid, 0, `${app} runs as root`);
+    }
+
+    /** Of `connects`' targets, `app` reached the peer's public address alone (where there is a peer). */
+    function assertEgress(connects: ProbeResult["connects"], app: string): void {
+      for (const [target, attempt] of Object.entries(connects)) {
         const reachable = peer !== null && target === `${peer.publicAddress}:${peer.port}`;
         assert.equal(attempt.ok, reachable, `${app} connects to ${target}: ${JSON.stringify(attempt)}`);
         if (reachable) assert.equal(attempt.value, "peer");
       }
-      if (process.getuid?.() === 0) assert.notEqual(result.uid, 0, `${app} runs as root`);
     }
 
     it("a Python app of the apps folder reads no secret, no other project and no host service", async () => {
@@ -224,6 +229,17 @@ if (await sandboxWorks("the tenant attack tests")) {
         assert.equal(end.status, "ready", end.error ?? "");
         assertJailed(await probe(name), name);
       }
+    });
+
+    it("main.py has its network while it is imported, as blocked as ever: the harness waits for it", async () => {
+      // The interpreter and the harness start while the jail's network is attached; main.py must not.
+      const main =
+        `import probe as _probe\n\nAT_IMPORT = _probe.probe(connects=${JSON.stringify(attacks().connects)})\n\n`
+        + "def run(**attacks):\n    return AT_IMPORT\n";
+      await deployApp(t, "importing", { toml: PYTHON_APP["runplane.toml"], files: { ...PYTHON_APP, "main.py": main } });
+      const result = await probe("importing");
+      assertEgress(result.connects, "importing");
+      assert.equal(Object.keys(result.connects).length, attacks().connects.length);
     });
 
     it("an app with [network] egress = false reaches no address at all, and sees its own [env]", async () => {

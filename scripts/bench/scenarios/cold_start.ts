@@ -8,6 +8,7 @@ import { descendantsOf, descendantsRssMiB, memoryOf } from "../_processes.ts";
 import type { BenchRow } from "../_report.ts";
 import { BENCH_PROJECT, type BenchServer, startRunplane } from "../_runplane.ts";
 import { coldStartPartRows, replicaPython } from "./cold_start_parts.ts";
+import { importMainArgs, targetRows, writeTargetApps } from "./cold_start_target.ts";
 import { forkStartRows } from "./fork_start.ts";
 
 const SCENARIO = "10. Cold start";
@@ -121,12 +122,13 @@ async function firstCalls(server: BenchServer, apps: string[], fn: string): Prom
 export async function coldStartScenario(context: BenchContext): Promise<BenchRow[]> {
   const appsDir = await mkdtemp(join(tmpdir(), "runplane-bench-cold-"));
   await writeApps(appsDir);
+  await writeTargetApps(appsDir);
   const mainPy = join(appsDir, BENCH_PROJECT, "py-00", "main.py");
   context.log(`${SCENARIO}: floors (python3 -c pass, main.py's import)`);
   // The interpreter a jailed replica of `python = "python3"` runs, not a shim the bench's PATH may name.
   const interpreter = await replicaPython();
   const floorMs = await commandMs(interpreter, ["-c", "pass"]);
-  const withMainMs = await commandMs(interpreter, ["-c", `import runpy; runpy.run_path(${JSON.stringify(mainPy)})`]);
+  const withMainMs = await commandMs(interpreter, importMainArgs(mainPy));
   const importMainMs = Math.max(0, withMainMs - floorMs);
   const server = await startRunplane({}, { appsDir });
   try {
@@ -152,6 +154,8 @@ export async function coldStartScenario(context: BenchContext): Promise<BenchRow
     const cooledRss = await descendantsRssMiB(pid);
     const serverCooled = await memoryOf(pid);
     const target = 1.5 * floorMs + importMainMs;
+    // After the cooldown: no other app's replica is left to share the host with.
+    const ownPartRows = await targetRows(context, { server, interpreter, mainPy });
     const forkRows = await forkStartRows(context);
     const partRows = await coldStartPartRows(context, { httpFirstCallMs: median(python) });
     return [
@@ -200,6 +204,7 @@ export async function coldStartScenario(context: BenchContext): Promise<BenchRow
           Math.round(serverCooled.rssMiB)
         } MiB`,
       }),
+      ...ownPartRows,
       ...forkRows,
       ...partRows,
     ];

@@ -58,6 +58,13 @@ export async function coldStart(
     },
     cgroup,
   });
+  const elapsed = await untilFirstCall(replica, started);
+  await cgroup?.remove();
+  return elapsed;
+}
+
+/** Ms from `started` until `replica` is ready and has answered a call of `hello`; stops it after. */
+export async function untilFirstCall(replica: PythonReplica, started: number): Promise<number> {
   await replica.ready;
   await replica.call({
     runId: `run_bench_${Math.round(started)}`,
@@ -68,7 +75,6 @@ export async function coldStart(
   });
   const elapsed = performance.now() - started;
   await replica.stop();
-  await cgroup?.remove();
   return elapsed;
 }
 
