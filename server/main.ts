@@ -10,6 +10,7 @@ import { createLogger, type Logger } from "./log.ts";
 import { createServer, type RunplaneServer } from "./mod.ts";
 import { applyServerV8Flags } from "./node_flags.ts";
 import { deploymentsRefused } from "./placement/mod.ts";
+import { releaseStartGarbage } from "./start_garbage.ts";
 import { readTestHooks, type TestHooks } from "./test_hooks/mod.ts";
 
 /** The project `npm start` creates on a fresh data dir. */
@@ -42,6 +43,7 @@ export async function serve(overrides: SettingOverrides = {}): Promise<void> {
     throw error;
   }
   const stop = stopOnSignals(started.stoppable, { logger: started.server.context.logger });
+  void started.server.appsLoaded.then(() => releaseStartGarbage({ logger: started.server.context.logger }));
   if (cluster.isWorker) {
     // The supervisor says "drain" once per drain, and again only to cut it short. Its first word begins
     // the drain unless this worker's own copy of the signal did (Ctrl-C reaches every process of the

@@ -40,6 +40,8 @@ export interface RunplaneServer {
   listen(): Promise<string>;
   /** The base URL, once listening. */
   readonly url: string;
+  /** Settles once the apps folder and the store's deployments have loaded (or their loading failed). */
+  readonly appsLoaded: Promise<void>;
   /**
    * Graceful stop: new calls get 503, in-flight calls, streams and async runs may finish within
    * `timeoutMs` (default `RUNPLANE_DRAIN_TIMEOUT`); what still runs then is recorded `interrupted`;
@@ -194,6 +196,7 @@ export async function createServer(config: Config, options: CreateServerOptions 
       return listener.url;
     },
     listen: () => listener.listen(),
+    appsLoaded: loading,
     upgrades: websockets,
     drain: (timeoutMs = config.drainTimeoutMs) => drain(timeoutMs),
     close,
