@@ -126,7 +126,7 @@ async function makePeerHost(): Promise<PeerHost> {
     // The host's end has no address, not even IPv6's link-local one (addrgenmode none): routes alone reach
     // the peer. An address added or removed in the host's namespace makes Chromium fail the page loads in
     // flight in the browser tests beside this one with net::ERR_NETWORK_CHANGED (it watches addresses,
-    // not routes); CI's dashboard tests met that. The host's packets leave with one of its other addresses.
+    // not routes); a dashboard test in a .ci/run met that. The host's packets leave with another address.
     ip("link", "set", host, "addrgenmode", "none");
     ip("link", "set", host, "up");
     ip("route", "add", `${publicAddress}/32`, "dev", host);
